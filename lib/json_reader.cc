@@ -1,0 +1,245 @@
+#include "lib/json_reader.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "lib/did_you_mean.h"
+
+namespace dhelix {
+namespace {
+
+std::string escape_pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Line and column (1-based) of a byte offset, for parse errors.
+std::pair<int, int> line_and_column(const std::string& text, size_t offset) {
+  int line = 1;
+  int column = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+const char* type_name(const Json& value) {
+  if (value.is_number_integer()) return "an integer";
+  if (value.is_number()) return "a number";
+  return value.type_name();
+}
+
+}  // namespace
+
+Json parse_json_text(const std::string& text, const std::string& name) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& error) {
+    auto [line, column] = line_and_column(text, error.byte == 0 ? 0 : error.byte - 1);
+    std::string reason = error.what();
+    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at ...";
+    // keep only the part after the last ": " which says what was wrong.
+    const size_t colon = reason.rfind(": ");
+    if (colon != std::string::npos) reason = reason.substr(colon + 2);
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("{}:{}:{}: not valid JSON: {}", name, line, column, reason));
+  }
+}
+
+Json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorCode::kIo, fmt::format("{}: cannot open file for reading", path));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw Error(ErrorCode::kIo, fmt::format("{}: read error", path));
+  return parse_json_text(buffer.str(), path);
+}
+
+std::string json_value_text(const Json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+ObjectReader::ObjectReader(const Json& value, std::string file, std::string pointer,
+                           ProblemList& problems)
+    : value_(&value),
+      file_(std::move(file)),
+      pointer_(std::move(pointer)),
+      problems_(&problems),
+      is_object_(value.is_object()) {
+  if (!is_object_) {
+    problems_->add(file_, pointer_.empty() ? "/" : pointer_, json_value_text(value),
+                   fmt::format("is {}, expected an object", type_name(value)));
+  }
+}
+
+std::string ObjectReader::pointer_of(const std::string& key) const {
+  return pointer_ + "/" + escape_pointer_token(key);
+}
+
+bool ObjectReader::has(const std::string& key) const {
+  return is_object_ && value_->contains(key);
+}
+
+void ObjectReader::report(const std::string& key, const std::string& value,
+                          const std::string& rule) {
+  problems_->add(file_, pointer_of(key), value, rule);
+}
+
+void ObjectReader::allow(const std::string& key) { known_keys_.push_back(key); }
+
+const Json* ObjectReader::find(const std::string& key, Need need) {
+  known_keys_.push_back(key);
+  if (!is_object_) return nullptr;
+  auto it = value_->find(key);
+  if (it == value_->end()) {
+    if (need == Need::kRequired) report(key, "", "is required but missing");
+    return nullptr;
+  }
+  return &*it;
+}
+
+std::optional<int64_t> ObjectReader::integer(const std::string& key, Need need, IntRange range) {
+  const Json* field = find(key, need);
+  if (field == nullptr) return std::nullopt;
+  int64_t number = 0;
+  if (field->is_number_unsigned()) {
+    const uint64_t unsigned_value = field->get<uint64_t>();
+    if (unsigned_value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      report(key, json_value_text(*field), "is too large");
+      return std::nullopt;
+    }
+    number = static_cast<int64_t>(unsigned_value);
+  } else if (field->is_number_integer()) {
+    number = field->get<int64_t>();
+  } else if (field->is_number_float() && std::isfinite(field->get<double>()) &&
+             std::floor(field->get<double>()) == field->get<double>() &&
+             std::fabs(field->get<double>()) < 9.0e15) {
+    number = static_cast<int64_t>(field->get<double>());  // 1e3 is a fine integer
+  } else {
+    report(key, json_value_text(*field), fmt::format("is {}, expected an integer", type_name(*field)));
+    return std::nullopt;
+  }
+  if (number < range.min) {
+    report(key, std::to_string(number), fmt::format("must be at least {}", range.min));
+    return std::nullopt;
+  }
+  if (number > range.max) {
+    report(key, std::to_string(number), fmt::format("must be at most {}", range.max));
+    return std::nullopt;
+  }
+  return number;
+}
+
+std::optional<double> ObjectReader::real(const std::string& key, Need need, RealRange range) {
+  const Json* field = find(key, need);
+  if (field == nullptr) return std::nullopt;
+  if (!field->is_number()) {
+    report(key, json_value_text(*field), fmt::format("is {}, expected a number", type_name(*field)));
+    return std::nullopt;
+  }
+  const double number = field->get<double>();
+  if (!std::isfinite(number)) {
+    report(key, json_value_text(*field), "must be a finite number");
+    return std::nullopt;
+  }
+  const bool below = range.min_exclusive ? number <= range.min : number < range.min;
+  if (below) {
+    report(key, json_value_text(*field),
+           fmt::format("must be {} {}", range.min_exclusive ? "greater than" : "at least", range.min));
+    return std::nullopt;
+  }
+  if (number > range.max) {
+    report(key, json_value_text(*field), fmt::format("must be at most {}", range.max));
+    return std::nullopt;
+  }
+  return number;
+}
+
+std::optional<bool> ObjectReader::boolean(const std::string& key, Need need) {
+  const Json* field = find(key, need);
+  if (field == nullptr) return std::nullopt;
+  if (!field->is_boolean()) {
+    report(key, json_value_text(*field), fmt::format("is {}, expected true or false", type_name(*field)));
+    return std::nullopt;
+  }
+  return field->get<bool>();
+}
+
+std::optional<std::string> ObjectReader::string(const std::string& key, Need need,
+                                                const std::vector<std::string>& allowed) {
+  const Json* field = find(key, need);
+  if (field == nullptr) return std::nullopt;
+  if (!field->is_string()) {
+    report(key, json_value_text(*field), fmt::format("is {}, expected a string", type_name(*field)));
+    return std::nullopt;
+  }
+  std::string text = field->get<std::string>();
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), text) == allowed.end()) {
+    std::string choices;
+    for (const std::string& choice : allowed) choices += (choices.empty() ? "" : ", ") + choice;
+    report(key, json_value_text(*field),
+           fmt::format("is not one of {}{}", choices, did_you_mean(text, allowed)));
+    return std::nullopt;
+  }
+  return text;
+}
+
+std::optional<ObjectReader> ObjectReader::object(const std::string& key, Need need) {
+  const Json* field = find(key, need);
+  if (field == nullptr) return std::nullopt;
+  if (!field->is_object()) {
+    report(key, json_value_text(*field), fmt::format("is {}, expected an object", type_name(*field)));
+    return std::nullopt;
+  }
+  return ObjectReader(*field, file_, pointer_of(key), *problems_);
+}
+
+const Json* ObjectReader::raw(const std::string& key, Need need) { return find(key, need); }
+
+void ObjectReader::finish() {
+  if (!is_object_) return;
+  for (const auto& [key, value] : value_->items()) {
+    if (std::find(known_keys_.begin(), known_keys_.end(), key) != known_keys_.end()) continue;
+    report(key, "", "unknown key" + did_you_mean(key, known_keys_));
+  }
+}
+
+void check_schema_version(ObjectReader& root, int supported_major) {
+  const std::optional<std::string> version = root.string("schema_version", Need::kRequired);
+  if (!version) return;
+  int major = 0, minor = 0, patch = 0;
+  char tail = 0;
+  if (std::sscanf(version->c_str(), "%d.%d.%d%c", &major, &minor, &patch, &tail) != 3 ||
+      major < 0 || minor < 0 || patch < 0) {
+    root.report("schema_version", json_value_text(Json(*version)),
+                "must have the form major.minor.patch (e.g. \"1.0.0\")");
+    return;
+  }
+  if (major != supported_major) {
+    throw Error(ErrorCode::kSchemaVersion,
+                fmt::format("{}: /schema_version: \"{}\" has major version {}, this dhelix reads "
+                            "major version {} only",
+                            root.file(), *version, major, supported_major));
+  }
+}
+
+}  // namespace dhelix

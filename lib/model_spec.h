@@ -1,0 +1,73 @@
+#pragma once
+// The model being trained: a decoder-only transformer, dense or mixture-of-experts.
+// Read from dhelix's own model JSON (schemas/model.schema.json) or from a HuggingFace
+// config.json (model_reader.h). Sizes are whole-model sizes; per-rank shapes follow
+// from ParallelSpec.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "lib/dtype.h"
+
+namespace dhelix {
+
+enum class NormKind { kRmsNorm, kLayerNorm };
+enum class ActivationKind { kSwiGlu, kGelu };
+enum class PositionKind { kRope, kLearned };
+
+const char* norm_kind_name(NormKind kind);              ///< "rmsnorm", "layernorm"
+const char* activation_kind_name(ActivationKind kind);  ///< "swiglu", "gelu"
+const char* position_kind_name(PositionKind kind);      ///< "rope", "learned"
+
+/// Mixture-of-experts MLP: every layer's MLP is replaced by `num_experts` experts of which
+/// each token visits `top_k`.
+struct MoeSpec {
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  /// Tokens an expert accepts = capacity_factor * tokens * top_k / num_experts (Switch/GShard);
+  /// 0 means no capacity limit (dropless).
+  double capacity_factor = 0.0;
+  int64_t expert_ffn_hidden_size = 0;  ///< FFN size of one expert
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string source_file;  ///< where it was read from, for messages ("" when built in code)
+  NormKind norm = NormKind::kRmsNorm;
+  ActivationKind activation = ActivationKind::kSwiGlu;
+  PositionKind position = PositionKind::kRope;
+  int64_t hidden_size = 0;
+  int64_t ffn_hidden_size = 0;  ///< dense MLP size (unused by MoE layers)
+  int64_t num_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_kv_heads = 0;  ///< == num_attention_heads without GQA
+  int64_t head_dim = 0;      ///< usually hidden_size / num_attention_heads
+  int64_t vocab_size = 0;
+  int64_t max_seq_length = 0;  ///< the model's context length (a job may use less)
+  bool tied_embeddings = false;
+  bool linear_bias = false;  ///< GPT-style biases on the linear layers
+  DType dtype = DType::kBf16;
+  std::optional<MoeSpec> moe;
+
+  bool is_moe() const { return moe.has_value(); }
+};
+
+/// Parameters of one transformer layer (attention + MLP + norms), whole model width.
+int64_t layer_parameter_count(const ModelSpec& model);
+/// Parameters of the whole model (layers, embeddings, head unless tied, final norm).
+int64_t parameter_count(const ModelSpec& model);
+/// Parameters a token actually uses (MoE: top_k experts instead of all).
+int64_t active_parameter_count(const ModelSpec& model);
+
+/// Model FLOPs of one training iteration (forward + backward, no recomputation), using
+/// Megatron-LM's closed form generalised to GQA, SwiGLU and MoE:
+/// 12·B·s·L·h²·[(1 + G/H + s/h)·(q/h) + (f/h)·k·(3/2 if SwiGLU) + V/(2·L·h)] where
+/// B is sequences per iteration, q = heads·head_dim, G = KV heads, f the (expert) FFN size,
+/// k the top-k (1 for dense). Causal masking is not discounted, as in Megatron's count.
+double training_flops_per_iteration(const ModelSpec& model, int64_t sequences, int64_t seq_length);
+
+/// training_flops_per_iteration / tokens: model FLOPs per trained token.
+double training_flops_per_token(const ModelSpec& model, int64_t seq_length);
+
+}  // namespace dhelix

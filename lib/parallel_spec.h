@@ -1,0 +1,44 @@
+#pragma once
+// How a job is spread over GPUs: the sizes of each parallel dimension, the batch
+// shape, and the rank order that maps a rank to its coordinates.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dhelix {
+
+/// A parallel dimension. Order of the enum is the default rank order's (fastest first).
+enum class ParallelDim { kTp, kCp, kEp, kDp, kPp };
+
+const char* parallel_dim_name(ParallelDim dim);  ///< "tp", "cp", "ep", "dp", "pp"
+
+struct ParallelSpec {
+  int64_t dp = 1;  ///< data-parallel replicas
+  int64_t tp = 1;  ///< tensor-parallel size
+  bool sp = false; ///< sequence parallelism (needs tp > 1; all-gather/reduce-scatter instead of all-reduce)
+  int64_t cp = 1;  ///< context-parallel size (ring attention over the sequence)
+  int64_t pp = 1;  ///< pipeline stages
+  int64_t ep = 1;  ///< expert-parallel size, carved out of dp·cp (MoE only)
+  int64_t micro_batch_size = 1;   ///< sequences per micro-batch per DP replica
+  int64_t global_batch_size = 0;  ///< sequences per iteration over all DP replicas
+  int64_t seq_length = 0;         ///< tokens per sequence
+  /// Rank order, fastest-varying dimension first; Megatron's default "tp-cp-ep-dp-pp".
+  /// ep does not add ranks: it splits the cp·dp block (see placement.h).
+  std::vector<ParallelDim> rank_order = {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp,
+                                         ParallelDim::kDp, ParallelDim::kPp};
+
+  /// GPUs the job uses: dp·tp·cp·pp.
+  int64_t world_size() const { return dp * tp * cp * pp; }
+  /// Micro-batches each pipeline processes per iteration: global / (micro · dp).
+  int64_t num_micro_batches() const {
+    return micro_batch_size * dp == 0 ? 0 : global_batch_size / (micro_batch_size * dp);
+  }
+  /// Tokens of one micro-batch on one rank's sequence shard: micro_batch·seq / cp.
+  int64_t tokens_per_rank() const { return cp == 0 ? 0 : micro_batch_size * seq_length / cp; }
+};
+
+/// "tp-cp-ep-dp-pp" style text of a rank order.
+std::string rank_order_text(const std::vector<ParallelDim>& order);
+
+}  // namespace dhelix

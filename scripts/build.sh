@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Configures and builds dhelix into build/ (or $DHELIX_BUILD_DIR) with every core.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${DHELIX_BUILD_DIR:-build}
+# nvcc lives outside the default PATH on CUDA machines; CMake finds CUDA through it.
+if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDHELIX_WERROR=ON "$@" >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"
