@@ -5,17 +5,22 @@ namespace dhelix {
 int64_t dtype_bytes(DType dtype) {
   switch (dtype) {
     case DType::kBf16:
-    case DType::kFp16: return 2;
-    case DType::kFp32: return 4;
+    case DType::kFp16:
+      return 2;
+    case DType::kFp32:
+      return 4;
   }
   return 4;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kBf16: return "bf16";
-    case DType::kFp16: return "fp16";
-    case DType::kFp32: return "fp32";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kFp16:
+      return "fp16";
+    case DType::kFp32:
+      return "fp32";
   }
   return "?";
 }

@@ -7,12 +7,18 @@ namespace dhelix {
 
 int exit_status(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidInput: return 2;
-    case ErrorCode::kIo: return 3;
-    case ErrorCode::kUnsupported: return 4;
-    case ErrorCode::kSchemaVersion: return 5;
-    case ErrorCode::kInfeasible: return 6;
-    case ErrorCode::kInternal: return 70;
+    case ErrorCode::kInvalidInput:
+      return 2;
+    case ErrorCode::kIo:
+      return 3;
+    case ErrorCode::kUnsupported:
+      return 4;
+    case ErrorCode::kSchemaVersion:
+      return 5;
+    case ErrorCode::kInfeasible:
+      return 6;
+    case ErrorCode::kInternal:
+      return 70;
   }
   return 70;
 }
@@ -39,8 +45,7 @@ std::string Problem::to_string() const {
 
 void ProblemList::add(Problem problem) { problems_.push_back(std::move(problem)); }
 
-void ProblemList::add(std::string file, std::string pointer, std::string value,
-                      std::string rule) {
+void ProblemList::add(std::string file, std::string pointer, std::string value, std::string rule) {
   problems_.push_back({std::move(file), std::move(pointer), std::move(value), std::move(rule)});
 }
 
@@ -58,8 +63,7 @@ void ProblemList::throw_if_any(ErrorCode code) const {
   throw Error(code, message);
 }
 
-void check_failed(const char* condition, const char* file, int line,
-                  const std::string& message) {
+void check_failed(const char* condition, const char* file, int line, const std::string& message) {
   std::fprintf(stderr, "dhelix: internal error: %s:%d: check failed: %s%s%s\n", file, line,
                condition, message.empty() ? "" : ": ", message.c_str());
   std::abort();

@@ -67,11 +67,11 @@ class ProblemList {
 }  // namespace dhelix
 
 /// Internal invariant: aborts with the condition, file and line when false.
-#define DHELIX_CHECK(cond)                                                \
-  do {                                                                    \
-    if (!(cond)) ::dhelix::check_failed(#cond, __FILE__, __LINE__, "");   \
+#define DHELIX_CHECK(cond)                                              \
+  do {                                                                  \
+    if (!(cond)) ::dhelix::check_failed(#cond, __FILE__, __LINE__, ""); \
   } while (0)
-#define DHELIX_CHECK_MSG(cond, msg)                                       \
-  do {                                                                    \
-    if (!(cond)) ::dhelix::check_failed(#cond, __FILE__, __LINE__, msg);  \
+#define DHELIX_CHECK_MSG(cond, msg)                                      \
+  do {                                                                   \
+    if (!(cond)) ::dhelix::check_failed(#cond, __FILE__, __LINE__, msg); \
   } while (0)

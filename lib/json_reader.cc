@@ -95,9 +95,7 @@ std::string ObjectReader::pointer_of(const std::string& key) const {
   return pointer_ + "/" + escape_pointer_token(key);
 }
 
-bool ObjectReader::has(const std::string& key) const {
-  return is_object_ && value_->contains(key);
-}
+bool ObjectReader::has(const std::string& key) const { return is_object_ && value_->contains(key); }
 
 void ObjectReader::report(const std::string& key, const std::string& value,
                           const std::string& rule) {
@@ -135,7 +133,8 @@ std::optional<int64_t> ObjectReader::integer(const std::string& key, Need need, 
              std::fabs(field->get<double>()) < 9.0e15) {
     number = static_cast<int64_t>(field->get<double>());  // 1e3 is a fine integer
   } else {
-    report(key, json_value_text(*field), fmt::format("is {}, expected an integer", type_name(*field)));
+    report(key, json_value_text(*field),
+           fmt::format("is {}, expected an integer", type_name(*field)));
     return std::nullopt;
   }
   if (number < range.min) {
@@ -153,7 +152,8 @@ std::optional<double> ObjectReader::real(const std::string& key, Need need, Real
   const Json* field = find(key, need);
   if (field == nullptr) return std::nullopt;
   if (!field->is_number()) {
-    report(key, json_value_text(*field), fmt::format("is {}, expected a number", type_name(*field)));
+    report(key, json_value_text(*field),
+           fmt::format("is {}, expected a number", type_name(*field)));
     return std::nullopt;
   }
   const double number = field->get<double>();
@@ -163,8 +163,9 @@ std::optional<double> ObjectReader::real(const std::string& key, Need need, Real
   }
   const bool below = range.min_exclusive ? number <= range.min : number < range.min;
   if (below) {
-    report(key, json_value_text(*field),
-           fmt::format("must be {} {}", range.min_exclusive ? "greater than" : "at least", range.min));
+    report(
+        key, json_value_text(*field),
+        fmt::format("must be {} {}", range.min_exclusive ? "greater than" : "at least", range.min));
     return std::nullopt;
   }
   if (number > range.max) {
@@ -178,7 +179,8 @@ std::optional<bool> ObjectReader::boolean(const std::string& key, Need need) {
   const Json* field = find(key, need);
   if (field == nullptr) return std::nullopt;
   if (!field->is_boolean()) {
-    report(key, json_value_text(*field), fmt::format("is {}, expected true or false", type_name(*field)));
+    report(key, json_value_text(*field),
+           fmt::format("is {}, expected true or false", type_name(*field)));
     return std::nullopt;
   }
   return field->get<bool>();
@@ -189,7 +191,8 @@ std::optional<std::string> ObjectReader::string(const std::string& key, Need nee
   const Json* field = find(key, need);
   if (field == nullptr) return std::nullopt;
   if (!field->is_string()) {
-    report(key, json_value_text(*field), fmt::format("is {}, expected a string", type_name(*field)));
+    report(key, json_value_text(*field),
+           fmt::format("is {}, expected a string", type_name(*field)));
     return std::nullopt;
   }
   std::string text = field->get<std::string>();
@@ -207,7 +210,8 @@ std::optional<ObjectReader> ObjectReader::object(const std::string& key, Need ne
   const Json* field = find(key, need);
   if (field == nullptr) return std::nullopt;
   if (!field->is_object()) {
-    report(key, json_value_text(*field), fmt::format("is {}, expected an object", type_name(*field)));
+    report(key, json_value_text(*field),
+           fmt::format("is {}, expected an object", type_name(*field)));
     return std::nullopt;
   }
   return ObjectReader(*field, file_, pointer_of(key), *problems_);

@@ -1,1 +1,139 @@
-// placeholder: being written
+#include "lib/json_reader.h"
+
+#include <gtest/gtest.h>
+
+namespace dhelix {
+namespace {
+
+// Reads `text` as the root object of "f.json" and returns the problems, one per line.
+struct Fixture {
+  explicit Fixture(const std::string& text) : json(parse_json_text(text, "f.json")) {}
+  Json json;
+  ProblemList problems;
+  ObjectReader reader() { return ObjectReader(json, "f.json", "", problems); }
+  std::string messages() const {
+    std::string out;
+    for (const Problem& problem : problems.problems()) out += problem.to_string() + "\n";
+    return out;
+  }
+};
+
+TEST(ParseJsonTextTest, NamesLineAndColumnOfASyntaxError) {
+  try {
+    parse_json_text("{\n  \"a\": 1,\n  \"b\": }\n", "model.json");
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    EXPECT_EQ(std::string(error.what()).rfind("model.json:3:8: not valid JSON", 0), 0u)
+        << error.what();
+  }
+}
+
+TEST(ReadJsonFileTest, MissingFileIsAnIoError) {
+  try {
+    read_json_file("/nonexistent/dhelix/job.json");
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kIo);
+    EXPECT_STREQ(error.what(), "/nonexistent/dhelix/job.json: cannot open file for reading");
+  }
+}
+
+TEST(ObjectReaderTest, ReadsTypedFields) {
+  Fixture f(R"({"tp": 8, "big": 1e3, "bw": 24.5, "sp": true, "name": "x"})");
+  ObjectReader root = f.reader();
+  EXPECT_EQ(root.integer("tp", Need::kRequired), 8);
+  EXPECT_EQ(root.integer("big", Need::kRequired), 1000);
+  EXPECT_DOUBLE_EQ(*root.real("bw", Need::kRequired), 24.5);
+  EXPECT_EQ(root.boolean("sp", Need::kRequired), true);
+  EXPECT_EQ(root.string("name", Need::kRequired), "x");
+  EXPECT_EQ(root.integer("absent", Need::kOptional), std::nullopt);
+  root.finish();
+  EXPECT_TRUE(f.problems.empty()) << f.messages();
+}
+
+TEST(ObjectReaderTest, ReportsEveryProblemWithPointerValueAndRule) {
+  Fixture f(R"({"tp": 2.5, "pp": -1, "sp": "yes", "bw": 0, "dtype": "bf61", "tpp": 1})");
+  ObjectReader root = f.reader();
+  root.integer("tp", Need::kRequired, {.min = 1});
+  root.integer("pp", Need::kRequired, {.min = 1});
+  root.boolean("sp", Need::kRequired);
+  root.real("bw", Need::kRequired, {.min = 0, .min_exclusive = true});
+  root.string("dtype", Need::kRequired, {"bf16", "fp16", "fp32"});
+  root.integer("layers", Need::kRequired);
+  root.finish();
+  EXPECT_EQ(f.messages(),
+            "f.json: /tp: 2.5 is a number, expected an integer\n"
+            "f.json: /pp: -1 must be at least 1\n"
+            "f.json: /sp: \"yes\" is string, expected true or false\n"
+            "f.json: /bw: 0 must be greater than 0\n"
+            "f.json: /dtype: \"bf61\" is not one of bf16, fp16, fp32 (did you mean \"bf16\"?)\n"
+            "f.json: /layers: is required but missing\n"
+            "f.json: /tpp: unknown key (did you mean \"tp\"?)\n");
+}
+
+TEST(ObjectReaderTest, NestedObjectsCarryTheirPointer) {
+  Fixture f(R"({"parallel": {"tp": 0, "dp~/x": 1}})");
+  ObjectReader root = f.reader();
+  std::optional<ObjectReader> parallel = root.object("parallel", Need::kRequired);
+  ASSERT_TRUE(parallel.has_value());
+  parallel->integer("tp", Need::kRequired, {.min = 1});
+  parallel->finish();
+  root.finish();
+  EXPECT_EQ(f.messages(),
+            "f.json: /parallel/tp: 0 must be at least 1\n"
+            "f.json: /parallel/dp~0~1x: unknown key\n");
+}
+
+TEST(ObjectReaderTest, RejectsIntegersBeyondInt64) {
+  Fixture f(R"({"n": 18446744073709551615})");
+  ObjectReader root = f.reader();
+  root.integer("n", Need::kRequired);
+  EXPECT_EQ(f.messages(), "f.json: /n: 18446744073709551615 is too large\n");
+}
+
+TEST(ObjectReaderTest, NonObjectRootIsOneProblem) {
+  Fixture f("[1, 2]");
+  ObjectReader root = f.reader();
+  EXPECT_FALSE(root.is_object());
+  EXPECT_EQ(root.integer("tp", Need::kRequired), std::nullopt);
+  root.finish();
+  EXPECT_EQ(f.messages(), "f.json: /: [1,2] is array, expected an object\n");
+}
+
+TEST(SchemaVersionTest, AcceptsTheSameMajorVersion) {
+  Fixture f(R"({"schema_version": "1.4.2"})");
+  ObjectReader root = f.reader();
+  check_schema_version(root, 1);
+  EXPECT_TRUE(f.problems.empty()) << f.messages();
+}
+
+TEST(SchemaVersionTest, RefusesAnotherMajorVersion) {
+  Fixture f(R"({"schema_version": "2.0.0"})");
+  ObjectReader root = f.reader();
+  try {
+    check_schema_version(root, 1);
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kSchemaVersion);
+    EXPECT_STREQ(error.what(),
+                 "f.json: /schema_version: \"2.0.0\" has major version 2, this dhelix reads "
+                 "major version 1 only");
+  }
+}
+
+TEST(SchemaVersionTest, MalformedOrMissingVersionIsAProblem) {
+  Fixture malformed(R"({"schema_version": "1.0"})");
+  ObjectReader root = malformed.reader();
+  check_schema_version(root, 1);
+  EXPECT_EQ(malformed.messages(),
+            "f.json: /schema_version: \"1.0\" must have the form major.minor.patch (e.g. "
+            "\"1.0.0\")\n");
+  Fixture missing("{}");
+  ObjectReader empty = missing.reader();
+  check_schema_version(empty, 1);
+  EXPECT_EQ(missing.messages(), "f.json: /schema_version: is required but missing\n");
+}
+
+}  // namespace
+}  // namespace dhelix
