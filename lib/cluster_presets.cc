@@ -1,1 +1,169 @@
-// placeholder: being written
+#include "lib/cluster_presets.h"
+
+#include <fmt/format.h>
+
+#include "lib/cluster_reader.h"
+#include "lib/did_you_mean.h"
+#include "lib/error.h"
+
+// Figures come from /work/shared/reference/hardware-figures.md (vendor datasheets, NCCL's
+// tuning model, published nccl-tests runs) and the DHelix paper's section 6.1. Latencies
+// are the per-hop alpha of the ring model: 2.5 us on NVLink follows from the ~34 us
+// small-message all-reduce of an 8-GPU DGX-A100 ring (14 steps); PCIe and the network add
+// the difference NCCL's tuning model puts between those links and NVLink.
+
+namespace dhelix {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+constexpr const char* kNcclPcieSms =
+    "NCCL uses 2-4 channels (one SM each) on PCIe systems (hardware-figures.md, "
+    "Interference): 4 intra-node, 2 for the single NIC";
+
+LinkSpec pcie4_link() {
+  return {LinkKind::kPcie, 32.0, 24.0, 3.5,
+          "PCIe 4.0 x16: 32 GB/s per direction (paper 6.1, PCI-SIG); ~24 GB/s usable as NCCL's "
+          "model assumes (hardware-figures.md, Links); alpha 3.5 us: NVLink's 2.5 us plus "
+          "NCCL's extra PCIe hop latency. " +
+              std::string(kNcclPcieSms)};
+}
+
+LinkSpec nvlink_a800_link() {
+  return {LinkKind::kNvLink, 200.0, 160.0, 2.5,
+          "A800 NVLink 400 GB/s bidirectional = 200 GB/s per direction (paper 6.1, NVIDIA A800 "
+          "datasheet); 8x A800 all-reduce busbw ~160 GB/s (hardware-figures.md, nccl-tests); "
+          "alpha 2.5 us from the ~34 us 8-GPU DGX-A100 ring latency. NCCL SMs: 16 intra-node "
+          "(NVLink systems use 16-32 channels), 8 inter-node (2 channels per NIC, 4 NICs)"};
+}
+
+LinkSpec nvlink4_link() {
+  return {LinkKind::kNvLink, 450.0, 370.0, 2.5,
+          "NVLink4 900 GB/s bidirectional = 450 GB/s per direction (paper 6.1, NVIDIA H100/H200 "
+          "datasheets); ring busbw ~370 GB/s as NCCL's model assumes, 8x H100 all-gather ~350 "
+          "and reduce-scatter ~360 GB/s measured (hardware-figures.md); alpha 2.5 us as A100. "
+          "NCCL SMs: 24 intra-node (NVLink systems use 16-32 channels), 16 inter-node "
+          "(2 channels per NIC, 8 NICs)"};
+}
+
+LinkSpec infiniband_link(double gbit_per_s, double bus_gbps, const std::string& measured) {
+  return {LinkKind::kInfiniBand, gbit_per_s / 8.0, bus_gbps, 5.0,
+          fmt::format("{:.0f} Gb/s InfiniBand NIC = {:.1f} GB/s (paper 6.1); {}; alpha 5 us: "
+                      "NCCL's network hop latency (2.7-4.0 us LL/LL128) plus its base latency",
+                      gbit_per_s, gbit_per_s / 8.0, measured)};
+}
+
+ClusterSpec a40_preset() {
+  ClusterSpec cluster;
+  cluster.name = "a40";
+  cluster.gpu = {"A40",
+                 149.7,
+                 48 * kGiB,
+                 696.0,
+                 84,
+                 0.75,
+                 0.5,
+                 0.85,
+                 "NVIDIA A40 datasheet: 149.7 dense bf16 TFLOP/s, 48 GB GDDR6, 696 GB/s, 84 SMs "
+                 "(hardware-figures.md). No public GEMM figure: 0.75, the middle of the 70-80 % "
+                 "assumed there; attention 0.5, below A100's FA2 ~57 % for a GDDR part; "
+                 "memory-bound kernels 0.85 (80-88 % seen)"};
+  cluster.gpus_per_node = 8;
+  cluster.intra_node = pcie4_link();
+  cluster.inter_node = infiniband_link(
+      100.0, 12.0, "EDR achieves ~96 % of line rate as HDR does (24 of 25 GB/s measured)");
+  cluster.nics_per_node = 1;
+  cluster.nccl_sms_intra_node = 4;
+  cluster.nccl_sms_inter_node = 2;
+  cluster.nccl_memory_traffic_factor = 2.5;
+  return cluster;
+}
+
+ClusterSpec a800_preset() {
+  ClusterSpec cluster;
+  cluster.name = "a800";
+  cluster.gpu = {"A800-SXM",
+                 312.0,
+                 80 * kGiB,
+                 2039.0,
+                 108,
+                 0.84,
+                 0.57,
+                 0.85,
+                 "NVIDIA A800/A100 SXM 80GB datasheet: 312 dense bf16 TFLOP/s, 80 GB HBM2e, "
+                 "2039 GB/s, 108 SMs (hardware-figures.md). GEMM 0.84: 82-86 % at 8192^3 and "
+                 "larger; attention 0.57: FA2 fwd+bwd on A100; memory-bound 0.85 (80-88 %)"};
+  cluster.gpus_per_node = 8;
+  cluster.intra_node = nvlink_a800_link();
+  cluster.inter_node = infiniband_link(200.0, 24.0, "HDR measured ~24 GB/s (hardware-figures.md)");
+  cluster.nics_per_node = 4;
+  cluster.nccl_sms_intra_node = 16;
+  cluster.nccl_sms_inter_node = 8;
+  cluster.nccl_memory_traffic_factor = 2.5;
+  return cluster;
+}
+
+ClusterSpec h100_preset() {
+  ClusterSpec cluster;
+  cluster.name = "h100";
+  cluster.gpu = {"H100-SXM",
+                 989.0,
+                 80 * kGiB,
+                 3350.0,
+                 132,
+                 0.8,
+                 0.35,
+                 0.85,
+                 "NVIDIA H100 SXM datasheet: 989 dense bf16 TFLOP/s, 80 GB HBM3, 3350 GB/s, 132 "
+                 "SMs (hardware-figures.md). GEMM 0.8 (~80 % seen); attention 0.35: FA2 reaches "
+                 "~33 % on H100 (FA3 up to ~75 %), the paper's CUDA 12.2 stack predates FA3; "
+                 "memory-bound 0.85 (80-88 %)"};
+  cluster.gpus_per_node = 8;
+  cluster.intra_node = nvlink4_link();
+  cluster.inter_node =
+      infiniband_link(400.0, 48.0, "NDR measured ~48-49 GB/s (hardware-figures.md)");
+  cluster.nics_per_node = 8;
+  cluster.nccl_sms_intra_node = 24;
+  cluster.nccl_sms_inter_node = 16;
+  cluster.nccl_memory_traffic_factor = 2.5;
+  return cluster;
+}
+
+ClusterSpec h200_preset() {
+  ClusterSpec cluster = h100_preset();
+  cluster.name = "h200";
+  cluster.gpu = {"H200-SXM",
+                 989.0,
+                 141 * kGiB,
+                 4800.0,
+                 132,
+                 0.8,
+                 0.35,
+                 0.85,
+                 "NVIDIA H200 SXM datasheet: 989 dense bf16 TFLOP/s, 141 GB HBM3e, 4800 GB/s, 132 "
+                 "SMs (hardware-figures.md); efficiencies as H100 (same SM design)"};
+  return cluster;
+}
+
+}  // namespace
+
+std::optional<ClusterSpec> find_cluster_preset(const std::string& name) {
+  if (name == "a40") return a40_preset();
+  if (name == "a800") return a800_preset();
+  if (name == "h100") return h100_preset();
+  if (name == "h200") return h200_preset();
+  return std::nullopt;
+}
+
+std::vector<std::string> cluster_preset_names() { return {"a40", "a800", "h100", "h200"}; }
+
+ClusterSpec cluster_preset(const std::string& name) {
+  if (std::optional<ClusterSpec> preset = find_cluster_preset(name)) return *preset;
+  const std::vector<std::string> names = cluster_preset_names();
+  std::string list;
+  for (const std::string& known : names) list += (list.empty() ? "" : ", ") + known;
+  throw Error(ErrorCode::kInvalidInput, fmt::format("unknown cluster preset \"{}\"{}; presets: {}",
+                                                    name, did_you_mean(name, names), list));
+}
+
+}  // namespace dhelix

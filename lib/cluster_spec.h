@@ -12,10 +12,10 @@ enum class LinkKind { kNvLink, kPcie, kInfiniBand, kEthernet };
 const char* link_kind_name(LinkKind kind);  ///< "nvlink", "pcie", "infiniband", "ethernet"
 
 struct GpuSpec {
-  std::string name;                   ///< "A40", "H100-SXM", ...
-  double peak_bf16_tflops = 0;        ///< dense bf16 tensor-core peak, TFLOP/s
-  int64_t memory_bytes = 0;           ///< device memory
-  double memory_bandwidth_gbps = 0;   ///< HBM/GDDR bandwidth, GB/s (1e9 bytes/s)
+  std::string name;                  ///< "A40", "H100-SXM", ...
+  double peak_bf16_tflops = 0;       ///< dense bf16 tensor-core peak, TFLOP/s
+  int64_t memory_bytes = 0;          ///< device memory
+  double memory_bandwidth_gbps = 0;  ///< HBM/GDDR bandwidth, GB/s (1e9 bytes/s)
   int64_t sm_count = 0;
   /// Fraction of peak a large, well-shaped GEMM reaches (smaller shapes lose more; see
   /// docs/cost-model.md).
@@ -24,7 +24,7 @@ struct GpuSpec {
   double attention_efficiency = 0.5;
   /// Fraction of memory_bandwidth_gbps memory-bound kernels reach.
   double memory_efficiency = 0.85;
-  std::string source;                 ///< where the figures come from
+  std::string source;  ///< where the figures come from
 };
 
 /// One class of link as seen by one GPU.
@@ -43,9 +43,9 @@ struct ClusterSpec {
   int64_t gpus_per_node = 8;
   /// Nodes in the cluster; 0 means "as many as the job needs" (world size / gpus_per_node).
   int64_t num_nodes = 0;
-  LinkSpec intra_node;           ///< GPU-to-GPU inside a node
-  LinkSpec inter_node;           ///< one NIC
-  int64_t nics_per_node = 1;     ///< NICs a node's GPUs share for cross-node traffic
+  LinkSpec intra_node;        ///< GPU-to-GPU inside a node
+  LinkSpec inter_node;        ///< one NIC
+  int64_t nics_per_node = 1;  ///< NICs a node's GPUs share for cross-node traffic
   /// SMs a running NCCL collective occupies (one block per channel), over the intra-node
   /// link and over the network; a co-running compute kernel loses them.
   int64_t nccl_sms_intra_node = 8;

@@ -1,1 +1,217 @@
-// placeholder: being written
+#include "lib/job_reader.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "lib/cluster_reader.h"
+#include "lib/did_you_mean.h"
+#include "lib/model_reader.h"
+
+namespace dhelix {
+namespace {
+
+constexpr const char* kRankOrderRule =
+    "must name each of tp, cp, ep, dp, pp once, joined by '-' (e.g. \"tp-cp-ep-dp-pp\")";
+constexpr ParallelDim kAllDims[] = {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp,
+                                    ParallelDim::kDp, ParallelDim::kPp};
+
+std::string resolve_path(const std::string& base_dir, const std::string& path) {
+  if (base_dir.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(base_dir) / path).lexically_normal().string();
+}
+
+// Errors of a model or cluster the job refers to become problems of the job, so that one
+// run still reports everything. The first code that is not plain invalid input (a file that
+// cannot be read, another schema version) decides the exit status.
+struct NestedErrors {
+  ErrorCode code = ErrorCode::kInvalidInput;
+
+  void add(const Error& error, ProblemList& problems) {
+    if (code == ErrorCode::kInvalidInput) code = error.code();
+    const std::string message = error.what();
+    size_t start = 0;
+    while (start <= message.size()) {
+      const size_t end = std::min(message.find('\n', start), message.size());
+      if (end > start) problems.add("", "", "", message.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+};
+
+ModelSpec read_job_model(ObjectReader& root, const std::string& base_dir, NestedErrors& nested) {
+  const Json* field = root.raw("model", Need::kRequired);
+  if (field == nullptr) return {};
+  ProblemList& problems = root.problems();
+  try {
+    if (field->is_string())
+      return read_model_file(resolve_path(base_dir, field->get<std::string>()));
+    if (field->is_object()) {
+      ModelSpec model = model_from_json(*field, root.file() + "#/model", problems);
+      model.source_file = root.file();  // the bytes it came from, for provenance
+      return model;
+    }
+    root.report("model", json_value_text(*field),
+                "must be a path to a model file or a model object");
+  } catch (const Error& error) {
+    nested.add(error, problems);
+  }
+  return {};
+}
+
+ClusterSpec read_job_cluster(ObjectReader& root, const std::string& base_dir,
+                             NestedErrors& nested) {
+  const Json* field = root.raw("cluster", Need::kRequired);
+  if (field == nullptr) return {};
+  ProblemList& problems = root.problems();
+  try {
+    if (field->is_string()) {
+      return cluster_from_reference(field->get<std::string>(), base_dir, root.file(),
+                                    root.pointer_of("cluster"));
+    }
+    if (field->is_object()) {
+      ClusterSpec cluster = cluster_from_json(*field, root.file() + "#/cluster", problems);
+      cluster.source_file = root.file();
+      return cluster;
+    }
+    root.report("cluster", json_value_text(*field),
+                "must be a preset name, a path to a cluster file or a cluster object");
+  } catch (const Error& error) {
+    nested.add(error, problems);
+  }
+  return {};
+}
+
+void read_size(ObjectReader& parallel, const std::string& key, int64_t& out) {
+  if (auto value = parallel.integer(key, Need::kOptional, {.min = 1})) out = *value;
+}
+
+ParallelSpec read_parallel(ObjectReader& parallel) {
+  ParallelSpec spec;
+  read_size(parallel, "dp", spec.dp);
+  read_size(parallel, "tp", spec.tp);
+  read_size(parallel, "cp", spec.cp);
+  read_size(parallel, "pp", spec.pp);
+  read_size(parallel, "ep", spec.ep);
+  if (auto sp = parallel.boolean("sp", Need::kOptional)) spec.sp = *sp;
+  read_size(parallel, "micro_batch_size", spec.micro_batch_size);
+  if (auto gbs = parallel.integer("global_batch_size", Need::kRequired, {.min = 1})) {
+    spec.global_batch_size = *gbs;
+  }
+  if (auto seq = parallel.integer("seq_length", Need::kRequired, {.min = 1})) {
+    spec.seq_length = *seq;
+  }
+  if (auto text = parallel.string("rank_order", Need::kOptional)) {
+    std::string why;
+    if (auto order = parse_rank_order(*text, why)) {
+      spec.rank_order = *order;
+    } else {
+      parallel.report("rank_order", json_value_text(Json(*text)), why);
+    }
+  }
+  parallel.finish();
+  return spec;
+}
+
+}  // namespace
+
+std::optional<std::vector<ParallelDim>> parse_rank_order(const std::string& text,
+                                                         std::string& why) {
+  std::vector<std::string> names;
+  for (ParallelDim dim : kAllDims) names.emplace_back(parallel_dim_name(dim));
+  std::vector<ParallelDim> order;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(text.find('-', start), text.size());
+    const std::string word = text.substr(start, end - start);
+    auto it = std::find(names.begin(), names.end(), word);
+    if (word.empty()) {
+      why = kRankOrderRule;
+      return std::nullopt;
+    }
+    if (it == names.end()) {
+      why = fmt::format("has \"{}\", which is not one of tp, cp, ep, dp, pp{}", word,
+                        did_you_mean(word, names));
+      return std::nullopt;
+    }
+    const ParallelDim dim = kAllDims[it - names.begin()];
+    if (std::find(order.begin(), order.end(), dim) != order.end()) {
+      why = fmt::format("names \"{}\" twice; each of tp, cp, ep, dp, pp must appear once", word);
+      return std::nullopt;
+    }
+    order.push_back(dim);
+    if (end == text.size()) break;
+    start = end + 1;
+  }
+  if (order.size() != names.size()) {
+    why = kRankOrderRule;
+    return std::nullopt;
+  }
+  return order;
+}
+
+ClusterSpec cluster_from_reference(const std::string& preset_or_path, const std::string& base_dir,
+                                   const std::string& file, const std::string& pointer) {
+  const std::vector<std::string> presets = cluster_preset_names();
+  if (std::find(presets.begin(), presets.end(), preset_or_path) != presets.end()) {
+    return cluster_preset(preset_or_path);
+  }
+  const std::string path = resolve_path(base_dir, preset_or_path);
+  const bool looks_like_path = preset_or_path.find('/') != std::string::npos ||
+                               preset_or_path.ends_with(".json") || std::filesystem::exists(path);
+  if (looks_like_path) return read_cluster(path);
+  std::string names;
+  for (const std::string& name : presets) names += (names.empty() ? "" : ", ") + name;
+  throw Error(
+      ErrorCode::kInvalidInput,
+      fmt::format("{}: {}: \"{}\" is neither a cluster preset ({}) nor a cluster file{}", file,
+                  pointer, preset_or_path, names, did_you_mean(preset_or_path, presets)));
+}
+
+JobSpec job_from_json(const Json& json, const std::string& file, const std::string& base_dir,
+                      ProblemList& problems) {
+  JobSpec job;
+  job.source_file = file;
+  ObjectReader root(json, file, "", problems);
+  if (!root.is_object()) return job;
+  root.allow("$schema");
+  check_schema_version(root, kJobSchemaMajor);
+  if (auto name = root.string("name", Need::kRequired)) job.name = *name;
+  root.string("description", Need::kOptional);
+  NestedErrors nested;
+  job.model = read_job_model(root, base_dir, nested);
+  job.cluster = read_job_cluster(root, base_dir, nested);
+  if (auto parallel = root.object("parallel", Need::kRequired)) {
+    job.parallel = read_parallel(*parallel);
+  }
+  root.finish();
+  if (nested.code != ErrorCode::kInvalidInput) problems.throw_if_any(nested.code);
+  return job;
+}
+
+JobSpec read_job_file(const std::string& path) {
+  const Json json = read_json_file(path);
+  ProblemList problems;
+  const std::string base_dir = std::filesystem::path(path).parent_path().string();
+  JobSpec job = job_from_json(json, path, base_dir, problems);
+  problems.throw_if_any();
+  return job;
+}
+
+OrderedJson parallel_to_json(const ParallelSpec& parallel) {
+  OrderedJson json;
+  json["dp"] = parallel.dp;
+  json["tp"] = parallel.tp;
+  json["sp"] = parallel.sp;
+  json["cp"] = parallel.cp;
+  json["pp"] = parallel.pp;
+  json["ep"] = parallel.ep;
+  json["micro_batch_size"] = parallel.micro_batch_size;
+  json["global_batch_size"] = parallel.global_batch_size;
+  json["seq_length"] = parallel.seq_length;
+  json["rank_order"] = rank_order_text(parallel.rank_order);
+  return json;
+}
+
+}  // namespace dhelix

@@ -5,6 +5,7 @@
 // Vertex indices are insertion order and stable; ids (Op::id) are unique.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@ class LayerDag {
 
  private:
   Graph graph_;
+  std::map<std::string, int64_t> index_by_id_;  ///< Op::id -> vertex index
 };
 
 /// One layer's two DAGs on one rank.

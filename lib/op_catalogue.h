@@ -88,6 +88,10 @@ struct Op {
   GroupScope scope = GroupScope::kLocal;  ///< communication ops: inside a node or across
   int64_t nodes_spanned = 1;              ///< communication ops: nodes the group's ranks live on
   StreamClass stream = StreamClass::kCompute;
+  /// The implementation variant the kind alone does not name, because run time depends on
+  /// it: norms "rmsnorm" | "layernorm", activations "swiglu" | "gelu", bias-dropout-add
+  /// "bias" when the linear layers carry biases; "" otherwise.
+  std::string variant;
   /// Weight-gradient GEMMs (and other ops nothing in the layer waits for): they may run
   /// anywhere after their inputs exist, up to the end of the layer's backward.
   bool movable_sink = false;

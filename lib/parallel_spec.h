@@ -14,12 +14,13 @@ enum class ParallelDim { kTp, kCp, kEp, kDp, kPp };
 const char* parallel_dim_name(ParallelDim dim);  ///< "tp", "cp", "ep", "dp", "pp"
 
 struct ParallelSpec {
-  int64_t dp = 1;  ///< data-parallel replicas
-  int64_t tp = 1;  ///< tensor-parallel size
-  bool sp = false; ///< sequence parallelism (needs tp > 1; all-gather/reduce-scatter instead of all-reduce)
-  int64_t cp = 1;  ///< context-parallel size (ring attention over the sequence)
-  int64_t pp = 1;  ///< pipeline stages
-  int64_t ep = 1;  ///< expert-parallel size, carved out of dp·cp (MoE only)
+  int64_t dp = 1;   ///< data-parallel replicas
+  int64_t tp = 1;   ///< tensor-parallel size
+  bool sp = false;  ///< sequence parallelism (needs tp > 1; all-gather/reduce-scatter instead of
+                    ///< all-reduce)
+  int64_t cp = 1;   ///< context-parallel size (ring attention over the sequence)
+  int64_t pp = 1;   ///< pipeline stages
+  int64_t ep = 1;   ///< expert-parallel size, carved out of dp·cp (MoE only)
   int64_t micro_batch_size = 1;   ///< sequences per micro-batch per DP replica
   int64_t global_batch_size = 0;  ///< sequences per iteration over all DP replicas
   int64_t seq_length = 0;         ///< tokens per sequence

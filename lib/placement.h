@@ -30,7 +30,7 @@ struct ProcessGroup {
   ParallelDim dim = ParallelDim::kTp;
   std::vector<int64_t> ranks;  ///< ascending
   GroupScope scope = GroupScope::kLocal;
-  int64_t nodes_spanned = 1;   ///< distinct nodes its ranks live on
+  int64_t nodes_spanned = 1;  ///< distinct nodes its ranks live on
 };
 
 /// Maps ranks to coordinates and groups for one job shape.

@@ -1,1 +1,80 @@
-// placeholder: being written
+#include "profiler/collective_cost.h"
+
+#include <algorithm>
+
+#include "lib/error.h"
+
+namespace dhelix {
+namespace {
+
+double time_on_link_us(OpKind kind, int64_t n, double bytes, const CollectiveLink& link) {
+  if (n <= 1) return 0;
+  const double bytes_per_us = link.bus_bandwidth_gbps * 1e9 / 1e6;
+  return static_cast<double>(latency_steps(kind, n)) * link.latency_us +
+         bus_bandwidth_factor(kind, n) * bytes / bytes_per_us;
+}
+
+}  // namespace
+
+double bus_bandwidth_factor(OpKind kind, int64_t n) {
+  DHELIX_CHECK(is_communication(kind) && n >= 1);
+  const double ranks = static_cast<double>(n);
+  switch (kind) {
+    case OpKind::kAllReduce:
+      return 2.0 * (ranks - 1) / ranks;
+    case OpKind::kSendRecv:
+      return 1.0;
+    default:
+      return (ranks - 1) / ranks;
+  }
+}
+
+int64_t latency_steps(OpKind kind, int64_t n) {
+  DHELIX_CHECK(is_communication(kind) && n >= 1);
+  switch (kind) {
+    case OpKind::kAllReduce:
+      return 2 * (n - 1);
+    case OpKind::kSendRecv:
+      return 1;
+    default:
+      return n - 1;
+  }
+}
+
+CollectiveLink collective_link(const ClusterSpec& cluster, const Op& op) {
+  DHELIX_CHECK(is_communication(op.kind));
+  CollectiveLink link;
+  if (op.scope == GroupScope::kLocal) {
+    link.bus_bandwidth_gbps = cluster.intra_node.bus_bandwidth_gbps;
+    link.latency_us = cluster.intra_node.latency_us;
+    return link;
+  }
+  // Every GPU of a node talks across nodes at once (all groups of a dimension run in step),
+  // so each gets its share of the node's NICs; the ring also crosses intra-node hops.
+  double network = cluster.inter_node_bandwidth_per_gpu_gbps();
+  if (op.kind == OpKind::kAllToAll)
+    network = std::min(network, cluster.inter_node.bus_bandwidth_gbps);
+  link.bus_bandwidth_gbps = std::min(network, cluster.intra_node.bus_bandwidth_gbps);
+  link.latency_us = std::max(cluster.inter_node.latency_us, cluster.intra_node.latency_us);
+  link.network = true;
+  return link;
+}
+
+double collective_time_us(const ClusterSpec& cluster, const Op& op) {
+  return time_on_link_us(op.kind, op.group_size, static_cast<double>(op.comm_bytes),
+                         collective_link(cluster, op));
+}
+
+double collective_link_bytes_per_us(const ClusterSpec& cluster, const Op& op) {
+  if (op.group_size <= 1) return 0;
+  return collective_link(cluster, op).bus_bandwidth_gbps * 1e9 / 1e6;
+}
+
+double modelled_bus_bandwidth_gbps(OpKind kind, int64_t n, double bytes,
+                                   const CollectiveLink& link) {
+  const double time_us = time_on_link_us(kind, n, bytes, link);
+  if (time_us <= 0) return 0;
+  return bus_bandwidth_factor(kind, n) * bytes / time_us * 1e6 / 1e9;
+}
+
+}  // namespace dhelix

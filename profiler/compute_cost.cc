@@ -1,1 +1,135 @@
-// placeholder: being written
+#include "profiler/compute_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "lib/error.h"
+
+namespace dhelix {
+namespace {
+
+constexpr double kUsPerSecond = 1e6;
+
+double ceil_div(int64_t a, int64_t b) { return static_cast<double>((a + b - 1) / b); }
+
+// Peak tensor-core rate of the whole GPU, FLOP per microsecond.
+double peak_flops_per_us(const GpuSpec& gpu) { return gpu.peak_bf16_tflops * 1e12 / kUsPerSecond; }
+
+// Usable memory bandwidth, bytes per microsecond.
+double memory_bytes_per_us(const GpuSpec& gpu) {
+  return gpu.memory_bandwidth_gbps * 1e9 * gpu.memory_efficiency / kUsPerSecond;
+}
+
+double memory_us(const GpuSpec& gpu, double bytes) { return bytes / memory_bytes_per_us(gpu); }
+
+// Flash-attention forward work as FlashAttention's benchmark counts it: 4·B·H·q·kv·d, halved
+// under a causal mask; backward is 2.5x that.
+double attention_work_flops(const Op& op) {
+  const OpShape& s = op.shape;
+  double work = 4.0 * static_cast<double>(s.batch) * static_cast<double>(s.heads) *
+                static_cast<double>(s.q_len) * static_cast<double>(s.kv_len) *
+                static_cast<double>(s.head_dim);
+  if (s.causal) work /= 2;
+  if (op.pass == Pass::kBackward) work *= kAttentionBackwardFactor;
+  return work;
+}
+
+KernelCost memory_bound_cost(const GpuSpec& gpu, const Op& op) {
+  KernelCost cost;
+  cost.memory_us = memory_us(gpu, static_cast<double>(op.bytes_read + op.bytes_written));
+  return cost;
+}
+
+// A GEMM-like op whose shape fields are not filled: fluid compute at gemm_efficiency.
+KernelCost fluid_gemm_cost(const GpuSpec& gpu, const Op& op) {
+  KernelCost cost;
+  cost.compute_us = op.flops / (peak_flops_per_us(gpu) * gpu.gemm_efficiency);
+  cost.memory_us = memory_us(gpu, static_cast<double>(op.bytes_read + op.bytes_written));
+  return cost;
+}
+
+KernelCost gemm_like_cost(const GpuSpec& gpu, const Op& op) {
+  const OpShape& s = op.shape;
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return fluid_gemm_cost(gpu, op);
+  return gemm_kernel_cost(gpu, s.m, s.n, s.k, std::max<int64_t>(s.batch, 1), dtype_bytes(op.dtype));
+}
+
+KernelCost attention_cost(const GpuSpec& gpu, const Op& op) {
+  KernelCost cost;
+  cost.compute_us = attention_work_flops(op) / (peak_flops_per_us(gpu) * gpu.attention_efficiency);
+  cost.memory_us = memory_us(gpu, static_cast<double>(op.bytes_read + op.bytes_written));
+  return cost;  // tiles = 0: blocks of unequal (causal) work smooth out the wave edges
+}
+
+}  // namespace
+
+int64_t gemm_waves(int64_t tiles, int64_t sms) {
+  DHELIX_CHECK(sms > 0);
+  return (tiles + sms - 1) / sms;
+}
+
+int64_t gemm_tiles(int64_t m, int64_t n) {
+  return static_cast<int64_t>(ceil_div(m, kGemmTileM) * ceil_div(n, kGemmTileN));
+}
+
+double gemm_size_factor(int64_t m, int64_t n, int64_t k) {
+  const double d = static_cast<double>(std::min({m, n, k}));
+  return d / (d + kGemmSizeHalfDim);
+}
+
+KernelCost gemm_kernel_cost(const GpuSpec& gpu, int64_t m, int64_t n, int64_t k, int64_t batch,
+                            int64_t element_bytes) {
+  DHELIX_CHECK(m > 0 && n > 0 && k > 0 && batch > 0 && gpu.sm_count > 0);
+  KernelCost cost;
+  // All groups' tiles share one launch (grouped kernels schedule them as one grid), so waves
+  // count over batch * tiles; each group keeps its own size factor and tile padding.
+  cost.tiles = batch * gemm_tiles(m, n);
+  const double tile_flops = 2.0 * kGemmTileM * kGemmTileN * static_cast<double>(k);
+  // Per-SM rate at the shape's efficiency; one wave = every busy SM finishing one tile.
+  const double sm_flops_per_us = peak_flops_per_us(gpu) * gpu.gemm_efficiency *
+                                 gemm_size_factor(m, n, k) / static_cast<double>(gpu.sm_count);
+  const int64_t waves = gemm_waves(cost.tiles, gpu.sm_count);
+  cost.compute_us = static_cast<double>(waves) * tile_flops / sm_flops_per_us;
+  const double bytes = static_cast<double>(batch) * static_cast<double>(element_bytes) *
+                       static_cast<double>(m * k + k * n + m * n);
+  cost.memory_us = memory_us(gpu, bytes);
+  return cost;
+}
+
+KernelCost compute_kernel_cost(const GpuSpec& gpu, const Op& op) {
+  DHELIX_CHECK_MSG(!is_communication(op.kind), op.id);
+  switch (op.kind) {
+    case OpKind::kGemm:
+    case OpKind::kGroupedGemm:
+    case OpKind::kRouter:
+    case OpKind::kHead:
+      return gemm_like_cost(gpu, op);
+    case OpKind::kAttention:
+      return attention_cost(gpu, op);
+    default:
+      return memory_bound_cost(gpu, op);
+  }
+}
+
+double kernel_time_us(const GpuSpec& gpu, const KernelCost& cost, ComputeResources resources) {
+  const int64_t sms = resources.sms > 0 ? std::min(resources.sms, gpu.sm_count) : gpu.sm_count;
+  DHELIX_CHECK(resources.memory_fraction > 0 && resources.memory_fraction <= 1.0 + 1e-12);
+  double compute = cost.compute_us;
+  if (sms < gpu.sm_count && compute > 0) {
+    if (cost.tiles > 0) {
+      compute *= static_cast<double>(gemm_waves(cost.tiles, sms)) /
+                 static_cast<double>(gemm_waves(cost.tiles, gpu.sm_count));
+    } else {
+      compute *= static_cast<double>(gpu.sm_count) / static_cast<double>(sms);
+    }
+  }
+  return cost.launch_us + std::max(compute, cost.memory_us / resources.memory_fraction);
+}
+
+double compute_time_us(const GpuSpec& gpu, const Op& op) {
+  return kernel_time_us(gpu, compute_kernel_cost(gpu, op));
+}
+
+bool is_memory_bound(const KernelCost& cost) { return cost.memory_us > cost.compute_us; }
+
+}  // namespace dhelix

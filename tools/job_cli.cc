@@ -1,1 +1,132 @@
-// placeholder: being written
+#include "tools/job_cli.h"
+
+#include <fmt/format.h>
+
+#include "lib/job_reader.h"
+#include "lib/job_validation.h"
+#include "lib/model_reader.h"
+
+namespace dhelix {
+namespace {
+
+constexpr const char* kFlags = "<flags>";
+
+void add_size_option(CLI::App& app, const std::string& names, std::optional<int64_t>& target,
+                     const std::string& help) {
+  app.add_option_function<int64_t>(
+         names, [&target](const int64_t& value) { target = value; }, help)
+      ->type_name("N");
+}
+
+// One flag's value replaces the job's, and validation messages then point at the flag.
+void override_size(JobSpec& job, const std::optional<int64_t>& value, int64_t& field,
+                   const std::string& field_name, const std::string& flag) {
+  if (!value) return;
+  field = *value;
+  job.origins[field_name] = {kFlags, flag};
+}
+
+void apply_overrides(const JobOptions& options, JobSpec& job) {
+  ParallelSpec& p = job.parallel;
+  override_size(job, options.dp, p.dp, "parallel.dp", "--dp");
+  override_size(job, options.tp, p.tp, "parallel.tp", "--tp");
+  override_size(job, options.cp, p.cp, "parallel.cp", "--cp");
+  override_size(job, options.pp, p.pp, "parallel.pp", "--pp");
+  override_size(job, options.ep, p.ep, "parallel.ep", "--ep");
+  override_size(job, options.micro_batch_size, p.micro_batch_size, "parallel.micro_batch_size",
+                "--mbs");
+  override_size(job, options.global_batch_size, p.global_batch_size, "parallel.global_batch_size",
+                "--gbs");
+  override_size(job, options.seq_length, p.seq_length, "parallel.seq_length", "--seq");
+  if (options.sp) {
+    p.sp = *options.sp;
+    job.origins["parallel.sp"] = {kFlags, *options.sp ? "--sp" : "--no-sp"};
+  }
+  if (options.rank_order) {
+    std::string why;
+    auto order = parse_rank_order(*options.rank_order, why);
+    if (!order) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("{}: --rank-order: \"{}\" {}", kFlags, *options.rank_order, why));
+    }
+    p.rank_order = *order;
+    job.origins["parallel.rank_order"] = {kFlags, "--rank-order"};
+  }
+}
+
+// A job from flags alone: every field points at a flag.
+JobSpec job_from_flags(const JobOptions& options) {
+  std::vector<std::string> missing;
+  if (options.model_file.empty()) missing.emplace_back("--model");
+  if (options.cluster.empty()) missing.emplace_back("--cluster");
+  if (!options.global_batch_size) missing.emplace_back("--gbs");
+  if (!options.seq_length) missing.emplace_back("--seq");
+  if (!missing.empty()) {
+    std::string list;
+    for (const std::string& flag : missing) list += (list.empty() ? "" : ", ") + flag;
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("{}: no job file given, so --model, --cluster, --gbs and --seq are "
+                            "required (missing: {})",
+                            kFlags, list));
+  }
+  JobSpec job;
+  job.source_file = kFlags;
+  const char* fields[] = {"dp", "tp", "cp", "pp", "ep", "sp", "micro_batch_size"};
+  const char* flags[] = {"--dp", "--tp", "--cp", "--pp", "--ep", "--sp", "--mbs"};
+  for (size_t i = 0; i < std::size(fields); ++i) {
+    job.origins[std::string("parallel.") + fields[i]] = {kFlags, flags[i]};
+  }
+  job.origins["parallel"] = {kFlags, "--dp/--tp/--cp/--pp"};
+  return job;
+}
+
+}  // namespace
+
+void add_job_options(CLI::App& app, JobOptions& options) {
+  app.add_option("JOB", options.job_file, "Job file (schemas/job.schema.json)")->type_name("FILE");
+  app.add_option("--model", options.model_file,
+                 "Model file (dhelix model JSON or HuggingFace config.json)")
+      ->type_name("FILE");
+  app.add_option("--cluster", options.cluster, "Cluster preset (a40, a800, h100, h200) or file")
+      ->type_name("FILE|PRESET");
+  add_size_option(app, "--dp,--data-parallel-size", options.dp, "Data-parallel size");
+  add_size_option(app, "--tp,--tensor-model-parallel-size", options.tp, "Tensor-parallel size");
+  add_size_option(app, "--pp,--pipeline-model-parallel-size", options.pp, "Pipeline stages");
+  add_size_option(app, "--cp,--context-parallel-size", options.cp, "Context-parallel size");
+  add_size_option(app, "--ep,--expert-model-parallel-size", options.ep, "Expert-parallel size");
+  app.add_flag_function(
+      "--sp,--sequence-parallel,!--no-sp", [&options](int64_t count) { options.sp = count > 0; },
+      "Sequence parallelism on (--no-sp: off)");
+  add_size_option(app, "--mbs,--micro-batch-size", options.micro_batch_size,
+                  "Sequences per micro-batch per data-parallel replica");
+  add_size_option(app, "--gbs,--global-batch-size", options.global_batch_size,
+                  "Sequences per iteration over all replicas");
+  add_size_option(app, "--seq,--seq-length", options.seq_length, "Tokens per sequence");
+  app.add_option_function<std::string>(
+         "--rank-order", [&options](const std::string& value) { options.rank_order = value; },
+         "Rank order, fastest first (default tp-cp-ep-dp-pp)")
+      ->type_name("ORDER");
+}
+
+JobSpec load_job(const JobOptions& options) {
+  JobSpec job =
+      options.job_file.empty() ? job_from_flags(options) : read_job_file(options.job_file);
+  if (!options.model_file.empty()) job.model = read_model_file(options.model_file);
+  if (!options.cluster.empty()) {
+    job.cluster = cluster_from_reference(options.cluster, "", kFlags, "--cluster");
+  }
+  if (job.name.empty()) job.name = job.model.name + "-" + job.cluster.name;
+  apply_overrides(options, job);
+  validate_job(job).throw_if_any();
+  return job;
+}
+
+std::vector<std::string> job_input_files(const JobSpec& job) {
+  std::vector<std::string> files;
+  if (job.source_file != kFlags) files.push_back(job.source_file);
+  files.push_back(job.model.source_file);
+  files.push_back(job.cluster.source_file);
+  return files;
+}
+
+}  // namespace dhelix

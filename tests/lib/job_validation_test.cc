@@ -1,1 +1,250 @@
-// placeholder: being written
+#include "lib/job_validation.h"
+
+#include <gtest/gtest.h>
+
+#include "lib/job_reader.h"
+
+namespace dhelix {
+namespace {
+
+// A Llama-3-8B-shaped model on an 8-node A40-like cluster, dp16 tp4: valid as it stands.
+JobSpec valid_job() {
+  JobSpec job;
+  job.name = "test";
+  job.source_file = "job.json";
+  job.model.name = "llama-8b";
+  job.model.hidden_size = 4096;
+  job.model.num_layers = 32;
+  job.model.num_attention_heads = 32;
+  job.model.num_kv_heads = 8;
+  job.model.max_seq_length = 8192;
+  job.cluster.name = "a40";
+  job.cluster.gpus_per_node = 8;
+  job.cluster.num_nodes = 8;
+  job.parallel.dp = 16;
+  job.parallel.tp = 4;
+  job.parallel.sp = true;
+  job.parallel.global_batch_size = 1024;
+  job.parallel.seq_length = 8192;
+  return job;
+}
+
+JobSpec moe_job() {
+  JobSpec job = valid_job();
+  job.model.name = "phi-31b";
+  job.model.num_layers = 24;
+  job.model.moe = MoeSpec{
+      .num_experts = 16, .top_k = 2, .capacity_factor = 6.0, .expert_ffn_hidden_size = 6400};
+  job.parallel.tp = 1;
+  job.parallel.sp = false;
+  job.parallel.pp = 4;
+  job.parallel.ep = 8;
+  return job;
+}
+
+std::vector<std::string> messages(const JobSpec& job) {
+  std::vector<std::string> out;
+  const ProblemList problems = validate_job(job);
+  for (const Problem& problem : problems.problems()) out.push_back(problem.to_string());
+  return out;
+}
+
+using Messages = std::vector<std::string>;
+
+TEST(JobValidation, ValidJobsHaveNoProblems) {
+  EXPECT_EQ(messages(valid_job()), Messages{});
+  EXPECT_EQ(messages(moe_job()), Messages{});
+}
+
+TEST(JobValidation, WorldSizeMustFitAFixedCluster) {
+  JobSpec job = valid_job();
+  job.parallel.tp = 8;
+  job.parallel.global_batch_size = 1024;
+  EXPECT_EQ(messages(job), Messages{"job.json: /parallel: world size dp·tp·cp·pp = 16·8·1·1 = 128 "
+                                    "is more than cluster a40 has (8 nodes × 8 GPUs = 64)"});
+  job.cluster.num_nodes = 0;  // as many nodes as the job needs
+  EXPECT_EQ(messages(job), Messages{});
+}
+
+TEST(JobValidation, TensorParallelMustDivideHeads) {
+  JobSpec job = valid_job();
+  job.parallel.dp = 1;
+  job.parallel.tp = 3;
+  job.parallel.sp = false;
+  EXPECT_EQ(messages(job),
+            (Messages{"job.json: /parallel/tp: 3 does not divide num_attention_heads = 32",
+                      "job.json: /parallel/tp: 3 does not divide num_kv_heads = 8"}));
+  job.parallel.tp = 16;  // divides 32 query heads but not 8 KV heads
+  job.parallel.dp = 4;
+  EXPECT_EQ(messages(job), Messages{"job.json: /parallel/tp: 16 does not divide num_kv_heads = 8"});
+}
+
+TEST(JobValidation, SequenceParallelNeedsTensorParallel) {
+  JobSpec job = valid_job();
+  job.parallel.tp = 1;
+  job.parallel.dp = 64;
+  EXPECT_EQ(messages(job), Messages{"job.json: /parallel/sp: true requires tp > 1 (sequence "
+                                    "parallelism splits activations over the TP group; tp = 1)"});
+}
+
+TEST(JobValidation, ExpertParallelNeedsAnMoeModel) {
+  JobSpec job = valid_job();
+  job.parallel.ep = 2;
+  EXPECT_EQ(
+      messages(job),
+      Messages{
+          "job.json: /parallel/ep: 2 requires a mixture-of-experts model (llama-8b is dense)"});
+}
+
+TEST(JobValidation, ExpertParallelMustDivideExperts) {
+  JobSpec job = moe_job();
+  job.parallel.ep = 3;
+  job.parallel.dp = 12;
+  job.parallel.global_batch_size = 1200;
+  EXPECT_EQ(messages(job), Messages{"job.json: /parallel/ep: 3 does not divide num_experts = 16"});
+}
+
+TEST(JobValidation, ExpertParallelMustDivideDataTimesContextParallel) {
+  JobSpec job = moe_job();
+  job.parallel.dp = 4;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/ep: 8 does not divide dp·cp = 4·1 = 4 (EP groups are "
+                     "carved out of the data- and context-parallel ranks)"});
+  job.parallel.cp = 2;  // dp·cp = 8 now holds one EP group
+  job.parallel.seq_length = 8192;
+  job.parallel.dp = 4;
+  EXPECT_EQ(messages(job), Messages{});
+}
+
+TEST(JobValidation, SequenceMustSplitOverContextAndSequenceParallel) {
+  JobSpec job = valid_job();
+  job.parallel.dp = 2;
+  job.parallel.tp = 8;
+  job.parallel.cp = 2;
+  job.parallel.pp = 2;
+  job.parallel.global_batch_size = 512;
+  job.parallel.seq_length = 8200;
+  EXPECT_EQ(messages(job), Messages{"job.json: /parallel/seq_length: 8200 is not divisible by "
+                                    "2·cp·tp = 2·2·8 = 32 (nearest valid: 8192 or 8224)"});
+  job.parallel.sp = false;
+  job.parallel.seq_length = 8190;
+  EXPECT_EQ(messages(job), Messages{"job.json: /parallel/seq_length: 8190 is not divisible by "
+                                    "2·cp = 2·2 = 4 (nearest valid: 8188 or 8192)"});
+  job.parallel.cp = 1;
+  job.parallel.dp = 4;
+  EXPECT_EQ(messages(job), Messages{});  // neither CP nor SP splits the sequence
+  job.parallel.sp = true;
+  job.parallel.seq_length = 8191;
+  EXPECT_EQ(messages(job), Messages{"job.json: /parallel/seq_length: 8191 is not divisible by "
+                                    "tp (sequence parallel) = 8 (nearest valid: 8184 or 8192)"});
+}
+
+TEST(JobValidation, GlobalBatchMustDivideIntoMicroBatchesPerReplica) {
+  JobSpec job = valid_job();
+  job.parallel.global_batch_size = 1000;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/global_batch_size: 1000 is not divisible by "
+                     "micro_batch_size·dp = 1·16 = 16 (nearest valid: 992 or 1008)"});
+  job.parallel.global_batch_size = 8;  // fewer sequences than replicas
+  EXPECT_EQ(messages(job), Messages{"job.json: /parallel/global_batch_size: 8 is not divisible by "
+                                    "micro_batch_size·dp = 1·16 = 16 (nearest valid: 16)"});
+}
+
+TEST(JobValidation, LayersMustFoldIntoTwoChunksPerStage) {
+  JobSpec job = valid_job();
+  job.parallel.dp = 1;
+  job.parallel.pp = 3;
+  job.parallel.global_batch_size = 64;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/pp: 3 does not split num_layers = 32 into 2·pp = 6 "
+                     "equal folded chunks (valid pp: 1, 2, 4, 8, 16; nearest valid num_layers: "
+                     "30 or 36)"});
+  job.parallel.pp = 1;
+  job.model.num_layers = 33;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/pp: 1 does not split num_layers = 33 into 2·pp = 2 "
+                     "equal folded chunks (no pp works for odd num_layers; nearest valid "
+                     "num_layers: 32 or 34)"});
+}
+
+TEST(JobValidation, SizesMustBePositive) {
+  JobSpec job = valid_job();
+  job.parallel.tp = 0;
+  job.origins["parallel.tp"] = {"<flags>", "--tp"};
+  job.parallel.seq_length = 0;
+  EXPECT_EQ(messages(job), (Messages{"<flags>: --tp: 0 must be at least 1",
+                                     "job.json: /parallel/seq_length: 0 must be at least 1"}));
+}
+
+TEST(JobValidation, MessagesNameTheFlagThatSetAValue) {
+  JobSpec job = valid_job();
+  job.parallel.tp = 3;
+  job.parallel.sp = false;
+  job.parallel.dp = 1;
+  job.parallel.global_batch_size = 64;
+  job.origins["parallel.tp"] = {"<flags>", "--tp"};
+  EXPECT_EQ(messages(job), (Messages{"<flags>: --tp: 3 does not divide num_attention_heads = 32",
+                                     "<flags>: --tp: 3 does not divide num_kv_heads = 8"}));
+}
+
+TEST(JobValidation, ReportsEveryProblemAtOnce) {
+  JobSpec job = valid_job();
+  job.parallel.dp = 2;
+  job.parallel.tp = 3;
+  job.parallel.pp = 3;
+  job.parallel.ep = 2;
+  job.parallel.global_batch_size = 1001;
+  EXPECT_EQ(
+      messages(job),
+      (Messages{"job.json: /parallel/tp: 3 does not divide num_attention_heads = 32",
+                "job.json: /parallel/tp: 3 does not divide num_kv_heads = 8",
+                "job.json: /parallel/ep: 2 requires a mixture-of-experts model (llama-8b is dense)",
+                "job.json: /parallel/seq_length: 8192 is not divisible by tp (sequence parallel) "
+                "= 3 (nearest valid: 8190 or 8193)",
+                "job.json: /parallel/global_batch_size: 1001 is not divisible by "
+                "micro_batch_size·dp = 1·2 = 2 (nearest valid: 1000 or 1002)",
+                "job.json: /parallel/pp: 3 does not split num_layers = 32 into 2·pp = 6 equal "
+                "folded chunks (valid pp: 1, 2, 4, 8, 16; nearest valid num_layers: 30 or 36)"}));
+}
+
+TEST(JobValidation, ThrownErrorListsProblemsOnePerLine) {
+  JobSpec job = valid_job();
+  job.parallel.tp = 3;
+  job.parallel.sp = false;
+  job.parallel.dp = 1;
+  job.parallel.global_batch_size = 64;
+  try {
+    validate_job(job).throw_if_any();
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    EXPECT_EQ(std::string(error.what()),
+              "job.json: /parallel/tp: 3 does not divide num_attention_heads = 32\n"
+              "job.json: /parallel/tp: 3 does not divide num_kv_heads = 8");
+  }
+}
+
+TEST(JobValidation, SequenceLongerThanTheModelIsOnlyAWarning) {
+  JobSpec job = valid_job();
+  job.parallel.seq_length = 16384;
+  EXPECT_EQ(messages(job), Messages{});
+  EXPECT_EQ(job_warnings(job),
+            Messages{"job.json: /parallel/seq_length: 16384 is longer than llama-8b's "
+                     "max_seq_length = 8192 (fine for planning; training needs position "
+                     "embeddings that reach that far)"});
+  job.parallel.seq_length = 8192;
+  EXPECT_EQ(job_warnings(job), Messages{});
+}
+
+TEST(JobValidation, OriginDefaultsToTheJobFilePointer) {
+  JobSpec job = valid_job();
+  EXPECT_EQ(job.origin_of("parallel.global_batch_size").pointer, "/parallel/global_batch_size");
+  EXPECT_EQ(job.origin_of("parallel.global_batch_size").file, "job.json");
+  EXPECT_EQ(job.num_nodes(), 8);
+  job.cluster.num_nodes = 0;
+  job.parallel.dp = 3;  // 12 GPUs on 8-GPU nodes: two nodes
+  EXPECT_EQ(job.num_nodes(), 2);
+}
+
+}  // namespace
+}  // namespace dhelix

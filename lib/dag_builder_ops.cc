@@ -1,0 +1,205 @@
+// Op factories and the per-rank context of the DAG builder (see dag_builder_internal.h for
+// what each op records).
+
+#include <algorithm>
+#include <utility>
+
+#include "lib/dag_builder_internal.h"
+#include "lib/error.h"
+
+namespace dhelix::dag_detail {
+
+int64_t BuildContext::fc1_width(int64_t ffn_columns) const {
+  return model->activation == ActivationKind::kSwiGlu ? 2 * ffn_columns : ffn_columns;
+}
+
+const ProcessGroup& BuildContext::group(ParallelDim dim) const {
+  switch (dim) {
+    case ParallelDim::kCp:
+      return cp_group;
+    case ParallelDim::kEp:
+      return ep_group;
+    default:
+      break;
+  }
+  DHELIX_CHECK_MSG(dim == ParallelDim::kTp, "layer DAGs communicate over tp, cp and ep only");
+  return tp_group;
+}
+
+BuildContext make_context(const JobSpec& job, int64_t rank) {
+  const ModelSpec& m = job.model;
+  const ParallelSpec& p = job.parallel;
+  DHELIX_CHECK(p.tp >= 1 && p.cp >= 1 && p.ep >= 1 && p.micro_batch_size >= 1);
+  DHELIX_CHECK(m.num_attention_heads % p.tp == 0 && p.seq_length % p.cp == 0);
+  BuildContext ctx;
+  ctx.model = &m;
+  ctx.parallel = &p;
+  ctx.dtype = m.dtype;
+  ctx.dt = dtype_bytes(m.dtype);
+  ctx.tp = p.tp;
+  ctx.cp = p.cp;
+  ctx.ep = m.is_moe() ? p.ep : 1;
+  ctx.sp = p.sp && p.tp > 1;
+  ctx.micro_batch = p.micro_batch_size;
+  ctx.seq_shard = p.seq_length / p.cp;
+  ctx.tokens = p.tokens_per_rank();
+  DHELIX_CHECK(!ctx.sp || ctx.tokens % p.tp == 0);
+  ctx.rows = ctx.sp ? ctx.tokens / p.tp : ctx.tokens;
+  ctx.hidden = m.hidden_size;
+  ctx.head_dim = m.head_dim;
+  ctx.heads = m.num_attention_heads / p.tp;
+  // Megatron replicates KV heads when tp exceeds them: each rank still holds one.
+  ctx.kv_heads = std::max<int64_t>(m.num_kv_heads / p.tp, 1);
+  ctx.q_width = ctx.heads * ctx.head_dim;
+  ctx.kv_width = ctx.kv_heads * ctx.head_dim;
+  ctx.ffn = m.ffn_hidden_size / p.tp;
+  const Placement placement(p, job.cluster.gpus_per_node);
+  ctx.tp_group = placement.group(ParallelDim::kTp, rank);
+  ctx.cp_group = placement.group(ParallelDim::kCp, rank);
+  ctx.ep_group = placement.group(ParallelDim::kEp, rank);
+  return ctx;
+}
+
+int64_t add_after(LayerDag& dag, Op op, const std::vector<int64_t>& after) {
+  const int64_t index = dag.add_op(std::move(op));
+  for (const int64_t from : after) dag.add_edge(from, index);
+  return index;
+}
+
+namespace {
+
+Op base_op(const BuildContext& ctx, std::string id, OpKind kind, Pass pass) {
+  Op op;
+  op.id = std::move(id);
+  op.kind = kind;
+  op.pass = pass;
+  op.dtype = ctx.dtype;
+  return op;
+}
+
+double as_double(int64_t v) { return static_cast<double>(v); }
+
+}  // namespace
+
+Op make_gemm(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, GemmRole role,
+             int64_t batch, int64_t m, int64_t n, int64_t k) {
+  Op op = base_op(ctx, std::move(id), kind, pass);
+  op.gemm_role = role;
+  op.shape.batch = batch;
+  op.shape.m = m;
+  op.shape.n = n;
+  op.shape.k = k;
+  op.flops = 2.0 * as_double(batch) * as_double(m) * as_double(n) * as_double(k);
+  op.bytes_read = ctx.bytes(batch * (m * k + k * n));
+  op.bytes_written = ctx.bytes(batch * m * n);
+  return op;
+}
+
+Op make_wgrad(const BuildContext& ctx, std::string id, OpKind kind, int64_t batch, int64_t m,
+              int64_t n, int64_t k) {
+  // dW (n×k, stored as the weight's out×in) = dYᵀ (n×m) · X (m×k): the tokens are the
+  // reduction dimension.
+  Op op = make_gemm(ctx, std::move(id), kind, Pass::kBackward, GemmRole::kWgrad, batch, n, k, m);
+  op.movable_sink = true;
+  return op;
+}
+
+Op make_attention(const BuildContext& ctx, std::string id, Pass pass, int64_t kv_len) {
+  Op op = base_op(ctx, std::move(id), OpKind::kAttention, pass);
+  OpShape& s = op.shape;
+  s.batch = ctx.micro_batch;
+  s.heads = ctx.heads;
+  s.kv_heads = ctx.kv_heads;
+  s.q_len = ctx.seq_shard;
+  s.kv_len = kv_len;
+  s.head_dim = ctx.head_dim;
+  s.causal = true;  // decoder-only models
+  const double forward_flops = 4.0 * as_double(s.batch) * as_double(s.heads) * as_double(s.q_len) *
+                               as_double(s.kv_len) * as_double(s.head_dim);
+  const int64_t q = s.batch * s.q_len * ctx.q_width;          // Q, O, dQ, dO elements
+  const int64_t kv = s.batch * s.kv_len * ctx.kv_width;       // K or V elements
+  const int64_t lse_bytes = s.batch * s.heads * s.q_len * 4;  // fp32 log-sum-exp
+  if (pass == Pass::kForward) {
+    op.flops = forward_flops;
+    op.bytes_read = ctx.bytes(q + 2 * kv);
+    op.bytes_written = ctx.bytes(q) + lse_bytes;
+  } else {
+    op.flops = 2.0 * forward_flops;
+    op.bytes_read = ctx.bytes(3 * q + 2 * kv) + lse_bytes;
+    op.bytes_written = ctx.bytes(q + 2 * kv);
+  }
+  return op;
+}
+
+Op make_memory_op(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, int64_t m,
+                  int64_t n, double flops_per_element, double read_tensors,
+                  double written_tensors) {
+  Op op = base_op(ctx, std::move(id), kind, pass);
+  op.shape.m = m;
+  op.shape.n = n;
+  const double elements = as_double(m) * as_double(n);
+  op.flops = flops_per_element * elements;
+  op.bytes_read = static_cast<int64_t>(read_tensors * elements) * ctx.dt;
+  op.bytes_written = static_cast<int64_t>(written_tensors * elements) * ctx.dt;
+  return op;
+}
+
+Op make_norm(const BuildContext& ctx, std::string id, Pass pass, int64_t rows) {
+  const bool rms = ctx.model->norm == NormKind::kRmsNorm;
+  const double per_element = rms ? kFlopsPerRmsNormElement : kFlopsPerLayerNormElement;
+  const bool forward = pass == Pass::kForward;
+  // Forward reads x, writes y; backward reads x and dy, writes dx. The weight (h values)
+  // and the per-row statistics are small and left out.
+  Op op = make_memory_op(ctx, std::move(id), OpKind::kNorm, pass, rows, ctx.hidden,
+                         forward ? per_element : 2 * per_element, forward ? 1 : 2, 1);
+  op.variant = norm_kind_name(ctx.model->norm);
+  return op;
+}
+
+Op make_bda(const BuildContext& ctx, std::string id, Pass pass) {
+  // Forward reads the branch output and the residual, writes the sum. Backward applies the
+  // dropout mask to the incoming gradient and adds the residual stream's gradient: reads
+  // two tensors, writes one.
+  const double per_element = pass == Pass::kForward ? kFlopsPerBdaElement : 2;
+  Op op = make_memory_op(ctx, std::move(id), OpKind::kBiasDropoutAdd, pass, ctx.rows, ctx.hidden,
+                         per_element, 2, 1);
+  if (ctx.model->linear_bias) op.variant = "bias";
+  return op;
+}
+
+Op make_activation(const BuildContext& ctx, std::string id, Pass pass, int64_t rows,
+                   int64_t width) {
+  const bool gated = ctx.model->activation == ActivationKind::kSwiGlu;
+  const double per_element = gated ? kFlopsPerSwiGluElement : kFlopsPerGeluElement;
+  const double inputs = gated ? 2 : 1;  // gate and up halves
+  const bool forward = pass == Pass::kForward;
+  // Forward reads the input(s), writes the output; backward reads the input(s) and dy,
+  // writes d(input).
+  Op op = make_memory_op(ctx, std::move(id), OpKind::kActivation, pass, rows, width,
+                         forward ? per_element : 2 * per_element, forward ? inputs : inputs + 1,
+                         forward ? 1 : inputs);
+  op.variant = activation_kind_name(ctx.model->activation);
+  return op;
+}
+
+Op make_comm(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, ParallelDim dim,
+             int64_t bytes, DType dtype) {
+  DHELIX_CHECK(is_communication(kind));
+  Op op = base_op(ctx, std::move(id), kind, pass);
+  op.dtype = dtype;
+  const ProcessGroup& group = ctx.group(dim);
+  DHELIX_CHECK_MSG(group.ranks.size() > 1, "communication over a group of one: " + op.id);
+  op.comm_bytes = bytes;
+  op.group = dim;
+  op.group_size = static_cast<int64_t>(group.ranks.size());
+  op.scope = group.scope;
+  op.nodes_spanned = group.nodes_spanned;
+  op.stream = group.scope == GroupScope::kLocal ? StreamClass::kLocalComm : StreamClass::kCrossComm;
+  return op;
+}
+
+std::string activation_id(const BuildContext& ctx) {
+  return activation_kind_name(ctx.model->activation);
+}
+
+}  // namespace dhelix::dag_detail

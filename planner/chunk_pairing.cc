@@ -1,0 +1,60 @@
+#include "planner/chunk_pairing.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "lib/error.h"
+
+namespace dhelix {
+
+namespace {
+
+StrandGraph repeat(const StrandGraph& layer, int64_t times) {
+  return concatenate_layers(std::vector<StrandGraph>(static_cast<size_t>(times), layer));
+}
+
+PairingResult search_window(const StrandGraph& f, const StrandGraph& b, const CoRunModel& model,
+                            int64_t layers, const PairingOptions& options) {
+  const StrandGraph fw = repeat(f, layers);
+  const StrandGraph bw = repeat(b, layers);
+  const BlockCostModel cost(fw, bw, model);
+  return search_pairing(cost, options);
+}
+
+}  // namespace
+
+ChunkPairingResult search_chunk_pairing(const StrandGraph& forward_layer,
+                                        const StrandGraph& backward_layer, const CoRunModel& model,
+                                        const ChunkPairingOptions& options) {
+  DHELIX_CHECK(options.num_layers >= 1);
+  ChunkPairingResult result;
+  const BlockCostModel one(forward_layer, backward_layer, model);
+  result.per_layer = search_pairing(one, options.per_layer);
+  const double layers = static_cast<double>(options.num_layers);
+  result.per_layer_chunk_us = layers * result.per_layer.total_time_us;
+  result.sequential_chunk_us = layers * result.per_layer.sequential_time_us;
+
+  const int64_t widest = std::max<int64_t>({forward_layer.size(), backward_layer.size(), 1});
+  int64_t window = std::min(options.num_layers, kMaxStrandOps / widest);
+  if (options.max_window_layers > 0) window = std::min(window, options.max_window_layers);
+  result.window_layers = std::max<int64_t>(window, 1);
+  result.cross_layer_chunk_us = result.per_layer_chunk_us;
+  if (window >= 2) {
+    result.cross_window =
+        search_window(forward_layer, backward_layer, model, window, options.cross_layer);
+    const int64_t remainder = options.num_layers % window;
+    double total =
+        static_cast<double>(options.num_layers / window) * result.cross_window.total_time_us;
+    if (remainder > 0) {
+      result.cross_remainder =
+          search_window(forward_layer, backward_layer, model, remainder, options.cross_layer);
+      total += result.cross_remainder.total_time_us;
+    }
+    result.cross_layer_chunk_us = total;
+  }
+  result.cross_layer_better = result.cross_layer_chunk_us < result.per_layer_chunk_us;
+  result.best_chunk_us = std::min(result.cross_layer_chunk_us, result.per_layer_chunk_us);
+  return result;
+}
+
+}  // namespace dhelix

@@ -1,0 +1,166 @@
+#include "planner/memory_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "lib/dtype.h"
+#include "lib/error.h"
+
+namespace dhelix {
+
+namespace {
+
+constexpr int64_t kGradientBytesPerParam = 4;    // fp32 main gradients
+constexpr int64_t kOptimizerBytesPerParam = 12;  // fp32 master, Adam m and v
+constexpr int64_t kFp32Bytes = 4;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t norm_parameters(const ModelSpec& model) {
+  return model.norm == NormKind::kLayerNorm ? 2 * model.hidden_size : model.hidden_size;
+}
+
+int64_t gated_factor(const ModelSpec& model) {
+  return model.activation == ActivationKind::kSwiGlu ? 3 : 2;
+}
+
+// Per-GPU parameters of one layer: attention and dense MLP split over tp, norms and the
+// router replicated, experts split over ep.
+StageParameters layer_parameters(const ModelSpec& model, const ParallelSpec& parallel) {
+  const int64_t norms = 2 * norm_parameters(model);
+  int64_t router = 0;
+  int64_t experts = 0;
+  if (model.is_moe()) {
+    router = model.hidden_size * model.moe->num_experts;
+    experts = model.moe->num_experts * gated_factor(model) * model.hidden_size *
+              model.moe->expert_ffn_hidden_size;
+  }
+  const int64_t split = layer_parameter_count(model) - norms - router - experts;
+  StageParameters params;
+  params.dense = ceil_div(split, parallel.tp) + norms + router;
+  params.expert = ceil_div(experts, parallel.ep);
+  return params;
+}
+
+// Optimizer bytes of a stage's parameters on one GPU.
+int64_t optimizer_bytes(const StageParameters& params, const ParallelSpec& parallel,
+                        bool distributed) {
+  if (!distributed) return kOptimizerBytesPerParam * params.total();
+  const int64_t dense_shards = parallel.dp * parallel.cp;
+  const int64_t expert_shards =
+      std::max<int64_t>(1, parallel.dp * parallel.cp * parallel.tp / parallel.ep);
+  return ceil_div(kOptimizerBytesPerParam * params.dense, dense_shards) +
+         ceil_div(kOptimizerBytesPerParam * params.expert, expert_shards);
+}
+
+std::string gib_text(int64_t bytes) { return fmt::format("{:.2f}", to_gib(bytes)); }
+
+}  // namespace
+
+double to_gib(int64_t bytes) {
+  return static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30);
+}
+
+int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& parallel,
+                               const MemoryOptions& options) {
+  const int64_t tokens = parallel.tokens_per_rank();
+  const int64_t dt = dtype_bytes(model.dtype);
+  const int64_t h = model.hidden_size;
+  const int64_t q = model.num_attention_heads * model.head_dim;
+  const int64_t kv = model.num_kv_heads * model.head_dim;
+  const int64_t tp = parallel.tp;
+  // Inputs of both norms and of the QKV and FC1 (or router/permute) GEMMs: split by SP.
+  int64_t sequence_part = dt * 4 * h + (options.dropout ? 2 * h : 0);
+  // Flash attention keeps Q, K, V and its output (also the projection's input).
+  int64_t head_part = dt * (2 * q + 2 * kv);
+  if (model.is_moe()) {
+    const MoeSpec& moe = *model.moe;
+    const double copies =
+        static_cast<double>(moe.top_k) * (moe.capacity_factor > 0 ? moe.capacity_factor : 1.0);
+    // Each routed copy keeps its permuted input (h), activation inputs and fc2 input, and the
+    // expert output the weighted combine needs (h); the router keeps fp32 probabilities.
+    const int64_t per_copy = dt * (2 * h + gated_factor(model) * moe.expert_ffn_hidden_size);
+    head_part += static_cast<int64_t>(std::llround(copies * static_cast<double>(per_copy))) +
+                 kFp32Bytes * moe.num_experts;
+  } else {
+    head_part += dt * gated_factor(model) * model.ffn_hidden_size;
+  }
+  const int64_t sequence_divisor = parallel.sp ? tp : 1;
+  return tokens * sequence_part / sequence_divisor + tokens * head_part / tp;
+}
+
+int64_t head_loss_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel) {
+  const int64_t vocab_shard = ceil_div(model.vocab_size, parallel.tp);
+  return parallel.tokens_per_rank() * vocab_shard * (dtype_bytes(model.dtype) + kFp32Bytes);
+}
+
+StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& parallel,
+                                 PipelineShape shape, int64_t stage) {
+  DHELIX_CHECK(parallel.pp >= 1 && stage >= 0 && stage < parallel.pp);
+  const StageParameters layer = layer_parameters(model, parallel);
+  const int64_t layers = model.num_layers / parallel.pp;
+  StageParameters params{layer.dense * layers, layer.expert * layers};
+  const int64_t embedding_stage = 0;
+  const int64_t head_stage = shape == PipelineShape::kW ? 0 : parallel.pp - 1;
+  const int64_t vocab_shard = ceil_div(model.vocab_size, parallel.tp) * model.hidden_size;
+  if (stage == embedding_stage) {
+    params.dense += vocab_shard;
+    if (model.position == PositionKind::kLearned)
+      params.dense += model.max_seq_length * model.hidden_size;
+  }
+  if (stage == head_stage) {
+    params.dense += norm_parameters(model);
+    // An untied head, or a tied embedding's copy on a stage that lacks the embedding.
+    if (!model.tied_embeddings || head_stage != embedding_stage) params.dense += vocab_shard;
+  }
+  return params;
+}
+
+std::vector<StageMemory> stage_memory(const ModelSpec& model, const ParallelSpec& parallel,
+                                      PipelineShape shape, const MemoryOptions& options,
+                                      const std::vector<int64_t>& peak_activation_bytes) {
+  DHELIX_CHECK(static_cast<int64_t>(peak_activation_bytes.size()) == parallel.pp);
+  std::vector<StageMemory> stages;
+  for (int64_t p = 0; p < parallel.pp; ++p) {
+    StageMemory m;
+    m.stage = p;
+    m.parameters = stage_parameters(model, parallel, shape, p);
+    m.weight_bytes = dtype_bytes(model.dtype) * m.parameters.total();
+    m.gradient_bytes = kGradientBytesPerParam * m.parameters.total();
+    m.optimizer_bytes = optimizer_bytes(m.parameters, parallel, options.distributed_optimizer);
+    m.activation_bytes = peak_activation_bytes[static_cast<size_t>(p)];
+    stages.push_back(m);
+  }
+  return stages;
+}
+
+MemoryBudget memory_budget(const GpuSpec& gpu, const MemoryOptions& options) {
+  MemoryBudget budget;
+  budget.gpu_name = gpu.name;
+  budget.capacity_bytes = gpu.memory_bytes;
+  budget.reserve_bytes = static_cast<int64_t>(std::llround(options.reserve_fraction *
+                                                           static_cast<double>(gpu.memory_bytes))) +
+                         options.fixed_reserve_bytes;
+  return budget;
+}
+
+void check_fits(const std::vector<StageMemory>& stages, const MemoryBudget& budget,
+                const std::string& plan_name) {
+  std::string message;
+  for (const StageMemory& m : stages) {
+    if (m.total_bytes() <= budget.usable_bytes()) continue;
+    if (!message.empty()) message += "\n";
+    message += fmt::format(
+        "{}: stage {} needs {} GiB but {} GiB are usable on {} ({} GiB minus {} GiB reserve): "
+        "weights {} + gradients {} + optimizer states {} + activations {} GiB",
+        plan_name, m.stage, gib_text(m.total_bytes()), gib_text(budget.usable_bytes()),
+        budget.gpu_name, gib_text(budget.capacity_bytes), gib_text(budget.reserve_bytes),
+        gib_text(m.weight_bytes), gib_text(m.gradient_bytes), gib_text(m.optimizer_bytes),
+        gib_text(m.activation_bytes));
+  }
+  if (!message.empty()) throw Error(ErrorCode::kInfeasible, message);
+}
+
+}  // namespace dhelix

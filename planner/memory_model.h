@@ -1,0 +1,106 @@
+#pragma once
+// Memory of one GPU of each pipeline stage: weights, gradients, optimizer states and the
+// peak of live activations, checked against the GPU's memory.
+//
+// Model states (Megatron-LM defaults for bf16 training, "Efficient Large-Scale Language
+// Model Training on GPU Clusters", Narayanan et al. 2021, and Megatron's distributed
+// optimizer notes): bf16 weights (2 bytes per parameter), fp32 main gradients (4 bytes;
+// Megatron accumulates and reduces gradients in fp32 for bf16), and Adam's fp32 master
+// weights, first and second moments (12 bytes), divided over the data-parallel group
+// with the distributed optimizer. Dense weights are split over tp; experts over ep (expert
+// tensor parallelism 1, as the MoE DAG builds them).
+//
+// Activations per layer and micro-batch follow Korthikanti et al. 2022 ("Reducing
+// Activation Recomputation in Large Transformer Models"), derived from the tensors each op
+// saves for its backward; docs/pipeline.md has the derivation. Per token, with t = tp:
+//     norm and GEMM inputs that SP splits (else replicated):  2 bytes x 4h  (+2h of dropout masks)
+//     attention (flash: Q, K, V, output):                     2 bytes x (2q + 2kv) / t
+//     MLP (SwiGLU saves gate and up, 2f; GELU its input, f;
+//          plus the fc2 input, f):                            2 bytes x (3f or 2f) / t
+// For GPT (q = kv = h, f = 4h, GELU, dropout) and SP this is Korthikanti's 34·s·b·h / t.
+// The peak over time, both strands together, comes from the pipeline simulator.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lib/cluster_spec.h"
+#include "lib/model_spec.h"
+#include "lib/parallel_spec.h"
+#include "planner/pipeline_schedule.h"
+
+namespace dhelix {
+
+struct MemoryOptions {
+  /// Megatron's distributed optimizer: optimizer states split over the DP group.
+  bool distributed_optimizer = false;
+  /// Dropout after the attention projection and the MLP (1-byte masks); off for modern LLMs.
+  bool dropout = false;
+  /// Share of the GPU's memory kept free for the caching allocator's fragmentation.
+  double reserve_fraction = 0.05;
+  /// CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers: 2 GiB (docs/pipeline.md).
+  int64_t fixed_reserve_bytes = int64_t{2} << 30;
+};
+
+/// Bytes one transformer layer keeps for its backward, for one micro-batch, on one GPU.
+int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& parallel,
+                               const MemoryOptions& options = {});
+
+/// Bytes the head and loss hold while they run for one micro-batch on one GPU: the logits
+/// of the rank's tokens over its vocabulary shard, in the model's type and as fp32 for the
+/// softmax.
+int64_t head_loss_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel);
+
+/// Parameters one GPU of a stage holds, split by how they shard.
+struct StageParameters {
+  int64_t dense = 0;   ///< split over tp or replicated; optimizer shards over dp·cp
+  int64_t expert = 0;  ///< E/ep experts; optimizer shards over dp·cp·tp/ep
+  int64_t total() const { return dense + expert; }
+};
+
+/// Parameters per GPU of `stage` for the folded (W) or unfolded (1F1B) layout: its L/pp
+/// layers plus the embedding, final norm and head where the layout puts them (a tied
+/// embedding is kept twice when the head is on another stage, as Megatron does).
+StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& parallel,
+                                 PipelineShape shape, int64_t stage);
+
+/// One GPU's memory on one stage, bytes.
+struct StageMemory {
+  int64_t stage = 0;
+  StageParameters parameters;
+  int64_t weight_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t activation_bytes = 0;  ///< the peak of live activations
+  int64_t total_bytes() const {
+    return weight_bytes + gradient_bytes + optimizer_bytes + activation_bytes;
+  }
+};
+
+/// Every stage's memory; `peak_activation_bytes` has one entry per stage (the simulator's).
+std::vector<StageMemory> stage_memory(const ModelSpec& model, const ParallelSpec& parallel,
+                                      PipelineShape shape, const MemoryOptions& options,
+                                      const std::vector<int64_t>& peak_activation_bytes);
+
+/// What a GPU offers a plan: capacity minus the reserves.
+struct MemoryBudget {
+  std::string gpu_name;
+  int64_t capacity_bytes = 0;
+  int64_t reserve_bytes = 0;  ///< reserve_fraction·capacity + fixed_reserve_bytes
+  int64_t usable_bytes() const { return capacity_bytes - reserve_bytes; }
+};
+
+MemoryBudget memory_budget(const GpuSpec& gpu, const MemoryOptions& options = {});
+
+/// Throws Error(kInfeasible) when a stage needs more than the usable memory. The message
+/// names `plan_name` and, for every stage that does not fit, each term in GiB:
+/// "dhelix: stage 0 needs 81.20 GiB but 73.00 GiB are usable on H100-SXM (80.00 GiB minus
+/// 7.00 GiB reserve): weights 10.00 + gradients 20.00 + optimizer states 30.00 +
+/// activations 21.20 GiB".
+void check_fits(const std::vector<StageMemory>& stages, const MemoryBudget& budget,
+                const std::string& plan_name);
+
+/// bytes / 2^30.
+double to_gib(int64_t bytes);
+
+}  // namespace dhelix

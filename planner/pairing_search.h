@@ -1,0 +1,112 @@
+#pragma once
+// The exact pairing search: how to cut a forward strand and a backward strand into
+// segments, and which segments to co-run, so that the two passes end as early as possible.
+//
+// The paper (section 4.2) enumerates topological orders of both DAGs, cuts each order pair
+// into contiguous segments and runs a DP with three moves over segment indices:
+//     T(i, j) = min(T(i-1, j) + P(i, 0), T(i, j-1) + P(0, j), T(i-1, j-1) + P(i, j)).
+// We search the same space in one DP. A prefix of a topological order is a downset (a set
+// of ops closed under predecessors), and a block's cost depends only on its two op sets
+// (segment_cost.h), so a plan is nothing but a chain of downset pairs
+//     ({}, {}) = (F0, B0) < (F1, B1) < ... < (Fn, Bn) = (all forward ops, all backward ops)
+// with block k = (Fk \ Fk-1, Bk \ Bk-1), at least one side non-empty. Conversely every such
+// chain is a segmentation of some order pair (list each difference in any topological
+// order). So the optimum over orders x segmentations x alignments is
+//     T(Df', Db') = min over Df <= Df', Db <= Db', (Df, Db) != (Df', Db') of
+//                   T(Df, Db) + P(Df' \ Df, Db' \ Db),          T({}, {}) = 0,
+// over pairs of downsets: the three moves are Df = Df' (backward alone), Db = Db'
+// (forward alone) and both changing (a co-run block).
+//
+// Worked example. F = f0 (local comm, 10 us) -> f1 (compute, 10 us); B = b0 (compute,
+// 10 us) -> b1 (local comm, 10 us); no slowdowns. Downsets: F: {}, {f0}, {f0,f1}; B: {},
+// {b0}, {b0,b1}: nine states. Some values:
+//     T({f0}, {})  = 10   (f0 alone)        T({}, {b0})      = 10
+//     T({f0}, {b0}) = 10  (f0 on the comm stream beside b0 on the compute stream)
+//     T({f0,f1}, {}) = 20                   T({}, {b0,b1})   = 20
+//     T({f0,f1}, {b0,b1}) = min(T({f0},{b0}) + P({f1},{b1}) = 10 + 10,
+//                               P(F, B) = 20 (the simulator itself pairs f0 with b0),
+//                               T({f0,f1}, {}) + T-like backward alone = 20 + 20, ...) = 20
+// against 40 for the strands one after the other. With slow-downs or a cross-strand
+// conflict the barrier-separated plan and the single block differ, which the DP weighs.
+//
+// Speed. States are |downsets(F)| x |downsets(B)|; a state's successors are all pairs of
+// supersets, so the plain DP simulates one block per comparable pair of states. Three
+// exact prunings cut that down (docs/planner.md proves each):
+//  1. a block costs at least its busiest stream's solo work and at least the longest
+//     solo-time path inside either side (rates are <= 1);
+//  2. what is left after a state costs at least the busiest stream's remaining solo work
+//     and the longest remaining path of either strand;
+//  3. branch and bound: a transition whose value plus (1) plus (2) cannot beat the best
+//     complete plan known (first the strands one after the other, then whatever the DP
+//     reaches) is skipped, and so is one that cannot beat its target state's value.
+// Block costs are memoized by their two masks.
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/segment_cost.h"
+#include "planner/strand_graph.h"
+
+namespace dhelix {
+
+/// Search options.
+struct PairingOptions {
+  /// Most ops of one strand in one block (forward side and backward side each); 0 = no bound.
+  int64_t max_segment_ops = 0;
+  /// Branch-and-bound pruning (exact; off only to measure what it saves).
+  bool prune = true;
+  /// Most downsets one strand may have, and most states; beyond, Error(kUnsupported).
+  int64_t max_downsets = 1 << 20;
+  int64_t max_states = int64_t{1} << 26;
+};
+
+/// One block of a plan: the op sets that co-run and end at one barrier.
+struct PairingBlock {
+  OpMask forward_ops = 0;
+  OpMask backward_ops = 0;
+  double start_us = 0;         ///< from the plan's start: the sum of the previous blocks' times
+  double time_us = 0;          ///< P(forward_ops, backward_ops)
+  BlockSimulation simulation;  ///< per-op times, relative to start_us
+};
+
+/// What the search did, for benchmarks and reports.
+struct PairingStats {
+  int64_t forward_downsets = 0;
+  int64_t backward_downsets = 0;
+  int64_t states = 0;              ///< forward_downsets x backward_downsets
+  int64_t states_expanded = 0;     ///< states whose transitions were scanned
+  int64_t transitions = 0;         ///< (state, superset state) pairs scanned
+  int64_t transitions_pruned = 0;  ///< skipped by a lower bound
+  int64_t block_simulations = 0;   ///< distinct blocks simulated (memo misses)
+};
+
+/// The optimum and the strands' sequential schedule for comparison.
+struct PairingResult {
+  std::vector<PairingBlock> blocks;  ///< in execution order
+  double total_time_us = 0;          ///< sum of the blocks' times: the optimum
+  /// Best schedules of each strand alone (same segmentation freedom, same block model).
+  std::vector<PairingBlock> forward_alone_blocks;
+  std::vector<PairingBlock> backward_alone_blocks;
+  double forward_alone_us = 0;
+  double backward_alone_us = 0;
+  double sequential_time_us = 0;  ///< forward_alone_us + backward_alone_us
+  PairingStats stats;
+};
+
+/// Every downset of the graph (the empty set and the full set included), sorted by size,
+/// then by mask value, so that a subset always comes before its supersets. Throws
+/// Error(kUnsupported) when there are more than max_count.
+std::vector<OpMask> enumerate_downsets(const StrandGraph& graph, int64_t max_count);
+
+/// The exact optimum of the pairing DP over downset pairs for the model's two strands.
+PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& options = {});
+
+/// Best schedule of one strand alone: the DP over its downsets with blocks of that strand
+/// only. Blocks' masks of the other strand are 0.
+std::vector<PairingBlock> search_single_strand(const BlockCostModel& model, Strand strand,
+                                               const PairingOptions& options = {});
+
+/// Re-simulates a plan's blocks: their times' sum (tests check it equals total_time_us).
+double resimulate_total_us(const BlockCostModel& model, const std::vector<PairingBlock>& blocks);
+
+}  // namespace dhelix

@@ -1,0 +1,147 @@
+#pragma once
+// Per-stage task lists of one training iteration: DHelix's W-shaped pipeline over the
+// folded layout (paper section 4.1, Figure 8) and Megatron-LM's 1F1B over the unfolded one.
+//
+// The W. Number the 2·pp chunks along the U: v = 0 .. 2·pp-1, chunk v on stage v (down) for
+// v < pp and on stage 2·pp-1-v (up) otherwise. A micro-batch's forward walks v upwards,
+// i.e. stages 0 -> pp-1 over the down chunks, then pp-1 -> 0 over the up chunks; the head
+// and loss run on stage 0; its backward walks v downwards: stages 0 -> pp-1 over the up
+// chunks, then pp-1 -> 0 over the down chunks. So a forward on a down chunk and a backward on
+// an up chunk both travel 0 -> pp-1, and a forward on an up chunk and a backward on a down
+// chunk both travel pp-1 -> 0: pairing them keeps both strands moving the same way.
+//
+// Put one time slot per chunk step and start micro-batch j at slot 2·j. Then on stage p
+//     slot p + 2·j            forward(j, down)    and backward(j-pp, up)
+//     slot 2·pp-1-p + 2·j     forward(j, up)      and backward(j-pp, down)
+// (the forward of j reaches stage p's down chunk after p steps, its up chunk after 2·pp-1-p;
+// the backward of i = j-pp starts 2·pp steps after micro-batch i's forward did). The two
+// slot series have opposite parity, so a stage does one thing per slot: an SI block pairing
+// the forward of micro-batch j with the backward of micro-batch j-pp (the prototype's
+// "backward of i with forward of i+PP"), or whichever half exists. The generator lists
+// each stage's tasks in slot order; any order that a slot assignment respecting every
+// dependency produces is deadlock-free, and the simulator then times it with real costs.
+// Warm-up is the slots with forwards only (j < pp), cool-down those with backwards only
+// (j >= m); the head-loss step runs on stage 0 right after forward(j, up).
+//
+// Worked example, pp = 2, m = 4 (F3d = forward of micro-batch 3 on the down chunk, B0u =
+// backward of micro-batch 0 on the up chunk, H0 = head and loss of micro-batch 0,
+// F2d+B0u = SI block):
+//
+//     slot  stage 0          stage 1
+//       0   F0d              .
+//       1   .                F0d
+//       2   F1d              F0u
+//       3   F0u, then H0     F1d
+//       4   F2d+B0u          F1u
+//       5   F1u, then H1     F2d+B0u
+//       6   F3d+B1u          F2u+B0d
+//       7   F2u+B0d, then H2 F3d+B1u
+//       8   B2u              F3u+B1d
+//       9   F3u+B1d, then H3 B2u
+//      10   B3u              B2d
+//      11   B2d              B3u
+//      12   .                B3d
+//      13   B3d              .
+//
+// Stage 0 lists F0d F1d F0u H0 F2d+B0u F1u H1 F3d+B1u F2u+B0d H2 B2u F3u+B1d H3 B3u B2d B3d;
+// stage 1 lists F0d F0u F1d F1u F2d+B0u F2u+B0d F3d+B1u F3u+B1d B2u B2d B3u B3d. Each stage
+// runs 2·(m-pp) = 4 SI blocks. In general a stage runs 2·max(0, m-pp) SI blocks,
+// 2·min(m, pp) lone forwards (micro-batches j < pp have no backward partner j-pp) and as
+// many lone backwards (micro-batches i >= m-pp have no forward partner i+pp). With m <= pp
+// there is no SI block at all: the W runs lone forwards and backwards only and strand
+// interleaving gains nothing (the planner says so); its half-size chunks still fill and
+// drain the pipeline a little faster than 1F1B for 2 <= m <= pp, as interleaved 1F1B does.
+//
+// 1F1B (Megatron-LM, unfolded): stage p runs min(pp-1-p, m) warm-up forwards, then
+// alternates forward(warm-up + i) and backward(i), then the remaining backwards; the last
+// stage runs the head-loss step between each forward and its backward.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/folding.h"
+
+namespace dhelix {
+
+/// Which pipeline a schedule implements.
+enum class PipelineShape { kOneFOneB, kW };
+const char* pipeline_shape_name(PipelineShape shape);  ///< "1f1b", "w"
+
+/// The schemes the planner compares; they share the cost model and differ in shape and in
+/// the per-chunk costs they are fed (docs/pipeline.md):
+/// Megatron 1F1B (solo chunk times), intra-batch overlap (1F1B with overlapped chunk
+/// times), Wavelet+ (the W with round-robin paired SI blocks), DHelix (the W with the exact
+/// pairing search's SI blocks).
+enum class PipelineScheme { kMegatron1F1B, kIntraBatch, kWaveletPlus, kDHelix };
+/// "megatron-1f1b", "intra-batch", "wavelet+", "dhelix"
+const char* pipeline_scheme_name(PipelineScheme scheme);
+PipelineShape scheme_shape(PipelineScheme scheme);
+
+enum class TaskKind { kForward, kBackward, kSiBlock, kHeadLoss };
+const char* task_kind_name(TaskKind kind);  ///< "forward", "backward", "si_block", "head_loss"
+
+/// One thing a stage runs. A forward half (forward, SI block) names its micro-batch and
+/// chunk; so does a backward half (backward, SI block). A head-loss step (final norm, head,
+/// loss, and their backward) sets both micro-batch fields to its micro-batch and both
+/// chunks to the chunk holding the last layer.
+struct PipelineTask {
+  TaskKind kind = TaskKind::kForward;
+  int64_t forward_micro_batch = -1;
+  ChunkSide forward_chunk = ChunkSide::kWhole;
+  int64_t backward_micro_batch = -1;
+  ChunkSide backward_chunk = ChunkSide::kWhole;
+
+  bool has_forward() const { return kind == TaskKind::kForward || kind == TaskKind::kSiBlock; }
+  bool has_backward() const { return kind == TaskKind::kBackward || kind == TaskKind::kSiBlock; }
+  /// "F3d", "B1u", "F5d+B1u", "H3", "F2" (whole chunk): for traces, tests and messages.
+  std::string label() const;
+};
+
+/// Every stage's task list, in execution order.
+struct PipelineSchedule {
+  PipelineShape shape = PipelineShape::kW;
+  int64_t pp = 0;
+  int64_t num_micro_batches = 0;
+  int64_t embedding_stage = 0;
+  int64_t head_loss_stage = 0;
+  ChunkSide first_chunk = ChunkSide::kDown;       ///< chunk holding layer 0 (with the embedding)
+  ChunkSide last_chunk = ChunkSide::kUp;          ///< chunk holding layer L-1 (before the head)
+  std::vector<std::vector<PipelineTask>> stages;  ///< size pp
+
+  /// SI blocks on one stage.
+  int64_t si_block_count(int64_t stage) const;
+};
+
+/// The W-shaped schedule for pp >= 1 stages and m >= 1 micro-batches; Error(kInvalidInput)
+/// otherwise.
+PipelineSchedule make_w_schedule(int64_t pp, int64_t num_micro_batches);
+
+/// Megatron-LM's 1F1B schedule (unfolded, single strand) for pp >= 1, m >= 1.
+PipelineSchedule make_one_f_one_b_schedule(int64_t pp, int64_t num_micro_batches);
+
+PipelineSchedule make_schedule(PipelineShape shape, int64_t pp, int64_t num_micro_batches);
+
+/// What one piece of work does: a forward or backward of one chunk, or a head-loss step.
+enum class WorkPass { kForward, kBackward, kHeadLoss };
+
+/// One micro-batch's pass through one chunk of one stage; the unit dependencies join.
+struct WorkItem {
+  WorkPass pass = WorkPass::kForward;
+  int64_t micro_batch = 0;
+  ChunkSide chunk = ChunkSide::kWhole;
+  int64_t stage = 0;
+
+  bool operator==(const WorkItem& other) const = default;
+};
+
+/// The work items a task performs: one, or two for an SI block (forward first).
+std::vector<WorkItem> task_work(const PipelineTask& task, int64_t stage);
+
+/// The work items whose results `item` consumes: the activation (forward), the output
+/// gradient (backward), the last chunk's forward (head-loss). A backward also consumes its
+/// own forward's saved activations (same stage). An input on another stage arrives by a
+/// point-to-point transfer; one on the same stage needs none.
+std::vector<WorkItem> work_inputs(const PipelineSchedule& schedule, const WorkItem& item);
+
+}  // namespace dhelix

@@ -1,0 +1,298 @@
+#include "planner/pipeline_simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "lib/error.h"
+
+namespace dhelix {
+
+CommBreakdown& CommBreakdown::operator+=(const CommBreakdown& other) {
+  for (size_t i = 0; i < by_dim.size(); ++i) {
+    by_dim[i].hidden_us += other.by_dim[i].hidden_us;
+    by_dim[i].exposed_us += other.by_dim[i].exposed_us;
+  }
+  return *this;
+}
+
+CommBreakdown CommBreakdown::scaled(double factor) const {
+  CommBreakdown result = *this;
+  for (CommTime& time : result.by_dim) {
+    time.hidden_us *= factor;
+    time.exposed_us *= factor;
+  }
+  return result;
+}
+
+double CommBreakdown::total_hidden_us() const {
+  double total = 0;
+  for (const CommTime& time : by_dim) total += time.hidden_us;
+  return total;
+}
+
+double CommBreakdown::total_exposed_us() const {
+  double total = 0;
+  for (const CommTime& time : by_dim) total += time.exposed_us;
+  return total;
+}
+
+StageCosts chunk_costs(const LayerCosts& layer, int64_t layers_per_chunk, StageCosts extras) {
+  const auto n = static_cast<double>(layers_per_chunk);
+  extras.forward_chunk_us = layer.forward_us * n;
+  extras.backward_chunk_us = layer.backward_us * n;
+  extras.si_block_us = layer.si_pair_us * n;
+  extras.forward_comm = layer.forward_comm.scaled(n);
+  extras.backward_comm = layer.backward_comm.scaled(n);
+  extras.si_block_comm = layer.si_pair_comm.scaled(n);
+  extras.layers_per_chunk = layers_per_chunk;
+  extras.activation_bytes_per_layer = layer.activation_bytes;
+  return extras;
+}
+
+int64_t PipelineSimulation::peak_activation_bytes() const {
+  int64_t peak = 0;
+  for (const StageSimulation& stage : stages) peak = std::max(peak, stage.peak_activation_bytes);
+  return peak;
+}
+
+namespace {
+
+constexpr double kNotDone = -1.0;
+
+// End times of every work item, indexed by (stage, pass, chunk, micro-batch).
+class EndTimes {
+ public:
+  EndTimes(int64_t pp, int64_t m) : m_(m), ends_(static_cast<size_t>(pp * 3 * 3 * m), kNotDone) {}
+  double& at(const WorkItem& item) {
+    const int64_t index = ((item.stage * 3 + static_cast<int64_t>(item.pass)) * 3 +
+                           static_cast<int64_t>(item.chunk)) *
+                              m_ +
+                          item.micro_batch;
+    return ends_.at(static_cast<size_t>(index));
+  }
+
+ private:
+  int64_t m_;
+  std::vector<double> ends_;
+};
+
+void check_costs(const PipelineSchedule& schedule, const std::vector<StageCosts>& costs) {
+  if (static_cast<int64_t>(costs.size()) != schedule.pp) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("pipeline simulation: {} stage costs given for pp = {}", costs.size(),
+                            schedule.pp));
+  }
+  for (size_t p = 0; p < costs.size(); ++p) {
+    const StageCosts& c = costs[p];
+    const double times[] = {c.forward_chunk_us,      c.backward_chunk_us,
+                            c.si_block_us,           c.embedding_forward_us,
+                            c.embedding_backward_us, c.head_loss_forward_us,
+                            c.head_loss_backward_us, c.p2p_us,
+                            c.dp_reduce_us,          c.optimizer_us};
+    for (double t : times) {
+      if (!(t >= 0)) {
+        throw Error(ErrorCode::kInvalidInput,
+                    fmt::format("pipeline simulation: stage {}: a task time is {} us; times "
+                                "must be finite and >= 0",
+                                p, t));
+      }
+    }
+    if (c.layers_per_chunk < 1) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("pipeline simulation: stage {}: layers_per_chunk = {} must be >= 1",
+                              p, c.layers_per_chunk));
+    }
+  }
+}
+
+// Compute time of a task on `stage`, and the TP/CP/EP communication it carries.
+double task_time_us(const PipelineSchedule& schedule, const StageCosts& c, int64_t stage,
+                    const PipelineTask& task, CommBreakdown& comm) {
+  const bool embedding_stage = stage == schedule.embedding_stage;
+  const bool forward_embedding =
+      embedding_stage && task.has_forward() && task.forward_chunk == schedule.first_chunk;
+  const bool backward_embedding =
+      embedding_stage && task.has_backward() && task.backward_chunk == schedule.first_chunk;
+  double time = 0;
+  switch (task.kind) {
+    case TaskKind::kForward:
+      time = c.forward_chunk_us;
+      comm += c.forward_comm;
+      break;
+    case TaskKind::kBackward:
+      time = c.backward_chunk_us;
+      comm += c.backward_comm;
+      break;
+    case TaskKind::kSiBlock:
+      time = c.si_block_us;
+      comm += c.si_block_comm;
+      break;
+    case TaskKind::kHeadLoss:
+      return c.head_loss_forward_us + c.head_loss_backward_us;
+  }
+  if (forward_embedding) time += c.embedding_forward_us;
+  if (backward_embedding) time += c.embedding_backward_us;
+  return time;
+}
+
+// Live-activation bookkeeping of one stage (the header's memory model).
+class ActivationTracker {
+ public:
+  explicit ActivationTracker(const StageCosts& costs)
+      : chunk_bytes_(costs.layers_per_chunk * costs.activation_bytes_per_layer),
+        layer_bytes_(costs.activation_bytes_per_layer),
+        head_loss_bytes_(costs.head_loss_transient_bytes) {}
+
+  void run(StageSimulation& stage, const TimelineEntry& entry) {
+    switch (entry.task.kind) {
+      case TaskKind::kForward:
+        live_ += chunk_bytes_;
+        record(stage, entry.start_us, live_);
+        break;
+      case TaskKind::kBackward:
+        live_ -= chunk_bytes_;
+        record(stage, entry.end_us, live_);
+        break;
+      case TaskKind::kSiBlock:  // equal chunks: +one layer at the worst layer pair
+        record(stage, entry.start_us, live_ + layer_bytes_);
+        record(stage, entry.end_us, live_);
+        break;
+      case TaskKind::kHeadLoss:
+        record(stage, entry.start_us, live_ + head_loss_bytes_);
+        record(stage, entry.end_us, live_);
+        break;
+    }
+  }
+
+ private:
+  static void record(StageSimulation& stage, double time_us, int64_t bytes) {
+    stage.activation_curve.push_back(MemoryPoint{time_us, bytes});
+    if (bytes > stage.peak_activation_bytes) {
+      stage.peak_activation_bytes = bytes;
+      stage.peak_activation_time_us = time_us;
+    }
+  }
+
+  int64_t chunk_bytes_;
+  int64_t layer_bytes_;
+  int64_t head_loss_bytes_;
+  int64_t live_ = 0;
+};
+
+struct SimState {
+  const PipelineSchedule& schedule;
+  const std::vector<StageCosts>& costs;
+  EndTimes ends;
+  std::vector<size_t> next;
+  std::vector<double> free_us;
+  std::vector<ActivationTracker> trackers;
+  PipelineSimulation result;
+};
+
+// Starts `stage`'s next task if all its inputs are done; false otherwise.
+bool try_run_next(SimState& s, int64_t stage) {
+  const auto p = static_cast<size_t>(stage);
+  const PipelineTask& task = s.schedule.stages[p][s.next[p]];
+  const std::vector<WorkItem> work = task_work(task, stage);
+  double inputs_done_us = s.free_us[p];  // stage free and every producer's task ended
+  double arrival_us = s.free_us[p];      // ... and every transfer arrived
+  double transfer_us = 0;
+  int64_t transfers = 0;
+  int64_t bytes = 0;
+  for (const WorkItem& item : work) {
+    for (const WorkItem& input : work_inputs(s.schedule, item)) {
+      const double end = s.ends.at(input);
+      if (end == kNotDone) return false;
+      inputs_done_us = std::max(inputs_done_us, end);
+      if (input.stage == stage) {
+        arrival_us = std::max(arrival_us, end);
+        continue;
+      }
+      const StageCosts& sender = s.costs[static_cast<size_t>(input.stage)];
+      arrival_us = std::max(arrival_us, end + sender.p2p_us);
+      transfer_us += sender.p2p_us;
+      transfers += 1;
+      bytes += sender.p2p_bytes;
+    }
+  }
+  StageSimulation& out = s.result.stages[p];
+  const double time = task_time_us(s.schedule, s.costs[p], stage, task, out.comm);
+  const TimelineEntry entry{task, arrival_us, arrival_us + time};
+  const double pp_exposed = arrival_us - inputs_done_us;
+  out.comm[ParallelDim::kPp].exposed_us += pp_exposed;
+  out.comm[ParallelDim::kPp].hidden_us += transfer_us - pp_exposed;
+  out.p2p_received += transfers;
+  s.result.p2p_transfers += transfers;
+  s.result.p2p_bytes += bytes;
+  out.timeline.push_back(entry);
+  out.busy_us += time;
+  s.trackers[p].run(out, entry);
+  for (const WorkItem& item : work) s.ends.at(item) = entry.end_us;
+  s.free_us[p] = entry.end_us;
+  s.next[p] += 1;
+  return true;
+}
+
+[[noreturn]] void report_deadlock(const SimState& s) {
+  std::string waiting;
+  for (size_t p = 0; p < s.next.size(); ++p) {
+    if (s.next[p] >= s.schedule.stages[p].size()) continue;
+    waiting += fmt::format(" stage {} at {};", p, s.schedule.stages[p][s.next[p]].label());
+  }
+  throw Error(ErrorCode::kInternal, fmt::format("pipeline simulation: the {} schedule deadlocks:{}",
+                                                pipeline_shape_name(s.schedule.shape), waiting));
+}
+
+void summarize(SimState& s) {
+  PipelineSimulation& r = s.result;
+  for (size_t p = 0; p < r.stages.size(); ++p) {
+    StageSimulation& stage = r.stages[p];
+    stage.last_end_us = s.free_us[p];
+    stage.finish_us = stage.last_end_us + s.costs[p].dp_reduce_us + s.costs[p].optimizer_us;
+    stage.comm[ParallelDim::kDp].exposed_us += s.costs[p].dp_reduce_us;
+    r.pipeline_us = std::max(r.pipeline_us, stage.last_end_us);
+    r.iteration_us = std::max(r.iteration_us, stage.finish_us);
+    r.comm += stage.comm;
+  }
+  double idle_us = 0;
+  for (const StageSimulation& stage : r.stages) idle_us += r.pipeline_us - stage.busy_us;
+  const double total_us = r.pipeline_us * static_cast<double>(r.stages.size());
+  r.bubble_ratio = total_us > 0 ? idle_us / total_us : 0.0;
+}
+
+}  // namespace
+
+PipelineSimulation simulate_pipeline(const PipelineSchedule& schedule,
+                                     const std::vector<StageCosts>& costs) {
+  check_costs(schedule, costs);
+  const auto pp = static_cast<size_t>(schedule.pp);
+  SimState s{schedule,
+             costs,
+             EndTimes(schedule.pp, schedule.num_micro_batches),
+             std::vector<size_t>(pp, 0),
+             std::vector<double>(pp, 0.0),
+             {},
+             {}};
+  for (const StageCosts& c : costs) s.trackers.emplace_back(c);
+  s.result.stages.resize(pp);
+  // Any stage whose next task is ready may run it; a task's times depend only on its
+  // inputs' ends and its stage's previous task, so the sweep order changes nothing.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t p = 0; p < pp; ++p) {
+      while (s.next[p] < schedule.stages[p].size() && try_run_next(s, static_cast<int64_t>(p))) {
+        progress = true;
+      }
+    }
+  }
+  for (size_t p = 0; p < pp; ++p) {
+    if (s.next[p] < schedule.stages[p].size()) report_deadlock(s);
+  }
+  summarize(s);
+  return s.result;
+}
+
+}  // namespace dhelix

@@ -1,0 +1,143 @@
+#pragma once
+// Times one iteration of a pipeline schedule (pipeline_schedule.h) from per-chunk costs.
+//
+// Model. Each stage runs its task list in order on one compute timeline. A task starts when
+// its stage is free and every input has arrived: an input made on the same stage is ready
+// when its task ends; one made on a neighbour stage arrives p2p_us (the sender's figure)
+// after its task ends. Point-to-point transfers run on a communication stream beside the
+// compute, so they cost only this delay; what part of it made a stage wait is PP time
+// exposed, the rest is hidden. Both halves of an SI block deliver their results when the
+// block ends (the pairing interleaves layers, so the forward's last layer may finish
+// earlier; ending both at the block's end is the safe side). TP, CP and EP time, hidden and
+// exposed, come with each task kind's costs (the layer-level pairing search gives them) and
+// are summed. After its last task a stage reduces its gradients over DP (dp_reduce_us, all
+// exposed: Megatron can overlap part of the last stages' reduction with the cool-down, which
+// we do not credit) and steps the optimizer (optimizer_us); the iteration ends when the
+// slowest stage has done both.
+//
+// Memory. A forward of a chunk keeps its layers' activations for that micro-batch until the
+// backward of the same chunk ends; the simulator charges a forward's allocation at its start
+// and a backward's release at its end (the conservative reading of a step curve). In an SI
+// block the pairing alternates layer pairs of the stage's two equal chunks, so at its worst
+// moment the stage holds one more layer's activations than at the block's start and at its
+// end as many as at its start; the head-loss step holds its transient (logits) while it
+// runs.
+//
+// Hand-timed example (pipeline_simulator_test.cc): the W of pipeline_schedule.h with pp = 2,
+// m = 4, unit forward and backward chunks, SI blocks of 2, no transfer delay, takes 20 units,
+// exactly like 1F1B with stages of two chunks ((m + pp - 1)·(2 + 2) = 20): same bubble
+// ratio, 4/20 = 0.2. With SI blocks of 1.5 the W takes 17.
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "lib/parallel_spec.h"
+#include "planner/pipeline_schedule.h"
+
+namespace dhelix {
+
+/// Communication time of one type, split by whether compute ran beside it.
+struct CommTime {
+  double hidden_us = 0;
+  double exposed_us = 0;
+};
+
+/// Communication time per type (TP, CP, EP, DP, PP), indexed by ParallelDim.
+struct CommBreakdown {
+  std::array<CommTime, 5> by_dim{};
+
+  CommTime& operator[](ParallelDim dim) { return by_dim[static_cast<size_t>(dim)]; }
+  const CommTime& operator[](ParallelDim dim) const { return by_dim[static_cast<size_t>(dim)]; }
+  CommBreakdown& operator+=(const CommBreakdown& other);
+  /// Every figure multiplied by `factor` (a chunk of `factor` identical layers).
+  CommBreakdown scaled(double factor) const;
+  double total_hidden_us() const;
+  double total_exposed_us() const;
+};
+
+/// What a stage's tasks cost, for one micro-batch. A chunk is the folded layout's down or up
+/// chunk for the W, the stage's whole layer range for 1F1B.
+struct StageCosts {
+  double forward_chunk_us = 0;   ///< forward of one chunk
+  double backward_chunk_us = 0;  ///< backward of one chunk (dgrad and wgrad)
+  /// The forward of one chunk co-run with the backward of another (same layer count): the
+  /// pairing search's time of a layer pair times the layers per chunk.
+  double si_block_us = 0;
+  CommBreakdown forward_comm;   ///< TP, CP, EP time inside forward_chunk_us
+  CommBreakdown backward_comm;  ///< inside backward_chunk_us
+  CommBreakdown si_block_comm;  ///< inside si_block_us
+  /// Embedding forward and backward, added to the first chunk's forward and backward on the
+  /// embedding stage (ignored elsewhere).
+  double embedding_forward_us = 0;
+  double embedding_backward_us = 0;
+  /// Final norm, head and loss, forward and backward: the head-loss step on its stage.
+  double head_loss_forward_us = 0;
+  double head_loss_backward_us = 0;
+  double p2p_us = 0;        ///< one activation or gradient sent to a neighbour stage
+  int64_t p2p_bytes = 0;    ///< bytes of that transfer
+  double dp_reduce_us = 0;  ///< this stage's gradient reduction over DP, after its last task
+  double optimizer_us = 0;  ///< this stage's optimizer step
+  int64_t layers_per_chunk = 1;
+  int64_t activation_bytes_per_layer = 0;  ///< kept per layer per micro-batch (memory_model.h)
+  int64_t head_loss_transient_bytes = 0;   ///< live during a head-loss step only
+};
+
+/// One layer's costs as the layer-level search reports them.
+struct LayerCosts {
+  double forward_us = 0;
+  double backward_us = 0;
+  double si_pair_us = 0;  ///< one layer's forward co-run with one layer's backward
+  CommBreakdown forward_comm;
+  CommBreakdown backward_comm;
+  CommBreakdown si_pair_comm;
+  int64_t activation_bytes = 0;  ///< per micro-batch
+};
+
+/// `extras` with its chunk fields set from `layer` for chunks of `layers_per_chunk` layers.
+StageCosts chunk_costs(const LayerCosts& layer, int64_t layers_per_chunk, StageCosts extras);
+
+/// One task as it ran.
+struct TimelineEntry {
+  PipelineTask task;
+  double start_us = 0;
+  double end_us = 0;
+};
+
+/// Live activation bytes on a stage from time_us on (a step curve).
+struct MemoryPoint {
+  double time_us = 0;
+  int64_t bytes = 0;
+};
+
+struct StageSimulation {
+  std::vector<TimelineEntry> timeline;  ///< in execution order
+  double busy_us = 0;                   ///< sum of task times
+  double last_end_us = 0;               ///< end of the stage's last task
+  double finish_us = 0;                 ///< after DP reduction and optimizer
+  CommBreakdown comm;                   ///< summed over the stage's tasks, PP and DP included
+  std::vector<MemoryPoint> activation_curve;
+  int64_t peak_activation_bytes = 0;
+  double peak_activation_time_us = 0;
+  int64_t p2p_received = 0;  ///< transfers this stage received
+};
+
+struct PipelineSimulation {
+  std::vector<StageSimulation> stages;
+  double pipeline_us = 0;   ///< end of the last task on any stage
+  double iteration_us = 0;  ///< the slowest stage's finish_us
+  /// Idle share of the stages' time up to pipeline_us (DP reduction and optimizer excluded).
+  double bubble_ratio = 0;
+  int64_t p2p_transfers = 0;
+  int64_t p2p_bytes = 0;
+  CommBreakdown comm;  ///< summed over stages (GPU-microseconds)
+
+  int64_t peak_activation_bytes() const;  ///< over stages
+};
+
+/// Simulates the schedule. `costs` has one entry per stage. Throws Error(kInvalidInput)
+/// on a size mismatch or a negative time, Error(kInternal) if the schedule deadlocks.
+PipelineSimulation simulate_pipeline(const PipelineSchedule& schedule,
+                                     const std::vector<StageCosts>& costs);
+
+}  // namespace dhelix

@@ -1,0 +1,100 @@
+#pragma once
+// The cost P(F, B) of a block: forward ops F (a set of the forward strand's ops) and
+// backward ops B (a set of the backward strand's ops) co-run from a common start until a
+// barrier after the last of them ends. P(F, {}) and P({}, B) are a strand alone.
+//
+// The model (docs/planner.md has the full statement):
+// - Three resources, one per StreamClass. A stream runs at most one op at a time, so two
+//   compute ops (of either strand) serialise, two ops of the same comm stream serialise,
+//   and ops of different streams overlap, within one strand too ("self-overlap").
+// - An op may start when its predecessors inside the block have finished; predecessors
+//   outside the block belong to earlier blocks (the search only builds blocks whose op
+//   sets are differences of downsets, so they have).
+// - List scheduling: whenever a stream is idle it starts its ready op of highest
+//   priority: the longest solo-time path from the op to the block's end (ops of both
+//   strands compete on one list), ties to the backward strand (its path is usually the
+//   critical one), then to the lower index. Starting an op never waits on purpose.
+// - Rates: while several ops run, op a progresses at the product over the other running
+//   ops b of CoRunModel::rate(a, b) (1 when alone); rates are constant between events
+//   (a start or a finish), so the simulation jumps from event to event exactly.
+// Consequence the search relies on: P depends on the two op SETS only, not on any order
+// given for them, so every segmentation of every topological order is a chain of
+// downsets and a DP over downset pairs covers them all.
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/co_run_model.h"
+#include "planner/strand_graph.h"
+
+namespace dhelix {
+
+/// When one op of a block ran, relative to the block's start.
+struct OpTiming {
+  Strand strand = Strand::kForward;
+  int64_t op = 0;        ///< index in its strand's graph
+  double start_us = 0;   ///< from the block's start
+  double finish_us = 0;  ///< from the block's start, >= start_us
+};
+
+/// A simulated block: its time (the last finish, 0 for an empty block) and per-op timings
+/// in the order the ops started (ties: backward first, then index).
+struct BlockSimulation {
+  double time_us = 0;
+  std::vector<OpTiming> ops;
+};
+
+/// Binds both strands and a co-run model; precomputes the pairwise rate matrix once so
+/// that a block costs one allocation-free event simulation.
+class BlockCostModel {
+ public:
+  /// The graphs and the model must outlive this object. Rates are read once, here;
+  /// DHELIX_CHECKs that each lies in (0, 1] (then clamps to kMinCoRunRate).
+  BlockCostModel(const StrandGraph& forward, const StrandGraph& backward, const CoRunModel& model);
+
+  const StrandGraph& forward() const { return *forward_; }
+  const StrandGraph& backward() const { return *backward_; }
+  const StrandGraph& graph(Strand strand) const;
+
+  /// P(F, B) in us. Only the sets matter (see above). F and B need not be downsets: a
+  /// predecessor outside the block counts as finished before it.
+  double cost_us(OpMask forward_ops, OpMask backward_ops) const;
+  /// The same simulation, with every op's start and finish.
+  BlockSimulation simulate(OpMask forward_ops, OpMask backward_ops) const;
+  /// Rate of op a (of strand sa) while op b (of strand sb) runs, as read from the model.
+  double pair_rate(Strand sa, int64_t a, Strand sb, int64_t b) const;
+
+ private:
+  double run(OpMask forward_ops, OpMask backward_ops, BlockSimulation* out) const;
+
+  const StrandGraph* forward_;
+  const StrandGraph* backward_;
+  int64_t num_ops_ = 0;        ///< forward ops, then backward ops
+  std::vector<double> rates_;  ///< num_ops_ x num_ops_, row = the slowed op
+};
+
+/// P memoized by the two masks (open addressing; the search asks for the same block from
+/// many state pairs, e.g. whenever a movable sink outside the block may or may not be done).
+class BlockCostCache {
+ public:
+  explicit BlockCostCache(const BlockCostModel& model);
+  const BlockCostModel& model() const { return *model_; }
+  /// P(forward_ops, backward_ops) in us, simulated on the first request only.
+  double cost_us(OpMask forward_ops, OpMask backward_ops);
+  /// Distinct blocks simulated so far.
+  int64_t simulations() const { return size_; }
+
+ private:
+  struct Entry {
+    OpMask forward_ops = 0;
+    OpMask backward_ops = 0;
+    double cost_us = -1;  ///< < 0: empty slot
+  };
+  void grow();
+
+  const BlockCostModel* model_;
+  std::vector<Entry> entries_;
+  int64_t size_ = 0;
+};
+
+}  // namespace dhelix

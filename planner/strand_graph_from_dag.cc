@@ -1,0 +1,34 @@
+// from_layer_dag lives apart from strand_graph.cc so that code using hand-built graphs
+// does not link the LayerDag implementation.
+#include <string>
+#include <unordered_map>
+
+#include "lib/error.h"
+#include "planner/strand_graph.h"
+
+namespace dhelix {
+
+StrandGraph from_layer_dag(const LayerDag& dag,
+                           const std::function<double(const Op&)>& solo_time_us) {
+  if (dag.size() > kMaxStrandOps) {
+    throw Error(ErrorCode::kUnsupported,
+                "layer DAG holds " + std::to_string(dag.size()) +
+                    " ops; the pairing search handles at most 64 per strand");
+  }
+  StrandGraph graph;
+  std::unordered_map<int64_t, int64_t> new_index;
+  for (int64_t v : dag.topological_order()) {
+    const Op& op = dag.op(v);
+    const double time_us = solo_time_us(op);
+    if (!(time_us >= 0)) {
+      throw Error(ErrorCode::kInvalidInput,
+                  "op " + op.id + ": solo time " + std::to_string(time_us) + " us is negative");
+    }
+    std::vector<int64_t> preds;
+    for (int64_t p : dag.predecessors(v)) preds.push_back(new_index.at(p));
+    new_index[v] = graph.add_op(op.id, op.stream, time_us, std::move(preds), op.signature());
+  }
+  return graph;
+}
+
+}  // namespace dhelix

@@ -1,0 +1,41 @@
+#pragma once
+// Command-line options shared by the tools that take a job: a job file and/or flags that
+// override it (Megatron-LM's long names are accepted as aliases, so a Megatron launch line
+// can be pasted), and loading them into one validated JobSpec.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "lib/job_spec.h"
+
+namespace dhelix {
+
+/// The job as given on the command line. Unset optionals leave the job file's value.
+struct JobOptions {
+  std::string job_file;    ///< positional JOB; "" when the job comes from flags only
+  std::string model_file;  ///< --model
+  std::string cluster;     ///< --cluster: preset name or cluster file
+  std::optional<int64_t> dp, tp, cp, pp, ep;
+  std::optional<bool> sp;
+  std::optional<int64_t> micro_batch_size, global_batch_size, seq_length;
+  std::optional<std::string> rank_order;
+};
+
+/// Adds JOB, --model, --cluster, --dp/--tp/--pp/--cp/--ep, --sp/--no-sp, --mbs, --gbs,
+/// --seq, --rank-order and their Megatron-LM aliases to `app`, writing into `options`.
+void add_job_options(CLI::App& app, JobOptions& options);
+
+/// Reads the job file (if any), applies the flags over it, and validates the result.
+/// Without a job file, --model, --cluster, --gbs and --seq are required. Throws one Error
+/// listing every problem (exit status per its code).
+JobSpec load_job(const JobOptions& options);
+
+/// Files the job was read from (job, model, cluster files; presets have none), for
+/// provenance.
+std::vector<std::string> job_input_files(const JobSpec& job);
+
+}  // namespace dhelix
