@@ -8,9 +8,11 @@
 
 // Figures come from /work/shared/reference/hardware-figures.md (vendor datasheets, NCCL's
 // tuning model, published nccl-tests runs) and the DHelix paper's section 6.1. Latencies
-// are the per-hop alpha of the ring model: 2.5 us on NVLink follows from the ~34 us
-// small-message all-reduce of an 8-GPU DGX-A100 ring (14 steps); PCIe and the network add
-// the difference NCCL's tuning model puts between those links and NVLink.
+// are the per-hop alpha of the ring model, fitted to where measured bus bandwidth reaches
+// half its peak (about 16-18 MB for an 8-GPU all-reduce on A100 and H100): that is the
+// size range of one layer's TP traffic, which is what the planner needs right. The price is
+// small-message latency: the ring model then overstates it (126 us instead of the ~34 us
+// measured on DGX-A100 for tiny messages); docs/cost-model.md lists this limit.
 
 namespace dhelix {
 namespace {
@@ -22,26 +24,30 @@ constexpr const char* kNcclPcieSms =
     "Interference): 4 intra-node, 2 for the single NIC";
 
 LinkSpec pcie4_link() {
-  return {LinkKind::kPcie, 32.0, 24.0, 3.5,
+  return {LinkKind::kPcie, 32.0, 24.0, 10.0,
           "PCIe 4.0 x16: 32 GB/s per direction (paper 6.1, PCI-SIG); ~24 GB/s usable as NCCL's "
-          "model assumes (hardware-figures.md, Links); alpha 3.5 us: NVLink's 2.5 us plus "
-          "NCCL's extra PCIe hop latency. " +
+          "model assumes (hardware-figures.md, Links); alpha 10 us: the A100 NVLink fit (9 us) "
+          "plus NCCL's extra PCIe hop latency (tuning.cc: ~1 us per hop more than NVLink). " +
               std::string(kNcclPcieSms)};
 }
 
 LinkSpec nvlink_a800_link() {
-  return {LinkKind::kNvLink, 200.0, 160.0, 2.5,
+  return {LinkKind::kNvLink, 200.0, 160.0, 9.0,
           "A800 NVLink 400 GB/s bidirectional = 200 GB/s per direction (paper 6.1, NVIDIA A800 "
           "datasheet); 8x A800 all-reduce busbw ~160 GB/s (hardware-figures.md, nccl-tests); "
-          "alpha 2.5 us from the ~34 us 8-GPU DGX-A100 ring latency. NCCL SMs: 16 intra-node "
+          "alpha 9 us: 8-GPU A100 all-reduce busbw reaches half its 228 GB/s peak near 17 MB "
+          "(1 MB 36, 16 MB 109, 128 MB 174 GB/s; hardware-figures.md), and n*alpha*B = 17 MB "
+          "gives alpha = 9 us. NCCL SMs: 16 intra-node "
           "(NVLink systems use 16-32 channels), 8 inter-node (2 channels per NIC, 4 NICs)"};
 }
 
 LinkSpec nvlink4_link() {
-  return {LinkKind::kNvLink, 450.0, 370.0, 2.5,
+  return {LinkKind::kNvLink, 450.0, 370.0, 5.5,
           "NVLink4 900 GB/s bidirectional = 450 GB/s per direction (paper 6.1, NVIDIA H100/H200 "
           "datasheets); ring busbw ~370 GB/s as NCCL's model assumes, 8x H100 all-gather ~350 "
-          "and reduce-scatter ~360 GB/s measured (hardware-figures.md); alpha 2.5 us as A100. "
+          "and reduce-scatter ~360 GB/s measured (hardware-figures.md); alpha 5.5 us: 8x H100 "
+          "all-reduce busbw is half its ~466 GB/s peak near 16 MB (1 MB 44, 16 MB 234 GB/s), "
+          "n*alpha*B = 16 MB with B = 370 gives 5.5 us. "
           "NCCL SMs: 24 intra-node (NVLink systems use 16-32 channels), 16 inter-node "
           "(2 channels per NIC, 8 NICs)"};
 }

@@ -29,6 +29,40 @@ void block_priorities(const StrandGraph& graph, OpMask mask, double* priority) {
   }
 }
 
+// List scheduling: the ready op of `stream` with the highest priority; the backward
+// strand is scanned first and a later candidate must be strictly better, which implements
+// the tie rules. -1 when none is ready.
+int64_t best_ready(const OpMask (&ready)[2][kNumStreams], int stream, int64_t nf,
+                   const double* priority) {
+  int64_t best = -1;
+  for (int k = 1; k >= 0; --k) {
+    const int64_t base = k == 0 ? 0 : nf;
+    for (OpMask m = ready[k][stream]; m != 0; m &= m - 1) {
+      const int64_t u = base + __builtin_ctzll(m);
+      if (best < 0 || priority[u] > priority[best]) best = u;
+    }
+  }
+  return best;
+}
+
+// In-order execution: the unstarted op of `stream` with the lowest issue rank, if it is
+// ready; -1 when the stream is empty or its head still waits for an input.
+int64_t queue_head_if_ready(const OpMask (&unstarted)[2][kNumStreams],
+                            const OpMask (&ready)[2][kNumStreams], int stream, int64_t nf,
+                            const int64_t* issue_rank) {
+  int64_t head = -1;
+  for (int k = 0; k < 2; ++k) {
+    const int64_t base = k == 0 ? 0 : nf;
+    for (OpMask m = unstarted[k][stream]; m != 0; m &= m - 1) {
+      const int64_t u = base + __builtin_ctzll(m);
+      if (head < 0 || issue_rank[u] < issue_rank[head]) head = u;
+    }
+  }
+  if (head < 0) return -1;
+  const int k = head < nf ? 0 : 1;
+  return ((ready[k][stream] >> (head - (k == 0 ? 0 : nf))) & 1) != 0 ? head : -1;
+}
+
 }  // namespace
 
 BlockCostModel::BlockCostModel(const StrandGraph& forward, const StrandGraph& backward,
@@ -59,24 +93,40 @@ double BlockCostModel::pair_rate(Strand sa, int64_t a, Strand sb, int64_t b) con
 }
 
 double BlockCostModel::cost_us(OpMask forward_ops, OpMask backward_ops) const {
-  return run(forward_ops, backward_ops, nullptr);
+  return run(forward_ops, backward_ops, nullptr, nullptr);
 }
 
-BlockSimulation BlockCostModel::simulate(OpMask forward_ops, OpMask backward_ops) const {
-  BlockSimulation sim;
-  sim.time_us = run(forward_ops, backward_ops, &sim);
+namespace {
+void sort_by_start(BlockSimulation& sim) {
   std::sort(sim.ops.begin(), sim.ops.end(), [](const OpTiming& x, const OpTiming& y) {
     if (x.start_us != y.start_us) return x.start_us < y.start_us;
     if (x.strand != y.strand) return x.strand == Strand::kBackward;
     return x.op < y.op;
   });
+}
+}  // namespace
+
+BlockSimulation BlockCostModel::simulate(OpMask forward_ops, OpMask backward_ops) const {
+  BlockSimulation sim;
+  sim.time_us = run(forward_ops, backward_ops, nullptr, &sim);
+  sort_by_start(sim);
+  return sim;
+}
+
+BlockSimulation BlockCostModel::simulate_in_order(OpMask forward_ops, OpMask backward_ops,
+                                                  const std::vector<int64_t>& issue_rank) const {
+  DHELIX_CHECK(static_cast<int64_t>(issue_rank.size()) == num_ops_);
+  BlockSimulation sim;
+  sim.time_us = run(forward_ops, backward_ops, issue_rank.data(), &sim);
+  sort_by_start(sim);
   return sim;
 }
 
 // Event simulation. Combined op index u: forward op i is u = i, backward op j is
 // u = nf + j. Between two events the set of running ops, hence every rate, is constant,
 // so the next event is the earliest finish at the current rates.
-double BlockCostModel::run(OpMask forward_ops, OpMask backward_ops, BlockSimulation* out) const {
+double BlockCostModel::run(OpMask forward_ops, OpMask backward_ops, const int64_t* issue_rank,
+                           BlockSimulation* out) const {
   const int64_t nf = forward_->size();
   DHELIX_CHECK((forward_ops & ~forward_->all_ops()) == 0);
   DHELIX_CHECK((backward_ops & ~backward_->all_ops()) == 0);
@@ -88,6 +138,7 @@ double BlockCostModel::run(OpMask forward_ops, OpMask backward_ops, BlockSimulat
   std::array<double, kMaxBlockOps> start_us;
   std::array<int, kMaxBlockOps> pending;
   OpMask ready[2][kNumStreams] = {};
+  OpMask unstarted[2][kNumStreams] = {};  // in-order mode: a stream's queue
   block_priorities(*forward_, forward_ops, priority.data());
   block_priorities(*backward_, backward_ops, priority.data() + nf);
   int64_t left = 0;
@@ -99,6 +150,7 @@ double BlockCostModel::run(OpMask forward_ops, OpMask backward_ops, BlockSimulat
       remaining_us[base + i] = op.solo_time_us;
       pending[base + i] = __builtin_popcountll(graphs[k]->predecessor_mask(i) & masks[k]);
       if (pending[base + i] == 0) ready[k][stream_index(op.stream)] |= OpMask{1} << i;
+      unstarted[k][stream_index(op.stream)] |= OpMask{1} << i;
       ++left;
     }
   }
@@ -106,21 +158,16 @@ double BlockCostModel::run(OpMask forward_ops, OpMask backward_ops, BlockSimulat
   int64_t running[kNumStreams] = {-1, -1, -1};
   double now_us = 0;
   while (left > 0) {
-    // Idle streams start their best ready op: backward strand scanned first and a later
-    // candidate must be strictly better, which implements the tie rules.
+    // Idle streams start their next op (best ready one, or their queue's head).
     for (int s = 0; s < kNumStreams; ++s) {
       if (running[s] >= 0) continue;
-      int64_t best = -1;
-      for (int k = 1; k >= 0; --k) {
-        const int64_t base = k == 0 ? 0 : nf;
-        for (OpMask m = ready[k][s]; m != 0; m &= m - 1) {
-          const int64_t u = base + __builtin_ctzll(m);
-          if (best < 0 || priority[u] > priority[best]) best = u;
-        }
-      }
+      const int64_t best = issue_rank == nullptr
+                               ? best_ready(ready, s, nf, priority.data())
+                               : queue_head_if_ready(unstarted, ready, s, nf, issue_rank);
       if (best < 0) continue;
       const int k = best < nf ? 0 : 1;
       ready[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
+      unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
       running[s] = best;
       start_us[best] = now_us;
     }

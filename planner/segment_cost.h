@@ -61,11 +61,21 @@ class BlockCostModel {
   double cost_us(OpMask forward_ops, OpMask backward_ops) const;
   /// The same simulation, with every op's start and finish.
   BlockSimulation simulate(OpMask forward_ops, OpMask backward_ops) const;
+  /// The block run as a framework without a planner runs it: every stream executes its
+  /// ops strictly in `issue_rank` order (a CUDA stream is a FIFO: an op whose inputs are
+  /// not ready holds up the ops queued behind it), instead of picking its best ready op.
+  /// `issue_rank[u]` ranks combined op u (forward op i is u = i, backward op j is
+  /// u = forward().size() + j); ranks must respect each strand's dependencies. Used for
+  /// baselines (layer_baselines.h); the search never uses it.
+  BlockSimulation simulate_in_order(OpMask forward_ops, OpMask backward_ops,
+                                    const std::vector<int64_t>& issue_rank) const;
   /// Rate of op a (of strand sa) while op b (of strand sb) runs, as read from the model.
   double pair_rate(Strand sa, int64_t a, Strand sb, int64_t b) const;
 
  private:
-  double run(OpMask forward_ops, OpMask backward_ops, BlockSimulation* out) const;
+  /// The event simulation; `issue_rank` null: list scheduling by priority, else in order.
+  double run(OpMask forward_ops, OpMask backward_ops, const int64_t* issue_rank,
+             BlockSimulation* out) const;
 
   const StrandGraph* forward_;
   const StrandGraph* backward_;

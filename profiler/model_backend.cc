@@ -4,6 +4,7 @@
 
 #include "lib/cluster_reader.h"
 #include "lib/dag_builder.h"
+#include "lib/dag_builder_intra_batch.h"
 #include "lib/job_reader.h"
 #include "lib/placement.h"
 #include "profiler/interference.h"
@@ -41,6 +42,13 @@ ProfileSpace collect_profile_space(const JobSpec& job) {
     const LayerDags extras = build_stage_extras(job, rank, true, true);
     add_dag_ops(extras.forward, seen, space.ops);
     add_dag_ops(extras.backward, seen, space.ops);
+  }
+  // The intra-batch baseline's chunked ops (GEMM chunks, ring steps) after all the others,
+  // so that the ops of the normal DAGs keep their places.
+  for (int64_t stage = 0; stage < job.parallel.pp; ++stage) {
+    const LayerDags intra = build_intra_batch_layer_dags(job, placement.rank_of({.pp = stage}));
+    add_dag_ops(intra.forward, seen, space.ops);
+    add_dag_ops(intra.backward, seen, space.ops);
   }
   const int64_t n = static_cast<int64_t>(space.ops.size());
   for (int64_t i = 0; i < n; ++i) {

@@ -4,8 +4,10 @@
 // collective_cost.h and interference.h (docs/cost-model.md). It needs no GPU.
 //
 // The profile space of a job: the ops of one layer's forward and backward DAGs and of the
-// stage extras (embedding, head, loss) on the first rank of every pipeline stage,
-// deduplicated by signature (first seen wins, so example ids are stable); then the pairs
+// stage extras (embedding, head, loss) on the first rank of every pipeline stage, then the
+// chunked ops of the intra-batch baseline's DAGs (lib/dag_builder_intra_batch.h) on the
+// same ranks, deduplicated by signature (first seen wins, so example ids are stable); then
+// the pairs
 //   compute x communication, local x cross-node communication, and communication x
 //   communication of the same class (self-pairs included: both strands run the same op),
 // so the planner never has to guess a co-run.

@@ -9,7 +9,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libboost-graph-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
-  python3 python3-jsonschema
+  python3 python3-jsonschema chromium
 )
 
 missing=()

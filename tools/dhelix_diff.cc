@@ -1,16 +1,94 @@
-// dhelix-diff: Compares two plans.
-// Only --help and --version work so far; plan comparison arrives with the emitter issue.
+// dhelix-diff: compares two plans (docs/diff.md) and, for CI, fails on a slowdown or on any
+// change. Exit statuses: 0 no --fail-if condition met, 1 one was (reasons on stderr),
+// 2 bad input, 3 unreadable file, 5 a plan of another major schema version.
 
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "emitter/plan_diff.h"
 #include "lib/error.h"
+#include "lib/plan_reader.h"
+#include "lib/provenance.h"
 #include "tools/tool_main.h"
 
+namespace {
+
+constexpr const char* kTool = "dhelix-diff";
+constexpr int kExitCheckFailed = 1;
+
+constexpr const char* kExitStatuses = R"(
+Exit statuses:
+  0  no --fail-if condition met (the plans may still differ)
+  1  a --fail-if condition met; each reason is printed on stderr
+  2  bad input: a malformed plan or a bad flag
+  3  a plan file cannot be read
+  5  a plan of another major schema version
+)";
+
+struct DiffFlags {
+  std::string plan_a;
+  std::string plan_b;
+  bool json = false;
+  std::optional<double> fail_if_slower_pct;
+  bool fail_if_changed = false;
+};
+
+int run_diff(const DiffFlags& flags, const std::vector<std::string>& argv) {
+  // Load both plans (strict reader: schema version, unknown keys, ranges).
+  const dhelix::Plan a = dhelix::read_plan(flags.plan_a);
+  const dhelix::Plan b = dhelix::read_plan(flags.plan_b);
+
+  // Compare, and check the CI conditions asked for.
+  dhelix::DiffOptions options;
+  options.fail_if_slower_pct = flags.fail_if_slower_pct;
+  options.fail_if_changed = flags.fail_if_changed;
+  dhelix::PlanDiff diff = dhelix::diff_plans(a, b, options);
+  diff.label_a = flags.plan_a;
+  diff.label_b = flags.plan_b;
+
+  // Render on stdout; reasons for failing on stderr too, where CI logs show them.
+  if (flags.json) {
+    const dhelix::Provenance provenance =
+        dhelix::make_provenance(kTool, argv, {flags.plan_a, flags.plan_b});
+    std::fputs(
+        (dhelix::plan_diff_to_json(diff, dhelix::provenance_to_json(provenance)).dump(2) + "\n")
+            .c_str(),
+        stdout);
+  } else {
+    std::fputs(dhelix::plan_diff_to_text(diff).c_str(), stdout);
+  }
+  for (const std::string& failure : diff.failures) {
+    std::fprintf(stderr, "%s: failed: %s\n", kTool, failure.c_str());
+  }
+  return diff.failures.empty() ? 0 : kExitCheckFailed;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  return dhelix::run_tool("dhelix-diff", argc, argv, [](CLI::App& app) {
-    app.description("Compares two plans.");
-    app.allow_extras();
-    return []() -> int {
-      throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
-                          "not implemented yet: plan comparison arrives with the emitter issue");
-    };
+  const std::vector<std::string> args = dhelix::tool_argv(kTool, argc, argv);
+  return dhelix::run_tool(kTool, argc, argv, [&args](CLI::App& app) {
+    auto flags = std::make_shared<DiffFlags>();
+    app.description(
+        "Compares two plans written by dhelix-plan: inputs (model, parallel settings, cluster, "
+        "profile), the layer pairings (blocks added, removed, changed), and the predicted "
+        "figures of every scheme, with a short summary. Numbers within a relative 1e-6 are "
+        "equal.");
+    app.footer(kExitStatuses);
+    app.add_option("A", flags->plan_a, "The plan to compare from (e.g. main's plan)")->required();
+    app.add_option("B", flags->plan_b, "The plan to compare to (e.g. a pull request's plan)")
+        ->required();
+    app.add_flag("--json", flags->json, "Write the diff as JSON (deterministic) instead of text");
+    app.add_option("--fail-if-slower", flags->fail_if_slower_pct,
+                   "Exit 1 when dhelix's iteration time on B is more than PCT % above A's")
+        ->option_text("PCT")
+        ->check(CLI::NonNegativeNumber);
+    app.add_flag("--fail-if-changed", flags->fail_if_changed,
+                 "Exit 1 on any change in the pairing or the predicted figures (provenance "
+                 "such as the tool version or input hashes alone does not count)");
+    return [flags, &args]() { return run_diff(*flags, args); };
   });
 }

@@ -1,13 +1,27 @@
 // dhelix-plan: reads a job (file and/or flags), validates it, and plans how to interleave
-// two micro-batch strands. For now it validates and summarises the job (--validate-only);
-// the planner arrives with its own issue.
+// two micro-batch strands:
+//
+//   dhelix-plan JOB [--profile P] [-o plan.json] [--allow-oom]   plan, print the report
+//   dhelix-plan JOB --validate-only [--json]                     check and summarise the job
+//   dhelix-plan dag JOB [--format dot|json]                      stage 0's layer DAGs
+//
+// Without --profile the job's operators are timed on the fly with the analytic model
+// (dhelix-profile --backend model); with it, the profile must cover every op of the job.
 
 #include <cstdio>
 #include <memory>
 
+#include "emitter/plan_report.h"
+#include "emitter/plan_writer.h"
+#include "lib/dag_builder.h"
+#include "lib/dag_export.h"
 #include "lib/job_summary.h"
 #include "lib/job_validation.h"
+#include "lib/placement.h"
 #include "lib/provenance.h"
+#include "planner/plan_builder.h"
+#include "profiler/interference.h"
+#include "profiler/model_backend.h"
 #include "tools/job_cli.h"
 #include "tools/tool_main.h"
 
@@ -21,15 +35,38 @@ struct PlanOptions {
   JobOptions job;
   bool validate_only = false;
   bool json = false;
+  std::string profile;
+  std::string output;
+  bool allow_oom = false;
+  // `dag` subcommand
+  CLI::App* dag = nullptr;
+  JobOptions dag_job;
+  std::string dag_format = "dot";
   std::vector<std::string> argv;
 };
 
 void add_plan_options(CLI::App& app, PlanOptions& options) {
-  app.description("Plans DHelix strand interleaving for a training job.");
+  app.description(
+      "Plans DHelix strand interleaving for a training job and prints a report.\n"
+      "  dhelix-plan JOB [--profile P] [-o plan.json]   plan (profile made on the fly without "
+      "--profile)\n"
+      "  dhelix-plan JOB --validate-only [--json]       check and summarise the job\n"
+      "  dhelix-plan dag JOB [--format dot|json]        print stage 0's layer DAGs");
   add_job_options(app, options.job);
   app.add_flag("--validate-only", options.validate_only,
                "Validate the job and print its summary; do not plan");
-  app.add_flag("--json", options.json, "Print the summary as JSON (with a meta block)");
+  app.add_flag("--json", options.json, "With --validate-only: print the summary as JSON");
+  app.add_option("--profile", options.profile,
+                 "Profile file (dhelix-profile); default: model the job's ops on the fly")
+      ->type_name("FILE");
+  app.add_option("-o,--output", options.output, "Plan file to write (schemas/plan.schema.json)")
+      ->type_name("FILE");
+  app.add_flag("--allow-oom", options.allow_oom,
+               "Write a plan that does not fit in GPU memory (with a warning)");
+  options.dag = app.add_subcommand("dag", "Print the layer DAGs of stage 0 (first rank)");
+  add_job_options(*options.dag, options.dag_job);
+  options.dag->add_option("--format", options.dag_format, "dot (Graphviz) or json")
+      ->check(CLI::IsMember({"dot", "json"}));
 }
 
 void print_summary(const JobSpec& job, const PlanOptions& options) {
@@ -44,7 +81,45 @@ void print_summary(const JobSpec& job, const PlanOptions& options) {
   std::printf("%s\n", out.dump(2).c_str());
 }
 
+// The DAGs of stage 0's first rank, as DOT or JSON.
+int print_dags(const PlanOptions& options) {
+  const JobSpec job = load_job(options.dag_job);
+  const LayerDags dags = build_layer_dags(job, 0);
+  if (options.dag_format == "json") {
+    std::printf("%s\n", dag_to_json(dags).dump(2).c_str());
+  } else {
+    std::fputs(dag_to_dot(dags, job.name + " layer, rank 0").c_str(), stdout);
+  }
+  return 0;
+}
+
+// The request build_plan needs; the profile is read or modelled into `profile`.
+PlanRequest make_request(const JobSpec& job, const PlanOptions& options, Profile& profile) {
+  std::vector<std::string> inputs = job_input_files(job);
+  if (!options.profile.empty()) inputs.push_back(options.profile);
+  PlanRequest request;
+  request.job = &job;
+  request.meta = provenance_to_json(make_provenance(kToolName, options.argv, inputs));
+  if (options.profile.empty()) {
+    profile = make_model_profile(job, request.meta);
+    request.profile_name = "the generated model profile";
+    request.profile_ref = {.name = "model", .sha256 = "generated:model"};
+  } else {
+    profile = read_profile(options.profile);
+    request.profile_name = options.profile;
+    request.profile_ref = {.name = profile_backend_name(profile.backend),
+                           .sha256 = sha256_file_hex(options.profile)};
+  }
+  request.profile = &profile;
+  const ClusterSpec cluster = job.cluster;
+  request.unprofiled_op_time_us = [cluster](const Op& op) { return op_time_us(cluster, op); };
+  request.allow_oom = options.allow_oom;
+  return request;
+}
+
 int plan(const PlanOptions& options) {
+  // 0. `dag` subcommand: the DAGs are the whole answer.
+  if (options.dag->parsed()) return print_dags(options);
   // 1. Load the job file and flags into one validated job (throws every problem at once).
   const JobSpec job = load_job(options.job);
   // 2. Point out settings that are allowed but unusual.
@@ -54,10 +129,17 @@ int plan(const PlanOptions& options) {
     print_summary(job, options);
     return 0;
   }
-  // 4. Planning (profile, pairing search, folding, pipeline, emit) arrives with the planner.
-  throw Error(ErrorCode::kUnsupported,
-              "planning is not implemented yet (it arrives with the planner issue); use "
-              "--validate-only to check and summarise the job");
+  // 4. Read the profile, or model one for the job's cluster.
+  Profile profile;
+  const PlanRequest request = make_request(job, options, profile);
+  // 5. Search, simulate the four schemes, check memory, lay out every stage's tasks.
+  const PlanResult result = build_plan(request);
+  for (const std::string& warning : result.warnings) print_warning(kToolName, warning);
+  // 6. Write the plan atomically and print the report.
+  if (!options.output.empty()) write_plan(options.output, result.plan);
+  std::fputs(plan_report_text(result.plan).c_str(), stdout);
+  if (!options.output.empty()) std::printf("plan written to %s\n", options.output.c_str());
+  return 0;
 }
 
 }  // namespace

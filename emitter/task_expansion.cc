@@ -1,0 +1,238 @@
+#include "emitter/task_expansion.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "lib/error.h"
+
+namespace dhelix {
+namespace {
+
+// Below this a task's time beyond its layers is rounding (the plan keeps 3 decimals).
+constexpr double kExtraEpsilonUs = 0.01;
+
+std::string task_pointer(const PlanStage& stage, const PlanTask& task) {
+  return fmt::format("stage {} task {} ({})", stage.stage, task.index, task.label);
+}
+
+// Looks up op ids of one pairing.
+class OpIndex {
+ public:
+  explicit OpIndex(const PlanPairing& pairing) {
+    for (const auto* ops : {&pairing.forward_ops, &pairing.backward_ops}) {
+      for (const PlanOp& op : *ops) ops_.emplace(op.id, &op);
+    }
+  }
+  const PlanOp& at(const std::string& id, const std::string& where) const {
+    auto it = ops_.find(id);
+    if (it == ops_.end()) {
+      throw Error(
+          ErrorCode::kInvalidInput,
+          fmt::format("plan: {}: block timing names op '{}', which the pairing lacks", where, id));
+    }
+    return *it->second;
+  }
+
+ private:
+  std::map<std::string, const PlanOp*> ops_;
+};
+
+// One template block placed in the task: its blocks and the task-local layer of its L0.
+struct PlacedBlocks {
+  const std::vector<PlanBlock>* blocks = nullptr;
+  int64_t first_local_layer = 0;
+};
+
+// The block sequence an SI block task over `layers` layers runs (see the file comment).
+std::vector<PlacedBlocks> si_block_sequence(const PlanPairing& pairing, int64_t layers) {
+  std::vector<PlacedBlocks> out;
+  const bool windows =
+      pairing.scope == "chunk" && pairing.window_layers > 1 && !pairing.window_blocks.empty();
+  if (!windows) {
+    for (int64_t j = 0; j < layers; ++j) out.push_back({&pairing.layer_blocks, j});
+    return out;
+  }
+  const int64_t full = layers / pairing.window_layers;
+  for (int64_t w = 0; w < full; ++w) {
+    out.push_back({&pairing.window_blocks, w * pairing.window_layers});
+  }
+  const int64_t rest = layers % pairing.window_layers;
+  const bool remainder_fits =
+      pairing.chunk_layers % pairing.window_layers == rest && !pairing.remainder_blocks.empty();
+  if (rest > 0 && remainder_fits) {
+    out.push_back({&pairing.remainder_blocks, full * pairing.window_layers});
+  } else {
+    // Not the chunk the windows were fitted for: the remaining layers pair one by one.
+    for (int64_t j = full * pairing.window_layers; j < layers; ++j) {
+      out.push_back({&pairing.layer_blocks, j});
+    }
+  }
+  return out;
+}
+
+// The absolute layer of the strand's j-th layer in the task (backward walks downwards).
+int64_t strand_layer(const PlanTaskPart& part, bool backward, int64_t j) {
+  return backward ? part.layers.first + part.layers.count - 1 - j : part.layers.first + j;
+}
+
+// Lays out an SI block task from `start_us`; returns the time its blocks take.
+double expand_si_block(const PlanPairing& pairing, const OpIndex& index, const PlanStage& stage,
+                       const PlanTask& task, double start_us, std::vector<ExpandedOp>& out) {
+  if (task.forward.layers.count != task.backward.layers.count) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("plan: {}: SI block pairs {} forward layers with {} backward layers; "
+                            "the counts must be equal",
+                            task_pointer(stage, task), task.forward.layers.count,
+                            task.backward.layers.count));
+  }
+  double block_start_us = start_us;
+  int64_t block_index = 0;
+  for (const PlacedBlocks& placed : si_block_sequence(pairing, task.forward.layers.count)) {
+    for (const PlanBlock& block : *placed.blocks) {
+      for (const PlanOpTiming& timing : block.timings) {
+        const auto [k, id] = split_window_op_id(timing.op);
+        const PlanOp& op = index.at(id, task_pointer(stage, task));
+        const bool backward = timing.strand == "bwd";
+        const PlanTaskPart& part = backward ? task.backward : task.forward;
+        out.push_back({.name = id,
+                       .strand = timing.strand,
+                       .stream = op.stream,
+                       .group = op.group,
+                       .micro_batch = part.micro_batch,
+                       .layer = strand_layer(part, backward, placed.first_local_layer + k),
+                       .block = block_index,
+                       .start_us = block_start_us + timing.start_us,
+                       .end_us = block_start_us + timing.finish_us,
+                       .approximate = false});
+      }
+      block_start_us += block.time_us;
+      ++block_index;
+    }
+  }
+  return block_start_us - start_us;
+}
+
+// Lays out a strand-alone task back to back at solo times, squeezed into `budget_us`.
+double expand_alone(const PlanPairing& pairing, const PlanTask& task, double start_us,
+                    double budget_us, std::vector<ExpandedOp>& out) {
+  const bool backward = task.kind == "backward";
+  const PlanTaskPart& part = backward ? task.backward : task.forward;
+  const std::vector<PlanOp>& ops = backward ? pairing.backward_ops : pairing.forward_ops;
+  double layer_us = 0;
+  for (const PlanOp& op : ops) layer_us += op.solo_us;
+  const double total_us = layer_us * static_cast<double>(part.layers.count);
+  const double scale = total_us > budget_us && total_us > 0 ? budget_us / total_us : 1.0;
+  double t = start_us;
+  for (int64_t j = 0; j < part.layers.count; ++j) {
+    for (const PlanOp& op : ops) {
+      const double end_us = t + op.solo_us * scale;
+      out.push_back({.name = op.id,
+                     .strand = backward ? "bwd" : "fwd",
+                     .stream = op.stream,
+                     .group = op.group,
+                     .micro_batch = part.micro_batch,
+                     .layer = strand_layer(part, backward, j),
+                     .block = -1,
+                     .start_us = t,
+                     .end_us = end_us,
+                     .approximate = true});
+      t = end_us;
+    }
+  }
+  return t - start_us;
+}
+
+ExpandedOp extra_step(std::string name, int64_t micro_batch, double start_us, double end_us) {
+  return {.name = std::move(name),
+          .strand = "",
+          .stream = "compute",
+          .group = "",
+          .micro_batch = micro_batch,
+          .layer = -1,
+          .block = -1,
+          .start_us = start_us,
+          .end_us = end_us,
+          .approximate = false};
+}
+
+bool first_chunk(const PlanTaskPart& part) { return part.chunk == "down" || part.chunk == "whole"; }
+
+// Lays out the task's layers and its extra time (the embedding, see the file comment).
+void expand_layers(const Plan& plan, const PlanStage& stage, const PlanTask& task,
+                   std::vector<ExpandedOp>& out) {
+  if (stage.pairing < 0 || stage.pairing >= static_cast<int64_t>(plan.pairings.size())) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("plan: stage {}: pairing {} does not exist ({} pairings)", stage.stage,
+                            stage.pairing, plan.pairings.size()));
+  }
+  const PlanPairing& pairing = plan.pairings[static_cast<size_t>(stage.pairing)];
+  const double duration_us = task.end_us - task.start_us;
+  const bool embedding_forward = stage.embedding && task.has_forward && first_chunk(task.forward);
+  const bool embedding_backward =
+      stage.embedding && task.has_backward && first_chunk(task.backward);
+  // Measure the layers first, so that a forward embedding can go before them.
+  std::vector<ExpandedOp> layers;
+  const double layers_us = task.kind == "si_block"
+                               ? expand_si_block(pairing, OpIndex(pairing), stage, task, 0, layers)
+                               : expand_alone(pairing, task, 0, duration_us, layers);
+  const double extra_us = duration_us - layers_us;
+  const bool extra_first = extra_us > kExtraEpsilonUs && embedding_forward;
+  const double shift_us = task.start_us + (extra_first ? extra_us : 0);
+  for (ExpandedOp& op : layers) {
+    op.start_us += shift_us;
+    op.end_us += shift_us;
+    out.push_back(std::move(op));
+  }
+  if (extra_us <= kExtraEpsilonUs) return;
+  if (extra_first) {
+    out.push_back(extra_step("embedding.fwd", task.forward.micro_batch, task.start_us,
+                             task.start_us + extra_us));
+  } else {
+    out.push_back(extra_step(embedding_backward ? "embedding.bwd" : "other",
+                             embedding_backward ? task.backward.micro_batch : -1,
+                             task.end_us - extra_us, task.end_us));
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& plan_stream_names() {
+  static const std::vector<std::string> kNames = {"compute", "local_comm", "cross_comm"};
+  return kNames;
+}
+
+std::pair<int64_t, std::string> split_window_op_id(const std::string& id) {
+  if (id.size() < 3 || id[0] != 'L') return {0, id};
+  const size_t dot = id.find('.');
+  if (dot == std::string::npos || dot == 1) return {0, id};
+  int64_t k = 0;
+  for (size_t i = 1; i < dot; ++i) {
+    if (id[i] < '0' || id[i] > '9') return {0, id};
+    k = k * 10 + (id[i] - '0');
+  }
+  return {k, id.substr(dot + 1)};
+}
+
+std::vector<ExpandedOp> expand_task(const Plan& plan, const PlanStage& stage,
+                                    const PlanTask& task) {
+  std::vector<ExpandedOp> out;
+  if (task.kind == "head_loss") {
+    out.push_back(extra_step("head_loss", task.head_loss_micro_batch, task.start_us, task.end_us));
+    return out;
+  }
+  expand_layers(plan, stage, task, out);
+  const auto stream_rank = [](const std::string& stream) {
+    const auto& names = plan_stream_names();
+    return std::find(names.begin(), names.end(), stream) - names.begin();
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const ExpandedOp& a, const ExpandedOp& b) {
+    return std::make_tuple(a.start_us, stream_rank(a.stream), a.name) <
+           std::make_tuple(b.start_us, stream_rank(b.stream), b.name);
+  });
+  return out;
+}
+
+}  // namespace dhelix

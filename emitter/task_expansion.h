@@ -1,0 +1,61 @@
+#pragma once
+// A plan task expanded into the ops it runs, with absolute predicted times: what the Chrome
+// trace draws (emitter/chrome_trace.h) and what its tests count.
+//
+// An SI block task over c layers runs the stage's pairing template c times: c copies of the
+// layer blocks, or, in the "chunk" scope, c / window_layers copies of the window blocks and
+// then the remainder blocks (the last, shorter window). Block k starts where block k-1 ended;
+// an op starts at task start + block offset + its timing in the block. The forward strand
+// walks the forward chunk's layers upwards, the backward strand the backward chunk's layers
+// downwards, so the j-th layer pair of the task is (forward first+j, backward last-j).
+//
+// A forward-only or backward-only task (warm-up, cool-down) has no co-run template, and the
+// plan does not keep per-op timings of a strand run alone. Its ops are laid back to back in
+// topological order at their solo times, and squeezed uniformly when the sum overruns the
+// task (the simulator's strand-alone time overlaps some communication with compute, so it is
+// shorter than the sum). Those ops are marked `approximate`.
+//
+// Time a task holds beyond its layers (the embedding on the first stage) becomes one extra
+// event: "embedding.fwd" before the layers, "embedding.bwd" after them, or "other" after
+// them when the plan does not say what it is. A head-loss task is one "head_loss" event.
+//
+// Worked example: stage 1 of examples/plans/llama-39b-a40-dp2-tp8-cp2-pp2-seq16k.json,
+// task F2d+B0u over 3 layers, chunk scope with 2-layer windows: 11 window blocks (layers
+// 0-1 of the task, 432.409 ms) then 7 remainder blocks (layer 2, 220.806 ms), 653.215 ms in
+// all, which is exactly the task's predicted duration.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/plan.h"
+
+namespace dhelix {
+
+/// One op (or extra step) of an expanded task.
+struct ExpandedOp {
+  std::string name;    ///< op id without the "L<k>." prefix, or "embedding.fwd", "head_loss", ...
+  std::string strand;  ///< "fwd", "bwd", or "" for an extra step
+  std::string stream;  ///< "compute", "local_comm" or "cross_comm"
+  std::string group;   ///< communication group ("tp", "cp", ...); "" for compute and extras
+  int64_t micro_batch = -1;  ///< -1 for an extra step that belongs to no one micro-batch
+  int64_t layer = -1;        ///< absolute layer index; -1 for extra steps
+  int64_t block = -1;        ///< index of the SI block within the task; -1 outside SI blocks
+  double start_us = 0;       ///< absolute predicted start
+  double end_us = 0;         ///< absolute predicted end, >= start_us
+  bool approximate = false;  ///< laid out from solo times (no co-run timing in the plan)
+};
+
+/// The ops of `task` (a task of `stage` of `plan`), in start order (ties: stream, then name).
+/// Throws Error(kInvalidInput) when the task refers to a missing pairing, an SI block's
+/// forward and backward layer counts differ, or a block timing names an unknown op.
+std::vector<ExpandedOp> expand_task(const Plan& plan, const PlanStage& stage, const PlanTask& task);
+
+/// The stream names of the plan format, in the order pictures and traces list them.
+const std::vector<std::string>& plan_stream_names();
+
+/// "L2.fwd.gemm_qkv" -> 2 and "fwd.gemm_qkv"; an id without the prefix -> 0 and itself.
+std::pair<int64_t, std::string> split_window_op_id(const std::string& id);
+
+}  // namespace dhelix

@@ -1,0 +1,228 @@
+#pragma once
+// A plan (schemas/plan.schema.json): everything dhelix-plan decided for one job, in a form
+// the runtime (dhelix-run) can execute and dhelix-diff can compare. It is self-contained:
+// it carries the job (model, cluster, parallel settings) it was made for, hashes of those
+// inputs and of the profile, the layer pairings (the SI block templates), every stage's
+// ordered task list with predicted times, and the predicted figures of the four schemes
+// dhelix compares (dhelix, wavelet+, intra-batch, megatron-1f1b).
+//
+// Shape of the file (key order as written; emitter/plan_writer.h):
+//
+//   schema_version, meta (provenance)
+//   inputs:   model {name, sha256}, parallel {...}, cluster {name, sha256},
+//             profile {backend, sha256 | "generated:model"}
+//   job:      name, model {...}, cluster {...}, parallel {...}
+//   options:  allow_oom, distributed_optimizer, cross_layer_max_segment_ops
+//   num_micro_batches
+//   pairings: distinct layer pairings, referred to by stages[i].pairing
+//   stages:   ranks, down/up layer ranges, embedding/head_loss, task list
+//   memory_budget: the GPU's capacity, reserve and usable bytes
+//   schemes:  one per scheme: iteration time, bubble, throughput, communication, memory
+//
+// docs/plan.md describes every field and how the planner fills it.
+//
+// Op ids are the layer DAG's ids (lib/dag_builder.h), stable across runs. In a cross-layer
+// ("chunk" scope) block an op of the k-th layer of the window is "L<k>.<id>".
+//
+// Times are microseconds, sizes bytes; the writer rounds times to 3 decimals and ratios to
+// 6, so that a plan read back and written again gives the same bytes.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lib/json_reader.h"
+
+namespace dhelix {
+
+/// Version of the plan format this dhelix writes; readers accept major 1 only.
+inline constexpr const char* kPlanSchemaVersion = "1.0.0";
+inline constexpr int kPlanSchemaMajor = 1;
+
+/// An input the plan was made for, named and hashed. For the profile, `name` is the
+/// backend ("model", "cpu", "cuda") and `sha256` the hash of the profile file, or
+/// "generated:model" when dhelix-plan made the profile itself.
+struct PlanInputRef {
+  std::string name;
+  std::string sha256;
+};
+
+/// Provenance of the plan's inputs.
+struct PlanInputs {
+  PlanInputRef model;    ///< model name; sha256 of model_to_json(model).dump()
+  OrderedJson parallel;  ///< parallel_to_json(job.parallel)
+  PlanInputRef cluster;  ///< cluster name; sha256 of cluster_to_json(cluster).dump()
+  PlanInputRef profile;  ///< backend; sha256 of the file or "generated:model"
+};
+
+/// The job itself, so that a plan can be run without its input files.
+struct PlanJob {
+  std::string name;
+  OrderedJson model;     ///< model_to_json
+  OrderedJson cluster;   ///< cluster_to_json
+  OrderedJson parallel;  ///< parallel_to_json
+};
+
+/// Choices the planner made or was told.
+struct PlanOptionsRecord {
+  bool allow_oom = false;                   ///< --allow-oom: written even though it does not fit
+  bool distributed_optimizer = true;        ///< optimizer states sharded over DP (memory model)
+  int64_t cross_layer_max_segment_ops = 8;  ///< segment bound of the chunk scope search
+};
+
+/// One op of a layer strand.
+struct PlanOp {
+  std::string id;         ///< layer DAG id, e.g. "fwd.gemm_qkv"
+  std::string kind;       ///< op_kind_name
+  std::string stream;     ///< stream_class_name
+  std::string group;      ///< parallel_dim_name of a communication op's group; "" for compute
+  std::string signature;  ///< Op::signature(), the profile key
+  double solo_us = 0;     ///< solo time from the profile
+};
+
+/// When one op of a block ran, relative to the block's start.
+struct PlanOpTiming {
+  std::string strand;  ///< "fwd" or "bwd"
+  std::string op;      ///< op id ("L<k>.<id>" in chunk scope)
+  double start_us = 0;
+  double finish_us = 0;
+};
+
+/// One SI block of a template: ops that co-run from a common start to a barrier.
+struct PlanBlock {
+  double time_us = 0;
+  std::vector<std::string> forward_ops;   ///< in start order
+  std::vector<std::string> backward_ops;  ///< in start order
+  std::vector<PlanOpTiming> timings;      ///< every op, in start order
+};
+
+/// Communication time of one type inside some work.
+struct PlanCommTime {
+  std::string type;  ///< "tp", "cp", "ep", "dp", "pp"
+  double hidden_us = 0;
+  double exposed_us = 0;
+};
+
+/// How one layer's forward and one layer's backward are interleaved (and, for the chunk
+/// scope, windows of several layers). Shared by every stage whose layer DAGs are the same.
+struct PlanPairing {
+  std::vector<PlanOp> forward_ops;       ///< one layer's forward ops, topological order
+  std::vector<PlanOp> backward_ops;      ///< one layer's backward ops, topological order
+  std::string scope;                     ///< "layer" or "chunk": the one the stage costs use
+  int64_t chunk_layers = 0;              ///< layers per chunk the scopes were compared for
+  double layer_scope_us = 0;             ///< chunk_layers x one layer pair (the paper's scope)
+  double chunk_scope_us = 0;             ///< windows of window_layers layers, barriers between
+  int64_t window_layers = 0;             ///< 1: no cross-layer window fitted
+  double sequential_us = 0;              ///< chunk_layers x (forward alone + backward alone)
+  double layer_pair_us = 0;              ///< one layer's forward co-run with one layer's backward
+  std::vector<PlanBlock> layer_blocks;   ///< the layer scope's blocks
+  std::vector<PlanBlock> window_blocks;  ///< chunk scope: one full window's blocks
+  std::vector<PlanBlock> remainder_blocks;  ///< chunk scope: the last, shorter window
+};
+
+/// Layers first .. first+count-1.
+struct PlanLayerRange {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+/// One pass of a task through one chunk.
+struct PlanTaskPart {
+  int64_t micro_batch = 0;
+  std::string chunk;  ///< "down", "up", "whole"
+  PlanLayerRange layers;
+};
+
+/// A task of another stage this task waits for (a point-to-point transfer).
+struct PlanTaskRef {
+  int64_t stage = 0;
+  int64_t task = 0;  ///< index in that stage's task list
+};
+
+/// One entry of a stage's task list.
+struct PlanTask {
+  int64_t index = 0;
+  std::string kind;   ///< "forward", "backward", "si_block", "head_loss"
+  std::string label;  ///< "F3d+B1u", "H2", ...
+  bool has_forward = false;
+  PlanTaskPart forward;  ///< meaningful when has_forward
+  bool has_backward = false;
+  PlanTaskPart backward;               ///< meaningful when has_backward
+  int64_t head_loss_micro_batch = -1;  ///< head_loss tasks only; -1 otherwise
+  double start_us = 0;
+  double end_us = 0;
+  std::vector<PlanTaskRef> waits_for;
+};
+
+/// One pipeline stage of the dhelix (W) plan.
+struct PlanStage {
+  int64_t stage = 0;
+  std::vector<int64_t> ranks;  ///< every rank of this pipeline coordinate, ascending
+  int64_t shape_rank = 0;      ///< the rank whose DAG shapes were used (the first)
+  int64_t pairing = 0;         ///< index into Plan::pairings
+  PlanLayerRange down_layers;
+  PlanLayerRange up_layers;
+  bool embedding = false;
+  bool head_loss = false;
+  std::vector<PlanTask> tasks;
+};
+
+/// One GPU's memory on one stage under one scheme, bytes.
+struct PlanStageMemory {
+  int64_t stage = 0;
+  int64_t weight_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t activation_bytes = 0;  ///< peak of live activations
+  int64_t total_bytes = 0;
+};
+
+/// The predicted figures of one scheme.
+struct PlanScheme {
+  std::string scheme;  ///< "dhelix", "wavelet+", "intra-batch", "megatron-1f1b"
+  std::string shape;   ///< "w" or "1f1b"
+  double iteration_us = 0;
+  double bubble_ratio = 0;
+  double tokens_per_second = 0;
+  double tflops_per_gpu = 0;
+  double mfu = 0;
+  double speedup_vs_megatron = 0;  ///< megatron-1f1b iteration time / this one
+  /// Per type (tp, cp, ep, dp, pp, in that order), summed over stages and divided by pp:
+  /// per GPU of an average stage, per iteration.
+  std::vector<PlanCommTime> comm;
+  int64_t p2p_transfers = 0;
+  int64_t p2p_bytes = 0;
+  bool fits = true;  ///< every stage fits in the usable memory
+  std::vector<PlanStageMemory> memory;
+};
+
+/// What one GPU offers.
+struct PlanMemoryBudget {
+  std::string gpu;
+  int64_t capacity_bytes = 0;
+  int64_t reserve_bytes = 0;
+  int64_t usable_bytes = 0;
+};
+
+struct Plan {
+  std::string schema_version = kPlanSchemaVersion;
+  OrderedJson meta = OrderedJson::object();  ///< provenance_to_json
+  PlanInputs inputs;
+  PlanJob job;
+  PlanOptionsRecord options;
+  int64_t num_micro_batches = 0;
+  std::vector<PlanPairing> pairings;
+  std::vector<PlanStage> stages;
+  PlanMemoryBudget memory_budget;
+  std::vector<PlanScheme> schemes;  ///< dhelix, wavelet+, intra-batch, megatron-1f1b
+
+  /// The scheme named `name`, or nullptr.
+  const PlanScheme* find_scheme(const std::string& name) const;
+};
+
+/// The names of the schemes, in the order a plan lists them.
+const std::vector<std::string>& plan_scheme_names();
+/// The communication types, in the order a scheme lists them.
+const std::vector<std::string>& plan_comm_types();
+
+}  // namespace dhelix

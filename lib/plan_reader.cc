@@ -1,0 +1,352 @@
+// Strict plan reader. Every object goes through an ObjectReader, so unknown keys are
+// reported with a "did you mean"; arrays are walked element by element with their JSON
+// pointers. The embedded job (model, cluster, parallel) and meta are kept as they are:
+// the plan's own readers (dhelix-run) re-validate the job through the spec readers.
+
+#include "lib/plan_reader.h"
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace dhelix {
+namespace {
+
+using ElementFn = std::function<void(const Json& element, const std::string& pointer)>;
+
+// Calls `each` for every element of the array at `key`; a non-array is a problem.
+void for_each_element(ObjectReader& r, const std::string& key, const ElementFn& each) {
+  const Json* value = r.raw(key, Need::kRequired);
+  if (value == nullptr) return;
+  if (!value->is_array()) {
+    r.report(key, json_value_text(*value), "must be an array");
+    return;
+  }
+  for (size_t i = 0; i < value->size(); ++i) {
+    each((*value)[i], r.pointer_of(key) + "/" + std::to_string(i));
+  }
+}
+
+std::vector<std::string> read_strings(ObjectReader& r, const std::string& key) {
+  std::vector<std::string> out;
+  for_each_element(r, key, [&](const Json& e, const std::string& pointer) {
+    if (e.is_string()) {
+      out.push_back(e.get<std::string>());
+    } else {
+      r.problems().add(r.file(), pointer, json_value_text(e), "must be a string");
+    }
+  });
+  return out;
+}
+
+std::vector<int64_t> read_integers(ObjectReader& r, const std::string& key) {
+  std::vector<int64_t> out;
+  for_each_element(r, key, [&](const Json& e, const std::string& pointer) {
+    if (e.is_number_integer() && e.get<int64_t>() >= 0) {
+      out.push_back(e.get<int64_t>());
+    } else {
+      r.problems().add(r.file(), pointer, json_value_text(e), "must be an integer >= 0");
+    }
+  });
+  return out;
+}
+
+OrderedJson read_opaque_object(ObjectReader& r, const std::string& key) {
+  const Json* value = r.raw(key, Need::kRequired);
+  if (value == nullptr) return OrderedJson::object();
+  if (!value->is_object()) {
+    r.report(key, json_value_text(*value), "must be an object");
+    return OrderedJson::object();
+  }
+  return OrderedJson::parse(value->dump());
+}
+
+constexpr IntRange kCount{.min = 0};
+constexpr RealRange kTime{.min = 0};
+
+double time_field(ObjectReader& r, const std::string& key) {
+  return r.real(key, Need::kRequired, kTime).value_or(0);
+}
+int64_t count_field(ObjectReader& r, const std::string& key) {
+  return r.integer(key, Need::kRequired, kCount).value_or(0);
+}
+
+// Reads the object at `key` (or at an element) with `fill`, then checks its keys.
+template <typename Fill>
+void with_object(ObjectReader& parent, const std::string& key, Fill fill) {
+  std::optional<ObjectReader> child = parent.object(key, Need::kRequired);
+  if (!child) return;
+  fill(*child);
+  child->finish();
+}
+
+template <typename Fill>
+void with_element(ObjectReader& parent, const Json& element, const std::string& pointer,
+                  Fill fill) {
+  ObjectReader child(element, parent.file(), pointer, parent.problems());
+  if (!child.is_object()) return;
+  fill(child);
+  child.finish();
+}
+
+PlanInputRef read_ref(ObjectReader& r, const char* name_key) {
+  PlanInputRef ref;
+  ref.name = r.string(name_key, Need::kRequired).value_or("");
+  ref.sha256 = r.string("sha256", Need::kRequired).value_or("");
+  return ref;
+}
+
+PlanOp read_op(ObjectReader& r) {
+  PlanOp op;
+  op.id = r.string("id", Need::kRequired).value_or("");
+  op.kind = r.string("kind", Need::kRequired).value_or("");
+  op.stream =
+      r.string("stream", Need::kRequired, {"compute", "local_comm", "cross_comm"}).value_or("");
+  op.group = r.string("group", Need::kRequired, {"", "tp", "cp", "ep", "dp", "pp"}).value_or("");
+  op.signature = r.string("signature", Need::kRequired).value_or("");
+  op.solo_us = time_field(r, "solo_us");
+  return op;
+}
+
+std::vector<PlanOp> read_ops(ObjectReader& r, const std::string& key) {
+  std::vector<PlanOp> ops;
+  for_each_element(r, key, [&](const Json& e, const std::string& pointer) {
+    with_element(r, e, pointer, [&](ObjectReader& o) { ops.push_back(read_op(o)); });
+  });
+  return ops;
+}
+
+PlanBlock read_block(ObjectReader& r) {
+  PlanBlock block;
+  block.time_us = time_field(r, "time_us");
+  block.forward_ops = read_strings(r, "forward_ops");
+  block.backward_ops = read_strings(r, "backward_ops");
+  for_each_element(r, "timings", [&](const Json& e, const std::string& pointer) {
+    with_element(r, e, pointer, [&](ObjectReader& o) {
+      PlanOpTiming t;
+      t.strand = o.string("strand", Need::kRequired, {"fwd", "bwd"}).value_or("");
+      t.op = o.string("op", Need::kRequired).value_or("");
+      t.start_us = time_field(o, "start_us");
+      t.finish_us = time_field(o, "finish_us");
+      if (t.finish_us < t.start_us) {
+        o.report("finish_us", fmt::format("{}", t.finish_us),
+                 fmt::format("must not be before start_us = {}", t.start_us));
+      }
+      block.timings.push_back(t);
+    });
+  });
+  return block;
+}
+
+std::vector<PlanBlock> read_blocks(ObjectReader& r, const std::string& key) {
+  std::vector<PlanBlock> blocks;
+  for_each_element(r, key, [&](const Json& e, const std::string& pointer) {
+    with_element(r, e, pointer, [&](ObjectReader& o) { blocks.push_back(read_block(o)); });
+  });
+  return blocks;
+}
+
+PlanPairing read_pairing(ObjectReader& r) {
+  PlanPairing p;
+  p.forward_ops = read_ops(r, "forward_ops");
+  p.backward_ops = read_ops(r, "backward_ops");
+  p.scope = r.string("scope", Need::kRequired, {"layer", "chunk"}).value_or("");
+  p.chunk_layers = r.integer("chunk_layers", Need::kRequired, {.min = 1}).value_or(1);
+  p.layer_scope_us = time_field(r, "layer_scope_us");
+  p.chunk_scope_us = time_field(r, "chunk_scope_us");
+  p.window_layers = r.integer("window_layers", Need::kRequired, {.min = 1}).value_or(1);
+  p.sequential_us = time_field(r, "sequential_us");
+  p.layer_pair_us = time_field(r, "layer_pair_us");
+  p.layer_blocks = read_blocks(r, "layer_blocks");
+  p.window_blocks = read_blocks(r, "window_blocks");
+  p.remainder_blocks = read_blocks(r, "remainder_blocks");
+  return p;
+}
+
+PlanLayerRange read_range(ObjectReader& r) {
+  return {.first = count_field(r, "first"), .count = count_field(r, "count")};
+}
+
+// A task's forward or backward part: an object or null (anything else is reported by the
+// ObjectReader as "expected an object").
+bool read_part(ObjectReader& r, const std::string& key, PlanTaskPart& part) {
+  const Json* value = r.raw(key, Need::kRequired);
+  if (value == nullptr || value->is_null()) return false;
+  with_element(r, *value, r.pointer_of(key), [&](ObjectReader& o) {
+    part.micro_batch = count_field(o, "micro_batch");
+    part.chunk = o.string("chunk", Need::kRequired, {"down", "up", "whole"}).value_or("");
+    with_object(o, "layers", [&](ObjectReader& l) { part.layers = read_range(l); });
+  });
+  return true;
+}
+
+PlanTask read_task(ObjectReader& r) {
+  PlanTask t;
+  t.index = count_field(r, "index");
+  t.kind = r.string("kind", Need::kRequired, {"forward", "backward", "si_block", "head_loss"})
+               .value_or("");
+  t.label = r.string("label", Need::kRequired).value_or("");
+  t.has_forward = read_part(r, "forward", t.forward);
+  t.has_backward = read_part(r, "backward", t.backward);
+  t.head_loss_micro_batch =
+      r.integer("head_loss_micro_batch", Need::kRequired, {.min = -1}).value_or(-1);
+  t.start_us = time_field(r, "start_us");
+  t.end_us = time_field(r, "end_us");
+  for_each_element(r, "waits_for", [&](const Json& e, const std::string& pointer) {
+    with_element(r, e, pointer, [&](ObjectReader& o) {
+      t.waits_for.push_back({.stage = count_field(o, "stage"), .task = count_field(o, "task")});
+    });
+  });
+  return t;
+}
+
+PlanStage read_stage(ObjectReader& r) {
+  PlanStage s;
+  s.stage = count_field(r, "stage");
+  s.ranks = read_integers(r, "ranks");
+  s.shape_rank = count_field(r, "shape_rank");
+  s.pairing = count_field(r, "pairing");
+  with_object(r, "down_layers", [&](ObjectReader& o) { s.down_layers = read_range(o); });
+  with_object(r, "up_layers", [&](ObjectReader& o) { s.up_layers = read_range(o); });
+  s.embedding = r.boolean("embedding", Need::kRequired).value_or(false);
+  s.head_loss = r.boolean("head_loss", Need::kRequired).value_or(false);
+  for_each_element(r, "tasks", [&](const Json& e, const std::string& pointer) {
+    with_element(r, e, pointer, [&](ObjectReader& o) { s.tasks.push_back(read_task(o)); });
+  });
+  return s;
+}
+
+PlanScheme read_scheme(ObjectReader& r) {
+  PlanScheme s;
+  s.scheme = r.string("scheme", Need::kRequired, plan_scheme_names()).value_or("");
+  s.shape = r.string("shape", Need::kRequired, {"w", "1f1b"}).value_or("");
+  s.iteration_us = time_field(r, "iteration_us");
+  s.bubble_ratio = r.real("bubble_ratio", Need::kRequired, {.min = 0, .max = 1}).value_or(0);
+  s.tokens_per_second = time_field(r, "tokens_per_second");
+  s.tflops_per_gpu = time_field(r, "tflops_per_gpu");
+  s.mfu = time_field(r, "mfu");
+  s.speedup_vs_megatron = time_field(r, "speedup_vs_megatron");
+  with_object(r, "comm", [&](ObjectReader& c) {
+    for (const std::string& type : plan_comm_types()) {
+      with_object(c, type, [&](ObjectReader& o) {
+        s.comm.push_back({.type = type,
+                          .hidden_us = time_field(o, "hidden_us"),
+                          .exposed_us = time_field(o, "exposed_us")});
+      });
+    }
+  });
+  s.p2p_transfers = count_field(r, "p2p_transfers");
+  s.p2p_bytes = count_field(r, "p2p_bytes");
+  s.fits = r.boolean("fits", Need::kRequired).value_or(false);
+  for_each_element(r, "memory", [&](const Json& e, const std::string& pointer) {
+    with_element(r, e, pointer, [&](ObjectReader& o) {
+      PlanStageMemory m;
+      m.stage = count_field(o, "stage");
+      m.weight_bytes = count_field(o, "weight_bytes");
+      m.gradient_bytes = count_field(o, "gradient_bytes");
+      m.optimizer_bytes = count_field(o, "optimizer_bytes");
+      m.activation_bytes = count_field(o, "activation_bytes");
+      m.total_bytes = count_field(o, "total_bytes");
+      s.memory.push_back(m);
+    });
+  });
+  return s;
+}
+
+// Cross-field rules the schema cannot state.
+void check_references(const Plan& plan, const std::string& file, ProblemList& problems) {
+  for (size_t i = 0; i < plan.stages.size(); ++i) {
+    const PlanStage& stage = plan.stages[i];
+    if (stage.pairing >= static_cast<int64_t>(plan.pairings.size())) {
+      problems.add(file, fmt::format("/stages/{}/pairing", i), std::to_string(stage.pairing),
+                   fmt::format("must name one of the {} pairings", plan.pairings.size()));
+    }
+    for (size_t t = 0; t < stage.tasks.size(); ++t) {
+      for (size_t w = 0; w < stage.tasks[t].waits_for.size(); ++w) {
+        const PlanTaskRef& ref = stage.tasks[t].waits_for[w];
+        const bool valid = ref.stage < static_cast<int64_t>(plan.stages.size()) &&
+                           ref.task < static_cast<int64_t>(
+                                          plan.stages[static_cast<size_t>(ref.stage)].tasks.size());
+        if (!valid) {
+          problems.add(file, fmt::format("/stages/{}/tasks/{}/waits_for/{}", i, t, w),
+                       fmt::format("stage {} task {}", ref.stage, ref.task),
+                       "names no task of the plan");
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Plan plan_from_json(const Json& json, const std::string& file) {
+  ProblemList problems;
+  ObjectReader root(json, file, "", problems);
+  Plan plan;
+  check_schema_version(root, kPlanSchemaMajor);
+  plan.schema_version = root.string("schema_version", Need::kRequired).value_or("");
+  plan.meta = read_opaque_object(root, "meta");
+  with_object(root, "inputs", [&](ObjectReader& o) {
+    with_object(o, "model", [&](ObjectReader& m) { plan.inputs.model = read_ref(m, "name"); });
+    plan.inputs.parallel = read_opaque_object(o, "parallel");
+    with_object(o, "cluster", [&](ObjectReader& c) { plan.inputs.cluster = read_ref(c, "name"); });
+    with_object(o, "profile",
+                [&](ObjectReader& p) { plan.inputs.profile = read_ref(p, "backend"); });
+  });
+  with_object(root, "job", [&](ObjectReader& o) {
+    plan.job.name = o.string("name", Need::kRequired).value_or("");
+    plan.job.model = read_opaque_object(o, "model");
+    plan.job.cluster = read_opaque_object(o, "cluster");
+    plan.job.parallel = read_opaque_object(o, "parallel");
+  });
+  with_object(root, "options", [&](ObjectReader& o) {
+    plan.options.allow_oom = o.boolean("allow_oom", Need::kRequired).value_or(false);
+    plan.options.distributed_optimizer =
+        o.boolean("distributed_optimizer", Need::kRequired).value_or(true);
+    plan.options.cross_layer_max_segment_ops =
+        o.integer("cross_layer_max_segment_ops", Need::kRequired, kCount).value_or(0);
+  });
+  plan.num_micro_batches =
+      root.integer("num_micro_batches", Need::kRequired, {.min = 1}).value_or(1);
+  for_each_element(root, "pairings", [&](const Json& e, const std::string& pointer) {
+    with_element(root, e, pointer,
+                 [&](ObjectReader& o) { plan.pairings.push_back(read_pairing(o)); });
+  });
+  for_each_element(root, "stages", [&](const Json& e, const std::string& pointer) {
+    with_element(root, e, pointer, [&](ObjectReader& o) { plan.stages.push_back(read_stage(o)); });
+  });
+  with_object(root, "memory_budget", [&](ObjectReader& o) {
+    plan.memory_budget.gpu = o.string("gpu", Need::kRequired).value_or("");
+    plan.memory_budget.capacity_bytes = count_field(o, "capacity_bytes");
+    plan.memory_budget.reserve_bytes = count_field(o, "reserve_bytes");
+    plan.memory_budget.usable_bytes = o.integer("usable_bytes", Need::kRequired).value_or(0);
+  });
+  for_each_element(root, "schemes", [&](const Json& e, const std::string& pointer) {
+    with_element(root, e, pointer,
+                 [&](ObjectReader& o) { plan.schemes.push_back(read_scheme(o)); });
+  });
+  root.finish();
+  if (problems.empty()) check_references(plan, file, problems);
+  problems.throw_if_any();
+  return plan;
+}
+
+Plan read_plan(const std::string& path) {
+  Plan plan = plan_from_json(read_json_file(path), path);
+  // Json sorts keys; re-read the opaque blocks in file order so that a plan read and
+  // written again keeps its bytes.
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  const OrderedJson ordered = OrderedJson::parse(text.str());
+  plan.meta = ordered.at("meta");
+  plan.inputs.parallel = ordered.at("inputs").at("parallel");
+  plan.job.model = ordered.at("job").at("model");
+  plan.job.cluster = ordered.at("job").at("cluster");
+  plan.job.parallel = ordered.at("job").at("parallel");
+  return plan;
+}
+
+}  // namespace dhelix

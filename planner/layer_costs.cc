@@ -1,0 +1,230 @@
+#include "planner/layer_costs.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "lib/dag_builder.h"
+#include "lib/dag_builder_intra_batch.h"
+#include "planner/layer_baselines.h"
+#include "planner/pairing_search.h"
+#include "planner/profile_co_run.h"
+#include "planner/strand_graph.h"
+
+namespace dhelix {
+namespace {
+
+using Interval = std::pair<double, double>;
+
+// Sorted, disjoint union of intervals.
+std::vector<Interval> merge(std::vector<Interval> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::vector<Interval> out;
+  for (const Interval& i : intervals) {
+    if (!out.empty() && i.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, i.second);
+    } else {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+double overlap_us(const Interval& span, const std::vector<Interval>& covered) {
+  double total = 0;
+  for (const Interval& c : covered) {
+    total += std::max(0.0, std::min(span.second, c.second) - std::max(span.first, c.first));
+  }
+  return total;
+}
+
+const StrandKinds& kinds_of(Strand strand, const StrandKinds& f, const StrandKinds& b) {
+  return strand == Strand::kForward ? f : b;
+}
+
+void add_block_comm(const BlockSimulation& sim, const StrandKinds& f, const StrandKinds& b,
+                    CommBreakdown& out) {
+  std::vector<Interval> compute;
+  for (const OpTiming& t : sim.ops) {
+    const StrandKinds& k = kinds_of(t.strand, f, b);
+    const size_t i = static_cast<size_t>(t.op) % k.stream.size();
+    if (k.stream[i] == StreamClass::kCompute) compute.emplace_back(t.start_us, t.finish_us);
+  }
+  const std::vector<Interval> covered = merge(std::move(compute));
+  for (const OpTiming& t : sim.ops) {
+    const StrandKinds& k = kinds_of(t.strand, f, b);
+    const size_t i = static_cast<size_t>(t.op) % k.stream.size();
+    if (k.stream[i] == StreamClass::kCompute) continue;
+    const double hidden = overlap_us({t.start_us, t.finish_us}, covered);
+    CommTime& c = out[k.group[i]];
+    c.hidden_us += hidden;
+    c.exposed_us += (t.finish_us - t.start_us) - hidden;
+  }
+}
+
+std::function<double(const Op&)> solo_lookup(const Profile& profile) {
+  return [&profile](const Op& op) { return profile_solo_time_us(profile, op); };
+}
+
+// One DAG alone with its best single-strand schedule (cut into pieces when it exceeds a
+// StrandGraph; layer_baselines.h), with its communication.
+double alone_us(const LayerDag& dag, const Profile& profile, const CoRunModel& co_run,
+                Strand strand, CommBreakdown* comm) {
+  const SingleStrandSchedule schedule =
+      single_strand_schedule(dag, solo_lookup(profile), co_run, strand);
+  if (comm != nullptr) {
+    for (size_t i = 0; i < schedule.pieces.size(); ++i) {
+      const StrandKinds kinds = strand_kinds(schedule.pieces[i], dag);
+      *comm += blocks_comm(schedule.blocks[i], kinds, kinds);
+    }
+  }
+  return schedule.total_time_us;
+}
+
+// Forward and backward of a DAG pair, each alone.
+LayerCosts strands_alone(const LayerDags& dags, const Profile& profile, const CoRunModel& co_run) {
+  LayerCosts costs;
+  costs.forward_us = alone_us(dags.forward, profile, co_run, Strand::kForward, &costs.forward_comm);
+  costs.backward_us =
+      alone_us(dags.backward, profile, co_run, Strand::kBackward, &costs.backward_comm);
+  return costs;
+}
+
+// Forward and backward alone from the dhelix search's own single-strand schedules.
+LayerCosts alone_from(const PairingResult& result, const StrandKinds& f, const StrandKinds& b) {
+  LayerCosts costs;
+  costs.forward_us = result.forward_alone_us;
+  costs.backward_us = result.backward_alone_us;
+  costs.forward_comm = blocks_comm(result.forward_alone_blocks, f, b);
+  costs.backward_comm = blocks_comm(result.backward_alone_blocks, f, b);
+  return costs;
+}
+
+std::string timed_op_id(const StrandGraph& layer, int64_t index, bool window) {
+  const int64_t n = layer.size();
+  const std::string& id = layer.op(index % n).id;
+  return window ? "L" + std::to_string(index / n) + "." + id : id;
+}
+
+std::vector<PlanBlock> block_records(const std::vector<PairingBlock>& blocks, const StrandGraph& f,
+                                     const StrandGraph& b, bool window) {
+  std::vector<PlanBlock> out;
+  for (const PairingBlock& block : blocks) {
+    PlanBlock record;
+    record.time_us = block.time_us;
+    for (const OpTiming& t : block.simulation.ops) {
+      const bool forward = t.strand == Strand::kForward;
+      const std::string id = timed_op_id(forward ? f : b, t.op, window);
+      (forward ? record.forward_ops : record.backward_ops).push_back(id);
+      record.timings.push_back({.strand = strand_name(t.strand),
+                                .op = id,
+                                .start_us = t.start_us,
+                                .finish_us = t.finish_us});
+    }
+    out.push_back(std::move(record));
+  }
+  return out;
+}
+
+std::vector<PlanOp> op_records(const StrandGraph& graph, const LayerDag& dag) {
+  std::vector<PlanOp> out;
+  for (const StrandOp& s : graph.ops()) {
+    const Op& op = dag.op(*dag.find(s.id));
+    out.push_back({.id = s.id,
+                   .kind = op_kind_name(op.kind),
+                   .stream = stream_class_name(op.stream),
+                   .group = is_communication(op.kind) ? parallel_dim_name(op.group) : "",
+                   .signature = op.signature(),
+                   .solo_us = s.solo_time_us});
+  }
+  return out;
+}
+
+}  // namespace
+
+StrandKinds strand_kinds(const StrandGraph& graph, const LayerDag& dag) {
+  StrandKinds kinds;
+  for (const StrandOp& s : graph.ops()) {
+    const Op& op = dag.op(*dag.find(s.id));
+    kinds.stream.push_back(op.stream);
+    kinds.group.push_back(op.group);
+  }
+  return kinds;
+}
+
+CommBreakdown blocks_comm(const std::vector<PairingBlock>& blocks, const StrandKinds& forward,
+                          const StrandKinds& backward) {
+  CommBreakdown out;
+  for (const PairingBlock& block : blocks) add_block_comm(block.simulation, forward, backward, out);
+  return out;
+}
+
+double single_strand_time_us(const LayerDag& dag, const Profile& profile,
+                             const CoRunModel& co_run) {
+  if (dag.size() == 0) return 0;
+  return alone_us(dag, profile, co_run, Strand::kForward, nullptr);
+}
+
+LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& profile,
+                             const CoRunModel& co_run, int64_t chunk_layers,
+                             int64_t cross_layer_max_segment_ops) {
+  LayerAnalysis a;
+  a.chunk_layers = chunk_layers;
+  a.dags = build_layer_dags(job, rank);
+  a.forward = from_layer_dag(a.dags.forward, solo_lookup(profile));
+  a.backward = from_layer_dag(a.dags.backward, solo_lookup(profile));
+  const StrandKinds fk = strand_kinds(a.forward, a.dags.forward);
+  const StrandKinds bk = strand_kinds(a.backward, a.dags.backward);
+
+  // DHelix: the exact search, one-layer and cross-layer scopes.
+  ChunkPairingOptions options;
+  options.num_layers = chunk_layers;
+  options.cross_layer.max_segment_ops = cross_layer_max_segment_ops;
+  a.dhelix = search_chunk_pairing(a.forward, a.backward, co_run, options);
+  a.megatron = alone_from(a.dhelix.per_layer, fk, bk);
+  a.dhelix_layer = a.megatron;
+  a.dhelix_layer.si_pair_us = a.dhelix.per_layer.total_time_us;
+  a.dhelix_layer.si_pair_comm = blocks_comm(a.dhelix.per_layer.blocks, fk, bk);
+  a.chunk_scope = a.dhelix.cross_layer_better;
+  if (a.chunk_scope) {
+    const double windows = static_cast<double>(chunk_layers / a.dhelix.window_layers);
+    a.chunk_si_block_us = a.dhelix.cross_layer_chunk_us;
+    a.chunk_si_block_comm = blocks_comm(a.dhelix.cross_window.blocks, fk, bk).scaled(windows);
+    a.chunk_si_block_comm += blocks_comm(a.dhelix.cross_remainder.blocks, fk, bk);
+  } else {
+    a.chunk_si_block_us = a.dhelix.per_layer_chunk_us;
+    a.chunk_si_block_comm = a.dhelix_layer.si_pair_comm.scaled(static_cast<double>(chunk_layers));
+  }
+
+  // Wavelet+: round-robin pairing of the same layer pair.
+  const BlockCostModel layer_model(a.forward, a.backward, co_run);
+  a.wavelet = round_robin_pairing(layer_model);
+  a.wavelet_layer = a.megatron;
+  a.wavelet_layer.si_pair_us = a.wavelet.total_time_us;
+  a.wavelet_layer.si_pair_comm = blocks_comm(a.wavelet.blocks, fk, bk);
+
+  // Intra-batch: the chunked DAGs, each strand alone.
+  a.intra_batch = strands_alone(build_intra_batch_layer_dags(job, rank), profile, co_run);
+  return a;
+}
+
+PlanPairing pairing_record(const LayerAnalysis& a) {
+  PlanPairing p;
+  p.forward_ops = op_records(a.forward, a.dags.forward);
+  p.backward_ops = op_records(a.backward, a.dags.backward);
+  p.scope = a.chunk_scope ? "chunk" : "layer";
+  p.chunk_layers = a.chunk_layers;
+  p.layer_scope_us = a.dhelix.per_layer_chunk_us;
+  p.chunk_scope_us = a.dhelix.cross_layer_chunk_us;
+  p.window_layers = a.dhelix.window_layers;
+  p.sequential_us = a.dhelix.sequential_chunk_us;
+  p.layer_pair_us = a.dhelix.per_layer.total_time_us;
+  p.layer_blocks = block_records(a.dhelix.per_layer.blocks, a.forward, a.backward, false);
+  if (a.dhelix.window_layers >= 2) {
+    p.window_blocks = block_records(a.dhelix.cross_window.blocks, a.forward, a.backward, true);
+    p.remainder_blocks =
+        block_records(a.dhelix.cross_remainder.blocks, a.forward, a.backward, true);
+  }
+  return p;
+}
+
+}  // namespace dhelix

@@ -1,0 +1,81 @@
+#pragma once
+// One stage's layer-level costs for the four schemes, from its layer DAGs, a profile's solo
+// times and a co-run model:
+//
+//   megatron-1f1b  each strand alone: the best single-strand schedule of the layer's
+//                  forward and of its backward (search_single_strand; ops of different
+//                  streams of one strand may still overlap, e.g. a weight-gradient GEMM
+//                  beside a reduce-scatter, as Megatron's asynchronous TP communication does)
+//   intra-batch    the same on the chunked (MegaScale-like) DAGs of
+//                  lib/dag_builder_intra_batch.h, where all-gather+GEMM and GEMM+
+//                  reduce-scatter are split into pieces that pipeline within one strand
+//   wavelet+       one layer's forward against one layer's backward, paired round-robin in
+//                  their default topological orders (planner/layer_baselines.h)
+//   dhelix         the exact pairing search, both scopes (chunk_pairing.h); the better one
+//
+// Hidden and exposed communication. Inside a simulated block, the wall time of a
+// communication op (start to finish, slowdowns included) is "hidden" for the part of it
+// during which some compute op of either strand ran, and "exposed" for the rest. A
+// schedule's figure per type (the op's group: tp, cp, ep) is the sum over its blocks.
+// Example: a 40 us all-gather beside a 30 us GEMM that starts with it is 30 us hidden,
+// 10 us exposed.
+
+#include <cstdint>
+#include <vector>
+
+#include "lib/job_spec.h"
+#include "lib/layer_dag.h"
+#include "lib/plan.h"
+#include "lib/profile.h"
+#include "planner/chunk_pairing.h"
+#include "planner/co_run_model.h"
+#include "planner/pipeline_simulator.h"
+
+namespace dhelix {
+
+/// A strand's stream and communication group by op index of a one-layer strand graph
+/// (the group is meaningful for communication ops only).
+struct StrandKinds {
+  std::vector<StreamClass> stream;
+  std::vector<ParallelDim> group;
+};
+
+/// Kinds of every op of `graph` (built from `dag` by from_layer_dag).
+StrandKinds strand_kinds(const StrandGraph& graph, const LayerDag& dag);
+
+/// Hidden and exposed communication per type in `blocks` (see the file comment). Op
+/// indices may be those of a window of several layers: index i is op i % size of the layer.
+CommBreakdown blocks_comm(const std::vector<PairingBlock>& blocks, const StrandKinds& forward,
+                          const StrandKinds& backward);
+
+/// What the layer-level searches found for one stage's layer DAGs.
+struct LayerAnalysis {
+  int64_t chunk_layers = 1;  ///< layers per folded chunk the scopes were compared for
+  LayerDags dags;
+  StrandGraph forward;           ///< one layer's forward, profile solo times
+  StrandGraph backward;          ///< one layer's backward
+  ChunkPairingResult dhelix;     ///< both scopes, for chunks of the folded layout
+  PairingResult wavelet;         ///< round-robin pairing of one layer pair
+  LayerCosts megatron;           ///< strands alone (no SI pair)
+  LayerCosts intra_batch;        ///< chunked DAGs' strands alone
+  LayerCosts wavelet_layer;      ///< forward and backward alone, SI pair round-robin
+  LayerCosts dhelix_layer;       ///< forward and backward alone, SI pair from the search
+  bool chunk_scope = false;      ///< the cross-layer scope is better for the folded chunk
+  double chunk_si_block_us = 0;  ///< the chosen scope's SI block of one folded chunk
+  CommBreakdown chunk_si_block_comm;
+};
+
+/// The layer costs of `rank`'s layer DAGs. `chunk_layers` is the folded layout's layers per
+/// chunk; `cross_layer_max_segment_ops` bounds the chunk scope's segments. The profile must
+/// cover every op (check_profile_covers).
+LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& profile,
+                             const CoRunModel& co_run, int64_t chunk_layers,
+                             int64_t cross_layer_max_segment_ops);
+
+/// Time of one DAG run alone with its best single-strand schedule (0 for an empty DAG).
+double single_strand_time_us(const LayerDag& dag, const Profile& profile, const CoRunModel& co_run);
+
+/// The plan's record of a pairing: the ops of both strands and the block templates.
+PlanPairing pairing_record(const LayerAnalysis& analysis);
+
+}  // namespace dhelix

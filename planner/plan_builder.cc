@@ -1,0 +1,465 @@
+#include "planner/plan_builder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "lib/cluster_reader.h"
+#include "lib/dag_builder.h"
+#include "lib/dag_builder_intra_batch.h"
+#include "lib/error.h"
+#include "lib/job_reader.h"
+#include "lib/model_reader.h"
+#include "lib/placement.h"
+#include "lib/provenance.h"
+#include "planner/folding.h"
+#include "planner/iteration_metrics.h"
+#include "planner/layer_costs.h"
+#include "planner/pipeline_schedule.h"
+#include "planner/pipeline_simulator.h"
+#include "planner/profile_co_run.h"
+
+namespace dhelix {
+namespace {
+
+constexpr double kAdamBytesPerParameter = 30;
+
+// What the planner works with, shared by the steps below.
+struct Context {
+  const PlanRequest* request = nullptr;
+  const JobSpec* job = nullptr;
+  const Profile* profile = nullptr;
+  std::unique_ptr<PairTimesCoRunModel> co_run;
+  Placement placement;
+  FoldedLayout folded;
+  UnfoldedLayout unfolded;
+  int64_t pp = 1;
+  int64_t micro_batches = 1;
+  std::vector<int64_t> shape_ranks;                      ///< per stage
+  std::vector<std::unique_ptr<LayerAnalysis>> analyses;  ///< distinct stage shapes
+  std::vector<int64_t> analysis_of_stage;                ///< index into analyses
+};
+
+// Every op whose solo time the plan needs, for the profile check.
+std::vector<Op> needed_ops(const JobSpec& job, const std::vector<int64_t>& ranks) {
+  std::vector<Op> ops;
+  const auto add = [&ops](const LayerDags& dags) {
+    for (const LayerDag* dag : {&dags.forward, &dags.backward}) {
+      for (int64_t i = 0; i < dag->size(); ++i) ops.push_back(dag->op(i));
+    }
+  };
+  for (int64_t rank : ranks) {
+    add(build_layer_dags(job, rank));
+    add(build_stage_extras(job, rank, true, true));
+    add(build_intra_batch_layer_dags(job, rank));
+  }
+  return ops;
+}
+
+// The signatures of a stage's layer DAGs: stages with equal keys share one analysis.
+std::string shape_key(const LayerDags& dags) {
+  std::string key;
+  for (const LayerDag* dag : {&dags.forward, &dags.backward}) {
+    for (int64_t i = 0; i < dag->size(); ++i) key += dag->op(i).signature() + "|";
+    key += "#";
+  }
+  return key;
+}
+
+void analyze_stages(Context& ctx) {
+  std::map<std::string, int64_t> index_of_key;
+  for (int64_t rank : ctx.shape_ranks) {
+    const std::string key = shape_key(build_layer_dags(*ctx.job, rank));
+    auto [it, inserted] = index_of_key.emplace(key, static_cast<int64_t>(ctx.analyses.size()));
+    if (inserted) {
+      ctx.analyses.push_back(std::make_unique<LayerAnalysis>(
+          analyze_layers(*ctx.job, rank, *ctx.profile, *ctx.co_run, ctx.folded.layers_per_chunk,
+                         ctx.request->cross_layer_max_segment_ops)));
+    }
+    ctx.analysis_of_stage.push_back(it->second);
+  }
+}
+
+// ----- costs outside the layers ---------------------------------------------------------
+
+struct ExtraCosts {
+  double embedding_forward_us = 0, embedding_backward_us = 0;
+  double head_forward_us = 0, head_backward_us = 0;
+};
+
+ExtraCosts extra_costs(const Context& ctx) {
+  const int64_t rank = ctx.shape_ranks.front();
+  const LayerDags embedding = build_stage_extras(*ctx.job, rank, true, false);
+  const LayerDags head = build_stage_extras(*ctx.job, rank, false, true);
+  const auto time = [&ctx](const LayerDag& dag) {
+    return single_strand_time_us(dag, *ctx.profile, *ctx.co_run);
+  };
+  return {.embedding_forward_us = time(embedding.forward),
+          .embedding_backward_us = time(embedding.backward),
+          .head_forward_us = time(head.forward),
+          .head_backward_us = time(head.backward)};
+}
+
+Op comm_op(std::string id, OpKind kind, ParallelDim dim, int64_t group_size, int64_t bytes,
+           const ProcessGroup& group) {
+  Op op;
+  op.id = std::move(id);
+  op.kind = kind;
+  op.group = dim;
+  op.group_size = group_size;
+  op.comm_bytes = bytes;
+  op.scope = group.scope;
+  op.nodes_spanned = group.nodes_spanned;
+  op.stream = group.scope == GroupScope::kLocal ? StreamClass::kLocalComm : StreamClass::kCrossComm;
+  return op;
+}
+
+// One activation (or its gradient) sent to the neighbour stage: the rank's tokens of the
+// hidden state, split over tp with sequence parallelism.
+void set_p2p(const Context& ctx, int64_t stage, StageCosts& costs) {
+  if (ctx.pp == 1) return;
+  const ParallelSpec& par = ctx.job->parallel;
+  const int64_t elements =
+      par.tokens_per_rank() * ctx.job->model.hidden_size / (par.sp ? par.tp : 1);
+  costs.p2p_bytes = elements * dtype_bytes(ctx.job->model.dtype);
+  const ProcessGroup group =
+      ctx.placement.group(ParallelDim::kPp, ctx.shape_ranks[static_cast<size_t>(stage)]);
+  const Op op =
+      comm_op("pp.send_recv", OpKind::kSendRecv, ParallelDim::kPp, 2, costs.p2p_bytes, group);
+  costs.p2p_us = ctx.request->unprofiled_op_time_us(op);
+}
+
+// Gradient reduction over the data-parallel replicas (dp·cp ranks hold the same weights):
+// reduce-scatter of fp32 gradients and all-gather of bf16 weights with the distributed
+// optimizer, one fp32 all-reduce without. Experts reduce over dp·cp/ep ranks.
+double dp_reduce_us(const Context& ctx, int64_t stage, const StageParameters& params) {
+  const ParallelSpec& par = ctx.job->parallel;
+  const int64_t rank = ctx.shape_ranks[static_cast<size_t>(stage)];
+  const ProcessGroup group =
+      ctx.placement.group(par.dp > 1 ? ParallelDim::kDp : ParallelDim::kCp, rank);
+  double total = 0;
+  const auto reduce = [&](int64_t parameters, int64_t group_size, const char* what) {
+    if (parameters == 0 || group_size <= 1) return;
+    if (ctx.request->memory.distributed_optimizer) {
+      total += ctx.request->unprofiled_op_time_us(comm_op(fmt::format("dp.{}_reduce_scatter", what),
+                                                          OpKind::kReduceScatter, ParallelDim::kDp,
+                                                          group_size, 4 * parameters, group));
+      total += ctx.request->unprofiled_op_time_us(comm_op(fmt::format("dp.{}_all_gather", what),
+                                                          OpKind::kAllGather, ParallelDim::kDp,
+                                                          group_size, 2 * parameters, group));
+    } else {
+      total += ctx.request->unprofiled_op_time_us(comm_op(fmt::format("dp.{}_all_reduce", what),
+                                                          OpKind::kAllReduce, ParallelDim::kDp,
+                                                          group_size, 4 * parameters, group));
+    }
+  };
+  reduce(params.dense, par.dp * par.cp, "dense");
+  reduce(params.expert, par.dp * par.cp / std::max<int64_t>(par.ep, 1), "expert");
+  return total;
+}
+
+// ----- the four schemes -----------------------------------------------------------------
+
+const LayerCosts& scheme_layer(const LayerAnalysis& a, PipelineScheme scheme) {
+  switch (scheme) {
+    case PipelineScheme::kMegatron1F1B:
+      return a.megatron;
+    case PipelineScheme::kIntraBatch:
+      return a.intra_batch;
+    case PipelineScheme::kWaveletPlus:
+      return a.wavelet_layer;
+    case PipelineScheme::kDHelix:
+      return a.dhelix_layer;
+  }
+  return a.megatron;
+}
+
+std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
+                                    const ExtraCosts& extras) {
+  const PipelineShape shape = scheme_shape(scheme);
+  const ParallelSpec& par = ctx.job->parallel;
+  const int64_t chunk_layers =
+      shape == PipelineShape::kW ? ctx.folded.layers_per_chunk : ctx.unfolded.layers_per_stage;
+  std::vector<StageCosts> out;
+  for (int64_t stage = 0; stage < ctx.pp; ++stage) {
+    const LayerAnalysis& a =
+        *ctx.analyses[static_cast<size_t>(ctx.analysis_of_stage[static_cast<size_t>(stage)])];
+    StageCosts base;
+    base.embedding_forward_us = extras.embedding_forward_us;
+    base.embedding_backward_us = extras.embedding_backward_us;
+    base.head_loss_forward_us = extras.head_forward_us;
+    base.head_loss_backward_us = extras.head_backward_us;
+    set_p2p(ctx, stage, base);
+    const StageParameters params = stage_parameters(ctx.job->model, par, shape, stage);
+    base.dp_reduce_us = dp_reduce_us(ctx, stage, params);
+    const std::vector<StageMemory> memory =
+        stage_memory(ctx.job->model, par, shape, ctx.request->memory,
+                     std::vector<int64_t>(static_cast<size_t>(ctx.pp), 0));
+    base.optimizer_us = optimizer_step_us(ctx.job->cluster.gpu,
+                                          memory[static_cast<size_t>(stage)].optimizer_bytes / 12);
+    base.head_loss_transient_bytes = head_loss_transient_bytes(ctx.job->model, par);
+    LayerCosts layer = scheme_layer(a, scheme);
+    layer.activation_bytes = layer_activation_bytes(ctx.job->model, par, ctx.request->memory);
+    StageCosts costs = chunk_costs(layer, chunk_layers, base);
+    if (scheme == PipelineScheme::kDHelix) {
+      costs.si_block_us = a.chunk_si_block_us;
+      costs.si_block_comm = a.chunk_si_block_comm;
+    }
+    out.push_back(costs);
+  }
+  return out;
+}
+
+struct SchemeRun {
+  PipelineScheme scheme = PipelineScheme::kDHelix;
+  PipelineSchedule schedule;
+  PipelineSimulation simulation;
+  std::vector<StageMemory> memory;
+};
+
+SchemeRun run_scheme(const Context& ctx, PipelineScheme scheme, const ExtraCosts& extras) {
+  SchemeRun run;
+  run.scheme = scheme;
+  run.schedule = make_schedule(scheme_shape(scheme), ctx.pp, ctx.micro_batches);
+  run.simulation = simulate_pipeline(run.schedule, stage_costs(ctx, scheme, extras));
+  std::vector<int64_t> peaks;
+  for (const StageSimulation& s : run.simulation.stages) peaks.push_back(s.peak_activation_bytes);
+  run.memory = stage_memory(ctx.job->model, ctx.job->parallel, scheme_shape(scheme),
+                            ctx.request->memory, peaks);
+  return run;
+}
+
+bool fits(const std::vector<StageMemory>& memory, const MemoryBudget& budget) {
+  for (const StageMemory& m : memory) {
+    if (m.total_bytes() > budget.usable_bytes()) return false;
+  }
+  return true;
+}
+
+PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryBudget& budget,
+                         double megatron_us) {
+  const PipelineSimulation& sim = run.simulation;
+  const IterationMetrics metrics = iteration_metrics(
+      ctx.job->model, ctx.job->parallel, ctx.job->cluster.gpu.peak_bf16_tflops, sim.iteration_us);
+  PlanScheme s;
+  s.scheme = pipeline_scheme_name(run.scheme);
+  s.shape = pipeline_shape_name(scheme_shape(run.scheme));
+  s.iteration_us = sim.iteration_us;
+  s.bubble_ratio = sim.bubble_ratio;
+  s.tokens_per_second = metrics.tokens_per_second;
+  s.tflops_per_gpu = metrics.tflops_per_gpu;
+  s.mfu = metrics.mfu;
+  s.speedup_vs_megatron = megatron_us / sim.iteration_us;
+  const double per_gpu = 1.0 / static_cast<double>(ctx.pp);
+  for (ParallelDim dim :
+       {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp, ParallelDim::kDp, ParallelDim::kPp}) {
+    s.comm.push_back({.type = parallel_dim_name(dim),
+                      .hidden_us = sim.comm[dim].hidden_us * per_gpu,
+                      .exposed_us = sim.comm[dim].exposed_us * per_gpu});
+  }
+  s.p2p_transfers = sim.p2p_transfers;
+  s.p2p_bytes = sim.p2p_bytes;
+  s.fits = fits(run.memory, budget);
+  for (const StageMemory& m : run.memory) {
+    s.memory.push_back({.stage = m.stage,
+                        .weight_bytes = m.weight_bytes,
+                        .gradient_bytes = m.gradient_bytes,
+                        .optimizer_bytes = m.optimizer_bytes,
+                        .activation_bytes = m.activation_bytes,
+                        .total_bytes = m.total_bytes()});
+  }
+  return s;
+}
+
+// ----- the dhelix plan's stages and task lists ------------------------------------------
+
+using WorkKey = std::tuple<int, int64_t, int, int64_t>;
+
+WorkKey work_key(const WorkItem& w) {
+  return {static_cast<int>(w.pass), w.micro_batch, static_cast<int>(w.chunk), w.stage};
+}
+
+PlanLayerRange chunk_layers(const Context& ctx, int64_t stage, ChunkSide side) {
+  const auto range = [](const LayerRange& r) { return PlanLayerRange{r.first, r.count}; };
+  const size_t s = static_cast<size_t>(stage);
+  switch (side) {
+    case ChunkSide::kDown:
+      return range(ctx.folded.stages[s].down);
+    case ChunkSide::kUp:
+      return range(ctx.folded.stages[s].up);
+    case ChunkSide::kWhole:
+      return range(ctx.unfolded.stages[s]);
+  }
+  return {};
+}
+
+PlanTask task_record(const Context& ctx, const SchemeRun& run, int64_t stage, int64_t index,
+                     const std::map<WorkKey, PlanTaskRef>& producer) {
+  const PipelineTask& task =
+      run.schedule.stages[static_cast<size_t>(stage)][static_cast<size_t>(index)];
+  const TimelineEntry& entry =
+      run.simulation.stages[static_cast<size_t>(stage)].timeline[static_cast<size_t>(index)];
+  PlanTask t;
+  t.index = index;
+  t.kind = task_kind_name(task.kind);
+  t.label = task.label();
+  t.start_us = entry.start_us;
+  t.end_us = entry.end_us;
+  if (task.has_forward()) {
+    t.has_forward = true;
+    t.forward = {task.forward_micro_batch, chunk_side_name(task.forward_chunk),
+                 chunk_layers(ctx, stage, task.forward_chunk)};
+  }
+  if (task.has_backward()) {
+    t.has_backward = true;
+    t.backward = {task.backward_micro_batch, chunk_side_name(task.backward_chunk),
+                  chunk_layers(ctx, stage, task.backward_chunk)};
+  }
+  if (task.kind == TaskKind::kHeadLoss) t.head_loss_micro_batch = task.forward_micro_batch;
+  for (const WorkItem& w : task_work(task, stage)) {
+    for (const WorkItem& input : work_inputs(run.schedule, w)) {
+      if (input.stage == stage) continue;
+      const PlanTaskRef ref = producer.at(work_key(input));
+      const bool seen = std::any_of(
+          t.waits_for.begin(), t.waits_for.end(),
+          [&](const PlanTaskRef& r) { return r.stage == ref.stage && r.task == ref.task; });
+      if (!seen) t.waits_for.push_back(ref);
+    }
+  }
+  return t;
+}
+
+std::vector<PlanStage> stage_records(const Context& ctx, const SchemeRun& run) {
+  std::map<WorkKey, PlanTaskRef> producer;
+  for (int64_t s = 0; s < ctx.pp; ++s) {
+    const auto& tasks = run.schedule.stages[static_cast<size_t>(s)];
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      for (const WorkItem& w : task_work(tasks[i], s)) {
+        producer[work_key(w)] = {.stage = s, .task = static_cast<int64_t>(i)};
+      }
+    }
+  }
+  std::vector<PlanStage> out;
+  for (int64_t s = 0; s < ctx.pp; ++s) {
+    PlanStage stage;
+    stage.stage = s;
+    for (int64_t r = 0; r < ctx.placement.world_size(); ++r) {
+      if (ctx.placement.coordinates(r).pp == s) stage.ranks.push_back(r);
+    }
+    stage.shape_rank = ctx.shape_ranks[static_cast<size_t>(s)];
+    stage.pairing = ctx.analysis_of_stage[static_cast<size_t>(s)];
+    stage.down_layers = chunk_layers(ctx, s, ChunkSide::kDown);
+    stage.up_layers = chunk_layers(ctx, s, ChunkSide::kUp);
+    stage.embedding = s == ctx.folded.embedding_stage;
+    stage.head_loss = s == ctx.folded.head_loss_stage;
+    const int64_t n = static_cast<int64_t>(run.schedule.stages[static_cast<size_t>(s)].size());
+    for (int64_t i = 0; i < n; ++i) stage.tasks.push_back(task_record(ctx, run, s, i, producer));
+    out.push_back(std::move(stage));
+  }
+  return out;
+}
+
+// ----- assembling the plan --------------------------------------------------------------
+
+void fill_job(const JobSpec& job, Plan& plan) {
+  const OrderedJson model = model_to_json(job.model);
+  const OrderedJson cluster = cluster_to_json(job.cluster);
+  const OrderedJson parallel = parallel_to_json(job.parallel);
+  plan.inputs.model = {.name = job.model.name, .sha256 = sha256_hex(model.dump())};
+  plan.inputs.parallel = parallel;
+  plan.inputs.cluster = {.name = job.cluster.name, .sha256 = sha256_hex(cluster.dump())};
+  plan.job = {.name = job.name, .model = model, .cluster = cluster, .parallel = parallel};
+}
+
+Context make_context(const PlanRequest& request) {
+  const JobSpec& job = *request.job;
+  Context ctx{
+      .request = &request,
+      .job = &job,
+      .profile = request.profile,
+      .co_run = std::make_unique<PairTimesCoRunModel>(profile_co_run_model(*request.profile)),
+      .placement = Placement(job.parallel, job.cluster.gpus_per_node),
+      .folded = fold_layers(job.model.num_layers, job.parallel.pp),
+      .unfolded = unfold_layers(job.model.num_layers, job.parallel.pp),
+      .pp = job.parallel.pp,
+      .micro_batches = job.parallel.num_micro_batches(),
+      .shape_ranks = {},
+      .analyses = {},
+      .analysis_of_stage = {}};
+  for (int64_t stage = 0; stage < ctx.pp; ++stage) {
+    ctx.shape_ranks.push_back(ctx.placement.rank_of({.pp = stage}));
+  }
+  return ctx;
+}
+
+}  // namespace
+
+double optimizer_step_us(const GpuSpec& gpu, int64_t shard_parameters) {
+  const double bytes_per_us = gpu.memory_bandwidth_gbps * gpu.memory_efficiency * 1e3;
+  return bytes_per_us <= 0
+             ? 0
+             : static_cast<double>(shard_parameters) * kAdamBytesPerParameter / bytes_per_us;
+}
+
+PlanResult build_plan(const PlanRequest& request) {
+  DHELIX_CHECK(request.job != nullptr && request.profile != nullptr);
+  DHELIX_CHECK(static_cast<bool>(request.unprofiled_op_time_us));
+  // 1. Layouts and the ranks whose shapes stand for each stage (may refuse the job).
+  Context ctx = make_context(request);
+  // 2. The profile must hold every op the plan will look up.
+  check_profile_covers(*request.profile, needed_ops(*request.job, ctx.shape_ranks),
+                       request.profile_name);
+  // 3. Layer-level searches per distinct stage shape.
+  analyze_stages(ctx);
+  // 4. The four schemes through the pipeline simulator.
+  const ExtraCosts extras = extra_costs(ctx);
+  std::vector<SchemeRun> runs;
+  for (PipelineScheme scheme : {PipelineScheme::kDHelix, PipelineScheme::kWaveletPlus,
+                                PipelineScheme::kIntraBatch, PipelineScheme::kMegatron1F1B}) {
+    runs.push_back(run_scheme(ctx, scheme, extras));
+  }
+  // 5. Memory: the dhelix plan must fit.
+  PlanResult result;
+  const MemoryBudget budget = memory_budget(request.job->cluster.gpu, request.memory);
+  if (request.allow_oom) {
+    try {
+      check_fits(runs.front().memory, budget, "dhelix");
+    } catch (const Error& error) {
+      result.warnings.push_back(std::string(error.what()) +
+                                "\n(--allow-oom: the plan is written anyway)");
+    }
+  } else {
+    check_fits(runs.front().memory, budget, "dhelix");
+  }
+  if (ctx.micro_batches <= ctx.pp) {
+    result.warnings.push_back(fmt::format(
+        "{} micro-batches on {} stages: the W pairs micro-batch j with j-{}, so there are no "
+        "SI blocks and strand interleaving gains nothing",
+        ctx.micro_batches, ctx.pp, ctx.pp));
+  }
+  // 6. The plan: inputs, pairings, stages with tasks, scheme figures.
+  Plan& plan = result.plan;
+  plan.meta = request.meta;
+  fill_job(*request.job, plan);
+  plan.inputs.profile = request.profile_ref;
+  plan.options = {.allow_oom = request.allow_oom,
+                  .distributed_optimizer = request.memory.distributed_optimizer,
+                  .cross_layer_max_segment_ops = request.cross_layer_max_segment_ops};
+  plan.num_micro_batches = ctx.micro_batches;
+  for (const auto& analysis : ctx.analyses) plan.pairings.push_back(pairing_record(*analysis));
+  plan.stages = stage_records(ctx, runs.front());
+  plan.memory_budget = {.gpu = budget.gpu_name,
+                        .capacity_bytes = budget.capacity_bytes,
+                        .reserve_bytes = budget.reserve_bytes,
+                        .usable_bytes = budget.usable_bytes()};
+  const double megatron_us = runs.back().simulation.iteration_us;
+  for (const SchemeRun& run : runs) {
+    plan.schemes.push_back(scheme_record(ctx, run, budget, megatron_us));
+  }
+  return result;
+}
+
+}  // namespace dhelix

@@ -1,0 +1,229 @@
+#include "planner/plan_builder.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "emitter/plan_writer.h"
+#include "lib/dag_builder.h"
+#include "lib/dag_builder_intra_batch.h"
+#include "lib/error.h"
+#include "planner/layer_costs.h"
+
+namespace dhelix {
+namespace {
+
+// A tiny Llama-like model, tp 2 with SP, one stage, four micro-batches of 128 tokens.
+JobSpec tiny_job() {
+  JobSpec job;
+  job.name = "tiny";
+  job.source_file = "tiny.json";
+  ModelSpec& m = job.model;
+  m.name = "tiny-llama";
+  m.hidden_size = 256;
+  m.ffn_hidden_size = 512;
+  m.num_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_kv_heads = 4;
+  m.head_dim = 64;
+  m.vocab_size = 1000;
+  m.max_seq_length = 128;
+  job.cluster.name = "test-cluster";
+  job.cluster.gpus_per_node = 8;
+  job.cluster.gpu.name = "TestGPU";
+  job.cluster.gpu.peak_bf16_tflops = 100;
+  job.cluster.gpu.memory_bytes = int64_t{80} << 30;
+  ParallelSpec& p = job.parallel;
+  p.tp = 2;
+  p.sp = true;
+  p.seq_length = 128;
+  p.micro_batch_size = 1;
+  p.global_batch_size = 4;
+  return job;
+}
+
+// Every op the planner looks up: compute ops 10 us, communication ops 1 us, no pairs (no
+// slowdown). `skip` leaves one signature out.
+Profile hand_profile(const JobSpec& job, const std::string& skip = "") {
+  Profile profile;
+  const auto add = [&](const LayerDags& dags) {
+    for (const LayerDag* dag : {&dags.forward, &dags.backward}) {
+      for (int64_t i = 0; i < dag->size(); ++i) {
+        const Op& op = dag->op(i);
+        if (op.signature() == skip || profile.find_op(op.signature()) != nullptr) continue;
+        const double time_us = is_communication(op.kind) ? 1.0 : 10.0;
+        profile.add_op({.signature = op.signature(),
+                        .kind = op.kind,
+                        .stream = op.stream,
+                        .example_op_id = op.id,
+                        .time_us = TimeStats::exactly(time_us),
+                        .samples = 1});
+      }
+    }
+  };
+  add(build_layer_dags(job, 0));
+  add(build_stage_extras(job, 0, true, true));
+  add(build_intra_batch_layer_dags(job, 0));
+  return profile;
+}
+
+PlanRequest request_for(const JobSpec& job, const Profile& profile) {
+  PlanRequest request;
+  request.job = &job;
+  request.profile = &profile;
+  request.profile_name = "hand.json";
+  request.profile_ref = {.name = "model", .sha256 = "generated:model"};
+  request.unprofiled_op_time_us = [](const Op&) { return 0.0; };
+  return request;
+}
+
+int64_t compute_ops(const LayerDag& dag) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < dag.size(); ++i) n += is_communication(dag.op(i).kind) ? 0 : 1;
+  return n;
+}
+
+// With 1 us collectives beside 10 us kernels, co-running a forward with a backward can put
+// every collective beside a kernel of the other strand: the optimum of a layer pair is the
+// compute stream's work, 10 us per compute op, and no TP time stays exposed in SI blocks.
+// What stays exposed is the one micro-batch that runs alone at each end of the W (the
+// forward of micro-batch 0, the backward of micro-batch 3): exactly a quarter of what
+// Megatron exposes running all four alone. Per layer the forward exposes its four
+// collectives (all-gather, reduce-scatter around attention and MLP: 4 us) and the
+// backward one (1 us; the others run beside weight-gradient GEMMs): 2 x (4 + 1) = 10 us.
+TEST(PlanBuilder, DhelixHidesAllTpCommunicationOfTheTinyJob) {
+  const JobSpec job = tiny_job();
+  const Profile profile = hand_profile(job);
+  const PlanResult result = build_plan(request_for(job, profile));
+  const LayerDags dags = build_layer_dags(job, 0);
+  const int64_t compute = compute_ops(dags.forward) + compute_ops(dags.backward);
+  ASSERT_EQ(result.plan.pairings.size(), 1u);
+  const PlanPairing& pairing = result.plan.pairings[0];
+  EXPECT_DOUBLE_EQ(pairing.layer_pair_us, 10.0 * static_cast<double>(compute));
+  EXPECT_EQ(pairing.chunk_layers, 1);  // 2 layers folded over 1 stage: chunks of 1
+  const PlanScheme* dhelix = result.plan.find_scheme("dhelix");
+  const PlanScheme* megatron = result.plan.find_scheme("megatron-1f1b");
+  ASSERT_NE(dhelix, nullptr);
+  ASSERT_NE(megatron, nullptr);
+  EXPECT_EQ(dhelix->comm[0].type, "tp");
+  EXPECT_DOUBLE_EQ(dhelix->comm[0].exposed_us, 10.0);
+  EXPECT_DOUBLE_EQ(megatron->comm[0].exposed_us, 4 * 10.0);
+  EXPECT_GT(dhelix->comm[0].hidden_us, 0.0);
+  EXPECT_EQ(dags.forward.size() - compute_ops(dags.forward), 4);
+  EXPECT_LT(dhelix->iteration_us, megatron->iteration_us);
+  EXPECT_EQ(result.plan.num_micro_batches, 4);
+  ASSERT_EQ(result.plan.stages.size(), 1u);
+  const PlanStage& stage = result.plan.stages[0];
+  EXPECT_TRUE(stage.embedding);
+  EXPECT_TRUE(stage.head_loss);
+  EXPECT_EQ(stage.down_layers.first, 0);
+  EXPECT_EQ(stage.up_layers.first, 1);
+  // W on one stage, m = 4: F0d F0u H0 F1d F1u H1 ... SI blocks pair F(j) with B(j-1).
+  ASSERT_FALSE(stage.tasks.empty());
+  EXPECT_EQ(stage.tasks[0].label, "F0d");
+  EXPECT_DOUBLE_EQ(stage.tasks[0].start_us, 0.0);
+  EXPECT_TRUE(stage.tasks[0].waits_for.empty());  // one stage: no p2p
+}
+
+TEST(PlanBuilder, SamePlanTwiceGivesIdenticalText) {
+  const JobSpec job = tiny_job();
+  const Profile profile = hand_profile(job);
+  const std::string first = plan_to_text(build_plan(request_for(job, profile)).plan);
+  const std::string second = plan_to_text(build_plan(request_for(job, profile)).plan);
+  EXPECT_EQ(first, second);
+}
+
+TEST(PlanBuilder, MissingProfileOpsAreNamed) {
+  const JobSpec job = tiny_job();
+  const std::string missing = build_layer_dags(job, 0).forward.op(0).signature();
+  const Profile profile = hand_profile(job, missing);
+  try {
+    build_plan(request_for(job, profile));
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    EXPECT_EQ(std::string(error.what()),
+              "hand.json: lacks 1 op signature the job needs:\n  " + missing +
+                  "\nre-profile the job with `dhelix-profile JOB -o hand.json` (or plan without "
+                  "--profile)");
+  }
+}
+
+TEST(PlanBuilder, PlanThatDoesNotFitIsRefusedUnlessAllowed) {
+  JobSpec job = tiny_job();
+  job.cluster.gpu.memory_bytes = int64_t{1} << 30;  // less than the 2 GiB fixed reserve
+  const Profile profile = hand_profile(job);
+  try {
+    build_plan(request_for(job, profile));
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInfeasible);
+    EXPECT_NE(std::string(error.what()).find("dhelix: stage 0 needs"), std::string::npos)
+        << error.what();
+  }
+  PlanRequest request = request_for(job, profile);
+  request.allow_oom = true;
+  const PlanResult result = build_plan(request);
+  ASSERT_FALSE(result.warnings.empty());
+  EXPECT_NE(result.warnings[0].find("(--allow-oom: the plan is written anyway)"),
+            std::string::npos);
+  EXPECT_FALSE(result.plan.find_scheme("dhelix")->fits);
+  EXPECT_TRUE(result.plan.options.allow_oom);
+}
+
+// Two stages: stage 0 keeps layers 0 and 3 with embedding, head and loss, stage 1 layers 1
+// and 2. Stage 1's first task, F0d, waits for stage 0's F0d (its first task): one p2p.
+TEST(PlanBuilder, TwoStagesListRanksLayersAndP2pWaits) {
+  JobSpec job = tiny_job();
+  job.model.num_layers = 4;
+  job.parallel.pp = 2;
+  const Profile profile = hand_profile(job);
+  const PlanResult result = build_plan(request_for(job, profile));
+  ASSERT_EQ(result.plan.stages.size(), 2u);
+  const PlanStage& s0 = result.plan.stages[0];
+  const PlanStage& s1 = result.plan.stages[1];
+  EXPECT_EQ(s0.ranks, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(s1.ranks, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(s1.shape_rank, 2);
+  EXPECT_EQ(s0.up_layers.first, 3);
+  EXPECT_EQ(s1.down_layers.first, 1);
+  EXPECT_EQ(s1.up_layers.first, 2);
+  EXPECT_TRUE(s0.embedding && s0.head_loss);
+  EXPECT_FALSE(s1.embedding || s1.head_loss);
+  EXPECT_EQ(result.plan.pairings.size(), 1u);  // both stages have the same layer shapes
+  EXPECT_EQ(s1.pairing, 0);
+  ASSERT_EQ(s1.tasks[0].label, "F0d");
+  ASSERT_EQ(s1.tasks[0].waits_for.size(), 1u);
+  EXPECT_EQ(s1.tasks[0].waits_for[0].stage, 0);
+  EXPECT_EQ(s1.tasks[0].waits_for[0].task, 0);
+  EXPECT_GE(s1.tasks[0].start_us, s0.tasks[0].end_us);
+}
+
+// A 40 us all-gather beside a 30 us GEMM started with it: 30 us hidden, 10 exposed. A
+// second all-gather alone afterwards: 5 us exposed.
+TEST(PlanBuilder, HiddenIsTheCommunicationTimeBesideAKernel) {
+  StrandKinds forward{.stream = {StreamClass::kCompute}, .group = {ParallelDim::kTp}};
+  StrandKinds backward{.stream = {StreamClass::kLocalComm}, .group = {ParallelDim::kTp}};
+  PairingBlock block;
+  block.simulation.ops = {{.strand = Strand::kBackward, .op = 0, .start_us = 0, .finish_us = 40},
+                          {.strand = Strand::kForward, .op = 0, .start_us = 0, .finish_us = 30}};
+  PairingBlock lone;
+  lone.simulation.ops = {{.strand = Strand::kBackward, .op = 1, .start_us = 0, .finish_us = 5}};
+  backward.stream.push_back(StreamClass::kCrossComm);
+  backward.group.push_back(ParallelDim::kCp);
+  const CommBreakdown comm = blocks_comm({block, lone}, forward, backward);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kTp].hidden_us, 30);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kTp].exposed_us, 10);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kCp].exposed_us, 5);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kCp].hidden_us, 0);
+}
+
+TEST(PlanBuilder, OptimizerStepMovesThirtyBytesPerParameter) {
+  GpuSpec gpu;
+  gpu.memory_bandwidth_gbps = 1000;                           // 1e6 bytes per us
+  gpu.memory_efficiency = 0.5;                                // 5e5 usable
+  EXPECT_DOUBLE_EQ(optimizer_step_us(gpu, 1'000'000), 60.0);  // 3e7 bytes / 5e5
+}
+
+}  // namespace
+}  // namespace dhelix
