@@ -4,6 +4,7 @@
 #include "emitter/plan_diff.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <utility>
 

@@ -75,7 +75,7 @@ void append_pairing(const PairingDiff& diff, std::string& out) {
   for (const NumberChange& time : diff.times) {
     if (time.changed) out += "    " + change_line(time) + "\n";
   }
-  int64_t counts[5] = {0, 0, 0, 0, 0};
+  int64_t counts[5] = {0, 0, 0, 0, 0};  // by BlockStatus, kSame (0) to kRemoved (4)
   for (const BlockDiff& block : diff.blocks) ++counts[static_cast<int>(block.status)];
   out += fmt::format("    blocks: {} same, {} retimed, {} changed, {} added, {} removed\n",
                      counts[0], counts[1], counts[2], counts[3], counts[4]);

@@ -157,7 +157,7 @@ void draw_op(SvgWriter& svg, const Panel& p, const OpLookup& lookup, const PlanB
   }
   const std::string label = short_name(t.op);
   if (text_width_estimate(label, kOpLabelSize) + 4 <= width) {
-    svg.text(x0 + width / 2, y + 14, label, kOpLabelSize,
+    svg.text(x0 + width / 2, y + h / 2 + (compute ? 4 : -2), label, kOpLabelSize,
              {{"fill", compute ? "white" : "#111"}, {"text-anchor", "middle"}});
   }
 }
@@ -230,22 +230,23 @@ void draw_captions(SvgWriter& svg, const Panel& p, const std::vector<CommOverlap
   }
   std::string times;
   for (const PlanBlock& b : *p.blocks) {
-    times += (times.empty() ? "" : " + ") + fmt::format("{:.1f}", b.time_us * 1e-3);
+    times += (times.empty() ? "" : " + ") + format_time_us(b.time_us);
   }
   std::string line =
-      fmt::format("{} blocks: {} = {:.1f} ms", p.blocks->size(), times, total_us * 1e-3);
+      fmt::format("{} blocks: {} = {}", p.blocks->size(), times, format_time_us(total_us));
+  std::string versus;
   if (p.sequential_us > 0) {
-    line += fmt::format("; strands one after the other: {:.1f} ms (saves {:.1f} %)",
-                        p.sequential_us * 1e-3, 100 * (1 - total_us / p.sequential_us));
+    versus = fmt::format("; strands one after the other: {} (saves {:.1f} %)",
+                         format_time_us(p.sequential_us), 100 * (1 - total_us / p.sequential_us));
   }
-  if (text_width_estimate(line, 12) > kWidth - kLeft) {
-    line = fmt::format("{} blocks, {:.1f} ms; strands one after the other: {:.1f} ms",
-                       p.blocks->size(), total_us * 1e-3, p.sequential_us * 1e-3);
+  if (text_width_estimate(line + versus, 12) > kWidth - kLeft - kRight) {
+    line = fmt::format("{} blocks, {} in all", p.blocks->size(), format_time_us(total_us));
   }
+  line += versus;
   svg.text(kLeft, y, line, 12, {{"fill", "#222"}});
   svg.text(kLeft, y + kCaptionLine,
-           fmt::format("communication {:.1f} ms: hidden {:.1f} ms, exposed {:.1f} ms",
-                       comm_us * 1e-3, (comm_us - exposed_us) * 1e-3, exposed_us * 1e-3),
+           fmt::format("communication {}: hidden {}, exposed {}", format_time_us(comm_us),
+                       format_time_us(comm_us - exposed_us), format_time_us(exposed_us)),
            12, {{"fill", exposed_us > 0 ? kExposedFill : "#222"}});
   if (!p.table) return;
   const double table_y = y + 2 * kCaptionLine;
@@ -257,13 +258,9 @@ void draw_captions(SvgWriter& svg, const Panel& p, const std::vector<CommOverlap
     const double col_x = kLeft + (static_cast<int64_t>(i) < rows ? 0 : kPlotWidth / 2);
     const double row_y =
         table_y + kTableLine * static_cast<double>(1 + static_cast<int64_t>(i) % rows);
-    const std::string text = overlap_line(o);
-    svg.text(col_x, row_y, text, 11, {{"fill", "#222"}});
-    if (o.exposed_us > 0) {
-      svg.text(col_x + text_width_estimate(text, 11) + 6, row_y,
-               fmt::format("exposed {}", format_time_us(o.exposed_us)), 11,
-               {{"fill", kExposedFill}, {"font-weight", "bold"}});
-    }
+    std::string text = overlap_line(o);
+    if (o.exposed_us > 0) text += fmt::format("; exposed {}", format_time_us(o.exposed_us));
+    svg.text(col_x, row_y, text, 11, {{"fill", o.exposed_us > 0 ? kExposedFill : "#222"}});
   }
 }
 
@@ -294,7 +291,7 @@ void legend(SvgWriter& svg, double y) {
   const auto item = [&](const std::string& fill, const std::string& label) {
     svg.rect(x, y - 11, 14, 14, {{"fill", fill}, {"stroke", "#888"}, {"stroke-width", "0.5"}});
     svg.text(x + 20, y, label, 12, {{"fill", "#222"}});
-    x += 20 + text_width_estimate(label, 12) + 20;
+    x += 20 + 0.9 * text_width_estimate(label, 12) + 18;
   };
   item(kForwardFill, "forward compute");
   item(kBackwardFill, "backward compute");

@@ -182,6 +182,27 @@ void draw_axis(SvgWriter& svg, const Window& w, double y) {
   }
 }
 
+// The dashed iteration end, and the time between the last task and it (the gradient reduction
+// over data-parallel replicas and the optimizer step, which the task lists leave out).
+void draw_iteration_end(SvgWriter& svg, const Plan& plan, const Window& w, double iteration_us,
+                        double rows_top, double rows_bottom) {
+  if (iteration_us <= w.from_us || iteration_us > w.to_us) return;
+  const double x = w.x(iteration_us);
+  svg.line(x, rows_top - 4, x, rows_bottom + 2,
+           {{"stroke", "#c00"}, {"stroke-width", "1.5"}, {"stroke-dasharray", "5,3"}});
+  double last_task_us = 0;
+  for (const PlanStage& stage : plan.stages) {
+    if (!stage.tasks.empty()) last_task_us = std::max(last_task_us, stage.tasks.back().end_us);
+  }
+  const double a = w.x(std::max(last_task_us, w.from_us));
+  const std::string label = fmt::format("gradient reduction + optimizer step: {}",
+                                        format_time_us(iteration_us - last_task_us));
+  if (text_width_estimate(label, kLabelSize) + 8 <= x - a) {
+    svg.text((a + x) / 2, rows_top + kRowHeight / 2 + 4, label, kLabelSize,
+             {{"fill", "#7a3b00"}, {"text-anchor", "middle"}});
+  }
+}
+
 double draw_panel(SvgWriter& svg, const Plan& plan, const Window& w, double y) {
   svg.text(kLeft, y + 17, w.title, 13, {{"fill", "#222"}, {"font-weight", "bold"}});
   double row_y = y + kPanelTitleHeight;
@@ -193,11 +214,7 @@ double draw_panel(SvgWriter& svg, const Plan& plan, const Window& w, double y) {
     row_y += kRowHeight + kRowGap;
   }
   if (const PlanScheme* dhelix = plan.find_scheme("dhelix")) {
-    if (dhelix->iteration_us > w.from_us && dhelix->iteration_us <= w.to_us) {
-      const double x = w.x(dhelix->iteration_us);
-      svg.line(x, y + kPanelTitleHeight - 4, x, row_y - kRowGap + 2,
-               {{"stroke", "#c00"}, {"stroke-width", "1.5"}, {"stroke-dasharray", "5,3"}});
-    }
+    draw_iteration_end(svg, plan, w, dhelix->iteration_us, y + kPanelTitleHeight, row_y - kRowGap);
   }
   draw_axis(svg, w, row_y - kRowGap + 4);
   return y + panel_height(plan) + kPanelGap;
@@ -212,7 +229,7 @@ void legend_swatch(SvgWriter& svg, double& x, double y, const char* fill, const 
     svg.rect(x, y - 11, 14, 14, {{"fill", fill}, {"stroke", "#888"}, {"stroke-width", "0.5"}});
   }
   svg.text(x + 20, y, label, 12, {{"fill", "#222"}});
-  x += 20 + text_width_estimate(label, 12) + 22;
+  x += 20 + 1.1 * text_width_estimate(label, 12) + 16;
 }
 
 void draw_header(SvgWriter& svg, const Plan& plan) {
@@ -224,7 +241,7 @@ void draw_header(SvgWriter& svg, const Plan& plan) {
   if (dhelix != nullptr) {
     title += fmt::format(", predicted iteration {}", format_time_us(dhelix->iteration_us));
     if (megatron != nullptr && dhelix->speedup_vs_megatron > 0) {
-      title += fmt::format(" ({:.2f}x Megatron 1F1B)", dhelix->speedup_vs_megatron);
+      title += fmt::format(", {:.2f}x Megatron 1F1B", dhelix->speedup_vs_megatron);
     }
   }
   svg.text(kLeft, 26, title, 15, {{"fill", "#111"}, {"font-weight", "bold"}});

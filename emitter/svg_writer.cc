@@ -56,6 +56,7 @@ double nice_tick_step(double range, int target) {
 
 std::string format_time_us(double time_us) {
   const double magnitude = std::fabs(time_us);
+  if (magnitude == 0) return "0";
   if (magnitude >= 1e6) return fmt::format("{:.3g} s", time_us * 1e-6);
   if (magnitude >= 1e3) return fmt::format("{:.3g} ms", time_us * 1e-3);
   return fmt::format("{:.3g} us", time_us);

@@ -40,12 +40,18 @@ void write_file_atomically(const std::string& path, const std::string& content) 
     }
     written += static_cast<size_t>(n);
   }
-  // mkstemp creates the file 0600; output files are ordinary user files.
-  ::fchmod(fd, 0644);
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int saved = errno;
+  // mkstemp creates the file 0600; output files get the mode open(O_CREAT, 0666) would
+  // give them, which honours the user's umask. POSIX can only read the umask by setting
+  // it, so it is set back at once (the tools write files from one thread).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
+  // close() even when fsync() fails, so the descriptor never leaks.
+  const int sync_error = ::fsync(fd) != 0 ? errno : 0;
+  const int close_error = ::close(fd) != 0 ? errno : 0;
+  if (sync_error != 0 || close_error != 0) {
     ::unlink(temporary.c_str());
-    fail(path, "flushing to disk", saved);
+    fail(path, "flushing to disk", sync_error != 0 ? sync_error : close_error);
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const int saved = errno;

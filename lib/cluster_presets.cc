@@ -35,9 +35,10 @@ LinkSpec nvlink_a800_link() {
   return {LinkKind::kNvLink, 200.0, 160.0, 9.0,
           "A800 NVLink 400 GB/s bidirectional = 200 GB/s per direction (paper 6.1, NVIDIA A800 "
           "datasheet); 8x A800 all-reduce busbw ~160 GB/s (hardware-figures.md, nccl-tests); "
-          "alpha 9 us: 8-GPU A100 all-reduce busbw reaches half its 228 GB/s peak near 17 MB "
-          "(1 MB 36, 16 MB 109, 128 MB 174 GB/s; hardware-figures.md), and n*alpha*B = 17 MB "
-          "gives alpha = 9 us. NCCL SMs: 16 intra-node "
+          "alpha 9 us, fitted on A100 (same NVLink generation and NCCL): its 8-GPU all-reduce "
+          "busbw reaches half its 228 GB/s peak near 17 MB (1 MB 36, 16 MB 109, 128 MB 174 "
+          "GB/s; hardware-figures.md) and n*alpha*B = 17 MB gives 9 us; with A800's 160 GB/s "
+          "the model's half point falls at 11.5 MB. NCCL SMs: 16 intra-node "
           "(NVLink systems use 16-32 channels), 8 inter-node (2 channels per NIC, 4 NICs)"};
 }
 

@@ -65,12 +65,12 @@ void read_link(ObjectReader& root, const std::string& key, Need need, LinkSpec& 
   reader->finish();
 }
 
-void check_nccl_sms(const ClusterSpec& cluster, const std::string& file, ProblemList& problems) {
+void check_nccl_sms(const ClusterSpec& cluster, const ObjectReader& root, ProblemList& problems) {
   if (cluster.gpu.sm_count <= 0) return;
-  for (auto [key, sms] : {std::pair{"/nccl_sms_intra_node", cluster.nccl_sms_intra_node},
-                          std::pair{"/nccl_sms_inter_node", cluster.nccl_sms_inter_node}}) {
+  for (auto [key, sms] : {std::pair{"nccl_sms_intra_node", cluster.nccl_sms_intra_node},
+                          std::pair{"nccl_sms_inter_node", cluster.nccl_sms_inter_node}}) {
     if (sms >= cluster.gpu.sm_count) {
-      problems.add(file, key, std::to_string(sms),
+      problems.add(root.file(), root.pointer_of(key), std::to_string(sms),
                    fmt::format("must be less than the GPU's sm_count = {}", cluster.gpu.sm_count));
     }
   }
@@ -102,9 +102,10 @@ const char* link_kind_name(LinkKind kind) {
   return "?";
 }
 
-ClusterSpec cluster_from_json(const Json& json, const std::string& file, ProblemList& problems) {
+ClusterSpec cluster_from_json(const Json& json, const std::string& file, ProblemList& problems,
+                              const std::string& pointer) {
   ClusterSpec cluster;
-  ObjectReader root(json, file, "", problems);
+  ObjectReader root(json, file, pointer, problems);
   if (!root.is_object()) return cluster;
   check_schema_version(root, kClusterSchemaMajor);
   root.allow("$schema");
@@ -128,7 +129,7 @@ ClusterSpec cluster_from_json(const Json& json, const std::string& file, Problem
   read_real(root, "nccl_memory_traffic_factor", Need::kOptional, {.min = 0.0},
             cluster.nccl_memory_traffic_factor);
   root.finish();
-  check_nccl_sms(cluster, file, problems);
+  check_nccl_sms(cluster, root, problems);
   return cluster;
 }
 

@@ -19,8 +19,10 @@ ClusterSpec cluster_preset(const std::string& name);
 /// A preset name or a path to a cluster file.
 ClusterSpec read_cluster(const std::string& preset_or_path);
 
-/// Cluster from parsed JSON; problems go to `problems`.
-ClusterSpec cluster_from_json(const Json& json, const std::string& file, ProblemList& problems);
+/// Cluster from parsed JSON; problems go to `problems`. `pointer` is the JSON pointer of
+/// `json` within `file` ("" for a cluster file; "/cluster" for a job's inline cluster).
+ClusterSpec cluster_from_json(const Json& json, const std::string& file, ProblemList& problems,
+                              const std::string& pointer = "");
 
 /// Cluster as JSON in the cluster file format, every figure written out.
 OrderedJson cluster_to_json(const ClusterSpec& cluster);

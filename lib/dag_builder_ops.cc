@@ -1,7 +1,6 @@
 // Op factories and the per-rank context of the DAG builder (see dag_builder_internal.h for
 // what each op records).
 
-#include <algorithm>
 #include <utility>
 
 #include "lib/dag_builder_internal.h"
@@ -30,7 +29,8 @@ BuildContext make_context(const JobSpec& job, int64_t rank) {
   const ModelSpec& m = job.model;
   const ParallelSpec& p = job.parallel;
   DHELIX_CHECK(p.tp >= 1 && p.cp >= 1 && p.ep >= 1 && p.micro_batch_size >= 1);
-  DHELIX_CHECK(m.num_attention_heads % p.tp == 0 && p.seq_length % p.cp == 0);
+  DHELIX_CHECK(m.num_attention_heads % p.tp == 0 && m.num_kv_heads % p.tp == 0 &&
+               p.seq_length % p.cp == 0);
   BuildContext ctx;
   ctx.model = &m;
   ctx.parallel = &p;
@@ -48,8 +48,9 @@ BuildContext make_context(const JobSpec& job, int64_t rank) {
   ctx.hidden = m.hidden_size;
   ctx.head_dim = m.head_dim;
   ctx.heads = m.num_attention_heads / p.tp;
-  // Megatron replicates KV heads when tp exceeds them: each rank still holds one.
-  ctx.kv_heads = std::max<int64_t>(m.num_kv_heads / p.tp, 1);
+  // validate_job requires tp to divide num_kv_heads (no KV-head replication), so every rank
+  // holds an equal, non-empty share.
+  ctx.kv_heads = m.num_kv_heads / p.tp;
   ctx.q_width = ctx.heads * ctx.head_dim;
   ctx.kv_width = ctx.kv_heads * ctx.head_dim;
   ctx.ffn = m.ffn_hidden_size / p.tp;

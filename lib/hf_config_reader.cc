@@ -35,8 +35,6 @@ constexpr HfArchitecture kArchitectures[] = {
     {"GPTNeoXForCausalLM", "gpt_neox", HfFamily::kGptNeoX},
 };
 
-constexpr IntRange kPositive = {.min = 1};
-
 std::string supported_list() {
   std::string text;
   for (const std::string& name : supported_hf_architectures()) {
@@ -77,13 +75,13 @@ HfFamily detect_family(const Json& json, const std::string& file) {
 
 // Reads an integer that may be absent or null (both mean "default").
 std::optional<int64_t> nullable_integer(ObjectReader& root, const Json& json,
-                                        const std::string& key, Need need) {
+                                        const std::string& key, Need need, IntRange range) {
   if (json.contains(key) && json.at(key).is_null()) {
     root.allow(key);
     if (need == Need::kRequired) root.report(key, "null", "is required but null");
     return std::nullopt;
   }
-  return root.integer(key, need, kPositive);
+  return root.integer(key, need, range);
 }
 
 // "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh": all GELU variants for our cost.
@@ -127,22 +125,25 @@ std::string name_from_file(const Json& json, const std::string& file) {
 
 // Llama, Mistral, Mixtral and PhiMoE share the key names of LlamaConfig.
 void read_llama_like(ObjectReader& root, const Json& json, ModelSpec& model) {
-  model.hidden_size = root.integer("hidden_size", Need::kRequired, kPositive).value_or(0);
-  model.num_layers = root.integer("num_hidden_layers", Need::kRequired, kPositive).value_or(0);
+  model.hidden_size = root.integer("hidden_size", Need::kRequired, kHiddenSizeRange).value_or(0);
+  model.num_layers =
+      root.integer("num_hidden_layers", Need::kRequired, kLayerCountRange).value_or(0);
   model.num_attention_heads =
-      root.integer("num_attention_heads", Need::kRequired, kPositive).value_or(0);
-  model.num_kv_heads = nullable_integer(root, json, "num_key_value_heads", Need::kOptional)
-                           .value_or(model.num_attention_heads);
-  model.vocab_size = root.integer("vocab_size", Need::kRequired, kPositive).value_or(0);
+      root.integer("num_attention_heads", Need::kRequired, kHeadCountRange).value_or(0);
+  model.num_kv_heads =
+      nullable_integer(root, json, "num_key_value_heads", Need::kOptional, kHeadCountRange)
+          .value_or(model.num_attention_heads);
+  model.vocab_size = root.integer("vocab_size", Need::kRequired, kVocabSizeRange).value_or(0);
   model.max_seq_length =
-      root.integer("max_position_embeddings", Need::kRequired, kPositive).value_or(0);
+      root.integer("max_position_embeddings", Need::kRequired, kSeqLengthRange).value_or(0);
   model.tied_embeddings = root.boolean("tie_word_embeddings", Need::kOptional).value_or(false);
   check_activation(root, "hidden_act", ActivationKind::kSwiGlu);
 }
 
 void read_llama(ObjectReader& root, const Json& json, ModelSpec& model) {
   read_llama_like(root, json, model);
-  model.ffn_hidden_size = root.integer("intermediate_size", Need::kRequired, kPositive).value_or(0);
+  model.ffn_hidden_size =
+      root.integer("intermediate_size", Need::kRequired, kHiddenSizeRange).value_or(0);
   const bool attention_bias = root.boolean("attention_bias", Need::kOptional).value_or(false);
   const bool mlp_bias = root.boolean("mlp_bias", Need::kOptional).value_or(false);
   if (mlp_bias != attention_bias) {
@@ -158,12 +159,12 @@ void read_llama(ObjectReader& root, const Json& json, ModelSpec& model) {
 void read_moe(ObjectReader& root, ModelSpec& model, int64_t default_experts,
               int64_t default_top_k) {
   MoeSpec moe;
-  moe.num_experts =
-      root.integer("num_local_experts", Need::kOptional, kPositive).value_or(default_experts);
-  moe.top_k =
-      root.integer("num_experts_per_tok", Need::kOptional, kPositive).value_or(default_top_k);
+  moe.num_experts = root.integer("num_local_experts", Need::kOptional, kExpertCountRange)
+                        .value_or(default_experts);
+  moe.top_k = root.integer("num_experts_per_tok", Need::kOptional, kExpertCountRange)
+                  .value_or(default_top_k);
   moe.expert_ffn_hidden_size =
-      root.integer("intermediate_size", Need::kRequired, kPositive).value_or(0);
+      root.integer("intermediate_size", Need::kRequired, kHiddenSizeRange).value_or(0);
   model.moe = moe;
 }
 
@@ -172,15 +173,15 @@ void read_gpt2(ObjectReader& root, const Json& json, ModelSpec& model) {
   model.activation = ActivationKind::kGelu;
   model.position = PositionKind::kLearned;
   model.linear_bias = true;
-  model.hidden_size = root.integer("n_embd", Need::kRequired, kPositive).value_or(0);
-  // GPT2Config: n_inner null means 4 * n_embd.
-  model.ffn_hidden_size =
-      nullable_integer(root, json, "n_inner", Need::kOptional).value_or(4 * model.hidden_size);
-  model.num_layers = root.integer("n_layer", Need::kRequired, kPositive).value_or(0);
-  model.num_attention_heads = root.integer("n_head", Need::kRequired, kPositive).value_or(0);
+  model.hidden_size = root.integer("n_embd", Need::kRequired, kHiddenSizeRange).value_or(0);
+  // GPT2Config: n_inner null means 4 * n_embd (at most 2^22, as n_embd is bounded).
+  model.ffn_hidden_size = nullable_integer(root, json, "n_inner", Need::kOptional, kHiddenSizeRange)
+                              .value_or(4 * model.hidden_size);
+  model.num_layers = root.integer("n_layer", Need::kRequired, kLayerCountRange).value_or(0);
+  model.num_attention_heads = root.integer("n_head", Need::kRequired, kHeadCountRange).value_or(0);
   model.num_kv_heads = model.num_attention_heads;
-  model.vocab_size = root.integer("vocab_size", Need::kRequired, kPositive).value_or(0);
-  model.max_seq_length = root.integer("n_positions", Need::kRequired, kPositive).value_or(0);
+  model.vocab_size = root.integer("vocab_size", Need::kRequired, kVocabSizeRange).value_or(0);
+  model.max_seq_length = root.integer("n_positions", Need::kRequired, kSeqLengthRange).value_or(0);
   // GPT-2 ties its output head to the token embedding unless told otherwise.
   model.tied_embeddings = root.boolean("tie_word_embeddings", Need::kOptional).value_or(true);
   check_activation(root, "activation_function", ActivationKind::kGelu);
@@ -190,15 +191,17 @@ void read_gpt_neox(ObjectReader& root, ModelSpec& model) {
   model.norm = NormKind::kLayerNorm;
   model.activation = ActivationKind::kGelu;
   model.position = PositionKind::kRope;
-  model.hidden_size = root.integer("hidden_size", Need::kRequired, kPositive).value_or(0);
-  model.ffn_hidden_size = root.integer("intermediate_size", Need::kRequired, kPositive).value_or(0);
-  model.num_layers = root.integer("num_hidden_layers", Need::kRequired, kPositive).value_or(0);
+  model.hidden_size = root.integer("hidden_size", Need::kRequired, kHiddenSizeRange).value_or(0);
+  model.ffn_hidden_size =
+      root.integer("intermediate_size", Need::kRequired, kHiddenSizeRange).value_or(0);
+  model.num_layers =
+      root.integer("num_hidden_layers", Need::kRequired, kLayerCountRange).value_or(0);
   model.num_attention_heads =
-      root.integer("num_attention_heads", Need::kRequired, kPositive).value_or(0);
+      root.integer("num_attention_heads", Need::kRequired, kHeadCountRange).value_or(0);
   model.num_kv_heads = model.num_attention_heads;
-  model.vocab_size = root.integer("vocab_size", Need::kRequired, kPositive).value_or(0);
+  model.vocab_size = root.integer("vocab_size", Need::kRequired, kVocabSizeRange).value_or(0);
   model.max_seq_length =
-      root.integer("max_position_embeddings", Need::kRequired, kPositive).value_or(0);
+      root.integer("max_position_embeddings", Need::kRequired, kSeqLengthRange).value_or(0);
   model.tied_embeddings = root.boolean("tie_word_embeddings", Need::kOptional).value_or(false);
   // GPTNeoXConfig's attention_bias defaults to true; its MLP always has biases.
   model.linear_bias = root.boolean("attention_bias", Need::kOptional).value_or(true);
@@ -213,17 +216,18 @@ std::vector<std::string> supported_hf_architectures() {
   return names;
 }
 
-ModelSpec model_from_hf_config(const Json& json, const std::string& file, ProblemList& problems) {
+ModelSpec model_from_hf_config(const Json& json, const std::string& file, ProblemList& problems,
+                               const std::string& pointer) {
   ModelSpec model;
   model.source_file = file;
-  ObjectReader root(json, file, "", problems);
+  ObjectReader root(json, file, pointer, problems);
   if (!root.is_object()) return model;
   const HfFamily family = detect_family(json, file);
   model.name = name_from_file(json, file);
-  ModelFieldPointers pointers{.hidden_size = "/hidden_size",
-                              .num_attention_heads = "/num_attention_heads",
-                              .num_kv_heads = "/num_key_value_heads",
-                              .top_k = "/num_experts_per_tok"};
+  ModelFieldPointers pointers{.hidden_size = root.pointer_of("hidden_size"),
+                              .num_attention_heads = root.pointer_of("num_attention_heads"),
+                              .num_kv_heads = root.pointer_of("num_key_value_heads"),
+                              .top_k = root.pointer_of("num_experts_per_tok")};
   switch (family) {
     case HfFamily::kLlama:
       read_llama(root, json, model);
@@ -242,9 +246,9 @@ ModelSpec model_from_hf_config(const Json& json, const std::string& file, Proble
       break;
     case HfFamily::kGpt2:
       read_gpt2(root, json, model);
-      pointers = {.hidden_size = "/n_embd",
-                  .num_attention_heads = "/n_head",
-                  .num_kv_heads = "/n_head",
+      pointers = {.hidden_size = root.pointer_of("n_embd"),
+                  .num_attention_heads = root.pointer_of("n_head"),
+                  .num_kv_heads = root.pointer_of("n_head"),
                   .top_k = ""};
       break;
     case HfFamily::kGptNeoX:
@@ -252,8 +256,9 @@ ModelSpec model_from_hf_config(const Json& json, const std::string& file, Proble
       break;
   }
   const std::optional<int64_t> head_dim =
-      family == HfFamily::kGpt2 ? std::nullopt
-                                : nullable_integer(root, json, "head_dim", Need::kOptional);
+      family == HfFamily::kGpt2
+          ? std::nullopt
+          : nullable_integer(root, json, "head_dim", Need::kOptional, kHeadDimRange);
   model.head_dim = head_dim.value_or(
       model.num_attention_heads > 0 ? model.hidden_size / model.num_attention_heads : 0);
   read_dtype(root, model);

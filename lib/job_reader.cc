@@ -40,15 +40,25 @@ struct NestedErrors {
   }
 };
 
+// A missing model or cluster may still come from a flag: the message says so.
+bool present_or_reported(ObjectReader& root, const std::string& key, const std::string& flag) {
+  root.allow(key);
+  if (!root.is_object() || root.has(key)) return true;
+  root.report(key, "",
+              fmt::format("is required but missing (give it in the file or with {})", flag));
+  return false;
+}
+
 ModelSpec read_job_model(ObjectReader& root, const std::string& base_dir, NestedErrors& nested) {
-  const Json* field = root.raw("model", Need::kRequired);
+  if (!present_or_reported(root, "model", "--model")) return {};
+  const Json* field = root.raw("model", Need::kOptional);
   if (field == nullptr) return {};
   ProblemList& problems = root.problems();
   try {
     if (field->is_string())
       return read_model_file(resolve_path(base_dir, field->get<std::string>()));
     if (field->is_object()) {
-      ModelSpec model = model_from_json(*field, root.file() + "#/model", problems);
+      ModelSpec model = model_from_json(*field, root.file(), problems, root.pointer_of("model"));
       model.source_file = root.file();  // the bytes it came from, for provenance
       return model;
     }
@@ -62,7 +72,8 @@ ModelSpec read_job_model(ObjectReader& root, const std::string& base_dir, Nested
 
 ClusterSpec read_job_cluster(ObjectReader& root, const std::string& base_dir,
                              NestedErrors& nested) {
-  const Json* field = root.raw("cluster", Need::kRequired);
+  if (!present_or_reported(root, "cluster", "--cluster")) return {};
+  const Json* field = root.raw("cluster", Need::kOptional);
   if (field == nullptr) return {};
   ProblemList& problems = root.problems();
   try {
@@ -71,7 +82,8 @@ ClusterSpec read_job_cluster(ObjectReader& root, const std::string& base_dir,
                                     root.pointer_of("cluster"));
     }
     if (field->is_object()) {
-      ClusterSpec cluster = cluster_from_json(*field, root.file() + "#/cluster", problems);
+      ClusterSpec cluster =
+          cluster_from_json(*field, root.file(), problems, root.pointer_of("cluster"));
       cluster.source_file = root.file();
       return cluster;
     }
@@ -170,7 +182,7 @@ ClusterSpec cluster_from_reference(const std::string& preset_or_path, const std:
 }
 
 JobSpec job_from_json(const Json& json, const std::string& file, const std::string& base_dir,
-                      ProblemList& problems) {
+                      ProblemList& problems, JobSupplied supplied) {
   JobSpec job;
   job.source_file = file;
   ObjectReader root(json, file, "", problems);
@@ -180,8 +192,16 @@ JobSpec job_from_json(const Json& json, const std::string& file, const std::stri
   if (auto name = root.string("name", Need::kRequired)) job.name = *name;
   root.string("description", Need::kOptional);
   NestedErrors nested;
-  job.model = read_job_model(root, base_dir, nested);
-  job.cluster = read_job_cluster(root, base_dir, nested);
+  if (supplied.model) {
+    root.allow("model");
+  } else {
+    job.model = read_job_model(root, base_dir, nested);
+  }
+  if (supplied.cluster) {
+    root.allow("cluster");
+  } else {
+    job.cluster = read_job_cluster(root, base_dir, nested);
+  }
   if (auto parallel = root.object("parallel", Need::kRequired)) {
     job.parallel = read_parallel(*parallel);
   }
@@ -190,11 +210,11 @@ JobSpec job_from_json(const Json& json, const std::string& file, const std::stri
   return job;
 }
 
-JobSpec read_job_file(const std::string& path) {
+JobSpec read_job_file(const std::string& path, JobSupplied supplied) {
   const Json json = read_json_file(path);
   ProblemList problems;
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  JobSpec job = job_from_json(json, path, base_dir, problems);
+  JobSpec job = job_from_json(json, path, base_dir, problems, supplied);
   problems.throw_if_any();
   return job;
 }

@@ -25,17 +25,24 @@ namespace dhelix {
 /// Major schema version of job files this dhelix reads.
 inline constexpr int kJobSchemaMajor = 1;
 
+/// Parts of a job the command line supplies (--model, --cluster): the job file may then
+/// leave them out, and what it gives for them is not read, as the flags replace it.
+struct JobSupplied {
+  bool model = false;
+  bool cluster = false;
+};
+
 /// Reads a job file and the model and cluster it names. Collects every problem of the file
 /// (and of an inline or referenced model/cluster) and throws one Error: kIo when a file
 /// cannot be read, kSchemaVersion for another major version, else kInvalidInput.
 /// Does not validate the job (see validate_job()).
-JobSpec read_job_file(const std::string& path);
+JobSpec read_job_file(const std::string& path, JobSupplied supplied = {});
 
 /// Job from parsed JSON. `file` names it in messages; relative model and cluster paths are
 /// resolved against `base_dir` ("" for the current directory). Problems go to `problems`;
 /// the returned job is meaningful only when none were added.
 JobSpec job_from_json(const Json& json, const std::string& file, const std::string& base_dir,
-                      ProblemList& problems);
+                      ProblemList& problems, JobSupplied supplied = {});
 
 /// A cluster named by a preset ("a40") or a path to a cluster file (relative paths are
 /// resolved against `base_dir`). A word that is neither is an Error(kInvalidInput) at

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
+#include "lib/dtype.h"
+
 namespace dhelix {
 namespace {
 
@@ -51,6 +55,164 @@ bool check_positive(const JobSpec& job, Checker& check) {
     all_positive = false;
   }
   return all_positive;
+}
+
+// Limits far above any real job. Within them every product the planner forms (world size,
+// micro_batch_size·dp, tokens per rank, tensor bytes) fits in int64, and the O(micro-batches)
+// schedule and simulation finish; beyond them the job is refused before anything multiplies.
+constexpr int64_t kMaxParallelSize = int64_t{1} << 20;
+constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
+constexpr int64_t kMaxBatchSequences = int64_t{1} << 32;
+constexpr int64_t kMaxSeqLength = int64_t{1} << 24;
+constexpr int64_t kMaxMicroBatches = int64_t{1} << 20;
+// Bytes of one rank's largest tensor and the parameter count: kept below 2^52 (exact in a
+// double) so that byte counts derived from them in int64 cannot overflow.
+constexpr int64_t kMaxPerRankSize = int64_t{1} << 52;
+
+// Each size alone within its limit; true when all are, so that products can be formed.
+bool check_size_limits(const JobSpec& job, Checker& check) {
+  const ParallelSpec& p = job.parallel;
+  struct Limit {
+    const char* name;
+    int64_t value;
+    int64_t max;
+    const char* what;
+  };
+  const Limit limits[] = {
+      {"dp", p.dp, kMaxParallelSize, "the largest parallel size"},
+      {"tp", p.tp, kMaxParallelSize, "the largest parallel size"},
+      {"cp", p.cp, kMaxParallelSize, "the largest parallel size"},
+      {"pp", p.pp, kMaxParallelSize, "the largest parallel size"},
+      {"ep", p.ep, kMaxParallelSize, "the largest parallel size"},
+      {"micro_batch_size", p.micro_batch_size, kMaxBatchSequences, "the largest batch"},
+      {"global_batch_size", p.global_batch_size, kMaxBatchSequences, "the largest batch"},
+      {"seq_length", p.seq_length, kMaxSeqLength, "the longest sequence"}};
+  bool within = true;
+  for (const Limit& limit : limits) {
+    if (limit.value <= limit.max) continue;
+    check.report(std::string("parallel.") + limit.name, limit.value,
+                 fmt::format("is more than {}, {} dhelix plans for", limit.max, limit.what));
+    within = false;
+  }
+  return within;
+}
+
+// Products of sizes that are each within their limits: the world and the micro-batches of
+// one iteration. True when both are within their limits too.
+bool check_product_limits(const JobSpec& job, Checker& check) {
+  const ParallelSpec& p = job.parallel;
+  bool within = true;
+  const std::optional<int64_t> world = p.checked_world_size();
+  if (!world || *world > kMaxWorldSize) {
+    const std::string product = world ? fmt::format(" = {}", *world) : "";
+    check.report_text("parallel", "",
+                      fmt::format("world size dp·tp·cp·pp = {}·{}·{}·{}{} is more than {} GPUs, "
+                                  "the largest world dhelix plans for",
+                                  p.dp, p.tp, p.cp, p.pp, product, kMaxWorldSize));
+    within = false;
+  }
+  // Both factors are at most 2^32 and 2^20: the product fits.
+  const std::optional<int64_t> replica_batch = p.checked_replica_batch_size();
+  DHELIX_CHECK(replica_batch.has_value());
+  const int64_t micro_batches = p.global_batch_size / *replica_batch;
+  if (micro_batches > kMaxMicroBatches) {
+    check.report("parallel.global_batch_size", p.global_batch_size,
+                 fmt::format("gives {} / (micro_batch_size·dp = {}·{}) = {} micro-batches per "
+                             "iteration; at most {} are supported",
+                             p.global_batch_size, p.micro_batch_size, p.dp, micro_batches,
+                             kMaxMicroBatches));
+    within = false;
+  }
+  return within;
+}
+
+// Whole-model parameters, estimated in double so that absurd sizes cannot overflow: Q and O
+// projections, K and V, (expert) MLP weights and router, embeddings and head. Norms and
+// biases are left out: a bound, not the count (parameter_count() is exact).
+struct ParameterEstimate {
+  double per_layers = 0;  ///< num_layers · per-layer weights
+  double embeddings = 0;  ///< embedding (and untied head, learned positions)
+  double total() const { return per_layers + embeddings; }
+};
+
+ParameterEstimate estimate_parameters(const ModelSpec& m) {
+  const double h = static_cast<double>(m.hidden_size);
+  const double heads = static_cast<double>(m.num_attention_heads);
+  const double head_dim = m.head_dim > 0 ? static_cast<double>(m.head_dim)
+                          : heads > 0    ? h / heads
+                                         : 0;
+  const double q_width = heads * head_dim;
+  const double kv_width = static_cast<double>(m.num_kv_heads) * head_dim;
+  const double matrices = m.activation == ActivationKind::kSwiGlu ? 3 : 2;
+  double mlp = matrices * h * static_cast<double>(m.ffn_hidden_size);
+  if (m.is_moe()) {
+    const double experts = static_cast<double>(m.moe->num_experts);
+    mlp = experts * (matrices * h * static_cast<double>(m.moe->expert_ffn_hidden_size) + h);
+  }
+  ParameterEstimate estimate;
+  estimate.per_layers =
+      static_cast<double>(m.num_layers) * (2 * h * q_width + 2 * h * kv_width + mlp);
+  estimate.embeddings = static_cast<double>(m.vocab_size) * h * (m.tied_embeddings ? 1 : 2);
+  if (m.position == PositionKind::kLearned) {
+    estimate.embeddings += static_cast<double>(m.max_seq_length) * h;
+  }
+  return estimate;
+}
+
+// The largest per-rank tensors (activations, MLP intermediate, fp32 logits) and the
+// parameter count must stay below 2^52, so that int64 byte counts downstream cannot
+// overflow. Each problem is placed at the model field that makes the size too large.
+void check_per_rank_sizes(const JobSpec& job, ProblemList& problems) {
+  const ModelSpec& m = job.model;
+  const ParallelSpec& p = job.parallel;
+  const std::string file = m.source_file.empty() ? "model" : m.source_file;
+  const auto report = [&](const char* field, int64_t value, const std::string& rule) {
+    problems.add(file, std::string("/") + field, std::to_string(value), rule);
+  };
+  const double limit = static_cast<double>(kMaxPerRankSize);
+  const int64_t tokens = p.tokens_per_rank();  // at most 2^32 · 2^24: fits
+  const double tokens_d = static_cast<double>(tokens);
+  const double tp = static_cast<double>(p.tp);
+  const int64_t dt = dtype_bytes(m.dtype);
+  const auto tensor_rule = [&](const char* what, const std::string& formula, double bytes) {
+    return fmt::format("makes one rank's {} {} = {:.4g} bytes; at most 2^52 = {} are supported",
+                       what, formula, bytes, kMaxPerRankSize);
+  };
+  const double activation = tokens_d * static_cast<double>(m.hidden_size) * static_cast<double>(dt);
+  if (activation > limit) {
+    report(
+        "hidden_size", m.hidden_size,
+        tensor_rule("activation tensor",
+                    fmt::format("tokens·hidden_size·bytes = {}·{}·{}", tokens, m.hidden_size, dt),
+                    activation));
+  }
+  const bool moe = m.is_moe();
+  const int64_t ffn = moe ? m.moe->expert_ffn_hidden_size : m.ffn_hidden_size;
+  const int64_t routed = moe ? m.moe->top_k : 1;
+  const double intermediate = tokens_d * static_cast<double>(routed) * static_cast<double>(ffn) /
+                              tp * static_cast<double>(dt);
+  if (intermediate > limit) {
+    report(moe ? "moe/expert_ffn_hidden_size" : "ffn_hidden_size", ffn,
+           tensor_rule("MLP intermediate",
+                       fmt::format("tokens·top_k·ffn/tp·bytes = {}·{}·{}/{}·{}", tokens, routed,
+                                   ffn, p.tp, dt),
+                       intermediate));
+  }
+  const double logits = tokens_d * static_cast<double>(m.vocab_size) / tp * 4;
+  if (logits > limit) {
+    report(
+        "vocab_size", m.vocab_size,
+        tensor_rule("fp32 logits",
+                    fmt::format("tokens·vocab_size/tp·4 = {}·{}/{}·4", tokens, m.vocab_size, p.tp),
+                    logits));
+  }
+  const ParameterEstimate parameters = estimate_parameters(m);
+  if (parameters.total() > limit) {
+    const bool layers = parameters.per_layers >= parameters.embeddings;
+    report(layers ? "num_layers" : "vocab_size", layers ? m.num_layers : m.vocab_size,
+           fmt::format("gives about {:.4g} parameters; at most 2^52 = {} are supported",
+                       parameters.total(), kMaxPerRankSize));
+  }
 }
 
 void check_world_size(const JobSpec& job, Checker& check) {
@@ -164,6 +326,11 @@ ProblemList validate_job(const JobSpec& job) {
   ProblemList problems;
   Checker check(job, problems);
   if (!check_positive(job, check)) return problems;
+  // The remaining rules multiply sizes (and planning builds a placement over the world):
+  // past the limits they would overflow, so limits come first and stop validation.
+  if (!check_size_limits(job, check)) return problems;
+  if (!check_product_limits(job, check)) return problems;
+  check_per_rank_sizes(job, problems);
   check_world_size(job, check);
   check_tensor_parallel(job, check);
   check_expert_parallel(job, check);

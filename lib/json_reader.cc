@@ -1,6 +1,8 @@
 #include "lib/json_reader.h"
 
+#include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -40,6 +42,31 @@ std::pair<int, int> line_and_column(const std::string& text, size_t offset) {
   return {line, column};
 }
 
+// nlohmann's message reads "[json.exception.parse_error.101] parse error at line 3, column 8:
+// syntax error while parsing value - invalid string: missing closing quote; last read: '"ab'".
+// The reason follows the first ": " after the position; the "last read" tail repeats the
+// input (which the line and column already locate) and can be long.
+std::string parse_error_reason(const std::string& message) {
+  std::string reason = message;
+  const size_t at = reason.find("parse error");
+  const size_t colon = reason.find(": ", at == std::string::npos ? 0 : at);
+  if (colon != std::string::npos) reason = reason.substr(colon + 2);
+  const size_t tail = reason.find("; last read:");
+  if (tail != std::string::npos) reason.resize(tail);
+  return reason;
+}
+
+// One "major.minor.patch" component: digits only, fitting in an int.
+std::optional<int> version_component(std::string_view text) {
+  if (text.empty() || text.front() < '0' || text.front() > '9') return std::nullopt;
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
 const char* type_name(const Json& value) {
   if (value.is_number_integer()) return "an integer";
   if (value.is_number()) return "a number";
@@ -53,17 +80,16 @@ Json parse_json_text(const std::string& text, const std::string& name) {
     return Json::parse(text);
   } catch (const Json::parse_error& error) {
     auto [line, column] = line_and_column(text, error.byte == 0 ? 0 : error.byte - 1);
-    std::string reason = error.what();
-    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at ...";
-    // keep only the part after the last ": " which says what was wrong.
-    const size_t colon = reason.rfind(": ");
-    if (colon != std::string::npos) reason = reason.substr(colon + 2);
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("{}:{}:{}: not valid JSON: {}", name, line, column, reason));
+    throw Error(ErrorCode::kInvalidInput, fmt::format("{}:{}:{}: not valid JSON: {}", name, line,
+                                                      column, parse_error_reason(error.what())));
   }
 }
 
 Json read_json_file(const std::string& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw Error(ErrorCode::kIo, fmt::format("{}: is a directory, expected a file", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorCode::kIo, fmt::format("{}: cannot open file for reading", path));
   std::ostringstream buffer;
@@ -129,9 +155,14 @@ std::optional<int64_t> ObjectReader::integer(const std::string& key, Need need, 
   } else if (field->is_number_integer()) {
     number = field->get<int64_t>();
   } else if (field->is_number_float() && std::isfinite(field->get<double>()) &&
-             std::floor(field->get<double>()) == field->get<double>() &&
-             std::fabs(field->get<double>()) < 9.0e15) {
-    number = static_cast<int64_t>(field->get<double>());  // 1e3 is a fine integer
+             std::floor(field->get<double>()) == field->get<double>()) {
+    // 1e3 is a fine integer; beyond 2^53 a double no longer holds every integer exactly.
+    if (std::fabs(field->get<double>()) >= 9.0e15) {
+      report(key, json_value_text(*field),
+             field->get<double>() > 0 ? "is too large" : "is too small");
+      return std::nullopt;
+    }
+    number = static_cast<int64_t>(field->get<double>());
   } else {
     report(key, json_value_text(*field),
            fmt::format("is {}, expected an integer", type_name(*field)));
@@ -230,19 +261,28 @@ void ObjectReader::finish() {
 void check_schema_version(ObjectReader& root, int supported_major) {
   const std::optional<std::string> version = root.string("schema_version", Need::kRequired);
   if (!version) return;
-  int major = 0, minor = 0, patch = 0;
-  char tail = 0;
-  if (std::sscanf(version->c_str(), "%d.%d.%d%c", &major, &minor, &patch, &tail) != 3 ||
-      major < 0 || minor < 0 || patch < 0) {
+  // from_chars, not sscanf: an out-of-range component must not wrap to another number.
+  std::optional<int> parts[3];
+  size_t start = 0;
+  for (int i = 0; i < 3; ++i) {
+    const size_t dot = i < 2 ? version->find('.', start) : version->size();
+    if (dot == std::string::npos) break;
+    parts[i] = version_component(std::string_view(*version).substr(start, dot - start));
+    if (!parts[i]) break;
+    start = dot + 1;
+  }
+  if (!parts[0] || !parts[1] || !parts[2]) {
     root.report("schema_version", json_value_text(Json(*version)),
                 "must have the form major.minor.patch (e.g. \"1.0.0\")");
     return;
   }
+  const int major = *parts[0];
   if (major != supported_major) {
     throw Error(ErrorCode::kSchemaVersion,
-                fmt::format("{}: /schema_version: \"{}\" has major version {}, this dhelix reads "
+                fmt::format("{}: {}: \"{}\" has major version {}, this dhelix reads "
                             "major version {} only",
-                            root.file(), *version, major, supported_major));
+                            root.file(), root.pointer_of("schema_version"), *version, major,
+                            supported_major));
   }
 }
 

@@ -15,18 +15,17 @@ const std::vector<std::string> kActivationNames = {"swiglu", "gelu"};
 const std::vector<std::string> kPositionNames = {"rope", "learned"};
 const std::vector<std::string> kDTypeNames = {"bf16", "fp16", "fp32"};
 
-constexpr IntRange kPositive = {.min = 1};
-
 std::optional<MoeSpec> read_moe(ObjectReader& root) {
   std::optional<ObjectReader> moe_reader = root.object("moe", Need::kOptional);
   if (!moe_reader) return std::nullopt;
   MoeSpec moe;
-  moe.num_experts = moe_reader->integer("num_experts", Need::kRequired, kPositive).value_or(0);
-  moe.top_k = moe_reader->integer("top_k", Need::kRequired, kPositive).value_or(0);
+  moe.num_experts =
+      moe_reader->integer("num_experts", Need::kRequired, kExpertCountRange).value_or(0);
+  moe.top_k = moe_reader->integer("top_k", Need::kRequired, kExpertCountRange).value_or(0);
   moe.capacity_factor =
-      moe_reader->real("capacity_factor", Need::kOptional, {.min = 0.0}).value_or(0.0);
+      moe_reader->real("capacity_factor", Need::kOptional, kCapacityFactorRange).value_or(0.0);
   moe.expert_ffn_hidden_size =
-      moe_reader->integer("expert_ffn_hidden_size", Need::kRequired, kPositive).value_or(0);
+      moe_reader->integer("expert_ffn_hidden_size", Need::kRequired, kHiddenSizeRange).value_or(0);
   moe_reader->finish();
   return moe;
 }
@@ -66,36 +65,43 @@ void check_model_shape(const ModelSpec& model, bool head_dim_given,
   }
 }
 
-ModelSpec model_from_json(const Json& json, const std::string& file, ProblemList& problems) {
+ModelSpec model_from_json(const Json& json, const std::string& file, ProblemList& problems,
+                          const std::string& pointer) {
   ModelSpec model;
   model.source_file = file;
-  ObjectReader root(json, file, "", problems);
+  ObjectReader root(json, file, pointer, problems);
   if (!root.is_object()) return model;
   check_schema_version(root, kModelSchemaMajor);
   root.allow("$schema");
   root.string("description", Need::kOptional);
   model.name = root.string("name", Need::kRequired).value_or("");
   read_kinds(root, model);
-  model.hidden_size = root.integer("hidden_size", Need::kRequired, kPositive).value_or(0);
-  model.num_layers = root.integer("num_layers", Need::kRequired, kPositive).value_or(0);
+  model.hidden_size = root.integer("hidden_size", Need::kRequired, kHiddenSizeRange).value_or(0);
+  model.num_layers = root.integer("num_layers", Need::kRequired, kLayerCountRange).value_or(0);
   model.num_attention_heads =
-      root.integer("num_attention_heads", Need::kRequired, kPositive).value_or(0);
-  model.num_kv_heads =
-      root.integer("num_kv_heads", Need::kOptional, kPositive).value_or(model.num_attention_heads);
-  const std::optional<int64_t> head_dim = root.integer("head_dim", Need::kOptional, kPositive);
+      root.integer("num_attention_heads", Need::kRequired, kHeadCountRange).value_or(0);
+  model.num_kv_heads = root.integer("num_kv_heads", Need::kOptional, kHeadCountRange)
+                           .value_or(model.num_attention_heads);
+  const std::optional<int64_t> head_dim = root.integer("head_dim", Need::kOptional, kHeadDimRange);
   model.head_dim = head_dim.value_or(
       model.num_attention_heads > 0 ? model.hidden_size / model.num_attention_heads : 0);
-  model.vocab_size = root.integer("vocab_size", Need::kRequired, kPositive).value_or(0);
-  model.max_seq_length = root.integer("max_seq_length", Need::kRequired, kPositive).value_or(0);
+  model.vocab_size = root.integer("vocab_size", Need::kRequired, kVocabSizeRange).value_or(0);
+  model.max_seq_length =
+      root.integer("max_seq_length", Need::kRequired, kSeqLengthRange).value_or(0);
   model.tied_embeddings = root.boolean("tied_embeddings", Need::kOptional).value_or(false);
   model.linear_bias = root.boolean("linear_bias", Need::kOptional).value_or(false);
   model.moe = read_moe(root);
   // A MoE model's MLPs are all experts: the dense FFN size is then optional.
   model.ffn_hidden_size =
-      root.integer("ffn_hidden_size", model.moe ? Need::kOptional : Need::kRequired, kPositive)
+      root.integer("ffn_hidden_size", model.moe ? Need::kOptional : Need::kRequired,
+                   kHiddenSizeRange)
           .value_or(0);
   root.finish();
-  check_model_shape(model, head_dim.has_value(), ModelFieldPointers{}, file, problems);
+  const ModelFieldPointers pointers{.hidden_size = root.pointer_of("hidden_size"),
+                                    .num_attention_heads = root.pointer_of("num_attention_heads"),
+                                    .num_kv_heads = root.pointer_of("num_kv_heads"),
+                                    .top_k = root.pointer_of("moe") + "/top_k"};
+  check_model_shape(model, head_dim.has_value(), pointers, file, problems);
   return model;
 }
 

@@ -3,12 +3,35 @@
 // config.json). Shared by model_reader.cc and hf_config_reader.cc; the JSON pointers in the
 // messages name each format's own keys.
 
+#include <cstdint>
 #include <string>
 
 #include "lib/error.h"
+#include "lib/json_reader.h"
 #include "lib/model_spec.h"
 
 namespace dhelix {
+
+// Upper bounds on model sizes. They sit far above any published model (the largest hidden
+// size is about 2^14, vocabularies about 2^18) but keep every byte, FLOP and parameter count
+// derived from them (products of up to four of these) well inside int64. docs/jobs.md lists
+// them.
+/// hidden_size, ffn_hidden_size, expert_ffn_hidden_size: at most 2^20.
+inline constexpr IntRange kHiddenSizeRange = {.min = 1, .max = int64_t{1} << 20};
+/// num_layers: at most 2^16.
+inline constexpr IntRange kLayerCountRange = {.min = 1, .max = int64_t{1} << 16};
+/// num_attention_heads, num_kv_heads: at most 2^16.
+inline constexpr IntRange kHeadCountRange = {.min = 1, .max = int64_t{1} << 16};
+/// head_dim: at most 2^14.
+inline constexpr IntRange kHeadDimRange = {.min = 1, .max = int64_t{1} << 14};
+/// vocab_size: at most 2^24.
+inline constexpr IntRange kVocabSizeRange = {.min = 1, .max = int64_t{1} << 24};
+/// max_seq_length: at most 2^24 tokens.
+inline constexpr IntRange kSeqLengthRange = {.min = 1, .max = int64_t{1} << 24};
+/// num_experts and top_k: at most 2^16 (top_k also at most num_experts).
+inline constexpr IntRange kExpertCountRange = {.min = 1, .max = int64_t{1} << 16};
+/// MoE capacity_factor: from 0 to 1000.
+inline constexpr RealRange kCapacityFactorRange = {.min = 0.0, .max = 1000.0};
 
 /// JSON pointers of the fields a shape rule may name, in the format being read.
 struct ModelFieldPointers {

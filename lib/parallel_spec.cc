@@ -21,6 +21,22 @@ const char* parallel_dim_name(ParallelDim dim) {
   return "";
 }
 
+std::optional<int64_t> checked_product(std::initializer_list<int64_t> factors) {
+  int64_t product = 1;
+  for (int64_t factor : factors) {
+    if (__builtin_mul_overflow(product, factor, &product)) return std::nullopt;
+  }
+  return product;
+}
+
+std::optional<int64_t> ParallelSpec::checked_world_size() const {
+  return checked_product({dp, tp, cp, pp});
+}
+
+std::optional<int64_t> ParallelSpec::checked_replica_batch_size() const {
+  return checked_product({micro_batch_size, dp});
+}
+
 std::string rank_order_text(const std::vector<ParallelDim>& order) {
   std::string text;
   for (ParallelDim dim : order) {

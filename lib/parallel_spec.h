@@ -3,6 +3,8 @@
 // shape, and the rank order that maps a rank to its coordinates.
 
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,8 +31,14 @@ struct ParallelSpec {
   std::vector<ParallelDim> rank_order = {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp,
                                          ParallelDim::kDp, ParallelDim::kPp};
 
-  /// GPUs the job uses: dp·tp·cp·pp.
+  /// GPUs the job uses: dp·tp·cp·pp. Overflows for absurd sizes: validate_job bounds them,
+  /// and checked_world_size() is the overflow-safe form.
   int64_t world_size() const { return dp * tp * cp * pp; }
+  /// dp·tp·cp·pp, or nullopt when the product does not fit in int64.
+  std::optional<int64_t> checked_world_size() const;
+  /// micro_batch_size·dp (sequences per micro-batch step over all replicas), or nullopt when
+  /// the product does not fit in int64.
+  std::optional<int64_t> checked_replica_batch_size() const;
   /// Micro-batches each pipeline processes per iteration: global / (micro · dp).
   int64_t num_micro_batches() const {
     return micro_batch_size * dp == 0 ? 0 : global_batch_size / (micro_batch_size * dp);
@@ -38,6 +46,9 @@ struct ParallelSpec {
   /// Tokens of one micro-batch on one rank's sequence shard: micro_batch·seq / cp.
   int64_t tokens_per_rank() const { return cp == 0 ? 0 : micro_batch_size * seq_length / cp; }
 };
+
+/// The product of `factors`, or nullopt when it does not fit in int64 (checked at each step).
+std::optional<int64_t> checked_product(std::initializer_list<int64_t> factors);
 
 /// "tp-cp-ep-dp-pp" style text of a rank order.
 std::string rank_order_text(const std::vector<ParallelDim>& order);

@@ -15,15 +15,13 @@ namespace {
 // rounded to 4 decimals when written).
 constexpr double kConsistencyTolerance = 1e-3;
 
-double round4(double value) { return std::round(value * 1e4) / 1e4; }
-
 OrderedJson stats_to_json(const TimeStats& t) {
   OrderedJson json = OrderedJson::object();
-  json["median"] = round4(t.median_us);
-  json["p10"] = round4(t.p10_us);
-  json["p90"] = round4(t.p90_us);
-  json["min"] = round4(t.min_us);
-  json["max"] = round4(t.max_us);
+  json["median"] = quantize_profile_value(t.median_us);
+  json["p10"] = quantize_profile_value(t.p10_us);
+  json["p90"] = quantize_profile_value(t.p90_us);
+  json["min"] = quantize_profile_value(t.min_us);
+  json["max"] = quantize_profile_value(t.max_us);
   return json;
 }
 
@@ -62,10 +60,15 @@ TimeStats read_stats(ObjectReader& reader) {
   return t;
 }
 
+// Signatures of ops that were reported as bad: pairs naming them are not checked, as every
+// such check would only repeat the op's own problem.
+using BadSignatures = std::unordered_set<std::string>;
+
 void read_op(const Json& value, const std::string& file, const std::string& pointer,
-             ProblemList& problems, Profile& profile) {
+             ProblemList& problems, Profile& profile, BadSignatures& bad) {
   ObjectReader reader(value, file, pointer, problems);
   if (!reader.is_object()) return;
+  const size_t before = problems.problems().size();
   ProfiledOp op;
   op.signature = reader.string("signature", Need::kRequired).value_or("");
   const auto kind = reader.string("kind", Need::kRequired, all_op_kind_names());
@@ -78,7 +81,10 @@ void read_op(const Json& value, const std::string& file, const std::string& poin
   if (time) op.time_us = read_stats(*time);
   op.samples = reader.integer("samples", Need::kRequired, {.min = 1}).value_or(1);
   reader.finish();
-  if (!kind || !stream || op.signature.empty()) return;
+  if (problems.problems().size() != before) {
+    bad.insert(op.signature);
+    return;
+  }
   op.kind = *parse_op_kind(*kind);
   op.stream = *parse_stream_class(*stream);
   if (profile.find_op(op.signature) != nullptr) {
@@ -89,7 +95,7 @@ void read_op(const Json& value, const std::string& file, const std::string& poin
 }
 
 void read_pair(const Json& value, const std::string& file, const std::string& pointer,
-               ProblemList& problems, Profile& profile) {
+               ProblemList& problems, Profile& profile, const BadSignatures& bad) {
   ObjectReader reader(value, file, pointer, problems);
   if (!reader.is_object()) return;
   const size_t before = problems.problems().size();
@@ -102,6 +108,7 @@ void read_pair(const Json& value, const std::string& file, const std::string& po
   pair.oef = reader.real("oef", Need::kRequired, {.min = -1, .max = 1}).value_or(0);
   reader.finish();
   if (problems.problems().size() != before) return;
+  if (bad.contains(pair.a) || bad.contains(pair.b)) return;
   const ProfiledOp* op_a = profile.find_op(pair.a);
   const ProfiledOp* op_b = profile.find_op(pair.b);
   if (op_a == nullptr)
@@ -111,16 +118,16 @@ void read_pair(const Json& value, const std::string& file, const std::string& po
   if (op_a == nullptr || op_b == nullptr) return;
   const double makespan = std::max(pair.finish_a_us, pair.finish_b_us);
   if (std::abs(makespan - pair.makespan_us) > kConsistencyTolerance) {
-    reader.report("makespan_us", fmt::format("{}", pair.makespan_us),
-                  fmt::format("must equal max(finish_a_us, finish_b_us) = {}", makespan));
+    reader.report("makespan_us", fmt::format("{:.6g}", pair.makespan_us),
+                  fmt::format("must equal max(finish_a_us, finish_b_us) = {:.6g}", makespan));
     return;
   }
   const double oef =
       overlap_effectiveness(op_a->time_us.median_us, op_b->time_us.median_us, pair.makespan_us);
   if (std::abs(oef - pair.oef) > kConsistencyTolerance) {
-    reader.report("oef", fmt::format("{}", pair.oef),
+    reader.report("oef", fmt::format("{:.6g}", pair.oef),
                   fmt::format("does not follow from the median times and makespan_us "
-                              "((T_a + T_b - makespan) / min(T_a, T_b) = {:.4f})",
+                              "((T_a + T_b - makespan) / min(T_a, T_b) = {:.6g})",
                               oef));
     return;
   }
@@ -176,6 +183,8 @@ std::optional<ProfileBackend> parse_profile_backend(const std::string& name) {
   }
   return std::nullopt;
 }
+
+double quantize_profile_value(double value) { return std::round(value * 1e4) / 1e4; }
 
 TimeStats TimeStats::exactly(double time_us) {
   return {time_us, time_us, time_us, time_us, time_us};
@@ -262,10 +271,10 @@ OrderedJson profile_to_json(const Profile& profile) {
     OrderedJson entry = OrderedJson::object();
     entry["a"] = pair.a;
     entry["b"] = pair.b;
-    entry["finish_a_us"] = round4(pair.finish_a_us);
-    entry["finish_b_us"] = round4(pair.finish_b_us);
-    entry["makespan_us"] = round4(pair.makespan_us);
-    entry["oef"] = round4(pair.oef);
+    entry["finish_a_us"] = quantize_profile_value(pair.finish_a_us);
+    entry["finish_b_us"] = quantize_profile_value(pair.finish_b_us);
+    entry["makespan_us"] = quantize_profile_value(pair.makespan_us);
+    entry["oef"] = quantize_profile_value(pair.oef);
     pairs.push_back(std::move(entry));
   }
   root["pairs"] = std::move(pairs);
@@ -295,11 +304,12 @@ Profile profile_from_json(const Json& json, const std::string& file) {
     profile.parallel = read_opaque_object(*job, "parallel");
     job->finish();
   }
+  BadSignatures bad;
   read_array(root, "ops", [&](const Json& value, const std::string& pointer) {
-    read_op(value, file, pointer, problems, profile);
+    read_op(value, file, pointer, problems, profile, bad);
   });
   read_array(root, "pairs", [&](const Json& value, const std::string& pointer) {
-    read_pair(value, file, pointer, problems, profile);
+    read_pair(value, file, pointer, problems, profile, bad);
   });
   root.finish();
   problems.throw_if_any();

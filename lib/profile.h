@@ -31,6 +31,11 @@ std::optional<ProfileBackend> parse_profile_backend(const std::string& name);
 
 /// Statistics of an op's measured (or modelled) solo time, microseconds. min <= p10 <=
 /// median <= p90 <= max, all >= 0.
+/// A time or ratio at the precision profile files keep (4 decimals: 0.1 ns for times).
+/// Backends round what they measure or model to it, so that a profile used in memory and
+/// the same profile read back from its file give the same plan.
+double quantize_profile_value(double value);
+
 struct TimeStats {
   double median_us = 0, p10_us = 0, p90_us = 0, min_us = 0, max_us = 0;
   /// All five equal to `time_us` (the model backend's single value).

@@ -1,6 +1,9 @@
 #include "planner/layer_baselines.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -68,9 +71,10 @@ StrandGraph piece_graph(const LayerDag& dag, const std::vector<int64_t>& order, 
     const int64_t v = order[static_cast<size_t>(i)];
     const Op& op = dag.op(v);
     const double time_us = solo_time_us(op);
-    if (!(time_us >= 0)) {
-      throw Error(ErrorCode::kInvalidInput,
-                  "op " + op.id + ": solo time " + std::to_string(time_us) + " us is negative");
+    if (!(std::isfinite(time_us) && time_us >= 0)) {
+      throw Error(
+          ErrorCode::kInvalidInput,
+          fmt::format("op {}: solo time {} us must be finite and non-negative", op.id, time_us));
     }
     std::vector<int64_t> preds;
     for (const int64_t p : dag.predecessors(v)) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -93,10 +94,10 @@ void check_costs(const PipelineSchedule& schedule, const std::vector<StageCosts>
                             c.head_loss_backward_us, c.p2p_us,
                             c.dp_reduce_us,          c.optimizer_us};
     for (double t : times) {
-      if (!(t >= 0)) {
+      if (!(std::isfinite(t) && t >= 0)) {
         throw Error(ErrorCode::kInvalidInput,
                     fmt::format("pipeline simulation: stage {}: a task time is {} us; times "
-                                "must be finite and >= 0",
+                                "must be finite and non-negative",
                                 p, t));
       }
     }

@@ -2,21 +2,73 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <unordered_set>
+
 #include "lib/error.h"
 
 namespace dhelix {
 
+namespace {
+
+constexpr size_t kMaxPairsNamed = 5;
+
+std::string reprofile_hint(const std::string& profile_name) {
+  return fmt::format(
+      "re-profile the job with `dhelix-profile JOB -o {}` (or plan without "
+      "--profile)",
+      profile_name);
+}
+
+// Pairs the planner may co-run, as "a x b" in first-seen order, that `profile` lacks. The
+// same rule as the model backend's (profiler/model_backend.cc), derived from the ops here so
+// that the planner does not link the profiler: compute x communication, and communication x
+// communication of any stream classes (local x cross, and same-class pairs such as the two
+// strands' copies of one collective).
+std::vector<std::string> missing_pairs(const Profile& profile, const std::vector<Op>& ops) {
+  std::vector<const Op*> distinct;
+  std::unordered_set<std::string> seen;
+  for (const Op& op : ops) {
+    if (seen.insert(op.signature()).second) distinct.push_back(&op);
+  }
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    const std::string a = distinct[i]->signature();
+    const bool comm_a = is_communication(distinct[i]->kind);
+    for (size_t j = i; j < distinct.size(); ++j) {
+      if (!comm_a && !is_communication(distinct[j]->kind)) continue;
+      const std::string b = distinct[j]->signature();
+      if (!profile.find_pair(a, b)) missing.push_back(a + " x " + b);
+    }
+  }
+  return missing;
+}
+
+}  // namespace
+
 void check_profile_covers(const Profile& profile, const std::vector<Op>& ops,
                           const std::string& profile_name) {
   const std::vector<std::string> missing = profile.missing_signatures(ops);
-  if (missing.empty()) return;
+  if (!missing.empty()) {
+    std::string list;
+    for (const std::string& signature : missing) list += "\n  " + signature;
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("{}: lacks {} op signature{} the job needs:{}\n{}", profile_name,
+                            missing.size(), missing.size() == 1 ? "" : "s", list,
+                            reprofile_hint(profile_name)));
+  }
+  const std::vector<std::string> pairs = missing_pairs(profile, ops);
+  if (pairs.empty()) return;
   std::string list;
-  for (const std::string& signature : missing) list += "\n  " + signature;
+  for (size_t i = 0; i < std::min(pairs.size(), kMaxPairsNamed); ++i) list += "\n  " + pairs[i];
+  if (pairs.size() > kMaxPairsNamed) {
+    list += fmt::format("\n  ... and {} more", pairs.size() - kMaxPairsNamed);
+  }
   throw Error(ErrorCode::kInvalidInput,
-              fmt::format("{}: lacks {} op signature{} the job needs:{}\nre-profile the job with "
-                          "`dhelix-profile JOB -o {}` (or plan without --profile)",
-                          profile_name, missing.size(), missing.size() == 1 ? "" : "s", list,
-                          profile_name));
+              fmt::format("{}: lacks {} co-run pair{} the job needs (the planner would assume "
+                          "they do not slow each other):{}\n{}",
+                          profile_name, pairs.size(), pairs.size() == 1 ? "" : "s", list,
+                          reprofile_hint(profile_name)));
 }
 
 double profile_solo_time_us(const Profile& profile, const Op& op) {

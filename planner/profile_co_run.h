@@ -1,9 +1,11 @@
 #pragma once
 // The profile as the planner's cost source: solo times by op signature and a co-run model
 // over the profile's measured pairs (co_run_model.h: PairTimesCoRunModel). A profile that
-// lacks an op the job needs is refused with the missing signatures named; the planner
-// never guesses a solo time. A missing pair means "no slowdown" (the model backend
-// profiles every pair the planner may co-run; see profiler/model_backend.h).
+// lacks an op or a co-run pair the job needs is refused with the missing ones named: the
+// planner never guesses a solo time, and a missing pair would silently mean "no slowdown"
+// (an optimistic plan). The pairs needed are those the model backend profiles (see
+// profiler/model_backend.h): every pair of the job's op signatures, a signature with itself
+// included, in which at least one op communicates.
 
 #include <string>
 #include <vector>
@@ -18,6 +20,9 @@ namespace dhelix {
 /// every missing signature and how to make a profile that covers them:
 /// "profile.json: lacks 2 op signatures the job needs: gemm:bf16:..., ...; re-profile the
 /// job with `dhelix-profile JOB -o profile.json` (or plan without --profile)".
+/// With every signature present, throws the same way when a co-run pair the planner may
+/// need (compute x communication or communication x communication, see the file comment)
+/// is absent, naming the first 5 missing pairs and how many there are.
 void check_profile_covers(const Profile& profile, const std::vector<Op>& ops,
                           const std::string& profile_name);
 

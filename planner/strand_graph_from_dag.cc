@@ -1,5 +1,8 @@
 // from_layer_dag lives apart from strand_graph.cc so that code using hand-built graphs
 // does not link the LayerDag implementation.
+#include <fmt/format.h>
+
+#include <cmath>
 #include <string>
 #include <unordered_map>
 
@@ -20,9 +23,10 @@ StrandGraph from_layer_dag(const LayerDag& dag,
   for (int64_t v : dag.topological_order()) {
     const Op& op = dag.op(v);
     const double time_us = solo_time_us(op);
-    if (!(time_us >= 0)) {
-      throw Error(ErrorCode::kInvalidInput,
-                  "op " + op.id + ": solo time " + std::to_string(time_us) + " us is negative");
+    if (!(std::isfinite(time_us) && time_us >= 0)) {
+      throw Error(
+          ErrorCode::kInvalidInput,
+          fmt::format("op {}: solo time {} us must be finite and non-negative", op.id, time_us));
     }
     std::vector<int64_t> preds;
     for (int64_t p : dag.predecessors(v)) preds.push_back(new_index.at(p));

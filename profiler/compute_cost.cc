@@ -90,8 +90,12 @@ KernelCost gemm_kernel_cost(const GpuSpec& gpu, int64_t m, int64_t n, int64_t k,
                                  gemm_size_factor(m, n, k) / static_cast<double>(gpu.sm_count);
   const int64_t waves = gemm_waves(cost.tiles, gpu.sm_count);
   cost.compute_us = static_cast<double>(waves) * tile_flops / sm_flops_per_us;
+  // Each factor converted before multiplying: the int64 products could overflow.
+  const double md = static_cast<double>(m);
+  const double nd = static_cast<double>(n);
+  const double kd = static_cast<double>(k);
   const double bytes = static_cast<double>(batch) * static_cast<double>(element_bytes) *
-                       static_cast<double>(m * k + k * n + m * n);
+                       (md * kd + kd * nd + md * nd);
   cost.memory_us = memory_us(gpu, bytes);
   return cost;
 }

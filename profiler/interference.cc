@@ -57,13 +57,19 @@ CoRunRates compute_x_compute(const ClusterSpec& cluster, const Op& a, const Op& 
   int64_t sms_b = want_b;
   double penalty = 1.0;
   if (want_a + want_b > gpu.sm_count) {
-    // The block scheduler hands out SMs roughly in proportion to the blocks waiting.
-    sms_a = std::llround(static_cast<double>(gpu.sm_count * want_a) /
-                         static_cast<double>(want_a + want_b));
-    sms_a = std::clamp<int64_t>(sms_a, 1, gpu.sm_count - 1);
-    sms_b = gpu.sm_count - sms_a;
     penalty += (is_attention_backward(a) || is_attention_backward(b)) ? kAttentionBackwardContention
                                                                       : kComputeContention;
+    if (gpu.sm_count >= 2) {
+      // The block scheduler hands out SMs roughly in proportion to the blocks waiting.
+      sms_a = std::llround(static_cast<double>(gpu.sm_count) * static_cast<double>(want_a) /
+                           static_cast<double>(want_a + want_b));
+      sms_a = std::clamp<int64_t>(sms_a, 1, gpu.sm_count - 1);
+      sms_b = gpu.sm_count - sms_a;
+    } else {
+      // One SM cannot be split: both kernels keep it and take turns, each at half speed.
+      sms_a = sms_b = 1;
+      penalty *= 2;
+    }
   }
   const double slowdown = std::max(1.0, memory_demand(cluster, a) + memory_demand(cluster, b));
   return {compute_rate(gpu, cost_a, sms_a, slowdown, penalty),

@@ -72,7 +72,7 @@ Profile make_model_profile(const JobSpec& job, const OrderedJson& meta,
   int64_t done = 0;
   std::vector<double> times;
   for (const Op& op : space.ops) {
-    times.push_back(op_time_us(job.cluster, op));
+    times.push_back(quantize_profile_value(op_time_us(job.cluster, op)));
     profile.add_op({.signature = op.signature(),
                     .kind = op.kind,
                     .stream = op.stream,
@@ -89,10 +89,10 @@ Profile make_model_profile(const JobSpec& job, const OrderedJson& meta,
                           co_run_rates(job.cluster, a, b));
     profile.add_pair({.a = a.signature(),
                       .b = b.signature(),
-                      .finish_a_us = run.finish_a_us,
-                      .finish_b_us = run.finish_b_us,
-                      .makespan_us = run.makespan_us,
-                      .oef = run.oef});
+                      .finish_a_us = quantize_profile_value(run.finish_a_us),
+                      .finish_b_us = quantize_profile_value(run.finish_b_us),
+                      .makespan_us = quantize_profile_value(run.makespan_us),
+                      .oef = quantize_profile_value(run.oef)});
     if (progress) progress(++done, total);
   }
   return profile;

@@ -78,8 +78,11 @@ int main(int argc, char** argv) {
         "figures of every scheme, with a short summary. Numbers within a relative 1e-6 are "
         "equal.");
     app.footer(kExitStatuses);
-    app.add_option("A", flags->plan_a, "The plan to compare from (e.g. main's plan)")->required();
+    app.add_option("A", flags->plan_a, "The plan to compare from (e.g. main's plan)")
+        ->option_text("FILE")
+        ->required();
     app.add_option("B", flags->plan_b, "The plan to compare to (e.g. a pull request's plan)")
+        ->option_text("FILE")
         ->required();
     app.add_flag("--json", flags->json, "Write the diff as JSON (deterministic) instead of text");
     app.add_option("--fail-if-slower", flags->fail_if_slower_pct,

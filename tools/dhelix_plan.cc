@@ -2,6 +2,7 @@
 // two micro-batch strands:
 //
 //   dhelix-plan JOB [--profile P] [-o plan.json] [--allow-oom]   plan, print the report
+//       [--report text|markdown|json] [--trace T.json] [--svg PREFIX]
 //   dhelix-plan JOB --validate-only [--json]                     check and summarise the job
 //   dhelix-plan dag JOB [--format dot|json]                      stage 0's layer DAGs
 //
@@ -11,6 +12,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "emitter/chrome_trace.h"
+#include "emitter/plan_pictures.h"
 #include "emitter/plan_report.h"
 #include "emitter/plan_writer.h"
 #include "lib/dag_builder.h"
@@ -37,6 +40,9 @@ struct PlanOptions {
   bool json = false;
   std::string profile;
   std::string output;
+  std::string report = "text";
+  std::string trace;
+  std::string svg_prefix;
   bool allow_oom = false;
   // `dag` subcommand
   CLI::App* dag = nullptr;
@@ -61,6 +67,15 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
       ->type_name("FILE");
   app.add_option("-o,--output", options.output, "Plan file to write (schemas/plan.schema.json)")
       ->type_name("FILE");
+  app.add_option("--report", options.report, "Report format printed: text, markdown or json")
+      ->check(CLI::IsMember({"text", "markdown", "json"}));
+  app.add_option("--trace", options.trace,
+                 "Chrome trace of the predicted iteration (open in Perfetto or chrome://tracing)")
+      ->type_name("FILE");
+  app.add_option("--svg", options.svg_prefix,
+                 "Pictures: PREFIX-pipeline.svg (the W pipeline) and PREFIX-pairing.svg (one "
+                 "layer's pairing)")
+      ->type_name("PREFIX");
   app.add_flag("--allow-oom", options.allow_oom,
                "Write a plan that does not fit in GPU memory (with a warning)");
   options.dag = app.add_subcommand("dag", "Print the layer DAGs of stage 0 (first rank)");
@@ -117,6 +132,17 @@ PlanRequest make_request(const JobSpec& job, const PlanOptions& options, Profile
   return request;
 }
 
+// Where the outputs went, on standard output after the report (not in JSON reports,
+// which stay parseable).
+void print_written_files(const PlanOptions& options) {
+  if (!options.output.empty()) std::printf("plan written to %s\n", options.output.c_str());
+  if (!options.trace.empty()) std::printf("trace written to %s\n", options.trace.c_str());
+  if (!options.svg_prefix.empty()) {
+    std::printf("pictures written to %s-pipeline.svg and %s-pairing.svg\n",
+                options.svg_prefix.c_str(), options.svg_prefix.c_str());
+  }
+}
+
 int plan(const PlanOptions& options) {
   // 0. `dag` subcommand: the DAGs are the whole answer.
   if (options.dag->parsed()) return print_dags(options);
@@ -135,10 +161,13 @@ int plan(const PlanOptions& options) {
   // 5. Search, simulate the four schemes, check memory, lay out every stage's tasks.
   const PlanResult result = build_plan(request);
   for (const std::string& warning : result.warnings) print_warning(kToolName, warning);
-  // 6. Write the plan atomically and print the report.
+  // 6. Write the plan and its pictures atomically, then print the report.
   if (!options.output.empty()) write_plan(options.output, result.plan);
-  std::fputs(plan_report_text(result.plan).c_str(), stdout);
-  if (!options.output.empty()) std::printf("plan written to %s\n", options.output.c_str());
+  if (!options.trace.empty()) write_trace_file(result.plan, options.trace);
+  if (!options.svg_prefix.empty()) write_svg_files(result.plan, options.svg_prefix);
+  const ReportFormat format = parse_report_format(options.report).value_or(ReportFormat::kText);
+  std::fputs(render_plan_report(result.plan, format).c_str(), stdout);
+  if (format != ReportFormat::kJson) print_written_files(options);
   return 0;
 }
 

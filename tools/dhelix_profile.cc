@@ -55,8 +55,8 @@ int profile(const ProfileOptions& options) {
   if (options.backend != "model") {
     throw Error(ErrorCode::kUnsupported,
                 "--backend " + options.backend +
-                    " is not available yet: measured profiles arrive with the runtime issue "
-                    "(\"Runtime: plan interpreter and device backends\"); use --backend model");
+                    " is not available yet: measuring needs dhelix's runtime kernels, which "
+                    "this version does not ship; use --backend model");
   }
   if (!options.list && options.output.empty()) {
     throw Error(ErrorCode::kInvalidInput, "<flags>: -o: an output file is required (or --list)");

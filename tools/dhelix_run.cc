@@ -1,5 +1,5 @@
 // dhelix-run: Runs a plan on CPU or GPU ranks.
-// Only --help and --version work so far; the runtime arrives with the runtime issue.
+// Only --help and --version work so far: this version plans but does not train yet.
 
 #include "lib/error.h"
 #include "tools/tool_main.h"
@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
     app.allow_extras();
     return []() -> int {
       throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
-                          "not implemented yet: the runtime arrives with the runtime issue");
+                          "not implemented yet: this version plans but does not train");
     };
   });
 }

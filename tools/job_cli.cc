@@ -1,5 +1,8 @@
 #include "tools/job_cli.h"
 
+#include <charconv>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "lib/job_reader.h"
@@ -11,10 +14,31 @@ namespace {
 
 constexpr const char* kFlags = "<flags>";
 
+// A size flag's text as an integer. CLI11's own conversion clamps out-of-range values to
+// INT64_MAX, so a later message would show a number the user never typed; this one
+// repeats what was typed.
+int64_t parse_size_flag(const std::string& flag, const std::string& text) {
+  const std::string_view digits =
+      text.starts_with('+') ? std::string_view(text).substr(1) : std::string_view(text);
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (error == std::errc::result_out_of_range) {
+    throw CLI::ValidationError(
+        flag, fmt::format("{} is too {}", text, text.starts_with('-') ? "small" : "large"));
+  }
+  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size()) {
+    throw CLI::ValidationError(flag, fmt::format("\"{}\" is not an integer", text));
+  }
+  return value;
+}
+
+// `names` starts with the short flag ("--tp,--tensor-model-parallel-size"): messages name it.
 void add_size_option(CLI::App& app, const std::string& names, std::optional<int64_t>& target,
                      const std::string& help) {
-  app.add_option_function<int64_t>(
-         names, [&target](const int64_t& value) { target = value; }, help)
+  const std::string flag = names.substr(0, names.find(','));
+  app.add_option_function<std::string>(
+         names, [&target, flag](const std::string& text) { target = parse_size_flag(flag, text); },
+         help)
       ->type_name("N");
 }
 
@@ -109,8 +133,10 @@ void add_job_options(CLI::App& app, JobOptions& options) {
 }
 
 JobSpec load_job(const JobOptions& options) {
-  JobSpec job =
-      options.job_file.empty() ? job_from_flags(options) : read_job_file(options.job_file);
+  const JobSupplied supplied{.model = !options.model_file.empty(),
+                             .cluster = !options.cluster.empty()};
+  JobSpec job = options.job_file.empty() ? job_from_flags(options)
+                                         : read_job_file(options.job_file, supplied);
   if (!options.model_file.empty()) job.model = read_model_file(options.model_file);
   if (!options.cluster.empty()) {
     job.cluster = cluster_from_reference(options.cluster, "", kFlags, "--cluster");

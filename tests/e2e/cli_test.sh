@@ -66,11 +66,9 @@ for tool in dhelix-plan dhelix-profile dhelix-run dhelix-diff; do
   fi
 done
 
-# --- tools that only answer --help and --version for now ---------------------------------------------
+# --- tools that only answer --help and --version for now (dhelix-diff: tests/e2e/diff_test.sh)
 run "$bin_dir/dhelix-run" plan.json
 expect "dhelix-run says what is missing" 4 --err "dhelix-run: error: not implemented yet"
-run "$bin_dir/dhelix-diff" a.json b.json
-expect "dhelix-diff says what is missing" 4 --err "dhelix-diff: error: not implemented yet"
 
 # --- --validate-only on the examples ---------------------------------------------------
 check_example() {
@@ -184,6 +182,28 @@ expect "another schema major version" 5 \
 
 run "$plan" --validate-only --tp abc "$examples/jobs/llama-8b-a40-dp16-tp4.json"
 expect "a flag that does not parse" 2 --err "Run with --help for more information."
+
+# Size flags repeat what was typed; CLI11 alone clamped this to INT64_MAX.
+run "$plan" --validate-only --tp 99999999999999999999 "$examples/jobs/llama-8b-a40-dp16-tp4.json"
+expect "a size flag beyond int64" 2 --err "dhelix-plan: error: --tp: 99999999999999999999 is too large"
+run "$plan" --validate-only --tensor-model-parallel-size 2x "$examples/jobs/llama-8b-a40-dp16-tp4.json"
+expect "a Megatron alias with a bad value" 2 --err 'dhelix-plan: error: --tp: "2x" is not an integer'
+run "$plan" --validate-only --tensor-model-parallel-size 2 "$examples/jobs/llama-8b-a40-dp16-tp4.json"
+expect "a Megatron alias still sets tp" 0 --out "dp 16 · tp 2"
+
+# A job file completed by flags: it names neither model nor cluster.
+cat >"$scratch/partial.json" <<JOB
+{
+  "schema_version": "1.0.0",
+  "name": "partial",
+  "parallel": {"dp": 2, "tp": 4, "global_batch_size": 64, "seq_length": 8192}
+}
+JOB
+run "$plan" --validate-only --model "$examples/models/llama-8b.json" --cluster a40 "$scratch/partial.json"
+expect "model and cluster from flags complete a job file" 0 --out "dp 2 · tp 4"
+run "$plan" --validate-only --cluster a40 "$scratch/partial.json"
+expect "a job file without a model and no --model" 2 \
+  --err-is "dhelix-plan: error: $scratch/partial.json: /model: is required but missing (give it in the file or with --model)"
 
 run "$plan" "$examples/jobs/llama-8b-a40-dp16-tp4.json"
 expect "planning prints the report (tests/e2e/plan_test.sh covers the rest)" 0 --out "megatron-1f1b"

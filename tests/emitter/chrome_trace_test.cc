@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "emitter/task_expansion.h"
@@ -174,7 +177,8 @@ int64_t check_trace_structure(const Plan& plan, const OrderedJson& trace) {
   for (const auto& e : events) {
     const std::string ph = e.at("ph");
     if (ph == "M") {
-      if (e.at("name") == "thread_name") named_threads.insert({e.at("pid"), e.at("tid")});
+      if (e.at("name") == "thread_name")
+        named_threads.insert({e.at("pid").get<int64_t>(), e.at("tid").get<int64_t>()});
       continue;
     }
     if (ph == "s" || ph == "f") {
@@ -182,8 +186,8 @@ int64_t check_trace_structure(const Plan& plan, const OrderedJson& trace) {
       continue;
     }
     EXPECT_EQ(ph, "X");
-    const int64_t pid = e.at("pid");
-    const int64_t tid = e.at("tid");
+    const auto pid = e.at("pid").get<int64_t>();
+    const auto tid = e.at("tid").get<int64_t>();
     EXPECT_TRUE(named_threads.count({pid, tid})) << e.dump();
     by_thread[{pid, tid}].push_back({e.at("ts").get<double>(), e.at("dur").get<double>()});
     if (tid == 0) continue;
@@ -331,6 +335,24 @@ TEST(ChromeTrace, ExamplePlansHaveEveryOpOnceAndNoOverlaps) {
     // Op slices are the layer ops plus one step per head-loss task and embedding remainder.
     EXPECT_GE(slices, expected);
     EXPECT_LE(slices, expected + 3 * static_cast<int64_t>(plan.num_micro_batches));
+  }
+}
+
+TEST(ChromeTrace, WriteTraceFileWritesWhatTheTextSays) {
+  const Plan plan = fixture_plan();
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / "dhelix-trace-test.json";
+  write_trace_file(plan, path.string());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), chrome_trace_text(plan, {}));
+  std::filesystem::remove(path);
+  try {
+    write_trace_file(plan, "/nonexistent-dir/trace.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
   }
 }
 

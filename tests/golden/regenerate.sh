@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates the golden plans (examples/plans/golden/) and the expected diffs
-# (tests/golden/*.diff.json) after a deliberate change to the planner or to dhelix-diff.
+# Regenerates every checked-in output of the tools after a deliberate change to the cost
+# model, the planner or dhelix-diff: the example profile (examples/profiles/), the example
+# plans (examples/plans/), the golden plans (examples/plans/golden/) and the expected diffs
+# (tests/golden/*.diff.json).
 #
 # Usage, from anywhere: tests/golden/regenerate.sh BUILD_DIR
 #   e.g.  cmake --build build --target dhelix-plan dhelix-diff && tests/golden/regenerate.sh build
@@ -18,7 +20,15 @@ cd "$src_dir"
 export DHELIX_DETERMINISTIC=1
 plan="$build_dir/tools/dhelix-plan"
 diff_tool="$build_dir/tools/dhelix-diff"
-mkdir -p examples/plans/golden
+profile_tool="$build_dir/tools/dhelix-profile"
+mkdir -p examples/plans/golden examples/profiles
+
+# The example profile and plans that tests and docs read.
+"$profile_tool" --backend model examples/jobs/llama-25b-a40-dp8-tp8.json \
+  -o examples/profiles/llama-25b-a40-dp8-tp8.json
+for job in llama-25b-a40-dp8-tp8 llama-39b-a40-dp2-tp8-cp2-pp2-seq16k; do
+  "$plan" "examples/jobs/$job.json" -o "examples/plans/$job.json" >/dev/null
+done
 
 # The same job (Llama 8B, dp16 x tp4, 8k tokens) planned for the A40 and the H100 cluster.
 "$plan" examples/jobs/llama-8b-a40-dp16-tp4.json \

@@ -46,6 +46,16 @@ TEST_F(AtomicFileTest, WritesAndReplacesContent) {
   EXPECT_EQ(files, 1);
 }
 
+TEST_F(AtomicFileTest, ModeFollowsTheUmask) {
+  const auto path = directory_ / "plan.json";
+  const mode_t saved = ::umask(027);
+  write_file_atomically(path.string(), "x");
+  ::umask(saved);
+  struct stat info {};
+  ASSERT_EQ(::stat(path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0640u);  // 0666 & ~027; a fixed 0644 ignored the umask
+}
+
 TEST_F(AtomicFileTest, FailureLeavesTheOldFileIntact) {
   const auto path = directory_ / "plan.json";
   write_file_atomically(path.string(), "old");

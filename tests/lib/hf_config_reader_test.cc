@@ -182,6 +182,41 @@ TEST(HfConfigReader, UnknownKeysPassButWrongTypesOfKnownKeysDoNot) {
              "config.json: /torch_dtype: \"int8\" is not one of bfloat16, float16, float32"}));
 }
 
+TEST(HfConfigReader, SizesAreBounded) {
+  Json gpt2 = read_json_file(hf_example("gpt2"));
+  gpt2["n_embd"] = 1e12;
+  gpt2["n_inner"] = 1048577;
+  gpt2["n_layer"] = 65537;
+  gpt2["n_head"] = 65537;
+  gpt2["vocab_size"] = int64_t{1} << 62;
+  gpt2["n_positions"] = 16777217;
+  EXPECT_EQ(problems_of(gpt2),
+            (Lines{"config.json: /n_embd: 1000000000000 must be at most 1048576",
+                   "config.json: /n_inner: 1048577 must be at most 1048576",
+                   "config.json: /n_layer: 65537 must be at most 65536",
+                   "config.json: /n_head: 65537 must be at most 65536",
+                   "config.json: /vocab_size: 4611686018427387904 must be at most 16777216",
+                   "config.json: /n_positions: 16777217 must be at most 16777216"}));
+  Json mixtral = read_json_file(hf_example("mixtral-8x7b-v0.1"));
+  mixtral["hidden_size"] = 1048577;
+  mixtral["num_hidden_layers"] = 65537;
+  mixtral["num_key_value_heads"] = 65537;
+  mixtral["max_position_embeddings"] = 16777217;
+  mixtral["num_local_experts"] = 65537;
+  mixtral["num_experts_per_tok"] = 65537;
+  mixtral["intermediate_size"] = 1048577;
+  mixtral["head_dim"] = 16385;
+  EXPECT_EQ(problems_of(mixtral),
+            (Lines{"config.json: /hidden_size: 1048577 must be at most 1048576",
+                   "config.json: /num_hidden_layers: 65537 must be at most 65536",
+                   "config.json: /num_key_value_heads: 65537 must be at most 65536",
+                   "config.json: /max_position_embeddings: 16777217 must be at most 16777216",
+                   "config.json: /num_local_experts: 65537 must be at most 65536",
+                   "config.json: /num_experts_per_tok: 65537 must be at most 65536",
+                   "config.json: /intermediate_size: 1048577 must be at most 1048576",
+                   "config.json: /head_dim: 16385 must be at most 16384"}));
+}
+
 TEST(HfConfigReader, ShapeRulesNameTheHfKeys) {
   Json json = read_json_file(hf_example("mixtral-8x7b-v0.1"));
   json["num_key_value_heads"] = 6;

@@ -159,6 +159,39 @@ TEST_F(JobReaderTest, InlineModelAndClusterObjects) {
   EXPECT_EQ(job.num_nodes(), 2);
 }
 
+TEST_F(JobReaderTest, ProblemsOfInlineObjectsCarryTheirPointerInTheJob) {
+  Json model = Json::parse(kModelJson);
+  model["num_attention_heads"] = 7;
+  const std::string path = write("jobs/job.json", R"({"schema_version": "1.0.0", "name": "t",
+      "model": )" + model.dump() + R"(,
+      "cluster": {"schema_version": "1.0.0", "name": "bare"},
+      "parallel": {"global_batch_size": 8, "seq_length": 512}})");
+  // Once named the file "job.json#/cluster" with pointers relative to the inline object.
+  EXPECT_EQ(error_of(path, ErrorCode::kInvalidInput),
+            path + ": /model/hidden_size: 256 is not divisible by num_attention_heads = 7\n" +
+                path + ": /model/num_kv_heads: 4 does not divide num_attention_heads = 7\n" + path +
+                ": /cluster/gpu: is required but missing\n" + path +
+                ": /cluster/intra_node: is required but missing\n" + path +
+                ": /cluster/inter_node: is required but missing");
+}
+
+TEST_F(JobReaderTest, ModelAndClusterMayComeFromFlags) {
+  const std::string path = write("jobs/job.json", R"({"schema_version": "1.0.0", "name": "t",
+      "model": "../models/none.json",
+      "parallel": {"global_batch_size": 8, "seq_length": 512}})");
+  // The flags replace what the file gives, so its missing model file is not read.
+  const JobSpec job = read_job_file(path, {.model = true, .cluster = true});
+  EXPECT_EQ(job.name, "t");
+  EXPECT_EQ(job.parallel.global_batch_size, 8);
+  const std::string bare = write("jobs/bare.json", R"({"schema_version": "1.0.0", "name": "t",
+      "parallel": {"global_batch_size": 8, "seq_length": 512}})");
+  EXPECT_EQ(read_job_file(bare, {.model = true, .cluster = true}).parallel.seq_length, 512);
+  EXPECT_EQ(error_of(bare, ErrorCode::kInvalidInput),
+            bare + ": /model: is required but missing (give it in the file or with --model)\n" +
+                bare +
+                ": /cluster: is required but missing (give it in the file or with --cluster)");
+}
+
 TEST_F(JobReaderTest, ClusterFileRelativeToTheJob) {
   fs::create_directories(dir_ / "clusters");
   write("clusters/small.json",

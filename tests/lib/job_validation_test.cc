@@ -176,6 +176,87 @@ TEST(JobValidation, SizesMustBePositive) {
                                      "job.json: /parallel/seq_length: 0 must be at least 1"}));
 }
 
+TEST(JobValidation, SizesBeyondTheLimitsAreRefusedBeforeTheyMultiply) {
+  // dp = 2^62 with tp = 4 makes dp·tp·cp·pp overflow to 0; every other rule would multiply
+  // it, so only the limits are reported.
+  JobSpec job = valid_job();
+  job.parallel.dp = int64_t{1} << 62;
+  job.origins["parallel.dp"] = {"<flags>", "--dp"};
+  job.parallel.global_batch_size = int64_t{1} << 62;
+  job.parallel.seq_length = int64_t{1} << 25;
+  job.parallel.micro_batch_size = (int64_t{1} << 32) + 1;
+  EXPECT_EQ(messages(job),
+            (Messages{"<flags>: --dp: 4611686018427387904 is more than 1048576, the largest "
+                      "parallel size dhelix plans for",
+                      "job.json: /parallel/micro_batch_size: 4294967297 is more than 4294967296, "
+                      "the largest batch dhelix plans for",
+                      "job.json: /parallel/global_batch_size: 4611686018427387904 is more than "
+                      "4294967296, the largest batch dhelix plans for",
+                      "job.json: /parallel/seq_length: 33554432 is more than 16777216, the "
+                      "longest sequence dhelix plans for"}));
+}
+
+TEST(JobValidation, WorldSizeIsBoundedWithoutOverflow) {
+  JobSpec job = valid_job();
+  job.cluster.num_nodes = 0;
+  // dp = pp = 2^20, each within its limit: 2^42 GPUs. (dp = pp = 3037000500, whose product
+  // overflows int64, stop at the per-dimension limit.)
+  job.parallel.dp = 1 << 20;
+  job.parallel.pp = 1 << 20;
+  job.parallel.global_batch_size = int64_t{1} << 20;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel: world size dp·tp·cp·pp = 1048576·4·1·1048576 = "
+                     "4398046511104 is more than 16777216 GPUs, the largest world dhelix plans "
+                     "for"});
+  // Each size at its limit: the product (2^80) overflows and is not printed.
+  job.parallel.tp = 1 << 20;
+  job.parallel.cp = 1 << 20;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel: world size dp·tp·cp·pp = "
+                     "1048576·1048576·1048576·1048576 is more than 16777216 GPUs, the largest "
+                     "world dhelix plans for"});
+}
+
+TEST(JobValidation, MicroBatchesPerIterationAreBounded) {
+  // 2^32 sequences over dp = 16 at one per micro-batch: 2^28 micro-batches per pipeline, which
+  // the O(micro-batches) schedule and simulation would take forever over.
+  JobSpec job = valid_job();
+  job.parallel.global_batch_size = int64_t{1} << 32;
+  job.origins["parallel.global_batch_size"] = {"<flags>", "--gbs"};
+  EXPECT_EQ(messages(job),
+            Messages{"<flags>: --gbs: 4294967296 gives 4294967296 / (micro_batch_size·dp = 1·16) "
+                     "= 268435456 micro-batches per iteration; at most 1048576 are supported"});
+  job.parallel.global_batch_size = int64_t{1} << 24;  // 2^20 micro-batches: the limit
+  EXPECT_EQ(messages(job), Messages{});
+}
+
+TEST(JobValidation, PerRankSizesStayBelowTwoToThe52) {
+  JobSpec job = valid_job();
+  job.model.source_file = "model.json";
+  // 2^20 sequences of 8192 tokens in one micro-batch: 2^33 tokens · 2^20 hidden · 2 bytes
+  // = 2^54 bytes of activations; logits 2^33 · 2^20 / 4 · 4 = 2^53 bytes.
+  job.parallel.micro_batch_size = int64_t{1} << 20;
+  job.parallel.global_batch_size = int64_t{1} << 24;
+  job.model.hidden_size = 1 << 20;
+  job.model.vocab_size = 1 << 20;
+  EXPECT_EQ(messages(job),
+            (Messages{"model.json: /hidden_size: 1048576 makes one rank's activation tensor "
+                      "tokens·hidden_size·bytes = 8589934592·1048576·2 = 1.801e+16 bytes; at "
+                      "most 2^52 = 4503599627370496 are supported",
+                      "model.json: /vocab_size: 1048576 makes one rank's fp32 logits "
+                      "tokens·vocab_size/tp·4 = 8589934592·1048576/4·4 = 9.007e+15 bytes; at "
+                      "most 2^52 = 4503599627370496 are supported"}));
+  // 2^16 layers of hidden 2^20 (32 heads of 32768, 8 KV heads): per layer 2·h² for Q and O
+  // plus 2·h·h/4 for K and V = 2.5·2^40, times 2^16 = 1.801e+17 parameters.
+  job = valid_job();
+  job.model.source_file = "model.json";
+  job.model.hidden_size = 1 << 20;
+  job.model.num_layers = 1 << 16;
+  EXPECT_EQ(messages(job),
+            Messages{"model.json: /num_layers: 65536 gives about 1.801e+17 parameters; at most "
+                     "2^52 = 4503599627370496 are supported"});
+}
+
 TEST(JobValidation, MessagesNameTheFlagThatSetAValue) {
   JobSpec job = valid_job();
   job.parallel.tp = 3;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 namespace dhelix {
 namespace {
 
@@ -26,6 +28,31 @@ TEST(ParseJsonTextTest, NamesLineAndColumnOfASyntaxError) {
     EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
     EXPECT_EQ(std::string(error.what()).rfind("model.json:3:8: not valid JSON", 0), 0u)
         << error.what();
+  }
+}
+
+TEST(ParseJsonTextTest, KeepsTheReasonAndDropsTheLastReadTail) {
+  // A file cut in the middle of a string: nlohmann's message ends with
+  // "; last read: '"all_gather:bf16:by'", which must not replace the reason.
+  try {
+    parse_json_text("{\n  \"op\": \"all_gather:bf16:by", "p.json");
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    // Line 2 holds 27 characters; the input ends just after them, at column 28.
+    EXPECT_STREQ(error.what(),
+                 "p.json:2:28: not valid JSON: syntax error while parsing value - invalid "
+                 "string: missing closing quote");
+  }
+}
+
+TEST(ReadJsonFileTest, DirectoryIsAnIoError) {
+  const std::string directory = std::filesystem::temp_directory_path().string();
+  try {
+    read_json_file(directory);
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kIo);
+    EXPECT_EQ(std::string(error.what()), directory + ": is a directory, expected a file");
   }
 }
 
@@ -92,6 +119,17 @@ TEST(ObjectReaderTest, RejectsIntegersBeyondInt64) {
   EXPECT_EQ(f.messages(), "f.json: /n: 18446744073709551615 is too large\n");
 }
 
+TEST(ObjectReaderTest, IntegralFloatsBeyondInt64AreTooLarge) {
+  Fixture f(R"({"n": 1e30, "m": -1e30, "k": 2.5e3})");
+  ObjectReader root = f.reader();
+  root.integer("n", Need::kRequired);
+  root.integer("m", Need::kRequired);
+  EXPECT_EQ(root.integer("k", Need::kRequired), 2500);
+  EXPECT_EQ(f.messages(),
+            "f.json: /n: 1e+30 is too large\n"
+            "f.json: /m: -1e+30 is too small\n");
+}
+
 TEST(ObjectReaderTest, NonObjectRootIsOneProblem) {
   Fixture f("[1, 2]");
   ObjectReader root = f.reader();
@@ -133,6 +171,17 @@ TEST(SchemaVersionTest, MalformedOrMissingVersionIsAProblem) {
   ObjectReader empty = missing.reader();
   check_schema_version(empty, 1);
   EXPECT_EQ(missing.messages(), "f.json: /schema_version: is required but missing\n");
+}
+
+TEST(SchemaVersionTest, OutOfRangeOrSignedComponentsAreMalformed) {
+  // sscanf("%d") wrapped 99999999999 to 1215752191 and reported a wrong major version.
+  for (const char* version : {"99999999999.0.0", "1.-1.0", "1.0.0x", "1..0", "+1.0.0"}) {
+    Fixture f(std::string(R"({"schema_version": ")") + version + "\"}");
+    ObjectReader root = f.reader();
+    check_schema_version(root, 1);
+    EXPECT_EQ(f.messages(), std::string("f.json: /schema_version: \"") + version +
+                                "\" must have the form major.minor.patch (e.g. \"1.0.0\")\n");
+  }
 }
 
 }  // namespace

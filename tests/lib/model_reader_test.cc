@@ -95,6 +95,54 @@ TEST(ModelReader, TopKMustNotExceedExperts) {
   EXPECT_EQ(problems_of(json), Lines{"m.json: /moe/top_k: 4 must be at most num_experts = 2"});
 }
 
+// Bounds keep byte, FLOP and parameter counts inside int64 (docs/jobs.md, "Limits").
+TEST(ModelReader, SizesAreBoundedSoCountsCannotOverflow) {
+  Json json = valid_model();
+  json["hidden_size"] = 1e12;  // once aborted the profiler with an int64 overflow
+  json["ffn_hidden_size"] = 1048577;
+  json["num_layers"] = 65537;
+  json["num_attention_heads"] = 65537;
+  json["num_kv_heads"] = 65537;
+  json["head_dim"] = 16385;
+  json["vocab_size"] = int64_t{1} << 62;  // once gave a wrong plan
+  json["max_seq_length"] = 16777217;
+  json["moe"] = {{"num_experts", 65537},
+                 {"top_k", 65537},
+                 {"capacity_factor", 1000.5},
+                 {"expert_ffn_hidden_size", 1048577}};
+  EXPECT_EQ(problems_of(json),
+            (Lines{"m.json: /hidden_size: 1000000000000 must be at most 1048576",
+                   "m.json: /num_layers: 65537 must be at most 65536",
+                   "m.json: /num_attention_heads: 65537 must be at most 65536",
+                   "m.json: /num_kv_heads: 65537 must be at most 65536",
+                   "m.json: /head_dim: 16385 must be at most 16384",
+                   "m.json: /vocab_size: 4611686018427387904 must be at most 16777216",
+                   "m.json: /max_seq_length: 16777217 must be at most 16777216",
+                   "m.json: /moe/num_experts: 65537 must be at most 65536",
+                   "m.json: /moe/top_k: 65537 must be at most 65536",
+                   "m.json: /moe/capacity_factor: 1000.5 must be at most 1000",
+                   "m.json: /moe/expert_ffn_hidden_size: 1048577 must be at most 1048576",
+                   "m.json: /ffn_hidden_size: 1048577 must be at most 1048576"}));
+}
+
+TEST(ModelReader, SizesAtTheBoundsAreAccepted) {
+  Json json = valid_model();
+  json["hidden_size"] = 1048576;
+  json["ffn_hidden_size"] = 1048576;
+  json["num_layers"] = 65536;
+  json["num_attention_heads"] = 65536;
+  json["num_kv_heads"] = 65536;
+  json["vocab_size"] = 16777216;
+  json["max_seq_length"] = 16777216;
+  json["moe"] = {{"num_experts", 65536},
+                 {"top_k", 65536},
+                 {"capacity_factor", 1000},
+                 {"expert_ffn_hidden_size", 1048576}};
+  EXPECT_EQ(problems_of(json), Lines{});
+  json["head_dim"] = 16384;
+  EXPECT_EQ(problems_of(json), Lines{});
+}
+
 TEST(ModelReader, MoeObjectIsStrictAndNeedsItsFields) {
   Json json = valid_model();
   json["moe"] = {{"num_expert", 2}, {"top_k", 1}};

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -231,6 +233,27 @@ TEST(PipelineSimulator, RejectsBadCosts) {
     EXPECT_EQ(std::string(e.what()), "pipeline simulation: 3 stage costs given for pp = 2");
   }
   EXPECT_THROW(simulate_pipeline(make_w_schedule(2, 2), uniform(2, -1, 1, 1)), Error);
+}
+
+TEST(PipelineSimulator, RejectsInfiniteAndNanTaskTimes) {
+  const auto message = [](double f) {
+    try {
+      simulate_pipeline(make_w_schedule(2, 2), uniform(2, f, 1, 1));
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidInput);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(std::numeric_limits<double>::infinity()),
+            "pipeline simulation: stage 0: a task time is inf us; times must be finite and "
+            "non-negative");
+  EXPECT_EQ(message(std::nan("")),
+            "pipeline simulation: stage 0: a task time is nan us; times must be finite and "
+            "non-negative");
+  EXPECT_EQ(message(-1),
+            "pipeline simulation: stage 0: a task time is -1 us; times must be finite and "
+            "non-negative");
 }
 
 }  // namespace

@@ -1,14 +1,21 @@
 #include "planner/plan_builder.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+#include <limits>
 #include <string>
 
 #include "emitter/plan_writer.h"
 #include "lib/dag_builder.h"
 #include "lib/dag_builder_intra_batch.h"
 #include "lib/error.h"
+#include "planner/co_run_model.h"
+#include "planner/layer_baselines.h"
 #include "planner/layer_costs.h"
+#include "planner/strand_graph.h"
 
 namespace dhelix {
 namespace {
@@ -42,10 +49,14 @@ JobSpec tiny_job() {
   return job;
 }
 
-// Every op the planner looks up: compute ops 10 us, communication ops 1 us, no pairs (no
-// slowdown). `skip` leaves one signature out.
-Profile hand_profile(const JobSpec& job, const std::string& skip = "") {
+// Every op the planner looks up: compute ops 10 us, communication ops 1 us, and every pair
+// with a communication op at its solo times (no slowdown). `skip` leaves one signature out;
+// `keep_pair(a, b)` false leaves the pair of those signatures out.
+Profile hand_profile(
+    const JobSpec& job, const std::string& skip = "",
+    const std::function<bool(const std::string&, const std::string&)>& keep_pair = nullptr) {
   Profile profile;
+  std::vector<Op> distinct;
   const auto add = [&](const LayerDags& dags) {
     for (const LayerDag* dag : {&dags.forward, &dags.backward}) {
       for (int64_t i = 0; i < dag->size(); ++i) {
@@ -58,12 +69,25 @@ Profile hand_profile(const JobSpec& job, const std::string& skip = "") {
                         .example_op_id = op.id,
                         .time_us = TimeStats::exactly(time_us),
                         .samples = 1});
+        distinct.push_back(op);
       }
     }
   };
   add(build_layer_dags(job, 0));
   add(build_stage_extras(job, 0, true, true));
   add(build_intra_batch_layer_dags(job, 0));
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    for (size_t j = i; j < distinct.size(); ++j) {
+      const Op& a = distinct[i];
+      const Op& b = distinct[j];
+      if (!is_communication(a.kind) && !is_communication(b.kind)) continue;
+      if (keep_pair && !keep_pair(a.signature(), b.signature())) continue;
+      profile.add_pair({.a = a.signature(),
+                        .b = b.signature(),
+                        .finish_a_us = profile.find_op(a.signature())->time_us.median_us,
+                        .finish_b_us = profile.find_op(b.signature())->time_us.median_us});
+    }
+  }
   return profile;
 }
 
@@ -146,6 +170,78 @@ TEST(PlanBuilder, MissingProfileOpsAreNamed) {
               "hand.json: lacks 1 op signature the job needs:\n  " + missing +
                   "\nre-profile the job with `dhelix-profile JOB -o hand.json` (or plan without "
                   "--profile)");
+  }
+}
+
+std::string plan_error(const JobSpec& job, const Profile& profile) {
+  try {
+    build_plan(request_for(job, profile));
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    return error.what();
+  }
+  return "no error";
+}
+
+// Without a pair the co-run model assumes no slowdown: an optimistic plan. So a profile
+// without a pair the job may co-run is refused like one without an op.
+TEST(PlanBuilder, MissingProfilePairsAreNamed) {
+  const JobSpec job = tiny_job();
+  const Op all_gather = build_layer_dags(job, 0).forward.op(1);
+  ASSERT_EQ(all_gather.kind, OpKind::kAllGather);
+  const std::string ag = all_gather.signature();
+  // Only the all-gather against itself (the two strands' copies) is missing.
+  Profile profile = hand_profile(
+      job, "", [&](const std::string& a, const std::string& b) { return !(a == ag && b == ag); });
+  EXPECT_EQ(plan_error(job, profile),
+            "hand.json: lacks 1 co-run pair the job needs (the planner would assume they do not "
+            "slow each other):\n  " +
+                ag + " x " + ag +
+                "\nre-profile the job with `dhelix-profile JOB -o hand.json` (or plan without "
+                "--profile)");
+  // 33 compute and 4 communication signatures (all-gather, reduce-scatter, the fp32
+  // gradient all-reduce, the head's send/recv): 33·4 + 4·5/2 = 142 pairs, all missing
+  // without pairs; the first 5 in first-seen order are named.
+  const Profile full = hand_profile(job);
+  int64_t comm = 0;
+  for (const ProfiledOp& op : full.ops()) comm += is_communication(op.kind) ? 1 : 0;
+  ASSERT_EQ(comm, 4);
+  ASSERT_EQ(full.ops().size(), 37u);
+  EXPECT_EQ(full.pairs().size(), 142u);
+  profile = hand_profile(job, "", [](const std::string&, const std::string&) { return false; });
+  const std::string norm = "norm.fwd:bf16:rmsnorm:m=64,n=256";
+  EXPECT_EQ(plan_error(job, profile),
+            "hand.json: lacks 142 co-run pairs the job needs (the planner would assume they do "
+            "not slow each other):\n  " +
+                norm + " x " + ag + "\n  " + norm +
+                " x reduce_scatter:bf16:bytes=65536:tp2:local\n  " + norm +
+                " x all_reduce:fp32:bytes=1536:tp2:local\n  " + norm +
+                " x send_recv:bf16:bytes=32768:tp2:local\n  " + ag + " x " + ag +
+                "\n  ... and 137 more\nre-profile the job with `dhelix-profile JOB -o "
+                "hand.json` (or plan without --profile)");
+}
+
+TEST(PlanBuilder, SoloTimesMustBeFiniteAndNonNegative) {
+  const LayerDag dag = build_layer_dags(tiny_job(), 0).forward;
+  const std::string id = dag.op(dag.topological_order().front()).id;
+  const TableCoRunModel co_run(1.0);
+  for (const double bad : {std::numeric_limits<double>::infinity(), std::nan(""), -1.0}) {
+    const auto solo = [bad](const Op&) { return bad; };
+    const std::string text = fmt::format("{}", bad);
+    const std::string expected =
+        "op " + id + ": solo time " + text + " us must be finite and non-negative";
+    try {
+      from_layer_dag(dag, solo);
+      ADD_FAILURE() << "from_layer_dag accepted " << text;
+    } catch (const Error& error) {
+      EXPECT_EQ(std::string(error.what()), expected);
+    }
+    try {
+      single_strand_schedule(dag, solo, co_run, Strand::kForward);
+      ADD_FAILURE() << "single_strand_schedule accepted " << text;
+    } catch (const Error& error) {
+      EXPECT_EQ(std::string(error.what()), expected);
+    }
   }
 }
 

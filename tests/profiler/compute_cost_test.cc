@@ -84,6 +84,15 @@ TEST(ComputeCost, MemoryBoundOpsPayBytesOverUsableBandwidth) {
   EXPECT_NEAR(kernel_time_us(a100_like_gpu(), cost, {.sms = 54}), 80.4415, 1e-3);
 }
 
+TEST(ComputeCost, GemmBytesAreCountedInDoubleWithoutOverflow) {
+  // m = k = 2^32, n = 1: m·k = 2^64 overflows int64. Bytes = 2 · (2^64 + 2^32 + 2^32) over
+  // 1,733,150 bytes/us.
+  const double two_32 = 4294967296.0;
+  const KernelCost cost =
+      gemm_kernel_cost(a100_like_gpu(), int64_t{1} << 32, 1, int64_t{1} << 32, 1, 2);
+  EXPECT_DOUBLE_EQ(cost.memory_us, 2 * (two_32 * two_32 + 2 * two_32) / (2039e3 * 0.85));
+}
+
 TEST(ComputeCost, SmallKGemmIsLimitedByMemory) {
   // 8192 x 8192 x 16: compute = 64 x 64 = 4096 tiles -> 38 waves of 2*128*128*16 FLOP at
   // 312e6*0.84*(16/112)/108 per SM = 0.3466667e6 -> 1.5124 us/wave -> 57.4700 us; memory =

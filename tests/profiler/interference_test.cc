@@ -72,6 +72,18 @@ TEST(Interference, TwoLargeGemmsTimeSlice) {
   EXPECT_NEAR(run.oef, -0.099260, 1e-6);
 }
 
+TEST(Interference, OnOneSmTwoKernelsTakeTurns) {
+  // One SM cannot be split (and NCCL cannot have one: the cluster reader wants
+  // nccl_sms < sm_count): both GEMMs keep it at half speed, times the 1.05 contention. Memory
+  // demand is tiny on one SM, so nothing else slows them.
+  ClusterSpec cluster = a100_like_cluster();
+  cluster.gpu.sm_count = 1;
+  const Op gemm = test::gemm_op("g", 8192, 8192, 8192);
+  const CoRunRates rates = co_run_rates(cluster, gemm, gemm);
+  EXPECT_NEAR(rates.rate_a, 1 / 2.1, 1e-12);
+  EXPECT_NEAR(rates.rate_b, 1 / 2.1, 1e-12);
+}
+
 TEST(Interference, SmallKernelsThatFitSideBySideDoNotSlowEachOther) {
   // 64 + 16 tiles fit in 108 SMs; memory demands are small.
   const CoRun run = co_run(a100_like_cluster(), test::gemm_op("a", 1024, 1024, 1024),

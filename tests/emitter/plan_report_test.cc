@@ -1,0 +1,224 @@
+#include "emitter/plan_report.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "lib/error.h"
+#include "lib/plan_reader.h"
+#include "tests/emitter/picture_fixture.h"
+
+namespace dhelix {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+PlanStageMemory stage_memory(int64_t stage, int64_t weights_mib, int64_t gradients_mib,
+                             int64_t optimizer_mib, int64_t activations_mib) {
+  const int64_t mib = int64_t{1} << 20;
+  return {.stage = stage,
+          .weight_bytes = weights_mib * mib,
+          .gradient_bytes = gradients_mib * mib,
+          .optimizer_bytes = optimizer_mib * mib,
+          .activation_bytes = activations_mib * mib,
+          .total_bytes = (weights_mib + gradients_mib + optimizer_mib + activations_mib) * mib};
+}
+
+// The picture fixture with GPUs, figures, communication and memory filled in:
+//   dhelix:        0.470 s, 100.5 TFLOPS, MFU 50 %, bubble 10 %, tp 8.0 / 2.5 ms,
+//                  dp 0 / 1.5 ms, stage 0 5 GiB, stage 1 4 GiB
+//   megatron-1f1b: 0.520 s, 90.4 TFLOPS, MFU 45 %, bubble 25 %, tp 0 / 10.5 ms, does not fit
+Plan report_plan() {
+  Plan plan = testing::fixture_plan();
+  plan.stages[0].ranks = {0, 1};
+  plan.stages[1].ranks = {2, 3};
+  plan.memory_budget = {.gpu = "A40",
+                        .capacity_bytes = 48 * kGiB,
+                        .reserve_bytes = 2 * kGiB,
+                        .usable_bytes = 46 * kGiB};
+  PlanScheme& dhelix = plan.schemes[0];
+  dhelix.iteration_us = 470000;
+  dhelix.tflops_per_gpu = 100.5;
+  dhelix.mfu = 0.5;
+  dhelix.bubble_ratio = 0.1;
+  dhelix.comm = {{"tp", 8000, 2500}, {"cp", 0, 0}, {"ep", 0, 0}, {"dp", 0, 1500}, {"pp", 0, 0}};
+  dhelix.memory = {stage_memory(0, 1024, 2048, 512, 1536), stage_memory(1, 1024, 2048, 512, 512)};
+  PlanScheme& megatron = plan.schemes[1];
+  megatron.iteration_us = 520000;
+  megatron.tflops_per_gpu = 90.4;
+  megatron.mfu = 0.45;
+  megatron.bubble_ratio = 0.25;
+  megatron.fits = false;
+  megatron.comm = {{"tp", 0, 10500}, {"cp", 0, 0}, {"ep", 0, 0}, {"dp", 0, 0}, {"pp", 0, 0}};
+  megatron.memory = {stage_memory(0, 1024, 2048, 512, 2560), stage_memory(1, 1024, 2048, 512, 0)};
+  return plan;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+TEST(PlanReport, ParsesFormatNames) {
+  EXPECT_EQ(parse_report_format("text"), ReportFormat::kText);
+  EXPECT_EQ(parse_report_format("markdown"), ReportFormat::kMarkdown);
+  EXPECT_EQ(parse_report_format("json"), ReportFormat::kJson);
+  EXPECT_EQ(parse_report_format("html"), std::nullopt);
+  EXPECT_EQ(parse_report_format("JSON"), std::nullopt);
+  EXPECT_EQ(parse_report_format(""), std::nullopt);
+  EXPECT_STREQ(report_format_name(ReportFormat::kMarkdown), "markdown");
+}
+
+TEST(PlanReport, TextIsExact) {
+  const std::string expected =
+      "fixture: 3 micro-batches, 2 stages, 4 GPUs (A40)\n"
+      "scheme            iteration  TFLOPS/GPU     MFU  bubble  exposed comm  speed-up  fits\n"
+      "dhelix              0.470 s       100.5   50.0%   10.0%        4.0 ms     1.11x   yes\n"
+      "megatron-1f1b       0.520 s        90.4   45.0%   25.0%       10.5 ms     1.00x    NO\n"
+      "communication per GPU and iteration, hidden / exposed:\n"
+      "  dhelix           tp 8.0 ms / 2.5 ms  dp 0.0 ms / 1.5 ms\n"
+      "  megatron-1f1b    tp 0.0 ms / 10.5 ms\n"
+      "peak memory per GPU by stage:\n"
+      "  dhelix           stage 0 5.00 GiB  stage 1 4.00 GiB\n"
+      "  megatron-1f1b    stage 0 6.00 GiB  stage 1 3.50 GiB\n"
+      "pairing 0 (stages 0,1): scope layer; SI block of 2 layers: layer scope 0.1 ms, chunk "
+      "scope (1-layer windows) 0.1 ms, strands one after the other 0.1 ms\n"
+      "dhelix memory per GPU (46.00 GiB usable on A40):\n"
+      "  stage 0: 5.00 GiB = weights 1.00 + gradients 2.00 + optimizer 0.50 + activations 1.50\n"
+      "  stage 1: 4.00 GiB = weights 1.00 + gradients 2.00 + optimizer 0.50 + activations 0.50\n"
+      "SI pairing of one layer (pairing 0, layer scope): forward of micro-batch j beside "
+      "backward of micro-batch j - pp\n"
+      "block  forward compute  backward compute  communication                         time\n"
+      "0      f.a              b.x               f.ag (fwd, tp): hidden            0.022 ms\n"
+      "1      f.b              b.y               b.rs (bwd, tp): exposed 0.002 ms  0.016 ms\n"
+      "                                          b.kv (bwd, cp): exposed 0.002 ms\n"
+      "layer pair 0.038 ms vs strands one after the other 0.048 ms (1.26x); communication "
+      "0.012 ms: 0.008 ms hidden, 0.004 ms exposed\n";
+  EXPECT_EQ(render_plan_report(report_plan(), ReportFormat::kText), expected);
+  EXPECT_EQ(plan_report_text(report_plan()), expected);
+}
+
+TEST(PlanReport, MarkdownHasOneTableRowPerSchemeStageAndBlock) {
+  const std::vector<std::string> lines =
+      lines_of(render_plan_report(report_plan(), ReportFormat::kMarkdown));
+  // Tables: comparison (2 schemes), comm by type (2), peak memory (2), dhelix memory
+  // (2 stages), SI pairing (2 blocks); each with a header and an alignment row.
+  const auto rows = std::count_if(lines.begin(), lines.end(),
+                                  [](const std::string& l) { return l.starts_with("|"); });
+  EXPECT_EQ(rows, 5 * 2 + 5 * 2);
+  EXPECT_EQ(lines.front(), "# fixture: 3 micro-batches, 2 stages, 4 GPUs (A40)");
+  const std::vector<std::string> si = {
+      "| block | forward compute | backward compute | communication | time |",
+      "| ---: | --- | --- | --- | ---: |",
+      "| 0 | f.a | b.x | f.ag (fwd, tp): hidden | 0.022 ms |",
+      "| 1 | f.b | b.y | b.rs (bwd, tp): exposed 0.002 ms<br>b.kv (bwd, cp): exposed 0.002 ms | "
+      "0.016 ms |",
+  };
+  auto at = std::find(lines.begin(), lines.end(), si[0]);
+  ASSERT_NE(at, lines.end());
+  ASSERT_GE(lines.end() - at, 6);
+  EXPECT_EQ(std::vector<std::string>(at, at + 4), si);
+  EXPECT_EQ(*(at + 4), "");
+  EXPECT_EQ(*(at + 5),
+            "layer pair 0.038 ms vs strands one after the other 0.048 ms (1.26x); communication "
+            "0.012 ms: 0.008 ms hidden, 0.004 ms exposed");
+  EXPECT_NE(std::find(lines.begin(), lines.end(),
+                      "| megatron-1f1b | 0.520 s | 90.4 | 45.0% | 25.0% | 10.5 ms | 1.00x | NO |"),
+            lines.end());
+  EXPECT_NE(std::find(lines.begin(), lines.end(),
+                      "| dhelix | 8.0 ms / 2.5 ms | 0.0 ms / 0.0 ms | 0.0 ms / 0.0 ms | "
+                      "0.0 ms / 1.5 ms | 0.0 ms / 0.0 ms |"),
+            lines.end());
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "| megatron-1f1b | 6.00 GiB | 3.50 GiB |"),
+            lines.end());
+}
+
+TEST(PlanReport, JsonCarriesTheSameFigures) {
+  const std::string text = render_plan_report(report_plan(), ReportFormat::kJson);
+  ASSERT_TRUE(text.ends_with("}\n"));
+  const Json j = Json::parse(text);
+  EXPECT_EQ(j.at("schema_version"), kPlanReportSchemaVersion);
+  EXPECT_EQ(j.at("job"), "fixture");
+  EXPECT_EQ(j.at("num_micro_batches"), 3);
+  EXPECT_EQ(j.at("gpus"), 4);
+  EXPECT_EQ(j.at("memory_budget").at("usable_bytes"), 46 * kGiB);
+  ASSERT_EQ(j.at("schemes").size(), 2u);
+  const Json& dhelix = j.at("schemes")[0];
+  EXPECT_EQ(dhelix.at("scheme"), "dhelix");
+  EXPECT_EQ(dhelix.at("iteration_us"), 470000.0);
+  EXPECT_EQ(dhelix.at("speedup_vs_megatron"), 1.106383);
+  EXPECT_EQ(dhelix.at("exposed_comm_us"), 4000.0);
+  EXPECT_EQ(dhelix.at("comm").at("tp"), Json({{"hidden_us", 8000.0}, {"exposed_us", 2500.0}}));
+  EXPECT_EQ(dhelix.at("peak_memory")[1].at("total_bytes"), 4 * kGiB);
+  EXPECT_EQ(j.at("schemes")[1].at("fits"), false);
+  EXPECT_EQ(j.at("pairings")[0].at("stages"), Json({0, 1}));
+
+  const Json& si = j.at("si_pairing");
+  EXPECT_EQ(si.at("layer_pair_us"), 38.0);
+  EXPECT_EQ(si.at("sequential_us"), 48.0);
+  EXPECT_EQ(si.at("comm_us"), 12.0);
+  EXPECT_EQ(si.at("hidden_us"), 8.0);
+  EXPECT_EQ(si.at("exposed_us"), 4.0);
+  ASSERT_EQ(si.at("blocks").size(), 2u);
+  const Json& b1 = si.at("blocks")[1];
+  EXPECT_EQ(b1.at("time_us"), 16.0);
+  EXPECT_EQ(b1.at("forward_ops"), Json({"f.b"}));
+  EXPECT_EQ(b1.at("backward_ops"), Json({"b.y"}));
+  ASSERT_EQ(b1.at("comm").size(), 2u);
+  EXPECT_EQ(b1.at("comm")[0], Json::parse(R"({"op": "b.rs", "strand": "bwd", "group": "tp",
+      "time_us": 5.0, "hidden_us": 3.0, "exposed_us": 2.0, "hidden_under": ["f.b"]})"));
+  EXPECT_EQ(si.at("blocks")[0].at("comm")[0].at("exposed_us"), 0.0);
+  EXPECT_EQ(si.at("blocks")[0].at("comm")[0].at("hidden_under"), Json({"b.x"}));
+
+  // Deterministic: the same plan gives the same bytes, keys in the written order.
+  EXPECT_EQ(render_plan_report(report_plan(), ReportFormat::kJson), text);
+  EXPECT_LT(text.find("\"schemes\""), text.find("\"si_pairing\""));
+}
+
+TEST(PlanReport, PlanWithoutPairingsHasNoSiTable) {
+  Plan plan = report_plan();
+  plan.pairings.clear();
+  EXPECT_EQ(render_plan_report(plan, ReportFormat::kText).find("SI pairing"), std::string::npos);
+  EXPECT_EQ(Json::parse(render_plan_report(plan, ReportFormat::kJson)).at("si_pairing"), nullptr);
+}
+
+TEST(PlanReport, UnknownBlockOpIsAnError) {
+  Plan plan = report_plan();
+  plan.pairings[0].layer_blocks[0].forward_ops.push_back("f.zz");
+  try {
+    render_plan_report(plan, ReportFormat::kMarkdown);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidInput);
+    EXPECT_STREQ(e.what(),
+                 "plan: pairing 0: a layer block names op 'f.zz', which the pairing lacks");
+  }
+}
+
+// The shipped example plan: the SI table has one row per layer block and the report stays
+// small (only pairing 0's layer scope).
+TEST(PlanReport, ExamplePlanStaysSmall) {
+  const Plan plan =
+      read_plan(std::string(DHELIX_SOURCE_DIR) + "/examples/plans/llama-25b-a40-dp8-tp8.json");
+  const std::string md = render_plan_report(plan, ReportFormat::kMarkdown);
+  const std::vector<std::string> lines = lines_of(md);
+  auto at = std::find(lines.begin(), lines.end(),
+                      "| block | forward compute | backward compute | communication | time |");
+  ASSERT_NE(at, lines.end());
+  const auto block_rows =
+      std::count_if(at + 2, lines.end(), [](const std::string& l) { return l.starts_with("|"); });
+  EXPECT_EQ(block_rows, static_cast<int64_t>(plan.pairings[0].layer_blocks.size()));
+  EXPECT_LT(render_plan_report(plan, ReportFormat::kText).size(), 8000u);
+  EXPECT_LT(render_plan_report(plan, ReportFormat::kJson).size(), 20000u);
+}
+
+}  // namespace
+}  // namespace dhelix
