@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "emitter/plan_diff_internal.h"
+#include "lib/text.h"
 
 namespace dhelix {
 
@@ -258,11 +259,10 @@ std::string inputs_sentence(const std::vector<FieldChange>& inputs) {
                                        field.b.empty() ? "-" : field.b));
   }
   constexpr size_t kShown = 4;
-  std::string text = "The plans were made for different inputs: ";
-  for (size_t i = 0; i < std::min(parts.size(), kShown); ++i) {
-    text += (i == 0 ? "" : ", ") + parts[i];
-  }
-  if (parts.size() > kShown) text += fmt::format(" and {} more", parts.size() - kShown);
+  const size_t hidden = parts.size() > kShown ? parts.size() - kShown : 0;
+  parts.resize(parts.size() - hidden);
+  std::string text = "The plans were made for different inputs: " + join(parts, ", ");
+  if (hidden > 0) text += fmt::format(" and {} more", hidden);
   return text + ".";
 }
 

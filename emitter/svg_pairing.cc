@@ -27,8 +27,6 @@ constexpr double kTableLine = 15;
 constexpr double kPanelGap = 18;
 constexpr double kOpLabelSize = 10;
 
-constexpr const char* kForwardFill = "#4e79a7";
-constexpr const char* kBackwardFill = "#f28e2b";
 constexpr const char* kExposedFill = "#d62728";
 
 struct Interval {

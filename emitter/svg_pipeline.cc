@@ -23,9 +23,7 @@ constexpr double kPanelGap = 14;
 constexpr double kHeaderHeight = 84;
 constexpr double kLabelSize = 11;
 
-// Colours: the strand colours match the pairing picture (forward blue, backward orange).
-constexpr const char* kForwardFill = "#4e79a7";
-constexpr const char* kBackwardFill = "#f28e2b";
+// Colours besides the strand colours (svg_writer.h).
 constexpr const char* kSiFill = "#8c6bb1";
 constexpr const char* kHeadLossFill = "#59a14f";
 constexpr const char* kWarmUpTint = "#e3ecf7";

@@ -10,6 +10,11 @@
 
 namespace dhelix {
 
+/// Strand colours shared by every picture, so that forward is blue and backward orange in
+/// the pairing and the pipeline pictures alike.
+inline constexpr const char* kForwardFill = "#4e79a7";
+inline constexpr const char* kBackwardFill = "#f28e2b";
+
 /// Attributes in the order written: {name, value}; values are escaped by the writer.
 using SvgAttributes = std::vector<std::pair<std::string, std::string>>;
 

@@ -5,6 +5,7 @@
 #include "lib/cluster_reader.h"
 #include "lib/did_you_mean.h"
 #include "lib/error.h"
+#include "lib/text.h"
 
 // Figures come from /work/shared/reference/hardware-figures.md (vendor datasheets, NCCL's
 // tuning model, published nccl-tests runs) and the DHelix paper's section 6.1. Latencies
@@ -167,10 +168,9 @@ std::vector<std::string> cluster_preset_names() { return {"a40", "a800", "h100",
 ClusterSpec cluster_preset(const std::string& name) {
   if (std::optional<ClusterSpec> preset = find_cluster_preset(name)) return *preset;
   const std::vector<std::string> names = cluster_preset_names();
-  std::string list;
-  for (const std::string& known : names) list += (list.empty() ? "" : ", ") + known;
-  throw Error(ErrorCode::kInvalidInput, fmt::format("unknown cluster preset \"{}\"{}; presets: {}",
-                                                    name, did_you_mean(name, names), list));
+  throw Error(ErrorCode::kInvalidInput,
+              fmt::format("unknown cluster preset \"{}\"{}; presets: {}", name,
+                          did_you_mean(name, names), join(names, ", ")));
 }
 
 }  // namespace dhelix

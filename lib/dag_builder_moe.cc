@@ -27,11 +27,10 @@
 
 #include "lib/dag_builder_internal.h"
 #include "lib/error.h"
+#include "lib/int_math.h"
 
 namespace dhelix::dag_detail {
 namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct MoeShapes {
   int64_t tokens = 0;         ///< N: tokens entering the MoE layer on this rank

@@ -21,15 +21,14 @@
 
 #include "lib/dag_builder.h"
 #include "lib/dag_builder_internal.h"
+#include "lib/int_math.h"
 
 namespace dhelix {
 namespace {
 
 using namespace dag_detail;
 
-int64_t vocab_shard(const BuildContext& ctx) {
-  return (ctx.model->vocab_size + ctx.tp - 1) / ctx.tp;
-}
+int64_t vocab_shard(const BuildContext& ctx) { return ceil_div(ctx.model->vocab_size, ctx.tp); }
 
 Op make_embedding(const BuildContext& ctx, Pass pass) {
   // Forward gathers T rows of the table; backward scatter-adds T gradient rows into it.

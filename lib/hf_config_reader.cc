@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "lib/model_shape_checks.h"
+#include "lib/text.h"
 
 // HuggingFace configs carry many keys that do not change the training shape (dropouts,
 // token ids, rope scaling, ...): the reader asks only for the keys it maps and never
@@ -35,13 +36,7 @@ constexpr HfArchitecture kArchitectures[] = {
     {"GPTNeoXForCausalLM", "gpt_neox", HfFamily::kGptNeoX},
 };
 
-std::string supported_list() {
-  std::string text;
-  for (const std::string& name : supported_hf_architectures()) {
-    text += (text.empty() ? "" : ", ") + name;
-  }
-  return text;
-}
+std::string supported_list() { return join(supported_hf_architectures(), ", "); }
 
 // The family named by "architectures" (first known entry) or, without it, "model_type".
 HfFamily detect_family(const Json& json, const std::string& file) {

@@ -8,6 +8,7 @@
 #include "lib/cluster_reader.h"
 #include "lib/did_you_mean.h"
 #include "lib/model_reader.h"
+#include "lib/text.h"
 
 namespace dhelix {
 namespace {
@@ -173,12 +174,10 @@ ClusterSpec cluster_from_reference(const std::string& preset_or_path, const std:
   const bool looks_like_path = preset_or_path.find('/') != std::string::npos ||
                                preset_or_path.ends_with(".json") || std::filesystem::exists(path);
   if (looks_like_path) return read_cluster(path);
-  std::string names;
-  for (const std::string& name : presets) names += (names.empty() ? "" : ", ") + name;
-  throw Error(
-      ErrorCode::kInvalidInput,
-      fmt::format("{}: {}: \"{}\" is neither a cluster preset ({}) nor a cluster file{}", file,
-                  pointer, preset_or_path, names, did_you_mean(preset_or_path, presets)));
+  throw Error(ErrorCode::kInvalidInput,
+              fmt::format("{}: {}: \"{}\" is neither a cluster preset ({}) nor a cluster file{}",
+                          file, pointer, preset_or_path, join(presets, ", "),
+                          did_you_mean(preset_or_path, presets)));
 }
 
 JobSpec job_from_json(const Json& json, const std::string& file, const std::string& base_dir,

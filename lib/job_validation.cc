@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "lib/divisibility_hints.h"
 #include "lib/dtype.h"
 
 namespace dhelix {
@@ -26,15 +27,6 @@ class Checker {
   const JobSpec& job_;
   ProblemList& problems_;
 };
-
-// The multiples of `divisor` nearest to `value` from below and above, as "a or b" (or just
-// the one above when below would be zero).
-std::string nearest_multiples(int64_t value, int64_t divisor) {
-  const int64_t below = value / divisor * divisor;
-  const int64_t above = below + divisor;
-  if (below == 0) return std::to_string(above);
-  return fmt::format("{} or {}", below, above);
-}
 
 // Sizes must be positive before any divisibility rule means anything; flags can bypass the
 // reader's range checks, so validation checks again.
@@ -288,7 +280,7 @@ void check_sequence(const JobSpec& job, Checker& check) {
   if (p.cp > 1) formula += fmt::format(" = {}", divisor);
   check.report("parallel.seq_length", p.seq_length,
                fmt::format("is not divisible by {} (nearest valid: {})", formula,
-                           nearest_multiples(p.seq_length, divisor)));
+                           nearest_multiples_text(p.seq_length, divisor)));
 }
 
 void check_batch(const JobSpec& job, Checker& check) {
@@ -299,7 +291,7 @@ void check_batch(const JobSpec& job, Checker& check) {
                fmt::format("is not divisible by micro_batch_size·dp = {}·{} = {} (nearest "
                            "valid: {})",
                            p.micro_batch_size, p.dp, divisor,
-                           nearest_multiples(p.global_batch_size, divisor)));
+                           nearest_multiples_text(p.global_batch_size, divisor)));
 }
 
 // DHelix folds the model into a U: each of the pp stages holds two of 2·pp equal chunks of
@@ -308,16 +300,14 @@ void check_folding(const JobSpec& job, Checker& check) {
   const ParallelSpec& p = job.parallel;
   const int64_t layers = job.model.num_layers;
   if (layers <= 0 || layers % (2 * p.pp) == 0) return;
-  std::string valid_pp;
-  for (int64_t pp = 1; 2 * pp <= layers; ++pp) {
-    if (layers % (2 * pp) == 0) valid_pp += (valid_pp.empty() ? "" : ", ") + std::to_string(pp);
-  }
+  // 2·pp divides num_layers exactly when pp divides num_layers / 2 (never for odd counts).
+  const std::string valid_pp = layers % 2 == 0 ? divisors_text(layers / 2) : "";
   const std::string pp_hint =
       valid_pp.empty() ? "no pp works for odd num_layers" : "valid pp: " + valid_pp;
   check.report("parallel.pp", p.pp,
                fmt::format("does not split num_layers = {} into 2·pp = {} equal folded chunks "
                            "({}; nearest valid num_layers: {})",
-                           layers, 2 * p.pp, pp_hint, nearest_multiples(layers, 2 * p.pp)));
+                           layers, 2 * p.pp, pp_hint, nearest_multiples_text(layers, 2 * p.pp)));
 }
 
 }  // namespace

@@ -32,12 +32,23 @@ const char* position_kind_name(PositionKind kind) {
   return "?";
 }
 
-namespace {
-
-// Parameters of one norm: RMSNorm has a scale, LayerNorm a scale and a shift.
 int64_t norm_parameter_count(const ModelSpec& model) {
   return model.norm == NormKind::kLayerNorm ? 2 * model.hidden_size : model.hidden_size;
 }
+
+int64_t mlp_matrix_count(const ModelSpec& model) {
+  return model.activation == ActivationKind::kSwiGlu ? 3 : 2;
+}
+
+int64_t mlp_parameter_count(const ModelSpec& model, int64_t ffn, bool with_bias) {
+  const int64_t h = model.hidden_size;
+  int64_t count = mlp_matrix_count(model) * h * ffn;
+  // Bias: one per output feature, ffn for each matrix into the FFN width, h for the last.
+  if (with_bias) count += (mlp_matrix_count(model) - 1) * ffn + h;
+  return count;
+}
+
+namespace {
 
 // Q, K, V and output projections (plus their biases for GPT-style models).
 int64_t attention_parameter_count(const ModelSpec& model) {
@@ -46,15 +57,6 @@ int64_t attention_parameter_count(const ModelSpec& model) {
   const int64_t kv = model.num_kv_heads * model.head_dim;
   int64_t count = h * q + 2 * h * kv + q * h;
   if (model.linear_bias) count += q + 2 * kv + h;
-  return count;
-}
-
-// One MLP of FFN size `ffn`: SwiGLU has gate, up and down matrices, GELU up and down.
-int64_t mlp_parameter_count(const ModelSpec& model, int64_t ffn, bool with_bias) {
-  const int64_t h = model.hidden_size;
-  const bool gated = model.activation == ActivationKind::kSwiGlu;
-  int64_t count = (gated ? 3 : 2) * h * ffn;
-  if (with_bias) count += (gated ? 2 : 1) * ffn + h;
   return count;
 }
 

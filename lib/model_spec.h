@@ -53,6 +53,13 @@ struct ModelSpec {
   bool is_moe() const { return moe.has_value(); }
 };
 
+/// Parameters of one norm: RMSNorm has a scale (hidden_size), LayerNorm a scale and a shift.
+int64_t norm_parameter_count(const ModelSpec& model);
+/// Weight matrices of one MLP: 3 for SwiGLU (gate, up, down), 2 for GELU (up, down).
+int64_t mlp_matrix_count(const ModelSpec& model);
+/// Parameters of one MLP of FFN size `ffn`: mlp_matrix_count·hidden_size·ffn, plus the
+/// biases of its matrices when `with_bias` (experts have none).
+int64_t mlp_parameter_count(const ModelSpec& model, int64_t ffn, bool with_bias);
 /// Parameters of one transformer layer (attention + MLP + norms), whole model width.
 int64_t layer_parameter_count(const ModelSpec& model);
 /// Parameters of the whole model (layers, embeddings, head unless tied, final norm).

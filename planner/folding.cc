@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "lib/divisibility_hints.h"
 #include "lib/error.h"
 
 namespace dhelix {
@@ -21,26 +22,6 @@ const char* chunk_side_name(ChunkSide side) {
 }
 
 namespace {
-
-// "24 or 32" style list of the multiples of `unit` nearest to `value` (one when value is a
-// multiple below unit, so that we never suggest 0 layers).
-std::string nearest_multiples(int64_t value, int64_t unit) {
-  const int64_t below = value - value % unit;
-  const int64_t above = below + unit;
-  if (below <= 0) return std::to_string(above);
-  return fmt::format("{} or {}", below, above);
-}
-
-// Every d in 1..n that divides n, as "1, 2, 4".
-std::string divisors_text(int64_t n) {
-  std::string text;
-  for (int64_t d = 1; d <= n; ++d) {
-    if (n % d != 0) continue;
-    if (!text.empty()) text += ", ";
-    text += std::to_string(d);
-  }
-  return text;
-}
 
 void check_sizes(int64_t num_layers, int64_t pp) {
   if (pp < 1) {
@@ -83,7 +64,7 @@ FoldedLayout fold_layers(int64_t num_layers, int64_t pp) {
         fmt::format("pp = {}: num_layers = {} is not divisible by 2·pp = {}; model "
                     "folding gives every stage two chunks of equal size: use "
                     "num_layers = {}{}",
-                    pp, num_layers, 2 * pp, nearest_multiples(num_layers, 2 * pp), valid_pp));
+                    pp, num_layers, 2 * pp, nearest_multiples_text(num_layers, 2 * pp), valid_pp));
   }
   FoldedLayout layout;
   layout.num_layers = num_layers;
@@ -104,7 +85,7 @@ UnfoldedLayout unfold_layers(int64_t num_layers, int64_t pp) {
                 fmt::format("pp = {}: num_layers = {} is not divisible by pp; every stage keeps "
                             "the same number of layers: use num_layers = {}, or a pp dividing "
                             "{} ({})",
-                            pp, num_layers, nearest_multiples(num_layers, pp), num_layers,
+                            pp, num_layers, nearest_multiples_text(num_layers, pp), num_layers,
                             divisors_text(num_layers)));
   }
   UnfoldedLayout layout;

@@ -1,23 +1,11 @@
 #include "planner/layer_baselines.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <cmath>
-#include <string>
 #include <unordered_map>
 #include <utility>
 
-#include "lib/error.h"
-
 namespace dhelix {
 namespace {
-
-double sum_times(const std::vector<PairingBlock>& blocks) {
-  double total = 0;
-  for (const PairingBlock& b : blocks) total += b.time_us;
-  return total;
-}
 
 // Ancestor sets of every op of the DAG, by position in `order` (a topological order):
 // ancestors[i] holds the positions of every op that precedes order[i].
@@ -70,12 +58,7 @@ StrandGraph piece_graph(const LayerDag& dag, const std::vector<int64_t>& order, 
   for (int64_t i = begin; i < end; ++i) {
     const int64_t v = order[static_cast<size_t>(i)];
     const Op& op = dag.op(v);
-    const double time_us = solo_time_us(op);
-    if (!(std::isfinite(time_us) && time_us >= 0)) {
-      throw Error(
-          ErrorCode::kInvalidInput,
-          fmt::format("op {}: solo time {} us must be finite and non-negative", op.id, time_us));
-    }
+    const double time_us = checked_solo_time_us(op, solo_time_us);
     std::vector<int64_t> preds;
     for (const int64_t p : dag.predecessors(v)) {
       if (const auto it = local.find(p); it != local.end()) preds.push_back(it->second);
@@ -106,8 +89,8 @@ PairingResult round_robin_pairing(const BlockCostModel& model) {
   result.stats.block_simulations = 1;
   result.forward_alone_blocks = search_single_strand(model, Strand::kForward);
   result.backward_alone_blocks = search_single_strand(model, Strand::kBackward);
-  result.forward_alone_us = sum_times(result.forward_alone_blocks);
-  result.backward_alone_us = sum_times(result.backward_alone_blocks);
+  result.forward_alone_us = total_time_us(result.forward_alone_blocks);
+  result.backward_alone_us = total_time_us(result.backward_alone_blocks);
   result.sequential_time_us = result.forward_alone_us + result.backward_alone_us;
   return result;
 }
@@ -144,7 +127,7 @@ SingleStrandSchedule single_strand_schedule(const LayerDag& dag,
     const bool forward = strand == Strand::kForward;
     const BlockCostModel model(forward ? piece : empty, forward ? empty : piece, co_run);
     schedule.blocks.push_back(search_single_strand(model, strand, options));
-    schedule.piece_time_us.push_back(sum_times(schedule.blocks.back()));
+    schedule.piece_time_us.push_back(total_time_us(schedule.blocks.back()));
     schedule.total_time_us += schedule.piece_time_us.back();
   }
   return schedule;

@@ -7,6 +7,7 @@
 
 #include "lib/dtype.h"
 #include "lib/error.h"
+#include "lib/int_math.h"
 
 namespace dhelix {
 
@@ -16,26 +17,16 @@ constexpr int64_t kGradientBytesPerParam = 4;    // fp32 main gradients
 constexpr int64_t kOptimizerBytesPerParam = 12;  // fp32 master, Adam m and v
 constexpr int64_t kFp32Bytes = 4;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int64_t norm_parameters(const ModelSpec& model) {
-  return model.norm == NormKind::kLayerNorm ? 2 * model.hidden_size : model.hidden_size;
-}
-
-int64_t gated_factor(const ModelSpec& model) {
-  return model.activation == ActivationKind::kSwiGlu ? 3 : 2;
-}
-
 // Per-GPU parameters of one layer: attention and dense MLP split over tp, norms and the
 // router replicated, experts split over ep.
 StageParameters layer_parameters(const ModelSpec& model, const ParallelSpec& parallel) {
-  const int64_t norms = 2 * norm_parameters(model);
+  const int64_t norms = 2 * norm_parameter_count(model);
   int64_t router = 0;
   int64_t experts = 0;
   if (model.is_moe()) {
     router = model.hidden_size * model.moe->num_experts;
-    experts = model.moe->num_experts * gated_factor(model) * model.hidden_size *
-              model.moe->expert_ffn_hidden_size;
+    experts = model.moe->num_experts *
+              mlp_parameter_count(model, model.moe->expert_ffn_hidden_size, false);
   }
   const int64_t split = layer_parameter_count(model) - norms - router - experts;
   StageParameters params;
@@ -81,11 +72,13 @@ int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
         static_cast<double>(moe.top_k) * (moe.capacity_factor > 0 ? moe.capacity_factor : 1.0);
     // Each routed copy keeps its permuted input (h), activation inputs and fc2 input, and the
     // expert output the weighted combine needs (h); the router keeps fp32 probabilities.
-    const int64_t per_copy = dt * (2 * h + gated_factor(model) * moe.expert_ffn_hidden_size);
+    const int64_t per_copy = dt * (2 * h + mlp_matrix_count(model) * moe.expert_ffn_hidden_size);
     head_part += static_cast<int64_t>(std::llround(copies * static_cast<double>(per_copy))) +
                  kFp32Bytes * moe.num_experts;
   } else {
-    head_part += dt * gated_factor(model) * model.ffn_hidden_size;
+    // One ffn-wide tensor per MLP matrix: SwiGLU's gate and up outputs (GELU's fc1 output)
+    // and fc2's input.
+    head_part += dt * mlp_matrix_count(model) * model.ffn_hidden_size;
   }
   const int64_t sequence_divisor = parallel.sp ? tp : 1;
   return tokens * sequence_part / sequence_divisor + tokens * head_part / tp;
@@ -111,7 +104,7 @@ StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& par
       params.dense += model.max_seq_length * model.hidden_size;
   }
   if (stage == head_stage) {
-    params.dense += norm_parameters(model);
+    params.dense += norm_parameter_count(model);
     // An untied head, or a tied embedding's copy on a stage that lacks the embedding.
     if (!model.tied_embeddings || head_stage != embedding_stage) params.dense += vocab_shard;
   }

@@ -159,13 +159,13 @@ std::vector<PairingBlock> single_strand(BlockCostCache& cache, const Lattice& la
   return blocks_from_chain(cache.model(), chain);
 }
 
-double sum_times(const std::vector<PairingBlock>& blocks) {
+}  // namespace
+
+double total_time_us(const std::vector<PairingBlock>& blocks) {
   double total = 0;
   for (const PairingBlock& b : blocks) total += b.time_us;
   return total;
 }
-
-}  // namespace
 
 std::vector<OpMask> enumerate_downsets(const StrandGraph& graph, int64_t max_count) {
   std::vector<OpMask> out;
@@ -202,8 +202,8 @@ PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& 
   PairingResult result;
   result.forward_alone_blocks = single_strand(cache, lf, Strand::kForward, options);
   result.backward_alone_blocks = single_strand(cache, lb, Strand::kBackward, options);
-  result.forward_alone_us = sum_times(result.forward_alone_blocks);
-  result.backward_alone_us = sum_times(result.backward_alone_blocks);
+  result.forward_alone_us = total_time_us(result.forward_alone_blocks);
+  result.backward_alone_us = total_time_us(result.backward_alone_blocks);
   result.sequential_time_us = result.forward_alone_us + result.backward_alone_us;
   PairingStats& stats = result.stats;
   stats.forward_downsets = nf;

@@ -93,6 +93,9 @@ struct PairingResult {
   PairingStats stats;
 };
 
+/// Sum of the blocks' times in microseconds: a plan's length, blocks running back to back.
+double total_time_us(const std::vector<PairingBlock>& blocks);
+
 /// Every downset of the graph (the empty set and the full set included), sorted by size,
 /// then by mask value, so that a subset always comes before its supersets. Throws
 /// Error(kUnsupported) when there are more than max_count.

@@ -79,6 +79,10 @@ class StrandGraph {
   std::vector<double> tail_time_us_;
 };
 
+/// solo_time_us(op), checked: Error(kInvalidInput) "op <id>: solo time <t> us must be finite
+/// and non-negative" unless it is both (every StrandGraph built from a LayerDag uses this).
+double checked_solo_time_us(const Op& op, const std::function<double(const Op&)>& solo_time_us);
+
 /// The StrandGraph of one LayerDag: ops in the DAG's deterministic topological order, ids
 /// and streams copied, cost_key = Op::signature(), solo times from the lookup (in us; a
 /// negative time is an Error(kInvalidInput) naming the op). Edges are kept as they are.

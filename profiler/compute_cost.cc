@@ -4,21 +4,15 @@
 #include <cmath>
 
 #include "lib/error.h"
+#include "lib/int_math.h"
 
 namespace dhelix {
 namespace {
 
 constexpr double kUsPerSecond = 1e6;
 
-double ceil_div(int64_t a, int64_t b) { return static_cast<double>((a + b - 1) / b); }
-
 // Peak tensor-core rate of the whole GPU, FLOP per microsecond.
 double peak_flops_per_us(const GpuSpec& gpu) { return gpu.peak_bf16_tflops * 1e12 / kUsPerSecond; }
-
-// Usable memory bandwidth, bytes per microsecond.
-double memory_bytes_per_us(const GpuSpec& gpu) {
-  return gpu.memory_bandwidth_gbps * 1e9 * gpu.memory_efficiency / kUsPerSecond;
-}
 
 double memory_us(const GpuSpec& gpu, double bytes) { return bytes / memory_bytes_per_us(gpu); }
 
@@ -63,13 +57,17 @@ KernelCost attention_cost(const GpuSpec& gpu, const Op& op) {
 
 }  // namespace
 
+double memory_bytes_per_us(const GpuSpec& gpu) {
+  return gpu.memory_bandwidth_gbps * 1e9 * gpu.memory_efficiency / kUsPerSecond;
+}
+
 int64_t gemm_waves(int64_t tiles, int64_t sms) {
   DHELIX_CHECK(sms > 0);
-  return (tiles + sms - 1) / sms;
+  return ceil_div(tiles, sms);
 }
 
 int64_t gemm_tiles(int64_t m, int64_t n) {
-  return static_cast<int64_t>(ceil_div(m, kGemmTileM) * ceil_div(n, kGemmTileN));
+  return ceil_div(m, kGemmTileM) * ceil_div(n, kGemmTileN);
 }
 
 double gemm_size_factor(int64_t m, int64_t n, int64_t k) {

@@ -54,6 +54,10 @@ struct ComputeResources {
   double memory_fraction = 1.0;  ///< share of the usable memory bandwidth, in (0, 1]
 };
 
+/// Usable memory bandwidth of the GPU in bytes per microsecond: the peak
+/// (memory_bandwidth_gbps) times memory_efficiency.
+double memory_bytes_per_us(const GpuSpec& gpu);
+
 /// Waves a grid of `tiles` blocks takes on `sms` SMs: ceil(tiles / sms). 0 when tiles is 0.
 int64_t gemm_waves(int64_t tiles, int64_t sms);
 /// Output tiles of an m x n GEMM: ceil(m / 128) * ceil(n / 128).

@@ -11,11 +11,6 @@
 namespace dhelix {
 namespace {
 
-// Usable memory bandwidth, bytes per microsecond.
-double memory_bytes_per_us(const GpuSpec& gpu) {
-  return gpu.memory_bandwidth_gbps * 1e9 * gpu.memory_efficiency / 1e6;
-}
-
 // Share of the usable memory bandwidth an op pulls while it runs at full speed.
 double memory_demand(const ClusterSpec& cluster, const Op& op) {
   if (is_communication(op.kind)) {

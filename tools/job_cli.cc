@@ -8,6 +8,7 @@
 #include "lib/job_reader.h"
 #include "lib/job_validation.h"
 #include "lib/model_reader.h"
+#include "lib/text.h"
 
 namespace dhelix {
 namespace {
@@ -86,12 +87,10 @@ JobSpec job_from_flags(const JobOptions& options) {
   if (!options.global_batch_size) missing.emplace_back("--gbs");
   if (!options.seq_length) missing.emplace_back("--seq");
   if (!missing.empty()) {
-    std::string list;
-    for (const std::string& flag : missing) list += (list.empty() ? "" : ", ") + flag;
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("{}: no job file given, so --model, --cluster, --gbs and --seq are "
                             "required (missing: {})",
-                            kFlags, list));
+                            kFlags, join(missing, ", ")));
   }
   JobSpec job;
   job.source_file = kFlags;

@@ -58,8 +58,7 @@ TEST(ModelBackend, TimesMatchTheCostModel) {
     const ProfiledOp* timed = profile.find_op(op.signature());
     ASSERT_NE(timed, nullptr);
     // Kept at the file's precision, so that planning from memory and from the file agree.
-    EXPECT_DOUBLE_EQ(timed->time_us.median_us,
-                     quantize_profile_value(op_time_us(job.cluster, op)));
+    EXPECT_DOUBLE_EQ(timed->time_us.median_us, quantize_profile_value(op_time_us(job.cluster, op)));
     EXPECT_NEAR(timed->time_us.median_us, op_time_us(job.cluster, op), 0.5e-4);
     EXPECT_GT(timed->time_us.median_us, 0) << op.signature();
     EXPECT_EQ(timed->stream, op.stream);
