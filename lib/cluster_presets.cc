@@ -7,7 +7,7 @@
 #include "lib/error.h"
 #include "lib/text.h"
 
-// Figures come from /work/shared/reference/hardware-figures.md (vendor datasheets, NCCL's
+// Figures come from the project's hardware-figures reference (vendor datasheets, NCCL's
 // tuning model, published nccl-tests runs) and the DHelix paper's section 6.1. Latencies
 // are the per-hop alpha of the ring model, fitted to where measured bus bandwidth reaches
 // half its peak (about 16-18 MB for an 8-GPU all-reduce on A100 and H100): that is the

@@ -1,7 +1,7 @@
 #pragma once
 // Hand-built strands of realistic layers for the pairing benchmark. Times are estimates in
 // us for an A800-class GPU (312 TFLOP/s bf16 dense, NVLink ~200 GB/s per direction in a
-// node, 4x200 Gb/s InfiniBand across nodes), see /work/shared/reference/hardware-figures.md:
+// node, 4x200 Gb/s InfiniBand across nodes), see shared/reference/hardware-figures.md:
 // they only need to be the right order of magnitude for the search's work to be realistic.
 
 #include "planner/strand_graph.h"
