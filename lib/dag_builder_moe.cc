@@ -14,15 +14,18 @@
 // gradient needs only unpermute's d(probabilities): it may run anywhere beside the expert
 // chain (the paper's movable router), and its weight gradient is a movable sink.
 //
-// Token counts, with E experts, top-k routing, ep ranks per EP group, E/ep local experts:
-//   capacity_factor cf == 0 (dropless), assuming balanced routing: a rank sends P = N·k
-//     token copies (its all-to-all send buffer is P·h·dt bytes), each expert receives
-//     m = ceil(N·k·ep / E) tokens from its EP group.
-//   cf > 0, modelled as Megatron's --moe-pad-expert-input-to-capacity: each (source rank,
-//     expert) pair carries exactly cap = ceil(cf·N·k / E) tokens, so P = E·cap and
-//     m = ep·cap. Dropped tokens skip the experts; padding is computed on.
+// Token counts, with E experts, top-k routing, ep ranks per EP group, E/ep local experts,
+// assuming balanced routing (each expert receives its share N·k/E from every rank):
+//   a rank sends P = N·k token copies (its all-to-all send buffer is P·h·dt bytes) and each
+//   expert computes on m = ceil(N·k·ep / E) tokens from its EP group.
+//   A capacity factor cf > 0 only limits: an expert accepts cap = ceil(cf·N·k/E) tokens
+//   per source rank and drops the rest, without padding (Megatron-Core's default; padding
+//   to capacity is the opt-in --moe-pad-expert-input-to-capacity, which dhelix does not
+//   model). So with cf >= 1 balanced routing drops nothing and cf only matters below 1:
+//   P = E·min(cap, N·k/E), m = ep·min(cap, ceil(N·k/E)).
 // Grouped GEMMs have batch = E/ep and m tokens per expert.
 
+#include <algorithm>
 #include <cmath>
 
 #include "lib/dag_builder_internal.h"
@@ -49,15 +52,14 @@ MoeShapes moe_shapes(const BuildContext& ctx) {
   s.experts = moe.num_experts;
   s.local_experts = moe.num_experts / ctx.ep;
   s.ffn = moe.expert_ffn_hidden_size;
+  s.sent = s.tokens * moe.top_k;
+  s.per_expert = ceil_div(s.tokens * moe.top_k * ctx.ep, moe.num_experts);
   if (moe.capacity_factor > 0) {
     const auto cap = static_cast<int64_t>(
         std::ceil(moe.capacity_factor * static_cast<double>(s.tokens * moe.top_k) /
                   static_cast<double>(moe.num_experts)));
-    s.sent = moe.num_experts * cap;
-    s.per_expert = ctx.ep * cap;
-  } else {
-    s.sent = s.tokens * moe.top_k;
-    s.per_expert = ceil_div(s.tokens * moe.top_k * ctx.ep, moe.num_experts);
+    s.sent = std::min(s.sent, moe.num_experts * cap);
+    s.per_expert = std::min(s.per_expert, ctx.ep * cap);
   }
   return s;
 }

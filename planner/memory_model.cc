@@ -68,8 +68,10 @@ int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
   int64_t head_part = dt * (2 * q + 2 * kv);
   if (model.is_moe()) {
     const MoeSpec& moe = *model.moe;
-    const double copies =
-        static_cast<double>(moe.top_k) * (moe.capacity_factor > 0 ? moe.capacity_factor : 1.0);
+    // Balanced routing keeps top_k copies of each token; a capacity factor below 1 drops
+    // the excess (no padding: see lib/dag_builder_moe.cc).
+    const double copies = static_cast<double>(moe.top_k) *
+                          (moe.capacity_factor > 0 ? std::min(moe.capacity_factor, 1.0) : 1.0);
     // Each routed copy keeps its permuted input (h), activation inputs and fc2 input, and the
     // expert output the weighted combine needs (h); the router keeps fp32 probabilities.
     const int64_t per_copy = dt * (2 * h + mlp_matrix_count(model) * moe.expert_ffn_hidden_size);

@@ -473,14 +473,19 @@ TEST(LayerDags, MoeWithSequenceParallelismWorksOnItsTokenShardAcrossNodes) {
   EXPECT_FALSE(dags.backward.find("bwd.reduce_scatter_mlp").has_value());
 }
 
-TEST(LayerDags, MoeCapacityFactorPadsEveryExpertToCapacity) {
+TEST(LayerDags, MoeCapacityFactorOnlyLimitsExpertInputs) {
+  // N = 4096 tokens, top-2, 16 experts, ep 8: balanced share N·k/E = 512 per (rank, expert).
   ModelSpec model = phi35_moe();
-  model.moe->capacity_factor = 1.25;
-  const LayerDags dags = build_layer_dags(make_job(model, {.dp = 8, .ep = 8}), 0);
-  // cap = ceil(1.25·4096·2/16) = 640 per (rank, expert): P = 16·640, m = 8·640.
-  EXPECT_EQ(op_of(dags.forward, "fwd.grouped_fc1").shape.m, 5120);
-  EXPECT_EQ(op_of(dags.forward, "fwd.dispatch_a2a").comm_bytes, 10240LL * 4096 * 2);
-  EXPECT_EQ(op_of(dags.forward, "fwd.permute").shape.m, 10240);
+  model.moe->capacity_factor = 1.25;  // cap 640 >= 512: nothing dropped, nothing padded
+  const LayerDags roomy = build_layer_dags(make_job(model, {.dp = 8, .ep = 8}), 0);
+  EXPECT_EQ(op_of(roomy.forward, "fwd.grouped_fc1").shape.m, 8 * 512);
+  EXPECT_EQ(op_of(roomy.forward, "fwd.dispatch_a2a").comm_bytes, 8192LL * 4096 * 2);
+  EXPECT_EQ(op_of(roomy.forward, "fwd.permute").shape.m, 8192);
+  model.moe->capacity_factor = 0.5;  // cap = ceil(0.5·4096·2/16) = 256: half is dropped
+  const LayerDags tight = build_layer_dags(make_job(model, {.dp = 8, .ep = 8}), 0);
+  EXPECT_EQ(op_of(tight.forward, "fwd.grouped_fc1").shape.m, 8 * 256);
+  EXPECT_EQ(op_of(tight.forward, "fwd.dispatch_a2a").comm_bytes, 16LL * 256 * 4096 * 2);
+  EXPECT_EQ(op_of(tight.forward, "fwd.permute").shape.m, 16 * 256);
 }
 
 TEST(LayerDags, MoeWithTensorParallelismNeedsSequenceParallelism) {
