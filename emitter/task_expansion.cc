@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "lib/error.h"
+#include "lib/plan_blocks.h"
 
 namespace dhelix {
 namespace {
@@ -39,44 +40,6 @@ class OpIndex {
  private:
   std::map<std::string, const PlanOp*> ops_;
 };
-
-// One template block placed in the task: its blocks and the task-local layer of its L0.
-struct PlacedBlocks {
-  const std::vector<PlanBlock>* blocks = nullptr;
-  int64_t first_local_layer = 0;
-};
-
-// The block sequence an SI block task over `layers` layers runs (see the file comment).
-std::vector<PlacedBlocks> si_block_sequence(const PlanPairing& pairing, int64_t layers) {
-  std::vector<PlacedBlocks> out;
-  const bool windows =
-      pairing.scope == "chunk" && pairing.window_layers > 1 && !pairing.window_blocks.empty();
-  if (!windows) {
-    for (int64_t j = 0; j < layers; ++j) out.push_back({&pairing.layer_blocks, j});
-    return out;
-  }
-  const int64_t full = layers / pairing.window_layers;
-  for (int64_t w = 0; w < full; ++w) {
-    out.push_back({&pairing.window_blocks, w * pairing.window_layers});
-  }
-  const int64_t rest = layers % pairing.window_layers;
-  const bool remainder_fits =
-      pairing.chunk_layers % pairing.window_layers == rest && !pairing.remainder_blocks.empty();
-  if (rest > 0 && remainder_fits) {
-    out.push_back({&pairing.remainder_blocks, full * pairing.window_layers});
-  } else {
-    // Not the chunk the windows were fitted for: the remaining layers pair one by one.
-    for (int64_t j = full * pairing.window_layers; j < layers; ++j) {
-      out.push_back({&pairing.layer_blocks, j});
-    }
-  }
-  return out;
-}
-
-// The absolute layer of the strand's j-th layer in the task (backward walks downwards).
-int64_t strand_layer(const PlanTaskPart& part, bool backward, int64_t j) {
-  return backward ? part.layers.first + part.layers.count - 1 - j : part.layers.first + j;
-}
 
 // Lays out an SI block task from `start_us`; returns the time its blocks take.
 double expand_si_block(const PlanPairing& pairing, const OpIndex& index, const PlanStage& stage,
@@ -202,18 +165,6 @@ void expand_layers(const Plan& plan, const PlanStage& stage, const PlanTask& tas
 const std::vector<std::string>& plan_stream_names() {
   static const std::vector<std::string> kNames = {"compute", "local_comm", "cross_comm"};
   return kNames;
-}
-
-std::pair<int64_t, std::string> split_window_op_id(const std::string& id) {
-  if (id.size() < 3 || id[0] != 'L') return {0, id};
-  const size_t dot = id.find('.');
-  if (dot == std::string::npos || dot == 1) return {0, id};
-  int64_t k = 0;
-  for (size_t i = 1; i < dot; ++i) {
-    if (id[i] < '0' || id[i] > '9') return {0, id};
-    k = k * 10 + (id[i] - '0');
-  }
-  return {k, id.substr(dot + 1)};
 }
 
 std::vector<ExpandedOp> expand_task(const Plan& plan, const PlanStage& stage,

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "lib/plan.h"
+#include "lib/plan_blocks.h"  // split_window_op_id, used by callers
 
 namespace dhelix {
 
@@ -54,8 +55,5 @@ std::vector<ExpandedOp> expand_task(const Plan& plan, const PlanStage& stage, co
 
 /// The stream names of the plan format, in the order pictures and traces list them.
 const std::vector<std::string>& plan_stream_names();
-
-/// "L2.fwd.gemm_qkv" -> 2 and "fwd.gemm_qkv"; an id without the prefix -> 0 and itself.
-std::pair<int64_t, std::string> split_window_op_id(const std::string& id);
 
 }  // namespace dhelix

@@ -82,6 +82,13 @@ Json parse_json_text(const std::string& text, const std::string& name) {
     auto [line, column] = line_and_column(text, error.byte == 0 ? 0 : error.byte - 1);
     throw Error(ErrorCode::kInvalidInput, fmt::format("{}:{}:{}: not valid JSON: {}", name, line,
                                                       column, parse_error_reason(error.what())));
+  } catch (const Json::exception& error) {
+    // A number beyond a double (1e400) is out_of_range.406, not a parse_error, and carries
+    // no position: the message keeps nlohmann's reason without its "[json.exception...]" tag.
+    std::string reason = error.what();
+    const size_t tag_end = reason.find("] ");
+    if (tag_end != std::string::npos) reason = reason.substr(tag_end + 2);
+    throw Error(ErrorCode::kInvalidInput, fmt::format("{}: not valid JSON: {}", name, reason));
   }
 }
 

@@ -1,16 +1,77 @@
-// dhelix-run: Runs a plan on CPU or GPU ranks.
-// Only --help and --version work so far: this version plans but does not train yet.
+// dhelix-run: trains with a plan on MPI ranks (runtime/train/trainer.h).
+//
+//   mpirun -np 4 dhelix-run --plan plan.json --data examples/data/corpus.txt --steps 20
+//   mpirun -np 4 dhelix-run --plan plan.json --data corpus.txt --verify
+//
+// MPI is initialised before the command line is parsed (mpirun may add arguments of its
+// own, which MPI_Init removes). With several ranks, any error ends the whole job
+// (MPI_Abort): the other ranks may be waiting for this one in a collective.
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
 
 #include "lib/error.h"
+#include "runtime/comm/mpi_environment.h"
+#include "runtime/train/trainer.h"
 #include "tools/tool_main.h"
 
+namespace {
+
+void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
+  app.add_option("--plan", o.plan_file, "Plan file written by dhelix-plan")->required();
+  app.add_option("--job", o.job_file,
+                 "Job file: refuse the plan unless it was made for this job");
+  app.add_option("--data", o.data_file, "Training data (examples/data/corpus.txt)")->required();
+  app.add_option("--data-format", o.data_format, "text (bytes), uint16 or uint32 token ids")
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "Training steps in all")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "Directory of checkpoints");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "Steps between checkpoints (0: only after the last step)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", o.resume, "Continue from the latest checkpoint of --checkpoint-dir");
+  app.add_option("--seed", o.seed, "Seed of the weight initialisation")->capture_default_str();
+  app.add_option("--lr", o.adamw.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")
+      ->capture_default_str();
+  app.add_flag("--verify", o.verify,
+               "Also run every step with the sequential schedule and require bitwise-equal "
+               "losses and gradients");
+  app.add_flag("--sequential", o.sequential,
+               "Train with the sequential schedule instead of the plan's co-execution");
+  app.add_option("--blas-threads", o.blas_threads, "OpenBLAS threads per rank")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--loss-log", o.loss_log, "Append one JSON line per step (rank 0)");
+  app.add_flag("!--no-progress", o.progress, "Do not print a line per step");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  return dhelix::run_tool("dhelix-run", argc, argv, [](CLI::App& app) {
-    app.description("Runs a plan on CPU or GPU ranks.");
-    app.allow_extras();
-    return []() -> int {
-      throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
-                          "not implemented yet: this version plans but does not train");
-    };
+  std::unique_ptr<dhelix::rt::MpiEnvironment> mpi;
+  try {
+    mpi = std::make_unique<dhelix::rt::MpiEnvironment>(&argc, &argv);
+  } catch (const dhelix::Error& error) {
+    std::cerr << "dhelix-run: error: " << error.what() << '\n';
+    return dhelix::exit_status(error.code());
+  }
+  const bool several = mpi->world_size() > 1;
+  const std::string name =
+      several && mpi->world_rank() > 0 ? fmt::format("dhelix-run (rank {})", mpi->world_rank())
+                                       : "dhelix-run";
+  auto options = std::make_shared<dhelix::rt::TrainOptions>();
+  const int status = dhelix::run_tool(name, argc, argv, [&](CLI::App& app) {
+    app.description("Trains with a plan on MPI ranks (CPU backend).");
+    add_options(app, *options);
+    return [&]() -> int { return dhelix::rt::run_training(*options, *mpi, std::cout); };
   });
+  // A rank that failed alone would leave the others waiting for it; a --verify mismatch
+  // (status 1) is agreed by every rank, so they all end normally.
+  if (status > 1 && several) dhelix::rt::abort_world(status);
+  return status;
 }

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "lib/error.h"
@@ -182,6 +184,77 @@ void adamw_update(const kernels::AdamWStep& step, int64_t count, const float* gr
                   float* first_moment, float* second_moment) {
   for (int64_t i = 0; i < count; ++i) {
     kernels::adamw_update(step, grads[i], &params[i], &first_moment[i], &second_moment[i]);
+  }
+}
+
+void add_tensors(int64_t count, const float* a, const float* b, float* out) {
+  for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
+}
+
+void split_qkv(int64_t rows, int64_t q_width, int64_t kv_width, const float* qkv, float* q,
+               float* k, float* v) {
+  const int64_t width = q_width + 2 * kv_width;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = qkv + r * width;
+    std::copy(row, row + q_width, q + r * q_width);
+    std::copy(row + q_width, row + q_width + kv_width, k + r * kv_width);
+    std::copy(row + q_width + kv_width, row + width, v + r * kv_width);
+  }
+}
+
+void merge_qkv(int64_t rows, int64_t q_width, int64_t kv_width, const float* q, const float* k,
+               const float* v, float* qkv) {
+  const int64_t width = q_width + 2 * kv_width;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = qkv + r * width;
+    std::copy(q + r * q_width, q + (r + 1) * q_width, row);
+    std::copy(k + r * kv_width, k + (r + 1) * kv_width, row + q_width);
+    std::copy(v + r * kv_width, v + (r + 1) * kv_width, row + q_width + kv_width);
+  }
+}
+
+void vocab_parallel_stats(int64_t rows, int64_t vocab_local, int64_t vocab_begin,
+                          const float* logits, const int64_t* targets, float* stats) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* z = logits + r * vocab_local;
+    float* out = stats + r * kVocabStatsPerRow;
+    out[0] = kernels::row_max(vocab_local, z);
+    out[1] = vocab_local == 0 ? 0.0f : kernels::row_sum_exp(vocab_local, z, out[0]);
+    int64_t local = targets[r] - vocab_begin;
+    out[2] = (targets[r] >= 0 && local >= 0 && local < vocab_local) ? z[local] : 0.0f;
+  }
+}
+
+void vocab_parallel_combine(int64_t rows, int64_t shards, int64_t shard_width, const float* stats,
+                            const int64_t* targets, float* lse, float* loss) {
+  DHELIX_CHECK(shards >= 1 && shard_width >= 1);
+  const int64_t block = rows * kVocabStatsPerRow;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = stats + r * kVocabStatsPerRow;
+    float global_max = -INFINITY;
+    for (int64_t s = 0; s < shards; ++s) global_max = std::max(global_max, row[s * block]);
+    float sum = 0.0f;
+    for (int64_t s = 0; s < shards; ++s) {
+      // An empty shard (sum 0, max -inf) adds nothing; skipping it avoids inf - inf.
+      if (row[s * block + 1] > 0.0f) sum += row[s * block + 1] * expf(row[s * block] - global_max);
+    }
+    lse[r] = global_max + logf(sum);
+    if (targets[r] < 0) {
+      loss[r] = 0.0f;
+      continue;
+    }
+    const int64_t owner = targets[r] / shard_width;
+    DHELIX_CHECK(owner < shards);
+    loss[r] = lse[r] - row[owner * block + 2];
+  }
+}
+
+void vocab_parallel_backward(int64_t rows, int64_t vocab_local, int64_t vocab_begin,
+                             const float* logits, const int64_t* targets, const float* lse,
+                             float dloss, float* dlogits) {
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::cross_entropy_backward_row(vocab_local, vocab_begin, logits + r * vocab_local,
+                                        targets[r], lse[r], dloss, dlogits + r * vocab_local);
   }
 }
 

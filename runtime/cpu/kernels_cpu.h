@@ -117,4 +117,38 @@ void embedding_backward(int64_t positions, int64_t dim, const int64_t* tokens, c
 void adamw_update(const kernels::AdamWStep& step, int64_t count, const float* grads, float* params,
                   float* first_moment, float* second_moment);
 
+// ---- Tensor plumbing and vocabulary-parallel cross-entropy (runtime/model's pieces) ----
+
+/// out[count] = a + b elementwise; out may alias a or b.
+void add_tensors(int64_t count, const float* a, const float* b, float* out);
+
+/// Splits qkv[rows, q_width + 2 * kv_width] (the q columns, then k, then v, as the fused
+/// QKV GEMM writes them) into q[rows, q_width], k[rows, kv_width] and v[rows, kv_width].
+void split_qkv(int64_t rows, int64_t q_width, int64_t kv_width, const float* qkv, float* q,
+               float* k, float* v);
+/// The inverse of split_qkv: qkv from q, k and v (the attention backward's dq, dk, dv).
+void merge_qkv(int64_t rows, int64_t q_width, int64_t kv_width, const float* q, const float* k,
+               const float* v, float* qkv);
+
+/// Floats per token of the vocabulary-parallel cross-entropy statistics: the shard's max
+/// logit, its sum of exp(z - max), and the target's logit (0 when another shard owns it).
+inline constexpr int64_t kVocabStatsPerRow = 3;
+
+/// stats[rows, 3] of logits[rows, vocab_local], whose columns are vocabulary entries
+/// [vocab_begin, vocab_begin + vocab_local). An empty shard gives (-inf, 0, 0).
+void vocab_parallel_stats(int64_t rows, int64_t vocab_local, int64_t vocab_begin,
+                          const float* logits, const int64_t* targets, float* stats);
+/// Combines the statistics of `shards` vocabulary shards of `shard_width` columns each
+/// (shard r holds entries [r * shard_width, ...)), laid out [shards][rows, 3] as an
+/// all_gather leaves them, into each row's global lse[rows] and loss[rows] = lse - z_target.
+/// The shards are folded in order 0, 1, ...: global max M, then sum_r s_r exp(m_r - M).
+/// A negative target gives loss 0. With one shard the result equals cross_entropy_forward's.
+void vocab_parallel_combine(int64_t rows, int64_t shards, int64_t shard_width, const float* stats,
+                            const int64_t* targets, float* lse, float* loss);
+/// dlogits[rows, vocab_local] = dloss * (softmax - one_hot) for a vocabulary shard, from
+/// each row's global lse (rows with a negative target get zeros).
+void vocab_parallel_backward(int64_t rows, int64_t vocab_local, int64_t vocab_begin,
+                             const float* logits, const int64_t* targets, const float* lse,
+                             float dloss, float* dlogits);
+
 }  // namespace dhelix::cpu

@@ -1,0 +1,92 @@
+#pragma once
+// A rank program: what one rank does in one training iteration of a plan, as an ordered
+// list of instructions (compute ops, collectives, pipeline sends and receives) with the
+// dependencies between them. It is the single reading of a plan that the runtime executes
+// (runtime/exec/interpreter.h) and the plan checker verifies (dhelix-plan --check), so
+// that what is checked is what runs.
+//
+// Lowering a stage's task list (lib/plan.h), for the rank's stage:
+//   * forward / backward task: each layer's ops in topological order of the layer DAG
+//     (forward layers ascending, backward layers descending);
+//   * SI block task: the pairing's template blocks (lib/plan_blocks.h), each block's ops
+//     in the start order of its timings, the two strands' micro-batches and layers filled
+//     in; a block ends in a barrier: every op of the next block depends on the last op of
+//     each stream of this one (streams run in order, so that is every op of the block);
+//   * head_loss task: the final norm, head and loss forward, then their backward;
+//   * the embedding forward runs before a forward part that starts at layer 0 on the
+//     stage that holds the embedding, its backward after a backward part that ends there.
+// Every task starts with the same barrier: tasks run one after the other, as the plan's
+// timeline has them. Inside a task an op depends on its DAG predecessors (same layer and
+// micro-batch), a layer's first ops on the op that produced the layer's input (the
+// previous layer's output, the embedding, or a receive), and a backward layer also on its
+// own forward.
+//
+// Pipeline transfers: when a layer's input (or output gradient) lives on another stage,
+// a receive comes right before its first consumer and the producing stage sends right
+// after the producer. The message is the residual stream of one micro-batch at one layer
+// boundary; its tag encodes (micro-batch, boundary, direction), so a send and its receive
+// agree without any order between them.
+//
+// Sequential mode (the reference of dhelix-run --verify) lowers the same tasks in the same
+// order, but runs an SI block's forward part to the end before its backward part, each
+// layer in topological order, and chains every instruction to the one before it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lib/job_spec.h"
+#include "lib/plan.h"
+
+namespace dhelix {
+
+enum class ExecutionMode { kCoExecuted, kSequential };
+const char* execution_mode_name(ExecutionMode mode);  ///< "co-executed", "sequential"
+
+enum class InstructionKind { kCompute, kCollective, kSend, kRecv };
+const char* instruction_kind_name(InstructionKind kind);  ///< "compute", "collective", ...
+
+struct Instruction {
+  InstructionKind kind = InstructionKind::kCompute;
+  std::string op;            ///< layer DAG op id; "p2p.activation" / "p2p.gradient" for transfers
+  int64_t layer = -1;        ///< absolute layer; -1 for the embedding, head and loss (see below)
+  int64_t micro_batch = 0;   ///< 0-based within the iteration
+  std::string stream;        ///< "compute", "local_comm", "cross_comm"
+  std::string group;         ///< collectives: "tp", ...; transfers: "pp"; compute: ""
+  std::string collective;    ///< collectives: op kind name ("all_gather", ...)
+  int64_t bytes = 0;         ///< collectives: the op's comm_bytes; transfers: message bytes
+  int64_t peer = -1;         ///< transfers: world rank at the other end
+  int64_t tag = -1;          ///< transfers: message tag (transfer_tag)
+  /// Transfers: the buffer moved. Activation: the input of `layer` (the residual stream
+  /// entering it; layer == num_layers is the head's input). Gradient: the gradient of
+  /// `layer`'s output (layer == -1: of the embedding's output).
+  bool gradient = false;
+  int64_t task = -1;   ///< index in the stage's task list
+  int64_t block = -1;  ///< SI block within the task; -1 outside SI blocks
+  std::vector<int64_t> deps;  ///< earlier instructions of this program that must finish first
+};
+
+struct RankProgram {
+  int64_t rank = 0;
+  int64_t stage = 0;
+  ExecutionMode mode = ExecutionMode::kCoExecuted;
+  std::vector<Instruction> instructions;
+};
+
+/// Lowers `plan` for world rank `rank` (see the file comment). `job` is the plan's job
+/// (lib/plan_job.h). Throws Error(kInvalidInput) naming the stage, task, block and op when
+/// the plan is inconsistent: a rank or pairing that does not exist, a block op the layer
+/// DAG lacks, an op scheduled before one of its inputs is produced, a layer no stage holds.
+RankProgram lower_rank_program(const Plan& plan, const JobSpec& job, int64_t rank,
+                               ExecutionMode mode);
+
+/// The tag of the pipeline message carrying micro-batch `micro_batch` across boundary
+/// `layer` (see Instruction::gradient) in a model of `num_layers` layers.
+int64_t transfer_tag(int64_t micro_batch, int64_t layer, bool gradient, int64_t num_layers);
+
+/// "stage 1 task 4 (F2d+B0u) block 3: fwd.gemm_qkv, layer 1, micro-batch 2": where an
+/// instruction comes from, for messages.
+std::string describe_instruction(const Plan& plan, const RankProgram& program,
+                                 const Instruction& instruction);
+
+}  // namespace dhelix

@@ -1,0 +1,90 @@
+#include "runtime/comm/process_groups.h"
+
+#include <mpi.h>
+
+#include <string>
+
+#include "lib/error.h"
+#include "runtime/comm/mpi_environment.h"
+
+namespace dhelix::rt {
+namespace {
+
+int64_t dim_size(const Placement& placement, ParallelDim dim) {
+  return static_cast<int64_t>(placement.group(dim, 0).ranks.size());
+}
+
+// "dp 1 x tp 2 x pp 2" (cp only when it is used), for the size-mismatch message.
+std::string shape_text(const Placement& placement) {
+  std::string text = "dp " + std::to_string(dim_size(placement, ParallelDim::kDp)) + " x tp " +
+                     std::to_string(dim_size(placement, ParallelDim::kTp));
+  const int64_t cp = dim_size(placement, ParallelDim::kCp);
+  if (cp > 1) text += " x cp " + std::to_string(cp);
+  return text + " x pp " + std::to_string(dim_size(placement, ParallelDim::kPp));
+}
+
+int world_size_of_mpi() {
+  int size = 0;
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  return size;
+}
+
+std::unique_ptr<MpiCommunicator> split_world(int colour, int key, const char* name) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, colour, key, &comm), "MPI_Comm_split");
+  return std::make_unique<MpiCommunicator>(comm, name);
+}
+
+}  // namespace
+
+const char* comm_slot_name(CommSlot slot) {
+  switch (slot) {
+    case CommSlot::kMain:
+      return "main";
+    case CommSlot::kLocalComm:
+      return "local-comm";
+    case CommSlot::kCrossComm:
+      return "cross-comm";
+  }
+  return "?";
+}
+
+ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank)
+    : world_rank_(world_rank) {
+  // Every rank sees the same sizes, so every rank throws here alike and none is left
+  // waiting in a split below.
+  const int mpi_size = world_size_of_mpi();
+  if (mpi_size != placement.world_size()) {
+    throw Error(ErrorCode::kInvalidInput,
+                "the plan needs " + std::to_string(placement.world_size()) + " ranks (" +
+                    shape_text(placement) + "), mpirun started " + std::to_string(mpi_size));
+  }
+  if (dim_size(placement, ParallelDim::kCp) > 1) {
+    throw Error(ErrorCode::kUnsupported,
+                "context parallelism (cp > 1) is not supported by the runtime yet");
+  }
+  int mpi_rank = 0;
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank), "MPI_Comm_rank");
+  DHELIX_CHECK_MSG(mpi_rank == world_rank, "world_rank differs from MPI_Comm_rank");
+
+  const int key = static_cast<int>(world_rank);
+  for (size_t d = 0; d < kDims.size(); ++d) {
+    const ProcessGroup group = placement.group(kDims[d], world_rank);
+    const int colour = static_cast<int>(group.ranks.front());
+    for (auto& slot : groups_[d]) slot = split_world(colour, key, parallel_dim_name(kDims[d]));
+  }
+  for (auto& slot : worlds_) slot = split_world(0, key, "world");
+}
+
+Communicator& ProcessGroups::group(ParallelDim dim, CommSlot slot) {
+  for (size_t d = 0; d < kDims.size(); ++d) {
+    if (kDims[d] == dim) return *groups_[d][static_cast<size_t>(slot)];
+  }
+  throw Error(ErrorCode::kUnsupported, std::string("no communicator for the ") +
+                                           parallel_dim_name(dim) +
+                                           " dimension (the runtime has tp, dp and pp)");
+}
+
+Communicator& ProcessGroups::world(CommSlot slot) { return *worlds_[static_cast<size_t>(slot)]; }
+
+}  // namespace dhelix::rt

@@ -1,0 +1,215 @@
+#include "runtime/exec/interpreter.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "lib/error.h"
+#include "runtime/exec/stream.h"
+
+namespace dhelix::rt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_us(Clock::time_point since) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - since).count();
+}
+
+void run_collective(const CollectiveRequest& request, Communicator& comm) {
+  switch (request.kind) {
+    case CollectiveKind::kAllGather:
+      comm.all_gather(request.in, request.count, request.out);
+      return;
+    case CollectiveKind::kReduceScatter:
+      comm.reduce_scatter_sum(request.in, request.count, request.out);
+      return;
+    case CollectiveKind::kAllReduce:
+      comm.all_reduce_sum(request.out, request.count);
+      return;
+  }
+}
+
+// Everything an execution holds: bound work, posted receives, started sends.
+class Execution {
+ public:
+  Execution(const Plan& plan, const RankProgram& program, StageModel& model,
+            CommunicatorDirectory& comms, FailureHandler on_failure)
+      : plan_(plan),
+        program_(program),
+        model_(model),
+        comms_(comms),
+        on_failure_(std::move(on_failure)) {}
+
+  ExecutionStats run() {
+    const size_t n = program_.instructions.size();
+    work_.resize(n);
+    transfers_.resize(n);
+    for (size_t i = 0; i < n; ++i) work_[i] = bind(program_.instructions[i]);
+    post_receives();
+    const Clock::time_point start = Clock::now();
+    try {
+      if (program_.mode == ExecutionMode::kSequential) {
+        run_in_order();
+      } else {
+        run_on_streams();
+      }
+      for (auto& transfer : transfers_) {
+        if (transfer) transfer->wait();
+      }
+    } catch (...) {
+      // A transfer left open after a failure may never finish (its peer may be gone), and a
+      // request waits when destroyed: leak them instead. The caller ends the process.
+      for (auto& transfer : transfers_) static_cast<void>(transfer.release());
+      throw;
+    }
+    stats_.wall_us = elapsed_us(start);
+    stats_.instructions = static_cast<int64_t>(n);
+    return stats_;
+  }
+
+ private:
+  // The stream an instruction's communicators belong to: its own in co-executed mode,
+  // the calling thread's in sequential mode.
+  std::string comm_stream(const Instruction& instruction) const {
+    return program_.mode == ExecutionMode::kSequential ? "compute" : instruction.stream;
+  }
+
+  float* transfer_buffer(const Instruction& instruction) {
+    return instruction.gradient ? model_.residual_grad(instruction.micro_batch, instruction.layer)
+                                : model_.residual(instruction.micro_batch, instruction.layer);
+  }
+
+  std::function<void()> bind(const Instruction& instruction) {
+    const size_t index = static_cast<size_t>(&instruction - program_.instructions.data());
+    std::function<void()> work = bind_work(instruction, index);
+    double* busy = busy_counter(instruction.stream);
+    std::string where = describe_instruction(plan_, program_, instruction);
+    return [work = std::move(work), where = std::move(where), busy] {
+      const Clock::time_point start = Clock::now();
+      try {
+        work();
+      } catch (const Error& error) {
+        throw Error(error.code(), fmt::format("{}: {}", where, error.what()));
+      } catch (const std::exception& error) {
+        throw Error(ErrorCode::kInternal, fmt::format("{}: {}", where, error.what()));
+      }
+      *busy += elapsed_us(start);  // one stream, one thread: no race
+    };
+  }
+
+  std::function<void()> bind_work(const Instruction& instruction, size_t index) {
+    switch (instruction.kind) {
+      case InstructionKind::kCompute: {
+        BoundOp bound = model_.bind(ref_of(instruction));
+        if (!bound.compute) throw_unbound(instruction, "no computation");
+        return std::move(bound.compute);
+      }
+      case InstructionKind::kCollective: {
+        BoundOp bound = model_.bind(ref_of(instruction));
+        if (!bound.collective) throw_unbound(instruction, "no collective");
+        Communicator& comm = comms_.group(instruction.group, comm_stream(instruction));
+        return [request = *bound.collective, after = std::move(bound.after_collective), &comm] {
+          run_collective(request, comm);
+          if (after) after();
+        };
+      }
+      case InstructionKind::kSend: {
+        Communicator& comm = comms_.point_to_point(comm_stream(instruction));
+        const float* data = transfer_buffer(instruction);
+        const int64_t count = model_.boundary_elements();
+        return [this, index, data, count, &comm, peer = instruction.peer, tag = instruction.tag] {
+          transfers_[index] = comm.start_send(data, count, peer, tag);
+        };
+      }
+      case InstructionKind::kRecv:
+        transfer_buffer(instruction);  // allocate before the receive is posted
+        return [this, index] { transfers_[index]->wait(); };
+    }
+    return {};
+  }
+
+  [[noreturn]] void throw_unbound(const Instruction& instruction, const char* what) const {
+    throw Error(ErrorCode::kInternal,
+                fmt::format("{}: the model bound {} for a {} op",
+                            describe_instruction(plan_, program_, instruction), what,
+                            instruction_kind_name(instruction.kind)));
+  }
+
+  static OpRef ref_of(const Instruction& instruction) {
+    return {.op = instruction.op, .layer = instruction.layer,
+            .micro_batch = instruction.micro_batch};
+  }
+
+  double* busy_counter(const std::string& stream) {
+    if (stream == "local_comm") return &stats_.local_comm_busy_us;
+    if (stream == "cross_comm") return &stats_.cross_comm_busy_us;
+    return &stats_.compute_busy_us;
+  }
+
+  // Receives are posted before any work starts, on the thread that will wait for them,
+  // so that no send ever waits for its receiver to reach the matching instruction.
+  void post_receives() {
+    for (size_t i = 0; i < program_.instructions.size(); ++i) {
+      const Instruction& instruction = program_.instructions[i];
+      if (instruction.kind != InstructionKind::kRecv) continue;
+      Communicator& comm = comms_.point_to_point(comm_stream(instruction));
+      transfers_[i] = comm.start_recv(transfer_buffer(instruction), model_.boundary_elements(),
+                                      instruction.peer, instruction.tag);
+    }
+  }
+
+  void run_in_order() {
+    try {
+      for (auto& work : work_) work();
+    } catch (...) {
+      if (on_failure_) on_failure_(std::current_exception());
+      throw;
+    }
+  }
+
+  void run_on_streams() {
+    auto failure = std::make_shared<FailureState>(on_failure_);
+    std::map<std::string, std::unique_ptr<Stream>> streams;
+    // Waiting for a receive blocks its thread, so receives get a stream of their own: a
+    // communication stream stuck on a late message would hold back the collectives queued
+    // behind it. Receives complete in program order, the order the plan's tasks need them.
+    for (const char* name : {"compute", "local_comm", "cross_comm", "receive"}) {
+      streams[name] = std::make_unique<Stream>(name, failure);
+    }
+    std::vector<Completion> done(program_.instructions.size());
+    for (size_t i = 0; i < program_.instructions.size(); ++i) {
+      const Instruction& instruction = program_.instructions[i];
+      std::vector<const Completion*> waits;
+      for (int64_t dep : instruction.deps) waits.push_back(&done[static_cast<size_t>(dep)]);
+      auto it = streams.find(instruction.kind == InstructionKind::kRecv ? "receive"
+                                                                         : instruction.stream);
+      DHELIX_CHECK(it != streams.end());
+      it->second->enqueue(std::move(work_[i]), std::move(waits), &done[i]);
+    }
+    for (auto& [name, stream] : streams) stream->drain();
+    failure->rethrow_if_failed();
+  }
+
+  const Plan& plan_;
+  const RankProgram& program_;
+  StageModel& model_;
+  CommunicatorDirectory& comms_;
+  FailureHandler on_failure_;
+  std::vector<std::function<void()>> work_;
+  std::vector<std::unique_ptr<TransferRequest>> transfers_;
+  ExecutionStats stats_;
+};
+
+}  // namespace
+
+ExecutionStats execute_program(const Plan& plan, const RankProgram& program, StageModel& model,
+                               CommunicatorDirectory& comms, FailureHandler on_failure) {
+  return Execution(plan, program, model, comms, std::move(on_failure)).run();
+}
+
+}  // namespace dhelix::rt

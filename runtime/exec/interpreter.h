@@ -1,0 +1,58 @@
+#pragma once
+// The plan interpreter: executes one rank's program (lib/rank_program.h) for one training
+// iteration on the model slice the rank holds (runtime/model/stage_model.h).
+//
+// Every instruction is first bound to the model on the calling thread (buffers allocated,
+// closures made), every pipeline receive is posted, and only then does work start:
+//   * co-executed mode: each instruction goes to the stream the plan names (compute,
+//     local_comm, cross_comm; runtime/exec/stream.h) and waits only for the completions of
+//     the instructions it depends on: the plan's DAG edges, block barriers and transfers.
+//     The calling thread does nothing but wait for the end.
+//   * sequential mode: the calling thread runs the instructions one by one in program
+//     order, each collective to its end before the next op: the reference schedule of
+//     dhelix-run --verify.
+// Collectives of a communication stream use that stream's communicators, so two streams
+// never share one (an MPI communicator must not run two collectives at once).
+//
+// A failing instruction stops the rank: the error names the rank, the plan position and the
+// op (describe_instruction), and the other streams skip what is left.
+
+#include <cstdint>
+#include <string>
+
+#include "lib/plan.h"
+#include "lib/rank_program.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/exec/stream.h"
+#include "runtime/model/stage_model.h"
+
+namespace dhelix::rt {
+
+/// Where the interpreter finds its communicators. `stream` is "compute" (the calling
+/// thread, sequential mode), "local_comm" or "cross_comm"; each stream gets communicators
+/// of its own. `dim` is a parallel dimension name ("tp", "dp", "pp").
+class CommunicatorDirectory {
+ public:
+  virtual ~CommunicatorDirectory() = default;
+  /// The group of dimension `dim` that holds this rank, for use by `stream`.
+  virtual Communicator& group(const std::string& dim, const std::string& stream) = 0;
+  /// A communicator over every rank, for pipeline transfers by `stream`.
+  virtual Communicator& point_to_point(const std::string& stream) = 0;
+};
+
+/// How long each stream was busy in one execution, microseconds of wall time.
+struct ExecutionStats {
+  double wall_us = 0;
+  double compute_busy_us = 0;
+  double local_comm_busy_us = 0;
+  double cross_comm_busy_us = 0;
+  int64_t instructions = 0;
+};
+
+/// Runs `program` (lowered from `plan` for this rank) on `model`. The model must have its
+/// micro-batches' tokens set and start_iteration() called. Throws the first failure, after
+/// passing it to `on_failure` (runtime/exec/stream.h) when one is given.
+ExecutionStats execute_program(const Plan& plan, const RankProgram& program, StageModel& model,
+                               CommunicatorDirectory& comms, FailureHandler on_failure = {});
+
+}  // namespace dhelix::rt

@@ -1,0 +1,104 @@
+#include "runtime/exec/stream.h"
+
+#include <utility>
+
+namespace dhelix::rt {
+
+void Completion::set() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  changed_.notify_all();
+}
+
+void Completion::wait() const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return done_; });
+}
+
+bool Completion::is_set() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+void FailureState::record(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failed_) return;
+    failed_ = true;
+    first_ = error;
+  }
+  if (handler_) handler_(error);
+}
+
+bool FailureState::failed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failed_;
+}
+
+void FailureState::rethrow_if_failed() const {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error = first_;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+Stream::Stream(std::string name, std::shared_ptr<FailureState> failure)
+    : name_(std::move(name)), failure_(std::move(failure)), thread_([this] { run(); }) {}
+
+Stream::~Stream() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return pending_ == 0; });
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void Stream::enqueue(std::function<void()> work, std::vector<const Completion*> waits,
+                     Completion* done) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({std::move(work), std::move(waits), done});
+    ++pending_;
+  }
+  changed_.notify_all();
+}
+
+void Stream::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return pending_ == 0; });
+}
+
+void Stream::run() {
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    for (const Completion* wait : item.waits) wait->wait();
+    if (!failure_->failed()) {
+      try {
+        item.work();
+      } catch (...) {
+        failure_->record(std::current_exception());
+      }
+    }
+    if (item.done != nullptr) item.done->set();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --pending_;
+    }
+    changed_.notify_all();
+  }
+}
+
+}  // namespace dhelix::rt

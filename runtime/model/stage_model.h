@@ -1,0 +1,134 @@
+#pragma once
+// The model slice one rank trains: a Llama-style decoder (token embedding, RMSNorm, RoPE,
+// causal attention with GQA, SwiGLU MLP, final norm, output head, cross-entropy) cut by
+// tensor parallelism (Megatron column/row parallel linear layers, with or without sequence
+// parallelism) and by the pipeline (the layers of this rank's stage, plus the embedding
+// and/or the head when the stage holds them).
+//
+// The plan interpreter (runtime/exec/) never computes anything itself: for every op of the
+// plan it asks the StageModel to bind that op, by the layer DAG's op id
+// (lib/dag_builder*.cc: "fwd.gemm_qkv", "bwd.fc1_wgrad", "fwd.embedding", ...), for one
+// layer and one micro-batch. Binding allocates the buffers the op touches and returns
+//   * compute ops: a closure the compute stream runs later;
+//   * communication ops: a CollectiveRequest the interpreter runs on a communication
+//     stream through the TP communicator (runtime/comm/communicator.h), optionally with a
+//     closure to run after the collective (for instance combining gathered loss statistics).
+// All binding happens on one thread before execution starts, so no container is resized
+// while closures run; closures of different (micro-batch, layer) pairs touch disjoint
+// buffers, except the gradient accumulators of the weights (wgrad ops), which the
+// interpreter runs on the one compute stream in plan order.
+//
+// The residual stream between layers: residual(mb, l) is the input of layer l (the output
+// of layer l - 1); residual(mb, num_layers) is the input of the final norm.
+// residual_grad(mb, l) is the gradient with respect to residual(mb, l + 1), i.e. the
+// output of layer l; residual_grad(mb, -1) is the gradient of the embedding's output.
+// Pipeline transfers move exactly these buffers (boundary_elements() floats each).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/job_spec.h"
+
+namespace dhelix::rt {
+
+enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce };
+const char* collective_kind_name(CollectiveKind kind);  ///< "all_gather", ...
+
+/// A collective over the tensor-parallel group, with its buffers (owned by the model).
+struct CollectiveRequest {
+  CollectiveKind kind = CollectiveKind::kAllGather;
+  const float* in = nullptr;  ///< all_gather: count; reduce_scatter: tp * count; all_reduce: unused
+  float* out = nullptr;       ///< all_gather: tp * count; reduce_scatter: count; all_reduce: in/out
+  int64_t count = 0;          ///< see Communicator
+};
+
+/// What running one op means.
+struct BoundOp {
+  std::function<void()> compute;                ///< compute ops; empty for communication
+  std::optional<CollectiveRequest> collective;  ///< communication ops
+  std::function<void()> after_collective;       ///< optional local step after it
+};
+
+/// Which op, of which layer, for which micro-batch.
+struct OpRef {
+  std::string op;           ///< layer DAG op id without any "L<k>." prefix
+  int64_t layer = -1;       ///< absolute layer index; -1 for stage extras (embedding, head, loss)
+  int64_t micro_batch = 0;  ///< 0-based within the iteration
+};
+
+/// One named parameter tensor of this rank and its gradient.
+struct ParameterView {
+  std::string name;  ///< "layers.3.w_qkv", "embedding", "head", "final_norm", ...
+  float* values = nullptr;
+  float* gradient = nullptr;
+  int64_t count = 0;
+  /// True for weights every TP rank holds whole (norm gains) whose gradient each rank only
+  /// partly computes under sequence parallelism: the trainer all-reduces it over TP.
+  bool sum_gradient_over_tp = false;
+};
+
+/// Tokens of one micro-batch: batch sequences of seq tokens, row-major, and their targets
+/// (the next tokens); every TP rank of a stage gets the same micro-batch.
+struct MicroBatchTokens {
+  std::vector<int32_t> tokens;   ///< micro_batch_size * seq_length
+  std::vector<int32_t> targets;  ///< same size; a negative target is ignored
+};
+
+class StageModel {
+ public:
+  /// The slice of `job` that world rank `rank` holds: layers [first, first + count) of
+  /// each chunk in `layer_ranges`, the embedding when `embedding`, the final norm, head and
+  /// loss when `head`. Parameters are initialised from `seed` so that a weight's value
+  /// depends only on (seed, tensor, global index): every TP layout of one model starts
+  /// from the same full weights. Throws Error(kUnsupported) for models or settings the
+  /// runtime does not run (MoE, cp > 1, ep > 1, linear biases, non-RMSNorm, non-SwiGLU,
+  /// non-RoPE positions, tied embeddings), listing every such setting.
+  StageModel(const JobSpec& job, int64_t rank,
+             std::vector<std::pair<int64_t, int64_t>> layer_ranges, bool embedding, bool head,
+             uint64_t seed);
+  ~StageModel();
+  StageModel(const StageModel&) = delete;
+  StageModel& operator=(const StageModel&) = delete;
+
+  /// Gives micro-batch `micro_batch` its tokens (before running its ops; they are copied
+  /// into storage the bound ops read, so a later call feeds ops bound earlier). Throws
+  /// Error(kInvalidInput) for a wrong count or a token or target outside the vocabulary.
+  void set_tokens(int64_t micro_batch, MicroBatchTokens tokens);
+  /// Binds one op (see the file comment). Throws Error(kUnsupported) naming an op id this
+  /// model does not implement, Error(kInvalidInput) for a layer (or the embedding or head)
+  /// this rank does not hold and for a comm op of another TP mode (e.g. an all-reduce op
+  /// under sequence parallelism). fwd.allreduce_loss is bound as an all_gather of 3 floats
+  /// per token (see runtime/model/stage_ops.cc).
+  BoundOp bind(const OpRef& ref);
+
+  /// Floats in one residual-stream buffer (rows of this rank x hidden).
+  int64_t boundary_elements() const;
+  /// The input of layer `layer` for `micro_batch` (allocated on first use).
+  float* residual(int64_t micro_batch, int64_t layer);
+  /// The gradient of layer `layer`'s output for `micro_batch` (allocated on first use).
+  float* residual_grad(int64_t micro_batch, int64_t layer);
+
+  /// Mean cross-entropy of each micro-batch whose loss ran on this rank (index = micro-batch;
+  /// NaN for those that did not run here). The loss gradient is scaled by loss_scale.
+  const std::vector<float>& micro_batch_losses() const;
+  /// Factor applied to d(loss)/d(logit) per token; the trainer sets 1 / (tokens per
+  /// micro-batch x micro-batches x dp) so that gradients are those of the global mean.
+  /// Until then it is 1 / (tokens per micro-batch): the gradient of one micro-batch's mean.
+  void set_loss_scale(float scale);
+
+  /// Every parameter of this rank, in a fixed order (layers ascending, then extras).
+  std::vector<ParameterView> parameters();
+  /// Zeroes every gradient and forgets every micro-batch's losses (NaN, num_micro_batches
+  /// of them). Buffers stay allocated, so ops bound in an earlier iteration stay valid.
+  void start_iteration(int64_t num_micro_batches);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dhelix::rt

@@ -1,0 +1,358 @@
+#include "runtime/train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "lib/atomic_file.h"
+#include "lib/error.h"
+#include "lib/job_reader.h"
+#include "lib/placement.h"
+#include "lib/plan_job.h"
+#include "lib/plan_reader.h"
+#include "lib/provenance.h"
+#include "lib/rank_program.h"
+#include "runtime/comm/mpi_environment.h"
+#include "runtime/comm/process_groups.h"
+#include "runtime/cpu/kernels_cpu.h"
+#include "runtime/exec/interpreter.h"
+#include "runtime/model/stage_model.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/rank_comms.h"
+#include "runtime/train/token_data.h"
+#include "runtime/train/verification.h"
+
+namespace dhelix::rt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorCode::kIo, fmt::format("{}: cannot be read", path));
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// The runtime runs dense TP/SP/PP/DP plans; the rest waits for its own issue.
+void refuse_unsupported(const JobSpec& job, const std::string& plan_file) {
+  const ParallelSpec& p = job.parallel;
+  auto refuse = [&](const std::string& what) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("{}: dhelix-run does not run {} yet; plan the job without it",
+                            plan_file, what));
+  };
+  if (p.cp > 1) refuse(fmt::format("context parallelism (cp = {})", p.cp));
+  if (p.ep > 1 || job.model.is_moe()) refuse("mixture-of-experts layers (ep, experts)");
+}
+
+TokenSource load_tokens(const TrainOptions& options, const JobSpec& job) {
+  if (options.data_file.empty()) {
+    throw Error(ErrorCode::kInvalidInput,
+                "--data: a training data file is required (examples/data/corpus.txt is a "
+                "byte-level text corpus)");
+  }
+  TokenSource source = [&] {
+    if (options.data_format == "text") return TokenSource::from_text_file(options.data_file);
+    if (options.data_format == "uint16") {
+      return TokenSource::from_token_file(options.data_file, TokenWidth::kUint16);
+    }
+    if (options.data_format == "uint32") {
+      return TokenSource::from_token_file(options.data_file, TokenWidth::kUint32);
+    }
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("--data-format: '{}' is not one of text, uint16, uint32",
+                            options.data_format));
+  }();
+  source.check_vocab(job.model.vocab_size,
+                     fmt::format("{}: /job/model/vocab_size", options.plan_file));
+  source.check_sequence_length(job.parallel.seq_length);
+  return source;
+}
+
+std::string progress_bar(int64_t done, int64_t total) {
+  constexpr int64_t kWidth = 20;
+  const int64_t filled = total > 0 ? done * kWidth / total : kWidth;
+  return "[" + std::string(static_cast<size_t>(filled), '#') +
+         std::string(static_cast<size_t>(kWidth - filled), '.') + "]";
+}
+
+// With several ranks, a failing op leaves its peers blocked in collectives that will never
+// complete: report the error here and end the whole job.
+FailureHandler abort_on_failure(int64_t world_size) {
+  if (world_size == 1) return {};
+  return [](std::exception_ptr failure) {
+    int status = exit_status(ErrorCode::kInternal);
+    try {
+      std::rethrow_exception(failure);
+    } catch (const Error& error) {
+      status = exit_status(error.code());
+      std::cerr << "dhelix-run: error: " << error.what() << std::endl;
+    } catch (const std::exception& error) {
+      std::cerr << "dhelix-run: internal error: " << error.what() << std::endl;
+    }
+    abort_world(status);
+  };
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainOptions& options, const MpiEnvironment& mpi, std::ostream& out)
+      : options_(options),
+        out_(out),
+        rank_(mpi.world_rank()),
+        world_size_(mpi.world_size()),
+        plan_bytes_(read_bytes(options.plan_file)),
+        plan_(read_plan(options.plan_file)),
+        job_(job_from_plan(plan_, options.plan_file)),
+        placement_(job_.parallel, job_.cluster.gpus_per_node) {
+    if (!options.job_file.empty()) {
+      check_plan_matches_job(plan_, options.plan_file, read_job_file(options.job_file),
+                             options.job_file);
+    }
+    refuse_unsupported(job_, options.plan_file);
+    if (world_size_ != placement_.world_size()) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("{}: the plan needs {} ranks (dp {} x tp {} x pp {}), mpirun "
+                              "started {}",
+                              options.plan_file, placement_.world_size(), job_.parallel.dp,
+                              job_.parallel.tp, job_.parallel.pp, world_size_));
+    }
+    tokens_ = std::make_unique<TokenSource>(load_tokens(options, job_));
+    groups_ = std::make_unique<ProcessGroups>(placement_, rank_);
+    comms_ = std::make_unique<RankComms>(*groups_);
+    coordinates_ = placement_.coordinates(rank_);
+    build_model();
+  }
+
+  int run();
+
+ private:
+  void build_model();
+  int64_t micro_batches() const { return plan_.num_micro_batches; }
+  int64_t global_tokens() const {
+    const ParallelSpec& p = job_.parallel;
+    return micro_batches() * p.micro_batch_size * p.seq_length * p.dp;
+  }
+  void start_iteration(int64_t step);
+  ExecutionStats iterate(int64_t step, const RankProgram& program);
+  bool verify(int64_t step, double& co_executed_us, double& sequential_us);
+  float global_loss();
+  void report(int64_t step, float loss, double step_seconds);
+  void save_checkpoint(int64_t completed_steps);
+  int64_t restore_checkpoint();
+
+  const TrainOptions& options_;
+  std::ostream& out_;
+  int64_t rank_;
+  int64_t world_size_;
+  std::string plan_bytes_;
+  Plan plan_;
+  JobSpec job_;
+  Placement placement_;
+  RankCoordinates coordinates_;
+  std::unique_ptr<TokenSource> tokens_;
+  std::unique_ptr<ProcessGroups> groups_;
+  std::unique_ptr<RankComms> comms_;
+  std::unique_ptr<StageModel> model_;
+  std::unique_ptr<AdamW> adamw_;
+  RankProgram co_executed_;
+  RankProgram sequential_;
+};
+
+void Trainer::build_model() {
+  const RankProgram program =
+      lower_rank_program(plan_, job_, rank_, ExecutionMode::kCoExecuted);
+  co_executed_ = program;
+  sequential_ = lower_rank_program(plan_, job_, rank_, ExecutionMode::kSequential);
+  const PlanStage* stage = nullptr;
+  for (const PlanStage& s : plan_.stages) {
+    if (s.stage == program.stage) stage = &s;
+  }
+  DHELIX_CHECK(stage != nullptr);  // lowering found it
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const PlanLayerRange& range : {stage->down_layers, stage->up_layers}) {
+    if (range.count > 0) ranges.emplace_back(range.first, range.count);
+  }
+  model_ = std::make_unique<StageModel>(job_, rank_, ranges, stage->embedding, stage->head_loss,
+                                        options_.seed);
+  adamw_ = std::make_unique<AdamW>(model_->parameters());
+}
+
+void Trainer::start_iteration(int64_t step) {
+  const ParallelSpec& p = job_.parallel;
+  model_->start_iteration(micro_batches());
+  model_->set_loss_scale(1.0f / static_cast<float>(global_tokens()));
+  for (int64_t mb = 0; mb < micro_batches(); ++mb) {
+    MicroBatchTokens batch;
+    fill_micro_batch(*tokens_, step, coordinates_.dp, p.dp, mb, micro_batches(),
+                     p.micro_batch_size, p.seq_length, batch.tokens, batch.targets);
+    model_->set_tokens(mb, std::move(batch));
+  }
+}
+
+ExecutionStats Trainer::iterate(int64_t step, const RankProgram& program) {
+  start_iteration(step);
+  return execute_program(plan_, program, *model_, *comms_, abort_on_failure(world_size_));
+}
+
+// Runs step `step` both ways; true when every rank matched. Leaves the sequential run's
+// gradients (equal to the co-executed ones when true) in the model.
+bool Trainer::verify(int64_t step, double& co_executed_us, double& sequential_us) {
+  co_executed_us = iterate(step, co_executed_).wall_us;
+  const IterationSnapshot expected = take_snapshot(*model_);
+  sequential_us = iterate(step, sequential_).wall_us;
+  const IterationSnapshot actual = take_snapshot(*model_);
+  const std::optional<std::string> difference = first_difference(expected, actual);
+  if (difference) {
+    std::cerr << fmt::format("dhelix-run: verify: step {}: rank {}: co-executed vs sequential: {}\n",
+                             step + 1, rank_, *difference);
+  }
+  float mismatches = difference ? 1.0f : 0.0f;
+  comms_->main_world().all_reduce_sum(&mismatches, 1);
+  return mismatches == 0.0f;
+}
+
+float Trainer::global_loss() {
+  float sum = 0;
+  if (coordinates_.tp == 0) {
+    for (float loss : model_->micro_batch_losses()) {
+      if (!std::isnan(loss)) sum += loss;
+    }
+  }
+  comms_->main_world().all_reduce_sum(&sum, 1);
+  return sum / static_cast<float>(micro_batches() * job_.parallel.dp);
+}
+
+void Trainer::report(int64_t step, float loss, double step_seconds) {
+  if (rank_ != 0) return;
+  if (options_.progress) {
+    out_ << fmt::format("step {:>4}/{}  loss {:.4f}  {:>9.0f} tokens/s  {:.3f} s  {}\n",
+                        step + 1, options_.steps, loss,
+                        static_cast<double>(global_tokens()) / step_seconds, step_seconds,
+                        progress_bar(step + 1, options_.steps));
+    out_.flush();
+  }
+  if (!options_.loss_log.empty()) {
+    std::ofstream log(options_.loss_log, std::ios::app);
+    log << fmt::format("{{\"step\": {}, \"loss\": {:.9g}, \"loss_bits\": \"0x{:08x}\"}}\n",
+                       step + 1, loss, std::bit_cast<uint32_t>(loss));
+    if (!log) throw Error(ErrorCode::kIo, fmt::format("{}: cannot be written", options_.loss_log));
+  }
+}
+
+int Trainer::run() {
+  cpu::set_blas_threads(options_.blas_threads);
+  int64_t first_step = options_.resume ? restore_checkpoint() : 0;
+  if (rank_ == 0) {
+    out_ << fmt::format(
+        "dhelix-run: {} on {} ranks (dp {} x tp {} x pp {}), {} micro-batches of {} x {} "
+        "tokens, {} schedule, steps {}..{}\n",
+        job_.name, world_size_, job_.parallel.dp, job_.parallel.tp, job_.parallel.pp,
+        micro_batches(), job_.parallel.micro_batch_size, job_.parallel.seq_length,
+        options_.sequential ? "sequential" : "co-executed (plan)", first_step + 1, options_.steps);
+  }
+  for (int64_t step = first_step; step < options_.steps; ++step) {
+    const Clock::time_point start = Clock::now();
+    if (options_.verify) {
+      double co_us = 0;
+      double seq_us = 0;
+      if (!verify(step, co_us, seq_us)) return 1;
+      if (rank_ == 0) {
+        out_ << fmt::format(
+            "verify step {}: co-executed and sequential schedules bitwise equal on {} ranks "
+            "({} micro-batch losses, every gradient; {:.1f} ms vs {:.1f} ms)\n",
+            step + 1, world_size_, micro_batches(), co_us / 1000, seq_us / 1000);
+      }
+    } else {
+      iterate(step, options_.sequential ? sequential_ : co_executed_);
+    }
+    const std::vector<ParameterView> params = model_->parameters();
+    synchronise_gradients(params, comms_->main_group(ParallelDim::kTp),
+                          comms_->main_group(ParallelDim::kDp));
+    adamw_->step(params, step + 1, options_.adamw);
+    const float loss = global_loss();
+    report(step, loss,
+           std::chrono::duration<double>(Clock::now() - start).count());
+    const bool last = step + 1 == options_.steps;
+    const bool due = options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0;
+    if (!options_.checkpoint_dir.empty() && (last || due)) save_checkpoint(step + 1);
+  }
+  return 0;
+}
+
+// ----- checkpoints (protocol in runtime/train/checkpoint.h) -------------------------------
+
+void Trainer::save_checkpoint(int64_t completed_steps) {
+  Communicator& world = comms_->main_world();
+  const std::string& dir = options_.checkpoint_dir;
+  if (rank_ == 0) prepare_temporary_step_dir(dir, completed_steps);
+  world.barrier();
+  RankShardView shard{.rank = rank_,
+                      .step = completed_steps,
+                      .data_position = static_cast<uint64_t>(completed_steps),
+                      .rng_state = options_.seed,
+                      .tensors = {}};
+  const std::vector<ParameterView> params = model_->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    shard.tensors.push_back({params[i].name, params[i].values, params[i].count});
+    shard.tensors.push_back({"adam_m/" + params[i].name, adamw_->first_moment(i).data(),
+                             params[i].count});
+    shard.tensors.push_back({"adam_v/" + params[i].name, adamw_->second_moment(i).data(),
+                             params[i].count});
+  }
+  const std::string tmp = temporary_step_dir(dir, completed_steps);
+  write_rank_shard(tmp, shard);
+  world.barrier();
+  if (rank_ == 0) {
+    write_manifest(tmp, make_manifest(tmp, job_.name, completed_steps, world_size_,
+                                      sha256_hex(plan_bytes_)));
+    publish_step(dir, completed_steps);
+    out_ << fmt::format("checkpoint: {} (step {})\n", step_dir(dir, completed_steps),
+                        completed_steps);
+  }
+  world.barrier();
+}
+
+int64_t Trainer::restore_checkpoint() {
+  const std::string& dir = options_.checkpoint_dir;
+  if (dir.empty()) throw Error(ErrorCode::kInvalidInput, "--resume needs --checkpoint-dir");
+  Communicator& world = comms_->main_world();
+  if (rank_ == 0) remove_stale_temporaries(dir);
+  world.barrier();
+  const std::optional<int64_t> step = latest_step(dir);
+  if (!step) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("--resume: {} holds no checkpoint (no 'latest' file)", dir));
+  }
+  const std::string at = step_dir(dir, *step);
+  const CheckpointManifest manifest = read_manifest(at + "/manifest.json");
+  check_resume_matches(manifest, at + "/manifest.json", job_.name, world_size_,
+                       sha256_hex(plan_bytes_));
+  check_manifest_shards(at, manifest);
+  const RankShard shard = read_rank_shard(at + "/" + rank_shard_file_name(rank_));
+  const std::vector<ParameterView> params = model_->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    shard.copy_into(params[i].name, params[i].values, params[i].count);
+    shard.copy_into("adam_m/" + params[i].name, adamw_->first_moment(i).data(), params[i].count);
+    shard.copy_into("adam_v/" + params[i].name, adamw_->second_moment(i).data(), params[i].count);
+  }
+  if (rank_ == 0) out_ << fmt::format("resumed from {} (step {})\n", at, *step);
+  return shard.step;
+}
+
+}  // namespace
+
+int run_training(const TrainOptions& options, const MpiEnvironment& mpi, std::ostream& out) {
+  Trainer trainer(options, mpi, out);
+  return trainer.run();
+}
+
+}  // namespace dhelix::rt

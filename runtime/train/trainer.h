@@ -1,0 +1,40 @@
+#pragma once
+// dhelix-run's training loop on one rank: read the plan, build the rank's program and model
+// slice, then per step: fill the micro-batches, execute the program, synchronise
+// gradients, apply AdamW, report the loss and checkpoint. With --verify each step also runs
+// the sequential schedule and demands bitwise-equal losses and gradients.
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "runtime/train/optimizer.h"
+
+namespace dhelix::rt {
+
+class MpiEnvironment;
+
+struct TrainOptions {
+  std::string plan_file;
+  std::string job_file;       ///< optional: refuse the plan unless it was made for this job
+  int64_t steps = 10;         ///< steps to run (in all, counting those a resume skips)
+  std::string data_file;      ///< training tokens
+  std::string data_format = "text";  ///< "text" (bytes), "uint16", "uint32"
+  std::string checkpoint_dir;        ///< "" = no checkpoints
+  int64_t checkpoint_every = 0;      ///< steps between checkpoints; 0 = only at the end
+  bool resume = false;               ///< continue from checkpoint_dir's latest checkpoint
+  uint64_t seed = 1234;              ///< weight initialisation
+  AdamWSettings adamw;
+  bool verify = false;      ///< also run the sequential schedule and compare bitwise
+  bool sequential = false;  ///< train with the sequential schedule instead of the plan's
+  int blas_threads = 1;
+  std::string loss_log;  ///< "" or a file receiving one JSON line per step (rank 0)
+  bool progress = true;  ///< print a line per step (rank 0)
+};
+
+/// Trains as `options` say. Returns the exit status: 0, or 1 when --verify found a
+/// difference (printed). Throws dhelix::Error for bad input (the same on every rank where
+/// the input is shared, so ranks fail together).
+int run_training(const TrainOptions& options, const MpiEnvironment& mpi, std::ostream& out);
+
+}  // namespace dhelix::rt

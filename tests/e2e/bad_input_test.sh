@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# Bad input files, end to end: every reader of every tool gets truncated files, wrong
+# types, huge and negative numbers, NaN, unknown keys, another schema major version,
+# mismatched provenance, a missing file, a directory, an empty file and binary garbage.
+# Each must end in a clear error (`<tool>: error: ...`) with the documented exit status,
+# never a crash, and must leave no output file (not even a temporary one) behind.
+# docs/reliability.md holds the table this test checks.
+#
+# Usage: bad_input_test.sh <dir-with-binaries> <source-dir> [--table]
+#   --table: print the observed results as the Markdown rows of docs/reliability.md
+#            instead of checking them.
+set -u
+
+bin_dir=$(cd "$1" && pwd)
+src_dir=$(cd "$2" && pwd)
+table_mode=0
+[[ ${3:-} == --table ]] && table_mode=1
+examples="$src_dir/examples"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+bad="$scratch/bad"
+mkdir -p "$bad"
+
+passed=0
+failed=0
+
+# --- good inputs, each reader's starting point ---------------------------------------
+good="$scratch/good"
+mkdir -p "$good"
+cp "$examples/models/llama-8b.json" "$good/model.json"
+cp "$examples/models/hf/llama-3-8b.config.json" "$good/hf.json"
+cp "$examples/clusters/a40.json" "$good/cluster.json"
+cp "$examples/plans/golden/llama-8b-a40.plan.json" "$good/plan.json"
+# Absolute paths, so that the bad copies of the job in bad/ still find their model.
+sed -e "s|\"\\.\\./models/llama-8b\\.json\"|\"$good/model.json\"|" \
+  -e "s|\"cluster\": \"a40\"|\"cluster\": \"$good/cluster.json\"|" \
+  "$examples/jobs/llama-8b-a40-dp16-tp4.json" >"$good/job.json"
+if ! "$bin_dir/dhelix-profile" "$good/job.json" -o "$good/profile.json" 2>"$scratch/err"; then
+  echo "FAIL  setup: dhelix-profile on the good job: $(cat "$scratch/err")"
+  exit 1
+fi
+# A profile made for another job: the same model and parallel settings on the H100 cluster.
+sed "s|\"cluster\": \"$good/cluster.json\"|\"cluster\": \"h100\"|" "$good/job.json" >"$good/job-h100.json"
+"$bin_dir/dhelix-profile" "$good/job-h100.json" -o "$good/profile-h100.json" 2>/dev/null
+
+# --- bad inputs: bad/<reader>-<kind>.json ---------------------------------------------
+# Each reader has one integer field (and one real field for NaN and infinities) that the
+# JSON edits target; the edits go through Python's json module so that only that field
+# changes. NaN and Infinity are not JSON, so those files are refused by the parser.
+/usr/bin/python3 - "$good" "$bad" <<'PY'
+import json, sys
+good, bad = sys.argv[1], sys.argv[2]
+# reader: (file, path to an integer field, path to a real field or None)
+readers = {
+    "job": ("job.json", ["parallel", "tp"], None),
+    "model": ("model.json", ["hidden_size"], None),
+    "hf": ("hf.json", ["hidden_size"], ["rms_norm_eps"]),
+    "cluster": ("cluster.json", ["gpus_per_node"], ["gpu", "peak_bf16_tflops"]),
+    "profile": ("profile.json", ["ops", 0, "samples"], ["ops", 0, "time_us", "median"]),
+    "plan": ("plan.json", ["num_micro_batches"], ["schemes", 0, "iteration_us"]),
+}
+
+def at(doc, path):
+    for key in path[:-1]:
+        doc = doc[key]
+    return doc, path[-1]
+
+def write(name, text):
+    with open(f"{bad}/{name}.json", "w") as f:
+        f.write(text)
+
+for reader, (file, int_path, real_path) in readers.items():
+    text = open(f"{good}/{file}").read()
+    doc = json.loads(text)
+    def edited(path, value, raw=None):
+        copy = json.loads(text)
+        parent, key = at(copy, path)
+        parent[key] = value if raw is None else "@RAW@"
+        out = json.dumps(copy, indent=2)
+        return out if raw is None else out.replace('"@RAW@"', raw)
+    write(f"{reader}-truncated", text[: len(text) // 2])
+    write(f"{reader}-wrong-type", edited(int_path, "4"))
+    write(f"{reader}-huge-number", edited(int_path, None, "1e400"))
+    write(f"{reader}-int64-max", edited(int_path, 9223372036854775807))
+    write(f"{reader}-negative-size", edited(int_path, -4096))
+    write(f"{reader}-nan", edited(real_path or int_path, None, "NaN"))
+    with_unknown = json.loads(text)
+    parent, _ = at(with_unknown, int_path)
+    parent["tensor_paralel"] = 2
+    write(f"{reader}-unknown-key", json.dumps(with_unknown, indent=2))
+    if "schema_version" in doc:
+        other = json.loads(text)
+        other["schema_version"] = "2.0.0"
+        write(f"{reader}-schema-major", json.dumps(other, indent=2))
+    write(f"{reader}-empty", "")
+    with open(f"{bad}/{reader}-garbage.json", "wb") as f:
+        f.write(bytes((i * 167 + 13) % 256 for i in range(1024)))
+# A plan whose recorded inputs do not match its own job: the model hash is another's.
+plan = json.loads(open(f"{good}/plan.json").read())
+plan["inputs"]["model"]["sha256"] = "0" * 64
+write("plan-provenance", json.dumps(plan, indent=2))
+PY
+mkdir -p "$bad/directory.json"
+
+# --- running one case -----------------------------------------------------------------
+out_dir="$scratch/out"
+mkdir -p "$out_dir"
+
+# case NAME EXPECTED_STATUS FRAGMENT COMMAND...: runs COMMAND (which writes to
+# $out_dir/out.json if it gets that far) and checks the status, that stderr holds
+# FRAGMENT and an error line, and that nothing was written.
+case_() {
+  local name=$1 want_status=$2 fragment=$3
+  shift 3
+  rm -rf "${out_dir:?}"/*
+  "$@" >"$scratch/stdout" 2>"$scratch/stderr"
+  local status=$?
+  local err
+  err=$(cat "$scratch/stderr")
+  local leftovers
+  leftovers=$(ls -A "$out_dir")
+  if [[ $table_mode -eq 1 ]]; then
+    local first
+    first=$(head -n 1 "$scratch/stderr" | sed -e "s|$scratch/||g" -e 's/|/\\|/g')
+    [[ $(wc -l <"$scratch/stderr") -gt 1 ]] && first="$first (+$(($(wc -l <"$scratch/stderr") - 1)) lines)"
+    echo "| $name | $status | \`$first\` |${leftovers:+ LEFT: $leftovers}"
+    return
+  fi
+  local why=""
+  if [[ $status -ne $want_status ]]; then
+    why="exit status $status, expected $want_status"
+  elif [[ $err != *"$fragment"* ]]; then
+    why="stderr lacks: $fragment"
+  elif [[ $err != *": error: "* ]]; then
+    why="stderr has no '<tool>: error:' line"
+  elif [[ -n $leftovers ]]; then
+    why="left files behind: $leftovers"
+  fi
+  if [[ -z $why ]]; then
+    passed=$((passed + 1))
+    echo "ok    $name"
+  else
+    failed=$((failed + 1))
+    echo "FAIL  $name: $why"
+    echo "      stderr: ${err:0:600}"
+  fi
+}
+
+plan_tool="$bin_dir/dhelix-plan"
+profile_tool="$bin_dir/dhelix-profile"
+diff_tool="$bin_dir/dhelix-diff"
+out="$out_dir/out.json"
+
+# The command that feeds a bad file to each reader, by tool.
+run_reader() {
+  local tool=$1 reader=$2 file=$3
+  case $tool/$reader in
+    plan/job) "$plan_tool" "$file" -o "$out" ;;
+    plan/model | plan/hf) "$plan_tool" "$good/job.json" --model "$file" -o "$out" ;;
+    plan/cluster) "$plan_tool" "$good/job.json" --cluster "$file" -o "$out" ;;
+    plan/profile) "$plan_tool" "$good/job.json" --profile "$file" -o "$out" ;;
+    profile/job) "$profile_tool" "$file" -o "$out" ;;
+    profile/model | profile/hf) "$profile_tool" "$good/job.json" --model "$file" -o "$out" ;;
+    profile/cluster) "$profile_tool" "$good/job.json" --cluster "$file" -o "$out" ;;
+    diff/plan) "$diff_tool" "$file" "$good/plan.json" ;;
+  esac
+}
+
+# Expected results: tool reader kind status fragment-of-the-message. The file names in
+# messages are those the tools were given ($bad/<reader>-<kind>.json).
+while read -r tool reader kind status fragment; do
+  [[ -z $tool || $tool == \#* ]] && continue
+  case $kind in
+    missing) file="$bad/does-not-exist.json" ;;
+    directory) file="$bad/directory.json" ;;
+    provenance)
+      if [[ $reader == profile ]]; then file="$good/profile-h100.json"; else file="$bad/plan-provenance.json"; fi
+      ;;
+    *) file="$bad/$reader-$kind.json" ;;
+  esac
+  case_ "dhelix-$tool $reader $kind" "$status" "$fragment" run_reader "$tool" "$reader" "$file"
+done <<'CASES'
+plan job truncated 0 X
+plan job wrong-type 0 X
+plan job huge-number 0 X
+plan job int64-max 0 X
+plan job negative-size 0 X
+plan job nan 0 X
+plan job unknown-key 0 X
+plan job schema-major 0 X
+plan job missing 0 X
+plan job directory 0 X
+plan job empty 0 X
+plan job garbage 0 X
+plan model truncated 0 X
+plan model wrong-type 0 X
+plan model huge-number 0 X
+plan model int64-max 0 X
+plan model negative-size 0 X
+plan model nan 0 X
+plan model unknown-key 0 X
+plan model schema-major 0 X
+plan model missing 0 X
+plan model directory 0 X
+plan model empty 0 X
+plan model garbage 0 X
+plan hf truncated 0 X
+plan hf wrong-type 0 X
+plan hf huge-number 0 X
+plan hf int64-max 0 X
+plan hf negative-size 0 X
+plan hf nan 0 X
+plan hf unknown-key 0 X
+plan hf missing 0 X
+plan hf directory 0 X
+plan hf empty 0 X
+plan hf garbage 0 X
+plan cluster truncated 0 X
+plan cluster wrong-type 0 X
+plan cluster huge-number 0 X
+plan cluster int64-max 0 X
+plan cluster negative-size 0 X
+plan cluster nan 0 X
+plan cluster unknown-key 0 X
+plan cluster schema-major 0 X
+plan cluster missing 0 X
+plan cluster directory 0 X
+plan cluster empty 0 X
+plan cluster garbage 0 X
+plan profile truncated 0 X
+plan profile wrong-type 0 X
+plan profile huge-number 0 X
+plan profile int64-max 0 X
+plan profile negative-size 0 X
+plan profile nan 0 X
+plan profile unknown-key 0 X
+plan profile schema-major 0 X
+plan profile provenance 0 X
+plan profile missing 0 X
+plan profile directory 0 X
+plan profile empty 0 X
+plan profile garbage 0 X
+profile job truncated 0 X
+profile job wrong-type 0 X
+profile job huge-number 0 X
+profile job int64-max 0 X
+profile job negative-size 0 X
+profile job nan 0 X
+profile job unknown-key 0 X
+profile job schema-major 0 X
+profile job missing 0 X
+profile job directory 0 X
+profile job empty 0 X
+profile job garbage 0 X
+profile model truncated 0 X
+profile model wrong-type 0 X
+profile model huge-number 0 X
+profile model int64-max 0 X
+profile model negative-size 0 X
+profile model nan 0 X
+profile model unknown-key 0 X
+profile model schema-major 0 X
+profile model missing 0 X
+profile model directory 0 X
+profile model empty 0 X
+profile model garbage 0 X
+profile cluster truncated 0 X
+profile cluster wrong-type 0 X
+profile cluster huge-number 0 X
+profile cluster int64-max 0 X
+profile cluster negative-size 0 X
+profile cluster nan 0 X
+profile cluster unknown-key 0 X
+profile cluster schema-major 0 X
+profile cluster missing 0 X
+profile cluster directory 0 X
+profile cluster empty 0 X
+profile cluster garbage 0 X
+diff plan truncated 0 X
+diff plan wrong-type 0 X
+diff plan huge-number 0 X
+diff plan int64-max 0 X
+diff plan negative-size 0 X
+diff plan nan 0 X
+diff plan unknown-key 0 X
+diff plan schema-major 0 X
+diff plan provenance 0 X
+diff plan missing 0 X
+diff plan directory 0 X
+diff plan empty 0 X
+diff plan garbage 0 X
+CASES
+
+if [[ $table_mode -eq 0 ]]; then
+  echo "$passed passed, $failed failed"
+  [[ $failed -eq 0 ]]
+fi

@@ -1,0 +1,36 @@
+// Regression tests for inputs that fuzzing and the bad-input table (docs/reliability.md)
+// found mishandled: each must be a dhelix::Error with a clear message, never another
+// exception type (which a tool reports as an internal error, exit 70) or a crash.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "lib/error.h"
+#include "lib/json_reader.h"
+
+namespace dhelix {
+namespace {
+
+// The message of the Error `text` raises when parsed as "f.json"; fails the test otherwise.
+std::string parse_error_message(const std::string& text) {
+  try {
+    parse_json_text(text, "f.json");
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    return error.what();
+  }
+  ADD_FAILURE() << "expected an Error for " << text;
+  return "";
+}
+
+TEST(ReaderHardeningTest, NumberBeyondADoubleIsInvalidJsonNotAnInternalError) {
+  // nlohmann throws out_of_range.406 (not parse_error) for a number that overflows a double.
+  EXPECT_EQ(parse_error_message("{\"hidden_size\": 1e400}"),
+            "f.json: not valid JSON: number overflow parsing '1e400'");
+  EXPECT_EQ(parse_error_message("[-1e400]"),
+            "f.json: not valid JSON: number overflow parsing '-1e400'");
+}
+
+}  // namespace
+}  // namespace dhelix

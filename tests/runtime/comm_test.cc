@@ -1,0 +1,389 @@
+// The MPI communication layer under mpirun (4 ranks and 2 ranks): layouts of the
+// collectives, sums added in group-rank order (the same bits everywhere), groups split as
+// the placement says, two threads on two slots at once, tagged point-to-point transfers,
+// and the error messages.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "lib/error.h"
+#include "lib/parallel_spec.h"
+#include "lib/placement.h"
+#include "runtime/comm/mpi_communicator.h"
+#include "runtime/comm/mpi_environment.h"
+#include "runtime/comm/process_groups.h"
+
+namespace dhelix::rt {
+namespace {
+
+int64_t world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int64_t world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+Placement placement_of(int64_t tp, int64_t dp, int64_t pp) {
+  ParallelSpec parallel;
+  parallel.tp = tp;
+  parallel.dp = dp;
+  parallel.pp = pp;
+  return Placement(parallel, /*gpus_per_node=*/4);
+}
+
+// A value per rank whose float sum depends on the order of addition: in rank order
+// ((1e8 + 1) - 1e8) + 1 = 1 (1e8 + 1 rounds back to 1e8), while pairing as a tree does,
+// (1e8 + 1) + (-1e8 + 1), gives 0, and 1e8 - 1e8 + 1 + 1 gives 2.
+float order_sensitive_value(int64_t rank) {
+  const float values[4] = {1e8f, 1.0f, -1e8f, 1.0f};
+  return values[rank % 4];
+}
+
+// The rank-order sum of order_sensitive_value over 2 or 4 ranks, by hand.
+float order_sensitive_sum(int64_t size) { return size == 4 ? 1.0f : 1e8f; }
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+TEST(CommCollectives, AllGatherConcatenatesBlocksInGroupRankOrder) {
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  Communicator& world = groups.world(CommSlot::kMain);
+  const int64_t n = world.size(), r = world.rank();
+  ASSERT_EQ(n, world_size());
+  ASSERT_EQ(r, world_rank());
+  EXPECT_EQ(world.name(), "world");
+
+  const std::vector<float> in = {100.0f * r, 100.0f * r + 1, 100.0f * r + 2};
+  std::vector<float> out(3 * n, -1.0f);
+  world.all_gather(in.data(), 3, out.data());
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(out[3 * j + i], 100.0f * j + i) << j << "," << i;
+  }
+
+  // In place: the own block already sits in the output.
+  std::vector<float> in_place(2 * n, -1.0f);
+  in_place[2 * r] = 7.0f * r;
+  in_place[2 * r + 1] = 7.0f * r + 1;
+  world.all_gather(in_place.data() + 2 * r, 2, in_place.data());
+  for (int64_t j = 0; j < n; ++j) {
+    EXPECT_EQ(in_place[2 * j], 7.0f * j);
+    EXPECT_EQ(in_place[2 * j + 1], 7.0f * j + 1);
+  }
+}
+
+TEST(CommCollectives, ReduceScatterAddsInGroupRankOrderWithTheSameBitsEverywhere) {
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  Communicator& world = groups.world(CommSlot::kMain);
+  const int64_t n = world.size(), r = world.rank();
+  // Block j of member r: {order-sensitive value, 100 j + 10 + r, 100 j + 20 + r}.
+  std::vector<float> in(3 * n);
+  for (int64_t j = 0; j < n; ++j) {
+    in[3 * j] = order_sensitive_value(r);
+    in[3 * j + 1] = 100.0f * j + 10 + r;
+    in[3 * j + 2] = 100.0f * j + 20 + r;
+  }
+  std::vector<float> out(3, -1.0f);
+  world.reduce_scatter_sum(in.data(), 3, out.data());
+  const float rank_sum = static_cast<float>(n * (n - 1) / 2);
+  EXPECT_TRUE(same_bits(out[0], order_sensitive_sum(n))) << out[0];
+  EXPECT_EQ(out[1], n * (100.0f * r + 10) + rank_sum);
+  EXPECT_EQ(out[2], n * (100.0f * r + 20) + rank_sum);
+
+  // Every member got the same bits for the order-sensitive element.
+  std::vector<float> firsts(n);
+  world.all_gather(out.data(), 1, firsts.data());
+  for (float first : firsts) EXPECT_TRUE(same_bits(first, firsts[0]));
+
+  // out may alias in: the output is written once every block has arrived.
+  world.reduce_scatter_sum(in.data(), 3, in.data());
+  EXPECT_TRUE(same_bits(in[0], order_sensitive_sum(n)));
+  EXPECT_EQ(in[1], n * (100.0f * r + 10) + rank_sum);
+}
+
+TEST(CommCollectives, AllReduceHandlesCountsNotDivisibleBySizeAndBelowIt) {
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  Communicator& world = groups.world(CommSlot::kMain);
+  const int64_t n = world.size(), r = world.rank();
+  const float rank_sum = static_cast<float>(n * (n - 1) / 2);
+  for (int64_t count : {1, 3, 5, 7, 10}) {
+    SCOPED_TRACE(::testing::Message() << "count " << count);
+    std::vector<float> data(count);
+    data[0] = order_sensitive_value(r);
+    for (int64_t i = 1; i < count; ++i) data[i] = 10.0f * i + r;
+    world.all_reduce_sum(data.data(), count);
+    EXPECT_TRUE(same_bits(data[0], order_sensitive_sum(n))) << data[0];
+    for (int64_t i = 1; i < count; ++i) EXPECT_EQ(data[i], n * 10.0f * i + rank_sum) << i;
+  }
+  std::vector<float> untouched = {5.0f};
+  world.all_reduce_sum(untouched.data(), 0);
+  EXPECT_EQ(untouched[0], 5.0f);
+}
+
+TEST(CommCollectives, GroupOfOneCopiesWithoutMpi) {
+  // tp = world size: the dp and pp groups hold one member.
+  ProcessGroups groups(placement_of(world_size(), 1, 1), world_rank());
+  Communicator& dp = groups.group(ParallelDim::kDp, CommSlot::kMain);
+  ASSERT_EQ(dp.size(), 1);
+  EXPECT_EQ(dp.rank(), 0);
+  const std::vector<float> in = {-0.0f, 2.5f};
+  std::vector<float> out(2, 9.0f);
+  dp.all_gather(in.data(), 2, out.data());
+  EXPECT_TRUE(same_bits(out[0], -0.0f));
+  EXPECT_EQ(out[1], 2.5f);
+  std::fill(out.begin(), out.end(), 9.0f);
+  dp.reduce_scatter_sum(in.data(), 2, out.data());
+  EXPECT_TRUE(same_bits(out[0], -0.0f));
+  EXPECT_EQ(out[1], 2.5f);
+  std::vector<float> inout = in;
+  dp.all_reduce_sum(inout.data(), 2);
+  EXPECT_TRUE(same_bits(inout[0], -0.0f));
+  dp.barrier();
+}
+
+TEST(CommCollectives, NegativeZeroSurvivesAMultiMemberSum) {
+  // Starting the sum from member 0's block, not from +0, keeps (-0) + (-0) = -0.
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  std::vector<float> data = {-0.0f, -0.0f, -0.0f};
+  groups.world(CommSlot::kMain).all_reduce_sum(data.data(), 3);
+  for (float value : data) EXPECT_TRUE(same_bits(value, -0.0f));
+}
+
+TEST(CommCollectives, CountsAboveIntMaxAreRefusedBeforeAnyTransfer) {
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  Communicator& world = groups.world(CommSlot::kMain);
+  const int64_t too_many = int64_t{INT_MAX} + 1;
+  try {
+    world.all_gather(nullptr, too_many, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
+    EXPECT_STREQ(error.what(),
+                 "world: all_gather of 2147483648 elements per rank exceeds MPI's count limit "
+                 "of 2147483647");
+  }
+  EXPECT_THROW(world.reduce_scatter_sum(nullptr, too_many, nullptr), Error);
+  // all_reduce splits the count over the members: only blocks above INT_MAX are refused.
+  EXPECT_THROW(world.all_reduce_sum(nullptr, too_many * world.size()), Error);
+  EXPECT_THROW(world.start_send(nullptr, too_many, world_rank(), 0), Error);
+}
+
+TEST(CommGroups, TpAndPpGroupsFollowThePlacement) {
+  // 4 ranks: tp = 2, pp = 2, rank = tp_rank + 2 pp_rank: tp {0,1} {2,3}, pp {0,2} {1,3}.
+  // 2 ranks: tp = 2, pp = 1: tp {0,1}, pp {r}.
+  const int64_t n = world_size(), r = world_rank();
+  ASSERT_TRUE(n == 2 || n == 4) << "run under 2 or 4 ranks";
+  ProcessGroups groups(placement_of(2, 1, n / 2), r);
+  const std::vector<float> tp_members =
+      n == 4 ? std::vector<float>{r < 2 ? 0.0f : 2.0f, r < 2 ? 1.0f : 3.0f}
+             : std::vector<float>{0.0f, 1.0f};
+  const std::vector<float> pp_members =
+      n == 4 ? std::vector<float>{r % 2 + 0.0f, r % 2 + 2.0f} : std::vector<float>{r + 0.0f};
+  for (CommSlot slot : {CommSlot::kMain, CommSlot::kLocalComm, CommSlot::kCrossComm}) {
+    SCOPED_TRACE(comm_slot_name(slot));
+    Communicator& tp = groups.group(ParallelDim::kTp, slot);
+    Communicator& pp = groups.group(ParallelDim::kPp, slot);
+    EXPECT_EQ(tp.name(), "tp");
+    EXPECT_EQ(pp.name(), "pp");
+    EXPECT_EQ(groups.group(ParallelDim::kDp, slot).size(), 1);
+    EXPECT_EQ(tp.rank(), r % 2);
+    EXPECT_EQ(pp.rank(), n == 4 ? r / 2 : 0);
+
+    const float own = static_cast<float>(r);
+    std::vector<float> gathered(tp.size());
+    tp.all_gather(&own, 1, gathered.data());
+    EXPECT_EQ(gathered, tp_members);
+    gathered.assign(pp.size(), -1.0f);
+    pp.all_gather(&own, 1, gathered.data());
+    EXPECT_EQ(gathered, pp_members);
+  }
+  EXPECT_EQ(groups.world(CommSlot::kCrossComm).size(), n);
+  EXPECT_EQ(
+      dynamic_cast<MpiCommunicator&>(groups.group(ParallelDim::kTp, CommSlot::kMain)).world_ranks(),
+      (std::vector<int64_t>{tp_members[0] == 0.0f ? 0 : 2, tp_members[0] == 0.0f ? 1 : 3}));
+  try {
+    groups.group(ParallelDim::kCp, CommSlot::kMain);
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
+    EXPECT_STREQ(error.what(),
+                 "no communicator for the cp dimension (the runtime has tp, dp and pp)");
+  }
+}
+
+TEST(CommGroups, WorldSizeMismatchNamesBothCounts) {
+  const int64_t n = world_size();
+  ASSERT_TRUE(n == 2 || n == 4) << "run under 2 or 4 ranks";
+  try {
+    ProcessGroups groups(placement_of(2, 1, n), world_rank());
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    EXPECT_STREQ(error.what(),
+                 n == 4 ? "the plan needs 8 ranks (dp 1 x tp 2 x pp 4), mpirun started 4"
+                        : "the plan needs 4 ranks (dp 1 x tp 2 x pp 2), mpirun started 2");
+  }
+}
+
+TEST(CommThreads, TwoSlotsRunCollectivesAtTheSameTime) {
+  // The two communication-stream threads of DHelix: one all-gathers while the other
+  // reduce-scatters, each on its own slot's communicator, many times over.
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  Communicator& gather_comm = groups.world(CommSlot::kLocalComm);
+  Communicator& scatter_comm = groups.world(CommSlot::kCrossComm);
+  const int64_t n = world_size(), r = world_rank(), kIterations = 200, kCount = 64;
+  int64_t gather_errors = 0, scatter_errors = 0;
+
+  std::thread gatherer([&] {
+    std::vector<float> in(kCount), out(n * kCount);
+    for (int64_t it = 0; it < kIterations; ++it) {
+      for (int64_t i = 0; i < kCount; ++i) in[i] = static_cast<float>(it * 1000 + r * 100 + i);
+      gather_comm.all_gather(in.data(), kCount, out.data());
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < kCount; ++i) {
+          if (out[j * kCount + i] != static_cast<float>(it * 1000 + j * 100 + i)) ++gather_errors;
+        }
+      }
+    }
+  });
+  std::thread scatterer([&] {
+    std::vector<float> in(n * kCount), out(kCount);
+    for (int64_t it = 0; it < kIterations; ++it) {
+      for (int64_t k = 0; k < n * kCount; ++k) in[k] = static_cast<float>(it + k + r);
+      scatter_comm.reduce_scatter_sum(in.data(), kCount, out.data());
+      for (int64_t i = 0; i < kCount; ++i) {
+        const float expected = static_cast<float>(n * (it + r * kCount + i) + n * (n - 1) / 2);
+        if (out[i] != expected) ++scatter_errors;
+      }
+    }
+  });
+  gatherer.join();
+  scatterer.join();
+  EXPECT_EQ(gather_errors, 0);
+  EXPECT_EQ(scatter_errors, 0);
+}
+
+TEST(CommPointToPoint, TaggedTransfersMatchByTagAndMayBeWaitedOutOfOrder) {
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  Communicator& world = groups.world(CommSlot::kMain);
+  const int64_t n = world.size(), r = world.rank();
+  const int64_t next = (r + 1) % n, previous = (r + n - 1) % n;
+  const std::vector<int64_t> tags = {7, 8, 9};
+  // Message of tag t from rank s: {1000 s + t, 1000 s + t + 0.5}.
+  std::vector<std::vector<float>> outgoing, incoming(3, std::vector<float>(2, -1.0f));
+  for (int64_t tag : tags) {
+    outgoing.push_back({1000.0f * r + tag, 1000.0f * r + tag + 0.5f});
+  }
+  // Receives posted in tag order 9, 7, 8; sends in 7, 8, 9; waits in yet another order.
+  auto recv9 = world.start_recv(incoming[2].data(), 2, previous, 9);
+  auto recv7 = world.start_recv(incoming[0].data(), 2, previous, 7);
+  auto recv8 = world.start_recv(incoming[1].data(), 2, previous, 8);
+  std::vector<std::unique_ptr<TransferRequest>> sends;
+  for (size_t k = 0; k < tags.size(); ++k) {
+    sends.push_back(world.start_send(outgoing[k].data(), 2, next, tags[k]));
+  }
+  recv8->wait();
+  recv9->wait();
+  recv7->wait();
+  recv7->wait();  // a second wait returns at once
+  for (size_t k = 0; k < tags.size(); ++k) {
+    EXPECT_EQ(incoming[k], (std::vector<float>{1000.0f * previous + tags[k],
+                                               1000.0f * previous + tags[k] + 0.5f}));
+  }
+  sends[2]->wait();
+  sends.clear();  // the destructors wait for the other two
+}
+
+TEST(CommPointToPoint, GroupCommunicatorsTakeWorldRanksAsPeers) {
+  // tp groups of tp = 2 are world-rank pairs {0,1} (and {2,3}); partners exchange.
+  const int64_t r = world_rank(), partner = r ^ 1;
+  ProcessGroups groups(placement_of(2, world_size() / 2, 1), r);
+  Communicator& tp = groups.group(ParallelDim::kTp, CommSlot::kCrossComm);
+  float sent = 10.0f + r, received = -1.0f;
+  auto recv = tp.start_recv(&received, 1, partner, 3);
+  auto send = tp.start_send(&sent, 1, partner, 3);
+  send->wait();
+  recv->wait();
+  EXPECT_EQ(received, 10.0f + partner);
+}
+
+TEST(CommPointToPoint, RejectsTagsOutOfRangeAndPeersOutsideTheGroup) {
+  const int64_t n = world_size(), r = world_rank();
+  ProcessGroups groups(placement_of(2, n / 2, 1), r);
+  auto& world = dynamic_cast<MpiCommunicator&>(groups.world(CommSlot::kMain));
+  void* attribute = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attribute, &found);
+  ASSERT_TRUE(found);
+  const int64_t upper = *static_cast<int*>(attribute);
+  EXPECT_EQ(world.tag_upper_bound(), upper);
+  EXPECT_GE(upper, 32767);
+  float value = 0.0f;
+  for (int64_t tag : {int64_t{-1}, upper + 1}) {
+    try {
+      world.start_send(&value, 1, r, tag);
+      FAIL() << "no error for tag " << tag;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInternal);
+      EXPECT_EQ(std::string(error.what()), "world: tag " + std::to_string(tag) +
+                                               " is outside MPI's range [0, " +
+                                               std::to_string(upper) + "]");
+    }
+  }
+  // dp groups: {r} on 2 ranks, {r % 2, r % 2 + 2} on 4; the tp partner r ^ 1 is in neither.
+  Communicator& dp = groups.group(ParallelDim::kDp, CommSlot::kMain);
+  const std::string members =
+      n == 4 ? std::to_string(r % 2) + ", " + std::to_string(r % 2 + 2) : std::to_string(r);
+  try {
+    dp.start_recv(&value, 1, r ^ 1, 0);
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()), "dp: world rank " + std::to_string(r ^ 1) +
+                                             " is not a member of this group (world ranks " +
+                                             members + ")");
+  }
+}
+
+TEST(CommEnvironment, ChecksNameTheCallTheRankAndMpisText) {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  EXPECT_EQ(provided, MPI_THREAD_MULTIPLE) << mpi_thread_level_name(provided);
+  EXPECT_STREQ(mpi_thread_level_name(MPI_THREAD_FUNNELED), "MPI_THREAD_FUNNELED");
+  EXPECT_STREQ(mpi_thread_level_name(MPI_THREAD_MULTIPLE), "MPI_THREAD_MULTIPLE");
+
+  EXPECT_NO_THROW(check_mpi(MPI_SUCCESS, "MPI_Barrier"));
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(MPI_ERR_TAG, text, &length);
+  try {
+    check_mpi(MPI_ERR_TAG, "MPI_Isend");
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInternal);
+    EXPECT_EQ(std::string(error.what()), "MPI_Isend failed on rank " +
+                                             std::to_string(world_rank()) + ": " +
+                                             std::string(text, length));
+  }
+  // MPI_ERRORS_RETURN is on: a bad call comes back as an Error instead of killing the job.
+  float value = 0.0f;
+  EXPECT_THROW(check_mpi(MPI_Send(&value, 1, MPI_FLOAT, static_cast<int>(world_size()) + 5, 0,
+                                  MPI_COMM_WORLD),
+                         "MPI_Send"),
+               Error);
+}
+
+}  // namespace
+}  // namespace dhelix::rt
