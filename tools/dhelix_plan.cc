@@ -5,6 +5,7 @@
 //       [--report text|markdown|json] [--trace T.json] [--svg PREFIX]
 //   dhelix-plan JOB --validate-only [--json]                     check and summarise the job
 //   dhelix-plan dag JOB [--format dot|json]                      stage 0's layer DAGs
+//   dhelix-plan --check PLAN                                     prove a plan safe to run
 //
 // Without --profile the job's operators are timed on the fly with the analytic model
 // (dhelix-profile --backend model); with it, the profile must cover every op of the job.
@@ -21,6 +22,8 @@
 #include "lib/job_summary.h"
 #include "lib/job_validation.h"
 #include "lib/placement.h"
+#include "lib/plan_check.h"
+#include "lib/plan_reader.h"
 #include "lib/provenance.h"
 #include "planner/plan_builder.h"
 #include "profiler/interference.h"
@@ -44,6 +47,7 @@ struct PlanOptions {
   std::string trace;
   std::string svg_prefix;
   bool allow_oom = false;
+  std::string check;  // --check PLAN
   // `dag` subcommand
   CLI::App* dag = nullptr;
   JobOptions dag_job;
@@ -57,7 +61,8 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
       "  dhelix-plan JOB [--profile P] [-o plan.json]   plan (profile made on the fly without "
       "--profile)\n"
       "  dhelix-plan JOB --validate-only [--json]       check and summarise the job\n"
-      "  dhelix-plan dag JOB [--format dot|json]        print stage 0's layer DAGs");
+      "  dhelix-plan dag JOB [--format dot|json]        print stage 0's layer DAGs\n"
+      "  dhelix-plan --check PLAN                       check a plan (docs/plan-check.md)");
   add_job_options(app, options.job);
   app.add_flag("--validate-only", options.validate_only,
                "Validate the job and print its summary; do not plan");
@@ -78,6 +83,9 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
       ->type_name("PREFIX");
   app.add_flag("--allow-oom", options.allow_oom,
                "Write a plan that does not fit in GPU memory (with a warning)");
+  app.add_option("--check", options.check,
+                 "Check a plan: collectives, transfers, deadlock, memory (exit 2 on a problem)")
+      ->type_name("PLAN");
   options.dag = app.add_subcommand("dag", "Print the layer DAGs of stage 0 (first rank)");
   add_job_options(*options.dag, options.dag_job);
   options.dag->add_option("--format", options.dag_format, "dot (Graphviz) or json")
@@ -143,9 +151,20 @@ void print_written_files(const PlanOptions& options) {
   }
 }
 
+// --check: every problem of the plan (exit 2), or a one-line summary.
+int check(const PlanOptions& options) {
+  const Plan plan = read_plan(options.check);
+  const PlanCheckReport report = check_plan(plan, options.check);
+  for (const std::string& warning : report.warnings) print_warning(kToolName, warning);
+  std::printf("%s\n", plan_check_summary_text(report, options.check).c_str());
+  report.problems.throw_if_any(ErrorCode::kInvalidInput);
+  return 0;
+}
+
 int plan(const PlanOptions& options) {
-  // 0. `dag` subcommand: the DAGs are the whole answer.
+  // 0. `dag` subcommand and --check: their output is the whole answer.
   if (options.dag->parsed()) return print_dags(options);
+  if (!options.check.empty()) return check(options);
   // 1. Load the job file and flags into one validated job (throws every problem at once).
   const JobSpec job = load_job(options.job);
   // 2. Point out settings that are allowed but unusual.

@@ -1,7 +1,8 @@
 // dhelix-profile: times every operator of a job's layer DAGs, and every pair the planner may
 // overlap, and writes a profile (schemas/profile.schema.json). The `model` backend uses the
-// analytic cost model (docs/cost-model.md); `cpu` and `cuda` measure and arrive with the
-// runtime.
+// analytic cost model (docs/cost-model.md); `cpu` measures the CPU runtime's kernels and MPI
+// collectives on every rank of an MPI job (profiler/cpu/cpu_backend.h); `cuda` arrives with
+// the GPU runtime.
 
 #include <unistd.h>
 
@@ -11,7 +12,9 @@
 #include "lib/job_validation.h"
 #include "lib/profile.h"
 #include "lib/provenance.h"
+#include "profiler/cpu/cpu_backend.h"
 #include "profiler/model_backend.h"
+#include "runtime/comm/mpi_environment.h"
 #include "tools/job_cli.h"
 #include "tools/tool_main.h"
 
@@ -25,7 +28,17 @@ struct ProfileOptions {
   std::string backend = "model";
   std::string output;
   bool list = false;
+  int64_t warmup = 1;
+  int64_t samples = 5;
+  int blas_threads = 1;
   std::vector<std::string> argv;
+};
+
+// MPI, started only for --backend cpu, and whether the ranks had begun measuring: a rank
+// that fails then may leave the others waiting in a collective.
+struct MpiSession {
+  std::unique_ptr<rt::MpiEnvironment> environment;
+  bool measuring = false;
 };
 
 void add_profile_options(CLI::App& app, ProfileOptions& options) {
@@ -35,6 +48,15 @@ void add_profile_options(CLI::App& app, ProfileOptions& options) {
       ->check(CLI::IsMember({"model", "cpu", "cuda"}));
   app.add_option("-o,--output", options.output, "Profile file to write");
   app.add_flag("--list", options.list, "Print the ops and pairs a profile covers; time nothing");
+  app.add_option("--samples", options.samples, "cpu: timed runs per op and per pair")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  app.add_option("--warmup", options.warmup, "cpu: untimed runs before the samples")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1000}));
+  app.add_option("--blas-threads", options.blas_threads, "cpu: OpenBLAS threads per rank")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
 }
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal.
@@ -50,9 +72,24 @@ ProgressCallback progress_bar() {
   };
 }
 
-int profile(const ProfileOptions& options) {
-  // 1. Only the analytic backend exists so far.
-  if (options.backend != "model") {
+// Every rank measures; the profile holds rank 0's times.
+Profile measure_on_cpu(const ProfileOptions& options, const JobSpec& job, const OrderedJson& meta,
+                       MpiSession& mpi) {
+  const rt::MpiEnvironment& environment = *mpi.environment;
+  // Every rank sees the same job and world, so a wrong rank count stops all alike.
+  check_cpu_world_size(collect_profile_space(job), environment.world_size());
+  mpi.measuring = true;
+  const CpuProfileOptions cpu{.timing = {.warmup = options.warmup, .samples = options.samples},
+                              .blas_threads = options.blas_threads,
+                              .world_rank = environment.world_rank(),
+                              .world_size = environment.world_size()};
+  return make_cpu_profile(job, meta, cpu,
+                          environment.world_rank() == 0 ? progress_bar() : ProgressCallback{});
+}
+
+int profile(const ProfileOptions& options, MpiSession& mpi) {
+  // 1. The cuda backend comes with the GPU runtime.
+  if (options.backend == "cuda") {
     throw Error(ErrorCode::kUnsupported,
                 "--backend " + options.backend +
                     " is not available yet: measuring needs dhelix's runtime kernels, which "
@@ -61,19 +98,27 @@ int profile(const ProfileOptions& options) {
   if (!options.list && options.output.empty()) {
     throw Error(ErrorCode::kInvalidInput, "<flags>: -o: an output file is required (or --list)");
   }
-  // 2. Load the job file and flags into one validated job.
+  // 2. --backend cpu runs on every rank of an MPI job: start MPI (not for --list).
+  const bool cpu = options.backend == "cpu" && !options.list;
+  if (cpu) mpi.environment = std::make_unique<rt::MpiEnvironment>(nullptr, nullptr);
+  const bool lead = !cpu || mpi.environment->world_rank() == 0;
+  // 3. Load the job file and flags into one validated job.
   const JobSpec job = load_job(options.job);
-  for (const std::string& warning : job_warnings(job)) print_warning(kToolName, warning);
-  // 3. --list: the op and pair space, nothing timed.
+  if (lead) {
+    for (const std::string& warning : job_warnings(job)) print_warning(kToolName, warning);
+  }
+  // 4. --list: the op and pair space, nothing timed.
   if (options.list) {
     for (const std::string& line : list_profile_space(job)) std::printf("%s\n", line.c_str());
     return 0;
   }
-  // 4. Model every op and pair, then write the profile atomically.
+  // 5. Model or measure every op and pair; rank 0 writes the profile atomically.
   const OrderedJson meta =
       provenance_to_json(make_provenance(kToolName, options.argv, job_input_files(job)));
-  const Profile result = make_model_profile(job, meta, progress_bar());
-  write_profile(options.output, result);
+  const Profile result =
+      cpu ? measure_on_cpu(options, job, meta, mpi) : make_model_profile(job, meta, progress_bar());
+  mpi.measuring = false;  // past the last collective: failures from here end ranks normally
+  if (lead) write_profile(options.output, result);
   return 0;
 }
 
@@ -82,10 +127,16 @@ int profile(const ProfileOptions& options) {
 
 int main(int argc, char** argv) {
   using namespace dhelix;
-  return run_tool(kToolName, argc, argv, [argc, argv](CLI::App& app) {
+  MpiSession mpi;
+  const int status = run_tool(kToolName, argc, argv, [argc, argv, &mpi](CLI::App& app) {
     auto options = std::make_shared<ProfileOptions>();
     options->argv = tool_argv(kToolName, argc, argv);
     add_profile_options(app, *options);
-    return [options] { return profile(*options); };
+    return [options, &mpi] { return profile(*options, mpi); };
   });
+  // A rank that failed alone while measuring would leave the others blocked in a collective.
+  if (status != 0 && mpi.measuring && mpi.environment->world_size() > 1) {
+    rt::abort_world(status);
+  }
+  return status;
 }

@@ -65,13 +65,21 @@ int main(int argc, char** argv) {
       several && mpi->world_rank() > 0 ? fmt::format("dhelix-run (rank {})", mpi->world_rank())
                                        : "dhelix-run";
   auto options = std::make_shared<dhelix::rt::TrainOptions>();
+  bool agreed = false;
   const int status = dhelix::run_tool(name, argc, argv, [&](CLI::App& app) {
     app.description("Trains with a plan on MPI ranks (CPU backend).");
     add_options(app, *options);
-    return [&]() -> int { return dhelix::rt::run_training(*options, *mpi, std::cout); };
+    return [&]() -> int {
+      try {
+        return dhelix::rt::run_training(*options, *mpi, std::cout);
+      } catch (const dhelix::rt::SetupFailure&) {
+        agreed = true;
+        throw;
+      }
+    };
   });
-  // A rank that failed alone would leave the others waiting for it; a --verify mismatch
-  // (status 1) is agreed by every rank, so they all end normally.
-  if (status > 1 && several) dhelix::rt::abort_world(status);
+  // A rank that failed alone would leave the others waiting for it. Failures every rank
+  // agreed on (setup) and a --verify mismatch (status 1) end every rank normally.
+  if (status > 1 && several && !agreed) dhelix::rt::abort_world(status);
   return status;
 }

@@ -10,6 +10,8 @@
 #include <memory>
 #include <sstream>
 
+#include <mpi.h>
+
 #include "lib/atomic_file.h"
 #include "lib/error.h"
 #include "lib/job_reader.h"
@@ -105,36 +107,24 @@ FailureHandler abort_on_failure(int64_t world_size) {
 class Trainer {
  public:
   Trainer(const TrainOptions& options, const MpiEnvironment& mpi, std::ostream& out)
-      : options_(options),
-        out_(out),
-        rank_(mpi.world_rank()),
-        world_size_(mpi.world_size()),
-        plan_bytes_(read_bytes(options.plan_file)),
-        plan_(read_plan(options.plan_file)),
-        job_(job_from_plan(plan_, options.plan_file)),
-        placement_(job_.parallel, job_.cluster.gpus_per_node) {
-    if (!options.job_file.empty()) {
-      check_plan_matches_job(plan_, options.plan_file, read_job_file(options.job_file),
-                             options.job_file);
+      : options_(options), out_(out), rank_(mpi.world_rank()), world_size_(mpi.world_size()) {
+    std::exception_ptr failure;
+    try {
+      read_inputs();
+    } catch (const Error&) {
+      failure = std::current_exception();
     }
-    refuse_unsupported(job_, options.plan_file);
-    if (world_size_ != placement_.world_size()) {
-      throw Error(ErrorCode::kInvalidInput,
-                  fmt::format("{}: the plan needs {} ranks (dp {} x tp {} x pp {}), mpirun "
-                              "started {}",
-                              options.plan_file, placement_.world_size(), job_.parallel.dp,
-                              job_.parallel.tp, job_.parallel.pp, world_size_));
-    }
-    tokens_ = std::make_unique<TokenSource>(load_tokens(options, job_));
-    groups_ = std::make_unique<ProcessGroups>(placement_, rank_);
+    agree_on_setup(failure);
+    groups_ = std::make_unique<ProcessGroups>(*placement_, rank_);
     comms_ = std::make_unique<RankComms>(*groups_);
-    coordinates_ = placement_.coordinates(rank_);
     build_model();
   }
 
   int run();
 
  private:
+  void read_inputs();
+  void agree_on_setup(std::exception_ptr failure);
   void build_model();
   int64_t micro_batches() const { return plan_.num_micro_batches; }
   int64_t global_tokens() const {
@@ -156,7 +146,7 @@ class Trainer {
   std::string plan_bytes_;
   Plan plan_;
   JobSpec job_;
-  Placement placement_;
+  std::unique_ptr<Placement> placement_;
   RankCoordinates coordinates_;
   std::unique_ptr<TokenSource> tokens_;
   std::unique_ptr<ProcessGroups> groups_;
@@ -166,6 +156,44 @@ class Trainer {
   RankProgram co_executed_;
   RankProgram sequential_;
 };
+
+// Everything a rank reads before it talks to the others.
+void Trainer::read_inputs() {
+  plan_bytes_ = read_bytes(options_.plan_file);
+  plan_ = read_plan(options_.plan_file);
+  job_ = job_from_plan(plan_, options_.plan_file);
+  if (!options_.job_file.empty()) {
+    check_plan_matches_job(plan_, options_.plan_file, read_job_file(options_.job_file),
+                           options_.job_file);
+  }
+  refuse_unsupported(job_, options_.plan_file);
+  placement_ = std::make_unique<Placement>(job_.parallel, job_.cluster.gpus_per_node);
+  if (world_size_ != placement_->world_size()) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("{}: the plan needs {} ranks (dp {} x tp {} x pp {}), mpirun "
+                            "started {}",
+                            options_.plan_file, placement_->world_size(), job_.parallel.dp,
+                            job_.parallel.tp, job_.parallel.pp, world_size_));
+  }
+  tokens_ = std::make_unique<TokenSource>(load_tokens(options_, job_));
+  coordinates_ = placement_->coordinates(rank_);
+}
+
+// One all-reduce over the world before any other communication: if any rank failed to
+// read its inputs, every rank stops here, and no rank is left waiting in a collective.
+void Trainer::agree_on_setup(std::exception_ptr failure) {
+  int failed = failure ? 1 : 0;
+  int any_failed = 0;
+  check_mpi(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
+            "MPI_Allreduce");
+  if (any_failed == 0) return;
+  if (!failure) throw SetupFailure(ErrorCode::kInvalidInput, "stopped: another rank failed to start");
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& error) {
+    throw SetupFailure(error.code(), error.what());
+  }
+}
 
 void Trainer::build_model() {
   const RankProgram program =

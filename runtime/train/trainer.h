@@ -8,11 +8,21 @@
 #include <ostream>
 #include <string>
 
+#include "lib/error.h"
 #include "runtime/train/optimizer.h"
 
 namespace dhelix::rt {
 
 class MpiEnvironment;
+
+/// An error every rank knows about before any of them started training: a bad plan, job,
+/// data file or rank count. Ranks agree on it (one all-reduce), so each can exit normally
+/// instead of aborting the job; a rank whose own inputs were fine reports that another
+/// rank failed.
+class SetupFailure : public Error {
+ public:
+  using Error::Error;
+};
 
 struct TrainOptions {
   std::string plan_file;
@@ -33,8 +43,8 @@ struct TrainOptions {
 };
 
 /// Trains as `options` say. Returns the exit status: 0, or 1 when --verify found a
-/// difference (printed). Throws dhelix::Error for bad input (the same on every rank where
-/// the input is shared, so ranks fail together).
+/// difference (printed). Throws SetupFailure when any rank's setup failed (all ranks throw
+/// it), and dhelix::Error for a failure during training (on that rank only).
 int run_training(const TrainOptions& options, const MpiEnvironment& mpi, std::ostream& out);
 
 }  // namespace dhelix::rt

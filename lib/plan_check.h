@@ -1,0 +1,120 @@
+#pragma once
+// The plan checker (dhelix-plan --check, and dhelix-run before it executes): proves, on the
+// rank programs the runtime would execute (lib/rank_program.h), that a plan cannot hang or
+// corrupt a run. What is checked is what runs: every rank is lowered exactly as the
+// interpreter lowers it, in both execution modes, and the checks read those programs.
+//
+//   1. Lowering: every rank lowers (an op scheduled before its inputs, a layer no stage
+//      holds, a block op the DAG lacks are refused by the lowering itself), and every
+//      dependency of an instruction names an earlier instruction of its program.
+//   2. Collectives: the runtime gives each (process group, stream) pair a communicator of
+//      its own (runtime/exec/interpreter.cc: comms.group(dim, stream); sequential mode uses
+//      the compute stream's for all), so on every communicator all members must issue the
+//      same collectives (kind, bytes, op, layer, micro-batch) in the same order.
+//   3. Transfers: every send has exactly one receive (ends swapped, same tag, same stream,
+//      same bytes) and every receive exactly one send.
+//   4. No deadlock: the whole world is simulated, each rank's streams running their
+//      instructions in order (receives on a stream of their own, as the interpreter does),
+//      an instruction once its dependencies are done, a collective once every member has it
+//      at the head of the stream, a receive once its send has run; sends never block.
+//      A world that stops before every instruction ran is reported with its wait cycle.
+//   5. Memory: every stage of the dhelix scheme fits in memory_budget.usable_bytes (a
+//      warning instead when the plan was made with --allow-oom).
+//
+// Problems name the plan file, the plan position (JSON pointer of the task), the mode, and
+// each instruction involved (describe_instruction), e.g.
+//   plan.json: /stages/1/tasks/3: co-executed: tp group [2, 3] on stream local_comm:
+//   collective 5 differs: rank 2 ...: fwd.ag_qkv ... all_gather of 4096 bytes; rank 3 ...
+//
+// Cost: O(instructions + dependencies) per mode after lowering, which dominates.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lib/error.h"
+#include "lib/job_spec.h"
+#include "lib/plan.h"
+#include "lib/rank_program.h"
+
+namespace dhelix {
+
+/// What a check saw, for the one-line summary (co-executed mode, all ranks).
+struct PlanCheckSummary {
+  int64_t ranks = 0;
+  int64_t instructions = 0;       ///< over all ranks
+  int64_t collective_groups = 0;  ///< communicators (group x stream) that carry collectives
+  int64_t collectives = 0;        ///< collective instructions over all ranks
+  int64_t transfers = 0;          ///< send/receive pairs matched
+  int64_t peak_memory_bytes = 0;  ///< the largest stage total of the dhelix scheme
+  int64_t usable_memory_bytes = 0;
+};
+
+/// Every problem a check found (empty: the plan passes), warnings, and the summary.
+struct PlanCheckReport {
+  ProblemList problems;
+  std::vector<std::string> warnings;
+  PlanCheckSummary summary;
+
+  bool ok() const { return problems.empty(); }
+};
+
+/// Runs every check on `plan` (file name `plan_file`, for messages): lowers every rank in
+/// co-executed and sequential mode and checks the programs, then the memory. When a rank
+/// does not lower in a mode, the cross-rank checks of that mode are skipped (they would
+/// only repeat the lowering's problem). Throws only when plan.job is not a valid job.
+PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file);
+
+/// check_plan, then throws Error(kInvalidInput) listing every problem (one per line).
+/// Returns the report of a plan that passes (warnings, summary). For dhelix-run.
+PlanCheckReport require_valid_plan(const Plan& plan, const std::string& plan_file);
+
+/// Checks already-lowered programs of one mode: `programs[r]` is world rank r's program,
+/// one per rank of the job. Runs checks 1 (dependencies), 2, 3 and 4; adds problems and
+/// counts (the summary's instructions, collective groups, collectives, transfers) to
+/// `report`.
+void check_programs(const Plan& plan, const JobSpec& job, const std::vector<RankProgram>& programs,
+                    const std::string& plan_file, PlanCheckReport& report);
+
+/// Check 1 on lowered programs: every dependency names an earlier instruction, every
+/// stream is one the runtime has.
+void check_dependencies(const Plan& plan, const std::vector<RankProgram>& programs,
+                        const std::string& plan_file, ProblemList& problems);
+
+/// Check 2. Returns the number of communicators that carry collectives.
+int64_t check_collectives(const Plan& plan, const JobSpec& job,
+                          const std::vector<RankProgram>& programs, const std::string& plan_file,
+                          ProblemList& problems);
+
+/// Check 3. Returns the number of send/receive pairs matched.
+int64_t check_transfers(const Plan& plan, const std::vector<RankProgram>& programs,
+                        const std::string& plan_file, ProblemList& problems);
+
+/// Check 4 (lib/plan_check_deadlock.cc). Returns true when every instruction of every
+/// rank ran; otherwise adds the wait cycles (or waits that can never end) it found.
+bool check_no_deadlock(const Plan& plan, const JobSpec& job,
+                       const std::vector<RankProgram>& programs, const std::string& plan_file,
+                       ProblemList& problems);
+
+/// Check 5; fills the summary's memory figures.
+void check_memory(const Plan& plan, const std::string& plan_file, PlanCheckReport& report);
+
+/// "plan.json: ok: 4 ranks, 1234 instructions, 8 collective groups consistent, 32
+/// transfers matched, no wait cycle, memory fits (peak 1.2 GiB of 44.0 GiB)".
+std::string plan_check_summary_text(const PlanCheckReport& report, const std::string& plan_file);
+
+// ----- shared by the checks (lib/plan_check*.cc) ------------------------------------------
+
+/// The stream an instruction runs on in the simulation: "receive" for receives in
+/// co-executed mode (the interpreter's receive stream), "in-order" for everything in
+/// sequential mode, else the instruction's own.
+std::string execution_stream(const RankProgram& program, const Instruction& instruction);
+
+/// The stream whose communicator an instruction uses (interpreter.cc comm_stream).
+std::string communicator_stream(const RankProgram& program, const Instruction& instruction);
+
+/// "/stages/1/tasks/3": where in the plan an instruction comes from ("" when unknown).
+std::string instruction_pointer(const Plan& plan, const RankProgram& program,
+                                const Instruction& instruction);
+
+}  // namespace dhelix

@@ -1,0 +1,204 @@
+#include "profiler/cpu/cpu_backend.h"
+
+#include <mpi.h>
+
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "lib/cluster_reader.h"
+#include "lib/error.h"
+#include "lib/job_reader.h"
+#include "profiler/cpu/cpu_groups.h"
+#include "profiler/cpu/cpu_op_runner.h"
+#include "runtime/comm/mpi_environment.h"
+#include "runtime/cpu/kernels_cpu.h"
+
+namespace dhelix {
+namespace {
+
+using cpu_profile::MeasureGroups;
+using cpu_profile::PairAdjustment;
+using cpu_profile::RunnableOp;
+
+// The first communication op with the largest group, or null.
+const Op* widest_comm_op(const ProfileSpace& space) {
+  const Op* widest = nullptr;
+  for (const Op& op : space.ops) {
+    if (is_communication(op.kind) && (widest == nullptr || op.group_size > widest->group_size)) {
+      widest = &op;
+    }
+  }
+  return widest;
+}
+
+std::string cpu_model_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+  }
+  return "unknown";
+}
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return "unknown";
+  const std::string version(text, static_cast<size_t>(length));
+  return version.substr(0, version.find_first_of(",\n"));
+}
+
+struct Adjustments {
+  int64_t raised_to_solo = 0;
+  int64_t capped_at_oef_minus_one = 0;
+};
+
+OrderedJson measurement_meta(const CpuProfileOptions& options, const Adjustments& adjusted) {
+  OrderedJson json = OrderedJson::object();
+  json["backend"] = "cpu";
+  json["ranks"] = options.world_size;
+  json["warmup"] = options.timing.warmup;
+  json["samples"] = options.timing.samples;
+  json["blas_threads"] = options.blas_threads;
+  json["cpu"] = cpu_model_name();
+  json["hardware_threads"] = std::thread::hardware_concurrency();
+  json["mpi"] = mpi_library_version();
+  json["kernels"] =
+      "fp32 CPU kernels of runtime/cpu whatever the op's dtype; collectives through "
+      "runtime/comm's MpiCommunicator over this host's MPI transport, also for cross-node ops";
+  json["pairs_raised_to_solo"] = adjusted.raised_to_solo;
+  json["pairs_capped_at_oef_minus_one"] = adjusted.capped_at_oef_minus_one;
+  return json;
+}
+
+// The measuring loop's state: the communicators, the options and the progress count.
+class CpuMeasurer {
+ public:
+  CpuMeasurer(const ProfileSpace& space, const CpuProfileOptions& options,
+              const ProgressCallback& progress)
+      : space_(space),
+        options_(options),
+        groups_(group_sizes(space), options.world_rank, options.world_size),
+        progress_(progress),
+        total_(static_cast<int64_t>(space.ops.size() + space.pairs.size())) {}
+
+  ProfiledOp measure_op(const Op& op) {
+    const RunnableOp runnable = cpu_profile::make_runnable_op(op, binding(op, 0));
+    const std::vector<double> samples = cpu_profile::time_samples(
+        options_.timing, [this] { groups_.world().barrier(); }, runnable.run,
+        cpu_profile::steady_clock_us);
+    TimeStats stats = cpu_profile::summarize_samples(samples);
+    for (double* value :
+         {&stats.median_us, &stats.p10_us, &stats.p90_us, &stats.min_us, &stats.max_us}) {
+      *value = quantize_profile_value(*value);
+    }
+    tick();
+    return {.signature = op.signature(),
+            .kind = op.kind,
+            .stream = op.stream,
+            .example_op_id = op.id,
+            .time_us = stats,
+            .samples = options_.timing.samples};
+  }
+
+  // Pair (a, b) with solo medians; the compute op, if any, runs on the calling thread.
+  ProfiledPair measure_pair(const Op& a, const Op& b, double solo_a_us, double solo_b_us,
+                            Adjustments& adjusted) {
+    const bool swap = is_communication(a.kind) && !is_communication(b.kind);
+    const Op& first = swap ? b : a;
+    const Op& second = swap ? a : b;
+    const RunnableOp run_first = cpu_profile::make_runnable_op(first, binding(first, 0));
+    const RunnableOp run_second = cpu_profile::make_runnable_op(second, binding(second, 1));
+    std::vector<cpu_profile::PairSample> samples = cpu_profile::time_pair_samples(
+        options_.timing, [this] { groups_.world().barrier(); }, run_first.run, run_second.run,
+        cpu_profile::steady_clock_us);
+    if (swap) {
+      for (auto& s : samples) std::swap(s.finish_a_us, s.finish_b_us);
+    }
+    PairAdjustment adjustment = PairAdjustment::kNone;
+    ProfiledPair pair = cpu_profile::pair_from_samples(a.signature(), b.signature(), solo_a_us,
+                                                       solo_b_us, samples, &adjustment);
+    if (adjustment == PairAdjustment::kRaisedToSolo) ++adjusted.raised_to_solo;
+    if (adjustment == PairAdjustment::kCappedAtOefMinusOne) ++adjusted.capped_at_oef_minus_one;
+    tick();
+    return pair;
+  }
+
+ private:
+  static std::vector<int64_t> group_sizes(const ProfileSpace& space) {
+    std::vector<int64_t> sizes;
+    for (const Op& op : space.ops) {
+      if (is_communication(op.kind)) sizes.push_back(op.group_size);
+    }
+    return sizes;
+  }
+
+  cpu_profile::CommBinding binding(const Op& op, int strand) const {
+    if (!is_communication(op.kind)) return {};
+    return groups_.binding(op.group_size, strand);
+  }
+
+  void tick() {
+    if (progress_) progress_(++done_, total_);
+  }
+
+  const ProfileSpace& space_;
+  const CpuProfileOptions& options_;
+  MeasureGroups groups_;
+  const ProgressCallback& progress_;
+  int64_t done_ = 0;
+  int64_t total_ = 0;
+};
+
+}  // namespace
+
+int64_t cpu_ranks_needed(const ProfileSpace& space) {
+  const Op* widest = widest_comm_op(space);
+  return widest == nullptr ? 1 : widest->group_size;
+}
+
+void check_cpu_world_size(const ProfileSpace& space, int64_t world_size) {
+  const int64_t needed = cpu_ranks_needed(space);
+  if (world_size == needed) return;
+  const Op* widest = widest_comm_op(space);
+  const std::string what = widest == nullptr ? std::string("this job's ops")
+                                             : std::string(parallel_dim_name(widest->group)) + "-" +
+                                                   std::to_string(needed) + " collectives";
+  throw Error(ErrorCode::kInvalidInput,
+              "the cpu backend measures " + what + " with " + std::to_string(needed) +
+                  (needed == 1 ? " rank" : " ranks") + ": run mpirun -np " +
+                  std::to_string(needed) + " dhelix-profile ... (this run has " +
+                  std::to_string(world_size) + (world_size == 1 ? " rank)" : " ranks)"));
+}
+
+Profile make_cpu_profile(const JobSpec& job, const OrderedJson& meta,
+                         const CpuProfileOptions& options, const ProgressCallback& progress) {
+  const ProfileSpace space = collect_profile_space(job);
+  check_cpu_world_size(space, options.world_size);
+  cpu::set_blas_threads(options.blas_threads);
+  Profile profile;
+  profile.backend = ProfileBackend::kCpu;
+  profile.cluster = cluster_to_json(job.cluster);
+  profile.model_name = job.model.name;
+  profile.parallel = parallel_to_json(job.parallel);
+  CpuMeasurer measurer(space, options, progress);
+  std::vector<double> medians;
+  for (const Op& op : space.ops) {
+    profile.add_op(measurer.measure_op(op));
+    medians.push_back(profile.ops().back().time_us.median_us);
+  }
+  Adjustments adjusted;
+  for (const auto& [i, j] : space.pairs) {
+    const auto a = static_cast<size_t>(i), b = static_cast<size_t>(j);
+    profile.add_pair(
+        measurer.measure_pair(space.ops[a], space.ops[b], medians[a], medians[b], adjusted));
+  }
+  profile.meta = meta;
+  profile.meta["measurement"] = measurement_meta(options, adjusted);
+  return profile;
+}
+
+}  // namespace dhelix

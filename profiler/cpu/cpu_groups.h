@@ -1,0 +1,42 @@
+#pragma once
+// The MPI communicators the cpu profiler backend measures with: a duplicate of the world for
+// the barriers that start every sample together, and, for every group size the job's
+// communication ops use, one communicator per strand (the two threads of a co-run), so
+// that two collectives of one pair never share a communicator (MPI forbids concurrent
+// collectives on one communicator).
+//
+// A group of size g holds world ranks [c * g, c * g + g) for colour c = rank / g; ranks past
+// the last whole group belong to none and skip the op. The profile records rank 0's
+// times, and rank 0 is always in the first group.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "profiler/cpu/cpu_op_runner.h"
+#include "runtime/comm/mpi_communicator.h"
+
+namespace dhelix::cpu_profile {
+
+/// Threads of a co-run: strand 0 is the calling thread, strand 1 the helper thread.
+inline constexpr int kStrands = 2;
+
+class MeasureGroups {
+ public:
+  /// Collective over MPI_COMM_WORLD: every rank must pass the same sizes (each >= 1).
+  MeasureGroups(const std::vector<int64_t>& group_sizes, int64_t world_rank, int64_t world_size);
+
+  /// The world duplicate for barriers; used from the calling thread only.
+  rt::Communicator& world() { return *world_; }
+  /// This rank's communicator for groups of `group_size` on `strand` (comm null when the
+  /// rank is in no such group). DHELIX_CHECKs that the size was given to the constructor.
+  CommBinding binding(int64_t group_size, int strand) const;
+
+ private:
+  std::unique_ptr<rt::MpiCommunicator> world_;
+  std::map<int64_t, std::array<std::unique_ptr<rt::MpiCommunicator>, kStrands>> groups_;
+};
+
+}  // namespace dhelix::cpu_profile

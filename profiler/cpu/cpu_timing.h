@@ -1,0 +1,83 @@
+#pragma once
+// The timing harness of the cpu profiler backend: runs a body a few times to warm caches
+// and allocators, then times N samples, each after a caller-given synchronisation (an MPI
+// barrier, so that every rank starts a sample together), and summarises them.
+//
+// Pairs: the two bodies run on two threads released together by a std::barrier after the
+// synchronisation; a sample is the two finish times measured from the earlier of the two
+// starts. Over samples, each finish time is summarised by its median separately (the pair
+// format stores one finish time per op, lib/profile.h).
+//
+// Statistics: percentiles interpolate linearly between order statistics (the "type 7"
+// definition of Hyndman and Fan, numpy's default): p-th percentile of sorted x[0..n-1] is at
+// position p * (n - 1). With samples {1, 2, 3, 4} the median is 2.5, p10 1.3, p90 3.7.
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "lib/profile.h"
+
+namespace dhelix::cpu_profile {
+
+/// A monotonic clock in microseconds; tests pass a fake one. Must be callable from two
+/// threads at once (pairs).
+using ClockUs = std::function<double()>;
+
+/// std::chrono::steady_clock in microseconds since an arbitrary epoch.
+double steady_clock_us();
+
+/// How many runs of a body are thrown away and how many are kept.
+struct TimingOptions {
+  int64_t warmup = 1;   ///< untimed runs first (>= 0)
+  int64_t samples = 5;  ///< timed runs (>= 1)
+};
+
+/// Median, p10, p90, min and max of `samples_us` (non-empty; DHELIX_CHECKed), see the file
+/// comment for the percentile definition.
+TimeStats summarize_samples(std::vector<double> samples_us);
+
+/// The `q` quantile (0 <= q <= 1) of `sorted_us` (ascending, non-empty) by linear
+/// interpolation at position q * (n - 1).
+double quantile(const std::vector<double>& sorted_us, double q);
+
+/// Runs before_each then body, warmup + samples times; returns the samples' durations of
+/// body (before_each not included), in run order.
+std::vector<double> time_samples(const TimingOptions& options,
+                                 const std::function<void()>& before_each,
+                                 const std::function<void()>& body, const ClockUs& clock);
+
+/// One co-run: when each body ended, microseconds after the earlier of the two starts.
+struct PairSample {
+  double finish_a_us = 0;
+  double finish_b_us = 0;
+};
+
+/// Runs before_each on the calling thread, then body_a on the calling thread and body_b on
+/// a second thread started together, warmup + samples times. Returns the kept samples in
+/// run order. An exception from either body is rethrown after both threads have finished
+/// every iteration (a failed body is not called again).
+std::vector<PairSample> time_pair_samples(const TimingOptions& options,
+                                          const std::function<void()>& before_each,
+                                          const std::function<void()>& body_a,
+                                          const std::function<void()>& body_b,
+                                          const ClockUs& clock);
+
+/// How a pair's measured finish times were fitted into what a profile can hold.
+enum class PairAdjustment {
+  kNone,
+  kRaisedToSolo,         ///< a finish time below the op's solo median (noise) was raised to it
+  kCappedAtOefMinusOne,  ///< makespan beyond T_max + 2 T_min (OEF < -1) was capped there
+};
+
+/// The profile entry of pair (a, b) from its samples and the ops. solo medians (>= 0):
+/// finish times are the samples' medians, each raised to at least its op's solo median;
+/// a makespan beyond max(T) + 2 min(T) (an OEF below -1, which profiles cannot hold) is
+/// capped there. Values are quantized (quantize_profile_value) and the OEF follows from
+/// the quantized numbers, as the profile reader checks. `adjustment` (may be null) says
+/// which correction applied (capping wins when both did).
+ProfiledPair pair_from_samples(const std::string& a, const std::string& b, double solo_a_us,
+                               double solo_b_us, const std::vector<PairSample>& samples,
+                               PairAdjustment* adjustment);
+
+}  // namespace dhelix::cpu_profile

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# dhelix-run end to end under mpirun, on the shipped tiny CPU plans (examples/plans/tiny-*):
+#   1. --verify: the plan's co-executed schedule and the sequential one give bitwise-equal
+#      losses and gradients, for TP2 x PP2 (4 ranks), DP2 x TP2 (4 ranks) and TP2 (2 ranks);
+#   2. training on the shipped corpus lowers the loss;
+#   3. 6 steps in one run == 3 steps + a resume of 3 more, bit for bit;
+#   4. bad input (plan for another job, too few ranks, missing files, resume without a
+#      checkpoint) gives a clear error, a non-zero status and no checkpoint.
+# Usage: run_test.sh BIN_DIR SOURCE_DIR
+set -euo pipefail
+bin=${1:?usage: run_test.sh BIN_DIR SOURCE_DIR}
+src=${2:?usage: run_test.sh BIN_DIR SOURCE_DIR}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+corpus=$src/examples/data/corpus.txt
+plans=$src/examples/plans
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+run() { # run RANKS ARGS...: dhelix-run under mpirun, output in $work/out
+  local ranks=$1
+  shift
+  mpirun --oversubscribe -np "$ranks" "$bin/dhelix-run" --data "$corpus" "$@" >"$work/out" 2>&1
+}
+expect_failure() { # expect_failure RANKS FRAGMENT ARGS...
+  local ranks=$1 fragment=$2
+  shift 2
+  if run "$ranks" "$@"; then
+    fail "dhelix-run $* succeeded; expected an error containing: $fragment"
+  elif ! grep -qF -- "$fragment" "$work/out"; then
+    fail "dhelix-run $*: message lacks '$fragment':"
+    cat "$work/out"
+  fi
+}
+
+# 1. Equivalence of the schedules.
+for case in "tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-tp2 2"; do
+  read -r plan ranks <<<"$case"
+  if ! run "$ranks" --plan "$plans/$plan.json" --steps 2 --verify; then
+    fail "$plan --verify"
+    cat "$work/out"
+  elif [[ $(grep -c "bitwise equal on $ranks ranks" "$work/out") != 2 ]]; then
+    fail "$plan --verify did not report two verified steps"
+    cat "$work/out"
+  fi
+done
+
+# 2. The loss falls: 30 steps of TP2 on the corpus.
+if run 2 --plan "$plans/tiny-tp2.json" --steps 30 --loss-log "$work/loss.log"; then
+  python3 - "$work/loss.log" <<'PY' || fail "the loss did not fall enough"
+import json, sys
+losses = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps")
+sys.exit(0 if len(losses) == 30 and losses[-1] < 0.75 * losses[0] else 1)
+PY
+else
+  fail "training tiny-tp2"
+  cat "$work/out"
+fi
+
+# 3. Resume: 6 steps == 3 steps + resume to 6, compared bit for bit (loss_bits).
+tp2pp2=$plans/tiny-tp2-pp2.json
+run 4 --plan "$tp2pp2" --steps 6 --loss-log "$work/straight.log" || fail "6 straight steps"
+run 4 --plan "$tp2pp2" --steps 3 --checkpoint-dir "$work/ckpt" --loss-log "$work/resumed.log" ||
+  fail "3 steps with a checkpoint"
+run 4 --plan "$tp2pp2" --steps 6 --checkpoint-dir "$work/ckpt" --resume \
+  --loss-log "$work/resumed.log" || fail "resume to step 6"
+grep -q "resumed from" "$work/out" || fail "the resumed run did not say so"
+if ! cmp -s "$work/straight.log" "$work/resumed.log"; then
+  fail "resumed losses differ from the straight run"
+  diff "$work/straight.log" "$work/resumed.log" || true
+fi
+[[ -f $work/ckpt/step-6/manifest.json && $(cat "$work/ckpt/latest") == step-6 ]] ||
+  fail "no published checkpoint step-6"
+
+# 4. Bad input: clear errors, non-zero status, no checkpoint written.
+expect_failure 2 "the plan was made for another job than" --plan "$plans/tiny-tp2.json" \
+  --job "$src/examples/jobs/tiny-dp2-tp2.json" --steps 1 --checkpoint-dir "$work/bad"
+expect_failure 2 "the plan needs 4 ranks (dp 1 x tp 2 x pp 2), mpirun started 2" \
+  --plan "$tp2pp2" --steps 1 --checkpoint-dir "$work/bad"
+expect_failure 2 "$work/missing.json" --plan "$work/missing.json" --steps 1 \
+  --checkpoint-dir "$work/bad"
+expect_failure 2 "holds no checkpoint" --plan "$plans/tiny-tp2.json" --steps 2 --resume \
+  --checkpoint-dir "$work/bad"
+[[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"
+
+if ((failures > 0)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "dhelix-run end to end: all passed"
