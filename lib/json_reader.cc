@@ -67,6 +67,37 @@ std::optional<int> version_component(std::string_view text) {
   return value;
 }
 
+// Deeper nesting than any dhelix file needs (they nest under 10 levels). nlohmann parses
+// deep nesting without recursion, but copying, comparing and dumping a value recurse once
+// per level: a 1 MB file of '[' overflowed the stack of dhelix-plan (found while fuzzing).
+constexpr int kMaxJsonDepth = 512;
+
+// Offset of the first '[' or '{' nested deeper than kMaxJsonDepth in JSON text, if any.
+std::optional<size_t> too_deep_at(const std::string& text) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 const char* type_name(const Json& value) {
   if (value.is_number_integer()) return "an integer";
   if (value.is_number()) return "a number";
@@ -77,7 +108,14 @@ const char* type_name(const Json& value) {
 
 Json parse_json_text(const std::string& text, const std::string& name) {
   try {
-    return Json::parse(text);
+    Json json = Json::parse(text);
+    if (const std::optional<size_t> at = too_deep_at(text)) {
+      auto [line, column] = line_and_column(text, *at);
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("{}:{}:{}: arrays and objects nest more than {} deep", name, line,
+                              column, kMaxJsonDepth));
+    }
+    return json;
   } catch (const Json::parse_error& error) {
     auto [line, column] = line_and_column(text, error.byte == 0 ? 0 : error.byte - 1);
     throw Error(ErrorCode::kInvalidInput, fmt::format("{}:{}:{}: not valid JSON: {}", name, line,

@@ -28,8 +28,8 @@ struct ProfileOptions {
   std::string backend = "model";
   std::string output;
   bool list = false;
-  int64_t warmup = 1;
-  int64_t samples = 5;
+  int64_t warmup = 3;  // tiny-tp2 on 2 cores: about 3 s in all
+  int64_t samples = 15;
   int blas_threads = 1;
   std::vector<std::string> argv;
 };
@@ -132,7 +132,16 @@ int main(int argc, char** argv) {
     auto options = std::make_shared<ProfileOptions>();
     options->argv = tool_argv(kToolName, argc, argv);
     add_profile_options(app, *options);
-    return [options, &mpi] { return profile(*options, mpi); };
+    return [options, &mpi]() -> int {
+      try {
+        return profile(*options, mpi);
+      } catch (const Error& error) {
+        // Before measuring every rank fails alike (same job, same world): rank 0 says why.
+        const bool follower = mpi.environment && mpi.environment->world_rank() > 0;
+        if (follower && !mpi.measuring) return exit_status(error.code());
+        throw;
+      }
+    };
   });
   // A rank that failed alone while measuring would leave the others blocked in a collective.
   if (status != 0 && mpi.measuring && mpi.environment->world_size() > 1) {

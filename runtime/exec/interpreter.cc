@@ -87,7 +87,8 @@ class Execution {
   std::function<void()> bind(const Instruction& instruction) {
     const size_t index = static_cast<size_t>(&instruction - program_.instructions.data());
     std::function<void()> work = bind_work(instruction, index);
-    double* busy = busy_counter(instruction.stream);
+    double* busy = instruction.kind == InstructionKind::kRecv ? &stats_.receive_wait_us
+                                                              : busy_counter(instruction.stream);
     std::string where = describe_instruction(plan_, program_, instruction);
     return [work = std::move(work), where = std::move(where), busy] {
       const Clock::time_point start = Clock::now();

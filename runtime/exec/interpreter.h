@@ -46,6 +46,7 @@ struct ExecutionStats {
   double compute_busy_us = 0;
   double local_comm_busy_us = 0;
   double cross_comm_busy_us = 0;
+  double receive_wait_us = 0;  ///< time the receive stream waited for pipeline messages
   int64_t instructions = 0;
 };
 

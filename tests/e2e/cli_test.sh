@@ -66,9 +66,9 @@ for tool in dhelix-plan dhelix-profile dhelix-run dhelix-diff; do
   fi
 done
 
-# --- tools that only answer --help and --version for now (dhelix-diff: tests/e2e/diff_test.sh)
+# --- dhelix-run's command line (training itself: tests/e2e/run_test.sh, under mpirun)
 run "$bin_dir/dhelix-run" plan.json
-expect "dhelix-run says what is missing" 4 --err "dhelix-run: error: not implemented yet"
+expect "dhelix-run wants --plan and --data" 2 --err "--plan is required"
 
 # --- --validate-only on the examples ---------------------------------------------------
 check_example() {

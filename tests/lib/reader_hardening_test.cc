@@ -32,5 +32,18 @@ TEST(ReaderHardeningTest, NumberBeyondADoubleIsInvalidJsonNotAnInternalError) {
             "f.json: not valid JSON: number overflow parsing '-1e400'");
 }
 
+TEST(ReaderHardeningTest, DeepNestingIsAnErrorNotAStackOverflow) {
+  // 200000 levels used to parse, then overflow the stack when a reader dumped the value
+  // into its message. 512 levels are allowed: with the root object as level 1, the 512th
+  // '[' (offset 9 + 511, column 521) is level 513 and is refused where it stands.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_EQ(parse_error_message("{\"name\": " + deep + "}"),
+            "f.json:1:521: arrays and objects nest more than 512 deep");
+  const std::string allowed = std::string(512, '[') + std::string(512, ']');
+  EXPECT_TRUE(parse_json_text(allowed, "f.json").is_array());
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(parse_json_text("[\"" + std::string(1000, '[') + "\"]", "f.json").is_array());
+}
+
 }  // namespace
 }  // namespace dhelix

@@ -1,0 +1,297 @@
+// The cpu profiler backend's single-process parts: the timing harness's statistics and
+// sample bookkeeping, the pair entry it derives from co-run samples, the op runner's
+// coverage of every op of the tiny CPU jobs (with a fake communicator), and the rank-count
+// check. The measuring loop itself runs under mpirun in tests/e2e/profile_cpu_test.sh.
+
+#include "profiler/cpu/cpu_backend.h"
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "lib/error.h"
+#include "lib/job_reader.h"
+#include "profiler/cpu/cpu_op_runner.h"
+#include "profiler/cpu/cpu_timing.h"
+
+namespace dhelix::cpu_profile {
+namespace {
+
+JobSpec example_job(const std::string& name) {
+  return read_job_file(std::string(DHELIX_SOURCE_DIR) + "/examples/jobs/" + name);
+}
+
+// ---- statistics --------------------------------------------------------------------
+
+TEST(CpuTiming, QuantilesInterpolateBetweenOrderStatistics) {
+  const std::vector<double> sorted = {1, 2, 3, 4};
+  EXPECT_DOUBLE_EQ(quantile(sorted, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(quantile(sorted, 0.1), 1.3);
+  EXPECT_DOUBLE_EQ(quantile(sorted, 0.9), 3.7);
+  EXPECT_DOUBLE_EQ(quantile(sorted, 0.0), 1);
+  EXPECT_DOUBLE_EQ(quantile(sorted, 1.0), 4);
+  EXPECT_DOUBLE_EQ(quantile({7}, 0.9), 7);
+}
+
+TEST(CpuTiming, SummarySortsTheSamples) {
+  const TimeStats stats = summarize_samples({5, 1, 3});
+  EXPECT_DOUBLE_EQ(stats.median_us, 3);
+  EXPECT_DOUBLE_EQ(stats.p10_us, 1.4);  // 1 + 0.2 * (3 - 1)
+  EXPECT_DOUBLE_EQ(stats.p90_us, 4.6);  // 3 + 0.8 * (5 - 3)
+  EXPECT_DOUBLE_EQ(stats.min_us, 1);
+  EXPECT_DOUBLE_EQ(stats.max_us, 5);
+}
+
+TEST(CpuTiming, SamplesTimeTheBodyOnlyAndDropTheWarmUp) {
+  // A fake clock that the body advances by the next duration; before_each costs 100 us,
+  // which must not show in the samples.
+  double now = 0;
+  const std::vector<double> durations = {50, 40, 10, 30, 20};
+  size_t run = 0;
+  int64_t syncs = 0;
+  const std::vector<double> samples = time_samples(
+      {.warmup = 2, .samples = 3},
+      [&] {
+        ++syncs;
+        now += 100;
+      },
+      [&] { now += durations.at(run++); }, [&] { return now; });
+  EXPECT_EQ(samples, (std::vector<double>{10, 30, 20}));
+  EXPECT_EQ(syncs, 5);
+  EXPECT_EQ(run, 5u);
+}
+
+TEST(CpuTiming, PairRunsBothBodiesTogetherOnTwoThreads) {
+  int64_t syncs = 0, runs_a = 0, runs_b = 0;
+  std::thread::id thread_a, thread_b;
+  const std::vector<PairSample> samples = time_pair_samples(
+      {.warmup = 1, .samples = 3}, [&] { ++syncs; },
+      [&] {
+        ++runs_a;
+        thread_a = std::this_thread::get_id();
+        std::this_thread::sleep_for(std::chrono::milliseconds(4));
+      },
+      [&] {
+        ++runs_b;
+        thread_b = std::this_thread::get_id();
+        std::this_thread::sleep_for(std::chrono::milliseconds(8));
+      },
+      steady_clock_us);
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_EQ(syncs, 4);
+  EXPECT_EQ(runs_a, 4);
+  EXPECT_EQ(runs_b, 4);
+  EXPECT_EQ(thread_a, std::this_thread::get_id());
+  EXPECT_NE(thread_b, thread_a);
+  for (const PairSample& s : samples) {
+    EXPECT_GE(s.finish_a_us, 4000);
+    EXPECT_GE(s.finish_b_us, 8000);
+    // Run one after the other, b would end 12 ms or more after the first start.
+    EXPECT_LT(s.finish_b_us, 12000);
+  }
+}
+
+TEST(CpuTiming, PairRethrowsAFailureAfterBothThreadsFinish) {
+  int64_t runs_a = 0, runs_b = 0;
+  EXPECT_THROW(time_pair_samples(
+                   {.warmup = 0, .samples = 4}, [] {}, [&] { ++runs_a; },
+                   [&] {
+                     if (++runs_b == 2) throw Error(ErrorCode::kInternal, "MPI_Alltoall failed");
+                   },
+                   steady_clock_us),
+               Error);
+  EXPECT_EQ(runs_a, 4);
+  EXPECT_EQ(runs_b, 2);  // not called again after it failed
+}
+
+// ---- pair entries ------------------------------------------------------------------
+
+TEST(CpuPair, FinishTimesAreMediansAndOefFollows) {
+  PairAdjustment adjustment = PairAdjustment::kCappedAtOefMinusOne;
+  const ProfiledPair pair =
+      pair_from_samples("a", "b", 100, 50, {{120, 60}, {130, 55}, {110, 70}}, &adjustment);
+  EXPECT_EQ(pair.a, "a");
+  EXPECT_EQ(pair.b, "b");
+  EXPECT_DOUBLE_EQ(pair.finish_a_us, 120);
+  EXPECT_DOUBLE_EQ(pair.finish_b_us, 60);
+  EXPECT_DOUBLE_EQ(pair.makespan_us, 120);
+  EXPECT_DOUBLE_EQ(pair.oef, 0.6);  // (100 + 50 - 120) / 50
+  EXPECT_EQ(adjustment, PairAdjustment::kNone);
+}
+
+TEST(CpuPair, FinishBelowSoloIsRaisedToSolo) {
+  PairAdjustment adjustment = PairAdjustment::kNone;
+  const ProfiledPair pair = pair_from_samples("a", "b", 100, 50, {{90, 40}}, &adjustment);
+  EXPECT_DOUBLE_EQ(pair.finish_a_us, 100);
+  EXPECT_DOUBLE_EQ(pair.finish_b_us, 50);
+  EXPECT_DOUBLE_EQ(pair.makespan_us, 100);
+  EXPECT_DOUBLE_EQ(pair.oef, 1);
+  EXPECT_EQ(adjustment, PairAdjustment::kRaisedToSolo);
+}
+
+TEST(CpuPair, MakespanBeyondOefMinusOneIsCapped) {
+  PairAdjustment adjustment = PairAdjustment::kNone;
+  const ProfiledPair pair = pair_from_samples("a", "b", 100, 50, {{100, 260}}, &adjustment);
+  EXPECT_DOUBLE_EQ(pair.finish_a_us, 100);
+  EXPECT_DOUBLE_EQ(pair.finish_b_us, 200);  // 100 + 2 * 50
+  EXPECT_DOUBLE_EQ(pair.makespan_us, 200);
+  EXPECT_DOUBLE_EQ(pair.oef, -1);
+  EXPECT_EQ(adjustment, PairAdjustment::kCappedAtOefMinusOne);
+}
+
+// ---- op runner ---------------------------------------------------------------------
+
+// A communicator of `size` members seen from group rank 0 that records what it was asked
+// to move instead of moving it.
+class RecordingCommunicator final : public rt::Communicator {
+ public:
+  explicit RecordingCommunicator(int64_t size) : size_(size) {}
+  int64_t size() const override { return size_; }
+  int64_t rank() const override { return 0; }
+  const std::string& name() const override { return name_; }
+  void all_gather(const float*, int64_t count, float*) override { record("all_gather", count); }
+  void reduce_scatter_sum(const float*, int64_t count, float*) override {
+    record("reduce_scatter", count);
+  }
+  void all_reduce_sum(float*, int64_t count) override { record("all_reduce", count); }
+  void barrier() override {}
+  std::unique_ptr<rt::TransferRequest> start_send(const float*, int64_t count, int64_t peer,
+                                                  int64_t) override {
+    record("send to " + std::to_string(peer), count);
+    return std::make_unique<Done>();
+  }
+  std::unique_ptr<rt::TransferRequest> start_recv(float*, int64_t count, int64_t peer,
+                                                  int64_t) override {
+    record("recv from " + std::to_string(peer), count);
+    return std::make_unique<Done>();
+  }
+
+  std::map<std::string, int64_t> calls;  ///< "operation" -> count of its last call
+
+ private:
+  struct Done final : rt::TransferRequest {
+    void wait() override {}
+  };
+  void record(const std::string& what, int64_t count) { calls[what] = count; }
+
+  int64_t size_;
+  std::string name_ = "fake";
+};
+
+// Buffer bytes of the runnable of the op with `signature` in tiny-tp2's profile space.
+int64_t tiny_buffer_bytes(const std::string& signature) {
+  const ProfileSpace space = collect_profile_space(example_job("tiny-tp2.json"));
+  RecordingCommunicator comm(2);
+  for (const Op& op : space.ops) {
+    if (op.signature() == signature) {
+      return make_runnable_op(op, {.comm = &comm, .world_ranks = {0, 1}}).buffer_bytes;
+    }
+  }
+  ADD_FAILURE() << "no op " << signature;
+  return -1;
+}
+
+TEST(CpuOpRunner, BuffersFollowTheOpShapes) {
+  // C[128, 64] = A[128, 64] B[64, 64]
+  EXPECT_EQ(tiny_buffer_bytes("gemm:fp32:m=128,n=64,k=64"), 4 * (128 * 64 + 64 * 64 + 128 * 64));
+  // x and y [64, 64], gain [64], rstd [64]
+  EXPECT_EQ(tiny_buffer_bytes("norm.fwd:fp32:rmsnorm:m=64,n=64"), 4 * (2 * 4096 + 2 * 64));
+  // q and out [2, 64, 2, 16], k and v [2, 64, 1, 16], lse [2, 2, 64]
+  EXPECT_EQ(tiny_buffer_bytes("attention.fwd:fp32:b=2,h=2,g=1,q=64,kv=64,d=16,causal"),
+            4 * (2 * 4096 + 2 * 2048 + 256));
+  // gate_up [128, 128], out [128, 64]
+  EXPECT_EQ(tiny_buffer_bytes("activation.fwd:fp32:swiglu:m=128,n=64"), 4 * (16384 + 8192));
+  // logits [128, 128], loss and lse [128], int64 targets [128]
+  EXPECT_EQ(tiny_buffer_bytes("loss.fwd:fp32:m=128,n=128"), 4 * (16384 + 256) + 8 * 128);
+  // int64 tokens [128], table [128, 64], out [128, 64]
+  EXPECT_EQ(tiny_buffer_bytes("embedding.fwd:fp32:m=128,n=64,k=128"), 4 * 16384 + 8 * 128);
+  // 32768 bytes gathered: 4096 floats sent, 8192 received
+  EXPECT_EQ(tiny_buffer_bytes("all_gather:fp32:bytes=32768:tp2:local"), 4 * (4096 + 8192));
+}
+
+TEST(CpuOpRunner, CollectivesMoveTheOpsBytesAsFloats) {
+  const ProfileSpace space = collect_profile_space(example_job("tiny-tp2.json"));
+  RecordingCommunicator comm(2);
+  for (const Op& op : space.ops) {
+    if (is_communication(op.kind))
+      make_runnable_op(op, {.comm = &comm, .world_ranks = {0, 1}}).run();
+  }
+  const std::map<std::string, int64_t> expected = {
+      {"all_gather", 4096},      // 32768 bytes = 8192 floats, 1/2 per member
+      {"reduce_scatter", 4096},  // 8192 floats in, 4096 out
+      {"all_reduce", 384},       // 1536 bytes
+      {"send to 1", 4096},       // ring step of 16384 bytes to the next member
+      {"recv from 1", 4096},     // and from the previous one (the same of two)
+  };
+  EXPECT_EQ(comm.calls, expected);
+}
+
+TEST(CpuOpRunner, EveryOpOfTheTinyJobsRuns) {
+  std::set<std::string> kinds;
+  for (const char* name : {"tiny-tp2.json", "tiny-dp2-tp2.json", "tiny-tp2-pp2.json"}) {
+    const ProfileSpace space = collect_profile_space(example_job(name));
+    for (const Op& op : space.ops) {
+      RecordingCommunicator comm(op.group_size);
+      const RunnableOp runnable = make_runnable_op(op, {.comm = &comm, .world_ranks = {0, 1}});
+      EXPECT_GT(runnable.buffer_bytes, 0) << op.signature();
+      runnable.run();
+      runnable.run();
+      kinds.insert(op_kind_name(op.kind));
+    }
+  }
+  const std::set<std::string> expected = {
+      "activation", "all_gather", "all_reduce", "attention", "bias_dropout_add", "embedding",
+      "gemm",       "head",       "loss",       "norm",      "reduce_scatter",   "send_recv"};
+  EXPECT_EQ(kinds, expected);
+}
+
+TEST(CpuOpRunner, OutsideTheGroupACollectiveDoesNothing) {
+  Op op;
+  op.id = "fwd.allgather_attn";
+  op.kind = OpKind::kAllGather;
+  op.comm_bytes = 1024;
+  op.group_size = 2;
+  const RunnableOp runnable = make_runnable_op(op, {});
+  EXPECT_EQ(runnable.buffer_bytes, 0);
+  runnable.run();
+}
+
+TEST(CpuOpRunner, AttentionNeedsWholeKvGroups) {
+  Op op;
+  op.id = "fwd.flash_attn";
+  op.kind = OpKind::kAttention;
+  op.shape = {.batch = 1, .heads = 3, .kv_heads = 2, .q_len = 4, .kv_len = 4, .head_dim = 2};
+  try {
+    make_runnable_op(op, {});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
+    EXPECT_STREQ(error.what(),
+                 "fwd.flash_attn: attention with 3 heads and 2 kv heads: heads must be a "
+                 "multiple of kv_heads");
+  }
+}
+
+// ---- ranks -------------------------------------------------------------------------
+
+TEST(CpuBackend, NeedsAsManyRanksAsTheWidestGroup) {
+  const ProfileSpace space = collect_profile_space(example_job("tiny-tp2.json"));
+  EXPECT_EQ(cpu_ranks_needed(space), 2);
+  EXPECT_NO_THROW(check_cpu_world_size(space, 2));
+  try {
+    check_cpu_world_size(space, 1);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    EXPECT_STREQ(error.what(),
+                 "the cpu backend measures tp-2 collectives with 2 ranks: run mpirun -np 2 "
+                 "dhelix-profile ... (this run has 1 rank)");
+  }
+  EXPECT_THROW(check_cpu_world_size(space, 4), Error);
+}
+
+}  // namespace
+}  // namespace dhelix::cpu_profile
