@@ -19,6 +19,10 @@ const std::vector<std::string> kLinkKindNames = {"nvlink", "pcie", "infiniband",
 
 constexpr RealRange kPositiveReal = {.min = 0.0, .min_exclusive = true};
 constexpr RealRange kFraction = {.min = 0.0, .max = 1.0, .min_exclusive = true};
+// Node and GPU counts are multiplied together (world sizes): 2^20 each keeps every product
+// far from int64 overflow, which a num_nodes near 2^63 reached (found while fuzzing).
+constexpr IntRange kNodeCount = {.min = 0, .max = int64_t{1} << 20};
+constexpr IntRange kPerNodeCount = {.min = 1, .max = int64_t{1} << 20};
 
 LinkKind parse_link_kind(const std::string& name) {
   if (name == "nvlink") return LinkKind::kNvLink;
@@ -117,11 +121,11 @@ ClusterSpec cluster_from_json(const Json& json, const std::string& file, Problem
   if (auto name = root.string("name", Need::kRequired)) cluster.name = *name;
   cluster.source_file = file;
   read_gpu(root, need, cluster.gpu);
-  read_integer(root, "gpus_per_node", Need::kOptional, {.min = 1}, cluster.gpus_per_node);
-  read_integer(root, "num_nodes", Need::kOptional, {.min = 0}, cluster.num_nodes);
+  read_integer(root, "gpus_per_node", Need::kOptional, kPerNodeCount, cluster.gpus_per_node);
+  read_integer(root, "num_nodes", Need::kOptional, kNodeCount, cluster.num_nodes);
   read_link(root, "intra_node", need, cluster.intra_node);
   read_link(root, "inter_node", need, cluster.inter_node);
-  read_integer(root, "nics_per_node", Need::kOptional, {.min = 1}, cluster.nics_per_node);
+  read_integer(root, "nics_per_node", Need::kOptional, kPerNodeCount, cluster.nics_per_node);
   read_integer(root, "nccl_sms_intra_node", Need::kOptional, {.min = 0},
                cluster.nccl_sms_intra_node);
   read_integer(root, "nccl_sms_inter_node", Need::kOptional, {.min = 0},

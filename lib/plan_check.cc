@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -131,6 +134,55 @@ void report_difference(const Plan& plan, const std::vector<RankProgram>& program
                           "without a partner is collective {}: {}",
                           prefix, where, longer.rank, seq_long.size(), shorter.rank, *k, *k,
                           collective_text(plan, longer, extra)));
+}
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+// Lowers every rank of the job in `mode`, on as many threads as the machine has (lowering
+// dominates the check's cost, and each rank lowers on its own). Returns false, with one
+// problem per rank, when some rank does not lower.
+bool lower_all_ranks(const Plan& plan, const JobSpec& job, ExecutionMode mode,
+                     const std::string& plan_file, std::vector<RankProgram>& programs,
+                     ProblemList& problems) {
+  const int64_t world = Placement(job.parallel, job.cluster.gpus_per_node).world_size();
+  programs.assign(static_cast<size_t>(world), RankProgram{});
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  std::atomic<int64_t> next{0};
+  auto lower_some = [&] {
+    for (int64_t rank = next++; rank < world; rank = next++) {
+      try {
+        programs[static_cast<size_t>(rank)] = lower_rank_program(plan, job, rank, mode);
+      } catch (const Error& error) {
+        errors[static_cast<size_t>(rank)] = error.what();
+      }
+    }
+  };
+  const int64_t threads =
+      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(world, 1));
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(lower_some);
+  lower_some();
+  for (std::thread& thread : pool) thread.join();
+  bool lowered = true;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const std::string& error = errors[static_cast<size_t>(rank)];
+    if (error.empty()) continue;
+    lowered = false;
+    problems.add(
+        plan_file, "", "",
+        fmt::format("{}: rank {} does not lower: {}", execution_mode_name(mode), rank, error));
+  }
+  return lowered;
+}
+
+// "1.2 GiB", or "512.0 MiB" below a GiB.
+std::string bytes_text(int64_t bytes) {
+  if (bytes >= int64_t{1} << 30) return fmt::format("{:.1f} GiB", bytes / kGiB);
+  return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
 }
 
 }  // namespace
@@ -364,21 +416,14 @@ void check_programs(const Plan& plan, const JobSpec& job, const std::vector<Rank
 PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file) {
   PlanCheckReport report;
   const JobSpec job = job_from_plan(plan, plan_file);
-  const int64_t world = Placement(job.parallel, job.cluster.gpus_per_node).world_size();
   for (ExecutionMode mode : {ExecutionMode::kCoExecuted, ExecutionMode::kSequential}) {
+    const Clock::time_point start = Clock::now();
     std::vector<RankProgram> programs;
-    bool lowered = true;
-    for (int64_t rank = 0; rank < world; ++rank) {
-      try {
-        programs.push_back(lower_rank_program(plan, job, rank, mode));
-      } catch (const Error& error) {
-        lowered = false;
-        report.problems.add(plan_file, "", "",
-                            fmt::format("{}: rank {} does not lower: {}", execution_mode_name(mode),
-                                        rank, error.what()));
-      }
-    }
+    const bool lowered = lower_all_ranks(plan, job, mode, plan_file, programs, report.problems);
+    report.summary.lowering_ms += elapsed_ms(start);
+    const Clock::time_point checked = Clock::now();
     if (lowered) check_programs(plan, job, programs, plan_file, report);
+    report.summary.checking_ms += elapsed_ms(checked);
   }
   check_memory(plan, plan_file, report);
   return report;
@@ -398,10 +443,10 @@ std::string plan_check_summary_text(const PlanCheckReport& report, const std::st
   }
   return fmt::format(
       "{}: ok: {} ranks, {} instructions, {} collective groups consistent, {} transfers "
-      "matched, no wait cycle, memory {} (peak {:.1f} GiB of {:.1f} GiB)",
+      "matched, no wait cycle, memory {} (peak {} of {})",
       plan_file, s.ranks, s.instructions, s.collective_groups, s.transfers,
       s.peak_memory_bytes <= s.usable_memory_bytes ? "fits" : "over budget (--allow-oom)",
-      s.peak_memory_bytes / kGiB, s.usable_memory_bytes / kGiB);
+      bytes_text(s.peak_memory_bytes), bytes_text(s.usable_memory_bytes));
 }
 
 }  // namespace dhelix

@@ -48,6 +48,8 @@ struct PlanCheckSummary {
   int64_t transfers = 0;          ///< send/receive pairs matched
   int64_t peak_memory_bytes = 0;  ///< the largest stage total of the dhelix scheme
   int64_t usable_memory_bytes = 0;
+  double lowering_ms = 0;  ///< wall time lowering every rank, both modes
+  double checking_ms = 0;  ///< wall time of checks 1 to 4, both modes
 };
 
 /// Every problem a check found (empty: the plan passes), warnings, and the summary.
@@ -60,9 +62,9 @@ struct PlanCheckReport {
 };
 
 /// Runs every check on `plan` (file name `plan_file`, for messages): lowers every rank in
-/// co-executed and sequential mode and checks the programs, then the memory. When a rank
-/// does not lower in a mode, the cross-rank checks of that mode are skipped (they would
-/// only repeat the lowering's problem). Throws only when plan.job is not a valid job.
+/// co-executed and sequential mode (on every core) and checks the programs, then the memory. When a
+/// rank does not lower in a mode, the cross-rank checks of that mode are skipped (they would only
+/// repeat the lowering's problem). Throws only when plan.job is not a valid job.
 PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file);
 
 /// check_plan, then throws Error(kInvalidInput) listing every problem (one per line).

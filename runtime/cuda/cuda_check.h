@@ -33,6 +33,8 @@ void check_nccl(ncclResult_t result, const char* call, const char* file, int lin
 /// Name of a cuBLAS status ("CUBLAS_STATUS_NOT_SUPPORTED"); cuBLAS has no such function
 /// before 11.4 and its text is terse, so dhelix keeps its own table.
 const char* cublas_status_name(cublasStatus_t status);
+/// Name of an NCCL result ("ncclSystemError"); NCCL only has the text (ncclGetErrorString).
+const char* nccl_result_name(ncclResult_t result);
 
 }  // namespace dhelix::cuda
 

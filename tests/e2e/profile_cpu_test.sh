@@ -89,5 +89,16 @@ if [ -s "$scratch/p.json" ]; then
   fi
 fi
 
+# --- 4. ... and the plan made from measured numbers trains, co-executed == sequential ---------
+if [ -s "$scratch/plan.json" ]; then
+  if "$mpirun" --oversubscribe -np 2 "$bin_dir/dhelix-run" --plan "$scratch/plan.json" \
+    --data "$src_dir/examples/data/corpus.txt" --steps 1 --verify >"$scratch/stdout" \
+    2>"$scratch/stderr" && grep -q "bitwise equal on 2 ranks" "$scratch/stdout"; then
+    pass "dhelix-run --verify on the plan from the measured profile"
+  else
+    fail "dhelix-run --verify on the measured plan" "$(head -c 2000 "$scratch/stderr")"
+  fi
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

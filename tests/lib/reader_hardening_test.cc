@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "lib/cluster_reader.h"
 #include "lib/error.h"
 #include "lib/json_reader.h"
 
@@ -43,6 +44,21 @@ TEST(ReaderHardeningTest, DeepNestingIsAnErrorNotAStackOverflow) {
   EXPECT_TRUE(parse_json_text(allowed, "f.json").is_array());
   // Brackets inside strings do not count.
   EXPECT_TRUE(parse_json_text("[\"" + std::string(1000, '[') + "\"]", "f.json").is_array());
+}
+
+TEST(ReaderHardeningTest, NodeAndGpuCountsAreBoundedSoWorldSizesCannotOverflow) {
+  // num_nodes = 2^62 with 8 GPUs per node overflowed num_nodes · gpus_per_node (UBSan in the
+  // job fuzzer); each count is now at most 2^20.
+  const Json json = parse_json_text(R"({"schema_version": "1.0.0", "name": "big", "base": "a40",
+      "num_nodes": 4611686018427387904, "gpus_per_node": 1048577, "nics_per_node": 1048576})",
+                                    "c.json");
+  ProblemList problems;
+  cluster_from_json(json, "c.json", problems);
+  ASSERT_EQ(problems.problems().size(), 2u);
+  EXPECT_EQ(problems.problems()[0].to_string(),
+            "c.json: /gpus_per_node: 1048577 must be at most 1048576");
+  EXPECT_EQ(problems.problems()[1].to_string(),
+            "c.json: /num_nodes: 4611686018427387904 must be at most 1048576");
 }
 
 }  // namespace
