@@ -78,6 +78,8 @@ class Lowering {
                                         int64_t layer) const;
   int64_t need_input(int64_t micro_batch, int64_t layer);
   int64_t need_gradient(int64_t micro_batch, int64_t layer);
+  Instruction transfer(InstructionKind kind, int64_t micro_batch, int64_t layer, bool gradient,
+                       int64_t other_stage) const;
   int64_t receive(int64_t micro_batch, int64_t layer, bool gradient, int64_t from_stage);
   void send(int64_t producer, int64_t micro_batch, int64_t layer, bool gradient, int64_t to_stage);
   void produced_input(int64_t producer, int64_t micro_batch, int64_t layer);
@@ -127,8 +129,8 @@ Lowering::Lowering(const Plan& plan, const JobSpec& job, int64_t rank, Execution
   extras_ = build_stage_extras(job, rank, stage_->embedding, stage_->head_loss);
   const ParallelSpec& p = job.parallel;
   const int64_t tokens = p.micro_batch_size * p.seq_length / p.cp;
-  boundary_bytes_ = (p.sp ? tokens / p.tp : tokens) * job.model.hidden_size *
-                    dtype_bytes(job.model.dtype);
+  boundary_bytes_ =
+      (p.sp ? tokens / p.tp : tokens) * job.model.hidden_size * dtype_bytes(job.model.dtype);
   program_.rank = rank;
   program_.stage = stage_->stage;
   program_.mode = mode;
@@ -337,8 +339,8 @@ std::vector<int64_t> Lowering::predecessor_deps(const LayerDag& dag, int64_t ind
   for (int64_t p : dag.predecessors(index)) {
     auto it = produced_.find({micro_batch, layer, dag.op(p).id});
     if (it == produced_.end()) {
-      fail(fmt::format("{} runs before its input {} (layer {}, micro-batch {})",
-                       dag.op(index).id, dag.op(p).id, layer, micro_batch));
+      fail(fmt::format("{} runs before its input {} (layer {}, micro-batch {})", dag.op(index).id,
+                       dag.op(p).id, layer, micro_batch));
     }
     deps.push_back(it->second);
   }
@@ -427,43 +429,41 @@ int64_t Lowering::need_gradient(int64_t micro_batch, int64_t layer) {
   if (it != gradient_of_.end()) return it->second;
   const int64_t from = layer == num_layers_ - 1 ? head_stage_ : owner_of_layer(layer + 1);
   if (from == stage_->stage) {
-    fail(fmt::format("the gradient of layer {}'s output for micro-batch {} is used before it is "
-                     "produced",
-                     layer, micro_batch));
+    fail(
+        fmt::format("the gradient of layer {}'s output for micro-batch {} is used before it is "
+                    "produced",
+                    layer, micro_batch));
   }
   return receive(micro_batch, layer, true, from);
 }
 
-int64_t Lowering::receive(int64_t micro_batch, int64_t layer, bool gradient, int64_t from_stage) {
+Instruction Lowering::transfer(InstructionKind kind, int64_t micro_batch, int64_t layer,
+                               bool gradient, int64_t other_stage) const {
   Instruction instruction;
-  instruction.kind = InstructionKind::kRecv;
+  instruction.kind = kind;
   instruction.op = gradient ? "p2p.gradient" : "p2p.activation";
   instruction.layer = layer;
   instruction.micro_batch = micro_batch;
   instruction.stream = "cross_comm";
   instruction.group = "pp";
   instruction.bytes = boundary_bytes_;
-  instruction.peer = peer_rank(from_stage);
+  instruction.peer = peer_rank(other_stage);
   instruction.tag = transfer_tag(micro_batch, layer, gradient, num_layers_);
   instruction.gradient = gradient;
-  const int64_t at = push(std::move(instruction));
+  return instruction;
+}
+
+int64_t Lowering::receive(int64_t micro_batch, int64_t layer, bool gradient, int64_t from_stage) {
+  const int64_t at =
+      push(transfer(InstructionKind::kRecv, micro_batch, layer, gradient, from_stage));
   (gradient ? gradient_of_ : input_of_)[{micro_batch, layer}] = at;
   return at;
 }
 
 void Lowering::send(int64_t producer, int64_t micro_batch, int64_t layer, bool gradient,
                     int64_t to_stage) {
-  Instruction instruction;
-  instruction.kind = InstructionKind::kSend;
-  instruction.op = gradient ? "p2p.gradient" : "p2p.activation";
-  instruction.layer = layer;
-  instruction.micro_batch = micro_batch;
-  instruction.stream = "cross_comm";
-  instruction.group = "pp";
-  instruction.bytes = boundary_bytes_;
-  instruction.peer = peer_rank(to_stage);
-  instruction.tag = transfer_tag(micro_batch, layer, gradient, num_layers_);
-  instruction.gradient = gradient;
+  Instruction instruction =
+      transfer(InstructionKind::kSend, micro_batch, layer, gradient, to_stage);
   instruction.deps = {producer};
   push(std::move(instruction));
 }

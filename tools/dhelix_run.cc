@@ -21,8 +21,7 @@ namespace {
 
 void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
   app.add_option("--plan", o.plan_file, "Plan file written by dhelix-plan")->required();
-  app.add_option("--job", o.job_file,
-                 "Job file: refuse the plan unless it was made for this job");
+  app.add_option("--job", o.job_file, "Job file: refuse the plan unless it was made for this job");
   app.add_option("--data", o.data_file, "Training data (examples/data/corpus.txt)")->required();
   app.add_option("--data-format", o.data_format, "text (bytes), uint16 or uint32 token ids")
       ->capture_default_str();
@@ -61,9 +60,9 @@ int main(int argc, char** argv) {
     return dhelix::exit_status(error.code());
   }
   const bool several = mpi->world_size() > 1;
-  const std::string name =
-      several && mpi->world_rank() > 0 ? fmt::format("dhelix-run (rank {})", mpi->world_rank())
-                                       : "dhelix-run";
+  const std::string name = several && mpi->world_rank() > 0
+                               ? fmt::format("dhelix-run (rank {})", mpi->world_rank())
+                               : "dhelix-run";
   auto options = std::make_shared<dhelix::rt::TrainOptions>();
   bool agreed = false;
   const int status = dhelix::run_tool(name, argc, argv, [&](CLI::App& app) {

@@ -142,8 +142,8 @@ class Execution {
   }
 
   static OpRef ref_of(const Instruction& instruction) {
-    return {.op = instruction.op, .layer = instruction.layer,
-            .micro_batch = instruction.micro_batch};
+    return {
+        .op = instruction.op, .layer = instruction.layer, .micro_batch = instruction.micro_batch};
   }
 
   double* busy_counter(const std::string& stream) {
@@ -187,8 +187,8 @@ class Execution {
       const Instruction& instruction = program_.instructions[i];
       std::vector<const Completion*> waits;
       for (int64_t dep : instruction.deps) waits.push_back(&done[static_cast<size_t>(dep)]);
-      auto it = streams.find(instruction.kind == InstructionKind::kRecv ? "receive"
-                                                                         : instruction.stream);
+      auto it =
+          streams.find(instruction.kind == InstructionKind::kRecv ? "receive" : instruction.stream);
       DHELIX_CHECK(it != streams.end());
       it->second->enqueue(std::move(work_[i]), std::move(waits), &done[i]);
     }

@@ -26,8 +26,8 @@ void AdamW::step(const std::vector<ParameterView>& params, int64_t t,
   const kernels::AdamWStep step = kernels::make_adamw_step(
       t, settings.lr, settings.beta1, settings.beta2, settings.eps, settings.weight_decay);
   for (size_t i = 0; i < params.size(); ++i) {
-    cpu::adamw_update(step, params[i].count, params[i].gradient, params[i].values,
-                      first_[i].data(), second_[i].data());
+    cpu::adamw_update(step, params[i].count, params[i].gradient, params[i].values, first_[i].data(),
+                      second_[i].data());
   }
 }
 

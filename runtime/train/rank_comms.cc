@@ -15,8 +15,8 @@ CommSlot slot_of(const std::string& stream) {
 }
 
 ParallelDim dim_of(const std::string& name) {
-  for (ParallelDim dim : {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp, ParallelDim::kDp,
-                          ParallelDim::kPp}) {
+  for (ParallelDim dim :
+       {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp, ParallelDim::kDp, ParallelDim::kPp}) {
     if (name == parallel_dim_name(dim)) return dim;
   }
   throw Error(ErrorCode::kInvalidInput, fmt::format("plan: unknown process group '{}'", name));

@@ -69,9 +69,9 @@ TokenSource load_tokens(const TrainOptions& options, const JobSpec& job) {
     if (options.data_format == "uint32") {
       return TokenSource::from_token_file(options.data_file, TokenWidth::kUint32);
     }
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("--data-format: '{}' is not one of text, uint16, uint32",
-                            options.data_format));
+    throw Error(
+        ErrorCode::kInvalidInput,
+        fmt::format("--data-format: '{}' is not one of text, uint16, uint32", options.data_format));
   }();
   source.check_vocab(job.model.vocab_size,
                      fmt::format("{}: /job/model/vocab_size", options.plan_file));
@@ -187,7 +187,8 @@ void Trainer::agree_on_setup(std::exception_ptr failure) {
   check_mpi(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
             "MPI_Allreduce");
   if (any_failed == 0) return;
-  if (!failure) throw SetupFailure(ErrorCode::kInvalidInput, "stopped: another rank failed to start");
+  if (!failure)
+    throw SetupFailure(ErrorCode::kInvalidInput, "stopped: another rank failed to start");
   try {
     std::rethrow_exception(failure);
   } catch (const Error& error) {
@@ -196,8 +197,7 @@ void Trainer::agree_on_setup(std::exception_ptr failure) {
 }
 
 void Trainer::build_model() {
-  const RankProgram program =
-      lower_rank_program(plan_, job_, rank_, ExecutionMode::kCoExecuted);
+  const RankProgram program = lower_rank_program(plan_, job_, rank_, ExecutionMode::kCoExecuted);
   co_executed_ = program;
   sequential_ = lower_rank_program(plan_, job_, rank_, ExecutionMode::kSequential);
   const PlanStage* stage = nullptr;
@@ -220,8 +220,8 @@ void Trainer::start_iteration(int64_t step) {
   model_->set_loss_scale(1.0f / static_cast<float>(global_tokens()));
   for (int64_t mb = 0; mb < micro_batches(); ++mb) {
     MicroBatchTokens batch;
-    fill_micro_batch(*tokens_, step, coordinates_.dp, p.dp, mb, micro_batches(),
-                     p.micro_batch_size, p.seq_length, batch.tokens, batch.targets);
+    fill_micro_batch(*tokens_, step, coordinates_.dp, p.dp, mb, micro_batches(), p.micro_batch_size,
+                     p.seq_length, batch.tokens, batch.targets);
     model_->set_tokens(mb, std::move(batch));
   }
 }
@@ -240,8 +240,9 @@ bool Trainer::verify(int64_t step, double& co_executed_us, double& sequential_us
   const IterationSnapshot actual = take_snapshot(*model_);
   const std::optional<std::string> difference = first_difference(expected, actual);
   if (difference) {
-    std::cerr << fmt::format("dhelix-run: verify: step {}: rank {}: co-executed vs sequential: {}\n",
-                             step + 1, rank_, *difference);
+    std::cerr << fmt::format(
+        "dhelix-run: verify: step {}: rank {}: co-executed vs sequential: {}\n", step + 1, rank_,
+        *difference);
   }
   float mismatches = difference ? 1.0f : 0.0f;
   comms_->main_world().all_reduce_sum(&mismatches, 1);
@@ -262,10 +263,9 @@ float Trainer::global_loss() {
 void Trainer::report(int64_t step, float loss, double step_seconds) {
   if (rank_ != 0) return;
   if (options_.progress) {
-    out_ << fmt::format("step {:>4}/{}  loss {:.4f}  {:>9.0f} tokens/s  {:.3f} s  {}\n",
-                        step + 1, options_.steps, loss,
-                        static_cast<double>(global_tokens()) / step_seconds, step_seconds,
-                        progress_bar(step + 1, options_.steps));
+    out_ << fmt::format("step {:>4}/{}  loss {:.4f}  {:>9.0f} tokens/s  {:.3f} s  {}\n", step + 1,
+                        options_.steps, loss, static_cast<double>(global_tokens()) / step_seconds,
+                        step_seconds, progress_bar(step + 1, options_.steps));
     out_.flush();
   }
   if (!options_.loss_log.empty()) {
@@ -307,8 +307,7 @@ int Trainer::run() {
                           comms_->main_group(ParallelDim::kDp));
     adamw_->step(params, step + 1, options_.adamw);
     const float loss = global_loss();
-    report(step, loss,
-           std::chrono::duration<double>(Clock::now() - start).count());
+    report(step, loss, std::chrono::duration<double>(Clock::now() - start).count());
     const bool last = step + 1 == options_.steps;
     const bool due = options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0;
     if (!options_.checkpoint_dir.empty() && (last || due)) save_checkpoint(step + 1);
@@ -331,17 +330,17 @@ void Trainer::save_checkpoint(int64_t completed_steps) {
   const std::vector<ParameterView> params = model_->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     shard.tensors.push_back({params[i].name, params[i].values, params[i].count});
-    shard.tensors.push_back({"adam_m/" + params[i].name, adamw_->first_moment(i).data(),
-                             params[i].count});
-    shard.tensors.push_back({"adam_v/" + params[i].name, adamw_->second_moment(i).data(),
-                             params[i].count});
+    shard.tensors.push_back(
+        {"adam_m/" + params[i].name, adamw_->first_moment(i).data(), params[i].count});
+    shard.tensors.push_back(
+        {"adam_v/" + params[i].name, adamw_->second_moment(i).data(), params[i].count});
   }
   const std::string tmp = temporary_step_dir(dir, completed_steps);
   write_rank_shard(tmp, shard);
   world.barrier();
   if (rank_ == 0) {
-    write_manifest(tmp, make_manifest(tmp, job_.name, completed_steps, world_size_,
-                                      sha256_hex(plan_bytes_)));
+    write_manifest(
+        tmp, make_manifest(tmp, job_.name, completed_steps, world_size_, sha256_hex(plan_bytes_)));
     publish_step(dir, completed_steps);
     out_ << fmt::format("checkpoint: {} (step {})\n", step_dir(dir, completed_steps),
                         completed_steps);

@@ -26,9 +26,9 @@ class SetupFailure : public Error {
 
 struct TrainOptions {
   std::string plan_file;
-  std::string job_file;       ///< optional: refuse the plan unless it was made for this job
-  int64_t steps = 10;         ///< steps to run (in all, counting those a resume skips)
-  std::string data_file;      ///< training tokens
+  std::string job_file;              ///< optional: refuse the plan unless it was made for this job
+  int64_t steps = 10;                ///< steps to run (in all, counting those a resume skips)
+  std::string data_file;             ///< training tokens
   std::string data_format = "text";  ///< "text" (bytes), "uint16", "uint32"
   std::string checkpoint_dir;        ///< "" = no checkpoints
   int64_t checkpoint_every = 0;      ///< steps between checkpoints; 0 = only at the end

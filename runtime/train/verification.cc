@@ -37,8 +37,7 @@ IterationSnapshot take_snapshot(StageModel& model) {
 std::optional<std::string> first_difference(const IterationSnapshot& expected,
                                             const IterationSnapshot& actual) {
   if (expected.losses.size() != actual.losses.size()) {
-    return fmt::format("{} micro-batch losses vs {}", expected.losses.size(),
-                       actual.losses.size());
+    return fmt::format("{} micro-batch losses vs {}", expected.losses.size(), actual.losses.size());
   }
   if (int64_t i = first_bit_difference(expected.losses, actual.losses); i >= 0) {
     return fmt::format("loss of micro-batch {} differs: {} vs {}", i,

@@ -74,8 +74,7 @@ TEST(RankProgram, EveryLayerOpRunsOncePerMicroBatch) {
 
 TEST(RankProgram, CoExecutedBlocksEndInBarriers) {
   const Loaded l = load("tiny-tp2");
-  const RankProgram program =
-      lower_rank_program(l.plan, l.job, 0, ExecutionMode::kCoExecuted);
+  const RankProgram program = lower_rank_program(l.plan, l.job, 0, ExecutionMode::kCoExecuted);
   // Find the first instruction of block 1 of some SI task: it depends on the last
   // instruction of block 0 on each stream block 0 used.
   for (size_t i = 1; i < program.instructions.size(); ++i) {
@@ -88,8 +87,7 @@ TEST(RankProgram, CoExecutedBlocksEndInBarriers) {
       if (b.task == ins.task && b.block == 0) last[b.stream] = static_cast<int64_t>(j);
     }
     for (const auto& [stream, index] : last) {
-      EXPECT_TRUE(std::find(ins.deps.begin(), ins.deps.end(), index) != ins.deps.end())
-          << stream;
+      EXPECT_TRUE(std::find(ins.deps.begin(), ins.deps.end(), index) != ins.deps.end()) << stream;
     }
     return;
   }
@@ -162,10 +160,10 @@ TEST(PlanJob, PlanForAnotherJobIsRefused) {
         << what;
   }
   // Its own job passes.
-  check_plan_matches_job(l.plan, "tiny-tp2.json",
-                         read_job_file(std::string(DHELIX_SOURCE_DIR) +
-                                       "/examples/jobs/tiny-tp2.json"),
-                         "tiny-tp2.json");
+  check_plan_matches_job(
+      l.plan, "tiny-tp2.json",
+      read_job_file(std::string(DHELIX_SOURCE_DIR) + "/examples/jobs/tiny-tp2.json"),
+      "tiny-tp2.json");
 }
 
 }  // namespace
