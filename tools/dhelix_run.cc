@@ -42,6 +42,10 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
                "losses and gradients");
   app.add_flag("--sequential", o.sequential,
                "Train with the sequential schedule instead of the plan's co-execution");
+  app.add_option("--jitter-us", o.jitter_us,
+                 "Sleep a random 0..N us before every op: shakes the streams' timing so that "
+                 "--verify exposes a missing dependency")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   app.add_option("--blas-threads", o.blas_threads, "OpenBLAS threads per rank")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -38,12 +39,12 @@ void run_collective(const CollectiveRequest& request, Communicator& comm) {
 class Execution {
  public:
   Execution(const Plan& plan, const RankProgram& program, StageModel& model,
-            CommunicatorDirectory& comms, FailureHandler on_failure)
+            CommunicatorDirectory& comms, ExecutionOptions options)
       : plan_(plan),
         program_(program),
         model_(model),
         comms_(comms),
-        on_failure_(std::move(on_failure)) {}
+        options_(std::move(options)) {}
 
   ExecutionStats run() {
     const size_t n = program_.instructions.size();
@@ -90,7 +91,9 @@ class Execution {
     double* busy = instruction.kind == InstructionKind::kRecv ? &stats_.receive_wait_us
                                                               : busy_counter(instruction.stream);
     std::string where = describe_instruction(plan_, program_, instruction);
-    return [work = std::move(work), where = std::move(where), busy] {
+    const int64_t jitter_us = jitter_for(index);
+    return [work = std::move(work), where = std::move(where), busy, jitter_us] {
+      if (jitter_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter_us));
       const Clock::time_point start = Clock::now();
       try {
         work();
@@ -101,6 +104,16 @@ class Execution {
       }
       *busy += elapsed_us(start);  // one stream, one thread: no race
     };
+  }
+
+  // splitmix64 of (seed, index): the same delays in every run with the same seed.
+  int64_t jitter_for(size_t index) const {
+    if (options_.jitter_us <= 0) return 0;
+    uint64_t z = options_.jitter_seed + 0x9e3779b97f4a7c15ULL * (index + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return static_cast<int64_t>(z % static_cast<uint64_t>(options_.jitter_us + 1));
   }
 
   std::function<void()> bind_work(const Instruction& instruction, size_t index) {
@@ -168,13 +181,13 @@ class Execution {
     try {
       for (auto& work : work_) work();
     } catch (...) {
-      if (on_failure_) on_failure_(std::current_exception());
+      if (options_.on_failure) options_.on_failure(std::current_exception());
       throw;
     }
   }
 
   void run_on_streams() {
-    auto failure = std::make_shared<FailureState>(on_failure_);
+    auto failure = std::make_shared<FailureState>(options_.on_failure);
     std::map<std::string, std::unique_ptr<Stream>> streams;
     // Waiting for a receive blocks its thread, so receives get a stream of their own: a
     // communication stream stuck on a late message would hold back the collectives queued
@@ -200,7 +213,7 @@ class Execution {
   const RankProgram& program_;
   StageModel& model_;
   CommunicatorDirectory& comms_;
-  FailureHandler on_failure_;
+  ExecutionOptions options_;
   std::vector<std::function<void()>> work_;
   std::vector<std::unique_ptr<TransferRequest>> transfers_;
   ExecutionStats stats_;
@@ -209,8 +222,8 @@ class Execution {
 }  // namespace
 
 ExecutionStats execute_program(const Plan& plan, const RankProgram& program, StageModel& model,
-                               CommunicatorDirectory& comms, FailureHandler on_failure) {
-  return Execution(plan, program, model, comms, std::move(on_failure)).run();
+                               CommunicatorDirectory& comms, ExecutionOptions options) {
+  return Execution(plan, program, model, comms, std::move(options)).run();
 }
 
 }  // namespace dhelix::rt

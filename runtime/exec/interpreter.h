@@ -50,10 +50,21 @@ struct ExecutionStats {
   int64_t instructions = 0;
 };
 
+/// How to execute, besides the program's own mode.
+struct ExecutionOptions {
+  /// Before each instruction, sleep a pseudo-random 0..jitter_us microseconds (a fixed
+  /// sequence per instruction and `jitter_seed`). Timing then varies far more than it
+  /// does naturally, so a missing dependency, which lets an op read a buffer before it is
+  /// written, shows up as a --verify difference instead of hiding behind lucky timing.
+  int64_t jitter_us = 0;
+  uint64_t jitter_seed = 0;
+  /// Called with the first failure (runtime/exec/stream.h), e.g. to abort the job.
+  FailureHandler on_failure;
+};
+
 /// Runs `program` (lowered from `plan` for this rank) on `model`. The model must have its
-/// micro-batches' tokens set and start_iteration() called. Throws the first failure, after
-/// passing it to `on_failure` (runtime/exec/stream.h) when one is given.
+/// micro-batches' tokens set and start_iteration() called. Throws the first failure.
 ExecutionStats execute_program(const Plan& plan, const RankProgram& program, StageModel& model,
-                               CommunicatorDirectory& comms, FailureHandler on_failure = {});
+                               CommunicatorDirectory& comms, ExecutionOptions options = {});
 
 }  // namespace dhelix::rt

@@ -228,7 +228,10 @@ void Trainer::start_iteration(int64_t step) {
 
 ExecutionStats Trainer::iterate(int64_t step, const RankProgram& program) {
   start_iteration(step);
-  return execute_program(plan_, program, *model_, *comms_, abort_on_failure(world_size_));
+  ExecutionOptions execution{.jitter_us = options_.jitter_us,
+                             .jitter_seed = static_cast<uint64_t>(step * world_size_ + rank_),
+                             .on_failure = abort_on_failure(world_size_)};
+  return execute_program(plan_, program, *model_, *comms_, std::move(execution));
 }
 
 // Runs step `step` both ways; true when every rank matched. Leaves the sequential run's

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # dhelix-run end to end under mpirun, on the shipped tiny CPU plans (examples/plans/tiny-*):
 #   1. --verify: the plan's co-executed schedule and the sequential one give bitwise-equal
-#      losses and gradients, for TP2 x PP2 (4 ranks), DP2 x TP2 (4 ranks) and TP2 (2 ranks);
+#      losses and gradients, for TP2 x PP2 (4 ranks), DP2 x TP2 (4 ranks) and TP2 (2 ranks),
+#      with random delays before every op (--jitter-us) so that timing cannot hide a missing
+#      dependency (removing the cross-stream waits of the interpreter makes this fail);
 #   2. training on the shipped corpus lowers the loss;
 #   3. 6 steps in one run == 3 steps + a resume of 3 more, bit for bit;
 #   4. bad input (plan for another job, too few ranks, missing files, resume without a
@@ -37,7 +39,7 @@ expect_failure() { # expect_failure RANKS FRAGMENT ARGS...
 # 1. Equivalence of the schedules.
 for case in "tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-tp2 2"; do
   read -r plan ranks <<<"$case"
-  if ! run "$ranks" --plan "$plans/$plan.json" --steps 2 --verify; then
+  if ! run "$ranks" --plan "$plans/$plan.json" --steps 2 --verify --jitter-us 200; then
     fail "$plan --verify"
     cat "$work/out"
   elif [[ $(grep -c "bitwise equal on $ranks ranks" "$work/out") != 2 ]]; then
