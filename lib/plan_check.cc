@@ -371,10 +371,11 @@ void check_memory(const Plan& plan, const std::string& plan_file, PlanCheckRepor
     if (m.total_bytes <= usable) continue;
     over = true;
     const std::string rule = fmt::format(
-        "stage {} needs {:.2f} GiB (weights {:.2f}, gradients {:.2f}, optimizer {:.2f}, "
-        "activations {:.2f}) but {} offers {:.2f} GiB usable",
-        m.stage, m.total_bytes / kGiB, m.weight_bytes / kGiB, m.gradient_bytes / kGiB,
-        m.optimizer_bytes / kGiB, m.activation_bytes / kGiB, plan.memory_budget.gpu, usable / kGiB);
+        "stage {} needs {} ({} bytes: weights {}, gradients {}, optimizer states {}, "
+        "activations {}) but the {} offers {} usable",
+        m.stage, bytes_text(m.total_bytes), m.total_bytes, bytes_text(m.weight_bytes),
+        bytes_text(m.gradient_bytes), bytes_text(m.optimizer_bytes), bytes_text(m.activation_bytes),
+        plan.memory_budget.gpu, bytes_text(usable));
     const std::string pointer = fmt::format("/schemes/{}/memory/{}", scheme_index, s);
     if (plan.options.allow_oom) {
       report.warnings.push_back(

@@ -348,15 +348,17 @@ void WorldSimulation::report_stuck(const std::string& plan_file, ProblemList& pr
     } else if (g >= 0 && color[static_cast<size_t>(g)] == 1 && cycles++ < kMaxReported) {
       size_t first = 0;
       while (path[first].first != g) ++first;
-      std::string text = "; wait cycle: ";
+      // "A waits for its send B, which is queued behind C, ..., which waits for ... A".
+      std::string text = "; wait cycle: " + describe(g);
+      const size_t steps = path.size() - first;
       for (size_t i = first; i < path.size() && i < first + kMaxCycleSteps; ++i) {
-        text += fmt::format("{}{} {} ", i == first ? "" : ", which ", describe(path[i].first),
-                            path[i].second.why);
+        const int64_t next = i + 1 < path.size() ? path[i + 1].first : g;
+        text += fmt::format("{}{} {}", i == first ? " " : ", which ", path[i].second.why,
+                            describe(next));
       }
-      if (path.size() - first > kMaxCycleSteps) {
-        text += fmt::format("... ({} more steps) ", path.size() - first - kMaxCycleSteps);
-      }
-      report(g, text + describe(g));
+      if (steps > kMaxCycleSteps)
+        text += fmt::format(", ... ({} more steps)", steps - kMaxCycleSteps);
+      report(g, text);
     }
     for (const auto& step : path) color[static_cast<size_t>(step.first)] = 2;
   }

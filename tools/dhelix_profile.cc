@@ -1,11 +1,13 @@
 // dhelix-profile: times every operator of a job's layer DAGs, and every pair the planner may
 // overlap, and writes a profile (schemas/profile.schema.json). The `model` backend uses the
 // analytic cost model (docs/cost-model.md); `cpu` measures the CPU runtime's kernels and MPI
-// collectives on every rank of an MPI job (profiler/cpu/cpu_backend.h); `cuda` arrives with
-// the GPU runtime.
+// collectives on every rank of an MPI job (profiler/cpu/cpu_backend.h); `cuda` measures cuBLAS
+// GEMMs and NCCL collectives on every GPU of the job (profiler/cuda/cuda_backend.h,
+// docs/gpu.md).
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -13,6 +15,10 @@
 #include "lib/profile.h"
 #include "lib/provenance.h"
 #include "profiler/cpu/cpu_backend.h"
+#ifdef DHELIX_WITH_CUDA
+#include "profiler/cuda/cuda_backend.h"
+#include "profiler/cuda/cuda_setup.h"
+#endif
 #include "profiler/model_backend.h"
 #include "runtime/comm/mpi_environment.h"
 #include "tools/job_cli.h"
@@ -31,6 +37,7 @@ struct ProfileOptions {
   int64_t warmup = 3;  // tiny-tp2 on 2 cores: about 3 s in all
   int64_t samples = 15;
   int blas_threads = 1;
+  int64_t max_samples = 200;  // cuda: --samples is the minimum, this the cap
   std::vector<std::string> argv;
 };
 
@@ -57,6 +64,10 @@ void add_profile_options(CLI::App& app, ProfileOptions& options) {
   app.add_option("--blas-threads", options.blas_threads, "cpu: OpenBLAS threads per rank")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_option("--max-samples", options.max_samples,
+                 "cuda: most timed runs per op and pair (fewer once the median is known to 1 %)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
 }
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal.
@@ -87,21 +98,42 @@ Profile measure_on_cpu(const ProfileOptions& options, const JobSpec& job, const 
                           environment.world_rank() == 0 ? progress_bar() : ProgressCallback{});
 }
 
+// Every rank measures on its own GPU; the profile pools all ranks' samples.
+Profile measure_on_cuda(const ProfileOptions& options, const JobSpec& job, const OrderedJson& meta,
+                        MpiSession& mpi) {
+#ifdef DHELIX_WITH_CUDA
+  const rt::MpiEnvironment& environment = *mpi.environment;
+  // A machine without GPUs, or the wrong rank count, fails every rank alike: no collective yet.
+  check_cuda_device_present();
+  cuda_profile::check_cuda_world_size(job, environment.world_size());
+  mpi.measuring = true;
+  const CudaProfileOptions cuda{
+      .sampling = {.warmup = options.warmup,
+                   .min_samples = std::min(options.samples, options.max_samples),
+                   .max_samples = options.max_samples},
+      .world_rank = environment.world_rank(),
+      .world_size = environment.world_size()};
+  return make_cuda_profile(job, meta, cuda,
+                           environment.world_rank() == 0
+                               ? cuda_profile::timed_progress_bar(kToolName)
+                               : ProgressCallback{});
+#else
+  (void)options, (void)job, (void)meta, (void)mpi;
+  throw Error(ErrorCode::kUnsupported,
+              "--backend cuda: this dhelix-profile was built without CUDA (configure with the "
+              "CUDA toolkit and NCCL installed; docs/gpu.md)");
+#endif
+}
+
 int profile(const ProfileOptions& options, MpiSession& mpi) {
-  // 1. The cuda backend comes with the GPU runtime.
-  if (options.backend == "cuda") {
-    throw Error(ErrorCode::kUnsupported,
-                "--backend " + options.backend +
-                    " is not available yet: measuring needs dhelix's runtime kernels, which "
-                    "this version does not ship; use --backend model");
-  }
   if (!options.list && options.output.empty()) {
     throw Error(ErrorCode::kInvalidInput, "<flags>: -o: an output file is required (or --list)");
   }
   // 2. --backend cpu runs on every rank of an MPI job: start MPI (not for --list).
   const bool cpu = options.backend == "cpu" && !options.list;
-  if (cpu) mpi.environment = std::make_unique<rt::MpiEnvironment>(nullptr, nullptr);
-  const bool lead = !cpu || mpi.environment->world_rank() == 0;
+  const bool cuda = options.backend == "cuda" && !options.list;
+  if (cpu || cuda) mpi.environment = std::make_unique<rt::MpiEnvironment>(nullptr, nullptr);
+  const bool lead = !(cpu || cuda) || mpi.environment->world_rank() == 0;
   // 3. Load the job file and flags into one validated job.
   const JobSpec job = load_job(options.job);
   if (lead) {
@@ -115,8 +147,9 @@ int profile(const ProfileOptions& options, MpiSession& mpi) {
   // 5. Model or measure every op and pair; rank 0 writes the profile atomically.
   const OrderedJson meta =
       provenance_to_json(make_provenance(kToolName, options.argv, job_input_files(job)));
-  const Profile result =
-      cpu ? measure_on_cpu(options, job, meta, mpi) : make_model_profile(job, meta, progress_bar());
+  const Profile result = cuda  ? measure_on_cuda(options, job, meta, mpi)
+                         : cpu ? measure_on_cpu(options, job, meta, mpi)
+                               : make_model_profile(job, meta, progress_bar());
   mpi.measuring = false;  // past the last collective: failures from here end ranks normally
   if (lead) write_profile(options.output, result);
   return 0;

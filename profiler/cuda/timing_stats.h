@@ -34,11 +34,11 @@ inline constexpr double kZ95 = 1.959964;
 /// How many runs an op (or a pair) gets. Invariants (check_sampling_policy): warmup >= 0,
 /// 1 <= min_samples <= max_samples, batch >= 1, target_relative_ci > 0.
 struct SamplingPolicy {
-  int64_t warmup = 3;                 ///< untimed runs first
-  int64_t min_samples = 15;           ///< timed runs always taken
-  int64_t max_samples = 200;          ///< timed runs at most
-  int64_t batch = 10;                 ///< timed runs added per round after min_samples
-  double target_relative_ci = 0.01;   ///< CI half-width / median to stop at (1 %)
+  int64_t warmup = 3;                ///< untimed runs first
+  int64_t min_samples = 15;          ///< timed runs always taken
+  int64_t max_samples = 200;         ///< timed runs at most
+  int64_t batch = 10;                ///< timed runs added per round after min_samples
+  double target_relative_ci = 0.01;  ///< CI half-width / median to stop at (1 %)
 };
 
 /// DHELIX_CHECKs the SamplingPolicy invariants.

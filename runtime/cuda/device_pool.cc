@@ -27,11 +27,11 @@ void* DevicePool::allocate(int64_t bytes) {
   }
   const int64_t grow = std::max(slab_bytes_, free_list_.rounded(bytes));
   if (!growth_allowed_) {
-    throw Error(ErrorCode::kInternal,
-                fmt::format("device pool: {} bytes requested inside an iteration, but only {} "
-                            "bytes are free in one block ({} in use of {} reserved)",
-                            bytes, free_list_.largest_free_bytes(), bytes_in_use(),
-                            bytes_reserved()));
+    throw Error(
+        ErrorCode::kInternal,
+        fmt::format("device pool: {} bytes requested inside an iteration, but only {} "
+                    "bytes are free in one block ({} in use of {} reserved)",
+                    bytes, free_list_.largest_free_bytes(), bytes_in_use(), bytes_reserved()));
   }
   void* slab = nullptr;
   try {

@@ -50,9 +50,9 @@ std::optional<uint64_t> PoolFreeList::allocate(int64_t bytes) {
 void PoolFreeList::release(uint64_t address) {
   auto used = used_.find(address);
   if (used == used_.end()) {
-    throw Error(ErrorCode::kInternal,
-                fmt::format("device pool: release of 0x{:x}, which is not a live allocation",
-                            address));
+    throw Error(
+        ErrorCode::kInternal,
+        fmt::format("device pool: release of 0x{:x}, which is not a live allocation", address));
   }
   Block block = used->second;
   used_.erase(used);

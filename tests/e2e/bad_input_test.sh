@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bad input files, end to end: every reader of every tool gets truncated files, wrong
 # types, huge and negative numbers, NaN, unknown keys, another schema major version,
-# mismatched provenance, a missing file, a directory, an empty file and binary garbage.
+# mismatched provenance, 200000 nested arrays, a missing file, a directory, an empty file
+# and binary garbage.
 # Each must end in a clear error (`<tool>: error: ...`) with the documented exit status,
 # never a crash, and must leave no output file (not even a temporary one) behind.
 # docs/reliability.md holds the table this test checks.
@@ -92,6 +93,7 @@ for reader, (file, int_path, real_path) in readers.items():
         other = json.loads(text)
         other["schema_version"] = "2.0.0"
         write(f"{reader}-schema-major", json.dumps(other, indent=2))
+    write(f"{reader}-deep", edited(int_path, None, "[" * 200000 + "]" * 200000))
     write(f"{reader}-empty", "")
     with open(f"{bad}/{reader}-garbage.json", "wb") as f:
         f.write(bytes((i * 167 + 13) % 256 for i in range(1024)))
@@ -198,6 +200,7 @@ plan job missing 3 does-not-exist.json: cannot open file for reading
 plan job directory 3 directory.json: is a directory, expected a file
 plan job empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan job garbage 2 not valid JSON: syntax error while parsing value - invalid literal
+plan job deep 2 arrays and objects nest more than 512 deep
 plan model truncated 2 not valid JSON: syntax error while parsing object key - unexpected end of input; expected string literal
 plan model wrong-type 2 model-wrong-type.json: /hidden_size: "4" is string, expected an integer
 plan model huge-number 2 model-huge-number.json: not valid JSON: number overflow parsing '1e400'
@@ -210,6 +213,7 @@ plan model missing 3 does-not-exist.json: cannot open file for reading
 plan model directory 3 directory.json: is a directory, expected a file
 plan model empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan model garbage 2 not valid JSON: syntax error while parsing value - invalid literal
+plan model deep 2 arrays and objects nest more than 512 deep
 plan hf truncated 2 not valid JSON: syntax error while parsing object key - invalid string: missing closing quote
 plan hf wrong-type 2 hf-wrong-type.json: /hidden_size: "4" is string, expected an integer
 plan hf huge-number 2 hf-huge-number.json: not valid JSON: number overflow parsing '1e400'
@@ -221,10 +225,11 @@ plan hf missing 3 does-not-exist.json: cannot open file for reading
 plan hf directory 3 directory.json: is a directory, expected a file
 plan hf empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan hf garbage 2 not valid JSON: syntax error while parsing value - invalid literal
+plan hf deep 2 arrays and objects nest more than 512 deep
 plan cluster truncated 2 not valid JSON: syntax error while parsing value - invalid string: missing closing quote
 plan cluster wrong-type 2 cluster-wrong-type.json: /gpus_per_node: "4" is string, expected an integer
 plan cluster huge-number 2 cluster-huge-number.json: not valid JSON: number overflow parsing '1e400'
-plan cluster int64-max 0 -
+plan cluster int64-max 2 cluster-int64-max.json: /gpus_per_node: 9223372036854775807 must be at most 1048576
 plan cluster negative-size 2 cluster-negative-size.json: /gpus_per_node: -4096 must be at least 1
 plan cluster nan 2 not valid JSON: syntax error while parsing value - invalid literal
 plan cluster unknown-key 2 cluster-unknown-key.json: /tensor_paralel: unknown key
@@ -233,6 +238,7 @@ plan cluster missing 3 does-not-exist.json: cannot open file for reading
 plan cluster directory 3 directory.json: is a directory, expected a file
 plan cluster empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan cluster garbage 2 not valid JSON: syntax error while parsing value - invalid literal
+plan cluster deep 2 arrays and objects nest more than 512 deep
 plan profile truncated 2 not valid JSON: syntax error while parsing object key - invalid string: missing closing quote
 plan profile wrong-type 2 profile-wrong-type.json: /ops/0/samples: "4" is string, expected an integer
 plan profile huge-number 2 profile-huge-number.json: not valid JSON: number overflow parsing '1e400'
@@ -246,6 +252,7 @@ plan profile missing 3 does-not-exist.json: cannot open file for reading
 plan profile directory 3 directory.json: is a directory, expected a file
 plan profile empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan profile garbage 2 not valid JSON: syntax error while parsing value - invalid literal
+plan profile deep 2 arrays and objects nest more than 512 deep
 profile job truncated 2 not valid JSON: syntax error while parsing value - invalid string: missing closing quote
 profile job wrong-type 2 job-wrong-type.json: /parallel/tp: "4" is string, expected an integer
 profile job huge-number 2 job-huge-number.json: not valid JSON: number overflow parsing '1e400'
@@ -258,6 +265,7 @@ profile job missing 3 does-not-exist.json: cannot open file for reading
 profile job directory 3 directory.json: is a directory, expected a file
 profile job empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 profile job garbage 2 not valid JSON: syntax error while parsing value - invalid literal
+profile job deep 2 arrays and objects nest more than 512 deep
 profile model truncated 2 not valid JSON: syntax error while parsing object key - unexpected end of input; expected string literal
 profile model wrong-type 2 model-wrong-type.json: /hidden_size: "4" is string, expected an integer
 profile model huge-number 2 model-huge-number.json: not valid JSON: number overflow parsing '1e400'
@@ -270,10 +278,11 @@ profile model missing 3 does-not-exist.json: cannot open file for reading
 profile model directory 3 directory.json: is a directory, expected a file
 profile model empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 profile model garbage 2 not valid JSON: syntax error while parsing value - invalid literal
+profile model deep 2 arrays and objects nest more than 512 deep
 profile cluster truncated 2 not valid JSON: syntax error while parsing value - invalid string: missing closing quote
 profile cluster wrong-type 2 cluster-wrong-type.json: /gpus_per_node: "4" is string, expected an integer
 profile cluster huge-number 2 cluster-huge-number.json: not valid JSON: number overflow parsing '1e400'
-profile cluster int64-max 0 -
+profile cluster int64-max 2 cluster-int64-max.json: /gpus_per_node: 9223372036854775807 must be at most 1048576
 profile cluster negative-size 2 cluster-negative-size.json: /gpus_per_node: -4096 must be at least 1
 profile cluster nan 2 not valid JSON: syntax error while parsing value - invalid literal
 profile cluster unknown-key 2 cluster-unknown-key.json: /tensor_paralel: unknown key
@@ -282,6 +291,7 @@ profile cluster missing 3 does-not-exist.json: cannot open file for reading
 profile cluster directory 3 directory.json: is a directory, expected a file
 profile cluster empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 profile cluster garbage 2 not valid JSON: syntax error while parsing value - invalid literal
+profile cluster deep 2 arrays and objects nest more than 512 deep
 diff plan truncated 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 diff plan wrong-type 2 plan-wrong-type.json: /num_micro_batches: "4" is string, expected an integer
 diff plan huge-number 2 plan-huge-number.json: not valid JSON: number overflow parsing '1e400'
@@ -295,6 +305,7 @@ diff plan missing 3 does-not-exist.json: cannot open file for reading
 diff plan directory 3 directory.json: is a directory, expected a file
 diff plan empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 diff plan garbage 2 not valid JSON: syntax error while parsing value - invalid literal
+diff plan deep 2 arrays and objects nest more than 512 deep
 CASES
 
 if [[ $table_mode -eq 0 ]]; then

@@ -1,0 +1,77 @@
+#pragma once
+// What the cuda profiler backend launches for an Op (kind + per-rank shape), decided on the
+// host without CUDA headers so that the choice is tested on machines without a GPU.
+// profiler/cuda/cuda_op_runner.h turns the plan into an enqueue-able closure.
+//
+// Kind -> launch (shapes as lib/dag_builder_ops.cc fills them; row-major C[m, n]):
+//   gemm, head, router    one cublasGemmEx of the op's m, n, k in the op's dtype with fp32
+//                         accumulation; the weight operand is transposed as Megatron's
+//                         linear layers store it: fwd C = A B^T ("TN"), dgrad C = A B
+//                         ("NN"), wgrad C = A^T B ("NT")
+//   grouped_gemm          cublasGemmStridedBatchedEx over op.shape.batch experts
+//   attention             APPROXIMATE: GEMMs of the op's FLOPs (m = batch * q_len rows,
+//                         k = heads * head_dim, n = flops / (2 m k)), split into `repeats`
+//                         launches of at most kMaxStandInColumns columns to bound memory;
+//                         a flash-attention kernel reaches a lower share of peak than a GEMM
+//   other compute ops     APPROXIMATE: a device-to-device copy of (bytes_read +
+//                         bytes_written) / 2 bytes, which moves the op's memory traffic
+//   all_gather            ncclAllGather, comm_bytes received (comm_bytes / n sent)
+//   reduce_scatter        ncclReduceScatter, comm_bytes sent (comm_bytes / n received)
+//   all_reduce            ncclAllReduce of comm_bytes
+//   all_to_all            ncclSend/ncclRecv of comm_bytes / n to and from every member
+//   send_recv             ncclSend of comm_bytes to the next member, ncclRecv from the
+//                         previous (one ring step)
+// Approximate stand-ins are listed in the profile's meta.measurement.approximate_ops.
+// Element counts are comm_bytes / dtype size rounded down to a multiple of the group size.
+
+#include <cstdint>
+#include <string>
+
+#include "lib/op_catalogue.h"
+
+namespace dhelix::cuda_profile {
+
+/// The most columns one attention stand-in GEMM has (bounds its output buffer).
+inline constexpr int64_t kMaxStandInColumns = 16384;
+
+enum class LaunchKind {
+  kGemm,  ///< cublasGemmEx (batch == 1) or strided batched (batch > 1)
+  kCopy,  ///< cudaMemcpyAsync device to device
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kAllToAll,
+  kSendRecv,
+};
+const char* launch_kind_name(LaunchKind kind);  ///< "gemm", "copy", "all_gather", ...
+
+/// A row-major GEMM C[m, n] = op(A)[m, k] op(B)[k, n], `batch` times over distinct operands,
+/// repeated `repeats` times on the same operands.
+struct GemmLaunch {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1;
+  int64_t repeats = 1;
+  bool transpose_a = false;  ///< A stored [k, m]
+  bool transpose_b = false;  ///< B stored [n, k]
+};
+
+/// What to launch for one op.
+struct OpLaunchPlan {
+  LaunchKind kind = LaunchKind::kCopy;
+  DType dtype = DType::kBf16;
+  GemmLaunch gemm;           ///< kGemm
+  int64_t copy_bytes = 0;    ///< kCopy
+  int64_t elements = 0;      ///< collectives: elements of the full buffer (see above)
+  int64_t group_size = 1;    ///< collectives
+  bool approximate = false;  ///< a stand-in, not the op's own kernel
+  std::string stand_in;      ///< what was launched instead, for meta; "" when exact
+
+  /// Bytes of device memory the launch's buffers take.
+  int64_t device_bytes() const;
+};
+
+/// The launch for `op` (see the file comment). Throws Error(kUnsupported) for a
+/// communication op whose group has fewer than 2 ranks (nothing to measure).
+OpLaunchPlan plan_cuda_op(const Op& op);
+
+}  // namespace dhelix::cuda_profile

@@ -1,0 +1,245 @@
+#include "profiler/cuda/cuda_op_runner.h"
+
+#include <algorithm>
+
+#include "lib/error.h"
+#include "profiler/cuda/cuda_setup.h"
+#include "runtime/comm/mpi_environment.h"
+#include "runtime/cuda/cuda_check.h"
+
+namespace dhelix::cuda_profile {
+namespace {
+
+// Host chunk the GEMM operands are filled from, elements.
+constexpr int64_t kFillChunkElements = int64_t{1} << 20;
+
+// Device memory freed with the last closure that uses it.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(int64_t bytes) {
+    DHELIX_CUDA(cudaMalloc(&data_, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+  }
+  ~DeviceBuffer() { (void)cudaFree(data_); }  // destructors must not throw
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return data_; }
+  char* bytes() const { return static_cast<char*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+};
+
+using Buffer = std::shared_ptr<DeviceBuffer>;
+
+Buffer zeroed(int64_t bytes) {
+  auto buffer = std::make_shared<DeviceBuffer>(bytes);
+  DHELIX_CUDA(cudaMemset(buffer->get(), 0, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+  return buffer;
+}
+
+// A buffer of `elements` random operands (random_operand_bytes), one host chunk repeated.
+Buffer random_operands(DType dtype, int64_t elements, uint64_t seed) {
+  const int64_t width = dtype_bytes(dtype);
+  auto buffer = std::make_shared<DeviceBuffer>(elements * width);
+  const std::vector<unsigned char> chunk =
+      random_operand_bytes(dtype, std::min(elements, kFillChunkElements), seed);
+  for (int64_t at = 0; at < elements; at += kFillChunkElements) {
+    const int64_t count = std::min(kFillChunkElements, elements - at);
+    DHELIX_CUDA(cudaMemcpy(buffer->bytes() + at * width, chunk.data(),
+                           static_cast<size_t>(count * width), cudaMemcpyHostToDevice));
+  }
+  return buffer;
+}
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kBf16:
+      return CUDA_R_16BF;
+    case DType::kFp16:
+      return CUDA_R_16F;
+    case DType::kFp32:
+      return CUDA_R_32F;
+  }
+  return CUDA_R_16BF;
+}
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kBf16:
+      return ncclBfloat16;
+    case DType::kFp16:
+      return ncclFloat16;
+    case DType::kFp32:
+      return ncclFloat32;
+  }
+  return ncclBfloat16;
+}
+
+// Row-major C[m, n] = op(A) op(B) as cuBLAS's column-major C^T = op(B)^T op(A)^T.
+Enqueue gemm_closure(cublasHandle_t handle, const OpLaunchPlan& plan, uint64_t seed) {
+  const GemmLaunch g = plan.gemm;
+  const int64_t width = dtype_bytes(plan.dtype);
+  Buffer a = random_operands(plan.dtype, g.batch * g.m * g.k, seed);
+  Buffer b = random_operands(plan.dtype, g.batch * g.k * g.n, seed + 1);
+  Buffer c = zeroed(g.batch * g.m * g.n * width);
+  const cudaDataType_t type = cuda_type(plan.dtype);
+  return [=](cudaStream_t stream) {
+    const float alpha = 1.0f, beta = 0.0f;
+    const auto m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
+    const cublasOperation_t op_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int ldb = g.transpose_b ? k : n;
+    const int lda = g.transpose_a ? m : k;
+    DHELIX_CUBLAS(cublasSetStream(handle, stream));
+    for (int64_t r = 0; r < g.repeats; ++r) {
+      if (g.batch == 1) {
+        DHELIX_CUBLAS(cublasGemmEx(handle, op_b, op_a, n, m, k, &alpha, b->get(), type, ldb,
+                                   a->get(), type, lda, &beta, c->get(), type, n,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      } else {
+        DHELIX_CUBLAS(cublasGemmStridedBatchedEx(
+            handle, op_b, op_a, n, m, k, &alpha, b->get(), type, ldb, g.k * g.n, a->get(), type,
+            lda, g.m * g.k, &beta, c->get(), type, n, g.m * g.n, static_cast<int>(g.batch),
+            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      }
+    }
+  };
+}
+
+Enqueue copy_closure(const OpLaunchPlan& plan) {
+  Buffer from = zeroed(plan.copy_bytes), to = zeroed(plan.copy_bytes);
+  const auto bytes = static_cast<size_t>(plan.copy_bytes);
+  return [=](cudaStream_t stream) {
+    DHELIX_CUDA(cudaMemcpyAsync(to->get(), from->get(), bytes, cudaMemcpyDeviceToDevice, stream));
+  };
+}
+
+Enqueue collective_closure(const OpLaunchPlan& plan, ncclComm_t comm) {
+  int size = 0, rank = 0;
+  DHELIX_NCCL(ncclCommCount(comm, &size));
+  DHELIX_NCCL(ncclCommUserRank(comm, &rank));
+  DHELIX_CHECK(size == plan.group_size);
+  const ncclDataType_t type = nccl_type(plan.dtype);
+  const int64_t width = dtype_bytes(plan.dtype);
+  const auto count = static_cast<size_t>(plan.elements);
+  const size_t share = count / static_cast<size_t>(size);
+  const bool gather = plan.kind == LaunchKind::kAllGather;
+  const bool scatter = plan.kind == LaunchKind::kReduceScatter;
+  Buffer send = zeroed(static_cast<int64_t>(gather ? share : count) * width);
+  Buffer recv = zeroed(static_cast<int64_t>(scatter ? share : count) * width);
+  const LaunchKind kind = plan.kind;
+  return [=](cudaStream_t stream) {
+    switch (kind) {
+      case LaunchKind::kAllGather:
+        DHELIX_NCCL(ncclAllGather(send->get(), recv->get(), share, type, comm, stream));
+        return;
+      case LaunchKind::kReduceScatter:
+        DHELIX_NCCL(
+            ncclReduceScatter(send->get(), recv->get(), share, type, ncclSum, comm, stream));
+        return;
+      case LaunchKind::kAllReduce:
+        DHELIX_NCCL(ncclAllReduce(send->get(), recv->get(), count, type, ncclSum, comm, stream));
+        return;
+      case LaunchKind::kAllToAll:
+        DHELIX_NCCL(ncclGroupStart());
+        for (int peer = 0; peer < size; ++peer) {
+          const size_t at = static_cast<size_t>(peer) * share * static_cast<size_t>(width);
+          DHELIX_NCCL(ncclSend(send->bytes() + at, share, type, peer, comm, stream));
+          DHELIX_NCCL(ncclRecv(recv->bytes() + at, share, type, peer, comm, stream));
+        }
+        DHELIX_NCCL(ncclGroupEnd());
+        return;
+      case LaunchKind::kSendRecv:
+        DHELIX_NCCL(ncclGroupStart());
+        DHELIX_NCCL(ncclSend(send->get(), count, type, (rank + 1) % size, comm, stream));
+        DHELIX_NCCL(ncclRecv(recv->get(), count, type, (rank + size - 1) % size, comm, stream));
+        DHELIX_NCCL(ncclGroupEnd());
+        return;
+      case LaunchKind::kGemm:
+      case LaunchKind::kCopy:
+        break;
+    }
+    DHELIX_CHECK_MSG(false, std::string("not a collective launch: ") + launch_kind_name(kind));
+  };
+}
+
+// One NCCL communicator of the group `setup` describes, over the MPI communicator `group`.
+ncclComm_t init_nccl(const NcclGroupSetup& setup, MPI_Comm group) {
+  ncclUniqueId id{};
+  if (setup.key == 0) DHELIX_NCCL(ncclGetUniqueId(&id));
+  rt::check_mpi(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group), "MPI_Bcast");
+  ncclComm_t comm = nullptr;
+  DHELIX_NCCL(
+      ncclCommInitRank(&comm, static_cast<int>(setup.size), id, static_cast<int>(setup.key)));
+  return comm;
+}
+
+}  // namespace
+
+CudaOpRunner::CudaOpRunner(const Placement& placement, const std::vector<ParallelDim>& dims,
+                           int64_t rank, MPI_Comm world) {
+  DHELIX_CUBLAS(cublasCreate(&cublas_));
+  try {
+    for (const NcclGroupSetup& setup : nccl_group_setups(placement, dims, rank)) {
+      MPI_Comm group = MPI_COMM_NULL;
+      rt::check_mpi(
+          MPI_Comm_split(world, static_cast<int>(setup.root), static_cast<int>(setup.key), &group),
+          "MPI_Comm_split");
+      std::array<ncclComm_t, 2>& strands = comms_[setup.dim];
+      strands = {nullptr, nullptr};
+      try {
+        for (ncclComm_t& comm : strands) comm = init_nccl(setup, group);
+      } catch (...) {
+        (void)MPI_Comm_free(&group);
+        throw;
+      }
+      rt::check_mpi(MPI_Comm_free(&group), "MPI_Comm_free");
+    }
+  } catch (...) {
+    release();  // no destructor runs for a half-made object
+    throw;
+  }
+}
+
+CudaOpRunner::~CudaOpRunner() { release(); }
+
+void CudaOpRunner::release() noexcept {
+  // Runs in the destructor: failures while tearing down are ignored.
+  (void)cudaDeviceSynchronize();
+  for (auto& [dim, strands] : comms_) {
+    for (ncclComm_t& comm : strands) {
+      if (comm != nullptr) (void)ncclCommDestroy(comm);
+      comm = nullptr;
+    }
+  }
+  if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
+  cublas_ = nullptr;
+}
+
+ncclComm_t CudaOpRunner::communicator(ParallelDim dim, int strand) const {
+  const auto found = comms_.find(dim);
+  DHELIX_CHECK_MSG(found != comms_.end(),
+                   std::string("no communicator for ") + parallel_dim_name(dim));
+  DHELIX_CHECK(strand == 0 || strand == 1);
+  return found->second[static_cast<size_t>(strand)];
+}
+
+CudaRunnableOp CudaOpRunner::make(const Op& op, int strand) {
+  const OpLaunchPlan plan = plan_cuda_op(op);
+  CudaRunnableOp runnable{.enqueue = {}, .plan = plan};
+  switch (plan.kind) {
+    case LaunchKind::kGemm:
+      runnable.enqueue = gemm_closure(cublas_, plan, next_seed_);
+      next_seed_ += 2;
+      break;
+    case LaunchKind::kCopy:
+      runnable.enqueue = copy_closure(plan);
+      break;
+    default:
+      runnable.enqueue = collective_closure(plan, communicator(op.group, strand));
+      break;
+  }
+  return runnable;
+}
+
+}  // namespace dhelix::cuda_profile

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# End-to-end tests of dhelix-plan --check (docs/plan-check.md).
+# Usage: check_test.sh <dir-with-binaries> <source-dir>
+# Every shipped plan passes (exit 0, the one-line summary, with its time); corrupted plans
+# exit 2 with the problem named on stderr. The last line is "N passed, M failed".
+set -u
+
+bin_dir=$(cd "$1" && pwd)
+src_dir=$(cd "$2" && pwd)
+plan="$bin_dir/dhelix-plan"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "ok    $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL  $1: $2"; }
+
+# --- every shipped plan passes ------------------------------------------------------------
+for file in "$src_dir"/examples/plans/*.json "$src_dir"/examples/plans/golden/*.json; do
+  name=${file#"$src_dir"/}
+  start=$(date +%s.%N)
+  (cd "$src_dir" && "$plan" --check "$name") >"$scratch/stdout" 2>"$scratch/stderr"
+  status=$?
+  seconds=$(echo "$(date +%s.%N) - $start" | bc)
+  if [[ $status -eq 0 ]] && grep -q "^$name: ok: .* no wait cycle, memory fits" "$scratch/stdout"; then
+    pass "$(cat "$scratch/stdout") (${seconds} s)"
+  else
+    fail "$name" "exit $status: $(head -c 600 "$scratch/stdout" "$scratch/stderr")"
+  fi
+done
+
+# corrupt NAME PYTHON: writes $scratch/NAME.json from tiny-tp2-pp2 edited by PYTHON (on `p`)
+corrupt() {
+  /usr/bin/python3 - "$src_dir/examples/plans/tiny-tp2-pp2.json" "$scratch/$1.json" "$2" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+}
+
+# expect_refusal NAME TEXT: --check exits 2 and stderr holds TEXT
+expect_refusal() {
+  (cd "$scratch" && "$plan" --check "$1.json") >"$scratch/stdout" 2>"$scratch/stderr"
+  status=$?
+  if [[ $status -ne 2 ]]; then
+    fail "$1" "exit $status, expected 2: $(head -c 400 "$scratch/stderr")"
+  elif ! grep -qF -- "$2" "$scratch/stderr"; then
+    fail "$1" "stderr lacks '$2': $(head -c 600 "$scratch/stderr")"
+  else
+    pass "$1 refused: $(grep -F -- "$2" "$scratch/stderr" | head -n 1 | cut -c1-160)..."
+  fi
+}
+
+# --- a wait cycle: stage 0 waits for micro-batch 0 before sending micro-batch 1, stage 1
+# --- waits for micro-batch 1 before sending micro-batch 0
+corrupt cycle '
+s0 = p["stages"][0]["tasks"]; s0[1], s0[2] = s0[2], s0[1]
+s1 = p["stages"][1]["tasks"]; s1[0:4] = s1[2:4] + s1[0:2]'
+expect_refusal cycle "dhelix-plan: error: cycle.json: /stages/0/tasks/1: co-executed: deadlock: 1166 of 1200 instructions never run; wait cycle: rank 0 stage 0 task 2 (F0u): p2p.activation, layer 3, micro-batch 0 [receive stream] waits for its send rank 2"
+
+# --- memory over budget, and the same plan made with --allow-oom (a warning only) ----------
+corrupt oom 'p["memory_budget"]["usable_bytes"] = 2000000'
+expect_refusal oom "dhelix-plan: error: oom.json: /schemes/0/memory/0: stage 0 needs 2.0 MiB (2136320 bytes"
+corrupt oom-allowed 'p["memory_budget"]["usable_bytes"] = 2000000; p["options"]["allow_oom"] = True'
+(cd "$scratch" && "$plan" --check oom-allowed.json) >"$scratch/stdout" 2>"$scratch/stderr"
+status=$?
+if [[ $status -eq 0 ]] && grep -q "^dhelix-plan: warning: oom-allowed.json: /schemes/0/memory/0: stage 0 needs" "$scratch/stderr" &&
+  grep -q "memory over budget (--allow-oom)" "$scratch/stdout"; then
+  pass "oom-allowed passes with a warning"
+else
+  fail "oom-allowed" "exit $status: $(cat "$scratch/stdout" "$scratch/stderr" | head -c 600)"
+fi
+
+# --- a task list that uses a layer's input before it exists -------------------------------
+corrupt use-before-def '
+s1 = p["stages"][1]["tasks"]; s1[0], s1[1] = s1[1], s1[0]'
+expect_refusal use-before-def "co-executed: rank 2 does not lower: plan: stage 1 task 1: layer 2's input for micro-batch 0 is used before it is produced"
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

@@ -1,0 +1,295 @@
+// Host-side logic of the cuda profiler backend (profiler/cuda/): statistics, device choice,
+// node layout, NCCL set-up order, progress text, operand bytes and launch plans. Runs on
+// machines without a GPU.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lib/error.h"
+#include "lib/job_reader.h"
+#include "profiler/cuda/cuda_op_plan.h"
+#include "profiler/cuda/cuda_setup.h"
+#include "profiler/cuda/timing_stats.h"
+
+namespace dhelix::cuda_profile {
+namespace {
+
+std::vector<double> one_to(int n) {
+  std::vector<double> values;
+  for (int i = 1; i <= n; ++i) values.push_back(i);
+  return values;
+}
+
+std::string error_text(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "<no error>";
+}
+
+TEST(CudaTimingStats, QuantilesInterpolateBetweenOrderStatistics) {
+  const std::vector<double> sorted = {1, 2, 3, 4};
+  EXPECT_DOUBLE_EQ(quantile(sorted, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(quantile(sorted, 0.1), 1.3);
+  EXPECT_DOUBLE_EQ(quantile(sorted, 0.9), 3.7);
+  EXPECT_DOUBLE_EQ(quantile(sorted, 0.0), 1);
+  EXPECT_DOUBLE_EQ(quantile(sorted, 1.0), 4);
+}
+
+TEST(CudaTimingStats, MedianIntervalUsesOrderStatistics) {
+  // n = 100: r = floor((100 - 19.6) / 2) = 40, s = ceil(1 + 119.6 / 2) = 61 (1-based).
+  const MedianInterval hundred = median_confidence_interval(one_to(100));
+  EXPECT_DOUBLE_EQ(hundred.low, 40);
+  EXPECT_DOUBLE_EQ(hundred.high, 61);
+  // n = 10: r = floor(1.90) = 1, s = ceil(9.10) = 10: the whole sample.
+  const MedianInterval ten = median_confidence_interval(one_to(10));
+  EXPECT_DOUBLE_EQ(ten.low, 1);
+  EXPECT_DOUBLE_EQ(ten.high, 10);
+  // n = 1: clamped to the one sample.
+  const MedianInterval one = median_confidence_interval({7});
+  EXPECT_DOUBLE_EQ(one.low, 7);
+  EXPECT_DOUBLE_EQ(one.high, 7);
+}
+
+TEST(CudaTimingStats, RelativeHalfWidth) {
+  // 1..100: median 50.5, interval [40, 61]: 21 / 101.
+  EXPECT_DOUBLE_EQ(relative_ci_half_width(one_to(100)), 21.0 / 101.0);
+  EXPECT_DOUBLE_EQ(relative_ci_half_width({0, 0, 0}), 0);
+}
+
+TEST(CudaTimingStats, SamplesToAddFollowsThePolicy) {
+  const SamplingPolicy policy{
+      .warmup = 2, .min_samples = 5, .max_samples = 12, .batch = 4, .target_relative_ci = 0.01};
+  EXPECT_EQ(samples_to_add({}, policy), 5);
+  EXPECT_EQ(samples_to_add({10, 10}, policy), 3);
+  // Five equal samples: interval of width 0, done.
+  EXPECT_EQ(samples_to_add({10, 10, 10, 10, 10}, policy), 0);
+  // Spread 1..10: half width 4.5 / 5.5, more needed, one batch.
+  EXPECT_EQ(samples_to_add(one_to(10), policy), 2);  // capped by max_samples - n = 2
+  EXPECT_EQ(samples_to_add(one_to(6), policy), 4);
+  EXPECT_EQ(samples_to_add(one_to(12), policy), 0);  // at the cap
+}
+
+TEST(CudaTimingStats, OutliersBeyondFiveScaledMads) {
+  // Median 10, MAD 1 (scaled 1.4826): limit 7.413 from the median.
+  const OutlierSplit split = remove_outliers({9, 10, 11, 10, 9, 11, 10, 10, 100, 17.5, 17.3});
+  EXPECT_EQ(split.outliers, 2);  // 100 and 17.5; 17.3 is 7.3 away and stays
+  EXPECT_EQ(split.kept, (std::vector<double>{9, 10, 11, 10, 9, 11, 10, 10, 17.3}));
+}
+
+TEST(CudaTimingStats, IdenticalSamplesKeepANearbyValue) {
+  // MAD 0 is floored at 1 % of the median: limit 5 x 1.4826 x 1 = 7.413.
+  const OutlierSplit split = remove_outliers({100, 100, 100, 100, 105, 108});
+  EXPECT_EQ(split.outliers, 1);
+  EXPECT_EQ(split.kept, (std::vector<double>{100, 100, 100, 100, 105}));
+}
+
+TEST(CudaTimingStats, SummaryAndRankSpread) {
+  const TimeStats stats = summarize({4, 1, 3, 2});
+  EXPECT_DOUBLE_EQ(stats.median_us, 2.5);
+  EXPECT_DOUBLE_EQ(stats.p10_us, 1.3);
+  EXPECT_DOUBLE_EQ(stats.p90_us, 3.7);
+  EXPECT_DOUBLE_EQ(stats.min_us, 1);
+  EXPECT_DOUBLE_EQ(stats.max_us, 4);
+  const RankSpread spread = rank_spread({10, 12, 11, 12});
+  EXPECT_DOUBLE_EQ(spread.min_us, 10);
+  EXPECT_DOUBLE_EQ(spread.median_us, 11.5);
+  EXPECT_DOUBLE_EQ(spread.max_us, 12);
+  EXPECT_EQ(spread.slowest_rank, 1);
+}
+
+TEST(CudaSetup, LocalRankFromLaunchers) {
+  std::map<std::string, std::string> env;
+  const EnvLookup lookup = [&env](const char* name) -> const char* {
+    const auto found = env.find(name);
+    return found == env.end() ? nullptr : found->second.c_str();
+  };
+  EXPECT_EQ(local_rank_from_environment(lookup), -1);
+  env["MPI_LOCALRANKID"] = "5";
+  EXPECT_EQ(local_rank_from_environment(lookup), 5);
+  env["SLURM_LOCALID"] = "3";
+  EXPECT_EQ(local_rank_from_environment(lookup), 3);
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "x1";  // not a number: skipped
+  EXPECT_EQ(local_rank_from_environment(lookup), 3);
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "2";
+  EXPECT_EQ(local_rank_from_environment(lookup), 2);
+}
+
+TEST(CudaSetup, ChooseDevice) {
+  EXPECT_EQ(choose_device(9, 1, 1, "3"), 0);  // one visible GPU: srun --gpus-per-task=1
+  EXPECT_EQ(choose_device(5, 5, 8, nullptr), 5);
+  EXPECT_EQ(error_text([] { choose_device(9, 9, 8, nullptr); }),
+            "rank 9: local rank 9 but 8 GPUs are visible (CUDA_VISIBLE_DEVICES=<unset>): start "
+            "one rank per GPU");
+  EXPECT_EQ(error_text([] { choose_device(2, 2, 2, "0,1"); }),
+            "rank 2: local rank 2 but 2 GPUs are visible (CUDA_VISIBLE_DEVICES=0,1): start one "
+            "rank per GPU");
+}
+
+TEST(CudaSetup, WorldSizeIsEveryGpuOfTheJob) {
+  const JobSpec job =
+      read_job_file(std::string(DHELIX_SOURCE_DIR) + "/examples/jobs/tiny-tp2.json");
+  EXPECT_NO_THROW(check_cuda_world_size(job, 2));
+  EXPECT_EQ(error_text([&] { check_cuda_world_size(job, 1); }),
+            "the cuda backend profiles on every GPU of the job (tp 2 x cp 1 x dp 1 x pp 1 = 2 "
+            "ranks): run mpirun -np 2 dhelix-profile --backend cuda ... (this run has 1 rank)");
+}
+
+TEST(CudaSetup, NodeLayout) {
+  EXPECT_EQ(node_layout_problem({"a", "a", "b", "b"}, 2), "");
+  EXPECT_EQ(node_layout_problem({"a", "b", "a", "b"}, 2),
+            "the job puts 2 ranks on each node, in blocks (node = rank / 2), but rank 1 is on "
+            "host b but rank 0 on host a: start the ranks with mpirun --map-by ppr:2:node or "
+            "srun --ntasks-per-node=2 --distribution=block");
+  EXPECT_EQ(node_layout_problem({"a", "a", "a", "a"}, 2),
+            "the job puts 2 ranks on each node, in blocks (node = rank / 2), but rank 2 is on "
+            "host a with rank 1, which belongs to the previous node: start the ranks with "
+            "mpirun --map-by ppr:2:node or srun --ntasks-per-node=2 --distribution=block");
+}
+
+TEST(CudaSetup, NcclGroupsFollowThePlacement) {
+  // tp 2, dp 2, pp 2 on 4-GPU nodes: TP {0,1} {2,3} ..., DP {0,2} {1,3} ..., PP {0,4} ...
+  ParallelSpec parallel;
+  parallel.tp = 2;
+  parallel.dp = 2;
+  parallel.pp = 2;
+  const Placement placement(parallel, 4);
+  const std::vector<NcclGroupSetup> setups =
+      nccl_group_setups(placement, {ParallelDim::kPp, ParallelDim::kTp, ParallelDim::kDp}, 5);
+  ASSERT_EQ(setups.size(), 3u);
+  EXPECT_EQ(setups[0].dim, ParallelDim::kPp);  // the order asked for
+  EXPECT_EQ(setups[0].root, 1);                // {1, 5}
+  EXPECT_EQ(setups[0].key, 1);
+  EXPECT_EQ(setups[0].size, 2);
+  EXPECT_EQ(setups[1].root, 4);  // TP {4, 5}
+  EXPECT_EQ(setups[1].key, 1);
+  EXPECT_EQ(setups[2].root, 5);  // DP {5, 7}
+  EXPECT_EQ(setups[2].key, 0);
+}
+
+TEST(CudaSetup, CommunicationDimsInFirstSeenOrder) {
+  const JobSpec job =
+      read_job_file(std::string(DHELIX_SOURCE_DIR) + "/examples/jobs/tiny-tp2.json");
+  EXPECT_EQ(communication_dims(collect_profile_space(job)),
+            (std::vector<ParallelDim>{ParallelDim::kTp}));
+}
+
+TEST(CudaSetup, ProgressLineAndDurations) {
+  EXPECT_EQ(progress_line(0, 4, 0, 8), "[........] 0/4, ? left");
+  EXPECT_EQ(progress_line(1, 4, 10, 8), "[##......] 1/4, 0:30 left");
+  EXPECT_EQ(progress_line(4, 4, 99, 8), "[########] 4/4, 0:00 left");
+  EXPECT_EQ(format_duration(754), "12:34");
+  EXPECT_EQ(format_duration(3723), "1:02:03");
+}
+
+TEST(CudaSetup, OperandBytesAreFiniteAndSmall) {
+  const std::vector<unsigned char> bf16 = random_operand_bytes(DType::kBf16, 1000, 7);
+  ASSERT_EQ(bf16.size(), 2000u);
+  const std::vector<unsigned char> fp16 = random_operand_bytes(DType::kFp16, 1000, 7);
+  const std::vector<unsigned char> fp32 = random_operand_bytes(DType::kFp32, 1000, 7);
+  for (size_t i = 0; i < 1000; ++i) {
+    // bf16 -> float: the high half of the float's bits.
+    const uint32_t bits = (uint32_t{bf16[2 * i]} | uint32_t{bf16[2 * i + 1]} << 8) << 16;
+    float value = 0;
+    std::memcpy(&value, &bits, sizeof value);
+    EXPECT_TRUE(std::abs(value) >= 1.0f / 32 && std::abs(value) < 1.0f) << value;
+    // fp16: exponent field 10..14 (2^-5 .. 2^-1).
+    const uint32_t half = uint32_t{fp16[2 * i]} | uint32_t{fp16[2 * i + 1]} << 8;
+    const uint32_t exponent = (half >> 10) & 0x1f;
+    EXPECT_TRUE(exponent >= 10 && exponent <= 14) << half;
+    float single = 0;
+    std::memcpy(&single, &fp32[4 * i], sizeof single);
+    EXPECT_TRUE(std::abs(single) >= 1.0f / 32 && std::abs(single) < 1.0f) << single;
+  }
+  EXPECT_EQ(random_operand_bytes(DType::kBf16, 1000, 7), bf16);  // deterministic
+}
+
+Op gemm_op(GemmRole role) {
+  Op op;
+  op.kind = OpKind::kGemm;
+  op.gemm_role = role;
+  op.shape.m = 8;
+  op.shape.n = 16;
+  op.shape.k = 32;
+  return op;
+}
+
+TEST(CudaOpPlan, GemmTransposesFollowTheRole) {
+  const OpLaunchPlan forward = plan_cuda_op(gemm_op(GemmRole::kForward));
+  EXPECT_EQ(forward.kind, LaunchKind::kGemm);
+  EXPECT_FALSE(forward.approximate);
+  EXPECT_FALSE(forward.gemm.transpose_a);
+  EXPECT_TRUE(forward.gemm.transpose_b);
+  EXPECT_EQ(forward.device_bytes(), (8 * 32 + 32 * 16 + 8 * 16) * 2);
+  const OpLaunchPlan dgrad = plan_cuda_op(gemm_op(GemmRole::kDgrad));
+  EXPECT_FALSE(dgrad.gemm.transpose_a);
+  EXPECT_FALSE(dgrad.gemm.transpose_b);
+  const OpLaunchPlan wgrad = plan_cuda_op(gemm_op(GemmRole::kWgrad));
+  EXPECT_TRUE(wgrad.gemm.transpose_a);
+  EXPECT_FALSE(wgrad.gemm.transpose_b);
+}
+
+TEST(CudaOpPlan, AttentionStandInHasTheFlops) {
+  Op op;
+  op.kind = OpKind::kAttention;
+  op.shape = {.batch = 1,
+              .heads = 32,
+              .kv_heads = 8,
+              .q_len = 4096,
+              .kv_len = 4096,
+              .head_dim = 128,
+              .causal = true};
+  op.flops = 4.0 * 32 * 4096 * 4096 * 128;
+  const OpLaunchPlan plan = plan_cuda_op(op);
+  EXPECT_EQ(plan.kind, LaunchKind::kGemm);
+  EXPECT_TRUE(plan.approximate);
+  // m = 4096, k = 4096, causal half: n = 2 * 32 * 4096 * 4096 * 128 / (2 * 4096 * 4096) = 4096.
+  EXPECT_EQ(plan.gemm.m, 4096);
+  EXPECT_EQ(plan.gemm.k, 4096);
+  EXPECT_EQ(plan.gemm.n, 4096);
+  EXPECT_EQ(plan.gemm.repeats, 1);
+  op.shape.q_len = op.shape.kv_len = 32768;  // 64x the flops per row: n = 32768, 2 launches
+  op.flops = 4.0 * 32 * 32768 * 32768 * 128;
+  const OpLaunchPlan longer = plan_cuda_op(op);
+  EXPECT_EQ(longer.gemm.n, 16384);
+  EXPECT_EQ(longer.gemm.repeats, 2);
+}
+
+TEST(CudaOpPlan, MemoryBoundOpsCopyTheirTraffic) {
+  Op op;
+  op.kind = OpKind::kNorm;
+  op.bytes_read = 1000;
+  op.bytes_written = 600;
+  const OpLaunchPlan plan = plan_cuda_op(op);
+  EXPECT_EQ(plan.kind, LaunchKind::kCopy);
+  EXPECT_EQ(plan.copy_bytes, 800);
+  EXPECT_TRUE(plan.approximate);
+  EXPECT_EQ(plan.stand_in, "device copy of the op's memory traffic");
+}
+
+TEST(CudaOpPlan, CollectivesCountElementsOfTheFullBuffer) {
+  Op op;
+  op.kind = OpKind::kAllGather;
+  op.dtype = DType::kBf16;
+  op.comm_bytes = 1006;  // 503 elements: 501 is the largest multiple of 3
+  op.group_size = 3;
+  const OpLaunchPlan plan = plan_cuda_op(op);
+  EXPECT_EQ(plan.kind, LaunchKind::kAllGather);
+  EXPECT_EQ(plan.elements, 501);
+  EXPECT_EQ(plan.device_bytes(), (501 + 167) * 2);
+  EXPECT_FALSE(plan.approximate);
+  op.group_size = 1;
+  EXPECT_EQ(error_text([&] { plan_cuda_op(op); }),
+            "all_gather:bf16:bytes=1006:tp1:local: a group of 1 rank has nothing to "
+            "communicate");
+}
+
+}  // namespace
+}  // namespace dhelix::cuda_profile
