@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "lib/dag_builder.h"
@@ -35,17 +36,38 @@ int64_t output_op(const LayerDag& dag, const PartFilter& in_part) {
   return found;
 }
 
-std::vector<int64_t> ordered_part(const LayerDag& dag, const PartFilter& in_part) {
-  std::vector<int64_t> out;
-  for (int64_t i : dag.topological_order()) {
-    if (in_part(dag.op(i).id)) out.push_back(i);
-  }
-  return out;
-}
-
 const PartFilter kAll = [](const std::string&) { return true; };
 const PartFilter kEmbedding = [](const std::string& id) { return is_embedding_op(id); };
 const PartFilter kHead = [](const std::string& id) { return !is_embedding_op(id); };
+
+// One DAG as lowering reads it, many times per micro-batch and layer: its predecessor lists
+// and topological order computed once, and where its ops start in the table of producers.
+struct DagView {
+  const LayerDag* dag = nullptr;
+  int64_t slot_offset = 0;
+  std::vector<std::vector<int64_t>> predecessors;
+  std::vector<int64_t> order;
+
+  DagView() = default;
+  DagView(const LayerDag& d, int64_t offset) : dag(&d), slot_offset(offset) {
+    for (int64_t i = 0; i < d.size(); ++i) predecessors.push_back(d.predecessors(i));
+    order = d.topological_order();
+  }
+  std::vector<int64_t> ordered(const PartFilter& in_part) const {
+    std::vector<int64_t> out;
+    for (int64_t i : order) {
+      if (in_part(dag->op(i).id)) out.push_back(i);
+    }
+    return out;
+  }
+};
+
+// One op of a template block, resolved against the layer DAGs once per block.
+struct ResolvedTiming {
+  int64_t window_layer = 0;  // k of "L<k>."
+  bool backward = false;
+  int64_t index = 0;  // in the strand's layer DAG
+};
 
 class Lowering {
  public:
@@ -53,8 +75,7 @@ class Lowering {
   RankProgram run();
 
  private:
-  using OpKey = std::tuple<int64_t, int64_t, std::string>;  // micro-batch, layer, op id
-  using Boundary = std::pair<int64_t, int64_t>;             // micro-batch, layer
+  using Boundary = std::pair<int64_t, int64_t>;  // micro-batch, layer
 
   [[noreturn]] void fail(const std::string& what) const;
   void find_stage(int64_t rank);
@@ -66,6 +87,10 @@ class Lowering {
   int64_t push(Instruction instruction);
   Instruction from_op(const Op& op, int64_t micro_batch, int64_t layer) const;
 
+  void prepare_dags();
+  int64_t& produced(int64_t micro_batch, int64_t layer, const DagView& view, int64_t index);
+  const std::vector<ResolvedTiming>& resolve(const PlanBlock& block);
+
   void lower_task(const PlanTask& task);
   void lower_si_blocks(const PlanTask& task);
   void lower_forward_part(const PlanTaskPart& part);
@@ -74,8 +99,8 @@ class Lowering {
 
   void emit_layer_op(bool backward, int64_t index, int64_t micro_batch, int64_t layer);
   void emit_extra_op(bool backward, int64_t index, int64_t micro_batch);
-  std::vector<int64_t> predecessor_deps(const LayerDag& dag, int64_t index, int64_t micro_batch,
-                                        int64_t layer) const;
+  std::vector<int64_t> predecessor_deps(const DagView& view, int64_t index, int64_t micro_batch,
+                                        int64_t layer);
   int64_t need_input(int64_t micro_batch, int64_t layer);
   int64_t need_gradient(int64_t micro_batch, int64_t layer);
   Instruction transfer(InstructionKind kind, int64_t micro_batch, int64_t layer, bool gradient,
@@ -86,7 +111,6 @@ class Lowering {
   void produced_gradient(int64_t producer, int64_t micro_batch, int64_t layer);
 
   const Plan& plan_;
-  const JobSpec& job_;
   ExecutionMode mode_;
   Placement placement_;
   RankCoordinates coordinates_;
@@ -100,8 +124,17 @@ class Lowering {
   int64_t head_stage_ = -1;
   int64_t boundary_bytes_ = 0;
 
+  DagView layer_forward_, layer_backward_, extras_forward_, extras_backward_;
+  int64_t layer_forward_output_ = -1, layer_backward_output_ = -1;
+  int64_t embedding_forward_output_ = -1, head_forward_output_ = -1, head_backward_output_ = -1;
+  std::vector<int64_t> embedding_forward_order_, embedding_backward_order_;
+  std::vector<int64_t> head_forward_order_, head_backward_order_;
+  int64_t slots_ = 0;  // ops of all four DAGs: the producer table's row width
+  std::unordered_map<const PlanBlock*, std::vector<ResolvedTiming>> resolved_;
+
   RankProgram program_;
-  std::map<OpKey, int64_t> produced_;
+  // The instruction that produced each (micro-batch, layer + 1, DAG slot); -1: not yet.
+  std::vector<int64_t> produced_;
   std::map<Boundary, int64_t> input_of_;     // producer of residual(mb, layer)
   std::map<Boundary, int64_t> gradient_of_;  // producer of residual_grad(mb, layer)
   std::map<std::string, int64_t> last_on_stream_;
@@ -113,7 +146,6 @@ class Lowering {
 
 Lowering::Lowering(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode)
     : plan_(plan),
-      job_(job),
       mode_(mode),
       placement_(job.parallel, job.cluster.gpus_per_node),
       num_layers_(job.model.num_layers) {
@@ -127,6 +159,7 @@ Lowering::Lowering(const Plan& plan, const JobSpec& job, int64_t rank, Execution
   map_layer_owners();
   layer_ = build_layer_dags(job, rank);
   extras_ = build_stage_extras(job, rank, stage_->embedding, stage_->head_loss);
+  prepare_dags();
   const ParallelSpec& p = job.parallel;
   const int64_t tokens = p.micro_batch_size * p.seq_length / p.cp;
   boundary_bytes_ =
@@ -192,6 +225,48 @@ int64_t Lowering::peer_rank(int64_t stage) const {
   RankCoordinates peer = coordinates_;
   peer.pp = stage;
   return placement_.rank_of(peer);
+}
+
+void Lowering::prepare_dags() {
+  layer_forward_ = DagView(layer_.forward, 0);
+  layer_backward_ = DagView(layer_.backward, layer_.forward.size());
+  extras_forward_ = DagView(extras_.forward, layer_.forward.size() + layer_.backward.size());
+  extras_backward_ =
+      DagView(extras_.backward, extras_forward_.slot_offset + extras_.forward.size());
+  slots_ = extras_backward_.slot_offset + extras_.backward.size();
+  layer_forward_output_ = output_op(layer_.forward, kAll);
+  layer_backward_output_ = output_op(layer_.backward, kAll);
+  embedding_forward_output_ = output_op(extras_.forward, kEmbedding);
+  head_forward_output_ = output_op(extras_.forward, kHead);
+  head_backward_output_ = output_op(extras_.backward, kHead);
+  embedding_forward_order_ = extras_forward_.ordered(kEmbedding);
+  embedding_backward_order_ = extras_backward_.ordered(kEmbedding);
+  head_forward_order_ = extras_forward_.ordered(kHead);
+  head_backward_order_ = extras_backward_.ordered(kHead);
+  const int64_t micro_batches = std::max<int64_t>(plan_.num_micro_batches, 0);
+  produced_.assign(static_cast<size_t>(micro_batches * (num_layers_ + 1) * slots_), -1);
+}
+
+int64_t& Lowering::produced(int64_t micro_batch, int64_t layer, const DagView& view,
+                            int64_t index) {
+  if (micro_batch < 0 || micro_batch >= plan_.num_micro_batches) {
+    fail(fmt::format("micro-batch {} is outside 0..{}", micro_batch, plan_.num_micro_batches - 1));
+  }
+  const int64_t row = micro_batch * (num_layers_ + 1) + (layer + 1);
+  return produced_[static_cast<size_t>(row * slots_ + view.slot_offset + index)];
+}
+
+const std::vector<ResolvedTiming>& Lowering::resolve(const PlanBlock& block) {
+  auto [it, inserted] = resolved_.try_emplace(&block);
+  if (!inserted) return it->second;
+  for (const PlanOpTiming& timing : block.timings) {
+    const auto [k, id] = split_window_op_id(timing.op);
+    const bool backward = timing.strand == "bwd";
+    const auto index = (backward ? layer_.backward : layer_.forward).find(id);
+    if (!index) fail(fmt::format("block op '{}' is not in this job's layer DAG", timing.op));
+    it->second.push_back({k, backward, *index});
+  }
+  return it->second;
 }
 
 // ----- instructions and barriers ----------------------------------------------------------
@@ -266,33 +341,27 @@ void Lowering::lower_task(const PlanTask& task) {
 void Lowering::lower_forward_part(const PlanTaskPart& part) {
   const bool embedding = stage_->embedding && part.layers.first == 0;
   if (embedding) {
-    for (int64_t i : ordered_part(extras_.forward, kEmbedding)) {
-      emit_extra_op(false, i, part.micro_batch);
-    }
+    for (int64_t i : embedding_forward_order_) emit_extra_op(false, i, part.micro_batch);
   }
-  const std::vector<int64_t> order = layer_.forward.topological_order();
   for (int64_t j = 0; j < part.layers.count; ++j) {
     const int64_t layer = strand_layer(part, false, j);
-    for (int64_t i : order) emit_layer_op(false, i, part.micro_batch, layer);
+    for (int64_t i : layer_forward_.order) emit_layer_op(false, i, part.micro_batch, layer);
   }
 }
 
 void Lowering::lower_backward_part(const PlanTaskPart& part) {
-  const std::vector<int64_t> order = layer_.backward.topological_order();
   for (int64_t j = 0; j < part.layers.count; ++j) {
     const int64_t layer = strand_layer(part, true, j);
-    for (int64_t i : order) emit_layer_op(true, i, part.micro_batch, layer);
+    for (int64_t i : layer_backward_.order) emit_layer_op(true, i, part.micro_batch, layer);
   }
   if (stage_->embedding && part.layers.first == 0) {
-    for (int64_t i : ordered_part(extras_.backward, kEmbedding)) {
-      emit_extra_op(true, i, part.micro_batch);
-    }
+    for (int64_t i : embedding_backward_order_) emit_extra_op(true, i, part.micro_batch);
   }
 }
 
 void Lowering::lower_head_loss(int64_t micro_batch) {
-  for (int64_t i : ordered_part(extras_.forward, kHead)) emit_extra_op(false, i, micro_batch);
-  for (int64_t i : ordered_part(extras_.backward, kHead)) emit_extra_op(true, i, micro_batch);
+  for (int64_t i : head_forward_order_) emit_extra_op(false, i, micro_batch);
+  for (int64_t i : head_backward_order_) emit_extra_op(true, i, micro_batch);
 }
 
 void Lowering::lower_si_blocks(const PlanTask& task) {
@@ -301,48 +370,40 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
     fail("an SI block task needs a forward and a backward part over as many layers");
   }
   if (stage_->embedding && task.forward.layers.first == 0) {
-    for (int64_t i : ordered_part(extras_.forward, kEmbedding)) {
-      emit_extra_op(false, i, task.forward.micro_batch);
-    }
+    for (int64_t i : embedding_forward_order_) emit_extra_op(false, i, task.forward.micro_batch);
   }
   int64_t block = 0;
   for (const PlacedBlocks& placed : si_block_sequence(*pairing_, task.forward.layers.count)) {
     for (const PlanBlock& template_block : *placed.blocks) {
       block_ = block++;
       start_barrier();
-      for (const PlanOpTiming& timing : template_block.timings) {
-        const auto [k, id] = split_window_op_id(timing.op);
-        const bool backward = timing.strand == "bwd";
-        const PlanTaskPart& part = backward ? task.backward : task.forward;
-        const LayerDag& dag = backward ? layer_.backward : layer_.forward;
-        const auto index = dag.find(id);
-        if (!index) fail(fmt::format("block op '{}' is not in this job's layer DAG", timing.op));
-        const int64_t layer = strand_layer(part, backward, placed.first_local_layer + k);
-        emit_layer_op(backward, *index, part.micro_batch, layer);
+      for (const ResolvedTiming& timing : resolve(template_block)) {
+        const PlanTaskPart& part = timing.backward ? task.backward : task.forward;
+        const int64_t layer =
+            strand_layer(part, timing.backward, placed.first_local_layer + timing.window_layer);
+        emit_layer_op(timing.backward, timing.index, part.micro_batch, layer);
       }
     }
   }
   block_ = -1;
   start_barrier();
   if (stage_->embedding && task.backward.layers.first == 0) {
-    for (int64_t i : ordered_part(extras_.backward, kEmbedding)) {
-      emit_extra_op(true, i, task.backward.micro_batch);
-    }
+    for (int64_t i : embedding_backward_order_) emit_extra_op(true, i, task.backward.micro_batch);
   }
 }
 
 // ----- ops and their dependencies -------------------------------------------------------
 
-std::vector<int64_t> Lowering::predecessor_deps(const LayerDag& dag, int64_t index,
-                                                int64_t micro_batch, int64_t layer) const {
+std::vector<int64_t> Lowering::predecessor_deps(const DagView& view, int64_t index,
+                                                int64_t micro_batch, int64_t layer) {
   std::vector<int64_t> deps;
-  for (int64_t p : dag.predecessors(index)) {
-    auto it = produced_.find({micro_batch, layer, dag.op(p).id});
-    if (it == produced_.end()) {
-      fail(fmt::format("{} runs before its input {} (layer {}, micro-batch {})", dag.op(index).id,
-                       dag.op(p).id, layer, micro_batch));
+  for (int64_t p : view.predecessors[static_cast<size_t>(index)]) {
+    const int64_t producer = produced(micro_batch, layer, view, p);
+    if (producer < 0) {
+      fail(fmt::format("{} runs before its input {} (layer {}, micro-batch {})",
+                       view.dag->op(index).id, view.dag->op(p).id, layer, micro_batch));
     }
-    deps.push_back(it->second);
+    deps.push_back(producer);
   }
   return deps;
 }
@@ -351,30 +412,29 @@ void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, 
   if (layer < 0 || layer >= num_layers_ || owner_of_layer(layer) != stage_->stage) {
     fail(fmt::format("layer {} is not held by this stage", layer));
   }
-  const LayerDag& dag = backward ? layer_.backward : layer_.forward;
-  const Op& op = dag.op(index);
-  if (produced_.count({micro_batch, layer, op.id})) {
+  const DagView& view = backward ? layer_backward_ : layer_forward_;
+  const Op& op = view.dag->op(index);
+  if (produced(micro_batch, layer, view, index) >= 0) {
     fail(fmt::format("{} of layer {} micro-batch {} runs twice", op.id, layer, micro_batch));
   }
   Instruction instruction = from_op(op, micro_batch, layer);
-  instruction.deps = predecessor_deps(dag, index, micro_batch, layer);
-  if (dag.predecessors(index).empty()) {
+  instruction.deps = predecessor_deps(view, index, micro_batch, layer);
+  if (view.predecessors[static_cast<size_t>(index)].empty()) {
     if (!backward) {
       instruction.deps.push_back(need_input(micro_batch, layer));
     } else {
       instruction.deps.push_back(need_gradient(micro_batch, layer));
-      const int64_t forward_output = output_op(layer_.forward, kAll);
-      auto it = produced_.find({micro_batch, layer, layer_.forward.op(forward_output).id});
-      if (it == produced_.end()) {
+      const int64_t forward = produced(micro_batch, layer, layer_forward_, layer_forward_output_);
+      if (forward < 0) {
         fail(fmt::format("the backward of layer {} micro-batch {} runs before its forward", layer,
                          micro_batch));
       }
-      instruction.deps.push_back(it->second);
+      instruction.deps.push_back(forward);
     }
   }
   const int64_t at = push(std::move(instruction));
-  produced_[{micro_batch, layer, op.id}] = at;
-  if (index != output_op(dag, kAll)) return;
+  produced(micro_batch, layer, view, index) = at;
+  if (index != (backward ? layer_backward_output_ : layer_forward_output_)) return;
   if (backward) {
     produced_gradient(at, micro_batch, layer - 1);
   } else {
@@ -383,31 +443,33 @@ void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, 
 }
 
 void Lowering::emit_extra_op(bool backward, int64_t index, int64_t micro_batch) {
-  const LayerDag& dag = backward ? extras_.backward : extras_.forward;
-  const Op& op = dag.op(index);
+  const DagView& view = backward ? extras_backward_ : extras_forward_;
+  const Op& op = view.dag->op(index);
   const bool embedding = is_embedding_op(op.id);
   Instruction instruction = from_op(op, micro_batch, -1);
-  instruction.deps = predecessor_deps(dag, index, micro_batch, -1);
-  if (dag.predecessors(index).empty()) {
+  instruction.deps = predecessor_deps(view, index, micro_batch, -1);
+  if (view.predecessors[static_cast<size_t>(index)].empty()) {
     if (!backward && !embedding) {
       instruction.deps.push_back(need_input(micro_batch, num_layers_));
     } else if (backward && embedding) {
       instruction.deps.push_back(need_gradient(micro_batch, -1));
     } else if (backward) {
-      const int64_t loss = output_op(extras_.forward, kHead);
-      auto it = produced_.find({micro_batch, -1, extras_.forward.op(loss).id});
-      if (it == produced_.end()) {
+      const int64_t loss = produced(micro_batch, -1, extras_forward_, head_forward_output_);
+      if (loss < 0) {
         fail(fmt::format("the loss backward of micro-batch {} runs before its forward",
                          micro_batch));
       }
-      instruction.deps.push_back(it->second);
+      instruction.deps.push_back(loss);
     }
   }
   const int64_t at = push(std::move(instruction));
-  produced_[{micro_batch, -1, op.id}] = at;
-  if (index != output_op(dag, embedding ? kEmbedding : kHead)) return;
-  if (!backward && embedding) produced_input(at, micro_batch, 0);
-  if (backward && !embedding) produced_gradient(at, micro_batch, num_layers_ - 1);
+  produced(micro_batch, -1, view, index) = at;
+  if (!backward && embedding && index == embedding_forward_output_) {
+    produced_input(at, micro_batch, 0);
+  }
+  if (backward && !embedding && index == head_backward_output_) {
+    produced_gradient(at, micro_batch, num_layers_ - 1);
+  }
 }
 
 // ----- pipeline transfers ---------------------------------------------------------------

@@ -42,6 +42,8 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
                "losses and gradients");
   app.add_flag("--sequential", o.sequential,
                "Train with the sequential schedule instead of the plan's co-execution");
+  app.add_flag("!--no-check", o.check_plan,
+               "Skip the plan checker (dhelix-plan --check) that runs before training");
   app.add_option("--jitter-us", o.jitter_us,
                  "Sleep a random 0..N us before every op: shakes the streams' timing so that "
                  "--verify exposes a missing dependency")

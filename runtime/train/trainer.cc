@@ -16,6 +16,7 @@
 #include "lib/error.h"
 #include "lib/job_reader.h"
 #include "lib/placement.h"
+#include "lib/plan_check.h"
 #include "lib/plan_job.h"
 #include "lib/plan_reader.h"
 #include "lib/provenance.h"
@@ -167,6 +168,9 @@ void Trainer::read_inputs() {
                            options_.job_file);
   }
   refuse_unsupported(job_, options_.plan_file);
+  // The whole-world check lowers every rank's program: rank 0 does it for everyone, and the
+  // setup agreement below stops every rank when it fails.
+  if (options_.check_plan && rank_ == 0) require_valid_plan(plan_, options_.plan_file);
   placement_ = std::make_unique<Placement>(job_.parallel, job_.cluster.gpus_per_node);
   if (world_size_ != placement_->world_size()) {
     throw Error(ErrorCode::kInvalidInput,

@@ -7,7 +7,7 @@
 #   2. training on the shipped corpus lowers the loss;
 #   3. 6 steps in one run == 3 steps + a resume of 3 more, bit for bit;
 #   4. bad input (plan for another job, too few ranks, missing files, resume without a
-#      checkpoint) gives a clear error, a non-zero status and no checkpoint.
+#      checkpoint, a corrupted plan the checker refuses) gives a clear error, a non-zero status and no checkpoint.
 # Usage: run_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_test.sh BIN_DIR SOURCE_DIR}
@@ -85,6 +85,19 @@ expect_failure 2 "$work/missing.json" --plan "$work/missing.json" --steps 1 \
   --checkpoint-dir "$work/bad"
 expect_failure 2 "holds no checkpoint" --plan "$plans/tiny-tp2.json" --steps 2 --resume \
   --checkpoint-dir "$work/bad"
+# A plan whose stage-1 tasks were reordered (it needs layer 2's input before stage 0 sends
+# it): the plan checker stops every rank before training.
+python3 - "$tp2pp2" "$work/reordered.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+tasks = plan["stages"][1]["tasks"]
+tasks[0], tasks[2] = tasks[2], tasks[0]
+for i, task in enumerate(tasks):
+    task["index"] = i
+json.dump(plan, open(sys.argv[2], "w"))
+PY
+expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produced" \
+  --plan "$work/reordered.json" --steps 1 --checkpoint-dir "$work/bad"
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"
 
 if ((failures > 0)); then

@@ -198,7 +198,9 @@ TEST(StreamLowering, ShippedTinyPlansAreFullyOrdered) {
           }
         }
         EXPECT_LE(lowering.num_waits, cross_stream);
-        if (mode == ExecutionMode::kCoExecuted) EXPECT_GT(lowering.num_waits, 0);
+        if (mode == ExecutionMode::kCoExecuted) {
+          EXPECT_GT(lowering.num_waits, 0);
+        }
       }
     }
   }
