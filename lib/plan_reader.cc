@@ -5,6 +5,8 @@
 
 #include "lib/plan_reader.h"
 
+#include "lib/provenance.h"
+
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -333,6 +335,34 @@ Plan plan_from_json(const Json& json, const std::string& file) {
   return plan;
 }
 
+namespace {
+
+// The plan's recorded input hashes must be those of its own copy of the job: a plan whose
+// /job was edited (or whose /inputs were) no longer says what it was made for, and
+// dhelix-diff and dhelix-run would trust the wrong half.
+void check_inputs_match_job(const Plan& plan, const std::string& file) {
+  ProblemList problems;
+  auto check = [&](const std::string& pointer, const std::string& recorded,
+                   const std::string& actual, const std::string& job_pointer) {
+    if (recorded == actual) return;
+    problems.add(file, pointer, recorded,
+                 fmt::format("does not match the plan's own {} (sha256 {}): the plan was "
+                             "edited or corrupted; plan the job again",
+                             job_pointer, actual));
+  };
+  check("/inputs/model/sha256", plan.inputs.model.sha256, sha256_hex(plan.job.model.dump()),
+        "/job/model");
+  check("/inputs/cluster/sha256", plan.inputs.cluster.sha256, sha256_hex(plan.job.cluster.dump()),
+        "/job/cluster");
+  if (plan.inputs.parallel.dump() != plan.job.parallel.dump()) {
+    problems.add(file, "/inputs/parallel", plan.inputs.parallel.dump(),
+                 "differs from the plan's own /job/parallel: the plan was edited or corrupted");
+  }
+  problems.throw_if_any();
+}
+
+}  // namespace
+
 Plan read_plan(const std::string& path) {
   Plan plan = plan_from_json(read_json_file(path), path);
   // Json sorts keys; re-read the opaque blocks in file order so that a plan read and
@@ -346,6 +376,7 @@ Plan read_plan(const std::string& path) {
   plan.job.model = ordered.at("job").at("model");
   plan.job.cluster = ordered.at("job").at("cluster");
   plan.job.parallel = ordered.at("job").at("parallel");
+  check_inputs_match_job(plan, path);
   return plan;
 }
 

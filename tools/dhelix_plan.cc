@@ -24,6 +24,7 @@
 #include "lib/placement.h"
 #include "lib/plan_check.h"
 #include "lib/plan_reader.h"
+#include "lib/profile_match.h"
 #include "lib/provenance.h"
 #include "planner/plan_builder.h"
 #include "profiler/interference.h"
@@ -129,6 +130,7 @@ PlanRequest make_request(const JobSpec& job, const PlanOptions& options, Profile
     request.profile_ref = {.name = "model", .sha256 = "generated:model"};
   } else {
     profile = read_profile(options.profile);
+    check_profile_cluster(profile, options.profile, job);
     request.profile_name = options.profile;
     request.profile_ref = {.name = profile_backend_name(profile.backend),
                            .sha256 = sha256_file_hex(options.profile)};

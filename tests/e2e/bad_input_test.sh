@@ -247,7 +247,7 @@ plan profile negative-size 2 profile-negative-size.json: /ops/0/samples: -4096 m
 plan profile nan 2 not valid JSON: syntax error while parsing value - invalid literal
 plan profile unknown-key 2 profile-unknown-key.json: /ops/0/tensor_paralel: unknown key
 plan profile schema-major 5 profile-schema-major.json: /schema_version: "2.0.0" has major version 2, this dhelix reads major version 1 only
-plan profile provenance 0 -
+plan profile provenance 2 /cluster: the profile was made for cluster h100 (GPU H100-SXM), but the job runs on a40 (GPU A40)
 plan profile missing 3 does-not-exist.json: cannot open file for reading
 plan profile directory 3 directory.json: is a directory, expected a file
 plan profile empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
@@ -300,7 +300,7 @@ diff plan negative-size 2 plan-negative-size.json: /num_micro_batches: -4096 mus
 diff plan nan 2 not valid JSON: syntax error while parsing value - invalid literal
 diff plan unknown-key 2 plan-unknown-key.json: /tensor_paralel: unknown key
 diff plan schema-major 5 plan-schema-major.json: /schema_version: "2.0.0" has major version 2, this dhelix reads major version 1 only
-diff plan provenance 0 -
+diff plan provenance 2 /inputs/model/sha256: 0000000000000000000000000000000000000000000000000000000000000000 does not match the plan's own /job/model
 diff plan missing 3 does-not-exist.json: cannot open file for reading
 diff plan directory 3 directory.json: is a directory, expected a file
 diff plan empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal

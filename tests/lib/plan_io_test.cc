@@ -6,6 +6,7 @@
 #include "lib/error.h"
 #include "lib/plan.h"
 #include "lib/plan_reader.h"
+#include "lib/provenance.h"
 
 namespace dhelix {
 namespace {
@@ -14,9 +15,10 @@ namespace {
 Plan small_plan() {
   Plan plan;
   plan.meta = OrderedJson{{"tool", "dhelix-plan"}, {"version", "0.1.0"}};
-  plan.inputs.model = {.name = "tiny", .sha256 = std::string(64, 'a')};
+  // read_plan checks that /inputs hash the plan's own /job.
+  plan.inputs.model = {.name = "tiny", .sha256 = sha256_hex(OrderedJson{{"name", "tiny"}}.dump())};
   plan.inputs.parallel = OrderedJson{{"tp", 2}, {"dp", 1}};
-  plan.inputs.cluster = {.name = "a40", .sha256 = std::string(64, 'b')};
+  plan.inputs.cluster = {.name = "a40", .sha256 = sha256_hex(OrderedJson{{"name", "a40"}}.dump())};
   plan.inputs.profile = {.name = "model", .sha256 = "generated:model"};
   plan.job = {.name = "tiny-job",
               .model = OrderedJson{{"name", "tiny"}},
