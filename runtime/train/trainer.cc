@@ -109,16 +109,18 @@ class Trainer {
  public:
   Trainer(const TrainOptions& options, const MpiEnvironment& mpi, std::ostream& out)
       : options_(options), out_(out), rank_(mpi.world_rank()), world_size_(mpi.world_size()) {
+    // Reading inputs, lowering the program and building the model are local: any of them
+    // may fail on some ranks only, so the ranks agree before their first collective.
     std::exception_ptr failure;
     try {
       read_inputs();
+      build_model();
     } catch (const Error&) {
       failure = std::current_exception();
     }
     agree_on_setup(failure);
     groups_ = std::make_unique<ProcessGroups>(*placement_, rank_);
     comms_ = std::make_unique<RankComms>(*groups_);
-    build_model();
   }
 
   int run();
