@@ -4,6 +4,8 @@
 #include <array>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lib/error.h"
 
@@ -159,6 +161,153 @@ std::vector<PairingBlock> single_strand(BlockCostCache& cache, const Lattice& la
   return blocks_from_chain(cache.model(), chain);
 }
 
+// The joint DP's table of |downsets(F)| x |downsets(B)| values must stay within memory
+// the caller agreed to spend; past the limit the exact search is not the tool.
+void check_state_limit(int64_t nf, int64_t nb, const PairingOptions& options) {
+  if (nf * nb > options.max_states) {
+    throw Error(ErrorCode::kUnsupported,
+                "pairing search needs " + std::to_string(nf) + " x " + std::to_string(nb) +
+                    " states, more than the limit of " + std::to_string(options.max_states));
+  }
+}
+
+// The strands alone are both the baseline the report compares against and, summed, the
+// first incumbent of the joint search.
+void solve_strands_alone(BlockCostCache& cache, const Lattice& lf, const Lattice& lb,
+                         const PairingOptions& options, PairingResult* result) {
+  result->forward_alone_blocks = single_strand(cache, lf, Strand::kForward, options);
+  result->backward_alone_blocks = single_strand(cache, lb, Strand::kBackward, options);
+  result->forward_alone_us = total_time_us(result->forward_alone_blocks);
+  result->backward_alone_us = total_time_us(result->backward_alone_blocks);
+  result->sequential_time_us = result->forward_alone_us + result->backward_alone_us;
+  result->stats.forward_downsets = lf.size();
+  result->stats.backward_downsets = lb.size();
+  result->stats.states = lf.size() * lb.size();
+}
+
+// Pruning 1 (pairing_search.h): rates are <= 1, so a block lasts at least its busiest
+// stream's solo work and its longest solo path on either side.
+double block_lower_bound_us(const Step& sf, const Step& sb) {
+  double bound = std::max(sf.path_us, sb.path_us);
+  for (int s = 0; s < kNumStreams; ++s) bound = std::max(bound, sf.load_us[s] + sb.load_us[s]);
+  return bound;
+}
+
+// The DP over downset pairs (pairing_search.h). State (i, j), forward downset i with
+// backward downset j, is stored at i * nb + j. A class because the relaxation of one
+// transition reads the lattices, the table and the incumbent, and updates the latter two.
+class JointSearch {
+ public:
+  JointSearch(BlockCostCache& cache, const Lattice& lf, const Lattice& lb,
+              const PairingOptions& options, PairingStats* stats)
+      : cache_(cache),
+        lf_(lf),
+        lb_(lb),
+        options_(options),
+        stats_(*stats),
+        nb_(lb.size()),
+        last_(lf.size() * lb.size() - 1),
+        value_(lf.size() * lb.size(), kInfinity),
+        parent_(lf.size() * lb.size(), -1) {
+    value_[0] = 0;
+    for (int s = 0; s < kNumStreams; ++s) {
+      total_load_us_[s] = lf.load_us[lf.size() - 1][s] + lb.load_us[nb_ - 1][s];
+    }
+  }
+
+  // `upper_us` is the first incumbent (the strands one after the other: a plan of this
+  // lattice), or infinity without pruning.
+  void run(double upper_us) {
+    upper_us_ = upper_us;
+    // Subsets precede supersets in both downset lists, so (i, j) in lexicographic order
+    // visits every state after all states that can reach it.
+    for (int64_t i = 0; i < lf_.size(); ++i) {
+      for (int64_t j = 0; j < nb_; ++j) {
+        const int64_t state = i * nb_ + j;
+        const double t = value_[state];
+        if (t == kInfinity || state == last_) continue;
+        if (options_.prune && t + remaining_bound_us(i, j) > upper_us_ * (1 + kPruneSlack)) {
+          continue;
+        }
+        expand(i, j, t);
+      }
+    }
+    DHELIX_CHECK_MSG(value_[last_] < kInfinity, "pairing search reached no complete plan");
+  }
+
+  double optimum_us() const { return value_[last_]; }
+
+  // The optimal plan's blocks, first to last, as (forward ops, backward ops).
+  std::vector<std::pair<OpMask, OpMask>> chain() const {
+    std::vector<std::pair<OpMask, OpMask>> blocks;
+    for (int64_t s = last_; s > 0; s = parent_[s]) {
+      const int64_t p = parent_[s];
+      blocks.emplace_back(lf_.downsets[s / nb_] & ~lf_.downsets[p / nb_],
+                          lb_.downsets[s % nb_] & ~lb_.downsets[p % nb_]);
+    }
+    std::reverse(blocks.begin(), blocks.end());
+    return blocks;
+  }
+
+ private:
+  // Pruning 2: after state (i, j) every stream still owes its remaining solo work and
+  // each strand its longest remaining path.
+  double remaining_bound_us(int64_t i, int64_t j) const {
+    double bound = std::max(lf_.remaining_path_us[i], lb_.remaining_path_us[j]);
+    for (int s = 0; s < kNumStreams; ++s) {
+      bound = std::max(bound, total_load_us_[s] - lf_.load_us[i][s] - lb_.load_us[j][s]);
+    }
+    return bound;
+  }
+
+  // Every transition from state (i, j), reached at time t: one block per pair of steps,
+  // except the pair that moves neither strand.
+  void expand(int64_t i, int64_t j, double t) {
+    ++stats_.states_expanded;
+    const int64_t state = i * nb_ + j;
+    for (const Step& sf : lf_.steps[i]) {
+      for (const Step& sb : lb_.steps[j]) {
+        if (sf.diff == 0 && sb.diff == 0) continue;
+        ++stats_.transitions;
+        relax(state, t, sf, sb);
+      }
+    }
+  }
+
+  // Pruning 3 before simulating: the block cannot improve its target, or no plan through
+  // it can beat the incumbent. Then the usual DP relaxation.
+  void relax(int64_t state, double t, const Step& sf, const Step& sb) {
+    const int64_t target = sf.target * nb_ + sb.target;
+    if (options_.prune) {
+      const double block_bound = block_lower_bound_us(sf, sb);
+      if (t + block_bound >= value_[target] * (1 + kPruneSlack) ||
+          t + block_bound + remaining_bound_us(sf.target, sb.target) >
+              upper_us_ * (1 + kPruneSlack)) {
+        ++stats_.transitions_pruned;
+        return;
+      }
+    }
+    const double candidate = t + cache_.cost_us(sf.diff, sb.diff);
+    if (candidate < value_[target]) {
+      value_[target] = candidate;
+      parent_[target] = state;
+      if (target == last_) upper_us_ = std::min(upper_us_, candidate);
+    }
+  }
+
+  BlockCostCache& cache_;
+  const Lattice& lf_;
+  const Lattice& lb_;
+  const PairingOptions& options_;
+  PairingStats& stats_;
+  const int64_t nb_;
+  const int64_t last_;
+  std::vector<double> value_;    // best known time from ({}, {}) to each state
+  std::vector<int64_t> parent_;  // the state that value_ came from; -1 when unreached
+  std::array<double, kNumStreams> total_load_us_{};  // both strands' solo work per stream
+  double upper_us_ = kInfinity;  // the best complete plan known (branch and bound)
+};
+
 }  // namespace
 
 double total_time_us(const std::vector<PairingBlock>& blocks) {
@@ -193,88 +342,15 @@ PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& 
   BlockCostCache cache(model);
   const Lattice lf = build_lattice(model.forward(), options);
   const Lattice lb = build_lattice(model.backward(), options);
-  const int64_t nf = lf.size(), nb = lb.size();
-  if (nf * nb > options.max_states) {
-    throw Error(ErrorCode::kUnsupported,
-                "pairing search needs " + std::to_string(nf) + " x " + std::to_string(nb) +
-                    " states, more than the limit of " + std::to_string(options.max_states));
-  }
+  check_state_limit(lf.size(), lb.size(), options);
   PairingResult result;
-  result.forward_alone_blocks = single_strand(cache, lf, Strand::kForward, options);
-  result.backward_alone_blocks = single_strand(cache, lb, Strand::kBackward, options);
-  result.forward_alone_us = total_time_us(result.forward_alone_blocks);
-  result.backward_alone_us = total_time_us(result.backward_alone_blocks);
-  result.sequential_time_us = result.forward_alone_us + result.backward_alone_us;
-  PairingStats& stats = result.stats;
-  stats.forward_downsets = nf;
-  stats.backward_downsets = nb;
-  stats.states = nf * nb;
-
-  std::array<double, kNumStreams> total_load{};
-  for (int s = 0; s < kNumStreams; ++s)
-    total_load[s] = lf.load_us[nf - 1][s] + lb.load_us[nb - 1][s];
-  auto remaining_bound = [&](int64_t i, int64_t j) {
-    double bound = std::max(lf.remaining_path_us[i], lb.remaining_path_us[j]);
-    for (int s = 0; s < kNumStreams; ++s) {
-      bound = std::max(bound, total_load[s] - lf.load_us[i][s] - lb.load_us[j][s]);
-    }
-    return bound;
-  };
-
-  const int64_t last = nf * nb - 1;
-  std::vector<double> value(nf * nb, kInfinity);
-  std::vector<int64_t> parent(nf * nb, -1);
-  value[0] = 0;
-  // The strands one after the other is a plan of this lattice: the first incumbent.
-  double upper = options.prune ? result.sequential_time_us : kInfinity;
-  // Subsets precede supersets in both downset lists, so (i, j) in lexicographic order
-  // visits every state after all states that can reach it.
-  for (int64_t i = 0; i < nf; ++i) {
-    for (int64_t j = 0; j < nb; ++j) {
-      const int64_t state = i * nb + j;
-      const double t = value[state];
-      if (t == kInfinity || state == last) continue;
-      if (options.prune && t + remaining_bound(i, j) > upper * (1 + kPruneSlack)) continue;
-      ++stats.states_expanded;
-      for (const Step& sf : lf.steps[i]) {
-        for (const Step& sb : lb.steps[j]) {
-          if (sf.diff == 0 && sb.diff == 0) continue;
-          ++stats.transitions;
-          const int64_t target = sf.target * nb + sb.target;
-          if (options.prune) {
-            double block_bound = std::max(sf.path_us, sb.path_us);
-            for (int s = 0; s < kNumStreams; ++s) {
-              block_bound = std::max(block_bound, sf.load_us[s] + sb.load_us[s]);
-            }
-            if (t + block_bound >= value[target] * (1 + kPruneSlack) ||
-                t + block_bound + remaining_bound(sf.target, sb.target) >
-                    upper * (1 + kPruneSlack)) {
-              ++stats.transitions_pruned;
-              continue;
-            }
-          }
-          const double candidate = t + cache.cost_us(sf.diff, sb.diff);
-          if (candidate < value[target]) {
-            value[target] = candidate;
-            parent[target] = state;
-            if (target == last) upper = std::min(upper, candidate);
-          }
-        }
-      }
-    }
-  }
-  DHELIX_CHECK_MSG(value[last] < kInfinity, "pairing search reached no complete plan");
-  stats.block_simulations = cache.simulations();
-
-  std::vector<std::pair<OpMask, OpMask>> chain;
-  for (int64_t s = last; s > 0; s = parent[s]) {
-    const int64_t p = parent[s];
-    chain.emplace_back(lf.downsets[s / nb] & ~lf.downsets[p / nb],
-                       lb.downsets[s % nb] & ~lb.downsets[p % nb]);
-  }
-  std::reverse(chain.begin(), chain.end());
-  result.blocks = blocks_from_chain(model, chain);
-  result.total_time_us = value[last];
+  // Both alone first: their sum seeds the branch and bound, and their blocks warm the cache.
+  solve_strands_alone(cache, lf, lb, options, &result);
+  JointSearch search(cache, lf, lb, options, &result.stats);
+  search.run(options.prune ? result.sequential_time_us : kInfinity);
+  result.stats.block_simulations = cache.simulations();
+  result.blocks = blocks_from_chain(model, search.chain());
+  result.total_time_us = search.optimum_us();
   return result;
 }
 
