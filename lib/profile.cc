@@ -190,6 +190,12 @@ TimeStats TimeStats::exactly(double time_us) {
   return {time_us, time_us, time_us, time_us, time_us};
 }
 
+TimeStats TimeStats::quantized() const {
+  return {quantize_profile_value(median_us), quantize_profile_value(p10_us),
+          quantize_profile_value(p90_us), quantize_profile_value(min_us),
+          quantize_profile_value(max_us)};
+}
+
 double overlap_effectiveness(double time_a_us, double time_b_us, double makespan_us) {
   // (T_a + T_b - P) / min written as 1 - (P - max) / min: exactly 1 when P == max.
   const double shorter = std::min(time_a_us, time_b_us);

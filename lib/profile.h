@@ -40,6 +40,9 @@ struct TimeStats {
   double median_us = 0, p10_us = 0, p90_us = 0, min_us = 0, max_us = 0;
   /// All five equal to `time_us` (the model backend's single value).
   static TimeStats exactly(double time_us);
+  /// Every figure rounded as the profile file keeps it (quantize_profile_value), so that a
+  /// measured profile in memory plans exactly like the same profile read back.
+  TimeStats quantized() const;
 };
 
 /// Solo timing of one op signature.

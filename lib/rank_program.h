@@ -48,21 +48,21 @@ const char* instruction_kind_name(InstructionKind kind);  ///< "compute", "colle
 
 struct Instruction {
   InstructionKind kind = InstructionKind::kCompute;
-  std::string op;            ///< layer DAG op id; "p2p.activation" / "p2p.gradient" for transfers
-  int64_t layer = -1;        ///< absolute layer; -1 for the embedding, head and loss (see below)
-  int64_t micro_batch = 0;   ///< 0-based within the iteration
-  std::string stream;        ///< "compute", "local_comm", "cross_comm"
-  std::string group;         ///< collectives: "tp", ...; transfers: "pp"; compute: ""
-  std::string collective;    ///< collectives: op kind name ("all_gather", ...)
-  int64_t bytes = 0;         ///< collectives: the op's comm_bytes; transfers: message bytes
-  int64_t peer = -1;         ///< transfers: world rank at the other end
-  int64_t tag = -1;          ///< transfers: message tag (transfer_tag)
+  std::string op;           ///< layer DAG op id; "p2p.activation" / "p2p.gradient" for transfers
+  int64_t layer = -1;       ///< absolute layer; -1 for the embedding, head and loss (see below)
+  int64_t micro_batch = 0;  ///< 0-based within the iteration
+  std::string stream;       ///< "compute", "local_comm", "cross_comm"
+  std::string group;        ///< collectives: "tp", ...; transfers: "pp"; compute: ""
+  std::string collective;   ///< collectives: op kind name ("all_gather", ...)
+  int64_t bytes = 0;        ///< collectives: the op's comm_bytes; transfers: message bytes
+  int64_t peer = -1;        ///< transfers: world rank at the other end
+  int64_t tag = -1;         ///< transfers: message tag (transfer_tag)
   /// Transfers: the buffer moved. Activation: the input of `layer` (the residual stream
   /// entering it; layer == num_layers is the head's input). Gradient: the gradient of
   /// `layer`'s output (layer == -1: of the embedding's output).
   bool gradient = false;
-  int64_t task = -1;   ///< index in the stage's task list
-  int64_t block = -1;  ///< SI block within the task; -1 outside SI blocks
+  int64_t task = -1;          ///< index in the stage's task list
+  int64_t block = -1;         ///< SI block within the task; -1 outside SI blocks
   std::vector<int64_t> deps;  ///< earlier instructions of this program that must finish first
 };
 

@@ -90,11 +90,7 @@ class CpuMeasurer {
     const std::vector<double> samples = cpu_profile::time_samples(
         options_.timing, [this] { groups_.world().barrier(); }, runnable.run,
         cpu_profile::steady_clock_us);
-    TimeStats stats = cpu_profile::summarize_samples(samples);
-    for (double* value :
-         {&stats.median_us, &stats.p10_us, &stats.p90_us, &stats.min_us, &stats.max_us}) {
-      *value = quantize_profile_value(*value);
-    }
+    const TimeStats stats = cpu_profile::summarize_samples(samples).quantized();
     tick();
     return {.signature = op.signature(),
             .kind = op.kind,

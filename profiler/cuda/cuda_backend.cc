@@ -97,11 +97,7 @@ class CudaMeasurer {
     record_rank_spread(op, pooled, mine.size());
     const cuda_profile::OutlierSplit split = cuda_profile::remove_outliers(pooled);
     counts_.outliers += split.outliers;
-    TimeStats stats = cuda_profile::summarize(split.kept);
-    for (double* value :
-         {&stats.median_us, &stats.p10_us, &stats.p90_us, &stats.min_us, &stats.max_us}) {
-      *value = quantize_profile_value(*value);
-    }
+    const TimeStats stats = cuda_profile::summarize(split.kept).quantized();
     tick();
     return {.signature = op.signature(),
             .kind = op.kind,
