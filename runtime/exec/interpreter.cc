@@ -24,13 +24,13 @@ double elapsed_us(Clock::time_point since) {
 void run_collective(const CollectiveRequest& request, Communicator& comm) {
   switch (request.kind) {
     case CollectiveKind::kAllGather:
-      comm.all_gather(request.in, request.count, request.out);
+      comm.all_gather(request.in_f32(), request.count, request.out_f32());
       return;
     case CollectiveKind::kReduceScatter:
-      comm.reduce_scatter_sum(request.in, request.count, request.out);
+      comm.reduce_scatter_sum(request.in_f32(), request.count, request.out_f32());
       return;
     case CollectiveKind::kAllReduce:
-      comm.all_reduce_sum(request.out, request.count);
+      comm.all_reduce_sum(request.out_f32(), request.count);
       return;
   }
 }
@@ -122,7 +122,7 @@ class Execution {
       case InstructionKind::kCompute: {
         BoundOp bound = model_.bind(ref_of(instruction));
         if (!bound.compute) throw_unbound(instruction, "no computation");
-        return std::move(bound.compute);
+        return [compute = std::move(bound.compute)] { compute(CpuBackend::Exec{}); };
       }
       case InstructionKind::kCollective: {
         BoundOp bound = model_.bind(ref_of(instruction));
@@ -130,7 +130,7 @@ class Execution {
         Communicator& comm = comms_.group(instruction.group, comm_stream(instruction));
         return [request = *bound.collective, after = std::move(bound.after_collective), &comm] {
           run_collective(request, comm);
-          if (after) after();
+          if (after) after(CpuBackend::Exec{});
         };
       }
       case InstructionKind::kSend: {

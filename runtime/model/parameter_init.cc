@@ -37,18 +37,17 @@ uint64_t fnv1a64(const std::string& text) {
   return hash;
 }
 
-Parameter make_parameter(std::string name, int64_t count) {
-  Parameter p;
+HostTensor make_parameter(std::string name, int64_t count) {
+  HostTensor p;
   p.name = std::move(name);
   p.values.assign(static_cast<size_t>(count), 0.0f);
-  p.gradient.assign(static_cast<size_t>(count), 0.0f);
   return p;
 }
 
 // Fills a [rows, cols] shard whose element (i, j) is element global(i, j) of the full tensor.
-Parameter make_matrix(uint64_t seed, std::string name, int64_t rows, int64_t cols, float bound,
-                      const std::function<int64_t(int64_t, int64_t)>& global) {
-  Parameter p = make_parameter(std::move(name), rows * cols);
+HostTensor make_matrix(uint64_t seed, std::string name, int64_t rows, int64_t cols, float bound,
+                       const std::function<int64_t(int64_t, int64_t)>& global) {
+  HostTensor p = make_parameter(std::move(name), rows * cols);
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
       p.values[static_cast<size_t>(i * cols + j)] = init_uniform(seed, p.name, global(i, j), bound);
@@ -57,8 +56,8 @@ Parameter make_matrix(uint64_t seed, std::string name, int64_t rows, int64_t col
   return p;
 }
 
-Parameter make_gain(std::string name, int64_t count, bool sum_over_tp) {
-  Parameter p = make_parameter(std::move(name), count);
+HostTensor make_gain(std::string name, int64_t count, bool sum_over_tp) {
+  HostTensor p = make_parameter(std::move(name), count);
   p.values.assign(static_cast<size_t>(count), 1.0f);
   p.sum_gradient_over_tp = sum_over_tp;
   return p;
@@ -75,11 +74,11 @@ float init_uniform(uint64_t seed, const std::string& name, int64_t global_index,
   return bound * (2.0f * unit - 1.0f);
 }
 
-LayerParameters make_layer_parameters(const Dims& d, int64_t layer, uint64_t seed) {
+HostLayer make_layer_parameters(const Dims& d, int64_t layer, uint64_t seed) {
   const std::string prefix = "layers." + std::to_string(layer) + ".";
   const int64_t h = d.hidden, r = d.tp_rank;
   const int64_t q_full = d.q_width * d.tp, kv_full = d.kv_width * d.tp, f_full = d.ffn * d.tp;
-  LayerParameters p;
+  HostLayer p;
   p.ln_attn = make_gain(prefix + "ln_attn", h, d.sp);
   p.ln_mlp = make_gain(prefix + "ln_mlp", h, d.sp);
   p.w_qkv = make_matrix(seed, prefix + "w_qkv", d.qkv_width, h, linear_bound(h),
@@ -106,16 +105,16 @@ LayerParameters make_layer_parameters(const Dims& d, int64_t layer, uint64_t see
   return p;
 }
 
-Parameter make_embedding(const Dims& d, uint64_t seed) {
+HostTensor make_embedding(const Dims& d, uint64_t seed) {
   return make_matrix(seed, "embedding", d.vocab_local, d.hidden, 1.0f,
                      [&](int64_t i, int64_t j) { return (d.vocab_begin + i) * d.hidden + j; });
 }
 
-Parameter make_head(const Dims& d, uint64_t seed) {
+HostTensor make_head(const Dims& d, uint64_t seed) {
   return make_matrix(seed, "head", d.vocab_local, d.hidden, linear_bound(d.hidden),
                      [&](int64_t i, int64_t j) { return (d.vocab_begin + i) * d.hidden + j; });
 }
 
-Parameter make_final_norm(const Dims& d) { return make_gain("final_norm", d.hidden, d.sp); }
+HostTensor make_final_norm(const Dims& d) { return make_gain("final_norm", d.hidden, d.sp); }
 
 }  // namespace dhelix::rt::model_detail

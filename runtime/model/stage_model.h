@@ -9,7 +9,8 @@
 // plan it asks the StageModel to bind that op, by the layer DAG's op id
 // (lib/dag_builder*.cc: "fwd.gemm_qkv", "bwd.fc1_wgrad", "fwd.embedding", ...), for one
 // layer and one micro-batch. Binding allocates the buffers the op touches and returns
-//   * compute ops: a closure the compute stream runs later;
+//   * compute ops: a closure the compute stream runs later, given the backend's execution
+//     context (B::Exec: nothing on the CPU, the stream and cuBLAS handle on CUDA);
 //   * communication ops: a CollectiveRequest the interpreter runs on a communication
 //     stream through the TP communicator (runtime/comm/communicator.h), optionally with a
 //     closure to run after the collective (for instance combining gathered loss statistics).
@@ -22,16 +23,28 @@
 // of layer l - 1); residual(mb, num_layers) is the input of the final norm.
 // residual_grad(mb, l) is the gradient with respect to residual(mb, l + 1), i.e. the
 // output of layer l; residual_grad(mb, -1) is the gradient of the embedding's output.
-// Pipeline transfers move exactly these buffers (boundary_elements() floats each).
+// Pipeline transfers move exactly these buffers (boundary_elements() elements each).
+//
+// Backends. The model is written once, as a template over a backend B
+// (runtime/model/model_backend.h): B says what an activation element is, where buffers
+// live and which kernels run. StageModel is the CPU backend's (fp32, host memory, closures
+// that compute when called); runtime/cuda/cuda_stage_model.h instantiates the same code
+// for the CUDA backend (bf16 activations in device memory, closures that enqueue kernels on
+// the stream they are given). So the op wiring the CPU tests check is the wiring the GPU
+// runs.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/job_spec.h"
+#include "runtime/model/cpu_backend.h"
+#include "runtime/model/element_type.h"
+#include "runtime/model/model_backend.h"
 
 namespace dhelix::rt {
 
@@ -41,16 +54,23 @@ const char* collective_kind_name(CollectiveKind kind);  ///< "all_gather", ...
 /// A collective over the tensor-parallel group, with its buffers (owned by the model).
 struct CollectiveRequest {
   CollectiveKind kind = CollectiveKind::kAllGather;
-  const float* in = nullptr;  ///< all_gather: count; reduce_scatter: tp * count; all_reduce: unused
-  float* out = nullptr;       ///< all_gather: tp * count; reduce_scatter: count; all_reduce: in/out
-  int64_t count = 0;          ///< see Communicator
+  ElementType element = ElementType::kFloat32;
+  const void* in = nullptr;  ///< all_gather: count; reduce_scatter: tp * count; all_reduce: unused
+  void* out = nullptr;       ///< all_gather: tp * count; reduce_scatter: count; all_reduce: in/out
+  int64_t count = 0;         ///< see Communicator
+
+  /// The buffers as fp32 (the CPU communicators' type); Error(kInternal) for another type.
+  const float* in_f32() const;
+  float* out_f32() const;
 };
 
-/// What running one op means.
-struct BoundOp {
-  std::function<void()> compute;                ///< compute ops; empty for communication
+/// What running one op means on backend B.
+template <class B>
+struct BasicBoundOp {
+  using Task = std::function<void(const typename B::Exec&)>;
+  Task compute;                                 ///< compute ops; empty for communication
   std::optional<CollectiveRequest> collective;  ///< communication ops
-  std::function<void()> after_collective;       ///< optional local step after it
+  Task after_collective;                        ///< optional local step after it
 };
 
 /// Which op, of which layer, for which micro-batch.
@@ -60,11 +80,15 @@ struct OpRef {
   int64_t micro_batch = 0;  ///< 0-based within the iteration
 };
 
-/// One named parameter tensor of this rank and its gradient.
-struct ParameterView {
-  std::string name;  ///< "layers.3.w_qkv", "embedding", "head", "final_norm", ...
-  float* values = nullptr;
-  float* gradient = nullptr;
+/// One named parameter tensor of this rank and its gradient, in the backend's memory.
+template <class B>
+struct BasicParameterView {
+  std::string name;           ///< "layers.3.w_qkv", "embedding", "head", "final_norm", ...
+  float* values = nullptr;    ///< fp32 master weights
+  float* gradient = nullptr;  ///< fp32
+  /// The copy the ops read (B::Act); the same memory as values where Act is float. After
+  /// changing values, refresh it (BasicStageModel::refresh_compute_copies).
+  typename B::Act* compute = nullptr;
   int64_t count = 0;
   /// True for weights every TP rank holds whole (norm gains) whose gradient each rank only
   /// partly computes under sequence parallelism: the trainer all-reduces it over TP.
@@ -78,21 +102,27 @@ struct MicroBatchTokens {
   std::vector<int32_t> targets;  ///< same size; a negative target is ignored
 };
 
-class StageModel {
+template <class B>
+class BasicStageModel {
  public:
+  using Act = typename B::Act;
+  using BoundOp = BasicBoundOp<B>;
+  using ParameterView = BasicParameterView<B>;
+
   /// The slice of `job` that world rank `rank` holds: layers [first, first + count) of
   /// each chunk in `layer_ranges`, the embedding when `embedding`, the final norm, head and
   /// loss when `head`. Parameters are initialised from `seed` so that a weight's value
   /// depends only on (seed, tensor, global index): every TP layout of one model starts
-  /// from the same full weights. Throws Error(kUnsupported) for models or settings the
-  /// runtime does not run (MoE, cp > 1, ep > 1, linear biases, non-RMSNorm, non-SwiGLU,
-  /// non-RoPE positions, tied embeddings), listing every such setting.
-  StageModel(const JobSpec& job, int64_t rank,
-             std::vector<std::pair<int64_t, int64_t>> layer_ranges, bool embedding, bool head,
-             uint64_t seed);
-  ~StageModel();
-  StageModel(const StageModel&) = delete;
-  StageModel& operator=(const StageModel&) = delete;
+  /// from the same full weights. `memory` says where buffers live (B::MemoryConfig).
+  /// Throws Error(kUnsupported) for models or settings the runtime does not run (MoE,
+  /// cp > 1, ep > 1, linear biases, non-RMSNorm, non-SwiGLU, non-RoPE positions, tied
+  /// embeddings), listing every such setting.
+  BasicStageModel(const JobSpec& job, int64_t rank,
+                  std::vector<std::pair<int64_t, int64_t>> layer_ranges, bool embedding, bool head,
+                  uint64_t seed, typename B::MemoryConfig memory = {});
+  ~BasicStageModel();
+  BasicStageModel(const BasicStageModel&) = delete;
+  BasicStageModel& operator=(const BasicStageModel&) = delete;
 
   /// Gives micro-batch `micro_batch` its tokens (before running its ops; they are copied
   /// into storage the bound ops read, so a later call feeds ops bound earlier). Throws
@@ -101,20 +131,23 @@ class StageModel {
   /// Binds one op (see the file comment). Throws Error(kUnsupported) naming an op id this
   /// model does not implement, Error(kInvalidInput) for a layer (or the embedding or head)
   /// this rank does not hold and for a comm op of another TP mode (e.g. an all-reduce op
-  /// under sequence parallelism). fwd.allreduce_loss is bound as an all_gather of 3 floats
-  /// per token (see runtime/model/stage_ops.cc).
+  /// under sequence parallelism). fwd.allreduce_loss is bound as an all_gather of 3 fp32
+  /// values per token (see runtime/model/stage_ops.h).
   BoundOp bind(const OpRef& ref);
 
-  /// Floats in one residual-stream buffer (rows of this rank x hidden).
+  /// Elements in one residual-stream buffer (rows of this rank x hidden).
   int64_t boundary_elements() const;
+  /// The element type of activations (and of the residual stream's buffers).
+  static constexpr ElementType activation_type() { return B::kActivationType; }
   /// The input of layer `layer` for `micro_batch` (allocated on first use).
-  float* residual(int64_t micro_batch, int64_t layer);
+  Act* residual(int64_t micro_batch, int64_t layer);
   /// The gradient of layer `layer`'s output for `micro_batch` (allocated on first use).
-  float* residual_grad(int64_t micro_batch, int64_t layer);
+  Act* residual_grad(int64_t micro_batch, int64_t layer);
 
   /// Mean cross-entropy of each micro-batch whose loss ran on this rank (index = micro-batch;
-  /// NaN for those that did not run here). The loss gradient is scaled by loss_scale.
-  const std::vector<float>& micro_batch_losses() const;
+  /// NaN for those that did not run here), read back once the iteration's work has
+  /// finished. The loss gradient is scaled by loss_scale.
+  std::vector<float> micro_batch_losses();
   /// Factor applied to d(loss)/d(logit) per token; the trainer sets 1 / (tokens per
   /// micro-batch x micro-batches x dp) so that gradients are those of the global mean.
   /// Until then it is 1 / (tokens per micro-batch): the gradient of one micro-batch's mean.
@@ -122,6 +155,8 @@ class StageModel {
 
   /// Every parameter of this rank, in a fixed order (layers ascending, then extras).
   std::vector<ParameterView> parameters();
+  /// Rewrites the compute copies from the master weights (nothing where they are one).
+  void refresh_compute_copies();
   /// Zeroes every gradient and forgets every micro-batch's losses (NaN, num_micro_batches
   /// of them). Buffers stay allocated, so ops bound in an earlier iteration stay valid.
   void start_iteration(int64_t num_micro_batches);
@@ -130,5 +165,12 @@ class StageModel {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+extern template class BasicStageModel<CpuBackend>;
+
+/// The CPU backend's model (fp32, host memory): what dhelix-run runs without a GPU.
+using StageModel = BasicStageModel<CpuBackend>;
+using BoundOp = BasicBoundOp<CpuBackend>;
+using ParameterView = BasicParameterView<CpuBackend>;
 
 }  // namespace dhelix::rt

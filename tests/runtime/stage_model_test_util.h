@@ -106,7 +106,7 @@ class TpGroup {
     if (!bound[0].collective) {
       for (rt::BoundOp& b : bound) {
         ASSERT_TRUE(b.compute) << op;
-        b.compute();
+        b.compute(rt::CpuBackend::Exec{});
       }
       return;
     }
@@ -119,7 +119,7 @@ class TpGroup {
     }
     apply(requests);
     for (rt::BoundOp& b : bound) {
-      if (b.after_collective) b.after_collective();
+      if (b.after_collective) b.after_collective(rt::CpuBackend::Exec{});
     }
   }
 
@@ -167,26 +167,28 @@ class TpGroup {
       switch (requests[0].kind) {
         case rt::CollectiveKind::kAllGather:
           for (const rt::CollectiveRequest& q : requests) {
-            results[r].insert(results[r].end(), q.in, q.in + count);
+            results[r].insert(results[r].end(), q.in_f32(), q.in_f32() + count);
           }
           break;
         case rt::CollectiveKind::kReduceScatter:
           results[r].assign(static_cast<size_t>(count), 0.0f);
           for (const rt::CollectiveRequest& q : requests) {
             for (int64_t i = 0; i < count; ++i) {
-              results[r][static_cast<size_t>(i)] += q.in[static_cast<int64_t>(r) * count + i];
+              results[r][static_cast<size_t>(i)] += q.in_f32()[static_cast<int64_t>(r) * count + i];
             }
           }
           break;
         case rt::CollectiveKind::kAllReduce:
           results[r].assign(static_cast<size_t>(count), 0.0f);
           for (const rt::CollectiveRequest& q : requests) {
-            for (int64_t i = 0; i < count; ++i) results[r][static_cast<size_t>(i)] += q.out[i];
+            for (int64_t i = 0; i < count; ++i)
+              results[r][static_cast<size_t>(i)] += q.out_f32()[i];
           }
           break;
       }
     }
-    for (size_t r = 0; r < n; ++r) std::copy(results[r].begin(), results[r].end(), requests[r].out);
+    for (size_t r = 0; r < n; ++r)
+      std::copy(results[r].begin(), results[r].end(), requests[r].out_f32());
   }
 
   JobSpec job_;

@@ -1,0 +1,363 @@
+#pragma once
+// BasicStageModel<B>'s definitions: the parameters, buffers and op binding of one rank's
+// slice of the model, for any backend B (runtime/model/model_backend.h). Included only by
+// the files that instantiate the model for a backend (stage_model_cpu.cc,
+// runtime/cuda/cuda_stage_model.cc). The ops themselves are in layer_ops_forward.h,
+// layer_ops_backward.h and stage_ops.h; the initial values in parameter_init.cc.
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "lib/error.h"
+#include "runtime/model/layer_ops_backward.h"
+#include "runtime/model/layer_ops_forward.h"
+#include "runtime/model/stage_model.h"
+#include "runtime/model/stage_model_internal.h"
+#include "runtime/model/stage_ops.h"
+
+namespace dhelix::rt {
+
+template <class B>
+struct BasicStageModel<B>::Impl {
+  using A = typename B::Act;
+  using Key = std::pair<int64_t, int64_t>;  // (micro-batch, layer)
+
+  explicit Impl(typename B::MemoryConfig config) : memory(config) {}
+
+  typename B::Memory memory;
+  model_detail::Dims dims;
+  int64_t rank = 0;
+  std::map<int64_t, model_detail::LayerParameters<B>> layers;  // by absolute layer index
+  std::optional<model_detail::Parameter<B>> embedding, final_norm, head;
+  std::optional<typename B::Rope> rope;
+  float loss_scale = 1.0f;
+  std::vector<char> loss_ran;  // by micro-batch: fwd.loss ran (or was enqueued) this iteration
+  // Buffers, created on first use and never freed (closures hold their addresses).
+  std::map<Key, A*> residuals, residual_grads;
+  std::map<int64_t, model_detail::TokenBuffers<B>> tokens;
+  std::map<Key, std::unique_ptr<model_detail::LayerState<B>>> layer_states;
+  std::map<int64_t, std::unique_ptr<model_detail::EmbeddingState<B>>> embedding_states;
+  std::map<int64_t, std::unique_ptr<model_detail::HeadState<B>>> head_states;
+
+  A* boundary(std::map<Key, A*>& buffers, int64_t micro_batch, int64_t layer) {
+    DHELIX_CHECK(micro_batch >= 0);
+    A*& buffer = buffers[{micro_batch, layer}];
+    if (buffer == nullptr) buffer = memory.template allocate<A>(dims.residual_elements());
+    return buffer;
+  }
+  A* residual(int64_t mb, int64_t layer) {
+    DHELIX_CHECK(layer >= 0 && layer <= dims.num_layers);
+    return boundary(residuals, mb, layer);
+  }
+  A* residual_grad(int64_t mb, int64_t layer) {
+    DHELIX_CHECK(layer >= -1 && layer < dims.num_layers);
+    return boundary(residual_grads, mb, layer);
+  }
+  A* allocate(int64_t count) { return memory.template allocate<A>(count); }
+  float* allocate_f32(int64_t count) { return memory.template allocate<float>(count); }
+
+  model_detail::TokenBuffers<B>& token_buffers(int64_t mb);
+  model_detail::LayerState<B>& layer_state(int64_t mb, int64_t layer);
+  model_detail::EmbeddingState<B>& embedding_state(int64_t mb);
+  model_detail::HeadState<B>& head_state(int64_t mb);
+  BasicBoundOp<B> bind_extra_op(const OpRef& ref);
+  void mark_loss_slot(int64_t mb) {
+    if (static_cast<int64_t>(loss_ran.size()) <= mb) loss_ran.resize(static_cast<size_t>(mb + 1));
+  }
+};
+
+template <class B>
+model_detail::TokenBuffers<B>& BasicStageModel<B>::Impl::token_buffers(int64_t mb) {
+  model_detail::TokenBuffers<B>& t = tokens[mb];
+  if (t.tokens == nullptr) {
+    t.tokens = memory.template allocate<int64_t>(dims.tokens);
+    t.targets = memory.template allocate<int64_t>(dims.tokens);
+    t.host_targets.assign(static_cast<size_t>(dims.tokens), -1);
+    memory.upload(t.host_targets.data(), t.targets, dims.tokens);
+  }
+  return t;
+}
+
+template <class B>
+model_detail::LayerState<B>& BasicStageModel<B>::Impl::layer_state(int64_t mb, int64_t layer) {
+  std::unique_ptr<model_detail::LayerState<B>>& slot = layer_states[{mb, layer}];
+  if (slot) return *slot;
+  slot = std::make_unique<model_detail::LayerState<B>>();
+  model_detail::LayerState<B>& s = *slot;
+  const model_detail::Dims& d = dims;
+  const int64_t res = d.residual_elements(), full = d.full_elements(), t = d.tokens;
+  s.x = residual(mb, layer);
+  s.out = residual(mb, layer + 1);
+  s.dout = residual_grad(mb, layer);
+  s.dx = residual_grad(mb, layer - 1);
+  // Forward.
+  s.ln1_out = allocate(res);
+  s.ln1_rstd = allocate_f32(d.rows);
+  s.attn_in = d.sp ? allocate(full) : s.ln1_out;
+  s.qkv = allocate(t * d.qkv_width);
+  s.q = allocate(t * d.q_width);
+  s.k = allocate(t * d.kv_width);
+  s.v = allocate(t * d.kv_width);
+  s.attn_out = allocate(t * d.q_width);
+  s.lse = allocate_f32(d.batch * d.heads * d.seq);
+  s.proj_out = allocate(full);
+  s.attn_branch = d.sp ? allocate(res) : s.proj_out;
+  s.h1 = allocate(res);
+  s.ln2_out = allocate(res);
+  s.ln2_rstd = allocate_f32(d.rows);
+  s.mlp_in = d.sp ? allocate(full) : s.ln2_out;
+  s.gate_up = allocate(t * 2 * d.ffn);
+  s.act = allocate(t * d.ffn);
+  s.fc2_out = allocate(full);
+  s.mlp_branch = d.sp ? allocate(res) : s.fc2_out;
+  // Backward.
+  s.d_mlp_full = d.sp ? allocate(full) : s.dout;
+  s.d_act = allocate(t * d.ffn);
+  s.d_gate_up = allocate(t * 2 * d.ffn);
+  s.d_mlp_in = allocate(full);
+  s.d_ln2_out = d.sp ? allocate(res) : s.d_mlp_in;
+  s.d_h1 = allocate(res);
+  s.d_attn_full = d.sp ? allocate(full) : s.d_h1;
+  s.d_attn_out = allocate(t * d.q_width);
+  s.dq = allocate(t * d.q_width);
+  s.dk = allocate(t * d.kv_width);
+  s.dv = allocate(t * d.kv_width);
+  s.d_qkv = allocate(t * d.qkv_width);
+  s.d_attn_in = allocate(full);
+  s.d_ln1_out = d.sp ? allocate(res) : s.d_attn_in;
+  s.attn_delta = allocate_f32(d.batch * d.heads * d.seq);
+  return s;
+}
+
+template <class B>
+model_detail::EmbeddingState<B>& BasicStageModel<B>::Impl::embedding_state(int64_t mb) {
+  std::unique_ptr<model_detail::EmbeddingState<B>>& slot = embedding_states[mb];
+  if (slot) return *slot;
+  slot = std::make_unique<model_detail::EmbeddingState<B>>();
+  model_detail::EmbeddingState<B>& s = *slot;
+  s.out = residual(mb, 0);
+  s.partial = dims.sp ? allocate(dims.full_elements()) : s.out;
+  s.dout = residual_grad(mb, -1);
+  s.dout_full = dims.sp ? allocate(dims.full_elements()) : s.dout;
+  return s;
+}
+
+template <class B>
+model_detail::HeadState<B>& BasicStageModel<B>::Impl::head_state(int64_t mb) {
+  std::unique_ptr<model_detail::HeadState<B>>& slot = head_states[mb];
+  if (slot) return *slot;
+  slot = std::make_unique<model_detail::HeadState<B>>();
+  model_detail::HeadState<B>& s = *slot;
+  const model_detail::Dims& d = dims;
+  const int64_t stats = d.tokens * cpu::kVocabStatsPerRow;
+  s.x = residual(mb, d.num_layers);
+  s.dx = residual_grad(mb, d.num_layers - 1);
+  s.norm_out = allocate(d.residual_elements());
+  s.norm_rstd = allocate_f32(d.rows);
+  s.head_in = d.sp ? allocate(d.full_elements()) : s.norm_out;
+  s.logits = allocate(d.tokens * d.vocab_local);
+  s.stats_local = allocate_f32(stats);
+  s.stats_all = d.tp > 1 ? allocate_f32(d.tp * stats) : s.stats_local;
+  s.lse = allocate_f32(d.tokens);
+  s.token_loss = allocate_f32(d.tokens);
+  s.dlogits = allocate(d.tokens * d.vocab_local);
+  s.d_head_in = allocate(d.full_elements());
+  s.d_norm_out = d.sp ? allocate(d.residual_elements()) : s.d_head_in;
+  return s;
+}
+
+template <class B>
+BasicBoundOp<B> BasicStageModel<B>::Impl::bind_extra_op(const OpRef& ref) {
+  const int64_t mb = ref.micro_batch;
+  model_detail::ExtrasContext<B> context{dims};
+  context.tokens = &token_buffers(mb);
+  if (model_detail::is_embedding_op(ref.op)) {
+    if (!embedding) {
+      throw Error(
+          ErrorCode::kInvalidInput,
+          fmt::format("StageModel: rank {} does not hold the embedding (op {})", rank, ref.op));
+    }
+    context.embedding = &*embedding;
+    context.embedding_state = &embedding_state(mb);
+  } else if (model_detail::is_head_op(ref.op)) {
+    if (!head) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("StageModel: rank {} does not hold the head (op {})", rank, ref.op));
+    }
+    context.final_norm = &*final_norm;
+    context.head = &*head;
+    context.head_state = &head_state(mb);
+    context.loss_scale = &loss_scale;
+    mark_loss_slot(mb);
+    context.loss_ran = &loss_ran;
+    context.micro_batch = mb;
+  } else {
+    model_detail::throw_unknown_op(ref.op);
+  }
+  std::optional<BasicBoundOp<B>> bound = model_detail::bind_extra(ref.op, context);
+  DHELIX_CHECK(bound.has_value());
+  return std::move(*bound);
+}
+
+template <class B>
+BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
+                                    std::vector<std::pair<int64_t, int64_t>> layer_ranges,
+                                    bool embedding, bool head, uint64_t seed,
+                                    typename B::MemoryConfig memory)
+    : impl_(std::make_unique<Impl>(memory)) {
+  using namespace model_detail;
+  check_supported(job);
+  Impl& m = *impl_;
+  m.dims = make_dims(job, rank);
+  m.rank = rank;
+  for (const auto& [first, count] : layer_ranges) {
+    DHELIX_CHECK(first >= 0 && count >= 0 && first + count <= m.dims.num_layers);
+    for (int64_t layer = first; layer < first + count; ++layer) {
+      m.layers.emplace(layer, place_layer<B>(m.memory, make_layer_parameters(m.dims, layer, seed)));
+    }
+  }
+  if (embedding) m.embedding = place_parameter<B>(m.memory, make_embedding(m.dims, seed));
+  if (head) {
+    m.final_norm = place_parameter<B>(m.memory, make_final_norm(m.dims));
+    m.head = place_parameter<B>(m.memory, make_head(m.dims, seed));
+  }
+  m.rope.emplace(m.memory.rope(cpu::make_rope_table(m.dims.seq, m.dims.head_dim, kRopeBase)));
+  m.loss_scale = 1.0f / static_cast<float>(m.dims.tokens);
+  m.memory.synchronize();
+}
+
+template <class B>
+BasicStageModel<B>::~BasicStageModel() = default;
+
+template <class B>
+void BasicStageModel<B>::set_tokens(int64_t micro_batch, MicroBatchTokens tokens) {
+  const model_detail::Dims& d = impl_->dims;
+  if (static_cast<int64_t>(tokens.tokens.size()) != d.tokens ||
+      static_cast<int64_t>(tokens.targets.size()) != d.tokens) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("StageModel: micro-batch {} has {} tokens and {} targets; "
+                            "micro_batch_size x seq_length = {}",
+                            micro_batch, tokens.tokens.size(), tokens.targets.size(), d.tokens));
+  }
+  std::vector<int64_t> wide_tokens(tokens.tokens.size());
+  std::vector<int64_t> wide_targets(tokens.targets.size());
+  for (size_t i = 0; i < tokens.tokens.size(); ++i) {
+    const int32_t token = tokens.tokens[i], target = tokens.targets[i];
+    if (token < 0 || token >= d.vocab || target >= d.vocab) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("StageModel: micro-batch {} position {}: token {} / target {} "
+                              "outside the vocabulary of {}",
+                              micro_batch, i, token, target, d.vocab));
+    }
+    wide_tokens[i] = token;
+    wide_targets[i] = target;
+  }
+  // Copied into the existing storage: bound closures keep reading it.
+  model_detail::TokenBuffers<B>& t = impl_->token_buffers(micro_batch);
+  impl_->memory.upload(wide_tokens.data(), t.tokens, d.tokens);
+  impl_->memory.upload(wide_targets.data(), t.targets, d.tokens);
+  t.host_targets = std::move(wide_targets);
+}
+
+template <class B>
+BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
+  using namespace model_detail;
+  Impl& m = *impl_;
+  if (ref.micro_batch < 0) {
+    throw Error(
+        ErrorCode::kInvalidInput,
+        fmt::format("StageModel: op {}: micro-batch {} is negative", ref.op, ref.micro_batch));
+  }
+  if (ref.layer < 0) return m.bind_extra_op(ref);
+  if (!is_layer_op(ref.op)) throw_unknown_op(ref.op);
+  auto params = m.layers.find(ref.layer);
+  if (params == m.layers.end()) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("StageModel: rank {} does not hold layer {} (op {})", m.rank, ref.layer,
+                            ref.op));
+  }
+  const LayerOpContext<B> context{m.dims, *m.rope, params->second,
+                                  m.layer_state(ref.micro_batch, ref.layer)};
+  std::optional<BasicBoundOp<B>> bound = ref.op.starts_with("fwd.")
+                                             ? bind_layer_forward(ref.op, context)
+                                             : bind_layer_backward(ref.op, context);
+  DHELIX_CHECK(bound.has_value());
+  return std::move(*bound);
+}
+
+template <class B>
+int64_t BasicStageModel<B>::boundary_elements() const {
+  return impl_->dims.residual_elements();
+}
+
+template <class B>
+typename B::Act* BasicStageModel<B>::residual(int64_t micro_batch, int64_t layer) {
+  return impl_->residual(micro_batch, layer);
+}
+
+template <class B>
+typename B::Act* BasicStageModel<B>::residual_grad(int64_t micro_batch, int64_t layer) {
+  return impl_->residual_grad(micro_batch, layer);
+}
+
+template <class B>
+std::vector<float> BasicStageModel<B>::micro_batch_losses() {
+  Impl& m = *impl_;
+  std::vector<float> losses(m.loss_ran.size(), std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> token_loss(static_cast<size_t>(m.dims.tokens));
+  for (size_t mb = 0; mb < m.loss_ran.size(); ++mb) {
+    if (!m.loss_ran[mb]) continue;
+    const int64_t key = static_cast<int64_t>(mb);
+    m.memory.download(m.head_states.at(key)->token_loss, token_loss.data(), m.dims.tokens);
+    losses[mb] = model_detail::mean_valid_loss(token_loss, m.tokens.at(key).host_targets);
+  }
+  return losses;
+}
+
+template <class B>
+void BasicStageModel<B>::set_loss_scale(float scale) {
+  impl_->loss_scale = scale;
+}
+
+template <class B>
+std::vector<BasicParameterView<B>> BasicStageModel<B>::parameters() {
+  std::vector<ParameterView> views;
+  auto add = [&views](model_detail::Parameter<B>& p) {
+    views.push_back(
+        ParameterView{p.name, p.values, p.gradient, p.compute, p.count, p.sum_gradient_over_tp});
+  };
+  for (auto& [layer, p] : impl_->layers) {
+    for (model_detail::Parameter<B>* tensor :
+         {&p.ln_attn, &p.w_qkv, &p.w_proj, &p.ln_mlp, &p.w_fc1, &p.w_fc2}) {
+      add(*tensor);
+    }
+  }
+  if (impl_->embedding) add(*impl_->embedding);
+  if (impl_->final_norm) add(*impl_->final_norm);
+  if (impl_->head) add(*impl_->head);
+  return views;
+}
+
+template <class B>
+void BasicStageModel<B>::refresh_compute_copies() {
+  for (const ParameterView& view : parameters()) {
+    impl_->memory.refresh(view.values, view.compute, view.count);
+  }
+  impl_->memory.synchronize();
+}
+
+template <class B>
+void BasicStageModel<B>::start_iteration(int64_t num_micro_batches) {
+  DHELIX_CHECK(num_micro_batches >= 0);
+  for (const ParameterView& view : parameters()) impl_->memory.zero(view.gradient, view.count);
+  impl_->memory.synchronize();
+  impl_->loss_ran.assign(static_cast<size_t>(num_micro_batches), 0);
+}
+
+}  // namespace dhelix::rt
