@@ -2,6 +2,7 @@
 //
 //   mpirun -np 4 dhelix-run --plan plan.json --data examples/data/corpus.txt --steps 20
 //   mpirun -np 4 dhelix-run --plan plan.json --data corpus.txt --verify
+//   mpirun -np 8 dhelix-run --backend cuda --plan plan.json --data corpus.txt   (one GPU a rank)
 //
 // MPI is initialised before the command line is parsed (mpirun may add arguments of its
 // own, which MPI_Init removes). With several ranks, any error ends the whole job
@@ -14,10 +15,30 @@
 
 #include "lib/error.h"
 #include "runtime/comm/mpi_environment.h"
+#include "runtime/train/cpu_engine.h"
 #include "runtime/train/trainer.h"
 #include "tools/tool_main.h"
+#ifdef DHELIX_HAVE_CUDA
+#include "runtime/cuda/cuda_engine.h"
+#endif
 
 namespace {
+
+dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options) {
+  if (options.backend == "cpu") return dhelix::rt::cpu_engine_factory(options.blas_threads);
+#ifdef DHELIX_HAVE_CUDA
+  return dhelix::rt::cuda_engine_factory();
+#else
+  // Thrown when the engine is made, inside the ranks' setup agreement: every rank stops
+  // with this message instead of aborting the job.
+  return [](const dhelix::JobSpec&, int64_t,
+            const dhelix::rt::ModelSlice&) -> std::unique_ptr<dhelix::rt::TrainingEngine> {
+    throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
+                        "--backend cuda: this dhelix-run was built without CUDA (the CUDA "
+                        "toolkit was not found when it was configured; see docs/gpu.md)");
+  };
+#endif
+}
 
 void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
   app.add_option("--plan", o.plan_file, "Plan file written by dhelix-plan")->required();
@@ -48,7 +69,11 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
                  "Sleep a random 0..N us before every op: shakes the streams' timing so that "
                  "--verify exposes a missing dependency")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
-  app.add_option("--blas-threads", o.blas_threads, "OpenBLAS threads per rank")
+  app.add_option("--backend", o.backend,
+                 "cpu: MPI ranks on the host; cuda: one GPU per rank, NCCL (docs/gpu.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--blas-threads", o.blas_threads, "OpenBLAS threads per rank (cpu backend)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("--loss-log", o.loss_log, "Append one JSON line per step (rank 0)");
@@ -72,11 +97,11 @@ int main(int argc, char** argv) {
   auto options = std::make_shared<dhelix::rt::TrainOptions>();
   bool agreed = false;
   const int status = dhelix::run_tool(name, argc, argv, [&](CLI::App& app) {
-    app.description("Trains with a plan on MPI ranks (CPU backend).");
+    app.description("Trains with a plan on MPI ranks (CPU or CUDA backend).");
     add_options(app, *options);
     return [&]() -> int {
       try {
-        return dhelix::rt::run_training(*options, *mpi, std::cout);
+        return dhelix::rt::run_training(*options, *mpi, engine_factory(*options), std::cout);
       } catch (const dhelix::rt::SetupFailure&) {
         agreed = true;
         throw;

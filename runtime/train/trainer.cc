@@ -23,9 +23,7 @@
 #include "lib/rank_program.h"
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/comm/process_groups.h"
-#include "runtime/cpu/kernels_cpu.h"
 #include "runtime/exec/interpreter.h"
-#include "runtime/model/stage_model.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/rank_comms.h"
 #include "runtime/train/token_data.h"
@@ -107,20 +105,22 @@ FailureHandler abort_on_failure(int64_t world_size) {
 
 class Trainer {
  public:
-  Trainer(const TrainOptions& options, const MpiEnvironment& mpi, std::ostream& out)
+  Trainer(const TrainOptions& options, const MpiEnvironment& mpi, const EngineFactory& factory,
+          std::ostream& out)
       : options_(options), out_(out), rank_(mpi.world_rank()), world_size_(mpi.world_size()) {
     // Reading inputs, lowering the program and building the model are local: any of them
     // may fail on some ranks only, so the ranks agree before their first collective.
     std::exception_ptr failure;
     try {
       read_inputs();
-      build_model();
+      build_engine(factory);
     } catch (const Error&) {
       failure = std::current_exception();
     }
     agree_on_setup(failure);
     groups_ = std::make_unique<ProcessGroups>(*placement_, rank_);
     comms_ = std::make_unique<RankComms>(*groups_);
+    engine_->connect(*groups_, {&co_executed_, &sequential_});
   }
 
   int run();
@@ -128,14 +128,14 @@ class Trainer {
  private:
   void read_inputs();
   void agree_on_setup(std::exception_ptr failure);
-  void build_model();
+  void build_engine(const EngineFactory& factory);
   int64_t micro_batches() const { return plan_.num_micro_batches; }
   int64_t global_tokens() const {
     const ParallelSpec& p = job_.parallel;
     return micro_batches() * p.micro_batch_size * p.seq_length * p.dp;
   }
   void start_iteration(int64_t step);
-  ExecutionStats iterate(int64_t step, const RankProgram& program);
+  double iterate(int64_t step, const RankProgram& program);
   bool verify(int64_t step, double& co_executed_us, double& sequential_us);
   float global_loss();
   void report(int64_t step, float loss, double step_seconds);
@@ -154,8 +154,7 @@ class Trainer {
   std::unique_ptr<TokenSource> tokens_;
   std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<RankComms> comms_;
-  std::unique_ptr<StageModel> model_;
-  std::unique_ptr<AdamW> adamw_;
+  std::unique_ptr<TrainingEngine> engine_;
   RankProgram co_executed_;
   RankProgram sequential_;
 };
@@ -202,7 +201,7 @@ void Trainer::agree_on_setup(std::exception_ptr failure) {
   }
 }
 
-void Trainer::build_model() {
+void Trainer::build_engine(const EngineFactory& factory) {
   const RankProgram program = lower_rank_program(plan_, job_, rank_, ExecutionMode::kCoExecuted);
   co_executed_ = program;
   sequential_ = lower_rank_program(plan_, job_, rank_, ExecutionMode::kSequential);
@@ -211,42 +210,42 @@ void Trainer::build_model() {
     if (s.stage == program.stage) stage = &s;
   }
   DHELIX_CHECK(stage != nullptr);  // lowering found it
-  std::vector<std::pair<int64_t, int64_t>> ranges;
+  ModelSlice slice{.layer_ranges = {},
+                   .embedding = stage->embedding,
+                   .head = stage->head_loss,
+                   .seed = options_.seed};
   for (const PlanLayerRange& range : {stage->down_layers, stage->up_layers}) {
-    if (range.count > 0) ranges.emplace_back(range.first, range.count);
+    if (range.count > 0) slice.layer_ranges.emplace_back(range.first, range.count);
   }
-  model_ = std::make_unique<StageModel>(job_, rank_, ranges, stage->embedding, stage->head_loss,
-                                        options_.seed);
-  adamw_ = std::make_unique<AdamW>(model_->parameters());
+  engine_ = factory(job_, rank_, slice);
 }
 
 void Trainer::start_iteration(int64_t step) {
   const ParallelSpec& p = job_.parallel;
-  model_->start_iteration(micro_batches());
-  model_->set_loss_scale(1.0f / static_cast<float>(global_tokens()));
+  std::vector<MicroBatchTokens> batches(static_cast<size_t>(micro_batches()));
   for (int64_t mb = 0; mb < micro_batches(); ++mb) {
-    MicroBatchTokens batch;
+    MicroBatchTokens& batch = batches[static_cast<size_t>(mb)];
     fill_micro_batch(*tokens_, step, coordinates_.dp, p.dp, mb, micro_batches(), p.micro_batch_size,
                      p.seq_length, batch.tokens, batch.targets);
-    model_->set_tokens(mb, std::move(batch));
   }
+  engine_->start_iteration(std::move(batches), 1.0f / static_cast<float>(global_tokens()));
 }
 
-ExecutionStats Trainer::iterate(int64_t step, const RankProgram& program) {
+double Trainer::iterate(int64_t step, const RankProgram& program) {
   start_iteration(step);
   ExecutionOptions execution{.jitter_us = options_.jitter_us,
                              .jitter_seed = static_cast<uint64_t>(step * world_size_ + rank_),
                              .on_failure = abort_on_failure(world_size_)};
-  return execute_program(plan_, program, *model_, *comms_, std::move(execution));
+  return engine_->execute(plan_, program, std::move(execution));
 }
 
 // Runs step `step` both ways; true when every rank matched. Leaves the sequential run's
 // gradients (equal to the co-executed ones when true) in the model.
 bool Trainer::verify(int64_t step, double& co_executed_us, double& sequential_us) {
-  co_executed_us = iterate(step, co_executed_).wall_us;
-  const IterationSnapshot expected = take_snapshot(*model_);
-  sequential_us = iterate(step, sequential_).wall_us;
-  const IterationSnapshot actual = take_snapshot(*model_);
+  co_executed_us = iterate(step, co_executed_);
+  const IterationSnapshot expected = engine_->snapshot();
+  sequential_us = iterate(step, sequential_);
+  const IterationSnapshot actual = engine_->snapshot();
   const std::optional<std::string> difference = first_difference(expected, actual);
   if (difference) {
     std::cerr << fmt::format(
@@ -261,7 +260,7 @@ bool Trainer::verify(int64_t step, double& co_executed_us, double& sequential_us
 float Trainer::global_loss() {
   float sum = 0;
   if (coordinates_.tp == 0) {
-    for (float loss : model_->micro_batch_losses()) {
+    for (float loss : engine_->micro_batch_losses()) {
       if (!std::isnan(loss)) sum += loss;
     }
   }
@@ -286,7 +285,6 @@ void Trainer::report(int64_t step, float loss, double step_seconds) {
 }
 
 int Trainer::run() {
-  cpu::set_blas_threads(options_.blas_threads);
   int64_t first_step = options_.resume ? restore_checkpoint() : 0;
   if (rank_ == 0) {
     out_ << fmt::format(
@@ -311,10 +309,7 @@ int Trainer::run() {
     } else {
       iterate(step, options_.sequential ? sequential_ : co_executed_);
     }
-    const std::vector<ParameterView> params = model_->parameters();
-    synchronise_gradients(params, comms_->main_group(ParallelDim::kTp),
-                          comms_->main_group(ParallelDim::kDp));
-    adamw_->step(params, step + 1, options_.adamw);
+    engine_->update(step + 1, options_.adamw);
     const float loss = global_loss();
     report(step, loss, std::chrono::duration<double>(Clock::now() - start).count());
     const bool last = step + 1 == options_.steps;
@@ -336,13 +331,10 @@ void Trainer::save_checkpoint(int64_t completed_steps) {
                       .data_position = static_cast<uint64_t>(completed_steps),
                       .rng_state = options_.seed,
                       .tensors = {}};
-  const std::vector<ParameterView> params = model_->parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    shard.tensors.push_back({params[i].name, params[i].values, params[i].count});
+  const std::vector<NamedTensor> state = engine_->state();
+  for (const NamedTensor& tensor : state) {
     shard.tensors.push_back(
-        {"adam_m/" + params[i].name, adamw_->first_moment(i).data(), params[i].count});
-    shard.tensors.push_back(
-        {"adam_v/" + params[i].name, adamw_->second_moment(i).data(), params[i].count});
+        {tensor.name, tensor.values.data(), static_cast<int64_t>(tensor.values.size())});
   }
   const std::string tmp = temporary_step_dir(dir, completed_steps);
   write_rank_shard(tmp, shard);
@@ -374,20 +366,16 @@ int64_t Trainer::restore_checkpoint() {
                        sha256_hex(plan_bytes_));
   check_manifest_shards(at, manifest);
   const RankShard shard = read_rank_shard(at + "/" + rank_shard_file_name(rank_));
-  const std::vector<ParameterView> params = model_->parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    shard.copy_into(params[i].name, params[i].values, params[i].count);
-    shard.copy_into("adam_m/" + params[i].name, adamw_->first_moment(i).data(), params[i].count);
-    shard.copy_into("adam_v/" + params[i].name, adamw_->second_moment(i).data(), params[i].count);
-  }
+  engine_->restore(shard);
   if (rank_ == 0) out_ << fmt::format("resumed from {} (step {})\n", at, *step);
   return shard.step;
 }
 
 }  // namespace
 
-int run_training(const TrainOptions& options, const MpiEnvironment& mpi, std::ostream& out) {
-  Trainer trainer(options, mpi, out);
+int run_training(const TrainOptions& options, const MpiEnvironment& mpi,
+                 const EngineFactory& factory, std::ostream& out) {
+  Trainer trainer(options, mpi, factory, out);
   return trainer.run();
 }
 

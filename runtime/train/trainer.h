@@ -10,6 +10,7 @@
 
 #include "lib/error.h"
 #include "runtime/train/optimizer.h"
+#include "runtime/train/training_engine.h"
 
 namespace dhelix::rt {
 
@@ -35,18 +36,21 @@ struct TrainOptions {
   bool resume = false;               ///< continue from checkpoint_dir's latest checkpoint
   uint64_t seed = 1234;              ///< weight initialisation
   AdamWSettings adamw;
-  bool verify = false;      ///< also run the sequential schedule and compare bitwise
-  bool sequential = false;  ///< train with the sequential schedule instead of the plan's
-  bool check_plan = true;   ///< run the plan checker (lib/plan_check.h) before training
-  int64_t jitter_us = 0;    ///< random delay before each op (runtime/exec/interpreter.h)
-  int blas_threads = 1;
-  std::string loss_log;  ///< "" or a file receiving one JSON line per step (rank 0)
-  bool progress = true;  ///< print a line per step (rank 0)
+  bool verify = false;          ///< also run the sequential schedule and compare bitwise
+  bool sequential = false;      ///< train with the sequential schedule instead of the plan's
+  bool check_plan = true;       ///< run the plan checker (lib/plan_check.h) before training
+  int64_t jitter_us = 0;        ///< random delay before each op (runtime/exec/interpreter.h)
+  std::string backend = "cpu";  ///< "cpu" or "cuda" (which engine the factory makes)
+  int blas_threads = 1;         ///< OpenBLAS threads of the CPU backend
+  std::string loss_log;         ///< "" or a file receiving one JSON line per step (rank 0)
+  bool progress = true;         ///< print a line per step (rank 0)
 };
 
-/// Trains as `options` say. Returns the exit status: 0, or 1 when --verify found a
-/// difference (printed). Throws SetupFailure when any rank's setup failed (all ranks throw
-/// it), and dhelix::Error for a failure during training (on that rank only).
-int run_training(const TrainOptions& options, const MpiEnvironment& mpi, std::ostream& out);
+/// Trains as `options` say on the engines `factory` makes. Returns the exit status: 0, or
+/// 1 when --verify found a difference (printed). Throws SetupFailure when any rank's setup
+/// failed (all ranks throw it), and dhelix::Error for a failure during training (on that
+/// rank only).
+int run_training(const TrainOptions& options, const MpiEnvironment& mpi,
+                 const EngineFactory& factory, std::ostream& out);
 
 }  // namespace dhelix::rt
