@@ -63,26 +63,34 @@ inline rt::MicroBatchTokens random_tokens(int64_t count, int64_t vocab, uint32_t
   return tokens;
 }
 
-/// The StageModels of one TP group: by default the whole model (embedding, every layer,
-/// head); otherwise the layers [first_layer, first_layer + layers) of pipeline stage `stage`.
-class TpGroup {
+/// The StageModels of one TP group on backend B: by default the whole model (embedding,
+/// every layer, head); otherwise the layers [first_layer, first_layer + layers) of pipeline
+/// stage `stage`. Ops run with `exec` (the CUDA backend's stream and cuBLAS handle); the
+/// test applies collectives on the host, so a device backend is limited to tp = 1.
+template <class B>
+class BasicTpGroup {
  public:
-  TpGroup(const JobSpec& job, uint64_t seed, int64_t stage = 0, int64_t first_layer = 0,
-          int64_t layers = -1, bool embedding = true, bool head = true)
+  using Model = rt::BasicStageModel<B>;
+  using BoundOp = rt::BasicBoundOp<B>;
+
+  BasicTpGroup(const JobSpec& job, uint64_t seed, int64_t stage = 0, int64_t first_layer = 0,
+               int64_t layers = -1, bool embedding = true, bool head = true,
+               typename B::MemoryConfig memory = {}, typename B::Exec exec = {})
       : job_(job),
         first_layer_(first_layer),
         layers_(layers < 0 ? job.model.num_layers : layers),
         embedding_(embedding),
-        head_(head) {
+        head_(head),
+        exec_(exec) {
     const Placement placement(job.parallel, job.cluster.gpus_per_node);
     for (int64_t r = 0; r < job.parallel.tp; ++r) {
       RankCoordinates where;
       where.tp = r;
       where.pp = stage;
-      models_.push_back(std::make_unique<rt::StageModel>(
-          job, placement.rank_of(where),
-          std::vector<std::pair<int64_t, int64_t>>{{first_layer_, layers_}}, embedding, head,
-          seed));
+      models_.push_back(
+          std::make_unique<Model>(job, placement.rank_of(where),
+                                  std::vector<std::pair<int64_t, int64_t>>{{first_layer_, layers_}},
+                                  embedding, head, seed, memory));
     }
     const int64_t rank = placement.rank_of(RankCoordinates{});
     dags_ = build_layer_dags(job, rank);
@@ -90,7 +98,7 @@ class TpGroup {
   }
 
   int64_t size() const { return static_cast<int64_t>(models_.size()); }
-  rt::StageModel& model(int64_t r) { return *models_[static_cast<size_t>(r)]; }
+  Model& model(int64_t r) { return *models_[static_cast<size_t>(r)]; }
 
   void start_iteration(int64_t micro_batches) {
     for (auto& m : models_) m->start_iteration(micro_batches);
@@ -101,25 +109,25 @@ class TpGroup {
 
   /// Binds `op` on every rank and runs it (a collective across the ranks' buffers).
   void run(const std::string& op, int64_t layer, int64_t mb) {
-    std::vector<rt::BoundOp> bound;
+    std::vector<BoundOp> bound;
     for (auto& m : models_) bound.push_back(m->bind(rt::OpRef{op, layer, mb}));
     if (!bound[0].collective) {
-      for (rt::BoundOp& b : bound) {
+      for (BoundOp& b : bound) {
         ASSERT_TRUE(b.compute) << op;
-        b.compute(rt::CpuBackend::Exec{});
+        b.compute(exec_);
       }
       return;
     }
     std::vector<rt::CollectiveRequest> requests;
-    for (rt::BoundOp& b : bound) {
+    for (BoundOp& b : bound) {
       ASSERT_TRUE(b.collective.has_value()) << op;
       ASSERT_EQ(b.collective->kind, bound[0].collective->kind) << op;
       ASSERT_EQ(b.collective->count, bound[0].collective->count) << op;
       requests.push_back(*b.collective);
     }
     apply(requests);
-    for (rt::BoundOp& b : bound) {
-      if (b.after_collective) b.after_collective(rt::CpuBackend::Exec{});
+    for (BoundOp& b : bound) {
+      if (b.after_collective) b.after_collective(exec_);
     }
   }
 
@@ -194,9 +202,12 @@ class TpGroup {
   JobSpec job_;
   int64_t first_layer_, layers_;
   bool embedding_, head_;
-  std::vector<std::unique_ptr<rt::StageModel>> models_;
+  typename B::Exec exec_;
+  std::vector<std::unique_ptr<Model>> models_;
   LayerDags dags_;
   LayerDags extras_;
 };
+
+using TpGroup = BasicTpGroup<rt::CpuBackend>;
 
 }  // namespace dhelix::test

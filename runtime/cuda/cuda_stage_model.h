@@ -1,0 +1,14 @@
+#pragma once
+// The model on the CUDA backend: the same op wiring as the CPU's StageModel
+// (runtime/model/stage_model_impl.h), with bf16 activations in device memory and closures
+// that enqueue kernels on the stream of the CudaBackend::Exec they are given.
+
+#include "runtime/cuda/cuda_model_backend.h"
+#include "runtime/model/stage_model.h"
+
+namespace dhelix::rt {
+
+extern template class BasicStageModel<CudaBackend>;
+using CudaStageModel = BasicStageModel<CudaBackend>;
+
+}  // namespace dhelix::rt

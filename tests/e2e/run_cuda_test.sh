@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# dhelix-run --backend cuda end to end.
+#   * Without a GPU (this project's machines and CI): a clear error on every rank, exit
+#     status 4 (unsupported), no checkpoint written.
+#   * With 2 or more GPUs (a real cluster node): --verify on tiny-tp2 (2 ranks): the
+#     co-executed schedule on the CUDA streams and the sequential one give bitwise-equal
+#     losses and gradients, with NCCL's algorithm and protocol pinned (docs/gpu.md); the
+#     loss falls over 20 steps; 6 steps == 3 steps + a resume of 3, bit for bit. With 4 or
+#     more GPUs also --verify on tiny-tp2-pp2 and tiny-dp2-tp2 (NCCL pipeline channels and
+#     the DP gradient sum).
+#   * With exactly 1 GPU: skipped (exit 77): every shipped plan needs 2 ranks or more.
+# Usage: run_cuda_test.sh BIN_DIR SOURCE_DIR <ON|OFF: built with CUDA>
+set -uo pipefail
+bin=${1:?usage: run_cuda_test.sh BIN_DIR SOURCE_DIR ON|OFF}
+src=${2:?usage: run_cuda_test.sh BIN_DIR SOURCE_DIR ON|OFF}
+with_cuda=${3:?usage: run_cuda_test.sh BIN_DIR SOURCE_DIR ON|OFF}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+corpus=$src/examples/data/corpus.txt
+plans=$src/examples/plans
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+run() { # run RANKS ARGS...: dhelix-run --backend cuda under mpirun, output in $work/out
+  local ranks=$1
+  shift
+  mpirun --oversubscribe -np "$ranks" "$bin/dhelix-run" --backend cuda --data "$corpus" "$@" \
+    >"$work/out" 2>&1
+}
+loss_bits() { # loss_bits LOG STEP: the loss bits of that step in a --loss-log file
+  grep "\"step\": $2," "$1" | sed 's/.*"loss_bits": "\([^"]*\)".*/\1/'
+}
+
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+fi
+
+if [ "$gpus" -eq 0 ]; then
+  case "$with_cuda" in
+    ON | on | TRUE | true | 1) expected="--backend cuda: no CUDA device found (cudaGetDeviceCount: " ;;
+    *) expected="--backend cuda: this dhelix-run was built without CUDA" ;;
+  esac
+  run 2 --plan "$plans/tiny-tp2.json" --steps 1 --checkpoint-dir "$work/ckpt"
+  status=$?
+  if [ "$status" -ne 4 ]; then
+    fail "no GPU: exit $status, expected 4"
+    cat "$work/out"
+  elif [ "$(grep -cF -- "$expected" "$work/out")" -lt 1 ]; then
+    fail "no GPU: message lacks '$expected'"
+    cat "$work/out"
+  elif [ -e "$work/ckpt" ]; then
+    fail "no GPU: a checkpoint directory was created"
+  else
+    echo "ok    no GPU: $(grep -F -- "$expected" "$work/out" | head -n 1)"
+  fi
+  echo "$failures failed"
+  [ "$failures" -eq 0 ]
+  exit
+fi
+if [ "$gpus" -lt 2 ]; then
+  echo "skipped: 1 GPU visible; the shipped plans need 2 ranks, one GPU each"
+  exit 77
+fi
+
+# Bitwise --verify needs NCCL to reduce the same way in both schedules.
+export NCCL_ALGO=Ring NCCL_PROTO=Simple
+cases=("tiny-tp2 2")
+if [ "$gpus" -ge 4 ]; then cases+=("tiny-tp2-pp2 4" "tiny-dp2-tp2 4"); fi
+for case in "${cases[@]}"; do
+  read -r plan ranks <<<"$case"
+  if run "$ranks" --plan "$plans/$plan.json" --steps 3 --verify &&
+    grep -q "^verify step 3: co-executed and sequential schedules bitwise equal" "$work/out"; then
+    echo "ok    $plan: --verify on $ranks GPUs"
+  else
+    fail "$plan: --verify on $ranks GPUs"
+    cat "$work/out"
+  fi
+done
+
+if run 2 --plan "$plans/tiny-tp2.json" --steps 20 --loss-log "$work/loss.jsonl"; then
+  first=$(head -n 1 "$work/loss.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/')
+  last=$(tail -n 1 "$work/loss.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/')
+  if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }'; then
+    echo "ok    loss falls: $first -> $last in 20 steps"
+  else
+    fail "loss did not fall by 1: $first -> $last"
+  fi
+else
+  fail "training 20 steps"
+  cat "$work/out"
+fi
+
+run 2 --plan "$plans/tiny-tp2.json" --steps 6 --loss-log "$work/whole.jsonl" ||
+  fail "6 steps: $(cat "$work/out")"
+run 2 --plan "$plans/tiny-tp2.json" --steps 3 --checkpoint-dir "$work/ckpt" ||
+  fail "3 steps: $(cat "$work/out")"
+run 2 --plan "$plans/tiny-tp2.json" --steps 6 --checkpoint-dir "$work/ckpt" --resume \
+  --loss-log "$work/resumed.jsonl" || fail "resume: $(cat "$work/out")"
+whole=$(loss_bits "$work/whole.jsonl" 6)
+resumed=$(loss_bits "$work/resumed.jsonl" 6)
+if [ -n "$whole" ] && [ "$whole" = "$resumed" ]; then
+  echo "ok    resume: step 6 loss bits $whole in both runs"
+else
+  fail "resume: step 6 loss bits '$whole' vs '$resumed'"
+fi
+
+echo "$failures failed"
+[ "$failures" -eq 0 ]
