@@ -1,0 +1,267 @@
+#include "runtime/cuda/cuda_model_backend.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "lib/error.h"
+#include "runtime/cuda/cublas_gemm.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_pool.h"
+#include "runtime/model/model_backend.h"
+
+namespace dhelix::rt {
+
+static_assert(ModelBackend<CudaBackend>);
+
+namespace {
+
+using bf16 = CudaBackend::Act;
+
+// The handle must enqueue on the op's own stream: a handle bound to another stream would
+// run the GEMM outside the order the stream lowering established, silently.
+cuda::CublasGemm& gemm_of(const CudaBackend::Exec& exec) {
+  DHELIX_CHECK(exec.gemm != nullptr);
+  DHELIX_CHECK(exec.gemm->stream() == exec.stream);
+  return *exec.gemm;
+}
+
+size_t as_size(int64_t bytes) {
+  DHELIX_CHECK(bytes >= 0);
+  return static_cast<size_t>(bytes);
+}
+
+// A product over an empty inner dimension is all zeros; cuBLAS rejects the leading
+// dimension 0 such an operand has, so it is written directly.
+void zero_product(const CudaBackend::Exec& exec, int64_t count, bf16* out) {
+  DHELIX_CUDA(cudaMemsetAsync(out, 0, as_size(count) * sizeof(bf16), exec.stream));
+}
+
+}  // namespace
+
+QkvCopyPlan qkv_copy_plan(int64_t rows, int64_t q_width, int64_t kv_width) {
+  DHELIX_CHECK(rows >= 0 && q_width >= 0 && kv_width >= 0);
+  const int64_t element = static_cast<int64_t>(sizeof(bf16));
+  const int64_t pitch = (q_width + 2 * kv_width) * element;
+  QkvCopyPlan plan;
+  plan.rows = rows;
+  plan.blocks[0] = {0, q_width * element, pitch};
+  plan.blocks[1] = {q_width * element, kv_width * element, pitch};
+  plan.blocks[2] = {(q_width + kv_width) * element, kv_width * element, pitch};
+  return plan;
+}
+
+// ---- Memory ----------------------------------------------------------------------------
+
+CudaBackend::Memory::Memory(MemoryConfig config) : pool_(config.pool) {
+  DHELIX_CHECK(pool_ != nullptr);
+}
+
+CudaBackend::Memory::Memory(Memory&& other) noexcept
+    : pool_(other.pool_), blocks_(std::exchange(other.blocks_, {})) {}
+
+CudaBackend::Memory::~Memory() {
+  for (void* block : blocks_) {
+    // release() only throws for a pointer the pool did not hand out, and every block here
+    // came from it; a destructor must not throw in any case.
+    try {
+      pool_->release(block);
+    } catch (...) {
+    }
+  }
+}
+
+cudaStream_t CudaBackend::Memory::stream() const { return pool_->stream(); }
+
+void* CudaBackend::Memory::allocate_bytes(int64_t bytes) {
+  DHELIX_CHECK(bytes >= 0);
+  const int64_t reserved = std::max<int64_t>(bytes, 1);  // the pool hands out no empty block
+  void* block = pool_->allocate(reserved);
+  blocks_.push_back(block);
+  DHELIX_CUDA(cudaMemsetAsync(block, 0, as_size(reserved), stream()));
+  return block;
+}
+
+void CudaBackend::Memory::upload_bytes(const void* host, void* destination, int64_t bytes) {
+  if (bytes == 0) return;
+  DHELIX_CUDA(cudaMemcpyAsync(destination, host, as_size(bytes), cudaMemcpyHostToDevice, stream()));
+  DHELIX_CUDA(cudaStreamSynchronize(stream()));
+}
+
+void CudaBackend::Memory::download_bytes(const void* source, void* host, int64_t bytes) {
+  if (bytes == 0) return;
+  DHELIX_CUDA(cudaMemcpyAsync(host, source, as_size(bytes), cudaMemcpyDeviceToHost, stream()));
+  DHELIX_CUDA(cudaStreamSynchronize(stream()));
+}
+
+void CudaBackend::Memory::zero_bytes(void* pointer, int64_t bytes) {
+  if (bytes == 0) return;
+  DHELIX_CUDA(cudaMemsetAsync(pointer, 0, as_size(bytes), stream()));
+}
+
+CudaBackend::Act* CudaBackend::Memory::compute_copy(float* master, int64_t count) {
+  Act* copy = allocate<Act>(count);
+  refresh(master, copy, count);
+  return copy;
+}
+
+void CudaBackend::Memory::refresh(const float* master, Act* copy, int64_t count) {
+  cuda::convert_to_bf16(count, master, copy, stream());
+}
+
+CudaBackend::Rope CudaBackend::Memory::rope(cpu::RopeTable table) {
+  DHELIX_CHECK(table.cos.size() == table.sin.size());
+  const int64_t count = static_cast<int64_t>(table.cos.size());
+  float* cos = allocate<float>(count);
+  float* sin = allocate<float>(count);
+  upload(table.cos.data(), cos, count);
+  upload(table.sin.data(), sin, count);
+  return Rope{cos, sin, table.positions, table.head_dim};
+}
+
+void CudaBackend::Memory::synchronize() { DHELIX_CUDA(cudaStreamSynchronize(stream())); }
+
+// ---- Kernels ---------------------------------------------------------------------------
+
+void CudaBackend::linear_forward(const Exec& exec, int64_t rows, int64_t in, int64_t out,
+                                 const Act* x, const Act* w, Act* y) {
+  cuda::CublasGemm& gemm = gemm_of(exec);
+  if (rows == 0 || out == 0) return;
+  if (in == 0) {
+    zero_product(exec, rows * out, y);
+  } else {
+    gemm.linear_forward(rows, in, out, x, w, y);
+  }
+}
+
+void CudaBackend::linear_dgrad(const Exec& exec, int64_t rows, int64_t in, int64_t out,
+                               const Act* dy, const Act* w, Act* dx) {
+  cuda::CublasGemm& gemm = gemm_of(exec);
+  if (rows == 0 || in == 0) return;
+  if (out == 0) {
+    zero_product(exec, rows * in, dx);
+  } else {
+    gemm.linear_dgrad(rows, in, out, dy, w, dx);
+  }
+}
+
+void CudaBackend::linear_wgrad_accumulate(const Exec& exec, int64_t rows, int64_t in, int64_t out,
+                                          const Act* dy, const Act* x, float* dw) {
+  cuda::CublasGemm& gemm = gemm_of(exec);
+  if (rows == 0 || in == 0 || out == 0) return;  // dw += nothing
+  gemm.linear_wgrad_accumulate(rows, in, out, dy, x, dw);
+}
+
+void CudaBackend::rmsnorm_forward(const Exec& exec, int64_t rows, int64_t dim, const Act* x,
+                                  const float* gain, float eps, Act* y, float* rstd) {
+  cuda::rmsnorm_forward(rows, dim, x, gain, eps, y, rstd, exec.stream);
+}
+
+void CudaBackend::rmsnorm_backward(const Exec& exec, int64_t rows, int64_t dim, const Act* x,
+                                   const float* gain, const float* rstd, const Act* dy, Act* dx,
+                                   float* dgain) {
+  cuda::rmsnorm_backward(rows, dim, x, gain, rstd, dy, dx, dgain, exec.stream);
+}
+
+void CudaBackend::rope_forward(const Exec& exec, const Rope& table, int64_t batch, int64_t seq,
+                               int64_t heads, int64_t offset, Act* x) {
+  cuda::rope_forward(table, batch, seq, heads, offset, x, exec.stream);
+}
+
+void CudaBackend::rope_backward(const Exec& exec, const Rope& table, int64_t batch, int64_t seq,
+                                int64_t heads, int64_t offset, Act* dy) {
+  cuda::rope_backward(table, batch, seq, heads, offset, dy, exec.stream);
+}
+
+void CudaBackend::swiglu_forward(const Exec& exec, int64_t rows, int64_t ffn, const Act* gate_up,
+                                 Act* out) {
+  cuda::swiglu_forward(rows, ffn, gate_up, out, exec.stream);
+}
+
+void CudaBackend::swiglu_backward(const Exec& exec, int64_t rows, int64_t ffn, const Act* gate_up,
+                                  const Act* dout, Act* d_gate_up) {
+  cuda::swiglu_backward(rows, ffn, gate_up, dout, d_gate_up, exec.stream);
+}
+
+void CudaBackend::attention_forward(const Exec& exec, const kernels::AttentionShape& shape,
+                                    const Act* q, const Act* k, const Act* v, Act* out,
+                                    float* lse) {
+  cuda::attention_forward(shape, q, k, v, out, lse, exec.stream);
+}
+
+void CudaBackend::attention_backward(const Exec& exec, const kernels::AttentionShape& shape,
+                                     const Act* q, const Act* k, const Act* v, const Act* out,
+                                     const float* lse, const Act* dout, Act* dq, Act* dk, Act* dv,
+                                     float* delta) {
+  cuda::attention_backward(shape, q, k, v, out, lse, dout, dq, dk, dv, delta, exec.stream);
+}
+
+void CudaBackend::split_qkv(const Exec& exec, int64_t rows, int64_t q_width, int64_t kv_width,
+                            const Act* qkv, Act* q, Act* k, Act* v) {
+  const QkvCopyPlan plan = qkv_copy_plan(rows, q_width, kv_width);
+  const std::array<Act*, 3> parts = {q, k, v};
+  const auto* fused = reinterpret_cast<const unsigned char*>(qkv);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const QkvBlockCopy& block = plan.blocks[i];
+    if (plan.rows == 0 || block.width_bytes == 0) continue;
+    DHELIX_CUDA(cudaMemcpy2DAsync(parts[i], as_size(block.width_bytes),
+                                  fused + block.column_offset_bytes,
+                                  as_size(block.fused_pitch_bytes), as_size(block.width_bytes),
+                                  as_size(plan.rows), cudaMemcpyDeviceToDevice, exec.stream));
+  }
+}
+
+void CudaBackend::merge_qkv(const Exec& exec, int64_t rows, int64_t q_width, int64_t kv_width,
+                            const Act* q, const Act* k, const Act* v, Act* qkv) {
+  const QkvCopyPlan plan = qkv_copy_plan(rows, q_width, kv_width);
+  const std::array<const Act*, 3> parts = {q, k, v};
+  auto* fused = reinterpret_cast<unsigned char*>(qkv);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const QkvBlockCopy& block = plan.blocks[i];
+    if (plan.rows == 0 || block.width_bytes == 0) continue;
+    DHELIX_CUDA(cudaMemcpy2DAsync(fused + block.column_offset_bytes,
+                                  as_size(block.fused_pitch_bytes), parts[i],
+                                  as_size(block.width_bytes), as_size(block.width_bytes),
+                                  as_size(plan.rows), cudaMemcpyDeviceToDevice, exec.stream));
+  }
+}
+
+void CudaBackend::add_tensors(const Exec& exec, int64_t count, const Act* a, const Act* b,
+                              Act* out) {
+  cuda::add_tensors(count, a, b, out, exec.stream);
+}
+
+void CudaBackend::embedding_forward(const Exec& exec, int64_t positions, int64_t dim,
+                                    const int64_t* tokens, const Act* table, int64_t vocab_begin,
+                                    int64_t vocab_local, Act* out) {
+  cuda::embedding_forward(positions, dim, tokens, table, vocab_begin, vocab_local, out,
+                          exec.stream);
+}
+
+void CudaBackend::embedding_backward(const Exec& exec, int64_t positions, int64_t dim,
+                                     const int64_t* tokens, const Act* dout, int64_t vocab_begin,
+                                     int64_t vocab_local, float* dtable) {
+  cuda::embedding_backward(positions, dim, tokens, dout, vocab_begin, vocab_local, dtable,
+                           exec.stream);
+}
+
+void CudaBackend::vocab_parallel_stats(const Exec& exec, int64_t rows, int64_t vocab_local,
+                                       int64_t vocab_begin, const Act* logits,
+                                       const int64_t* targets, float* stats) {
+  cuda::vocab_parallel_stats(rows, vocab_local, vocab_begin, logits, targets, stats, exec.stream);
+}
+
+void CudaBackend::vocab_parallel_combine(const Exec& exec, int64_t rows, int64_t shards,
+                                         int64_t shard_width, const float* stats,
+                                         const int64_t* targets, float* lse, float* loss) {
+  cuda::vocab_parallel_combine(rows, shards, shard_width, stats, targets, lse, loss, exec.stream);
+}
+
+void CudaBackend::vocab_parallel_backward(const Exec& exec, int64_t rows, int64_t vocab_local,
+                                          int64_t vocab_begin, const Act* logits,
+                                          const int64_t* targets, const float* lse, float dloss,
+                                          Act* dlogits) {
+  cuda::vocab_parallel_backward(rows, vocab_local, vocab_begin, logits, targets, lse, dloss,
+                                dlogits, exec.stream);
+}
+
+}  // namespace dhelix::rt

@@ -1,0 +1,179 @@
+#pragma once
+// The CUDA backend of the model (runtime/model/model_backend.h): bf16 activations in device
+// memory, every kernel enqueued on the stream of the Exec it is given and never waited for.
+// The shapes, argument orders and contracts are CpuBackend's (runtime/model/cpu_backend.h)
+// with Act = bf16; statistics (rstd, lse, delta, cross-entropy statistics), RMSNorm gains
+// and weight gradients stay fp32 (runtime/cuda/kernels_cuda.h says why).
+//
+// Memory. Every buffer comes from the rank's DevicePool, whose allocations and releases are
+// ordered on the pool's stream; zeroing, uploads, downloads and compute-copy refreshes run
+// on that stream too. The model does them while binding and between iterations, then calls
+// synchronize(), so no op on another stream can see a buffer before it is ready. Uploads
+// and downloads wait for the pool stream before returning: the host buffer of an upload may
+// be a temporary, and a download's caller reads the result at once.
+//
+// Zero-sized shapes launch nothing.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/cpu/kernels_cpu.h"
+#include "runtime/cuda/kernels_cuda.h"
+#include "runtime/model/element_type.h"
+
+namespace dhelix::cuda {
+class CublasGemm;
+class DevicePool;
+}  // namespace dhelix::cuda
+
+namespace dhelix::rt {
+
+/// One column block of the fused QKV matrix [rows, q_width + 2 kv_width] (bf16), as one
+/// cudaMemcpy2DAsync copies it: fused side at column_offset_bytes with row pitch
+/// fused_pitch_bytes, separate side dense (pitch = width_bytes).
+struct QkvBlockCopy {
+  int64_t column_offset_bytes = 0;
+  int64_t width_bytes = 0;
+  int64_t fused_pitch_bytes = 0;
+  bool operator==(const QkvBlockCopy&) const = default;
+};
+
+/// The three copies of split_qkv and merge_qkv: q, k, v in that order.
+struct QkvCopyPlan {
+  int64_t rows = 0;
+  std::array<QkvBlockCopy, 3> blocks;
+};
+
+/// The copies for rows rows of q_width query and kv_width key (and value) bf16 columns.
+/// Sizes must be non-negative (DHELIX_CHECK).
+QkvCopyPlan qkv_copy_plan(int64_t rows, int64_t q_width, int64_t kv_width);
+
+struct CudaBackend {
+  using Act = __nv_bfloat16;
+  static constexpr ElementType kActivationType = ElementType::kBFloat16;
+
+  /// Where an op runs: its stream, and the cuBLAS handle bound to that same stream (GEMM
+  /// ops check it; ops without GEMMs may leave it null).
+  struct Exec {
+    cudaStream_t stream = nullptr;
+    cuda::CublasGemm* gemm = nullptr;
+  };
+  using Rope = cuda::DeviceRopeTable;
+
+  /// The rank's device pool; it must outlive every Memory made from it.
+  struct MemoryConfig {
+    cuda::DevicePool* pool = nullptr;
+  };
+
+  /// The buffers of one model, carved from the pool. Destroy it only once no work that
+  /// uses its buffers is pending on any stream (the blocks go back to the pool at once).
+  class Memory {
+   public:
+    /// DHELIX_CHECKs that config.pool is set.
+    explicit Memory(MemoryConfig config);
+    ~Memory();
+    Memory(Memory&& other) noexcept;
+    Memory(const Memory&) = delete;
+    Memory& operator=(const Memory&) = delete;
+    Memory& operator=(Memory&&) = delete;
+
+    /// count elements of T (at least one byte is reserved for count = 0), zeroed on the
+    /// pool stream; the address never changes.
+    template <class T>
+    T* allocate(int64_t count) {
+      return static_cast<T*>(allocate_bytes(count * static_cast<int64_t>(sizeof(T))));
+    }
+    /// host[count] -> destination, finished when it returns.
+    template <class T>
+    void upload(const T* host, T* destination, int64_t count) {
+      upload_bytes(host, destination, count * static_cast<int64_t>(sizeof(T)));
+    }
+    /// source[count] -> host, finished when it returns. The caller makes sure the work
+    /// writing source (on any stream) has finished: only the pool stream is waited for.
+    template <class T>
+    void download(const T* source, T* host, int64_t count) {
+      download_bytes(source, host, count * static_cast<int64_t>(sizeof(T)));
+    }
+    /// Enqueues pointer[0, count) = 0 on the pool stream (synchronize() waits for it).
+    template <class T>
+    void zero(T* pointer, int64_t count) {
+      zero_bytes(pointer, count * static_cast<int64_t>(sizeof(T)));
+    }
+    /// A new bf16 buffer holding master[count] rounded to nearest even (enqueued).
+    Act* compute_copy(float* master, int64_t count);
+    /// Enqueues copy[count] = bf16(master[count]).
+    void refresh(const float* master, Act* copy, int64_t count);
+    /// The table's cos and sin in device memory (uploaded, finished when it returns).
+    Rope rope(cpu::RopeTable table);
+    /// Waits for everything enqueued on the pool stream (zeroing, refreshes).
+    void synchronize();
+
+   private:
+    void* allocate_bytes(int64_t bytes);
+    void upload_bytes(const void* host, void* destination, int64_t bytes);
+    void download_bytes(const void* source, void* host, int64_t bytes);
+    void zero_bytes(void* pointer, int64_t bytes);
+    cudaStream_t stream() const;
+
+    cuda::DevicePool* pool_ = nullptr;
+    std::vector<void*> blocks_;
+  };
+
+  // Kernels: CpuBackend's, argument for argument (see runtime/cpu/kernels_cpu.h).
+  static void linear_forward(const Exec& exec, int64_t rows, int64_t in, int64_t out, const Act* x,
+                             const Act* w, Act* y);
+  static void linear_dgrad(const Exec& exec, int64_t rows, int64_t in, int64_t out, const Act* dy,
+                           const Act* w, Act* dx);
+  /// dw (fp32) += dy^T x.
+  static void linear_wgrad_accumulate(const Exec& exec, int64_t rows, int64_t in, int64_t out,
+                                      const Act* dy, const Act* x, float* dw);
+  static void rmsnorm_forward(const Exec& exec, int64_t rows, int64_t dim, const Act* x,
+                              const float* gain, float eps, Act* y, float* rstd);
+  static void rmsnorm_backward(const Exec& exec, int64_t rows, int64_t dim, const Act* x,
+                               const float* gain, const float* rstd, const Act* dy, Act* dx,
+                               float* dgain);
+  static void rope_forward(const Exec& exec, const Rope& table, int64_t batch, int64_t seq,
+                           int64_t heads, int64_t offset, Act* x);
+  static void rope_backward(const Exec& exec, const Rope& table, int64_t batch, int64_t seq,
+                            int64_t heads, int64_t offset, Act* dy);
+  static void swiglu_forward(const Exec& exec, int64_t rows, int64_t ffn, const Act* gate_up,
+                             Act* out);
+  static void swiglu_backward(const Exec& exec, int64_t rows, int64_t ffn, const Act* gate_up,
+                              const Act* dout, Act* d_gate_up);
+  static void attention_forward(const Exec& exec, const kernels::AttentionShape& shape,
+                                const Act* q, const Act* k, const Act* v, Act* out, float* lse);
+  /// delta[batch, heads, seq] is fp32 scratch.
+  static void attention_backward(const Exec& exec, const kernels::AttentionShape& shape,
+                                 const Act* q, const Act* k, const Act* v, const Act* out,
+                                 const float* lse, const Act* dout, Act* dq, Act* dk, Act* dv,
+                                 float* delta);
+  /// Three strided device copies (qkv_copy_plan).
+  static void split_qkv(const Exec& exec, int64_t rows, int64_t q_width, int64_t kv_width,
+                        const Act* qkv, Act* q, Act* k, Act* v);
+  static void merge_qkv(const Exec& exec, int64_t rows, int64_t q_width, int64_t kv_width,
+                        const Act* q, const Act* k, const Act* v, Act* qkv);
+  static void add_tensors(const Exec& exec, int64_t count, const Act* a, const Act* b, Act* out);
+  static void embedding_forward(const Exec& exec, int64_t positions, int64_t dim,
+                                const int64_t* tokens, const Act* table, int64_t vocab_begin,
+                                int64_t vocab_local, Act* out);
+  /// dtable (fp32) += scatter of dout.
+  static void embedding_backward(const Exec& exec, int64_t positions, int64_t dim,
+                                 const int64_t* tokens, const Act* dout, int64_t vocab_begin,
+                                 int64_t vocab_local, float* dtable);
+  static void vocab_parallel_stats(const Exec& exec, int64_t rows, int64_t vocab_local,
+                                   int64_t vocab_begin, const Act* logits, const int64_t* targets,
+                                   float* stats);
+  static void vocab_parallel_combine(const Exec& exec, int64_t rows, int64_t shards,
+                                     int64_t shard_width, const float* stats,
+                                     const int64_t* targets, float* lse, float* loss);
+  static void vocab_parallel_backward(const Exec& exec, int64_t rows, int64_t vocab_local,
+                                      int64_t vocab_begin, const Act* logits,
+                                      const int64_t* targets, const float* lse, float dloss,
+                                      Act* dlogits);
+};
+
+}  // namespace dhelix::rt

@@ -1,0 +1,71 @@
+#pragma once
+// The CUDA executor: runs one rank's program (lib/rank_program.h) for one training
+// iteration on the rank's CUDA streams, the GPU twin of the CPU interpreter
+// (runtime/exec/interpreter.h), with the same semantics:
+//   1. every instruction is bound to the model first (model.bind allocates its buffers,
+//      and the communicator each one uses is looked up), so no allocation and no lookup
+//      happens while work is enqueued; the host then waits for the device (binding's
+//      allocations and zeroing run on the pool's stream) and options.after_binding runs
+//      (e.g. to forbid the device pool to grow during the iteration);
+//   2. every pipeline receive is posted on its channel stream, in the sender's order
+//      (device_schedule.h);
+//   3. the lowering's ops are walked in program order: each op's stream waits on its
+//      events, the op is enqueued (compute: the model's closure with that stream's Exec;
+//      collective: the NCCL call on the communicator of (group, stream), then the model's
+//      after_collective step on the same stream; send: ncclSend on the channel to the peer;
+//      receive: a wait on the posted receive's event), then its event is recorded;
+//   4. every stream is joined into the compute stream and the host waits for it, polling
+//      every NCCL communicator the iteration used for asynchronous errors, up to
+//      options.timeout_s.
+// The host never waits inside the iteration. Sequential mode runs every op on the compute
+// stream in program order (receives are still posted on the channel streams, as the CPU
+// posts them first, so that a send never waits for its receiver's compute stream).
+//
+// Errors from binding or enqueueing name the rank, plan position and op as the CPU
+// interpreter does ("<describe_instruction>: <error>"). Any failure after work was
+// enqueued calls options.on_failure before it is thrown: the work left on the streams (an
+// NCCL operation waiting for a peer) may never finish, so the caller ends the job.
+
+#include <cstdint>
+#include <functional>
+
+#include "lib/plan.h"
+#include "lib/rank_program.h"
+#include "runtime/cuda/cuda_stage_model.h"
+#include "runtime/cuda/device_comms.h"
+#include "runtime/cuda/device_streams.h"
+#include "runtime/exec/stream.h"
+
+namespace dhelix::cuda {
+
+using rt::CudaStageModel;
+
+/// One execution's figures.
+struct DeviceExecutionStats {
+  /// From the iteration's start on the compute stream to the end of every stream's work,
+  /// microseconds (cudaEventElapsedTime: about 0.5 us resolution).
+  double wall_us = 0;
+  int64_t instructions = 0;
+  int64_t events = 0;  ///< events recorded (lowering, receives and joins)
+  int64_t waits = 0;   ///< cudaStreamWaitEvent calls
+};
+
+struct DeviceExecutionOptions {
+  /// Runs once every instruction is bound, before any work is enqueued.
+  std::function<void()> after_binding;
+  /// Called with the first failure that happens after work was enqueued.
+  rt::FailureHandler on_failure;
+  /// How long the host waits for the iteration's end before it declares the rank hung.
+  double timeout_s = 600.0;
+};
+
+/// Runs `program` (lowered from `plan` for this rank) on `model`, with the communicators of
+/// `comms` on the streams of `streams` (which must have a channel stream for every rank the
+/// program receives from). The model must have its tokens set and start_iteration()
+/// called. Returns once every stream has finished; throws the first failure.
+DeviceExecutionStats execute_device_program(const Plan& plan, const RankProgram& program,
+                                            CudaStageModel& model, DeviceCommDirectory& comms,
+                                            DeviceStreams& streams,
+                                            DeviceExecutionOptions options = {});
+
+}  // namespace dhelix::cuda
