@@ -189,8 +189,11 @@ std::string bytes_text(int64_t bytes) {
 
 // ----- shared helpers ----------------------------------------------------------------------
 
-std::string execution_stream(const RankProgram& program, const Instruction& instruction) {
-  if (program.mode == ExecutionMode::kSequential) return "in-order";
+std::string execution_stream(const RankProgram& program, const Instruction& instruction,
+                             SimulatedOrder order) {
+  if (program.mode == ExecutionMode::kSequential || order == SimulatedOrder::kProgramOrder) {
+    return "in-order";
+  }
   return instruction.kind == InstructionKind::kRecv ? "receive" : instruction.stream;
 }
 
@@ -398,8 +401,12 @@ void check_programs(const Plan& plan, const JobSpec& job, const std::vector<Rank
   check_dependencies(plan, programs, plan_file, problems);
   const int64_t groups = check_collectives(plan, job, programs, plan_file, problems);
   const int64_t transfers = check_transfers(plan, programs, plan_file, problems);
-  check_no_deadlock(plan, job, programs, plan_file, problems);
+  const bool free =
+      check_no_deadlock(plan, job, programs, SimulatedOrder::kStreams, plan_file, problems);
   if (programs.empty() || programs[0].mode != ExecutionMode::kCoExecuted) return;
+  if (free) {
+    check_no_deadlock(plan, job, programs, SimulatedOrder::kProgramOrder, plan_file, problems);
+  }
   PlanCheckSummary& summary = report.summary;
   summary.ranks = static_cast<int64_t>(programs.size());
   summary.instructions = 0;

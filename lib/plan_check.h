@@ -18,6 +18,12 @@
 //      an instruction once its dependencies are done, a collective once every member has it
 //      at the head of the stream, a receive once its send has run; sends never block.
 //      A world that stops before every instruction ran is reported with its wait cycle.
+//      Co-executed programs are simulated a second time strictly in program order, one
+//      instruction after another per rank: the order in which the CUDA executor enqueues
+//      them (runtime/cuda/device_executor.h). When CUDA's queue of pending launches is
+//      full, the host blocks in a launch and the GPU holds only a prefix of the program;
+//      a world that completes in program order cannot hang that way, because every
+//      message a blocked prefix waits for is sent within its sender's own prefix.
 //   5. Memory: every stage of the dhelix scheme fits in memory_budget.usable_bytes (a
 //      warning instead when the plan was made with --allow-oom).
 //
@@ -92,11 +98,16 @@ int64_t check_collectives(const Plan& plan, const JobSpec& job,
 int64_t check_transfers(const Plan& plan, const std::vector<RankProgram>& programs,
                         const std::string& plan_file, ProblemList& problems);
 
+/// How check 4 runs a rank's instructions: on its streams (as the CPU interpreter does and
+/// a GPU does with room in its launch queue), or strictly in program order (the enqueue
+/// order of the CUDA executor; sequential programs always run so).
+enum class SimulatedOrder { kStreams, kProgramOrder };
+
 /// Check 4 (lib/plan_check_deadlock.cc). Returns true when every instruction of every
 /// rank ran; otherwise adds the wait cycles (or waits that can never end) it found.
 bool check_no_deadlock(const Plan& plan, const JobSpec& job,
-                       const std::vector<RankProgram>& programs, const std::string& plan_file,
-                       ProblemList& problems);
+                       const std::vector<RankProgram>& programs, SimulatedOrder order,
+                       const std::string& plan_file, ProblemList& problems);
 
 /// Check 5; fills the summary's memory figures.
 void check_memory(const Plan& plan, const std::string& plan_file, PlanCheckReport& report);
@@ -107,10 +118,11 @@ std::string plan_check_summary_text(const PlanCheckReport& report, const std::st
 
 // ----- shared by the checks (lib/plan_check*.cc) ------------------------------------------
 
-/// The stream an instruction runs on in the simulation: "receive" for receives in
-/// co-executed mode (the interpreter's receive stream), "in-order" for everything in
-/// sequential mode, else the instruction's own.
-std::string execution_stream(const RankProgram& program, const Instruction& instruction);
+/// The stream an instruction runs on in the simulation: "in-order" for everything in
+/// sequential mode or in program order; otherwise "receive" for receives (the
+/// interpreter's receive stream), else the instruction's own.
+std::string execution_stream(const RankProgram& program, const Instruction& instruction,
+                             SimulatedOrder order);
 
 /// The stream whose communicator an instruction uses (interpreter.cc comm_stream).
 std::string communicator_stream(const RankProgram& program, const Instruction& instruction);

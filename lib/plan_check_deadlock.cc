@@ -50,7 +50,8 @@ struct Wait {
 
 class WorldSimulation {
  public:
-  WorldSimulation(const Plan& plan, const JobSpec& job, const std::vector<RankProgram>& programs);
+  WorldSimulation(const Plan& plan, const JobSpec& job, const std::vector<RankProgram>& programs,
+                  SimulatedOrder order);
   /// True when every instruction ran.
   bool run();
   void report_stuck(const std::string& plan_file, ProblemList& problems) const;
@@ -71,6 +72,7 @@ class WorldSimulation {
 
   const Plan& plan_;
   const std::vector<RankProgram>& programs_;
+  SimulatedOrder order_;
   std::vector<int64_t> offset_;  // rank -> global id of its first instruction
   std::vector<size_t> rank_of_;  // global id -> rank
   int64_t total_ = 0;
@@ -96,8 +98,8 @@ class WorldSimulation {
 };
 
 WorldSimulation::WorldSimulation(const Plan& plan, const JobSpec& job,
-                                 const std::vector<RankProgram>& programs)
-    : plan_(plan), programs_(programs) {
+                                 const std::vector<RankProgram>& programs, SimulatedOrder order)
+    : plan_(plan), programs_(programs), order_(order) {
   for (size_t r = 0; r < programs.size(); ++r) {
     offset_.push_back(total_);
     total_ += static_cast<int64_t>(programs[r].instructions.size());
@@ -125,7 +127,7 @@ void WorldSimulation::index_streams_and_deps() {
     for (int64_t i = 0; i < n; ++i) {
       const Instruction& ins = program.instructions[static_cast<size_t>(i)];
       const int64_t g = offset_[r] + i;
-      const std::string name = execution_stream(program, ins);
+      const std::string name = execution_stream(program, ins, order_);
       auto [it, added] = streams.try_emplace(name, static_cast<int64_t>(streams_.size()));
       if (added) {
         streams_.emplace_back();
@@ -323,9 +325,14 @@ Wait WorldSimulation::wait_of(int64_t g) const {
 }
 
 void WorldSimulation::report_stuck(const std::string& plan_file, ProblemList& problems) const {
-  const std::string prefix =
-      fmt::format("{}: deadlock: {} of {} instructions never run",
-                  execution_mode_name(programs_[0].mode), total_ - done_count_, total_);
+  const bool enqueue_order =
+      order_ == SimulatedOrder::kProgramOrder && programs_[0].mode == ExecutionMode::kCoExecuted;
+  const std::string prefix = fmt::format(
+      "{}{}: deadlock: {} of {} instructions never run", execution_mode_name(programs_[0].mode),
+      enqueue_order ? " in program order (the CUDA executor's enqueue order, which a full "
+                      "launch queue enforces)"
+                    : "",
+      total_ - done_count_, total_);
   std::vector<uint8_t> color(static_cast<size_t>(total_), 0);  // 1: on the path, 2: explored
   size_t cycles = 0;
   size_t dead_ends = 0;
@@ -367,10 +374,10 @@ void WorldSimulation::report_stuck(const std::string& plan_file, ProblemList& pr
 }  // namespace
 
 bool check_no_deadlock(const Plan& plan, const JobSpec& job,
-                       const std::vector<RankProgram>& programs, const std::string& plan_file,
-                       ProblemList& problems) {
+                       const std::vector<RankProgram>& programs, SimulatedOrder order,
+                       const std::string& plan_file, ProblemList& problems) {
   if (programs.empty()) return true;
-  WorldSimulation world(plan, job, programs);
+  WorldSimulation world(plan, job, programs, order);
   if (world.run()) return true;
   world.report_stuck(plan_file, problems);
   return false;

@@ -214,6 +214,44 @@ TEST(PlanCheck, WaitCycleBetweenStagesIsFound) {
   EXPECT_NE(found[3].find("sequential: deadlock"), std::string::npos);
 }
 
+// A program whose streams cannot hang but whose program order can: rank 0 posts its first
+// receive from stage 1 before anything else. On its streams that changes nothing (the
+// receive waits on a stream of its own); enqueued in program order, as the CUDA executor
+// enqueues it, rank 0 waits for stage 1 before sending stage 1 anything.
+TEST(PlanCheck, ProgramOrderDeadlockIsFoundEvenWhenTheStreamsCannotHang) {
+  Lowered l = lower("tiny-tp2-pp2");
+  RankProgram& program = l.programs[0];
+  const int64_t receive = nth(program, InstructionKind::kRecv, 0);
+  std::vector<Instruction>& ins = program.instructions;
+  Instruction moved = ins[static_cast<size_t>(receive)];
+  ins.erase(ins.begin() + receive);
+  ins.insert(ins.begin(), moved);
+  for (Instruction& i : ins) {
+    for (int64_t& d : i.deps) {
+      if (d == receive) {
+        d = 0;
+      } else if (d < receive) {
+        ++d;
+      }
+    }
+  }
+  ins.front().deps.clear();  // a receive needs nothing before it is posted
+  const std::vector<std::string> found = messages(check(l, "tiny-tp2-pp2.json"));
+  ASSERT_EQ(found.size(), 1u) << all(check(l, "tiny-tp2-pp2.json"));
+  EXPECT_EQ(found[0],
+            "tiny-tp2-pp2.json: /stages/0/tasks/2: co-executed in program order (the CUDA "
+            "executor's enqueue order, which a full launch queue enforces): deadlock: 1199 of "
+            "1200 instructions never run; wait cycle: rank 0 stage 0 task 2 (F0u): "
+            "p2p.activation, layer 3, micro-batch 0 [in-order stream] waits for its send rank 2 "
+            "stage 1 task 1 (F0u): p2p.activation, layer 3, micro-batch 0 [in-order stream], "
+            "which is queued behind rank 2 stage 1 task 0 (F0d): p2p.activation, layer 1, "
+            "micro-batch 0 [in-order stream], which waits for its send rank 0 stage 0 task 0 "
+            "(F0d): p2p.activation, layer 1, micro-batch 0 [in-order stream], which is queued "
+            "behind rank 0 stage 0 task 2 (F0u): p2p.activation, layer 3, micro-batch 0 "
+            "[in-order stream]");
+  EXPECT_NE(found[0].find("wait cycle: rank 0"), std::string::npos) << found[0];
+}
+
 // ----- (d) use before definition -------------------------------------------------------------
 
 TEST(PlanCheck, OpBeforeItsInputIsNamedForEveryRank) {
