@@ -13,6 +13,7 @@
 #include "lib/error.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_schedule.h"
+#include "runtime/exec/instruction_errors.h"
 
 namespace dhelix::cuda {
 namespace {
@@ -85,21 +86,9 @@ class DeviceExecution {
   }
 
  private:
-  // Runs `work` for `instruction`; an error names the instruction as the CPU interpreter's
-  // does: "<describe_instruction>: <error>".
   template <class Work>
   void at_instruction(const Instruction& instruction, Work&& work) const {
-    try {
-      work();
-    } catch (const Error& error) {
-      throw Error(error.code(), fmt::format("{}: {}", where(instruction), error.what()));
-    } catch (const std::exception& error) {
-      throw Error(ErrorCode::kInternal, fmt::format("{}: {}", where(instruction), error.what()));
-    }
-  }
-
-  std::string where(const Instruction& instruction) const {
-    return describe_instruction(plan_, program_, instruction);
+    rt::run_naming_instruction(plan_, program_, instruction, std::forward<Work>(work));
   }
 
   void* transfer_buffer(const Instruction& instruction) {

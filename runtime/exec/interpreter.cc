@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "runtime/exec/instruction_errors.h"
 #include "runtime/exec/stream.h"
 
 namespace dhelix::rt {
@@ -91,18 +92,10 @@ class Execution {
     double* busy = instruction.kind == InstructionKind::kRecv ? &stats_.receive_wait_us
                                                               : busy_counter(instruction.stream);
     const int64_t jitter_us = jitter_for(index);
-    // The position is described only on failure: describing it searches the stage's task
-    // list, too slow to do for every instruction of every iteration.
     return [this, &instruction, work = std::move(work), busy, jitter_us] {
       if (jitter_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter_us));
       const Clock::time_point start = Clock::now();
-      try {
-        work();
-      } catch (const Error& error) {
-        throw Error(error.code(), fmt::format("{}: {}", where(instruction), error.what()));
-      } catch (const std::exception& error) {
-        throw Error(ErrorCode::kInternal, fmt::format("{}: {}", where(instruction), error.what()));
-      }
+      run_naming_instruction(plan_, program_, instruction, work);
       *busy += elapsed_us(start);  // one stream, one thread: no race
     };
   }
@@ -146,10 +139,6 @@ class Execution {
         return [this, index] { transfers_[index]->wait(); };
     }
     return {};
-  }
-
-  std::string where(const Instruction& instruction) const {
-    return describe_instruction(plan_, program_, instruction);
   }
 
   [[noreturn]] void throw_unbound(const Instruction& instruction, const char* what) const {
