@@ -87,9 +87,12 @@ class CudaEngine final : public TrainingEngine {
 
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
     cuda::DeviceCommSetup setup;
-    setup.collective_dims = {ParallelDim::kTp, ParallelDim::kDp};
-    setup.collective_streams = {cuda::DeviceStream::kCompute, cuda::DeviceStream::kLocalComm,
-                                cuda::DeviceStream::kCrossComm};
+    // TP on every stream that runs the model's collectives (compute: sequential programs
+    // and the norm gains' gradient sum); DP only for the gradient sum on compute.
+    setup.collectives = {{ParallelDim::kTp, cuda::DeviceStream::kCompute},
+                         {ParallelDim::kTp, cuda::DeviceStream::kLocalComm},
+                         {ParallelDim::kTp, cuda::DeviceStream::kCrossComm},
+                         {ParallelDim::kDp, cuda::DeviceStream::kCompute}};
     setup.num_layers = num_layers_;
     setup.options.world_rank = rank_;
     comms_ = std::make_unique<cuda::DeviceCommDirectory>(groups, programs, setup);

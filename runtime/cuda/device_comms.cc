@@ -43,14 +43,12 @@ DeviceCommDirectory::DeviceCommDirectory(rt::ProcessGroups& groups,
 DeviceCommDirectory::~DeviceCommDirectory() = default;
 
 void DeviceCommDirectory::create_collectives(rt::ProcessGroups& groups) {
-  for (ParallelDim dim : setup_.collective_dims) {
+  for (const auto& [dim, stream] : setup_.collectives) {
     const std::string name = parallel_dim_name(dim);
-    for (DeviceStream stream : setup_.collective_streams) {
-      auto* mpi = dynamic_cast<rt::MpiCommunicator*>(&groups.group(dim, comm_slot_of(stream)));
-      DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
-      groups_[{name, stream}] = DeviceCommunicator::create_over_mpi(
-          mpi->handle(), fmt::format("{} ({})", name, device_stream_name(stream)), setup_.options);
-    }
+    auto* mpi = dynamic_cast<rt::MpiCommunicator*>(&groups.group(dim, comm_slot_of(stream)));
+    DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
+    groups_[{name, stream}] = DeviceCommunicator::create_over_mpi(
+        mpi->handle(), fmt::format("{} ({})", name, device_stream_name(stream)), setup_.options);
   }
 }
 

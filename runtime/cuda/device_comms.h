@@ -17,8 +17,7 @@
 //      for each program, which makes every rank throw Error(kInvalidInput) before any NCCL
 //      communicator exists when a message is sent and never received (or the reverse);
 //      each receiver keeps its senders' orders (receive_orders);
-//   2. collective communicators: dims in setup.collective_dims order, within each the
-//      streams in setup.collective_streams order (both lists the same on every rank);
+//   2. collective communicators, in setup.collectives order (the same list on every rank);
 //   3. NCCL initialisation of each channel in channel order (a rank joins its own ones;
 //      a total order over pairs means the earliest pending pair always has both members
 //      waiting on it), then the MPI communicators are freed;
@@ -45,14 +44,19 @@ namespace dhelix::cuda {
 
 class ChannelAgreement;
 
+/// A process group's collectives as run by one stream: one NCCL communicator.
+struct CollectiveSlot {
+  ParallelDim dim = ParallelDim::kTp;
+  DeviceStream stream = DeviceStream::kCompute;
+};
+
 /// What to create; must be the same on every rank.
 struct DeviceCommSetup {
-  /// Dimensions whose collectives run on the device (the model's: tp).
-  std::vector<ParallelDim> collective_dims = {ParallelDim::kTp};
-  /// Streams that run collectives: local_comm and cross_comm for co-executed programs,
-  /// compute for sequential ones (all three for dhelix-run --verify).
-  std::vector<DeviceStream> collective_streams = {DeviceStream::kLocalComm,
-                                                  DeviceStream::kCrossComm};
+  /// The communicators for collectives: the model's (tp) on local_comm and cross_comm for
+  /// co-executed programs and on compute for sequential ones. Each NCCL communicator holds
+  /// buffers on the device, so list only those that run something.
+  std::vector<CollectiveSlot> collectives = {{ParallelDim::kTp, DeviceStream::kLocalComm},
+                                             {ParallelDim::kTp, DeviceStream::kCrossComm}};
   /// The model's layer count, to decode tags in messages.
   int64_t num_layers = 0;
   /// Watchdog timeout of every communicator (world_rank is filled in).
