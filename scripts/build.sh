@@ -7,5 +7,9 @@ build_dir=${DHELIX_BUILD_DIR:-build}
 if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDHELIX_WERROR=ON "$@" >/dev/null
+# -O2 without debug information: the code RelWithDebInfo makes (the figures in docs/ were
+# measured with it), built about 30 % faster (CI builds everything on two cores). Pass
+# -DCMAKE_BUILD_TYPE=RelWithDebInfo to debug.
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
+  -DDHELIX_WERROR=ON "$@" >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"
