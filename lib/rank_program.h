@@ -84,6 +84,22 @@ RankProgram lower_rank_program(const Plan& plan, const JobSpec& job, int64_t ran
 /// `layer` (see Instruction::gradient) in a model of `num_layers` layers.
 int64_t transfer_tag(int64_t micro_batch, int64_t layer, bool gradient, int64_t num_layers);
 
+/// What a transfer tag encodes.
+struct TransferTagFields {
+  int64_t micro_batch = 0;
+  int64_t layer = 0;
+  bool gradient = false;
+  bool operator==(const TransferTagFields&) const = default;
+};
+
+/// The inverse of transfer_tag for a model of num_layers layers; DHELIX_CHECKs that tag is
+/// non-negative and num_layers positive.
+TransferTagFields decode_transfer_tag(int64_t tag, int64_t num_layers);
+
+/// "micro-batch 1, activation into layer 4" / "micro-batch 0, gradient of layer 2's output";
+/// the head's input and the embedding's output gradient are named as such.
+std::string describe_transfer_tag(int64_t tag, int64_t num_layers);
+
 /// "stage 1 task 4 (F2d+B0u) block 3: fwd.gemm_qkv, layer 1, micro-batch 2": where an
 /// instruction comes from, for messages.
 std::string describe_instruction(const Plan& plan, const RankProgram& program,

@@ -63,22 +63,6 @@ struct ChannelPair {
 /// the same input: the order in which all ranks create the channel communicators.
 std::vector<ChannelPair> channel_pairs(const std::vector<std::vector<int64_t>>& send_peers_by_rank);
 
-/// What a transfer tag (transfer_tag in lib/rank_program.h) encodes.
-struct TransferTagFields {
-  int64_t micro_batch = 0;
-  int64_t layer = 0;
-  bool gradient = false;
-  bool operator==(const TransferTagFields&) const = default;
-};
-
-/// The inverse of transfer_tag for a model of num_layers layers; DHELIX_CHECKs that tag is
-/// non-negative and num_layers positive.
-TransferTagFields decode_transfer_tag(int64_t tag, int64_t num_layers);
-
-/// "micro-batch 1, activation into layer 4" / "micro-batch 0, gradient of layer 2's output";
-/// the head's input and the embedding's output gradient are named as such.
-std::string describe_transfer_tag(int64_t tag, int64_t num_layers);
-
 /// Compares a channel's sender list with its receiver list as multisets of tags. Empty when
 /// they hold the same messages; otherwise names the first tag (in the sender's order, then
 /// the receiver's) counted differently: "pipeline channel 2 -> 5: tag 14 (micro-batch 1,

@@ -43,26 +43,6 @@ const ChannelMessages& with_peer(const std::vector<ChannelMessages>& messages, i
   throw std::runtime_error("no channel with peer " + std::to_string(peer));
 }
 
-TEST(PipelineChannels, DecodeInvertsTransferTag) {
-  for (int64_t mb = 0; mb < 3; ++mb) {
-    for (int64_t layer = -1; layer <= 4; ++layer) {
-      for (bool gradient : {false, true}) {
-        const TransferTagFields fields{.micro_batch = mb, .layer = layer, .gradient = gradient};
-        EXPECT_EQ(decode_transfer_tag(transfer_tag(mb, layer, gradient, 4), 4), fields);
-      }
-    }
-  }
-}
-
-TEST(PipelineChannels, DescribesTags) {
-  // (mb * (L + 2) + layer + 1) * 2 + gradient with L = 4.
-  EXPECT_EQ(describe_transfer_tag((1 * 6 + 3) * 2, 4), "micro-batch 1, activation into layer 2");
-  EXPECT_EQ(describe_transfer_tag((0 * 6 + 5) * 2, 4), "micro-batch 0, activation into the head");
-  EXPECT_EQ(describe_transfer_tag((2 * 6 + 4) * 2 + 1, 4),
-            "micro-batch 2, gradient of layer 3's output");
-  EXPECT_EQ(describe_transfer_tag(1, 4), "micro-batch 0, gradient of the embedding's output");
-}
-
 TEST(PipelineChannels, ChannelPairsAreSortedAndUnique) {
   const std::vector<ChannelPair> pairs = channel_pairs({{2, 1}, {0}, {0, 1}, {}});
   const std::vector<ChannelPair> expected = {{0, 1}, {0, 2}, {1, 0}, {2, 0}, {2, 1}};

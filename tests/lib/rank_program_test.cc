@@ -166,5 +166,25 @@ TEST(PlanJob, PlanForAnotherJobIsRefused) {
       "tiny-tp2.json");
 }
 
+TEST(TransferTag, DecodeInvertsTheEncoding) {
+  for (int64_t mb = 0; mb < 3; ++mb) {
+    for (int64_t layer = -1; layer <= 4; ++layer) {
+      for (bool gradient : {false, true}) {
+        const TransferTagFields fields{.micro_batch = mb, .layer = layer, .gradient = gradient};
+        EXPECT_EQ(decode_transfer_tag(transfer_tag(mb, layer, gradient, 4), 4), fields);
+      }
+    }
+  }
+}
+
+TEST(TransferTag, DescribesTheMessage) {
+  // (mb * (L + 2) + layer + 1) * 2 + gradient with L = 4.
+  EXPECT_EQ(describe_transfer_tag((1 * 6 + 3) * 2, 4), "micro-batch 1, activation into layer 2");
+  EXPECT_EQ(describe_transfer_tag((0 * 6 + 5) * 2, 4), "micro-batch 0, activation into the head");
+  EXPECT_EQ(describe_transfer_tag((2 * 6 + 4) * 2 + 1, 4),
+            "micro-batch 2, gradient of layer 3's output");
+  EXPECT_EQ(describe_transfer_tag(1, 4), "micro-batch 0, gradient of the embedding's output");
+}
+
 }  // namespace
 }  // namespace dhelix
