@@ -7,6 +7,7 @@
 
 #include "lib/error.h"
 #include "runtime/comm/mpi_environment.h"
+#include "runtime/train/setup_failure.h"
 
 namespace dhelix::cuda {
 namespace {
@@ -115,10 +116,13 @@ void agree_on_messages(const RankProgram& program, const std::optional<std::stri
   const std::string what = mismatch ? *mismatch
                                     : "the pipeline channels of another rank disagree (its "
                                       "error names the channel)";
-  throw Error(ErrorCode::kInvalidInput,
-              fmt::format("rank {}, {} program: {}; a message sent and never received (or "
-                          "the reverse) would hang NCCL",
-                          program.rank, execution_mode_name(program.mode), what));
+  // Every rank throws here together, after the all-reduce: an agreed failure, which ends
+  // each rank normally instead of aborting the job.
+  throw rt::SetupFailure(
+      ErrorCode::kInvalidInput,
+      fmt::format("rank {}, {} program: {}; a message sent and never received (or "
+                  "the reverse) would hang NCCL",
+                  program.rank, execution_mode_name(program.mode), what));
 }
 
 }  // namespace

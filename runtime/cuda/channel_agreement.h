@@ -14,7 +14,7 @@
 //      lists over the pair's communicator, in channel order (a total order over pairs, so
 //      the earliest pending exchange always has both ends waiting on it), and compare them
 //      (channel_content_mismatch); an MPI_Allreduce then makes EVERY rank throw
-//      Error(kInvalidInput) when any channel differs. The receiver keeps the sender's list
+//      rt::SetupFailure (kInvalidInput) when any channel differs. The receiver keeps the sender's list
 //      as the order in which it posts that channel's receives.
 
 #include <mpi.h>

@@ -10,20 +10,12 @@
 
 #include "lib/error.h"
 #include "runtime/train/optimizer.h"
+#include "runtime/train/setup_failure.h"
 #include "runtime/train/training_engine.h"
 
 namespace dhelix::rt {
 
 class MpiEnvironment;
-
-/// An error every rank knows about before any of them started training: a bad plan, job,
-/// data file or rank count. Ranks agree on it (one all-reduce), so each can exit normally
-/// instead of aborting the job; a rank whose own inputs were fine reports that another
-/// rank failed.
-class SetupFailure : public Error {
- public:
-  using Error::Error;
-};
 
 struct TrainOptions {
   std::string plan_file;
