@@ -33,18 +33,29 @@ std::optional<std::string> environment(const char* name) {
 }  // namespace
 
 void check_device_max_connections(const std::optional<std::string>& setting, int64_t streams) {
-  if (!setting) return;  // CUDA's default, 8
-  int64_t queues = 0;
-  const char* end = setting->data() + setting->size();
-  const auto [at, error] = std::from_chars(setting->data(), end, queues);
-  if (error == std::errc() && at == end && queues >= streams) return;
+  constexpr int64_t kDefaultQueues = 8;  // CUDA's default
+  constexpr int64_t kMostQueues = 32;    // the largest value CUDA accepts
+  int64_t queues = kDefaultQueues;
+  std::string shown = "CUDA_DEVICE_MAX_CONNECTIONS unset (CUDA's default: 8 queues)";
+  if (setting) {
+    const char* end = setting->data() + setting->size();
+    const auto [at, error] = std::from_chars(setting->data(), end, queues);
+    if (error != std::errc() || at != end) queues = -1;
+    shown = "CUDA_DEVICE_MAX_CONNECTIONS=" + *setting;
+  }
+  if (queues >= streams) return;
+  const std::string fix =
+      streams > kMostQueues
+          ? fmt::format("CUDA allows at most {}: this rank receives from too many pipeline peers",
+                        kMostQueues)
+      : streams <= kDefaultQueues ? "unset it or set it to 8 or more"
+                                  : fmt::format("set it to {} or more", streams);
   throw Error(ErrorCode::kInvalidInput,
-              fmt::format("CUDA_DEVICE_MAX_CONNECTIONS={}: dhelix-run uses {} CUDA streams on "
-                          "this rank, which need at least {} hardware queues (with fewer, a "
-                          "stream waiting for a peer rank holds back the work queued behind it "
-                          "on other streams and the ranks can deadlock); unset it or set it "
-                          "to {} or more",
-                          *setting, streams, streams, std::max<int64_t>(streams, 8)));
+              fmt::format("{}: dhelix-run uses {} CUDA streams on this rank, which need at least "
+                          "{} hardware queues (with fewer, a stream waiting for a peer rank holds "
+                          "back the work queued behind it on other streams and the ranks can "
+                          "deadlock); {}",
+                          shown, streams, streams, fix));
 }
 
 DeviceStreams::DeviceStreams(std::vector<int64_t> receive_peers)

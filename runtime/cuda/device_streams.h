@@ -37,8 +37,9 @@
 
 namespace dhelix::cuda {
 
-/// Throws Error(kInvalidInput) when `setting` (the value of CUDA_DEVICE_MAX_CONNECTIONS,
-/// nullopt when unset; CUDA's default is 8) is a number below `streams`, or not a number:
+/// Throws Error(kInvalidInput) when `setting` (the value of CUDA_DEVICE_MAX_CONNECTIONS;
+/// nullopt when unset, which means CUDA's default of 8) is a number below `streams`, or
+/// not a number:
 /// "CUDA_DEVICE_MAX_CONNECTIONS=1: dhelix-run uses 5 CUDA streams on this rank, which
 /// need at least 5 hardware queues (...)".
 void check_device_max_connections(const std::optional<std::string>& setting, int64_t streams);

@@ -29,7 +29,18 @@ TEST(DeviceStreams, MaxConnectionsBelowTheStreamCountIsRefused) {
             "need at least 5 hardware queues (with fewer, a stream waiting for a peer rank holds "
             "back the work queued behind it on other streams and the ranks can deadlock); unset "
             "it or set it to 8 or more");
-  EXPECT_EQ(refusal("12", 13).substr(0, 34), "CUDA_DEVICE_MAX_CONNECTIONS=12: dh");
+  EXPECT_EQ(refusal("12", 13),
+            "CUDA_DEVICE_MAX_CONNECTIONS=12: dhelix-run uses 13 CUDA streams on this rank, which "
+            "need at least 13 hardware queues (with fewer, a stream waiting for a peer rank "
+            "holds back the work queued behind it on other streams and the ranks can deadlock); "
+            "set it to 13 or more");
+  // Unset means CUDA's 8 queues: enough for 8 streams, not for 9.
+  EXPECT_EQ(refusal(std::nullopt, 8), "");
+  EXPECT_EQ(refusal(std::nullopt, 9).substr(0, 100),
+            "CUDA_DEVICE_MAX_CONNECTIONS unset (CUDA's default: 8 queues): dhelix-run uses 9 CUDA "
+            "streams on this");
+  EXPECT_NE(refusal(std::nullopt, 9).find("; set it to 9 or more"), std::string::npos);
+  EXPECT_NE(refusal("32", 33).find("CUDA allows at most 32"), std::string::npos);
   EXPECT_NE(refusal("8 ", 4), "");  // not a number
   EXPECT_NE(refusal("", 4), "");    // set but empty
   EXPECT_NE(refusal("-3", 4), "");
