@@ -17,6 +17,7 @@
 #include "profiler/cuda/cuda_setup.h"
 #include "profiler/cuda/cuda_timer.h"
 #include "runtime/comm/mpi_environment.h"
+#include "runtime/cuda/device_choice.h"
 
 namespace dhelix {
 namespace {
@@ -29,7 +30,7 @@ using cuda_profile::StreamRole;
 
 int64_t local_rank(MPI_Comm world) {
   const int64_t from_launcher =
-      cuda_profile::local_rank_from_environment([](const char* name) { return std::getenv(name); });
+      cuda::local_rank_from_environment([](const char* name) { return std::getenv(name); });
   if (from_launcher >= 0) return from_launcher;
   MPI_Comm node = MPI_COMM_NULL;
   rt::check_mpi(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
@@ -243,8 +244,8 @@ class CudaMeasurer {
 // placed in node blocks.
 cuda_profile::DeviceInfo prepare_rank(const JobSpec& job, const CudaProfileOptions& options) {
   const int count = cuda_profile::visible_device_count();
-  const int device = cuda_profile::choose_device(options.world_rank, local_rank(MPI_COMM_WORLD),
-                                                 count, std::getenv("CUDA_VISIBLE_DEVICES"));
+  const int device = cuda::choose_device(options.world_rank, local_rank(MPI_COMM_WORLD), count,
+                                         std::getenv("CUDA_VISIBLE_DEVICES"));
   const cuda_profile::DeviceInfo info = cuda_profile::use_device(device);
   const std::string problem = cuda_profile::node_layout_problem(
       all_hosts(MPI_COMM_WORLD, options.world_size), job.cluster.gpus_per_node);

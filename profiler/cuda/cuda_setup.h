@@ -1,6 +1,7 @@
 #pragma once
 // Host-side set-up logic of the cuda profiler backend, free of CUDA headers so that it is
-// tested on machines without a GPU: which GPU a rank takes, whether mpirun or srun placed
+// tested on machines without a GPU (which GPU a rank takes: runtime/cuda/device_choice.h):
+// whether mpirun or srun placed
 // the ranks as the job's Placement assumes, in which order NCCL communicators are made,
 // the progress line with the time left, and the operands GEMMs multiply.
 
@@ -14,22 +15,6 @@
 #include "profiler/model_backend.h"
 
 namespace dhelix::cuda_profile {
-
-/// Looks up an environment variable (std::getenv in production); null when unset.
-using EnvLookup = std::function<const char*(const char* name)>;
-
-/// The rank's index among the ranks of its node from the launcher's environment:
-/// OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), then SLURM_LOCALID (srun), then MPI_LOCALRANKID
-/// (MPICH, Intel MPI); the first set to a non-negative integer wins. -1 when none is set
-/// (the caller then asks MPI: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)).
-int64_t local_rank_from_environment(const EnvLookup& env);
-
-/// The CUDA device a rank uses: device 0 when it sees one GPU (srun --gpus-per-task=1,
-/// or CUDA_VISIBLE_DEVICES set per rank), else its local rank. Throws Error(kInvalidInput)
-/// "rank 9: local rank 9 but 8 GPUs are visible (CUDA_VISIBLE_DEVICES=<value or unset>):
-/// start one rank per GPU" when the local rank has no GPU. device_count >= 1.
-int choose_device(int64_t world_rank, int64_t local_rank, int device_count,
-                  const char* cuda_visible_devices);
 
 /// Ranks the cuda backend needs: every GPU of the job (Placement's world size). Throws
 /// Error(kInvalidInput) "the cuda backend profiles on every GPU of the job (tp 2 x cp 1 x

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -22,19 +23,23 @@ namespace {
 
 using CudaParameterView = CudaStageModel::ParameterView;
 
-// Selects the rank's GPU before anything else touches CUDA.
+// Selects the rank's GPU before anything else touches CUDA. Without a launcher's local
+// rank the world rank stands in: the ranks may not talk to each other yet
+// (runtime/cuda/device_choice.h).
 int select_device(int64_t rank) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
+  if (status != cudaSuccess || count < 1) {
     // No driver or no device; CUDA's own words say which.
     throw Error(
         ErrorCode::kUnsupported,
         fmt::format("rank {}: --backend cuda: no CUDA device found (cudaGetDeviceCount: {})", rank,
                     cudaGetErrorString(status)));
   }
-  const int device =
-      cuda::device_for_rank(cuda::local_rank(cuda::process_environment(), rank), rank, count);
+  const int64_t local =
+      cuda::local_rank_from_environment([](const char* name) { return std::getenv(name); });
+  const int device = cuda::choose_device(rank, local >= 0 ? local : rank, count,
+                                         std::getenv("CUDA_VISIBLE_DEVICES"));
   DHELIX_CUDA(cudaSetDevice(device));
   return device;
 }

@@ -1,53 +1,49 @@
 #include "runtime/cuda/device_choice.h"
 
-#include <fmt/format.h>
-
 #include <charconv>
-#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "lib/error.h"
 
 namespace dhelix::cuda {
+namespace {
 
-LocalRank local_rank(const EnvironmentLookup& environment, int64_t world_rank) {
+// A non-negative decimal integer, or -1.
+int64_t parse_index(const char* text) {
+  if (text == nullptr || *text == '\0') return -1;
+  int64_t value = -1;
+  const char* end = text + std::strlen(text);
+  const auto [stop, error] = std::from_chars(text, end, value);
+  if (error != std::errc() || stop != end || value < 0) return -1;
+  return value;
+}
+
+std::string plural(int64_t count, const char* noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
+}  // namespace
+
+int64_t local_rank_from_environment(const EnvLookup& env) {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
-    const std::optional<std::string> value = environment(name);
-    if (!value) continue;
-    int64_t index = -1;
-    const char* end = value->data() + value->size();
-    const auto [stop, error] = std::from_chars(value->data(), end, index);
-    if (error != std::errc() || stop != end || index < 0) {
-      throw Error(ErrorCode::kInvalidInput,
-                  fmt::format("{}='{}': not a rank index (a non-negative integer)", name, *value));
-    }
-    return LocalRank{index, name};
+    const int64_t value = parse_index(env(name));
+    if (value >= 0) return value;
   }
-  return LocalRank{world_rank, "world rank"};
+  return -1;
 }
 
-int device_for_rank(const LocalRank& local, int64_t world_rank, int device_count) {
-  if (device_count <= 0) {
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("rank {}: no CUDA device is visible (--backend cuda needs one GPU "
-                            "per rank; check the driver and CUDA_VISIBLE_DEVICES)",
-                            world_rank));
-  }
-  if (local.index >= device_count) {
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("rank {} is rank {} on its node ({}) but the node shows {} CUDA "
-                            "device{}: run one rank per GPU",
-                            world_rank, local.index, local.source, device_count,
-                            device_count == 1 ? "" : "s"));
-  }
-  return static_cast<int>(local.index);
-}
-
-EnvironmentLookup process_environment() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* value = std::getenv(name.c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  };
+int choose_device(int64_t world_rank, int64_t local_rank, int device_count,
+                  const char* cuda_visible_devices) {
+  DHELIX_CHECK(device_count >= 1 && local_rank >= 0);
+  if (device_count == 1) return 0;
+  if (local_rank < device_count) return static_cast<int>(local_rank);
+  throw Error(ErrorCode::kInvalidInput,
+              "rank " + std::to_string(world_rank) + ": local rank " + std::to_string(local_rank) +
+                  " but " + plural(device_count, "GPU") + (device_count == 1 ? " is" : " are") +
+                  " visible (CUDA_VISIBLE_DEVICES=" +
+                  (cuda_visible_devices == nullptr ? "<unset>" : cuda_visible_devices) +
+                  "): start one rank per GPU");
 }
 
 }  // namespace dhelix::cuda

@@ -1,41 +1,30 @@
 #pragma once
-// Which GPU a rank uses: one rank per GPU, the rank's index among the ranks of its node.
+// Which GPU a rank uses, for every tool that runs one rank per GPU (dhelix-profile
+// --backend cuda, dhelix-run --backend cuda). Free of CUDA headers: tested without a GPU.
 //
-// The index on the node comes from the launcher's environment, read before any MPI
-// collective (the ranks have not yet agreed that all of them started; see
-// runtime/train/trainer.cc): OMPI_COMM_WORLD_LOCAL_RANK (Open MPI's mpirun),
-// SLURM_LOCALID (srun), MPI_LOCALRANKID (MPICH and Intel MPI's Hydra). Without any of them
-// the world rank is used, which is right on one node. CUDA_VISIBLE_DEVICES, if set, has
-// already narrowed the devices this process sees; the index is into those.
+// The rank's index on its node comes from the launcher's environment: OMPI_COMM_WORLD_
+// LOCAL_RANK (Open MPI's mpirun), SLURM_LOCALID (srun), MPI_LOCALRANKID (MPICH and Intel
+// MPI's Hydra). Without them the caller decides: dhelix-profile asks MPI
+// (MPI_Comm_split_type); dhelix-run, whose ranks must not communicate before they agree
+// that all of them started, takes the world rank, which is right on one node.
 
 #include <cstdint>
 #include <functional>
-#include <optional>
-#include <string>
 
 namespace dhelix::cuda {
 
-/// Reads one environment variable (std::getenv in production; a map in tests).
-using EnvironmentLookup = std::function<std::optional<std::string>(const std::string& name)>;
+/// Looks up an environment variable (std::getenv in production); null when unset.
+using EnvLookup = std::function<const char*(const char* name)>;
 
-/// The rank's index on its node and where it came from ("OMPI_COMM_WORLD_LOCAL_RANK", ...,
-/// or "world rank").
-struct LocalRank {
-  int64_t index = 0;
-  std::string source;
-};
+/// The rank's index among the ranks of its node: the first of OMPI_COMM_WORLD_LOCAL_RANK,
+/// SLURM_LOCALID and MPI_LOCALRANKID set to a non-negative integer; -1 when none is.
+int64_t local_rank_from_environment(const EnvLookup& env);
 
-/// The first of the variables above that is set. Throws Error(kInvalidInput) naming the
-/// variable when its value is not a non-negative integer.
-LocalRank local_rank(const EnvironmentLookup& environment, int64_t world_rank);
-
-/// The device of a rank: its local index, which must be below `device_count`. Throws
-/// Error(kUnsupported) when no device is visible or when the node runs more ranks than it
-/// has devices ("rank 5 is rank 5 on its node (OMPI_COMM_WORLD_LOCAL_RANK) but the node
-/// shows 4 CUDA devices: run one rank per GPU").
-int device_for_rank(const LocalRank& local, int64_t world_rank, int device_count);
-
-/// std::getenv as an EnvironmentLookup.
-EnvironmentLookup process_environment();
+/// The CUDA device a rank uses: device 0 when it sees one GPU (srun --gpus-per-task=1,
+/// or CUDA_VISIBLE_DEVICES set per rank), else its local rank. Throws Error(kInvalidInput)
+/// "rank 9: local rank 9 but 8 GPUs are visible (CUDA_VISIBLE_DEVICES=<value or unset>):
+/// start one rank per GPU" when the local rank has no GPU. device_count >= 1.
+int choose_device(int64_t world_rank, int64_t local_rank, int device_count,
+                  const char* cuda_visible_devices);
 
 }  // namespace dhelix::cuda

@@ -5,67 +5,49 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <string>
 
 #include "lib/error.h"
 
 namespace dhelix::cuda {
 namespace {
 
-EnvironmentLookup environment(std::map<std::string, std::string> values) {
-  return [values](const std::string& name) -> std::optional<std::string> {
-    auto it = values.find(name);
-    if (it == values.end()) return std::nullopt;
-    return it->second;
+template <class Body>
+std::string error_text(Body body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(DeviceChoice, LocalRankFromLaunchers) {
+  std::map<std::string, std::string> env;
+  const EnvLookup lookup = [&env](const char* name) -> const char* {
+    const auto found = env.find(name);
+    return found == env.end() ? nullptr : found->second.c_str();
   };
+  EXPECT_EQ(local_rank_from_environment(lookup), -1);
+  env["MPI_LOCALRANKID"] = "5";
+  EXPECT_EQ(local_rank_from_environment(lookup), 5);
+  env["SLURM_LOCALID"] = "3";
+  EXPECT_EQ(local_rank_from_environment(lookup), 3);
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "x1";  // not a number: skipped
+  EXPECT_EQ(local_rank_from_environment(lookup), 3);
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "2";
+  EXPECT_EQ(local_rank_from_environment(lookup), 2);
 }
 
-TEST(DeviceChoice, OpenMpiComesFirstThenSlurmThenHydra) {
-  const LocalRank open_mpi =
-      local_rank(environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"SLURM_LOCALID", "1"}}), 11);
-  EXPECT_EQ(open_mpi.index, 3);
-  EXPECT_EQ(open_mpi.source, "OMPI_COMM_WORLD_LOCAL_RANK");
-  const LocalRank slurm =
-      local_rank(environment({{"SLURM_LOCALID", "1"}, {"MPI_LOCALRANKID", "2"}}), 11);
-  EXPECT_EQ(slurm.index, 1);
-  EXPECT_EQ(local_rank(environment({{"MPI_LOCALRANKID", "2"}}), 11).index, 2);
-}
-
-TEST(DeviceChoice, WithoutALauncherTheWorldRankIsTheLocalRank) {
-  const LocalRank local = local_rank(environment({}), 6);
-  EXPECT_EQ(local.index, 6);
-  EXPECT_EQ(local.source, "world rank");
-}
-
-TEST(DeviceChoice, AGarbledVariableIsNamed) {
-  try {
-    local_rank(environment({{"SLURM_LOCALID", "1x"}}), 0);
-    FAIL() << "no error";
-  } catch (const Error& error) {
-    EXPECT_EQ(std::string(error.what()),
-              "SLURM_LOCALID='1x': not a rank index (a non-negative integer)");
-  }
-  EXPECT_THROW(local_rank(environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "-1"}}), 0), Error);
-}
-
-TEST(DeviceChoice, OneRankPerDevice) {
-  EXPECT_EQ(device_for_rank(LocalRank{2, "SLURM_LOCALID"}, 10, 4), 2);
-  try {
-    device_for_rank(LocalRank{5, "OMPI_COMM_WORLD_LOCAL_RANK"}, 5, 4);
-    FAIL() << "no error";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
-    EXPECT_EQ(std::string(error.what()),
-              "rank 5 is rank 5 on its node (OMPI_COMM_WORLD_LOCAL_RANK) but the node shows 4 "
-              "CUDA devices: run one rank per GPU");
-  }
-  try {
-    device_for_rank(LocalRank{0, "world rank"}, 1, 0);
-    FAIL() << "no error";
-  } catch (const Error& error) {
-    EXPECT_EQ(std::string(error.what()),
-              "rank 1: no CUDA device is visible (--backend cuda needs one GPU per rank; check "
-              "the driver and CUDA_VISIBLE_DEVICES)");
-  }
+TEST(DeviceChoice, ChooseDevice) {
+  EXPECT_EQ(choose_device(9, 1, 1, "3"), 0);  // one visible GPU: srun --gpus-per-task=1
+  EXPECT_EQ(choose_device(5, 5, 8, nullptr), 5);
+  EXPECT_EQ(error_text([] { choose_device(9, 9, 8, nullptr); }),
+            "rank 9: local rank 9 but 8 GPUs are visible (CUDA_VISIBLE_DEVICES=<unset>): start "
+            "one rank per GPU");
+  EXPECT_EQ(error_text([] { choose_device(2, 2, 2, "0,1"); }),
+            "rank 2: local rank 2 but 2 GPUs are visible (CUDA_VISIBLE_DEVICES=0,1): start one "
+            "rank per GPU");
 }
 
 }  // namespace
