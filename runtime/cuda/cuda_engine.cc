@@ -115,11 +115,6 @@ class CudaEngine final : public TrainingEngine {
 
   double execute(const Plan& plan, const RankProgram& program, ExecutionOptions options) override {
     DHELIX_CHECK(comms_ != nullptr && streams_ != nullptr);
-    if (options.jitter_us > 0) {
-      throw Error(ErrorCode::kUnsupported,
-                  "--jitter-us: the CUDA backend does not delay ops (the streams' own timing "
-                  "varies run to run; see docs/gpu.md)");
-    }
     cuda::DeviceExecutionOptions device_options;
     // Binding allocates every buffer of the iteration; growing inside it would stall all
     // streams on a cudaMalloc (runtime/cuda/device_pool.h).
@@ -128,6 +123,8 @@ class CudaEngine final : public TrainingEngine {
       pool_->set_growth_allowed(false);
     };
     device_options.on_failure = std::move(options.on_failure);
+    device_options.jitter_us = options.jitter_us;
+    device_options.jitter_seed = options.jitter_seed;
     return cuda::execute_device_program(plan, program, *model_, *comms_, *streams_,
                                         std::move(device_options))
         .wall_us;

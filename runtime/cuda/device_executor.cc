@@ -13,7 +13,9 @@
 #include "lib/error.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_schedule.h"
+#include "runtime/cuda/kernels_cuda.h"
 #include "runtime/exec/instruction_errors.h"
+#include "runtime/exec/jitter.h"
 
 namespace dhelix::cuda {
 namespace {
@@ -197,6 +199,9 @@ class DeviceExecution {
     at_instruction(instruction, [&] {
       cudaStream_t stream = streams_.stream(op.stream);
       for (int64_t event : op.wait_events) wait(stream, streams_.event(event));
+      delay(
+          rt::jitter_us_for(options_.jitter_seed, static_cast<uint64_t>(index), options_.jitter_us),
+          stream);
       run(instruction, bound_[index], op.stream, schedule_.receive_event[index]);
       if (op.record_event >= 0) record(op.record_event, stream);
     });

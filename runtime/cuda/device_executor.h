@@ -57,6 +57,10 @@ struct DeviceExecutionOptions {
   rt::FailureHandler on_failure;
   /// How long the host waits for the iteration's end before it declares the rank hung.
   double timeout_s = 600.0;
+  /// Before each instruction, hold its stream for a pseudo-random 0..jitter_us
+  /// microseconds (runtime/exec/jitter.h; the same sequence as the CPU interpreter's).
+  int64_t jitter_us = 0;
+  uint64_t jitter_seed = 0;
 };
 
 /// Runs `program` (lowered from `plan` for this rank) on `model`, with the communicators of

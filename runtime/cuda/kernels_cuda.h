@@ -40,6 +40,10 @@ void convert_to_f32(int64_t count, const bf16* in, float* out, cudaStream_t stre
 /// out[count] = a + b in fp32, stored bf16 (the residual add); out may alias a or b.
 void add_tensors(int64_t count, const bf16* a, const bf16* b, bf16* out, cudaStream_t stream);
 
+/// Holds `stream` for about `microseconds` (one thread waiting on the GPU's global timer):
+/// the delays of dhelix-run --jitter-us (runtime/exec/jitter.h). Nothing for <= 0.
+void delay(int64_t microseconds, cudaStream_t stream);
+
 // ---- Normalisation, position, activation ----------------------------------------------
 
 /// y[rows, dim] = RMSNorm(x) * gain; rstd[rows] saved for the backward.

@@ -11,6 +11,7 @@
 
 #include "lib/error.h"
 #include "runtime/exec/instruction_errors.h"
+#include "runtime/exec/jitter.h"
 #include "runtime/exec/stream.h"
 
 namespace dhelix::rt {
@@ -91,23 +92,13 @@ class Execution {
     std::function<void()> work = bind_work(instruction, index);
     double* busy = instruction.kind == InstructionKind::kRecv ? &stats_.receive_wait_us
                                                               : busy_counter(instruction.stream);
-    const int64_t jitter_us = jitter_for(index);
+    const int64_t jitter_us = jitter_us_for(options_.jitter_seed, index, options_.jitter_us);
     return [this, &instruction, work = std::move(work), busy, jitter_us] {
       if (jitter_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter_us));
       const Clock::time_point start = Clock::now();
       run_naming_instruction(plan_, program_, instruction, work);
       *busy += elapsed_us(start);  // one stream, one thread: no race
     };
-  }
-
-  // splitmix64 of (seed, index): the same delays in every run with the same seed.
-  int64_t jitter_for(size_t index) const {
-    if (options_.jitter_us <= 0) return 0;
-    uint64_t z = options_.jitter_seed + 0x9e3779b97f4a7c15ULL * (index + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return static_cast<int64_t>(z % static_cast<uint64_t>(options_.jitter_us + 1));
   }
 
   std::function<void()> bind_work(const Instruction& instruction, size_t index) {

@@ -52,10 +52,8 @@ struct ExecutionStats {
 
 /// How to execute, besides the program's own mode.
 struct ExecutionOptions {
-  /// Before each instruction, sleep a pseudo-random 0..jitter_us microseconds (a fixed
-  /// sequence per instruction and `jitter_seed`). Timing then varies far more than it
-  /// does naturally, so a missing dependency, which lets an op read a buffer before it is
-  /// written, shows up as a --verify difference instead of hiding behind lucky timing.
+  /// Before each instruction, sleep a pseudo-random 0..jitter_us microseconds
+  /// (runtime/exec/jitter.h).
   int64_t jitter_us = 0;
   uint64_t jitter_seed = 0;
   /// Called with the first failure (runtime/exec/stream.h), e.g. to abort the job.

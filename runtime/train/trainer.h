@@ -31,7 +31,7 @@ struct TrainOptions {
   bool verify = false;          ///< also run the sequential schedule and compare bitwise
   bool sequential = false;      ///< train with the sequential schedule instead of the plan's
   bool check_plan = true;       ///< run the plan checker (lib/plan_check.h) before training
-  int64_t jitter_us = 0;        ///< random delay before each op (runtime/exec/interpreter.h)
+  int64_t jitter_us = 0;        ///< random delay before each op (runtime/exec/jitter.h)
   std::string backend = "cpu";  ///< "cpu" or "cuda" (which engine the factory makes)
   int blas_threads = 1;         ///< OpenBLAS threads of the CPU backend
   std::string loss_log;         ///< "" or a file receiving one JSON line per step (rank 0)

@@ -4,7 +4,8 @@
 #     status 4 (unsupported), no checkpoint written.
 #   * With 2 or more GPUs (a real cluster node): --verify on tiny-tp2 (2 ranks): the
 #     co-executed schedule on the CUDA streams and the sequential one give bitwise-equal
-#     losses and gradients, with NCCL's algorithm and protocol pinned (docs/gpu.md); the
+#     losses and gradients, with NCCL's algorithm and protocol pinned (docs/gpu.md) and
+#     random delays before every op (--jitter-us, so timing cannot hide a missing wait); the
 #     loss falls over 20 steps; 6 steps == 3 steps + a resume of 3, bit for bit. With 4 or
 #     more GPUs also --verify on tiny-tp2-pp2 and tiny-dp2-tp2 (NCCL pipeline channels and
 #     the DP gradient sum).
@@ -70,7 +71,7 @@ cases=("tiny-tp2 2")
 if [ "$gpus" -ge 4 ]; then cases+=("tiny-tp2-pp2 4" "tiny-dp2-tp2 4"); fi
 for case in "${cases[@]}"; do
   read -r plan ranks <<<"$case"
-  if run "$ranks" --plan "$plans/$plan.json" --steps 3 --verify &&
+  if run "$ranks" --plan "$plans/$plan.json" --steps 3 --verify --jitter-us 200 &&
     grep -q "^verify step 3: co-executed and sequential schedules bitwise equal" "$work/out"; then
     echo "ok    $plan: --verify on $ranks GPUs"
   else

@@ -179,5 +179,25 @@ TEST(CudaKernels, AdamWUpdatesMasterAndWritesBf16Copy) {
   EXPECT_EQ(to_f32(d_copy.download()), bf16_rounded(d_p.download()));
 }
 
+TEST(CudaKernels, DelayHoldsTheStream) {
+  DHELIX_REQUIRE_GPUS(1);
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, end = nullptr;
+  DHELIX_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DHELIX_CUDA(cudaEventCreate(&start));
+  DHELIX_CUDA(cudaEventCreate(&end));
+  DHELIX_CUDA(cudaEventRecord(start, stream));
+  delay(2000, stream);
+  DHELIX_CUDA(cudaEventRecord(end, stream));
+  DHELIX_CUDA(cudaEventSynchronize(end));
+  float elapsed_ms = 0;
+  DHELIX_CUDA(cudaEventElapsedTime(&elapsed_ms, start, end));
+  EXPECT_GE(elapsed_ms, 1.9f);  // event resolution is about half a microsecond
+  EXPECT_LT(elapsed_ms, 50.0f);
+  static_cast<void>(cudaEventDestroy(start));
+  static_cast<void>(cudaEventDestroy(end));
+  static_cast<void>(cudaStreamDestroy(stream));
+}
+
 }  // namespace
 }  // namespace dhelix::cuda
