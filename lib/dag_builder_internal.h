@@ -21,6 +21,7 @@
 #include "lib/job_spec.h"
 #include "lib/layer_dag.h"
 #include "lib/placement.h"
+#include "lib/rank_shape.h"
 
 namespace dhelix::dag_detail {
 
@@ -34,25 +35,12 @@ inline constexpr double kFlopsPerSoftmaxElement = 5;    // max, sub, exp, sum, d
 inline constexpr double kFlopsPerMergeElement = 4;      // rescale by exp(lse_i − lse), add
 inline constexpr double kFlopsPerCombineElement = 2;    // weight by router prob, add
 
-/// Per-rank sizes and groups every part of the builder reads.
-struct BuildContext {
+/// Per-rank sizes (lib/rank_shape.h) and groups every part of the builder reads.
+struct BuildContext : RankShape {
   const ModelSpec* model = nullptr;
   const ParallelSpec* parallel = nullptr;
   DType dtype = DType::kBf16;
-  int64_t dt = 2;           ///< bytes per element of dtype
-  int64_t micro_batch = 1;  ///< sequences in a micro-batch
-  int64_t seq_shard = 0;    ///< tokens of one sequence on this rank: seq_length / cp
-  int64_t tokens = 0;       ///< T = micro_batch · seq_shard: rows entering a GEMM
-  int64_t rows = 0;         ///< rows of norms, bias-dropout-add, residual: T/tp with SP
-  int64_t hidden = 0;       ///< h
-  int64_t head_dim = 0;     ///< d
-  int64_t heads = 0;        ///< attention heads on this rank: H / tp
-  int64_t kv_heads = 0;     ///< KV heads on this rank: G / tp (1 when replicated)
-  int64_t q_width = 0;      ///< heads · d
-  int64_t kv_width = 0;     ///< kv_heads · d
-  int64_t ffn = 0;          ///< dense FFN columns on this rank: f / tp
-  int64_t tp = 1, cp = 1, ep = 1;
-  bool sp = false;  ///< sequence parallelism in effect (tp > 1 and sp asked)
+  int64_t dt = 2;  ///< bytes per element of dtype
   ProcessGroup tp_group, cp_group, ep_group;
 
   /// Bytes of `elements` values of the model's dtype.

@@ -26,35 +26,13 @@ const ProcessGroup& BuildContext::group(ParallelDim dim) const {
 }
 
 BuildContext make_context(const JobSpec& job, int64_t rank) {
-  const ModelSpec& m = job.model;
-  const ParallelSpec& p = job.parallel;
-  DHELIX_CHECK(p.tp >= 1 && p.cp >= 1 && p.ep >= 1 && p.micro_batch_size >= 1);
-  DHELIX_CHECK(m.num_attention_heads % p.tp == 0 && m.num_kv_heads % p.tp == 0 &&
-               p.seq_length % p.cp == 0);
   BuildContext ctx;
-  ctx.model = &m;
-  ctx.parallel = &p;
-  ctx.dtype = m.dtype;
-  ctx.dt = dtype_bytes(m.dtype);
-  ctx.tp = p.tp;
-  ctx.cp = p.cp;
-  ctx.ep = m.is_moe() ? p.ep : 1;
-  ctx.sp = p.sp && p.tp > 1;
-  ctx.micro_batch = p.micro_batch_size;
-  ctx.seq_shard = p.seq_length / p.cp;
-  ctx.tokens = p.tokens_per_rank();
-  DHELIX_CHECK(!ctx.sp || ctx.tokens % p.tp == 0);
-  ctx.rows = ctx.sp ? ctx.tokens / p.tp : ctx.tokens;
-  ctx.hidden = m.hidden_size;
-  ctx.head_dim = m.head_dim;
-  ctx.heads = m.num_attention_heads / p.tp;
-  // validate_job requires tp to divide num_kv_heads (no KV-head replication), so every rank
-  // holds an equal, non-empty share.
-  ctx.kv_heads = m.num_kv_heads / p.tp;
-  ctx.q_width = ctx.heads * ctx.head_dim;
-  ctx.kv_width = ctx.kv_heads * ctx.head_dim;
-  ctx.ffn = m.ffn_hidden_size / p.tp;
-  const Placement placement(p, job.cluster.gpus_per_node);
+  static_cast<RankShape&>(ctx) = rank_shape(job, rank);
+  ctx.model = &job.model;
+  ctx.parallel = &job.parallel;
+  ctx.dtype = job.model.dtype;
+  ctx.dt = dtype_bytes(job.model.dtype);
+  const Placement placement(job.parallel, job.cluster.gpus_per_node);
   ctx.tp_group = placement.group(ParallelDim::kTp, rank);
   ctx.cp_group = placement.group(ParallelDim::kCp, rank);
   ctx.ep_group = placement.group(ParallelDim::kEp, rank);

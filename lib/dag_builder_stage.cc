@@ -28,14 +28,12 @@ namespace {
 
 using namespace dag_detail;
 
-int64_t vocab_shard(const BuildContext& ctx) { return ceil_div(ctx.model->vocab_size, ctx.tp); }
-
 Op make_embedding(const BuildContext& ctx, Pass pass) {
   // Forward gathers T rows of the table; backward scatter-adds T gradient rows into it.
   Op op = make_memory_op(ctx, pass == Pass::kForward ? "fwd.embedding" : "bwd.embedding",
                          OpKind::kEmbedding, pass, ctx.tokens, ctx.hidden,
                          pass == Pass::kForward ? 0 : 1, 1, 1);
-  op.shape.k = vocab_shard(ctx);
+  op.shape.k = ctx.vocab_shard;
   op.movable_sink = pass == Pass::kBackward;  // a weight gradient nothing waits for
   return op;
 }
@@ -69,7 +67,7 @@ Op make_loss(const BuildContext& ctx, Pass pass) {
   // Forward: softmax statistics and the per-token loss, keeping the softmax for backward;
   // backward: softmax minus one-hot.
   return make_memory_op(ctx, forward ? "fwd.loss" : "bwd.loss", OpKind::kLoss, pass, ctx.tokens,
-                        vocab_shard(ctx), forward ? kFlopsPerSoftmaxElement : 2, 1, 1);
+                        ctx.vocab_shard, forward ? kFlopsPerSoftmaxElement : 2, 1, 1);
 }
 
 void add_last_stage(const BuildContext& ctx, LayerDags& dags) {
@@ -79,7 +77,7 @@ void add_last_stage(const BuildContext& ctx, LayerDags& dags) {
   if (ctx.sp) {
     x = add_after(f, make_tp_comm(ctx, "fwd.allgather_head", OpKind::kAllGather, fwd), {x});
   }
-  const int64_t vocab = vocab_shard(ctx);
+  const int64_t vocab = ctx.vocab_shard;
   x = add_after(f,
                 make_gemm(ctx, "fwd.head", OpKind::kHead, fwd, GemmRole::kForward, 1, ctx.tokens,
                           vocab, ctx.hidden),

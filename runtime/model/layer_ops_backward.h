@@ -109,8 +109,8 @@ std::optional<BasicBoundOp<B>> bind_backward_attention(const std::string& op,
     return computation<B>([d, &s, rope = &c.rope](const typename B::Exec& e) {
       B::attention_backward(e, attention_shape(d), s.q, s.k, s.v, s.attn_out, s.lse, s.d_attn_out,
                             s.dq, s.dk, s.dv, s.attn_delta);
-      B::rope_backward(e, *rope, d.batch, d.seq, d.heads, 0, s.dq);
-      B::rope_backward(e, *rope, d.batch, d.seq, d.kv_heads, 0, s.dk);
+      B::rope_backward(e, *rope, d.micro_batch, d.seq_shard, d.heads, 0, s.dq);
+      B::rope_backward(e, *rope, d.micro_batch, d.seq_shard, d.kv_heads, 0, s.dk);
       B::merge_qkv(e, d.tokens, d.q_width, d.kv_width, s.dq, s.dk, s.dv, s.d_qkv);
     });
   }

@@ -49,8 +49,8 @@ std::optional<BasicBoundOp<B>> bind_forward_attention(const std::string& op,
   if (op == "fwd.flash_attn") {
     return computation<B>([d, &s, rope = &c.rope](const typename B::Exec& e) {
       B::split_qkv(e, d.tokens, d.q_width, d.kv_width, s.qkv, s.q, s.k, s.v);
-      B::rope_forward(e, *rope, d.batch, d.seq, d.heads, 0, s.q);
-      B::rope_forward(e, *rope, d.batch, d.seq, d.kv_heads, 0, s.k);
+      B::rope_forward(e, *rope, d.micro_batch, d.seq_shard, d.heads, 0, s.q);
+      B::rope_forward(e, *rope, d.micro_batch, d.seq_shard, d.kv_heads, 0, s.k);
       B::attention_forward(e, attention_shape(d), s.q, s.k, s.v, s.attn_out, s.lse);
     });
   }

@@ -9,7 +9,6 @@
 #include <array>
 
 #include "lib/error.h"
-#include "lib/placement.h"
 #include "runtime/model/stage_model_internal.h"
 
 namespace dhelix::rt {
@@ -142,33 +141,10 @@ void check_supported(const JobSpec& job) {
 }
 
 Dims make_dims(const JobSpec& job, int64_t rank) {
-  const ModelSpec& m = job.model;
-  const ParallelSpec& p = job.parallel;
-  DHELIX_CHECK(p.tp >= 1 && m.num_attention_heads % p.tp == 0 && m.num_kv_heads % p.tp == 0 &&
-               m.ffn_hidden_size % p.tp == 0 && m.head_dim % 2 == 0);
-  Dims d;
-  d.tp = p.tp;
-  d.tp_rank = Placement(p, job.cluster.gpus_per_node).coordinates(rank).tp;
-  d.sp = p.sp && p.tp > 1;
-  d.batch = p.micro_batch_size;
-  d.seq = p.seq_length;
-  d.tokens = d.batch * d.seq;
-  DHELIX_CHECK(!d.sp || d.tokens % d.tp == 0);
-  d.rows = d.sp ? d.tokens / d.tp : d.tokens;
-  d.hidden = m.hidden_size;
-  d.head_dim = m.head_dim;
-  d.heads = m.num_attention_heads / d.tp;
-  d.kv_heads = m.num_kv_heads / d.tp;
-  d.q_width = d.heads * d.head_dim;
-  d.kv_width = d.kv_heads * d.head_dim;
-  d.qkv_width = d.q_width + 2 * d.kv_width;
-  d.ffn = m.ffn_hidden_size / d.tp;
-  d.vocab = m.vocab_size;
-  d.vocab_shard = (d.vocab + d.tp - 1) / d.tp;
-  d.vocab_begin = std::min(d.vocab, d.tp_rank * d.vocab_shard);
-  d.vocab_local = std::min(d.vocab_shard, d.vocab - d.vocab_begin);
-  d.num_layers = m.num_layers;
-  return d;
+  // check_supported has refused what the model cannot split.
+  DHELIX_CHECK(job.model.ffn_hidden_size % job.parallel.tp == 0 && job.model.head_dim % 2 == 0 &&
+               job.parallel.cp == 1);
+  return rank_shape(job, rank);
 }
 
 bool is_embedding_op(const std::string& op) {

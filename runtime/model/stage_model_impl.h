@@ -105,7 +105,7 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::layer_state(int64_t mb, i
   s.k = allocate(t * d.kv_width);
   s.v = allocate(t * d.kv_width);
   s.attn_out = allocate(t * d.q_width);
-  s.lse = allocate_f32(d.batch * d.heads * d.seq);
+  s.lse = allocate_f32(d.micro_batch * d.heads * d.seq_shard);
   s.proj_out = allocate(full);
   s.attn_branch = d.sp ? allocate(res) : s.proj_out;
   s.h1 = allocate(res);
@@ -131,7 +131,7 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::layer_state(int64_t mb, i
   s.d_qkv = allocate(t * d.qkv_width);
   s.d_attn_in = allocate(full);
   s.d_ln1_out = d.sp ? allocate(res) : s.d_attn_in;
-  s.attn_delta = allocate_f32(d.batch * d.heads * d.seq);
+  s.attn_delta = allocate_f32(d.micro_batch * d.heads * d.seq_shard);
   return s;
 }
 
@@ -227,7 +227,7 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
     m.final_norm = place_parameter<B>(m.memory, make_final_norm(m.dims));
     m.head = place_parameter<B>(m.memory, make_head(m.dims, seed));
   }
-  m.rope.emplace(m.memory.rope(cpu::make_rope_table(m.dims.seq, m.dims.head_dim, kRopeBase)));
+  m.rope.emplace(m.memory.rope(cpu::make_rope_table(m.dims.seq_shard, m.dims.head_dim, kRopeBase)));
   m.loss_scale = 1.0f / static_cast<float>(m.dims.tokens);
   m.memory.synchronize();
 }

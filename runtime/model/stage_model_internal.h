@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/rank_shape.h"
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/model/element_type.h"
 #include "runtime/model/stage_model.h"
@@ -37,31 +38,8 @@ inline constexpr float kRmsNormEps = 1e-5f;
 /// RoPE base (Llama 1 and 2; ModelSpec has no field for it).
 inline constexpr double kRopeBase = 10000.0;
 
-/// This rank's sizes. Rows are tokens of the micro-batch, b-major.
-struct Dims {
-  int64_t tp = 1, tp_rank = 0;
-  bool sp = false;          ///< sequence parallelism in effect (tp > 1 and asked)
-  int64_t batch = 1;        ///< sequences per micro-batch
-  int64_t seq = 0;          ///< tokens per sequence
-  int64_t tokens = 0;       ///< T = batch * seq: rows of the GEMMs
-  int64_t rows = 0;         ///< rows of the residual stream on this rank: T / tp with SP, else T
-  int64_t hidden = 0;       ///< h
-  int64_t head_dim = 0;     ///< d
-  int64_t heads = 0;        ///< query heads of this rank (H / tp)
-  int64_t kv_heads = 0;     ///< KV heads of this rank (G / tp)
-  int64_t q_width = 0;      ///< heads * d
-  int64_t kv_width = 0;     ///< kv_heads * d
-  int64_t qkv_width = 0;    ///< q_width + 2 * kv_width
-  int64_t ffn = 0;          ///< FFN columns of this rank (F / tp)
-  int64_t vocab = 0;        ///< V
-  int64_t vocab_shard = 0;  ///< ceil(V / tp): entries per rank, the last may hold fewer
-  int64_t vocab_begin = 0;  ///< first vocabulary entry of this rank
-  int64_t vocab_local = 0;  ///< entries this rank holds
-  int64_t num_layers = 0;   ///< of the whole model
-
-  int64_t residual_elements() const { return rows * hidden; }
-  int64_t full_elements() const { return tokens * hidden; }
-};
+/// This rank's sizes (lib/rank_shape.h). Rows are tokens of the micro-batch, b-major.
+using Dims = RankShape;
 
 /// A parameter's initial values, computed on the host (parameter_init.cc).
 struct HostTensor {
@@ -238,7 +216,7 @@ BasicBoundOp<B> computation(typename BasicBoundOp<B>::Task compute) {
 }
 
 inline kernels::AttentionShape attention_shape(const Dims& d) {
-  return kernels::AttentionShape{d.batch, d.seq, d.heads, d.kv_heads, d.head_dim};
+  return kernels::AttentionShape{d.micro_batch, d.seq_shard, d.heads, d.kv_heads, d.head_dim};
 }
 
 /// Throws Error(kInvalidInput) saying `op` does not occur in this job's TP mode.
