@@ -288,11 +288,12 @@ int Trainer::run() {
   int64_t first_step = options_.resume ? restore_checkpoint() : 0;
   if (rank_ == 0) {
     out_ << fmt::format(
-        "dhelix-run: {} on {} ranks (dp {} x tp {} x pp {}), {} micro-batches of {} x {} "
-        "tokens, {} schedule, steps {}..{}\n",
+        "dhelix-run: {} on {} ranks (dp {} x tp {} x pp {}, {} backend), {} micro-batches of {} "
+        "x {} tokens, {} schedule, steps {}..{}\n",
         job_.name, world_size_, job_.parallel.dp, job_.parallel.tp, job_.parallel.pp,
-        micro_batches(), job_.parallel.micro_batch_size, job_.parallel.seq_length,
-        options_.sequential ? "sequential" : "co-executed (plan)", first_step + 1, options_.steps);
+        options_.backend, micro_batches(), job_.parallel.micro_batch_size,
+        job_.parallel.seq_length, options_.sequential ? "sequential" : "co-executed (plan)",
+        first_step + 1, options_.steps);
   }
   for (int64_t step = first_step; step < options_.steps; ++step) {
     const Clock::time_point start = Clock::now();
