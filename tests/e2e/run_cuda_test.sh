@@ -6,7 +6,7 @@
 #     co-executed schedule on the CUDA streams and the sequential one give bitwise-equal
 #     losses and gradients, with NCCL's algorithm and protocol pinned (docs/gpu.md) and
 #     random delays before every op (--jitter-us, so timing cannot hide a missing wait); the
-#     loss falls over 20 steps; 6 steps == 3 steps + a resume of 3, bit for bit. With 4 or
+#     loss falls over 30 steps; 6 steps == 3 steps + a resume of 3, bit for bit. With 4 or
 #     more GPUs also --verify on tiny-tp2-pp2 and tiny-dp2-tp2 (NCCL pipeline channels and
 #     the DP gradient sum).
 #   * With exactly 1 GPU: skipped (exit 77): every shipped plan needs 2 ranks or more.
@@ -80,16 +80,17 @@ for case in "${cases[@]}"; do
   fi
 done
 
-if run 2 --plan "$plans/tiny-tp2.json" --steps 20 --loss-log "$work/loss.jsonl"; then
+# The CPU test's criterion (run_test.sh): the loss of step 30 below 3/4 of step 1's.
+if run 2 --plan "$plans/tiny-tp2.json" --steps 30 --loss-log "$work/loss.jsonl"; then
   first=$(head -n 1 "$work/loss.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/')
   last=$(tail -n 1 "$work/loss.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/')
-  if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }'; then
-    echo "ok    loss falls: $first -> $last in 20 steps"
+  if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.75 * a) }'; then
+    echo "ok    loss falls: $first -> $last in 30 steps"
   else
-    fail "loss did not fall by 1: $first -> $last"
+    fail "loss did not fall below 3/4: $first -> $last"
   fi
 else
-  fail "training 20 steps"
+  fail "training 30 steps"
   cat "$work/out"
 fi
 
