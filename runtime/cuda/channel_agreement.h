@@ -14,8 +14,8 @@
 //      lists over the pair's communicator, in channel order (a total order over pairs, so
 //      the earliest pending exchange always has both ends waiting on it), and compare them
 //      (channel_content_mismatch); an MPI_Allreduce then makes EVERY rank throw
-//      rt::SetupFailure (kInvalidInput) when any channel differs. The receiver keeps the sender's list
-//      as the order in which it posts that channel's receives.
+//      rt::SetupFailure (kInvalidInput) when any channel differs. The receiver keeps the
+//      sender's list as the order in which it posts that channel's receives.
 
 #include <mpi.h>
 

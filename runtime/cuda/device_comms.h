@@ -14,8 +14,9 @@
 // keeps the ranks from waiting on each other in different places):
 //   1. the channel agreement (runtime/cuda/channel_agreement.h): the world's channel
 //      order, one MPI communicator per channel, and the comparison of both ends' tag lists
-//      for each program, which makes every rank throw rt::SetupFailure (kInvalidInput) before any NCCL
-//      communicator exists when a message is sent and never received (or the reverse);
+//      for each program, which makes every rank throw rt::SetupFailure (kInvalidInput)
+//      before any NCCL communicator exists when a message is sent and never received (or
+//      the reverse);
 //      each receiver keeps its senders' orders (receive_orders);
 //   2. collective communicators, in setup.collectives order (the same list on every rank);
 //   3. NCCL initialisation of each channel in channel order (a rank joins its own ones;

@@ -291,9 +291,8 @@ int Trainer::run() {
         "dhelix-run: {} on {} ranks (dp {} x tp {} x pp {}, {} backend), {} micro-batches of {} "
         "x {} tokens, {} schedule, steps {}..{}\n",
         job_.name, world_size_, job_.parallel.dp, job_.parallel.tp, job_.parallel.pp,
-        options_.backend, micro_batches(), job_.parallel.micro_batch_size,
-        job_.parallel.seq_length, options_.sequential ? "sequential" : "co-executed (plan)",
-        first_step + 1, options_.steps);
+        options_.backend, micro_batches(), job_.parallel.micro_batch_size, job_.parallel.seq_length,
+        options_.sequential ? "sequential" : "co-executed (plan)", first_step + 1, options_.steps);
   }
   for (int64_t step = first_step; step < options_.steps; ++step) {
     const Clock::time_point start = Clock::now();
