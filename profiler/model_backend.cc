@@ -28,6 +28,15 @@ bool is_profiled_pair(const Op& a, const Op& b) {
 
 }  // namespace
 
+ProfiledOp profiled_op(const Op& op, const TimeStats& time_us, int64_t samples) {
+  return {.signature = op.signature(),
+          .kind = op.kind,
+          .stream = op.stream,
+          .example_op_id = op.id,
+          .time_us = time_us,
+          .samples = samples};
+}
+
 ProfileSpace collect_profile_space(const JobSpec& job) {
   ProfileSpace space;
   std::unordered_set<std::string> seen;
@@ -73,12 +82,7 @@ Profile make_model_profile(const JobSpec& job, const OrderedJson& meta,
   std::vector<double> times;
   for (const Op& op : space.ops) {
     times.push_back(quantize_profile_value(op_time_us(job.cluster, op)));
-    profile.add_op({.signature = op.signature(),
-                    .kind = op.kind,
-                    .stream = op.stream,
-                    .example_op_id = op.id,
-                    .time_us = TimeStats::exactly(times.back()),
-                    .samples = 1});
+    profile.add_op(profiled_op(op, TimeStats::exactly(times.back()), 1));
     if (progress) progress(++done, total);
   }
   for (const auto& [i, j] : space.pairs) {

@@ -33,6 +33,10 @@ struct ProfileSpace {
   std::vector<std::pair<int64_t, int64_t>> pairs;  ///< indices into ops, first <= second
 };
 
+/// The profile's entry for `op`: its signature, kind, stream and id, with the times
+/// measured (or predicted) for it over `samples` runs.
+ProfiledOp profiled_op(const Op& op, const TimeStats& time_us, int64_t samples);
+
 /// The ops and pairs a profile of `job` must cover (see the file comment).
 ProfileSpace collect_profile_space(const JobSpec& job);
 

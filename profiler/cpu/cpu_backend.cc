@@ -92,12 +92,7 @@ class CpuMeasurer {
         cpu_profile::steady_clock_us);
     const TimeStats stats = cpu_profile::summarize_samples(samples).quantized();
     tick();
-    return {.signature = op.signature(),
-            .kind = op.kind,
-            .stream = op.stream,
-            .example_op_id = op.id,
-            .time_us = stats,
-            .samples = options_.timing.samples};
+    return profiled_op(op, stats, options_.timing.samples);
   }
 
   // Pair (a, b) with solo medians; the compute op, if any, runs on the calling thread.

@@ -100,12 +100,7 @@ class CudaMeasurer {
     counts_.outliers += split.outliers;
     const TimeStats stats = cuda_profile::summarize(split.kept).quantized();
     tick();
-    return {.signature = op.signature(),
-            .kind = op.kind,
-            .stream = op.stream,
-            .example_op_id = op.id,
-            .time_us = stats,
-            .samples = static_cast<int64_t>(split.kept.size())};
+    return profiled_op(op, stats, static_cast<int64_t>(split.kept.size()));
   }
 
   // Pair (a, b) with solo medians: a compute op on the compute stream, communication on the

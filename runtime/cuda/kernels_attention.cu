@@ -46,44 +46,70 @@ __device__ void stage_pair(const bf16* a, const bf16* b_tensor, int64_t b, int64
   }
 }
 
+// The query row a thread of the forward and dq kernels owns: block (query tile, head,
+// sequence), thread = row within the tile; rows past the sequence are inactive but still
+// help stage tiles.
+struct QueryRow {
+  int64_t b = 0;    ///< sequence
+  int64_t h = 0;    ///< query head
+  int64_t kvh = 0;  ///< its KV head (GQA)
+  int64_t i = 0;    ///< query position
+  bool active = false;
+};
+
+__device__ inline QueryRow query_row(const AttentionShape& shape) {
+  QueryRow row;
+  row.b = blockIdx.z;
+  row.h = blockIdx.y;
+  row.kvh = row.h / (shape.heads / shape.kv_heads);
+  row.i = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
+  row.active = row.i < shape.seq;
+  return row;
+}
+
+// Stages every key tile the block's queries attend to (from 0 to the block's last query)
+// into k_tile and v_tile, and for each calls fold(count) on the threads whose query sees
+// the tile: count = its keys at or before the query, the CPU's tile split.
+template <class Fold>
+__device__ void for_each_key_tile(const AttentionShape& shape, const QueryRow& row, const bf16* k,
+                                  const bf16* v, float* k_tile, float* v_tile, Fold fold) {
+  const int64_t block_end = min_i64(shape.seq, (static_cast<int64_t>(blockIdx.x) + 1) * kTile);
+  for (int64_t start = 0; start < block_end; start += kTile) {
+    const int64_t staged = min_i64(kTile, shape.seq - start);
+    stage_pair(k, v, row.b, start, staged, row.kvh, shape.seq, shape.kv_heads, shape.head_dim,
+               k_tile, v_tile);
+    __syncthreads();
+    if (row.active && start <= row.i) fold(min_i64(kTile, row.i + 1 - start));
+    __syncthreads();
+  }
+}
+
 __global__ void attention_forward_kernel(AttentionShape shape, const bf16* q, const bf16* k,
                                          const bf16* v, bf16* out, float* lse) {
   extern __shared__ float shared[];
   float* k_tile = shared;
   float* v_tile = shared + kTile * shape.head_dim;
   const int64_t hd = shape.head_dim;
-  const int64_t b = blockIdx.z;
-  const int64_t h = blockIdx.y;
-  const int64_t kvh = h / (shape.heads / shape.kv_heads);
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
-  const bool active = i < shape.seq;
+  const QueryRow row = query_row(shape);
   const float scale = kernels::attention_scale(hd);
   float q_row[kMaxHeadDim];
   float acc[kMaxHeadDim];
   float scores[kTile];
   kernels::OnlineSoftmaxState state;
   for (int64_t d = 0; d < hd; ++d) {
-    q_row[d] = active ? f32(q[at(b, i, h, d, shape.seq, shape.heads, hd)]) : 0.0f;
+    q_row[d] = row.active ? f32(q[at(row.b, row.i, row.h, d, shape.seq, shape.heads, hd)]) : 0.0f;
     acc[d] = 0.0f;
   }
-  const int64_t block_end = min_i64(shape.seq, (static_cast<int64_t>(blockIdx.x) + 1) * kTile);
-  for (int64_t start = 0; start < block_end; start += kTile) {
-    const int64_t staged = min_i64(kTile, shape.seq - start);
-    stage_pair(k, v, b, start, staged, kvh, shape.seq, shape.kv_heads, hd, k_tile, v_tile);
-    __syncthreads();
-    if (active && start <= i) {
-      const int64_t count = min_i64(kTile, i + 1 - start);
-      kernels::attention_forward_tile(hd, q_row, scale, k_tile, v_tile, hd, count, scores, &state,
-                                      acc);
-    }
-    __syncthreads();
-  }
-  if (!active) return;
+  for_each_key_tile(shape, row, k, v, k_tile, v_tile, [&](int64_t count) {
+    kernels::attention_forward_tile(hd, q_row, scale, k_tile, v_tile, hd, count, scores, &state,
+                                    acc);
+  });
+  if (!row.active) return;
   const float row_lse = kernels::attention_forward_finish(hd, state, acc);
   for (int64_t d = 0; d < hd; ++d) {
-    out[at(b, i, h, d, shape.seq, shape.heads, hd)] = __float2bfloat16_rn(acc[d]);
+    out[at(row.b, row.i, row.h, d, shape.seq, shape.heads, hd)] = __float2bfloat16_rn(acc[d]);
   }
-  lse[(b * shape.heads + h) * shape.seq + i] = row_lse;
+  lse[(row.b * shape.heads + row.h) * shape.seq + row.i] = row_lse;
 }
 
 __global__ void attention_dq_kernel(AttentionShape shape, const bf16* q, const bf16* k,
@@ -93,41 +119,30 @@ __global__ void attention_dq_kernel(AttentionShape shape, const bf16* q, const b
   float* k_tile = shared;
   float* v_tile = shared + kTile * shape.head_dim;
   const int64_t hd = shape.head_dim;
-  const int64_t b = blockIdx.z;
-  const int64_t h = blockIdx.y;
-  const int64_t kvh = h / (shape.heads / shape.kv_heads);
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
-  const bool active = i < shape.seq;
+  const QueryRow row = query_row(shape);
   const float scale = kernels::attention_scale(hd);
-  const int64_t stat = (b * shape.heads + h) * shape.seq + i;
+  const int64_t stat = (row.b * shape.heads + row.h) * shape.seq + row.i;
   float q_row[kMaxHeadDim];
   float dout_row[kMaxHeadDim];
   float acc[kMaxHeadDim];  // first the output row (for delta), then dq / scale
   for (int64_t d = 0; d < hd; ++d) {
-    const int64_t index = at(b, i, h, d, shape.seq, shape.heads, hd);
-    q_row[d] = active ? f32(q[index]) : 0.0f;
-    dout_row[d] = active ? f32(dout[index]) : 0.0f;
-    acc[d] = active ? f32(out[index]) : 0.0f;
+    const int64_t index = at(row.b, row.i, row.h, d, shape.seq, shape.heads, hd);
+    q_row[d] = row.active ? f32(q[index]) : 0.0f;
+    dout_row[d] = row.active ? f32(dout[index]) : 0.0f;
+    acc[d] = row.active ? f32(out[index]) : 0.0f;
   }
   const float row_delta = kernels::attention_backward_delta(hd, dout_row, acc);
-  const float row_lse = active ? lse[stat] : 0.0f;
-  if (active) delta[stat] = row_delta;
+  const float row_lse = row.active ? lse[stat] : 0.0f;
+  if (row.active) delta[stat] = row_delta;
   for (int64_t d = 0; d < hd; ++d) acc[d] = 0.0f;
-  const int64_t block_end = min_i64(shape.seq, (static_cast<int64_t>(blockIdx.x) + 1) * kTile);
-  for (int64_t start = 0; start < block_end; start += kTile) {
-    const int64_t staged = min_i64(kTile, shape.seq - start);
-    stage_pair(k, v, b, start, staged, kvh, shape.seq, shape.kv_heads, hd, k_tile, v_tile);
-    __syncthreads();
-    if (active && start <= i) {
-      const int64_t count = min_i64(kTile, i + 1 - start);
-      kernels::attention_backward_dq_tile(hd, q_row, dout_row, row_lse, row_delta, scale, k_tile,
-                                          v_tile, hd, count, acc);
-    }
-    __syncthreads();
-  }
-  if (!active) return;
+  for_each_key_tile(shape, row, k, v, k_tile, v_tile, [&](int64_t count) {
+    kernels::attention_backward_dq_tile(hd, q_row, dout_row, row_lse, row_delta, scale, k_tile,
+                                        v_tile, hd, count, acc);
+  });
+  if (!row.active) return;
   for (int64_t d = 0; d < hd; ++d) {
-    dq[at(b, i, h, d, shape.seq, shape.heads, hd)] = __float2bfloat16_rn(acc[d] * scale);
+    dq[at(row.b, row.i, row.h, d, shape.seq, shape.heads, hd)] =
+        __float2bfloat16_rn(acc[d] * scale);
   }
 }
 

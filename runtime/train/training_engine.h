@@ -71,7 +71,4 @@ class TrainingEngine {
 using EngineFactory = std::function<std::unique_ptr<TrainingEngine>(
     const JobSpec& job, int64_t rank, const ModelSlice& slice)>;
 
-/// The names of state(): "<name>", "adam_m/<name>", "adam_v/<name>" per parameter.
-std::vector<std::string> state_names(const std::vector<std::string>& parameter_names);
-
 }  // namespace dhelix::rt

@@ -3,8 +3,6 @@
 
 #include "runtime/train/checkpoint.h"
 
-#include <unistd.h>
-
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "lib/error.h"
+#include "tests/runtime/scratch_dir.h"
 
 namespace dhelix::rt {
 namespace {
@@ -27,15 +26,8 @@ constexpr const char* kPlanSha = "0123456789abcdef0123456789abcdef0123456789abcd
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (fs::temp_directory_path() /
-            ("dhelix-ckpt-" + std::to_string(::getpid()) + "-" + info->name()))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  test::ScratchDir scratch_{"dhelix-ckpt-"};
+  std::string dir_ = scratch_.path();
 
   std::string read_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -56,7 +48,6 @@ class CheckpointTest : public ::testing::Test {
     return step_dir + "/rank-1.bin";
   }
 
-  std::string dir_;
   std::vector<float> a_ = {1.0f, 2.0f, 3.0f};
   std::vector<float> b_ = {-1.0f, 0.5f};
 };

@@ -3,8 +3,6 @@
 
 #include "runtime/train/token_data.h"
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "lib/error.h"
+#include "tests/runtime/scratch_dir.h"
 
 namespace dhelix::rt {
 namespace {
@@ -22,23 +21,14 @@ namespace fs = std::filesystem;
 
 class TokenDataTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (fs::temp_directory_path() /
-            ("dhelix-token-" + std::to_string(::getpid()) + "-" + info->name()))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  test::ScratchDir scratch_{"dhelix-token-"};
+  std::string dir_ = scratch_.path();
 
   std::string write(const std::string& name, const std::string& bytes) {
     const std::string path = dir_ + "/" + name;
     std::ofstream(path, std::ios::binary) << bytes;
     return path;
   }
-
-  std::string dir_;
 };
 
 // The message and code of the Error `body` throws.
