@@ -2,10 +2,12 @@
 # Regenerates every checked-in output of the tools after a deliberate change to the cost
 # model, the planner or dhelix-diff: the example profile (examples/profiles/), the example
 # plans (examples/plans/), the golden plans (examples/plans/golden/) and the expected diffs
-# (tests/golden/*.diff.json).
+# (tests/golden/*.diff.json), and every output of the tools on the shipped examples
+# (tests/golden/outputs/, compared byte for byte by outputs_test.sh).
 #
 # Usage, from anywhere: tests/golden/regenerate.sh BUILD_DIR
-#   e.g.  cmake --build build --target dhelix-plan dhelix-diff && tests/golden/regenerate.sh build
+#   e.g.  cmake --build build --target dhelix-plan dhelix-diff dhelix_dump_rank_programs &&
+#         tests/golden/regenerate.sh build
 #
 # DHELIX_DETERMINISTIC=1 leaves host and date out of `meta`, and the tools are run from the
 # source root with relative paths, so that regenerating on another machine changes only
@@ -44,3 +46,11 @@ while read -r expected a b; do
   "$diff_tool" --json "$a" "$b" >"$expected"
   echo "wrote $expected"
 done <tests/golden/diff_pairs.txt
+
+# Every output of the tools on the shipped examples, compared byte for byte.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+tests/golden/outputs.sh "$build_dir" "$src_dir" "$scratch/outputs"
+rm -rf tests/golden/outputs
+cp -r "$scratch/outputs" tests/golden/outputs
+echo "wrote tests/golden/outputs/"
