@@ -5,45 +5,43 @@
 #include <algorithm>
 #include <vector>
 
-#include "emitter/plan_writer.h"
 #include "emitter/task_expansion.h"
 #include "lib/atomic_file.h"
+#include "lib/plan/plan_writer.h"
 
 namespace dhelix {
 namespace {
 
 constexpr int64_t kTasksTid = 0;
 
-int64_t stream_tid(const std::string& stream) {
-  const auto& names = plan_stream_names();
-  return 1 + (std::find(names.begin(), names.end(), stream) - names.begin());
+// Thread ids: the task row, then the streams in their enum order.
+int64_t stream_tid(StreamClass stream) { return 1 + static_cast<int64_t>(stream); }
+
+const char* strand_colour(const std::optional<Pass>& strand) {
+  if (!strand) return "grey";
+  return *strand == Pass::kForward ? "thread_state_running" : "thread_state_iowait";
 }
 
-const char* stream_title(const std::string& stream) {
-  if (stream == "local_comm") return "local comm";
-  if (stream == "cross_comm") return "cross comm";
-  return "compute";
-}
-
-const char* strand_colour(const std::string& strand) {
-  if (strand == "fwd") return "thread_state_running";
-  if (strand == "bwd") return "thread_state_iowait";
-  return "grey";
-}
-
-const char* task_colour(const std::string& kind) {
-  if (kind == "forward") return "thread_state_running";
-  if (kind == "backward") return "thread_state_iowait";
-  if (kind == "head_loss") return "yellow";
+const char* task_colour(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::kForward:
+      return "thread_state_running";
+    case TaskKind::kBackward:
+      return "thread_state_iowait";
+    case TaskKind::kHeadLoss:
+      return "yellow";
+    case TaskKind::kSiBlock:
+      break;
+  }
   return "rail_response";
 }
 
 bool task_kept(const PlanTask& task, const TraceOptions& options) {
   if (options.micro_batch_limit < 0) return true;
   const auto below = [&](int64_t mb) { return mb < options.micro_batch_limit; };
-  if (task.has_forward && !below(task.forward.micro_batch)) return false;
-  if (task.has_backward && !below(task.backward.micro_batch)) return false;
-  return task.kind != "head_loss" || below(task.head_loss_micro_batch);
+  if (task.forward && !below(task.forward->micro_batch)) return false;
+  if (task.backward && !below(task.backward->micro_batch)) return false;
+  return task.kind != TaskKind::kHeadLoss || below(task.head_loss_micro_batch);
 }
 
 OrderedJson metadata(const char* name, int64_t pid, int64_t tid, OrderedJson args) {
@@ -60,7 +58,7 @@ void add_stage_metadata(const PlanStage& stage, OrderedJson& events) {
   events.push_back(metadata("process_sort_index", pid, -1, {{"sort_index", pid}}));
   events.push_back(metadata("thread_name", pid, kTasksTid, {{"name", "tasks"}}));
   events.push_back(metadata("thread_sort_index", pid, kTasksTid, {{"sort_index", kTasksTid}}));
-  for (const std::string& stream : plan_stream_names()) {
+  for (StreamClass stream : kStreamClassNames.values()) {
     const int64_t tid = stream_tid(stream);
     events.push_back(metadata("thread_name", pid, tid, {{"name", stream_title(stream)}}));
     events.push_back(metadata("thread_sort_index", pid, tid, {{"sort_index", tid}}));
@@ -82,25 +80,25 @@ OrderedJson slice(const std::string& name, const char* category, int64_t pid, in
 }
 
 OrderedJson task_args(const PlanTask& task) {
-  OrderedJson args = {{"task", task.index}, {"kind", task.kind}};
+  OrderedJson args = {{"task", task.index}, {"kind", task_kind_name(task.kind)}};
   const auto part = [](const PlanTaskPart& p) {
     return OrderedJson{
         {"micro_batch", p.micro_batch},
-        {"chunk", p.chunk},
+        {"chunk", chunk_side_name(p.chunk)},
         {"layers", fmt::format("{}-{}", p.layers.first, p.layers.first + p.layers.count - 1)}};
   };
-  if (task.has_forward) args["forward"] = part(task.forward);
-  if (task.has_backward) args["backward"] = part(task.backward);
-  if (task.kind == "head_loss") args["micro_batch"] = task.head_loss_micro_batch;
+  if (task.forward) args["forward"] = part(*task.forward);
+  if (task.backward) args["backward"] = part(*task.backward);
+  if (task.kind == TaskKind::kHeadLoss) args["micro_batch"] = task.head_loss_micro_batch;
   return args;
 }
 
 OrderedJson op_args(const PlanTask& task, const ExpandedOp& op) {
   OrderedJson args = {{"task", task.label}, {"micro_batch", op.micro_batch}};
   if (op.layer >= 0) args["layer"] = op.layer;
-  if (!op.strand.empty()) args["strand"] = op.strand;
+  if (op.strand) args["strand"] = pass_name(*op.strand);
   if (op.block >= 0) args["block"] = op.block;
-  if (!op.group.empty()) args["group"] = op.group;
+  if (op.group) args["group"] = parallel_dim_name(*op.group);
   if (op.approximate) args["approximate"] = true;
   return args;
 }
@@ -111,7 +109,7 @@ void add_task_events(const Plan& plan, const PlanStage& stage, const PlanTask& t
                          task_colour(task.kind), task_args(task)));
   if (!options.expand_ops) return;
   for (const ExpandedOp& op : expand_task(plan, stage, task)) {
-    events.push_back(slice(op.name, op.strand.empty() ? "extra" : op.strand.c_str(), stage.stage,
+    events.push_back(slice(op.name, op.strand ? pass_name(*op.strand) : "extra", stage.stage,
                            stream_tid(op.stream), op.start_us, op.end_us, strand_colour(op.strand),
                            op_args(task, op)));
   }

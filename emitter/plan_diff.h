@@ -1,5 +1,5 @@
 #pragma once
-// Comparing two plans (lib/plan.h) for people and for CI: what differs in the inputs the
+// Comparing two plans (lib/plan/plan.h) for people and for CI: what differs in the inputs the
 // plans were made for (provenance), in the layer pairings (SI blocks added, removed,
 // changed), and in the predicted figures of every scheme, with a few summary sentences.
 //
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "lib/json_reader.h"
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix {
 

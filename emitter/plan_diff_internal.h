@@ -4,7 +4,7 @@
 #include <string>
 
 #include "emitter/plan_diff.h"
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix::diff_detail {
 

@@ -133,7 +133,8 @@ int64_t ops_retimed(const std::vector<PlanOp>& a, const std::vector<PlanOp>& b, 
 
 PairingDiff diff_pairing(const PlanPairing& a, const PlanPairing& b, double tolerance) {
   PairingDiff out;
-  add_field(out.fields, "scope", a.scope, b.scope);
+  add_field(out.fields, "scope", kPairingScopeNames.name(a.scope),
+            kPairingScopeNames.name(b.scope));
   add_field(out.fields, "chunk_layers", a.chunk_layers, b.chunk_layers);
   add_field(out.fields, "window_layers", a.window_layers, b.window_layers);
   const std::vector<std::pair<std::string, std::pair<double, double>>> times = {

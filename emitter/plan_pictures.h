@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix {
 

@@ -55,8 +55,8 @@ std::string scope_sentence(const Plan& plan, size_t i) {
   return fmt::format(
       "pairing {} (stages {}): scope {}; SI block of {} layers: layer scope {}, chunk scope "
       "({}-layer windows) {}, strands one after the other {}",
-      i, stage_list(plan, i), p.scope, p.chunk_layers, millis(p.layer_scope_us), p.window_layers,
-      millis(p.chunk_scope_us), millis(p.sequential_us));
+      i, stage_list(plan, i), kPairingScopeNames.name(p.scope), p.chunk_layers,
+      millis(p.layer_scope_us), p.window_layers, millis(p.chunk_scope_us), millis(p.sequential_us));
 }
 
 std::string memory_title(const Plan& plan) {
@@ -67,8 +67,8 @@ std::string memory_title(const Plan& plan) {
 // One communication op of an SI block, as the report shows it.
 struct SiComm {
   std::string op;  // full id
-  std::string strand;
-  std::string group;
+  Pass strand = Pass::kForward;
+  std::optional<ParallelDim> group;
   double time_us = 0;
   double exposed_us = 0;
   std::vector<std::string> hidden_under;
@@ -102,7 +102,7 @@ std::vector<std::string> compute_only(const std::vector<std::string>& ids,
                               "lacks",
                               id));
     }
-    if (it->second->stream == "compute") out.push_back(id);
+    if (it->second->stream == StreamClass::kCompute) out.push_back(id);
   }
   return out;
 }
@@ -133,7 +133,7 @@ std::optional<SiTable> si_table(const Plan& plan) {
     table.blocks[static_cast<size_t>(o.block)].comm.push_back(
         {.op = o.op,
          .strand = o.strand,
-         .group = op == ops.end() ? "" : op->second->group,
+         .group = op == ops.end() ? std::nullopt : op->second->group,
          .time_us = o.time_us,
          .exposed_us = exposed,
          .hidden_under = o.hidden_under});
@@ -148,7 +148,9 @@ std::string short_op(const std::string& id) {
 }
 
 std::string comm_cell(const SiComm& c) {
-  const std::string marker = c.group.empty() ? c.strand : fmt::format("{}, {}", c.strand, c.group);
+  const std::string marker =
+      c.group ? fmt::format("{}, {}", pass_name(c.strand), parallel_dim_name(*c.group))
+              : std::string(pass_name(c.strand));
   const std::string state =
       c.exposed_us == 0 ? "hidden" : fmt::format("exposed {}", block_millis(c.exposed_us));
   return fmt::format("{} ({}): {}", short_op(c.op), marker, state);
@@ -476,7 +478,7 @@ OrderedJson pairings_json(const Plan& plan) {
     }
     out.push_back({{"pairing", static_cast<int64_t>(i)},
                    {"stages", stages},
-                   {"scope", p.scope},
+                   {"scope", kPairingScopeNames.name(p.scope)},
                    {"chunk_layers", p.chunk_layers},
                    {"window_layers", p.window_layers},
                    {"layer_scope_us", us(p.layer_scope_us)},
@@ -495,8 +497,8 @@ OrderedJson si_json(const Plan& plan) {
     OrderedJson comm = OrderedJson::array();
     for (const SiComm& c : block.comm) {
       comm.push_back({{"op", c.op},
-                      {"strand", c.strand},
-                      {"group", c.group},
+                      {"strand", pass_name(c.strand)},
+                      {"group", c.group ? parallel_dim_name(*c.group) : ""},
                       {"time_us", us(c.time_us)},
                       {"hidden_us", us(c.time_us - c.exposed_us)},
                       {"exposed_us", us(c.exposed_us)},

@@ -21,7 +21,7 @@
 #include <optional>
 #include <string>
 
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix {
 

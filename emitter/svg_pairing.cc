@@ -73,7 +73,7 @@ std::vector<Interval> uncovered(Interval span, std::vector<Interval> cover) {
 std::vector<Interval> compute_intervals(const OpLookup& lookup, const PlanBlock& block) {
   std::vector<Interval> out;
   for (const PlanOpTiming& t : block.timings) {
-    if (lookup.at(t.op).stream == "compute") out.push_back({t.start_us, t.finish_us});
+    if (lookup.at(t.op).stream == StreamClass::kCompute) out.push_back({t.start_us, t.finish_us});
   }
   return out;
 }
@@ -112,30 +112,24 @@ double panel_height(const Panel& p, const std::vector<CommOverlap>& overlaps) {
   return h;
 }
 
-const char* lane_title(const std::string& stream) {
-  if (stream == "local_comm") return "local comm";
-  if (stream == "cross_comm") return "cross comm";
-  return "compute";
-}
-
-double lane_y(double lanes_top, const std::string& stream) {
-  const auto& names = plan_stream_names();
-  const auto i = std::find(names.begin(), names.end(), stream) - names.begin();
-  return lanes_top + static_cast<double>(i) * (kLaneHeight + kLaneGap);
+// Lanes top to bottom in the streams' enum order.
+double lane_y(double lanes_top, StreamClass stream) {
+  return lanes_top + static_cast<double>(stream) * (kLaneHeight + kLaneGap);
 }
 
 void draw_op(SvgWriter& svg, const Panel& p, const OpLookup& lookup, const PlanBlock& block,
              double block_start_us, const PlanOpTiming& t, double lanes_top) {
   const PlanOp& op = lookup.at(t.op);
-  const bool forward = t.strand == "fwd";
-  const bool compute = op.stream == "compute";
+  const bool forward = t.strand == Pass::kForward;
+  const bool compute = op.stream == StreamClass::kCompute;
   const double y = lane_y(lanes_top, op.stream) + 2;
   const double h = kLaneHeight - 4;
   const double x0 = p.x(block_start_us + t.start_us);
   const double width = std::max(0.8, p.x(block_start_us + t.finish_us) - x0);
   const std::string title =
-      fmt::format("{} ({}): {} - {} in the block, {}", t.op, op.stream, format_time_us(t.start_us),
-                  format_time_us(t.finish_us), format_time_us(t.finish_us - t.start_us));
+      fmt::format("{} ({}): {} - {} in the block, {}", t.op, stream_class_name(op.stream),
+                  format_time_us(t.start_us), format_time_us(t.finish_us),
+                  format_time_us(t.finish_us - t.start_us));
   const std::string fill = compute   ? (forward ? kForwardFill : kBackwardFill)
                            : forward ? "url(#hidden-fwd)"
                                      : "url(#hidden-bwd)";
@@ -163,10 +157,10 @@ void draw_op(SvgWriter& svg, const Panel& p, const OpLookup& lookup, const PlanB
 void draw_blocks(SvgWriter& svg, const Panel& p, const OpLookup& lookup, double top) {
   const double lanes_top = top + kBlockRowHeight;
   const double lanes_bottom = lanes_top + 3 * (kLaneHeight + kLaneGap) - kLaneGap;
-  for (const std::string& stream : plan_stream_names()) {
+  for (StreamClass stream : kStreamClassNames.values()) {
     const double y = lane_y(lanes_top, stream);
     svg.rect(kLeft, y, kPlotWidth, kLaneHeight, {{"fill", "#f4f4f4"}});
-    svg.text(kLeft - 8, y + kLaneHeight / 2 + 4, lane_title(stream), 12,
+    svg.text(kLeft - 8, y + kLaneHeight / 2 + 4, stream_title(stream), 12,
              {{"fill", "#222"}, {"text-anchor", "end"}});
   }
   double t = 0;
@@ -212,8 +206,8 @@ std::string overlap_line(const CommOverlap& o) {
     under += (i == 0 ? "" : ", ") + short_name(o.hidden_under[i]);
   }
   if (o.hidden_under.size() > 3) under += fmt::format(" +{} more", o.hidden_under.size() - 3);
-  return fmt::format("{} {} (b{}, {}): {}", o.strand == "fwd" ? "F" : "B", short_name(o.op),
-                     o.block + 1, format_time_us(o.time_us),
+  return fmt::format("{} {} (b{}, {}): {}", o.strand == Pass::kForward ? "F" : "B",
+                     short_name(o.op), o.block + 1, format_time_us(o.time_us),
                      under.empty() ? "under no computation" : "under " + under);
 }
 
@@ -310,11 +304,11 @@ std::vector<Panel> panels(const PlanPairing& pairing) {
                  "(micro-batch j - pp)",
                  per_layer_sequential_us, true, 1});
   if (pairing.window_layers > 1 && !pairing.window_blocks.empty()) {
-    out.push_back(
-        {&pairing.window_blocks,
-         fmt::format("cross-layer window of {} layers ({} scope used by the stages)",
-                     pairing.window_layers, pairing.scope == "chunk" ? "this" : "the layer"),
-         per_layer_sequential_us * static_cast<double>(pairing.window_layers), false, 1});
+    out.push_back({&pairing.window_blocks,
+                   fmt::format("cross-layer window of {} layers ({} scope used by the stages)",
+                               pairing.window_layers,
+                               pairing.scope == PairingScope::kChunk ? "this" : "the layer"),
+                   per_layer_sequential_us * static_cast<double>(pairing.window_layers), false, 1});
   }
   return out;
 }
@@ -329,7 +323,7 @@ std::vector<CommOverlap> comm_overlaps(const PlanPairing& pairing,
     const PlanBlock& block = blocks[b];
     const std::vector<Interval> compute = compute_intervals(lookup, block);
     for (const PlanOpTiming& t : block.timings) {
-      if (lookup.at(t.op).stream == "compute") continue;
+      if (lookup.at(t.op).stream == StreamClass::kCompute) continue;
       CommOverlap o{.op = t.op,
                     .strand = t.strand,
                     .block = static_cast<int64_t>(b),
@@ -340,7 +334,7 @@ std::vector<CommOverlap> comm_overlaps(const PlanPairing& pairing,
         o.exposed_us += e.to_us - e.from_us;
       }
       for (const PlanOpTiming& c : block.timings) {
-        if (lookup.at(c.op).stream != "compute") continue;
+        if (lookup.at(c.op).stream != StreamClass::kCompute) continue;
         if (std::min(c.finish_us, t.finish_us) > std::max(c.start_us, t.start_us)) {
           o.hidden_under.push_back(c.op);
         }

@@ -17,17 +17,17 @@
 #include <string>
 #include <vector>
 
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix {
 
 /// How one communication op of a block sits against the block's computation.
 struct CommOverlap {
-  std::string op;         ///< op id as in the block ("L1.bwd.allgather_mlp" in a window)
-  std::string strand;     ///< "fwd" or "bwd"
-  int64_t block = 0;      ///< index of the block in its list
-  double time_us = 0;     ///< finish - start
-  double exposed_us = 0;  ///< time with no compute op of the block running
+  std::string op;  ///< op id as in the block ("L1.bwd.allgather_mlp" in a window)
+  Pass strand = Pass::kForward;
+  int64_t block = 0;                      ///< index of the block in its list
+  double time_us = 0;                     ///< finish - start
+  double exposed_us = 0;                  ///< time with no compute op of the block running
   std::vector<std::string> hidden_under;  ///< compute ops it overlaps, in start order
 };
 

@@ -30,10 +30,17 @@ constexpr const char* kWarmUpTint = "#e3ecf7";
 constexpr const char* kSteadyTint = "#eee6f6";
 constexpr const char* kCoolDownTint = "#fbe8d6";
 
-const char* task_fill(const std::string& kind) {
-  if (kind == "forward") return kForwardFill;
-  if (kind == "backward") return kBackwardFill;
-  if (kind == "head_loss") return kHeadLossFill;
+const char* task_fill(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::kForward:
+      return kForwardFill;
+    case TaskKind::kBackward:
+      return kBackwardFill;
+    case TaskKind::kHeadLoss:
+      return kHeadLossFill;
+    case TaskKind::kSiBlock:
+      break;
+  }
   return kSiFill;
 }
 
@@ -60,16 +67,16 @@ Regions stage_regions(const PlanStage& stage) {
   if (stage.tasks.empty()) return r;
   r.end_us = stage.tasks.back().end_us;
   auto first = std::find_if(stage.tasks.begin(), stage.tasks.end(),
-                            [](const PlanTask& t) { return t.kind == "si_block"; });
+                            [](const PlanTask& t) { return t.kind == TaskKind::kSiBlock; });
   if (first == stage.tasks.end()) {
     auto backward = std::find_if(stage.tasks.begin(), stage.tasks.end(),
-                                 [](const PlanTask& t) { return t.has_backward; });
+                                 [](const PlanTask& t) { return t.backward.has_value(); });
     r.steady_from_us = r.steady_to_us =
         backward == stage.tasks.end() ? r.end_us : backward->start_us;
     return r;
   }
   auto last = std::find_if(stage.tasks.rbegin(), stage.tasks.rend(),
-                           [](const PlanTask& t) { return t.kind == "si_block"; });
+                           [](const PlanTask& t) { return t.kind == TaskKind::kSiBlock; });
   r.steady_from_us = first->start_us;
   r.steady_to_us = last->end_us;
   return r;
@@ -88,14 +95,14 @@ double plan_end_us(const Plan& plan) {
 
 int64_t first_si_index(const PlanStage& stage) {
   for (const PlanTask& t : stage.tasks) {
-    if (t.kind == "si_block") return t.index;
+    if (t.kind == TaskKind::kSiBlock) return t.index;
   }
   return 0;
 }
 
 int64_t last_si_index(const PlanStage& stage) {
   for (auto it = stage.tasks.rbegin(); it != stage.tasks.rend(); ++it) {
-    if (it->kind == "si_block") return it->index;
+    if (it->kind == TaskKind::kSiBlock) return it->index;
   }
   return static_cast<int64_t>(stage.tasks.size()) - 1;
 }
@@ -149,8 +156,9 @@ void draw_regions(SvgWriter& svg, const Window& w, const PlanStage& stage, doubl
 }
 
 std::string task_title(const PlanTask& task) {
-  return fmt::format("{} ({}): {} to {}, {}", task.label, task.kind, format_time_us(task.start_us),
-                     format_time_us(task.end_us), format_time_us(task.end_us - task.start_us));
+  return fmt::format("{} ({}): {} to {}, {}", task.label, task_kind_name(task.kind),
+                     format_time_us(task.start_us), format_time_us(task.end_us),
+                     format_time_us(task.end_us - task.start_us));
 }
 
 void draw_tasks(SvgWriter& svg, const Window& w, const PlanStage& stage, double y) {

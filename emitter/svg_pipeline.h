@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix {
 

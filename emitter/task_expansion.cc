@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "lib/error.h"
-#include "lib/plan_blocks.h"
+#include "lib/plan/plan_blocks.h"
 
 namespace dhelix {
 namespace {
@@ -44,22 +44,24 @@ class OpIndex {
 // Lays out an SI block task from `start_us`; returns the time its blocks take.
 double expand_si_block(const PlanPairing& pairing, const OpIndex& index, const PlanStage& stage,
                        const PlanTask& task, double start_us, std::vector<ExpandedOp>& out) {
-  if (task.forward.layers.count != task.backward.layers.count) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("plan: {}: SI block pairs {} forward layers with {} backward layers; "
-                            "the counts must be equal",
-                            task_pointer(stage, task), task.forward.layers.count,
-                            task.backward.layers.count));
+  const PlanTaskPart forward = task.forward.value_or(PlanTaskPart{});
+  const PlanTaskPart backward_part = task.backward.value_or(PlanTaskPart{});
+  if (forward.layers.count != backward_part.layers.count) {
+    throw Error(
+        ErrorCode::kInvalidInput,
+        fmt::format("plan: {}: SI block pairs {} forward layers with {} backward layers; "
+                    "the counts must be equal",
+                    task_pointer(stage, task), forward.layers.count, backward_part.layers.count));
   }
   double block_start_us = start_us;
   int64_t block_index = 0;
-  for (const PlacedBlocks& placed : si_block_sequence(pairing, task.forward.layers.count)) {
+  for (const PlacedBlocks& placed : si_block_sequence(pairing, forward.layers.count)) {
     for (const PlanBlock& block : *placed.blocks) {
       for (const PlanOpTiming& timing : block.timings) {
         const auto [k, id] = split_window_op_id(timing.op);
         const PlanOp& op = index.at(id, task_pointer(stage, task));
-        const bool backward = timing.strand == "bwd";
-        const PlanTaskPart& part = backward ? task.backward : task.forward;
+        const bool backward = timing.strand == Pass::kBackward;
+        const PlanTaskPart& part = backward ? backward_part : forward;
         out.push_back({.name = id,
                        .strand = timing.strand,
                        .stream = op.stream,
@@ -81,8 +83,8 @@ double expand_si_block(const PlanPairing& pairing, const OpIndex& index, const P
 // Lays out a strand-alone task back to back at solo times, squeezed into `budget_us`.
 double expand_alone(const PlanPairing& pairing, const PlanTask& task, double start_us,
                     double budget_us, std::vector<ExpandedOp>& out) {
-  const bool backward = task.kind == "backward";
-  const PlanTaskPart& part = backward ? task.backward : task.forward;
+  const bool backward = task.kind == TaskKind::kBackward;
+  const PlanTaskPart part = (backward ? task.backward : task.forward).value_or(PlanTaskPart{});
   const std::vector<PlanOp>& ops = backward ? pairing.backward_ops : pairing.forward_ops;
   double layer_us = 0;
   for (const PlanOp& op : ops) layer_us += op.solo_us;
@@ -93,7 +95,7 @@ double expand_alone(const PlanPairing& pairing, const PlanTask& task, double sta
     for (const PlanOp& op : ops) {
       const double end_us = t + op.solo_us * scale;
       out.push_back({.name = op.id,
-                     .strand = backward ? "bwd" : "fwd",
+                     .strand = backward ? Pass::kBackward : Pass::kForward,
                      .stream = op.stream,
                      .group = op.group,
                      .micro_batch = part.micro_batch,
@@ -110,9 +112,9 @@ double expand_alone(const PlanPairing& pairing, const PlanTask& task, double sta
 
 ExpandedOp extra_step(std::string name, int64_t micro_batch, double start_us, double end_us) {
   return {.name = std::move(name),
-          .strand = "",
-          .stream = "compute",
-          .group = "",
+          .strand = std::nullopt,
+          .stream = StreamClass::kCompute,
+          .group = std::nullopt,
           .micro_batch = micro_batch,
           .layer = -1,
           .block = -1,
@@ -121,7 +123,9 @@ ExpandedOp extra_step(std::string name, int64_t micro_batch, double start_us, do
           .approximate = false};
 }
 
-bool first_chunk(const PlanTaskPart& part) { return part.chunk == "down" || part.chunk == "whole"; }
+bool first_chunk(const std::optional<PlanTaskPart>& part) {
+  return part && (part->chunk == ChunkSide::kDown || part->chunk == ChunkSide::kWhole);
+}
 
 // Lays out the task's layers and its extra time (the embedding, see the file comment).
 void expand_layers(const Plan& plan, const PlanStage& stage, const PlanTask& task,
@@ -133,12 +137,11 @@ void expand_layers(const Plan& plan, const PlanStage& stage, const PlanTask& tas
   }
   const PlanPairing& pairing = plan.pairings[static_cast<size_t>(stage.pairing)];
   const double duration_us = task.end_us - task.start_us;
-  const bool embedding_forward = stage.embedding && task.has_forward && first_chunk(task.forward);
-  const bool embedding_backward =
-      stage.embedding && task.has_backward && first_chunk(task.backward);
+  const bool embedding_forward = stage.embedding && first_chunk(task.forward);
+  const bool embedding_backward = stage.embedding && first_chunk(task.backward);
   // Measure the layers first, so that a forward embedding can go before them.
   std::vector<ExpandedOp> layers;
-  const double layers_us = task.kind == "si_block"
+  const double layers_us = task.kind == TaskKind::kSiBlock
                                ? expand_si_block(pairing, OpIndex(pairing), stage, task, 0, layers)
                                : expand_alone(pairing, task, 0, duration_us, layers);
   const double extra_us = duration_us - layers_us;
@@ -151,37 +154,40 @@ void expand_layers(const Plan& plan, const PlanStage& stage, const PlanTask& tas
   }
   if (extra_us <= kExtraEpsilonUs) return;
   if (extra_first) {
-    out.push_back(extra_step("embedding.fwd", task.forward.micro_batch, task.start_us,
+    out.push_back(extra_step("embedding.fwd", task.forward->micro_batch, task.start_us,
                              task.start_us + extra_us));
   } else {
     out.push_back(extra_step(embedding_backward ? "embedding.bwd" : "other",
-                             embedding_backward ? task.backward.micro_batch : -1,
+                             embedding_backward ? task.backward->micro_batch : -1,
                              task.end_us - extra_us, task.end_us));
   }
 }
 
 }  // namespace
 
-const std::vector<std::string>& plan_stream_names() {
-  static const std::vector<std::string> kNames = {"compute", "local_comm", "cross_comm"};
-  return kNames;
+const char* stream_title(StreamClass stream) {
+  switch (stream) {
+    case StreamClass::kCompute:
+      return "compute";
+    case StreamClass::kLocalComm:
+      return "local comm";
+    case StreamClass::kCrossComm:
+      return "cross comm";
+  }
+  return "?";
 }
 
 std::vector<ExpandedOp> expand_task(const Plan& plan, const PlanStage& stage,
                                     const PlanTask& task) {
   std::vector<ExpandedOp> out;
-  if (task.kind == "head_loss") {
+  if (task.kind == TaskKind::kHeadLoss) {
     out.push_back(extra_step("head_loss", task.head_loss_micro_batch, task.start_us, task.end_us));
     return out;
   }
   expand_layers(plan, stage, task, out);
-  const auto stream_rank = [](const std::string& stream) {
-    const auto& names = plan_stream_names();
-    return std::find(names.begin(), names.end(), stream) - names.begin();
-  };
   std::stable_sort(out.begin(), out.end(), [&](const ExpandedOp& a, const ExpandedOp& b) {
-    return std::make_tuple(a.start_us, stream_rank(a.stream), a.name) <
-           std::make_tuple(b.start_us, stream_rank(b.stream), b.name);
+    return std::make_tuple(a.start_us, a.stream, a.name) <
+           std::make_tuple(b.start_us, b.stream, b.name);
   });
   return out;
 }

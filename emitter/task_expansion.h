@@ -25,23 +25,24 @@
 // all, which is exactly the task's predicted duration.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "lib/plan.h"
-#include "lib/plan_blocks.h"  // split_window_op_id, used by callers
+#include "lib/plan/plan.h"
+#include "lib/plan/plan_blocks.h"  // split_window_op_id, used by callers
 
 namespace dhelix {
 
 /// One op (or extra step) of an expanded task.
 struct ExpandedOp {
-  std::string name;    ///< op id without the "L<k>." prefix, or "embedding.fwd", "head_loss", ...
-  std::string strand;  ///< "fwd", "bwd", or "" for an extra step
-  std::string stream;  ///< "compute", "local_comm" or "cross_comm"
-  std::string group;   ///< communication group ("tp", "cp", ...); "" for compute and extras
-  int64_t micro_batch = -1;  ///< -1 for an extra step that belongs to no one micro-batch
-  int64_t layer = -1;        ///< absolute layer index; -1 for extra steps
+  std::string name;  ///< op id without the "L<k>." prefix, or "embedding.fwd", "head_loss", ...
+  std::optional<Pass> strand;  ///< none for an extra step
+  StreamClass stream = StreamClass::kCompute;
+  std::optional<ParallelDim> group;  ///< communication group; none for compute and extras
+  int64_t micro_batch = -1;          ///< -1 for an extra step that belongs to no one micro-batch
+  int64_t layer = -1;                ///< absolute layer index; -1 for extra steps
   int64_t block = -1;        ///< index of the SI block within the task; -1 outside SI blocks
   double start_us = 0;       ///< absolute predicted start
   double end_us = 0;         ///< absolute predicted end, >= start_us
@@ -53,7 +54,7 @@ struct ExpandedOp {
 /// forward and backward layer counts differ, or a block timing names an unknown op.
 std::vector<ExpandedOp> expand_task(const Plan& plan, const PlanStage& stage, const PlanTask& task);
 
-/// The stream names of the plan format, in the order pictures and traces list them.
-const std::vector<std::string>& plan_stream_names();
+/// "local comm" for local_comm and so on: a stream's name in pictures and traces.
+const char* stream_title(StreamClass stream);
 
 }  // namespace dhelix

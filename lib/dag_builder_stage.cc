@@ -114,8 +114,24 @@ void add_last_stage(const BuildContext& ctx, LayerDags& dags) {
 LayerDags build_stage_extras(const JobSpec& job, int64_t rank, bool first_stage, bool last_stage) {
   const BuildContext ctx = make_context(job, rank);
   LayerDags dags;
-  if (first_stage) add_first_stage(ctx, dags);
-  if (last_stage) add_last_stage(ctx, dags);
+  // Each part's ops are those it added, in both DAGs.
+  const auto mark = [&dags](OpPart part, int64_t forward_from, int64_t backward_from) {
+    for (int64_t i = forward_from; i < dags.forward.size(); ++i)
+      dags.forward.mutable_op(i).part = part;
+    for (int64_t i = backward_from; i < dags.backward.size(); ++i) {
+      dags.backward.mutable_op(i).part = part;
+    }
+  };
+  if (first_stage) {
+    add_first_stage(ctx, dags);
+    mark(OpPart::kEmbedding, 0, 0);
+  }
+  if (last_stage) {
+    const int64_t forward_from = dags.forward.size();
+    const int64_t backward_from = dags.backward.size();
+    add_last_stage(ctx, dags);
+    mark(OpPart::kHead, forward_from, backward_from);
+  }
   return dags;
 }
 

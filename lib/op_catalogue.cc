@@ -21,28 +21,6 @@
 namespace dhelix {
 namespace {
 
-constexpr std::array<std::pair<OpKind, const char*>, 19> kOpKindNames = {{
-    {OpKind::kGemm, "gemm"},
-    {OpKind::kGroupedGemm, "grouped_gemm"},
-    {OpKind::kAttention, "attention"},
-    {OpKind::kAttentionMerge, "attention_merge"},
-    {OpKind::kNorm, "norm"},
-    {OpKind::kBiasDropoutAdd, "bias_dropout_add"},
-    {OpKind::kActivation, "activation"},
-    {OpKind::kRope, "rope"},
-    {OpKind::kRouter, "router"},
-    {OpKind::kPermute, "permute"},
-    {OpKind::kUnpermute, "unpermute"},
-    {OpKind::kEmbedding, "embedding"},
-    {OpKind::kHead, "head"},
-    {OpKind::kLoss, "loss"},
-    {OpKind::kAllGather, "all_gather"},
-    {OpKind::kReduceScatter, "reduce_scatter"},
-    {OpKind::kAllReduce, "all_reduce"},
-    {OpKind::kAllToAll, "all_to_all"},
-    {OpKind::kSendRecv, "send_recv"},
-}};
-
 bool is_gemm_like(OpKind kind) {
   return kind == OpKind::kGemm || kind == OpKind::kGroupedGemm || kind == OpKind::kHead;
 }
@@ -72,22 +50,6 @@ std::string shape_fields(const Op& op) {
 
 }  // namespace
 
-const char* op_kind_name(OpKind kind) {
-  for (const auto& [k, name] : kOpKindNames) {
-    if (k == kind) return name;
-  }
-  return "?";
-}
-
-std::optional<OpKind> parse_op_kind(const std::string& name) {
-  for (const auto& [kind, text] : kOpKindNames) {
-    if (name == text) return kind;
-  }
-  return std::nullopt;
-}
-
-const char* pass_name(Pass pass) { return pass == Pass::kForward ? "fwd" : "bwd"; }
-
 const char* gemm_role_name(GemmRole role) {
   switch (role) {
     case GemmRole::kNone:
@@ -98,18 +60,6 @@ const char* gemm_role_name(GemmRole role) {
       return "dgrad";
     case GemmRole::kWgrad:
       return "wgrad";
-  }
-  return "?";
-}
-
-const char* stream_class_name(StreamClass s) {
-  switch (s) {
-    case StreamClass::kCompute:
-      return "compute";
-    case StreamClass::kLocalComm:
-      return "local_comm";
-    case StreamClass::kCrossComm:
-      return "cross_comm";
   }
   return "?";
 }

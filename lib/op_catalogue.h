@@ -12,6 +12,7 @@
 #include <string>
 
 #include "lib/dtype.h"
+#include "lib/enum_names.h"
 #include "lib/parallel_spec.h"
 #include "lib/placement.h"
 
@@ -48,15 +49,35 @@ enum class Pass { kForward, kBackward };
 /// input, on the critical path) and wgrad (gradient of the weight: a movable sink).
 enum class GemmRole { kNone, kForward, kDgrad, kWgrad };
 
+/// Which part of the model an op belongs to: a transformer layer, or the stage extras of
+/// the first stage (the token embedding and its collectives) or of the last (final norm,
+/// head, loss and their collectives). Set by the DAG builder; the lowering
+/// (lib/plan/rank_program.h) places the extras by it.
+enum class OpPart { kLayer, kEmbedding, kHead };
+inline constexpr EnumNames<OpPart, 3> kOpPartNames{{"layer", "embedding", "head"}};
+
 /// Which of the three streams of a rank runs the op (the paper's compute, local-node
 /// communication and cross-node communication streams).
 enum class StreamClass { kCompute, kLocalComm, kCrossComm };
 
-const char* op_kind_name(OpKind kind);  ///< "gemm", "all_gather", ... (JSON and messages)
-std::optional<OpKind> parse_op_kind(const std::string& name);
-const char* pass_name(Pass pass);              ///< "fwd", "bwd"
-const char* gemm_role_name(GemmRole role);     ///< "none", "fwd", "dgrad", "wgrad"
-const char* stream_class_name(StreamClass s);  ///< "compute", "local_comm", "cross_comm"
+/// Name tables (lib/enum_names.h), index = enum value: files and messages spell the enums so.
+inline constexpr EnumNames<OpKind, 19> kOpKindNames{
+    {"gemm", "grouped_gemm", "attention", "attention_merge", "norm", "bias_dropout_add",
+     "activation", "rope", "router", "permute", "unpermute", "embedding", "head", "loss",
+     "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "send_recv"}};
+inline constexpr EnumNames<Pass, 2> kPassNames{{"fwd", "bwd"}};
+inline constexpr EnumNames<StreamClass, 3> kStreamClassNames{
+    {"compute", "local_comm", "cross_comm"}};
+
+/// "gemm", "all_gather", ... (JSON and messages)
+constexpr const char* op_kind_name(OpKind kind) { return kOpKindNames.name(kind); }
+inline std::optional<OpKind> parse_op_kind(const std::string& name) {
+  return kOpKindNames.parse(name);
+}
+constexpr const char* pass_name(Pass pass) { return kPassNames.name(pass); }  ///< "fwd", "bwd"
+const char* gemm_role_name(GemmRole role);  ///< "none", "fwd", "dgrad", "wgrad"
+/// "compute", "local_comm", "cross_comm"
+constexpr const char* stream_class_name(StreamClass s) { return kStreamClassNames.name(s); }
 bool is_communication(OpKind kind);
 
 /// Per-rank shape of a computation. Which fields are meaningful depends on the kind:
@@ -88,6 +109,7 @@ struct Op {
   GroupScope scope = GroupScope::kLocal;  ///< communication ops: inside a node or across
   int64_t nodes_spanned = 1;              ///< communication ops: nodes the group's ranks live on
   StreamClass stream = StreamClass::kCompute;
+  OpPart part = OpPart::kLayer;
   /// The implementation variant the kind alone does not name, because run time depends on
   /// it: norms "rmsnorm" | "layernorm", activations "swiglu" | "gelu", bias-dropout-add
   /// "bias" when the linear layers carry biases; "" otherwise.

@@ -4,23 +4,6 @@
 
 namespace dhelix {
 
-const char* parallel_dim_name(ParallelDim dim) {
-  switch (dim) {
-    case ParallelDim::kTp:
-      return "tp";
-    case ParallelDim::kCp:
-      return "cp";
-    case ParallelDim::kEp:
-      return "ep";
-    case ParallelDim::kDp:
-      return "dp";
-    case ParallelDim::kPp:
-      return "pp";
-  }
-  DHELIX_CHECK_MSG(false, "unknown ParallelDim");
-  return "";
-}
-
 std::optional<int64_t> checked_product(std::initializer_list<int64_t> factors) {
   int64_t product = 1;
   for (int64_t factor : factors) {

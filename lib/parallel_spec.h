@@ -7,13 +7,17 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include "lib/enum_names.h"
 
 namespace dhelix {
 
 /// A parallel dimension. Order of the enum is the default rank order's (fastest first).
 enum class ParallelDim { kTp, kCp, kEp, kDp, kPp };
 
-const char* parallel_dim_name(ParallelDim dim);  ///< "tp", "cp", "ep", "dp", "pp"
+/// The name table of ParallelDim (lib/enum_names.h), index = enum value.
+inline constexpr EnumNames<ParallelDim, 5> kParallelDimNames{{"tp", "cp", "ep", "dp", "pp"}};
+/// "tp", "cp", "ep", "dp", "pp"
+constexpr const char* parallel_dim_name(ParallelDim dim) { return kParallelDimNames.name(dim); }
 
 struct ParallelSpec {
   int64_t dp = 1;   ///< data-parallel replicas

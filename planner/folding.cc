@@ -9,18 +9,6 @@
 
 namespace dhelix {
 
-const char* chunk_side_name(ChunkSide side) {
-  switch (side) {
-    case ChunkSide::kDown:
-      return "down";
-    case ChunkSide::kUp:
-      return "up";
-    case ChunkSide::kWhole:
-      return "whole";
-  }
-  return "?";
-}
-
 namespace {
 
 void check_sizes(int64_t num_layers, int64_t pp) {

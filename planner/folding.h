@@ -20,13 +20,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "lib/plan/plan_kinds.h"
+
 namespace dhelix {
 
-/// Which of a stage's chunks: the folded layout's down chunk (forward runs stage 0 -> pp-1),
-/// its up chunk (forward runs pp-1 -> 0), or the unfolded layout's single chunk per stage.
-enum class ChunkSide { kDown, kUp, kWhole };
-
-const char* chunk_side_name(ChunkSide side);  ///< "down", "up", "whole"
+// ChunkSide (lib/plan/plan_kinds.h): the folded layout's down chunk (forward runs stage 0 ->
+// pp-1), its up chunk (forward runs pp-1 -> 0), or the unfolded layout's single chunk.
 
 /// Consecutive layers first .. first+count-1, listed in forward execution order.
 struct LayerRange {

@@ -115,7 +115,7 @@ std::vector<PlanBlock> block_records(const std::vector<PairingBlock>& blocks, co
       const bool forward = t.strand == Strand::kForward;
       const std::string id = timed_op_id(forward ? f : b, t.op, window);
       (forward ? record.forward_ops : record.backward_ops).push_back(id);
-      record.timings.push_back({.strand = strand_name(t.strand),
+      record.timings.push_back({.strand = forward ? Pass::kForward : Pass::kBackward,
                                 .op = id,
                                 .start_us = t.start_us,
                                 .finish_us = t.finish_us});
@@ -130,9 +130,9 @@ std::vector<PlanOp> op_records(const StrandGraph& graph, const LayerDag& dag) {
   for (const StrandOp& s : graph.ops()) {
     const Op& op = dag.op(*dag.find(s.id));
     out.push_back({.id = s.id,
-                   .kind = op_kind_name(op.kind),
-                   .stream = stream_class_name(op.stream),
-                   .group = is_communication(op.kind) ? parallel_dim_name(op.group) : "",
+                   .kind = op.kind,
+                   .stream = op.stream,
+                   .group = is_communication(op.kind) ? std::optional(op.group) : std::nullopt,
                    .signature = op.signature(),
                    .solo_us = s.solo_time_us});
   }
@@ -211,7 +211,7 @@ PlanPairing pairing_record(const LayerAnalysis& a) {
   PlanPairing p;
   p.forward_ops = op_records(a.forward, a.dags.forward);
   p.backward_ops = op_records(a.backward, a.dags.backward);
-  p.scope = a.chunk_scope ? "chunk" : "layer";
+  p.scope = a.chunk_scope ? PairingScope::kChunk : PairingScope::kLayer;
   p.chunk_layers = a.chunk_layers;
   p.layer_scope_us = a.dhelix.per_layer_chunk_us;
   p.chunk_scope_us = a.dhelix.cross_layer_chunk_us;

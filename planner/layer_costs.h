@@ -25,7 +25,7 @@
 
 #include "lib/job_spec.h"
 #include "lib/layer_dag.h"
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 #include "lib/profile.h"
 #include "planner/chunk_pairing.h"
 #include "planner/co_run_model.h"

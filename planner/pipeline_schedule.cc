@@ -40,20 +40,6 @@ PipelineShape scheme_shape(PipelineScheme scheme) {
              : PipelineShape::kW;
 }
 
-const char* task_kind_name(TaskKind kind) {
-  switch (kind) {
-    case TaskKind::kForward:
-      return "forward";
-    case TaskKind::kBackward:
-      return "backward";
-    case TaskKind::kSiBlock:
-      return "si_block";
-    case TaskKind::kHeadLoss:
-      return "head_loss";
-  }
-  return "?";
-}
-
 namespace {
 
 // "d", "u" or "" (whole chunk) after a micro-batch number in a label.

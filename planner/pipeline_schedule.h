@@ -78,8 +78,7 @@ enum class PipelineScheme { kMegatron1F1B, kIntraBatch, kWaveletPlus, kDHelix };
 const char* pipeline_scheme_name(PipelineScheme scheme);
 PipelineShape scheme_shape(PipelineScheme scheme);
 
-enum class TaskKind { kForward, kBackward, kSiBlock, kHeadLoss };
-const char* task_kind_name(TaskKind kind);  ///< "forward", "backward", "si_block", "head_loss"
+// TaskKind: lib/plan/plan_kinds.h (the plan stores it).
 
 /// One thing a stage runs. A forward half (forward, SI block) names its micro-batch and
 /// chunk; so does a backward half (backward, SI block). A head-loss step (final norm, head,

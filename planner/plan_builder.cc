@@ -304,19 +304,17 @@ PlanTask task_record(const Context& ctx, const SchemeRun& run, int64_t stage, in
       run.simulation.stages[static_cast<size_t>(stage)].timeline[static_cast<size_t>(index)];
   PlanTask t;
   t.index = index;
-  t.kind = task_kind_name(task.kind);
+  t.kind = task.kind;
   t.label = task.label();
   t.start_us = entry.start_us;
   t.end_us = entry.end_us;
   if (task.has_forward()) {
-    t.has_forward = true;
-    t.forward = {task.forward_micro_batch, chunk_side_name(task.forward_chunk),
-                 chunk_layers(ctx, stage, task.forward_chunk)};
+    t.forward = PlanTaskPart{task.forward_micro_batch, task.forward_chunk,
+                             chunk_layers(ctx, stage, task.forward_chunk)};
   }
   if (task.has_backward()) {
-    t.has_backward = true;
-    t.backward = {task.backward_micro_batch, chunk_side_name(task.backward_chunk),
-                  chunk_layers(ctx, stage, task.backward_chunk)};
+    t.backward = PlanTaskPart{task.backward_micro_batch, task.backward_chunk,
+                              chunk_layers(ctx, stage, task.backward_chunk)};
   }
   if (task.kind == TaskKind::kHeadLoss) t.head_loss_micro_batch = task.forward_micro_batch;
   for (const WorkItem& w : task_work(task, stage)) {

@@ -1,5 +1,5 @@
 #pragma once
-// The planner's top level: from a validated job and a profile to a Plan (lib/plan.h).
+// The planner's top level: from a validated job and a profile to a Plan (lib/plan/plan.h).
 //
 //   1. check that the profile covers every op the job needs (profile_co_run.h)
 //   2. fold the layers (W) and unfold them (1F1B); each stage's DAG shapes are those of the
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "lib/job_spec.h"
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 #include "lib/profile.h"
 #include "planner/memory_model.h"
 

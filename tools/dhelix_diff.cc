@@ -10,7 +10,7 @@
 
 #include "emitter/plan_diff.h"
 #include "lib/error.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_reader.h"
 #include "lib/provenance.h"
 #include "tools/tool_main.h"
 

@@ -16,20 +16,21 @@
 #include "emitter/chrome_trace.h"
 #include "emitter/plan_pictures.h"
 #include "emitter/plan_report.h"
-#include "emitter/plan_writer.h"
 #include "lib/dag_builder.h"
 #include "lib/dag_export.h"
 #include "lib/job_summary.h"
 #include "lib/job_validation.h"
 #include "lib/placement.h"
-#include "lib/plan_check.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_check.h"
+#include "lib/plan/plan_reader.h"
+#include "lib/plan/plan_writer.h"
 #include "lib/profile_match.h"
 #include "lib/provenance.h"
 #include "planner/plan_builder.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "tools/job_cli.h"
+#include "tools/progress_bar.h"
 #include "tools/tool_main.h"
 
 namespace dhelix {
@@ -156,7 +157,9 @@ void print_written_files(const PlanOptions& options) {
 // --check: every problem of the plan (exit 2), or a one-line summary.
 int check(const PlanOptions& options) {
   const Plan plan = read_plan(options.check);
-  const PlanCheckReport report = check_plan(plan, options.check);
+  ProgressBar bar("checking " + options.check);  // on a terminal only
+  const PlanCheckReport report = check_plan(
+      plan, options.check, [&bar](int64_t done, int64_t total) { bar.update(done, total); });
   for (const std::string& warning : report.warnings) print_warning(kToolName, warning);
   std::printf("%s\n", plan_check_summary_text(report, options.check).c_str());
   report.problems.throw_if_any(ErrorCode::kInvalidInput);

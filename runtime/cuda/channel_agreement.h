@@ -23,7 +23,7 @@
 #include <map>
 #include <vector>
 
-#include "lib/rank_program.h"
+#include "lib/plan/rank_program.h"
 #include "runtime/cuda/pipeline_channels.h"
 
 namespace dhelix::cuda {

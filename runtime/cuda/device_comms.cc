@@ -47,7 +47,7 @@ void DeviceCommDirectory::create_collectives(rt::ProcessGroups& groups) {
     const std::string name = parallel_dim_name(dim);
     auto* mpi = dynamic_cast<rt::MpiCommunicator*>(&groups.group(dim, comm_slot_of(stream)));
     DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
-    groups_[{name, stream}] = DeviceCommunicator::create_over_mpi(
+    groups_[{dim, stream}] = DeviceCommunicator::create_over_mpi(
         mpi->handle(), fmt::format("{} ({})", name, device_stream_name(stream)), setup_.options);
   }
 }
@@ -93,13 +93,13 @@ void DeviceCommDirectory::warm_up_channels() {
   }
 }
 
-DeviceCommunicator& DeviceCommDirectory::group(const std::string& dim, DeviceStream stream) {
+DeviceCommunicator& DeviceCommDirectory::group(ParallelDim dim, DeviceStream stream) {
   const auto it = groups_.find({dim, stream});
   if (it == groups_.end()) {
     throw Error(ErrorCode::kInternal,
                 fmt::format("no NCCL communicator for group {} on the {} stream (the device "
                             "setup created none)",
-                            dim, device_stream_name(stream)));
+                            parallel_dim_name(dim), device_stream_name(stream)));
   }
   return *it->second;
 }

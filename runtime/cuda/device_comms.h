@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "lib/parallel_spec.h"
-#include "lib/rank_program.h"
+#include "lib/plan/rank_program.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/cuda/device_schedule.h"
 #include "runtime/cuda/nccl_communicator.h"
@@ -80,7 +80,7 @@ class DeviceCommDirectory {
 
   /// The communicator of dimension `dim` ("tp", ...) for `stream`; Error(kInternal) when
   /// the setup did not create it.
-  DeviceCommunicator& group(const std::string& dim, DeviceStream stream);
+  DeviceCommunicator& group(ParallelDim dim, DeviceStream stream);
   /// The channel this rank sends to `peer` on / receives from `peer` on; Error(kInternal)
   /// when there is none.
   DeviceCommunicator& channel_to(int64_t peer);
@@ -101,7 +101,7 @@ class DeviceCommDirectory {
 
   DeviceCommSetup setup_;
   int64_t world_rank_ = 0;
-  std::map<std::pair<std::string, DeviceStream>, std::unique_ptr<DeviceCommunicator>> groups_;
+  std::map<std::pair<ParallelDim, DeviceStream>, std::unique_ptr<DeviceCommunicator>> groups_;
   std::vector<ChannelPair> channels_;
   std::map<ExecutionMode, ReceiveOrders> receive_orders_;
   std::map<int64_t, std::unique_ptr<DeviceCommunicator>> to_;

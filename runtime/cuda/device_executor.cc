@@ -46,7 +46,9 @@ void run_collective(const rt::CollectiveRequest& request, DeviceCommunicator& co
 }
 
 rt::OpRef ref_of(const Instruction& instruction) {
-  return {.op = instruction.op, .layer = instruction.layer, .micro_batch = instruction.micro_batch};
+  return {.op = std::string(instruction.op),
+          .layer = instruction.layer,
+          .micro_batch = instruction.micro_batch};
 }
 
 class DeviceExecution {
@@ -119,7 +121,8 @@ class DeviceExecution {
       case InstructionKind::kCollective:
         bound.op = model_.bind(ref_of(instruction));
         if (!bound.op.collective) throw_unbound("no collective", kind);
-        bound.comm = &comms_.group(instruction.group, stream);
+        if (!instruction.group) throw_unbound("a collective without a group", kind);
+        bound.comm = &comms_.group(*instruction.group, stream);
         break;
       case InstructionKind::kSend:
         bound.comm = &comms_.channel_to(instruction.peer);

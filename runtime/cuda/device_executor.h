@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA executor: runs one rank's program (lib/rank_program.h) for one training
+// The CUDA executor: runs one rank's program (lib/plan/rank_program.h) for one training
 // iteration on the rank's CUDA streams, the GPU twin of the CPU interpreter
 // (runtime/exec/interpreter.h), with the same semantics:
 //   1. every instruction is bound to the model first (model.bind allocates its buffers,
@@ -29,8 +29,8 @@
 #include <cstdint>
 #include <functional>
 
-#include "lib/plan.h"
-#include "lib/rank_program.h"
+#include "lib/plan/plan.h"
+#include "lib/plan/rank_program.h"
 #include "runtime/cuda/cuda_stage_model.h"
 #include "runtime/cuda/device_comms.h"
 #include "runtime/cuda/device_streams.h"

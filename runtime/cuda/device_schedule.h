@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "lib/rank_program.h"
+#include "lib/plan/rank_program.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/cuda/pipeline_channels.h"
 #include "runtime/cuda/stream_lowering.h"

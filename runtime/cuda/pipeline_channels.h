@@ -1,6 +1,6 @@
 #pragma once
 // Pipeline channels: how the CUDA executor carries a rank program's sends and receives
-// (lib/rank_program.h) over NCCL. Pure host logic, tested on the CPU.
+// (lib/plan/rank_program.h) over NCCL. Pure host logic, tested on the CPU.
 //
 // NCCL has no tags: a member's sends to one peer match that peer's receives in enqueue
 // order, per communicator. So every ORDERED pair of ranks that exchanges pipeline messages
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/rank_program.h"
+#include "lib/plan/rank_program.h"
 
 namespace dhelix::cuda {
 

@@ -40,12 +40,17 @@ bool device_stream_high_priority(DeviceStream stream) { return stream != DeviceS
 
 DeviceStream stream_of(const Instruction& instruction) {
   if (instruction.kind == InstructionKind::kRecv) return DeviceStream::kReceive;
-  if (instruction.stream == "compute") return DeviceStream::kCompute;
-  if (instruction.stream == "local_comm") return DeviceStream::kLocalComm;
-  if (instruction.stream == "cross_comm") return DeviceStream::kCrossComm;
+  switch (instruction.stream) {
+    case StreamClass::kCompute:
+      return DeviceStream::kCompute;
+    case StreamClass::kLocalComm:
+      return DeviceStream::kLocalComm;
+    case StreamClass::kCrossComm:
+      return DeviceStream::kCrossComm;
+  }
   throw Error(ErrorCode::kInvalidInput,
-              fmt::format("{} (layer {}, micro-batch {}): unknown stream \"{}\"", instruction.op,
-                          instruction.layer, instruction.micro_batch, instruction.stream));
+              fmt::format("{} (layer {}, micro-batch {}): a stream outside StreamClass",
+                          instruction.op, instruction.layer, instruction.micro_batch));
 }
 
 StreamLowering lower_to_streams(const RankProgram& program) {

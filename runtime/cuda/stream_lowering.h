@@ -1,5 +1,5 @@
 #pragma once
-// How a rank program (lib/rank_program.h) runs on CUDA streams: which stream each
+// How a rank program (lib/plan/rank_program.h) runs on CUDA streams: which stream each
 // instruction is enqueued on, and which cudaEvent records and cudaStreamWaitEvent calls
 // make the program's dependencies hold, with as few events as the program allows and no
 // host synchronisation anywhere inside an iteration. Pure host data: the CUDA executor
@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/rank_program.h"
+#include "lib/plan/rank_program.h"
 
 namespace dhelix::cuda {
 

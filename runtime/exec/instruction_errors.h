@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "lib/error.h"
-#include "lib/plan.h"
-#include "lib/rank_program.h"
+#include "lib/plan/plan.h"
+#include "lib/plan/rank_program.h"
 
 namespace dhelix::rt {
 

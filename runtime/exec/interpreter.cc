@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -78,8 +79,8 @@ class Execution {
  private:
   // The stream an instruction's communicators belong to: its own in co-executed mode,
   // the calling thread's in sequential mode.
-  std::string comm_stream(const Instruction& instruction) const {
-    return program_.mode == ExecutionMode::kSequential ? "compute" : instruction.stream;
+  StreamClass comm_stream(const Instruction& instruction) const {
+    return program_.mode == ExecutionMode::kSequential ? StreamClass::kCompute : instruction.stream;
   }
 
   float* transfer_buffer(const Instruction& instruction) {
@@ -111,7 +112,8 @@ class Execution {
       case InstructionKind::kCollective: {
         BoundOp bound = model_.bind(ref_of(instruction));
         if (!bound.collective) throw_unbound(instruction, "no collective");
-        Communicator& comm = comms_.group(instruction.group, comm_stream(instruction));
+        if (!instruction.group) throw_unbound(instruction, "a collective without a group");
+        Communicator& comm = comms_.group(*instruction.group, comm_stream(instruction));
         return [request = *bound.collective, after = std::move(bound.after_collective), &comm] {
           run_collective(request, comm);
           if (after) after(CpuBackend::Exec{});
@@ -140,13 +142,20 @@ class Execution {
   }
 
   static OpRef ref_of(const Instruction& instruction) {
-    return {
-        .op = instruction.op, .layer = instruction.layer, .micro_batch = instruction.micro_batch};
+    return {.op = std::string(instruction.op),
+            .layer = instruction.layer,
+            .micro_batch = instruction.micro_batch};
   }
 
-  double* busy_counter(const std::string& stream) {
-    if (stream == "local_comm") return &stats_.local_comm_busy_us;
-    if (stream == "cross_comm") return &stats_.cross_comm_busy_us;
+  double* busy_counter(StreamClass stream) {
+    switch (stream) {
+      case StreamClass::kLocalComm:
+        return &stats_.local_comm_busy_us;
+      case StreamClass::kCrossComm:
+        return &stats_.cross_comm_busy_us;
+      case StreamClass::kCompute:
+        break;
+    }
     return &stats_.compute_busy_us;
   }
 
@@ -173,24 +182,28 @@ class Execution {
 
   void run_on_streams() {
     auto failure = std::make_shared<FailureState>(options_.on_failure);
-    std::map<std::string, std::unique_ptr<Stream>> streams;
-    // Waiting for a receive blocks its thread, so receives get a stream of their own: a
-    // communication stream stuck on a late message would hold back the collectives queued
-    // behind it. Receives complete in program order, the order the plan's tasks need them.
-    for (const char* name : {"compute", "local_comm", "cross_comm", "receive"}) {
-      streams[name] = std::make_unique<Stream>(name, failure);
+    // The three StreamClass streams in enum order, then the receive stream. Waiting for a
+    // receive blocks its thread, so receives get a stream of their own: a communication
+    // stream stuck on a late message would hold back the collectives queued behind it.
+    // Receives complete in program order, the order the plan's tasks need them.
+    constexpr size_t kReceive = kStreamClassNames.names.size();
+    std::array<std::unique_ptr<Stream>, kReceive + 1> streams;
+    for (StreamClass stream : kStreamClassNames.values()) {
+      streams[static_cast<size_t>(stream)] =
+          std::make_unique<Stream>(stream_class_name(stream), failure);
     }
+    streams[kReceive] = std::make_unique<Stream>("receive", failure);
     std::vector<Completion> done(program_.instructions.size());
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& instruction = program_.instructions[i];
       std::vector<const Completion*> waits;
       for (int64_t dep : instruction.deps) waits.push_back(&done[static_cast<size_t>(dep)]);
-      auto it =
-          streams.find(instruction.kind == InstructionKind::kRecv ? "receive" : instruction.stream);
-      DHELIX_CHECK(it != streams.end());
-      it->second->enqueue(std::move(work_[i]), std::move(waits), &done[i]);
+      const size_t stream = instruction.kind == InstructionKind::kRecv
+                                ? kReceive
+                                : static_cast<size_t>(instruction.stream);
+      streams[stream]->enqueue(std::move(work_[i]), std::move(waits), &done[i]);
     }
-    for (auto& [name, stream] : streams) stream->drain();
+    for (auto& stream : streams) stream->drain();
     failure->rethrow_if_failed();
   }
 

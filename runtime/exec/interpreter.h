@@ -1,5 +1,5 @@
 #pragma once
-// The plan interpreter: executes one rank's program (lib/rank_program.h) for one training
+// The plan interpreter: executes one rank's program (lib/plan/rank_program.h) for one training
 // iteration on the model slice the rank holds (runtime/model/stage_model.h).
 //
 // Every instruction is first bound to the model on the calling thread (buffers allocated,
@@ -20,24 +20,24 @@
 #include <cstdint>
 #include <string>
 
-#include "lib/plan.h"
-#include "lib/rank_program.h"
+#include "lib/plan/plan.h"
+#include "lib/plan/rank_program.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/exec/stream.h"
 #include "runtime/model/stage_model.h"
 
 namespace dhelix::rt {
 
-/// Where the interpreter finds its communicators. `stream` is "compute" (the calling
-/// thread, sequential mode), "local_comm" or "cross_comm"; each stream gets communicators
+/// Where the interpreter finds its communicators. `stream` is compute (the calling thread,
+/// sequential mode), local_comm or cross_comm; each stream gets communicators
 /// of its own. `dim` is a parallel dimension name ("tp", "dp", "pp").
 class CommunicatorDirectory {
  public:
   virtual ~CommunicatorDirectory() = default;
   /// The group of dimension `dim` that holds this rank, for use by `stream`.
-  virtual Communicator& group(const std::string& dim, const std::string& stream) = 0;
+  virtual Communicator& group(ParallelDim dim, StreamClass stream) = 0;
   /// A communicator over every rank, for pipeline transfers by `stream`.
-  virtual Communicator& point_to_point(const std::string& stream) = 0;
+  virtual Communicator& point_to_point(StreamClass stream) = 0;
 };
 
 /// How long each stream was busy in one execution, microseconds of wall time.

@@ -7,28 +7,25 @@
 namespace dhelix::rt {
 namespace {
 
-CommSlot slot_of(const std::string& stream) {
-  if (stream == "compute") return CommSlot::kMain;
-  if (stream == "local_comm") return CommSlot::kLocalComm;
-  if (stream == "cross_comm") return CommSlot::kCrossComm;
-  throw Error(ErrorCode::kInvalidInput, fmt::format("plan: unknown stream '{}'", stream));
-}
-
-ParallelDim dim_of(const std::string& name) {
-  for (ParallelDim dim :
-       {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp, ParallelDim::kDp, ParallelDim::kPp}) {
-    if (name == parallel_dim_name(dim)) return dim;
+CommSlot slot_of(StreamClass stream) {
+  switch (stream) {
+    case StreamClass::kCompute:
+      return CommSlot::kMain;
+    case StreamClass::kLocalComm:
+      return CommSlot::kLocalComm;
+    case StreamClass::kCrossComm:
+      return CommSlot::kCrossComm;
   }
-  throw Error(ErrorCode::kInvalidInput, fmt::format("plan: unknown process group '{}'", name));
+  throw Error(ErrorCode::kInternal, "plan: a stream outside StreamClass");
 }
 
 }  // namespace
 
-Communicator& RankComms::group(const std::string& dim, const std::string& stream) {
-  return groups_.group(dim_of(dim), slot_of(stream));
+Communicator& RankComms::group(ParallelDim dim, StreamClass stream) {
+  return groups_.group(dim, slot_of(stream));
 }
 
-Communicator& RankComms::point_to_point(const std::string& stream) {
+Communicator& RankComms::point_to_point(StreamClass stream) {
   return groups_.world(slot_of(stream));
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// The interpreter's view of a rank's MPI process groups: stream names map to the
-// communicator slots of runtime/comm/process_groups.h, dimension names to ParallelDim.
+// The interpreter's view of a rank's MPI process groups: streams map to the communicator
+// slots of runtime/comm/process_groups.h.
 
 #include <string>
 
@@ -12,8 +12,8 @@ namespace dhelix::rt {
 class RankComms final : public CommunicatorDirectory {
  public:
   explicit RankComms(ProcessGroups& groups) : groups_(groups) {}
-  Communicator& group(const std::string& dim, const std::string& stream) override;
-  Communicator& point_to_point(const std::string& stream) override;
+  Communicator& group(ParallelDim dim, StreamClass stream) override;
+  Communicator& point_to_point(StreamClass stream) override;
   /// The group of `dim` for the calling (main) thread.
   Communicator& main_group(ParallelDim dim) { return groups_.group(dim, CommSlot::kMain); }
   /// Every rank, for the calling (main) thread.

@@ -30,7 +30,7 @@ struct TrainOptions {
   AdamWSettings adamw;
   bool verify = false;          ///< also run the sequential schedule and compare bitwise
   bool sequential = false;      ///< train with the sequential schedule instead of the plan's
-  bool check_plan = true;       ///< run the plan checker (lib/plan_check.h) before training
+  bool check_plan = true;       ///< run the plan checker (lib/plan/plan_check.h) before training
   int64_t jitter_us = 0;        ///< random delay before each op (runtime/exec/jitter.h)
   std::string backend = "cpu";  ///< "cpu" or "cuda" (which engine the factory makes)
   int blas_threads = 1;         ///< OpenBLAS threads of the CPU backend

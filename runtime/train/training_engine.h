@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "lib/job_spec.h"
-#include "lib/plan.h"
-#include "lib/rank_program.h"
+#include "lib/plan/plan.h"
+#include "lib/plan/rank_program.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/model/stage_model.h"

@@ -11,7 +11,7 @@
 
 #include "emitter/task_expansion.h"
 #include "lib/error.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_reader.h"
 #include "tests/emitter/picture_fixture.h"
 
 namespace dhelix {
@@ -40,14 +40,14 @@ TEST(TaskExpansion, SiBlockRepeatsTheLayerBlocks) {
   EXPECT_DOUBLE_EQ(fb.end_us, 318);
   EXPECT_EQ(fb.block, 3);
   EXPECT_EQ(fb.micro_batch, 2);
-  EXPECT_EQ(fb.strand, "fwd");
+  EXPECT_EQ(fb.strand, Pass::kForward);
   EXPECT_FALSE(fb.approximate);
   const ExpandedOp& by = find_op(ops, "b.y", 7);  // pair 0's backward layer
   EXPECT_DOUBLE_EQ(by.start_us, 280);
   EXPECT_DOUBLE_EQ(by.end_us, 288);
   EXPECT_EQ(by.micro_batch, 0);
-  EXPECT_EQ(by.stream, "compute");
-  EXPECT_EQ(find_op(ops, "b.kv", 6).group, "cp");
+  EXPECT_EQ(by.stream, StreamClass::kCompute);
+  EXPECT_EQ(find_op(ops, "b.kv", 6).group, ParallelDim::kCp);
   EXPECT_EQ(ops.front().name, "f.a");  // start order
   EXPECT_DOUBLE_EQ(ops.back().end_us, 326);
 }
@@ -60,7 +60,7 @@ TEST(TaskExpansion, ForwardEmbeddingGoesBeforeTheLayers) {
   EXPECT_DOUBLE_EQ(ops[0].start_us, 0);
   EXPECT_DOUBLE_EQ(ops[0].end_us, 5);
   EXPECT_EQ(ops[0].layer, -1);
-  EXPECT_EQ(ops[0].strand, "");
+  EXPECT_FALSE(ops[0].strand.has_value());
   const ExpandedOp& fag = find_op(ops, "f.ag", 0);
   EXPECT_DOUBLE_EQ(fag.start_us, 15);
   EXPECT_DOUBLE_EQ(fag.end_us, 19);
@@ -104,7 +104,7 @@ TEST(TaskExpansion, HeadLossIsOneStep) {
 TEST(TaskExpansion, ChunkScopeRunsWindowsThenTheRemainder) {
   Plan plan = fixture_plan();
   PlanPairing& p = plan.pairings[0];
-  p.scope = "chunk";
+  p.scope = PairingScope::kChunk;
   p.chunk_layers = 3;
   p.window_layers = 2;
   p.window_blocks = testing::window_layer_blocks(p.layer_blocks, 0);
@@ -113,8 +113,8 @@ TEST(TaskExpansion, ChunkScopeRunsWindowsThenTheRemainder) {
   }
   p.remainder_blocks = testing::window_layer_blocks(p.layer_blocks, 0);
   PlanTask& si = plan.stages[0].tasks[4];
-  si.forward.layers = {0, 3};
-  si.backward.layers = {5, 3};
+  si.forward->layers = {0, 3};
+  si.backward->layers = {5, 3};
   si.end_us = 250 + 3 * 38;
   const auto ops = expand_task(plan, plan.stages[0], si);
   ASSERT_EQ(ops.size(), 21u);
@@ -131,7 +131,7 @@ TEST(TaskExpansion, ChunkScopeRunsWindowsThenTheRemainder) {
 TEST(TaskExpansion, UnequalSiLayerCountsAreRefused) {
   Plan plan = fixture_plan();
   PlanTask& si = plan.stages[0].tasks[4];
-  si.backward.layers.count = 3;
+  si.backward->layers.count = 3;
   try {
     expand_task(plan, plan.stages[0], si);
     FAIL() << "no error";
@@ -217,8 +217,8 @@ int64_t check_trace_structure(const Plan& plan, const OrderedJson& trace) {
           }
         }
       };
-      if (task.has_forward) expect_strand(task.forward, pairing.forward_ops);
-      if (task.has_backward) expect_strand(task.backward, pairing.backward_ops);
+      if (task.forward) expect_strand(*task.forward, pairing.forward_ops);
+      if (task.backward) expect_strand(*task.backward, pairing.backward_ops);
     }
   }
   // Flows pair up: one start, then one finish per id.
@@ -320,10 +320,10 @@ TEST(ChromeTrace, ExamplePlansHaveEveryOpOnceAndNoOverlaps) {
     for (const PlanStage& stage : plan.stages) {
       const PlanPairing& p = plan.pairings[static_cast<size_t>(stage.pairing)];
       for (const PlanTask& t : stage.tasks) {
-        if (t.has_forward)
-          expected += t.forward.layers.count * static_cast<int64_t>(p.forward_ops.size());
-        if (t.has_backward)
-          expected += t.backward.layers.count * static_cast<int64_t>(p.backward_ops.size());
+        if (t.forward)
+          expected += t.forward->layers.count * static_cast<int64_t>(p.forward_ops.size());
+        if (t.backward)
+          expected += t.backward->layers.count * static_cast<int64_t>(p.backward_ops.size());
         // Each ends inside its task.
         for (const ExpandedOp& op : expand_task(plan, stage, t)) {
           EXPECT_GE(op.start_us, t.start_us - 1e-6);

@@ -17,15 +17,17 @@
 //            waits 1/3)
 //   stage 1: F0d 50-90 (waits 0/0), F0u 90-130, B0u 330-386 (waits 0/4), B0d 386-442
 
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix::testing {
 
+// The fixture is written with the file's names; they are parsed here, at its edge.
 inline PlanOp fixture_op(const char* id, const char* stream, const char* group, double solo_us) {
+  const StreamClass s = kStreamClassNames.parse(stream).value();
   return {.id = id,
-          .kind = std::string(stream) == "compute" ? "gemm" : "all_gather",
-          .stream = stream,
-          .group = group,
+          .kind = s == StreamClass::kCompute ? OpKind::kGemm : OpKind::kAllGather,
+          .stream = s,
+          .group = kParallelDimNames.parse(group),
           .signature = std::string("sig:") + id,
           .solo_us = solo_us};
 }
@@ -34,7 +36,7 @@ inline PlanTask fixture_task(int64_t index, const char* kind, const char* label,
                              double end_us) {
   PlanTask t;
   t.index = index;
-  t.kind = kind;
+  t.kind = kTaskKindNames.parse(kind).value();
   t.label = label;
   t.start_us = start_us;
   t.end_us = end_us;
@@ -42,14 +44,14 @@ inline PlanTask fixture_task(int64_t index, const char* kind, const char* label,
 }
 
 inline PlanTask with_forward(PlanTask t, int64_t mb, const char* chunk, int64_t first) {
-  t.has_forward = true;
-  t.forward = {.micro_batch = mb, .chunk = chunk, .layers = {first, 2}};
+  t.forward = PlanTaskPart{
+      .micro_batch = mb, .chunk = kChunkSideNames.parse(chunk).value(), .layers = {first, 2}};
   return t;
 }
 
 inline PlanTask with_backward(PlanTask t, int64_t mb, const char* chunk, int64_t first) {
-  t.has_backward = true;
-  t.backward = {.micro_batch = mb, .chunk = chunk, .layers = {first, 2}};
+  t.backward = PlanTaskPart{
+      .micro_batch = mb, .chunk = kChunkSideNames.parse(chunk).value(), .layers = {first, 2}};
   return t;
 }
 
@@ -64,25 +66,26 @@ inline PlanPairing fixture_pairing() {
                    fixture_op("f.b", "compute", "", 6)};
   p.backward_ops = {fixture_op("b.x", "compute", "", 12), fixture_op("b.rs", "local_comm", "tp", 5),
                     fixture_op("b.y", "compute", "", 8), fixture_op("b.kv", "cross_comm", "cp", 3)};
-  p.scope = "layer";
+  p.scope = PairingScope::kLayer;
   p.chunk_layers = 2;
   p.window_layers = 1;
   p.layer_pair_us = 38;
   p.layer_scope_us = 76;
   p.chunk_scope_us = 76;
   p.sequential_us = 96;
-  p.layer_blocks = {
-      {.time_us = 22,
-       .forward_ops = {"f.a", "f.ag"},
-       .backward_ops = {"b.x"},
-       .timings = {{"fwd", "f.a", 0, 10}, {"bwd", "b.x", 10, 22}, {"fwd", "f.ag", 10, 14}}},
-      {.time_us = 16,
-       .forward_ops = {"f.b"},
-       .backward_ops = {"b.rs", "b.kv", "b.y"},
-       .timings = {{"bwd", "b.rs", 0, 5},
-                   {"bwd", "b.kv", 0, 3},
-                   {"fwd", "f.b", 2, 8},
-                   {"bwd", "b.y", 8, 16}}}};
+  p.layer_blocks = {{.time_us = 22,
+                     .forward_ops = {"f.a", "f.ag"},
+                     .backward_ops = {"b.x"},
+                     .timings = {{Pass::kForward, "f.a", 0, 10},
+                                 {Pass::kBackward, "b.x", 10, 22},
+                                 {Pass::kForward, "f.ag", 10, 14}}},
+                    {.time_us = 16,
+                     .forward_ops = {"f.b"},
+                     .backward_ops = {"b.rs", "b.kv", "b.y"},
+                     .timings = {{Pass::kBackward, "b.rs", 0, 5},
+                                 {Pass::kBackward, "b.kv", 0, 3},
+                                 {Pass::kForward, "f.b", 2, 8},
+                                 {Pass::kBackward, "b.y", 8, 16}}}};
   return p;
 }
 

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_reader.h"
 
 namespace dhelix {
 namespace {
@@ -41,7 +41,7 @@ Plan small_plan() {
   plan.inputs.profile = {"model", "generated:model"};
   plan.job.name = "job";
   PlanPairing pairing;
-  pairing.scope = "layer";
+  pairing.scope = PairingScope::kLayer;
   pairing.layer_scope_us = 3000;
   pairing.layer_blocks = {block({"fwd.a"}, {"bwd.x"}, 1000), block({"fwd.b"}, {"bwd.y"}, 1000),
                           block({"fwd.c"}, {"bwd.z"}, 1000)};

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "lib/error.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_reader.h"
 #include "tests/emitter/picture_fixture.h"
 
 namespace dhelix {

@@ -10,7 +10,7 @@
 #include "emitter/svg_pipeline.h"
 #include "emitter/svg_writer.h"
 #include "lib/error.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_reader.h"
 #include "tests/emitter/picture_fixture.h"
 
 namespace dhelix {
@@ -172,7 +172,7 @@ TEST(SvgPairing, CommOverlapsOfTheFixture) {
   EXPECT_DOUBLE_EQ(o[1].exposed_us, 2);
   EXPECT_EQ(o[1].hidden_under, std::vector<std::string>{"f.b"});
   EXPECT_EQ(o[2].op, "b.kv");
-  EXPECT_EQ(o[2].strand, "bwd");
+  EXPECT_EQ(o[2].strand, Pass::kBackward);
   EXPECT_DOUBLE_EQ(o[2].exposed_us, 2);
 }
 

@@ -1,5 +1,5 @@
-// libFuzzer target: plan files (lib/plan_reader.h), as dhelix-run and dhelix-diff read them.
-#include "lib/plan_reader.h"
+// libFuzzer target: plan files (lib/plan/plan_reader.h), as dhelix-run and dhelix-diff read them.
+#include "lib/plan/plan_reader.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "lib/error.h"
-#include "lib/plan_job.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_job.h"
+#include "lib/plan/plan_reader.h"
 
 namespace dhelix::cuda {
 namespace {
@@ -17,7 +17,7 @@ Instruction make(InstructionKind kind, const std::string& stream, std::vector<in
   Instruction instruction;
   instruction.kind = kind;
   instruction.op = "op";
-  instruction.stream = stream;
+  instruction.stream = kStreamClassNames.parse(stream).value();
   instruction.peer = peer;
   instruction.deps = std::move(deps);
   return instruction;

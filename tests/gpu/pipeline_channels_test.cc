@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "lib/plan_job.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_job.h"
+#include "lib/plan/plan_reader.h"
 
 namespace dhelix::cuda {
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "lib/error.h"
-#include "lib/plan_job.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_job.h"
+#include "lib/plan/plan_reader.h"
 
 namespace dhelix::cuda {
 namespace {
@@ -18,7 +18,7 @@ Instruction make(const std::string& stream, std::vector<int64_t> deps,
   Instruction instruction;
   instruction.kind = kind;
   instruction.op = "op";
-  instruction.stream = stream;
+  instruction.stream = kStreamClassNames.parse(stream).value();
   instruction.deps = std::move(deps);
   return instruction;
 }

@@ -8,10 +8,10 @@
 #include <limits>
 #include <string>
 
-#include "emitter/plan_writer.h"
 #include "lib/dag_builder.h"
 #include "lib/dag_builder_intra_batch.h"
 #include "lib/error.h"
+#include "lib/plan/plan_writer.h"
 #include "planner/co_run_model.h"
 #include "planner/layer_baselines.h"
 #include "planner/layer_costs.h"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "lib/error.h"
-#include "lib/plan_job.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_job.h"
+#include "lib/plan/plan_reader.h"
 #include "runtime/train/setup_failure.h"
 
 namespace dhelix::cuda {

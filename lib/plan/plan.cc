@@ -1,4 +1,4 @@
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix {
 

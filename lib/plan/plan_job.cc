@@ -1,4 +1,4 @@
-#include "lib/plan_job.h"
+#include "lib/plan/plan_job.h"
 
 #include <fmt/format.h>
 

@@ -2,10 +2,10 @@
 
 #include <string>
 
-#include "emitter/plan_writer.h"
 #include "lib/error.h"
-#include "lib/plan.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan.h"
+#include "lib/plan/plan_reader.h"
+#include "lib/plan/plan_writer.h"
 #include "lib/provenance.h"
 
 namespace dhelix {
@@ -27,18 +27,18 @@ Plan small_plan() {
   plan.num_micro_batches = 2;
   PlanPairing pairing;
   pairing.forward_ops = {{.id = "fwd.gemm",
-                          .kind = "gemm",
-                          .stream = "compute",
-                          .group = "",
+                          .kind = OpKind::kGemm,
+                          .stream = StreamClass::kCompute,
+                          .group = std::nullopt,
                           .signature = "gemm:bf16:m=1,n=2,k=3",
                           .solo_us = 10.0004}};
   pairing.backward_ops = {{.id = "bwd.rs",
-                           .kind = "reduce_scatter",
-                           .stream = "local_comm",
-                           .group = "tp",
+                           .kind = OpKind::kReduceScatter,
+                           .stream = StreamClass::kLocalComm,
+                           .group = ParallelDim::kTp,
                            .signature = "reduce_scatter:bf16:bytes=8:tp2:local",
                            .solo_us = 1.0 / 3.0}};
-  pairing.scope = "layer";
+  pairing.scope = PairingScope::kLayer;
   pairing.chunk_layers = 1;
   pairing.layer_scope_us = 10;
   pairing.chunk_scope_us = 10;
@@ -49,32 +49,30 @@ Plan small_plan() {
       {.time_us = 10,
        .forward_ops = {"fwd.gemm"},
        .backward_ops = {"bwd.rs"},
-       .timings = {{.strand = "bwd", .op = "bwd.rs", .start_us = 0, .finish_us = 1.0 / 3.0},
-                   {.strand = "fwd", .op = "fwd.gemm", .start_us = 0, .finish_us = 10}}}};
+       .timings = {
+           {.strand = Pass::kBackward, .op = "bwd.rs", .start_us = 0, .finish_us = 1.0 / 3.0},
+           {.strand = Pass::kForward, .op = "fwd.gemm", .start_us = 0, .finish_us = 10}}}};
   plan.pairings = {pairing};
   PlanStage stage;
   stage.ranks = {0, 1};
   stage.down_layers = {0, 1};
   stage.up_layers = {1, 1};
   stage.embedding = stage.head_loss = true;
-  PlanTask forward{.index = 0,
-                   .kind = "forward",
-                   .label = "F0d",
-                   .has_forward = true,
-                   .forward = {.micro_batch = 0, .chunk = "down", .layers = {0, 1}},
-                   .has_backward = false,
-                   .backward = {},
-                   .head_loss_micro_batch = -1,
-                   .start_us = 0,
-                   .end_us = 10,
-                   .waits_for = {}};
+  PlanTask forward{
+      .index = 0,
+      .kind = TaskKind::kForward,
+      .label = "F0d",
+      .forward = PlanTaskPart{.micro_batch = 0, .chunk = ChunkSide::kDown, .layers = {0, 1}},
+      .backward = std::nullopt,
+      .head_loss_micro_batch = -1,
+      .start_us = 0,
+      .end_us = 10,
+      .waits_for = {}};
   PlanTask head{.index = 1,
-                .kind = "head_loss",
+                .kind = TaskKind::kHeadLoss,
                 .label = "H0",
-                .has_forward = false,
-                .forward = {},
-                .has_backward = false,
-                .backward = {},
+                .forward = std::nullopt,
+                .backward = std::nullopt,
                 .head_loss_micro_batch = 0,
                 .start_us = 10,
                 .end_us = 12,
@@ -118,9 +116,10 @@ TEST(PlanIo, WriterRoundsTimesAndRatios) {
 TEST(PlanIo, ReadBackAndWrittenAgainGivesTheSameBytes) {
   const std::string text = plan_to_text(small_plan());
   const Plan read = plan_from_json(Json::parse(text), "plan.json");
-  EXPECT_EQ(read.stages[0].tasks[0].forward.chunk, "down");
+  ASSERT_TRUE(read.stages[0].tasks[0].forward.has_value());
+  EXPECT_EQ(read.stages[0].tasks[0].forward->chunk, ChunkSide::kDown);
   EXPECT_EQ(read.stages[0].tasks[1].head_loss_micro_batch, 0);
-  EXPECT_FALSE(read.stages[0].tasks[1].has_forward);
+  EXPECT_FALSE(read.stages[0].tasks[1].forward.has_value());
   // plan_from_json sorts the opaque objects' keys; small_plan's are written sorted-unfriendly
   // ("tp" before "dp"), so compare after one more round, and read_plan keeps file order.
   const std::string again = plan_to_text(plan_from_json(Json::parse(plan_to_text(read)), "p"));

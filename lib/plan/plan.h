@@ -6,7 +6,7 @@
 // ordered task list with predicted times, and the predicted figures of the four schemes
 // dhelix compares (dhelix, wavelet+, intra-batch, megatron-1f1b).
 //
-// Shape of the file (key order as written; emitter/plan_writer.h):
+// Shape of the file (key order as written; lib/plan/plan_writer.h):
 //
 //   schema_version, meta (provenance)
 //   inputs:   model {name, sha256}, parallel {...}, cluster {name, sha256},
@@ -28,10 +28,14 @@
 // 6, so that a plan read back and written again gives the same bytes.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "lib/json_reader.h"
+#include "lib/op_catalogue.h"
+#include "lib/parallel_spec.h"
+#include "lib/plan/plan_kinds.h"
 
 namespace dhelix {
 
@@ -72,18 +76,18 @@ struct PlanOptionsRecord {
 
 /// One op of a layer strand.
 struct PlanOp {
-  std::string id;         ///< layer DAG id, e.g. "fwd.gemm_qkv"
-  std::string kind;       ///< op_kind_name
-  std::string stream;     ///< stream_class_name
-  std::string group;      ///< parallel_dim_name of a communication op's group; "" for compute
-  std::string signature;  ///< Op::signature(), the profile key
-  double solo_us = 0;     ///< solo time from the profile
+  std::string id;  ///< layer DAG id, e.g. "fwd.gemm_qkv"
+  OpKind kind = OpKind::kGemm;
+  StreamClass stream = StreamClass::kCompute;
+  std::optional<ParallelDim> group;  ///< a communication op's group; none for compute ("")
+  std::string signature;             ///< Op::signature(), the profile key
+  double solo_us = 0;                ///< solo time from the profile
 };
 
 /// When one op of a block ran, relative to the block's start.
 struct PlanOpTiming {
-  std::string strand;  ///< "fwd" or "bwd"
-  std::string op;      ///< op id ("L<k>.<id>" in chunk scope)
+  Pass strand = Pass::kForward;  ///< "fwd" or "bwd"
+  std::string op;                ///< op id ("L<k>.<id>" in chunk scope)
   double start_us = 0;
   double finish_us = 0;
 };
@@ -106,14 +110,14 @@ struct PlanCommTime {
 /// How one layer's forward and one layer's backward are interleaved (and, for the chunk
 /// scope, windows of several layers). Shared by every stage whose layer DAGs are the same.
 struct PlanPairing {
-  std::vector<PlanOp> forward_ops;       ///< one layer's forward ops, topological order
-  std::vector<PlanOp> backward_ops;      ///< one layer's backward ops, topological order
-  std::string scope;                     ///< "layer" or "chunk": the one the stage costs use
-  int64_t chunk_layers = 0;              ///< layers per chunk the scopes were compared for
-  double layer_scope_us = 0;             ///< chunk_layers x one layer pair (the paper's scope)
-  double chunk_scope_us = 0;             ///< windows of window_layers layers, barriers between
-  int64_t window_layers = 0;             ///< 1: no cross-layer window fitted
-  double sequential_us = 0;              ///< chunk_layers x (forward alone + backward alone)
+  std::vector<PlanOp> forward_ops;            ///< one layer's forward ops, topological order
+  std::vector<PlanOp> backward_ops;           ///< one layer's backward ops, topological order
+  PairingScope scope = PairingScope::kLayer;  ///< the one the stage costs use
+  int64_t chunk_layers = 0;                   ///< layers per chunk the scopes were compared for
+  double layer_scope_us = 0;                  ///< chunk_layers x one layer pair (the paper's scope)
+  double chunk_scope_us = 0;                  ///< windows of window_layers layers, barriers between
+  int64_t window_layers = 0;                  ///< 1: no cross-layer window fitted
+  double sequential_us = 0;                   ///< chunk_layers x (forward alone + backward alone)
   double layer_pair_us = 0;              ///< one layer's forward co-run with one layer's backward
   std::vector<PlanBlock> layer_blocks;   ///< the layer scope's blocks
   std::vector<PlanBlock> window_blocks;  ///< chunk scope: one full window's blocks
@@ -129,7 +133,7 @@ struct PlanLayerRange {
 /// One pass of a task through one chunk.
 struct PlanTaskPart {
   int64_t micro_batch = 0;
-  std::string chunk;  ///< "down", "up", "whole"
+  ChunkSide chunk = ChunkSide::kWhole;
   PlanLayerRange layers;
 };
 
@@ -142,13 +146,11 @@ struct PlanTaskRef {
 /// One entry of a stage's task list.
 struct PlanTask {
   int64_t index = 0;
-  std::string kind;   ///< "forward", "backward", "si_block", "head_loss"
-  std::string label;  ///< "F3d+B1u", "H2", ...
-  bool has_forward = false;
-  PlanTaskPart forward;  ///< meaningful when has_forward
-  bool has_backward = false;
-  PlanTaskPart backward;               ///< meaningful when has_backward
-  int64_t head_loss_micro_batch = -1;  ///< head_loss tasks only; -1 otherwise
+  TaskKind kind = TaskKind::kForward;
+  std::string label;                    ///< "F3d+B1u", "H2", ...
+  std::optional<PlanTaskPart> forward;  ///< forward and si_block tasks (null in the file otherwise)
+  std::optional<PlanTaskPart> backward;  ///< backward and si_block tasks
+  int64_t head_loss_micro_batch = -1;    ///< head_loss tasks only; -1 otherwise
   double start_us = 0;
   double end_us = 0;
   std::vector<PlanTaskRef> waits_for;

@@ -1,4 +1,4 @@
-#include "lib/rank_program.h"
+#include "lib/plan/rank_program.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 
 #include "lib/error.h"
 #include "lib/job_reader.h"
-#include "lib/plan_job.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_job.h"
+#include "lib/plan/plan_reader.h"
 
 namespace dhelix {
 namespace {
@@ -55,7 +55,7 @@ TEST(RankProgram, EveryLayerOpRunsOncePerMicroBatch) {
           const Instruction& ins = program.instructions[i];
           for (int64_t dep : ins.deps) ASSERT_LT(dep, static_cast<int64_t>(i)) << name;
           if (ins.kind == InstructionKind::kCompute || ins.kind == InstructionKind::kCollective) {
-            ++seen[{ins.micro_batch, ins.layer, ins.op}];
+            ++seen[{ins.micro_batch, ins.layer, std::string(ins.op)}];
           }
         }
         for (const auto& [key, count] : seen) {
@@ -81,13 +81,14 @@ TEST(RankProgram, CoExecutedBlocksEndInBarriers) {
     const Instruction& ins = program.instructions[i];
     const Instruction& before = program.instructions[i - 1];
     if (ins.block != 1 || before.block != 0 || ins.task != before.task) continue;
-    std::map<std::string, int64_t> last;
+    std::map<StreamClass, int64_t> last;
     for (size_t j = 0; j < i; ++j) {
       const Instruction& b = program.instructions[j];
       if (b.task == ins.task && b.block == 0) last[b.stream] = static_cast<int64_t>(j);
     }
     for (const auto& [stream, index] : last) {
-      EXPECT_TRUE(std::find(ins.deps.begin(), ins.deps.end(), index) != ins.deps.end()) << stream;
+      EXPECT_TRUE(std::find(ins.deps.begin(), ins.deps.end(), index) != ins.deps.end())
+          << stream_class_name(stream);
     }
     return;
   }

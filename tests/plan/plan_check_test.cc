@@ -1,4 +1,4 @@
-#include "lib/plan_check.h"
+#include "lib/plan/plan_check.h"
 
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "lib/plan_job.h"
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_job.h"
+#include "lib/plan/plan_reader.h"
 
 namespace dhelix {
 namespace {

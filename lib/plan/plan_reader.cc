@@ -3,7 +3,7 @@
 // pointers. The embedded job (model, cluster, parallel) and meta are kept as they are:
 // the plan's own readers (dhelix-run) re-validate the job through the spec readers.
 
-#include "lib/plan_reader.h"
+#include "lib/plan/plan_reader.h"
 
 #include "lib/provenance.h"
 
@@ -93,6 +93,15 @@ void with_element(ObjectReader& parent, const Json& element, const std::string& 
   child.finish();
 }
 
+// The enum at `key`, its allowed values and its conversion from one name table
+// (lib/enum_names.h). A missing or unknown name is reported; `fallback` stands in for it.
+template <typename Enum, size_t N>
+Enum read_enum(ObjectReader& r, const std::string& key, const EnumNames<Enum, N>& names,
+               Enum fallback) {
+  const std::optional<std::string> text = r.string(key, Need::kRequired, names.all());
+  return text ? names.parse(*text).value_or(fallback) : fallback;
+}
+
 PlanInputRef read_ref(ObjectReader& r, const char* name_key) {
   PlanInputRef ref;
   ref.name = r.string(name_key, Need::kRequired).value_or("");
@@ -103,10 +112,13 @@ PlanInputRef read_ref(ObjectReader& r, const char* name_key) {
 PlanOp read_op(ObjectReader& r) {
   PlanOp op;
   op.id = r.string("id", Need::kRequired).value_or("");
-  op.kind = r.string("kind", Need::kRequired).value_or("");
-  op.stream =
-      r.string("stream", Need::kRequired, {"compute", "local_comm", "cross_comm"}).value_or("");
-  op.group = r.string("group", Need::kRequired, {"", "tp", "cp", "ep", "dp", "pp"}).value_or("");
+  op.kind = read_enum(r, "kind", kOpKindNames, OpKind::kGemm);
+  op.stream = read_enum(r, "stream", kStreamClassNames, StreamClass::kCompute);
+  // A compute op's group is "": no process group.
+  std::vector<std::string> groups = kParallelDimNames.all();
+  groups.insert(groups.begin(), "");
+  const std::string group = r.string("group", Need::kRequired, groups).value_or("");
+  op.group = kParallelDimNames.parse(group);
   op.signature = r.string("signature", Need::kRequired).value_or("");
   op.solo_us = time_field(r, "solo_us");
   return op;
@@ -128,7 +140,7 @@ PlanBlock read_block(ObjectReader& r) {
   for_each_element(r, "timings", [&](const Json& e, const std::string& pointer) {
     with_element(r, e, pointer, [&](ObjectReader& o) {
       PlanOpTiming t;
-      t.strand = o.string("strand", Need::kRequired, {"fwd", "bwd"}).value_or("");
+      t.strand = read_enum(o, "strand", kPassNames, Pass::kForward);
       t.op = o.string("op", Need::kRequired).value_or("");
       t.start_us = time_field(o, "start_us");
       t.finish_us = time_field(o, "finish_us");
@@ -154,7 +166,7 @@ PlanPairing read_pairing(ObjectReader& r) {
   PlanPairing p;
   p.forward_ops = read_ops(r, "forward_ops");
   p.backward_ops = read_ops(r, "backward_ops");
-  p.scope = r.string("scope", Need::kRequired, {"layer", "chunk"}).value_or("");
+  p.scope = read_enum(r, "scope", kPairingScopeNames, PairingScope::kLayer);
   p.chunk_layers = r.integer("chunk_layers", Need::kRequired, {.min = 1}).value_or(1);
   p.layer_scope_us = time_field(r, "layer_scope_us");
   p.chunk_scope_us = time_field(r, "chunk_scope_us");
@@ -173,25 +185,25 @@ PlanLayerRange read_range(ObjectReader& r) {
 
 // A task's forward or backward part: an object or null (anything else is reported by the
 // ObjectReader as "expected an object").
-bool read_part(ObjectReader& r, const std::string& key, PlanTaskPart& part) {
+std::optional<PlanTaskPart> read_part(ObjectReader& r, const std::string& key) {
   const Json* value = r.raw(key, Need::kRequired);
-  if (value == nullptr || value->is_null()) return false;
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  PlanTaskPart part;
   with_element(r, *value, r.pointer_of(key), [&](ObjectReader& o) {
     part.micro_batch = count_field(o, "micro_batch");
-    part.chunk = o.string("chunk", Need::kRequired, {"down", "up", "whole"}).value_or("");
+    part.chunk = read_enum(o, "chunk", kChunkSideNames, ChunkSide::kWhole);
     with_object(o, "layers", [&](ObjectReader& l) { part.layers = read_range(l); });
   });
-  return true;
+  return part;
 }
 
 PlanTask read_task(ObjectReader& r) {
   PlanTask t;
   t.index = count_field(r, "index");
-  t.kind = r.string("kind", Need::kRequired, {"forward", "backward", "si_block", "head_loss"})
-               .value_or("");
+  t.kind = read_enum(r, "kind", kTaskKindNames, TaskKind::kForward);
   t.label = r.string("label", Need::kRequired).value_or("");
-  t.has_forward = read_part(r, "forward", t.forward);
-  t.has_backward = read_part(r, "backward", t.backward);
+  t.forward = read_part(r, "forward");
+  t.backward = read_part(r, "backward");
   t.head_loss_micro_batch =
       r.integer("head_loss_micro_batch", Need::kRequired, {.min = -1}).value_or(-1);
   t.start_us = time_field(r, "start_us");

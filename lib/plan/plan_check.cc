@@ -1,4 +1,4 @@
-#include "lib/plan_check.h"
+#include "lib/plan/plan_check.h"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "lib/placement.h"
-#include "lib/plan_job.h"
+#include "lib/plan/plan_job.h"
 #include "lib/text.h"
 
 namespace dhelix {
@@ -22,14 +22,6 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string mode_prefix(const std::vector<RankProgram>& programs) {
   return programs.empty() ? "" : fmt::format("{}: ", execution_mode_name(programs[0].mode));
-}
-
-std::optional<ParallelDim> dim_named(const std::string& name) {
-  for (ParallelDim dim :
-       {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp, ParallelDim::kDp, ParallelDim::kPp}) {
-    if (name == parallel_dim_name(dim)) return dim;
-  }
-  return std::nullopt;
 }
 
 std::string ranks_text(const std::vector<int64_t>& ranks) {
@@ -48,9 +40,9 @@ void add_problem(ProblemList& problems, const std::string& file, const Plan& pla
 
 // One communicator: a process group of one dimension, on one stream.
 struct CommunicatorKey {
-  std::string dim;
+  ParallelDim dim = ParallelDim::kTp;
   int64_t first_rank = 0;
-  std::string stream;
+  StreamClass stream = StreamClass::kCompute;
   auto operator<=>(const CommunicatorKey&) const = default;
 };
 
@@ -66,7 +58,7 @@ bool same_collective(const Instruction& a, const Instruction& b) {
 
 std::string collective_text(const Plan& plan, const RankProgram& program, const Instruction& i) {
   return fmt::format("{} issues {} of {} bytes", describe_instruction(plan, program, i),
-                     i.collective, i.bytes);
+                     i.collective ? op_kind_name(*i.collective) : "no collective", i.bytes);
 }
 
 // The first position where two members' sequences differ; nullopt when identical.
@@ -145,28 +137,33 @@ double elapsed_ms(Clock::time_point since) {
 // Lowers every rank of the job in `mode`, on as many threads as the machine has (lowering
 // dominates the check's cost, and each rank lowers on its own). Returns false, with one
 // problem per rank, when some rank does not lower.
+// `report(lowered)` is called on the calling thread after each rank it lowers itself.
 bool lower_all_ranks(const Plan& plan, const JobSpec& job, ExecutionMode mode,
                      const std::string& plan_file, std::vector<RankProgram>& programs,
-                     ProblemList& problems) {
+                     ProblemList& problems, const std::function<void(int64_t)>& report) {
   const int64_t world = Placement(job.parallel, job.cluster.gpus_per_node).world_size();
   programs.assign(static_cast<size_t>(world), RankProgram{});
   std::vector<std::string> errors(static_cast<size_t>(world));
   std::atomic<int64_t> next{0};
-  auto lower_some = [&] {
+  std::atomic<int64_t> lowered_ranks{0};
+  auto lower_some = [&](bool calling_thread) {
     for (int64_t rank = next++; rank < world; rank = next++) {
       try {
         programs[static_cast<size_t>(rank)] = lower_rank_program(plan, job, rank, mode);
       } catch (const Error& error) {
         errors[static_cast<size_t>(rank)] = error.what();
       }
+      const int64_t lowered_so_far = ++lowered_ranks;
+      if (calling_thread) report(lowered_so_far);
     }
   };
   const int64_t threads =
       std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(world, 1));
   std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(lower_some);
-  lower_some();
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(lower_some, false);
+  lower_some(true);
   for (std::thread& thread : pool) thread.join();
+  report(world);
   bool lowered = true;
   for (int64_t rank = 0; rank < world; ++rank) {
     const std::string& error = errors[static_cast<size_t>(rank)];
@@ -189,16 +186,25 @@ std::string bytes_text(int64_t bytes) {
 
 // ----- shared helpers ----------------------------------------------------------------------
 
-std::string execution_stream(const RankProgram& program, const Instruction& instruction,
-                             SimulatedOrder order) {
+SimulatedStream execution_stream(const RankProgram& program, const Instruction& instruction,
+                                 SimulatedOrder order) {
   if (program.mode == ExecutionMode::kSequential || order == SimulatedOrder::kProgramOrder) {
-    return "in-order";
+    return SimulatedStream::kInOrder;
   }
-  return instruction.kind == InstructionKind::kRecv ? "receive" : instruction.stream;
+  if (instruction.kind == InstructionKind::kRecv) return SimulatedStream::kReceive;
+  switch (instruction.stream) {
+    case StreamClass::kCompute:
+      return SimulatedStream::kCompute;
+    case StreamClass::kLocalComm:
+      return SimulatedStream::kLocalComm;
+    case StreamClass::kCrossComm:
+      return SimulatedStream::kCrossComm;
+  }
+  return SimulatedStream::kInOrder;
 }
 
-std::string communicator_stream(const RankProgram& program, const Instruction& instruction) {
-  return program.mode == ExecutionMode::kSequential ? "compute" : instruction.stream;
+StreamClass communicator_stream(const RankProgram& program, const Instruction& instruction) {
+  return program.mode == ExecutionMode::kSequential ? StreamClass::kCompute : instruction.stream;
 }
 
 std::string instruction_pointer(const Plan& plan, const RankProgram& program,
@@ -223,11 +229,6 @@ void check_dependencies(const Plan& plan, const std::vector<RankProgram>& progra
     const auto n = static_cast<int64_t>(program.instructions.size());
     for (int64_t i = 0; i < n; ++i) {
       const Instruction& ins = program.instructions[static_cast<size_t>(i)];
-      if (ins.stream != "compute" && ins.stream != "local_comm" && ins.stream != "cross_comm") {
-        add_problem(problems, plan_file, plan, program, ins,
-                    fmt::format("{}{}: runs on stream '{}', which the runtime does not have",
-                                prefix, describe_instruction(plan, program, ins), ins.stream));
-      }
       for (int64_t dep : ins.deps) {
         if (dep >= 0 && dep < i) continue;
         const std::string what =
@@ -257,16 +258,15 @@ int64_t check_collectives(const Plan& plan, const JobSpec& job,
     for (size_t i = 0; i < program.instructions.size(); ++i) {
       const Instruction& ins = program.instructions[i];
       if (ins.kind != InstructionKind::kCollective) continue;
-      const auto dim = dim_named(ins.group);
-      if (!dim) {
+      if (!ins.group) {
         add_problem(problems, plan_file, plan, program, ins,
-                    fmt::format("{}{}: group '{}' is no parallel dimension", prefix,
-                                describe_instruction(plan, program, ins), ins.group));
+                    fmt::format("{}{}: a collective without a process group", prefix,
+                                describe_instruction(plan, program, ins)));
         continue;
       }
-      const ProcessGroup group = placement.group(*dim, program.rank);
+      const ProcessGroup group = placement.group(*ins.group, program.rank);
       Communicator& comm =
-          comms[{ins.group, group.ranks.front(), communicator_stream(program, ins)}];
+          comms[{*ins.group, group.ranks.front(), communicator_stream(program, ins)}];
       if (comm.members.empty()) {
         comm.members = group.ranks;
         for (int64_t m : group.ranks) comm.sequence[m];
@@ -275,8 +275,8 @@ int64_t check_collectives(const Plan& plan, const JobSpec& job,
     }
   }
   for (const auto& [key, comm] : comms) {
-    const std::string where =
-        fmt::format("{} group {} on stream {}", key.dim, ranks_text(comm.members), key.stream);
+    const std::string where = fmt::format("{} group {} on stream {}", parallel_dim_name(key.dim),
+                                          ranks_text(comm.members), stream_class_name(key.stream));
     const int64_t ref = majority_member(programs, comm);
     for (int64_t m : comm.members) {
       if (m != ref) report_difference(plan, programs, plan_file, where, ref, m, comm, problems);
@@ -291,7 +291,7 @@ int64_t check_transfers(const Plan& plan, const std::vector<RankProgram>& progra
                         const std::string& plan_file, ProblemList& problems) {
   const std::string prefix = mode_prefix(programs);
   const auto world = static_cast<int64_t>(programs.size());
-  using Key = std::tuple<int64_t, int64_t, int64_t, std::string>;     // from, to, tag, stream
+  using Key = std::tuple<int64_t, int64_t, int64_t, StreamClass>;     // from, to, tag, stream
   using Ref = std::pair<int64_t, size_t>;                             // rank, instruction
   std::map<Key, std::pair<std::vector<Ref>, std::vector<Ref>>> ends;  // sends, receives
   for (const RankProgram& program : programs) {
@@ -365,8 +365,7 @@ void check_memory(const Plan& plan, const std::string& plan_file, PlanCheckRepor
     report.problems.add(plan_file, "/schemes", "", "has no dhelix scheme to check memory of");
     return;
   }
-  size_t scheme_index = 0;
-  while (plan.schemes[scheme_index].scheme != "dhelix") ++scheme_index;
+  const auto scheme_index = static_cast<size_t>(scheme - plan.schemes.data());
   bool over = false;
   for (size_t s = 0; s < scheme->memory.size(); ++s) {
     const PlanStageMemory& m = scheme->memory[s];
@@ -421,17 +420,31 @@ void check_programs(const Plan& plan, const JobSpec& job, const std::vector<Rank
   summary.transfers = transfers;
 }
 
-PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file) {
+PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
+                           const PlanCheckProgress& progress) {
   PlanCheckReport report;
   const JobSpec job = job_from_plan(plan, plan_file);
+  // Steps: per mode, one per rank lowered and one for that mode's checks.
+  const int64_t world = Placement(job.parallel, job.cluster.gpus_per_node).world_size();
+  const int64_t total = 2 * (world + 1);
+  int64_t done = 0;
+  const auto advance_to = [&](int64_t step) {
+    if (step <= done) return;
+    done = step;
+    if (progress) progress(done, total);
+  };
   for (ExecutionMode mode : {ExecutionMode::kCoExecuted, ExecutionMode::kSequential}) {
+    const int64_t mode_start = done;
     const Clock::time_point start = Clock::now();
     std::vector<RankProgram> programs;
-    const bool lowered = lower_all_ranks(plan, job, mode, plan_file, programs, report.problems);
+    const bool lowered =
+        lower_all_ranks(plan, job, mode, plan_file, programs, report.problems,
+                        [&](int64_t lowered_ranks) { advance_to(mode_start + lowered_ranks); });
     report.summary.lowering_ms += elapsed_ms(start);
     const Clock::time_point checked = Clock::now();
     if (lowered) check_programs(plan, job, programs, plan_file, report);
     report.summary.checking_ms += elapsed_ms(checked);
+    advance_to(mode_start + world + 1);
   }
   check_memory(plan, plan_file, report);
   return report;

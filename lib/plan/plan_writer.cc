@@ -1,4 +1,4 @@
-#include "emitter/plan_writer.h"
+#include "lib/plan/plan_writer.h"
 
 #include <cmath>
 
@@ -17,9 +17,12 @@ OrderedJson input_ref_json(const PlanInputRef& ref, const char* name_key) {
 }
 
 OrderedJson op_json(const PlanOp& op) {
-  return OrderedJson{
-      {"id", op.id},       {"kind", op.kind},           {"stream", op.stream},
-      {"group", op.group}, {"signature", op.signature}, {"solo_us", round_time_us(op.solo_us)}};
+  return OrderedJson{{"id", op.id},
+                     {"kind", op_kind_name(op.kind)},
+                     {"stream", stream_class_name(op.stream)},
+                     {"group", op.group ? parallel_dim_name(*op.group) : ""},
+                     {"signature", op.signature},
+                     {"solo_us", round_time_us(op.solo_us)}};
 }
 
 OrderedJson ops_json(const std::vector<PlanOp>& ops) {
@@ -31,7 +34,7 @@ OrderedJson ops_json(const std::vector<PlanOp>& ops) {
 OrderedJson block_json(const PlanBlock& block) {
   OrderedJson timings = OrderedJson::array();
   for (const PlanOpTiming& t : block.timings) {
-    timings.push_back(OrderedJson{{"strand", t.strand},
+    timings.push_back(OrderedJson{{"strand", pass_name(t.strand)},
                                   {"op", t.op},
                                   {"start_us", round_time_us(t.start_us)},
                                   {"finish_us", round_time_us(t.finish_us)}});
@@ -51,7 +54,7 @@ OrderedJson blocks_json(const std::vector<PlanBlock>& blocks) {
 OrderedJson pairing_json(const PlanPairing& p) {
   return OrderedJson{{"forward_ops", ops_json(p.forward_ops)},
                      {"backward_ops", ops_json(p.backward_ops)},
-                     {"scope", p.scope},
+                     {"scope", kPairingScopeNames.name(p.scope)},
                      {"chunk_layers", p.chunk_layers},
                      {"layer_scope_us", round_time_us(p.layer_scope_us)},
                      {"chunk_scope_us", round_time_us(p.chunk_scope_us)},
@@ -67,11 +70,11 @@ OrderedJson range_json(const PlanLayerRange& range) {
   return OrderedJson{{"first", range.first}, {"count", range.count}};
 }
 
-OrderedJson part_json(bool present, const PlanTaskPart& part) {
-  if (!present) return nullptr;
-  return OrderedJson{{"micro_batch", part.micro_batch},
-                     {"chunk", part.chunk},
-                     {"layers", range_json(part.layers)}};
+OrderedJson part_json(const std::optional<PlanTaskPart>& part) {
+  if (!part) return nullptr;
+  return OrderedJson{{"micro_batch", part->micro_batch},
+                     {"chunk", chunk_side_name(part->chunk)},
+                     {"layers", range_json(part->layers)}};
 }
 
 OrderedJson task_json(const PlanTask& task) {
@@ -80,10 +83,10 @@ OrderedJson task_json(const PlanTask& task) {
     waits.push_back(OrderedJson{{"stage", ref.stage}, {"task", ref.task}});
   }
   return OrderedJson{{"index", task.index},
-                     {"kind", task.kind},
+                     {"kind", task_kind_name(task.kind)},
                      {"label", task.label},
-                     {"forward", part_json(task.has_forward, task.forward)},
-                     {"backward", part_json(task.has_backward, task.backward)},
+                     {"forward", part_json(task.forward)},
+                     {"backward", part_json(task.backward)},
                      {"head_loss_micro_batch", task.head_loss_micro_batch},
                      {"start_us", round_time_us(task.start_us)},
                      {"end_us", round_time_us(task.end_us)},

@@ -1,7 +1,7 @@
 #pragma once
 // How an SI block task of a plan unrolls into template blocks: shared by the Chrome trace
 // (emitter/task_expansion.h), the rank programs the runtime executes and the plan checker
-// (lib/rank_program.h), so that all three read a plan the same way.
+// (lib/plan/rank_program.h), so that all three read a plan the same way.
 //
 // An SI block task over c layers runs the stage's pairing template c times: c copies of the
 // layer blocks, or, in the "chunk" scope, c / window_layers copies of the window blocks and
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix {
 

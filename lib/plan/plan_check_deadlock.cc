@@ -1,4 +1,4 @@
-// Check 4 of the plan checker (lib/plan_check.h): simulates the whole world, every rank's
+// Check 4 of the plan checker (lib/plan/plan_check.h): simulates the whole world, every rank's
 // streams at once, to prove that the programs cannot hang.
 //
 // The simulation is event driven. An instruction starts when it is at the head of its
@@ -19,13 +19,14 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <map>
 #include <optional>
 #include <tuple>
 #include <utility>
 
 #include "lib/placement.h"
-#include "lib/plan_check.h"
+#include "lib/plan/plan_check.h"
 
 namespace dhelix {
 namespace {
@@ -79,7 +80,7 @@ class WorldSimulation {
 
   std::vector<int64_t> stream_of_;             // global id -> stream
   std::vector<std::vector<int64_t>> streams_;  // stream -> its instructions, in order
-  std::vector<std::string> stream_name_;
+  std::vector<SimulatedStream> stream_name_;
   std::vector<size_t> head_;  // stream -> position of its first instruction not done
 
   std::vector<int32_t> pending_;           // dependencies not done
@@ -113,7 +114,8 @@ WorldSimulation::WorldSimulation(const Plan& plan, const JobSpec& job,
 
 std::string WorldSimulation::describe(int64_t g) const {
   return fmt::format("{} [{} stream]", describe_instruction(plan_, program_of(g), instruction(g)),
-                     stream_name_[static_cast<size_t>(stream_of_[static_cast<size_t>(g)])]);
+                     kSimulatedStreamNames.name(
+                         stream_name_[static_cast<size_t>(stream_of_[static_cast<size_t>(g)])]));
 }
 
 void WorldSimulation::index_streams_and_deps() {
@@ -122,19 +124,22 @@ void WorldSimulation::index_streams_and_deps() {
   std::vector<int64_t> count(static_cast<size_t>(total_) + 1, 0);
   for (size_t r = 0; r < programs_.size(); ++r) {
     const RankProgram& program = programs_[r];
-    std::map<std::string, int64_t> streams;  // this rank's, by name
+    // This rank's streams, numbered in the order they first appear; -1: not yet.
+    std::array<int64_t, kSimulatedStreamNames.names.size()> streams;
+    streams.fill(-1);
     const auto n = static_cast<int64_t>(program.instructions.size());
     for (int64_t i = 0; i < n; ++i) {
       const Instruction& ins = program.instructions[static_cast<size_t>(i)];
       const int64_t g = offset_[r] + i;
-      const std::string name = execution_stream(program, ins, order_);
-      auto [it, added] = streams.try_emplace(name, static_cast<int64_t>(streams_.size()));
-      if (added) {
+      const SimulatedStream stream = execution_stream(program, ins, order_);
+      int64_t& s = streams[static_cast<size_t>(stream)];
+      if (s < 0) {
+        s = static_cast<int64_t>(streams_.size());
         streams_.emplace_back();
-        stream_name_.push_back(name);
+        stream_name_.push_back(stream);
       }
-      stream_of_[static_cast<size_t>(g)] = it->second;
-      streams_[static_cast<size_t>(it->second)].push_back(g);
+      stream_of_[static_cast<size_t>(g)] = s;
+      streams_[static_cast<size_t>(s)].push_back(g);
       for (int64_t dep : ins.deps) {
         if (dep < 0 || dep >= n || dep == i) continue;  // check_dependencies reports these
         ++pending_[static_cast<size_t>(g)];
@@ -162,26 +167,26 @@ void WorldSimulation::index_collectives(const JobSpec& job) {
   const Placement placement(job.parallel, job.cluster.gpus_per_node);
   comm_of_.assign(static_cast<size_t>(total_), -1);
   position_of_.assign(static_cast<size_t>(total_), -1);
-  std::map<std::tuple<std::string, int64_t, std::string>, int64_t> index;  // dim, first, stream
+  // Collectives without a group (check 2 reports them) form one-member communicators.
+  std::map<std::tuple<std::optional<ParallelDim>, int64_t, StreamClass>, int64_t> index;
   for (size_t r = 0; r < programs_.size(); ++r) {
     const RankProgram& program = programs_[r];
     for (size_t i = 0; i < program.instructions.size(); ++i) {
       const Instruction& ins = program.instructions[i];
       if (ins.kind != InstructionKind::kCollective) continue;
-      std::vector<int64_t> members = {program.rank};  // an unknown group: check 2 reports it
-      for (ParallelDim dim : {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp,
-                              ParallelDim::kDp, ParallelDim::kPp}) {
-        if (ins.group == parallel_dim_name(dim)) members = placement.group(dim, program.rank).ranks;
-      }
-      const std::string stream = communicator_stream(program, ins);
+      const std::vector<int64_t> members = ins.group
+                                               ? placement.group(*ins.group, program.rank).ranks
+                                               : std::vector<int64_t>{program.rank};
+      const StreamClass stream = communicator_stream(program, ins);
       auto [it, added] = index.try_emplace({ins.group, members.front(), stream},
                                            static_cast<int64_t>(comms_.size()));
       if (added) {
         SimCommunicator comm;
         std::vector<std::string> names;
         for (int64_t m : members) names.push_back(std::to_string(m));
-        comm.name =
-            fmt::format("{} group [{}] on stream {}", ins.group, fmt::join(names, ", "), stream);
+        comm.name = fmt::format("{} group [{}] on stream {}",
+                                ins.group ? parallel_dim_name(*ins.group) : "",
+                                fmt::join(names, ", "), stream_class_name(stream));
         comm.members = members;
         comm.sequence.resize(members.size());
         comms_.push_back(std::move(comm));
@@ -202,14 +207,14 @@ void WorldSimulation::index_collectives(const JobSpec& job) {
 // The k-th send of a message pairs with the k-th receive of it, as MPI matches them.
 void WorldSimulation::index_transfers() {
   partner_.assign(static_cast<size_t>(total_), -1);
-  using Key = std::tuple<int64_t, int64_t, int64_t, std::string>;  // from, to, tag, stream
+  using Key = std::tuple<int64_t, int64_t, int64_t, StreamClass>;  // from, to, tag, stream
   std::map<Key, std::pair<std::vector<int64_t>, std::vector<int64_t>>> ends;
   for (size_t r = 0; r < programs_.size(); ++r) {
     const RankProgram& program = programs_[r];
     for (size_t i = 0; i < program.instructions.size(); ++i) {
       const Instruction& ins = program.instructions[i];
       const int64_t g = offset_[r] + static_cast<int64_t>(i);
-      const std::string stream = communicator_stream(program, ins);
+      const StreamClass stream = communicator_stream(program, ins);
       if (ins.kind == InstructionKind::kSend) {
         ends[{program.rank, ins.peer, ins.tag, stream}].first.push_back(g);
       } else if (ins.kind == InstructionKind::kRecv) {

@@ -5,10 +5,10 @@
 // (runtime/exec/interpreter.h) and the plan checker verifies (dhelix-plan --check), so
 // that what is checked is what runs.
 //
-// Lowering a stage's task list (lib/plan.h), for the rank's stage:
+// Lowering a stage's task list (lib/plan/plan.h), for the rank's stage:
 //   * forward / backward task: each layer's ops in topological order of the layer DAG
 //     (forward layers ascending, backward layers descending);
-//   * SI block task: the pairing's template blocks (lib/plan_blocks.h), each block's ops
+//   * SI block task: the pairing's template blocks (lib/plan/plan_blocks.h), each block's ops
 //     in the start order of its timings, the two strands' micro-batches and layers filled
 //     in; a block ends in a barrier: every op of the next block depends on the last op of
 //     each stream of this one (streams run in order, so that is every op of the block);
@@ -25,18 +25,28 @@
 // a receive comes right before its first consumer and the producing stage sends right
 // after the producer. The message is the residual stream of one micro-batch at one layer
 // boundary; its tag encodes (micro-batch, boundary, direction), so a send and its receive
-// agree without any order between them.
+// agree without any order between them (lib/plan/transfer_tags.h).
+//
+// The lowering has three parts: this file's tasks -> instructions (lib/plan/rank_program.cc),
+// the pipeline transfers and their tags (lib/plan/pipeline_transfers.h,
+// lib/plan/transfer_tags.h), and the description of instructions for messages
+// (lib/plan/rank_program_text.cc). lib/plan/program_builder.h appends instructions with
+// their barriers.
 //
 // Sequential mode (the reference of dhelix-run --verify) lowers the same tasks in the same
 // order, but runs an SI block's forward part to the end before its backward part, each
 // layer in topological order, and chains every instruction to the one before it.
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lib/job_spec.h"
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
+#include "lib/plan/transfer_tags.h"
 
 namespace dhelix {
 
@@ -48,15 +58,17 @@ const char* instruction_kind_name(InstructionKind kind);  ///< "compute", "colle
 
 struct Instruction {
   InstructionKind kind = InstructionKind::kCompute;
-  std::string op;           ///< layer DAG op id; "p2p.activation" / "p2p.gradient" for transfers
+  /// Layer DAG op id; "p2p.activation" / "p2p.gradient" for transfers. Points into the
+  /// program's op_ids (or a literal): valid while a copy of its RankProgram lives.
+  std::string_view op;
   int64_t layer = -1;       ///< absolute layer; -1 for the embedding, head and loss (see below)
   int64_t micro_batch = 0;  ///< 0-based within the iteration
-  std::string stream;       ///< "compute", "local_comm", "cross_comm"
-  std::string group;        ///< collectives: "tp", ...; transfers: "pp"; compute: ""
-  std::string collective;   ///< collectives: op kind name ("all_gather", ...)
-  int64_t bytes = 0;        ///< collectives: the op's comm_bytes; transfers: message bytes
-  int64_t peer = -1;        ///< transfers: world rank at the other end
-  int64_t tag = -1;         ///< transfers: message tag (transfer_tag)
+  StreamClass stream = StreamClass::kCompute;
+  std::optional<ParallelDim> group;  ///< collectives: their group; transfers: pp; compute: none
+  std::optional<OpKind> collective;  ///< collectives: the op's kind (all_gather, ...)
+  int64_t bytes = 0;                 ///< collectives: the op's comm_bytes; transfers: message bytes
+  int64_t peer = -1;                 ///< transfers: world rank at the other end
+  int64_t tag = -1;                  ///< transfers: message tag (transfer_tag)
   /// Transfers: the buffer moved. Activation: the input of `layer` (the residual stream
   /// entering it; layer == num_layers is the head's input). Gradient: the gradient of
   /// `layer`'s output (layer == -1: of the embedding's output).
@@ -71,34 +83,17 @@ struct RankProgram {
   int64_t stage = 0;
   ExecutionMode mode = ExecutionMode::kCoExecuted;
   std::vector<Instruction> instructions;
+  /// The op ids the instructions' `op` views point into, shared by copies of the program:
+  /// one string per op of the rank's DAGs instead of one per instruction.
+  std::shared_ptr<const std::vector<std::string>> op_ids;
 };
 
 /// Lowers `plan` for world rank `rank` (see the file comment). `job` is the plan's job
-/// (lib/plan_job.h). Throws Error(kInvalidInput) naming the stage, task, block and op when
+/// (lib/plan/plan_job.h). Throws Error(kInvalidInput) naming the stage, task, block and op when
 /// the plan is inconsistent: a rank or pairing that does not exist, a block op the layer
 /// DAG lacks, an op scheduled before one of its inputs is produced, a layer no stage holds.
 RankProgram lower_rank_program(const Plan& plan, const JobSpec& job, int64_t rank,
                                ExecutionMode mode);
-
-/// The tag of the pipeline message carrying micro-batch `micro_batch` across boundary
-/// `layer` (see Instruction::gradient) in a model of `num_layers` layers.
-int64_t transfer_tag(int64_t micro_batch, int64_t layer, bool gradient, int64_t num_layers);
-
-/// What a transfer tag encodes.
-struct TransferTagFields {
-  int64_t micro_batch = 0;
-  int64_t layer = 0;
-  bool gradient = false;
-  bool operator==(const TransferTagFields&) const = default;
-};
-
-/// The inverse of transfer_tag for a model of num_layers layers; DHELIX_CHECKs that tag is
-/// non-negative and num_layers positive.
-TransferTagFields decode_transfer_tag(int64_t tag, int64_t num_layers);
-
-/// "micro-batch 1, activation into layer 4" / "micro-batch 0, gradient of layer 2's output";
-/// the head's input and the embedding's output gradient are named as such.
-std::string describe_transfer_tag(int64_t tag, int64_t num_layers);
 
 /// "stage 1 task 4 (F2d+B0u) block 3: fwd.gemm_qkv, layer 1, micro-batch 2": where an
 /// instruction comes from, for messages.

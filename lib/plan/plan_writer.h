@@ -1,13 +1,13 @@
 #pragma once
-// Writing plans (lib/plan.h) deterministically: fixed key order, times rounded to 3
+// Writing plans (lib/plan/plan.h) deterministically: fixed key order, times rounded to 3
 // decimals (1 ns), ratios to 6, 2-space indentation and a final newline, written
-// atomically. The same plan gives the same bytes; a plan read back (lib/plan_reader.h)
+// atomically. The same plan gives the same bytes; a plan read back (lib/plan/plan_reader.h)
 // and written again gives the same bytes too.
 
 #include <string>
 
 #include "lib/json_reader.h"
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "lib/json_reader.h"
-#include "lib/plan.h"
+#include "lib/plan/plan.h"
 
 namespace dhelix {
 

@@ -1,6 +1,6 @@
 #pragma once
 // The plan checker (dhelix-plan --check, and dhelix-run before it executes): proves, on the
-// rank programs the runtime would execute (lib/rank_program.h), that a plan cannot hang or
+// rank programs the runtime would execute (lib/plan/rank_program.h), that a plan cannot hang or
 // corrupt a run. What is checked is what runs: every rank is lowered exactly as the
 // interpreter lowers it, in both execution modes, and the checks read those programs.
 //
@@ -35,13 +35,14 @@
 // Cost: O(instructions + dependencies) per mode after lowering, which dominates.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "lib/error.h"
 #include "lib/job_spec.h"
-#include "lib/plan.h"
-#include "lib/rank_program.h"
+#include "lib/plan/plan.h"
+#include "lib/plan/rank_program.h"
 
 namespace dhelix {
 
@@ -67,11 +68,17 @@ struct PlanCheckReport {
   bool ok() const { return problems.empty(); }
 };
 
+/// How far a check has come: `done` of `total` steps (each rank lowered in each mode, and
+/// each mode's checks). Called on the calling thread only, with `done` never decreasing.
+using PlanCheckProgress = std::function<void(int64_t done, int64_t total)>;
+
 /// Runs every check on `plan` (file name `plan_file`, for messages): lowers every rank in
 /// co-executed and sequential mode (on every core) and checks the programs, then the memory. When a
 /// rank does not lower in a mode, the cross-rank checks of that mode are skipped (they would only
-/// repeat the lowering's problem). Throws only when plan.job is not a valid job.
-PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file);
+/// repeat the lowering's problem). Throws only when plan.job is not a valid job. `progress`,
+/// when given, hears how far it has come (dhelix-plan --check draws a bar from it).
+PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
+                           const PlanCheckProgress& progress = {});
 
 /// check_plan, then throws Error(kInvalidInput) listing every problem (one per line).
 /// Returns the report of a plan that passes (warnings, summary). For dhelix-run.
@@ -103,7 +110,7 @@ int64_t check_transfers(const Plan& plan, const std::vector<RankProgram>& progra
 /// order of the CUDA executor; sequential programs always run so).
 enum class SimulatedOrder { kStreams, kProgramOrder };
 
-/// Check 4 (lib/plan_check_deadlock.cc). Returns true when every instruction of every
+/// Check 4 (lib/plan/plan_check_deadlock.cc). Returns true when every instruction of every
 /// rank ran; otherwise adds the wait cycles (or waits that can never end) it found.
 bool check_no_deadlock(const Plan& plan, const JobSpec& job,
                        const std::vector<RankProgram>& programs, SimulatedOrder order,
@@ -118,14 +125,20 @@ std::string plan_check_summary_text(const PlanCheckReport& report, const std::st
 
 // ----- shared by the checks (lib/plan_check*.cc) ------------------------------------------
 
-/// The stream an instruction runs on in the simulation: "in-order" for everything in
-/// sequential mode or in program order; otherwise "receive" for receives (the
-/// interpreter's receive stream), else the instruction's own.
-std::string execution_stream(const RankProgram& program, const Instruction& instruction,
-                             SimulatedOrder order);
+/// The streams of the simulation: a rank's three streams, the interpreter's receive stream,
+/// and the single in-order queue of sequential mode and of program order.
+enum class SimulatedStream { kCompute, kLocalComm, kCrossComm, kReceive, kInOrder };
+inline constexpr EnumNames<SimulatedStream, 5> kSimulatedStreamNames{
+    {"compute", "local_comm", "cross_comm", "receive", "in-order"}};
+
+/// The stream an instruction runs on in the simulation: in-order for everything in
+/// sequential mode or in program order; otherwise the receive stream for receives (the
+/// interpreter's), else the instruction's own.
+SimulatedStream execution_stream(const RankProgram& program, const Instruction& instruction,
+                                 SimulatedOrder order);
 
 /// The stream whose communicator an instruction uses (interpreter.cc comm_stream).
-std::string communicator_stream(const RankProgram& program, const Instruction& instruction);
+StreamClass communicator_stream(const RankProgram& program, const Instruction& instruction);
 
 /// "/stages/1/tasks/3": where in the plan an instruction comes from ("" when unknown).
 std::string instruction_pointer(const Plan& plan, const RankProgram& program,

@@ -1,11 +1,11 @@
-#include "lib/plan_blocks.h"
+#include "lib/plan/plan_blocks.h"
 
 namespace dhelix {
 
 std::vector<PlacedBlocks> si_block_sequence(const PlanPairing& pairing, int64_t layers) {
   std::vector<PlacedBlocks> out;
-  const bool windows =
-      pairing.scope == "chunk" && pairing.window_layers > 1 && !pairing.window_blocks.empty();
+  const bool windows = pairing.scope == PairingScope::kChunk && pairing.window_layers > 1 &&
+                       !pairing.window_blocks.empty();
   if (!windows) {
     for (int64_t j = 0; j < layers; ++j) out.push_back({&pairing.layer_blocks, j});
     return out;

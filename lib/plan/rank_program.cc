@@ -1,0 +1,411 @@
+// Tasks -> instructions: the lowering of a stage's task list into one rank's program (see
+// lib/plan/rank_program.h). Pipeline transfers are lib/plan/pipeline_transfers.h's job,
+// barriers and positions lib/plan/program_builder.h's.
+
+#include "lib/plan/rank_program.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <utility>
+
+#include "lib/dag_builder.h"
+#include "lib/error.h"
+#include "lib/placement.h"
+#include "lib/plan/pipeline_transfers.h"
+#include "lib/plan/plan_blocks.h"
+#include "lib/plan/program_builder.h"
+
+namespace dhelix {
+namespace {
+
+// The op of a DAG part whose result leaves it: the one sink that is not a movable sink (a
+// weight gradient nothing waits for). -1 for an empty part.
+int64_t output_op(const LayerDag& dag, OpPart part) {
+  int64_t found = -1;
+  for (int64_t i = 0; i < dag.size(); ++i) {
+    const Op& op = dag.op(i);
+    if (op.part != part || op.movable_sink || !dag.successors(i).empty()) continue;
+    DHELIX_CHECK(found < 0);  // the DAG builder gives every part one output
+    found = i;
+  }
+  return found;
+}
+
+// One DAG as lowering reads it, many times per micro-batch and layer: its predecessor lists
+// and topological order computed once, and where its ops start in the table of producers
+// (and in the program's op ids).
+struct DagView {
+  const LayerDag* dag = nullptr;
+  int64_t slot_offset = 0;
+  std::vector<std::vector<int64_t>> predecessors;
+  std::vector<int64_t> order;
+
+  DagView() = default;
+  DagView(const LayerDag& d, int64_t offset) : dag(&d), slot_offset(offset) {
+    for (int64_t i = 0; i < d.size(); ++i) predecessors.push_back(d.predecessors(i));
+    order = d.topological_order();
+  }
+  std::vector<int64_t> ordered(OpPart part) const {
+    std::vector<int64_t> out;
+    for (int64_t i : order) {
+      if (dag->op(i).part == part) out.push_back(i);
+    }
+    return out;
+  }
+};
+
+// One op of a template block, resolved against the layer DAGs once per block.
+struct ResolvedTiming {
+  int64_t window_layer = 0;  // k of "L<k>."
+  bool backward = false;
+  int64_t index = 0;  // in the strand's layer DAG
+};
+
+// The rank's four DAGs (layer and stage extras, forward and backward), read once.
+struct RankDags {
+  LayerDags layer;
+  LayerDags extras;
+  DagView layer_forward, layer_backward, extras_forward, extras_backward;
+  int64_t layer_forward_output = -1, layer_backward_output = -1;
+  int64_t embedding_forward_output = -1, head_forward_output = -1, head_backward_output = -1;
+  std::vector<int64_t> embedding_forward_order, embedding_backward_order;
+  std::vector<int64_t> head_forward_order, head_backward_order;
+  int64_t slots = 0;  // ops of all four DAGs: the producer table's row width
+  std::shared_ptr<std::vector<std::string>> op_ids;  // by slot
+
+  RankDags(const JobSpec& job, int64_t rank, const PlanStage& stage)
+      : layer(build_layer_dags(job, rank)),
+        extras(build_stage_extras(job, rank, stage.embedding, stage.head_loss)) {
+    layer_forward = DagView(layer.forward, 0);
+    layer_backward = DagView(layer.backward, layer.forward.size());
+    extras_forward = DagView(extras.forward, layer_backward.slot_offset + layer.backward.size());
+    extras_backward = DagView(extras.backward, extras_forward.slot_offset + extras.forward.size());
+    slots = extras_backward.slot_offset + extras.backward.size();
+    op_ids = std::make_shared<std::vector<std::string>>();
+    op_ids->reserve(static_cast<size_t>(slots));
+    for (const LayerDag* dag :
+         {&layer.forward, &layer.backward, &extras.forward, &extras.backward}) {
+      for (int64_t i = 0; i < dag->size(); ++i) op_ids->push_back(dag->op(i).id);
+    }
+    layer_forward_output = output_op(layer.forward, OpPart::kLayer);
+    layer_backward_output = output_op(layer.backward, OpPart::kLayer);
+    embedding_forward_output = output_op(extras.forward, OpPart::kEmbedding);
+    head_forward_output = output_op(extras.forward, OpPart::kHead);
+    head_backward_output = output_op(extras.backward, OpPart::kHead);
+    embedding_forward_order = extras_forward.ordered(OpPart::kEmbedding);
+    embedding_backward_order = extras_backward.ordered(OpPart::kEmbedding);
+    head_forward_order = extras_forward.ordered(OpPart::kHead);
+    head_backward_order = extras_backward.ordered(OpPart::kHead);
+  }
+  std::string_view id(const DagView& view, int64_t index) const {
+    return (*op_ids)[static_cast<size_t>(view.slot_offset + index)];
+  }
+};
+
+class Lowering {
+ public:
+  Lowering(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode);
+  RankProgram run();
+
+ private:
+  [[noreturn]] void fail_setup(const std::string& what) const;
+  const PlanStage& find_stage(int64_t rank) const;
+  const PlanPairing& find_pairing() const;
+
+  Instruction from_op(const DagView& view, int64_t index, int64_t micro_batch, int64_t layer) const;
+  int64_t& produced(int64_t micro_batch, int64_t layer, const DagView& view, int64_t index);
+  const std::vector<ResolvedTiming>& resolve(const PlanBlock& block);
+
+  void lower_task(const PlanTask& task);
+  void lower_si_blocks(const PlanTask& task);
+  void lower_forward_part(const PlanTaskPart& part);
+  void lower_backward_part(const PlanTaskPart& part);
+  void lower_head_loss(int64_t micro_batch);
+
+  void emit_layer_op(bool backward, int64_t index, int64_t micro_batch, int64_t layer);
+  void emit_extra_op(bool backward, int64_t index, int64_t micro_batch);
+  std::vector<int64_t> predecessor_deps(const DagView& view, int64_t index, int64_t micro_batch,
+                                        int64_t layer);
+
+  const Plan& plan_;
+  Placement placement_;
+  RankCoordinates coordinates_;
+  const PlanStage& stage_;
+  const PlanPairing& pairing_;
+  int64_t num_layers_ = 0;
+  ProgramBuilder program_;
+  PipelineTransfers transfers_;
+  RankDags dags_;
+  std::unordered_map<const PlanBlock*, std::vector<ResolvedTiming>> resolved_;
+  // The instruction that produced each (micro-batch, layer + 1, DAG slot); -1: not yet.
+  std::vector<int64_t> produced_;
+};
+
+// Placement first: a rank outside the job is refused before anything reads the plan.
+Placement checked_placement(const JobSpec& job, int64_t rank) {
+  Placement placement(job.parallel, job.cluster.gpus_per_node);
+  if (rank < 0 || rank >= placement.world_size()) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("plan: rank {} does not exist: the plan's job has {} ranks", rank,
+                            placement.world_size()));
+  }
+  return placement;
+}
+
+Lowering::Lowering(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode)
+    : plan_(plan),
+      placement_(checked_placement(job, rank)),
+      coordinates_(placement_.coordinates(rank)),
+      stage_(find_stage(rank)),
+      pairing_(find_pairing()),
+      num_layers_(job.model.num_layers),
+      program_(rank, stage_.stage, mode),
+      transfers_(plan, job, placement_, coordinates_, program_),
+      dags_(job, rank, stage_) {
+  const int64_t micro_batches = std::max<int64_t>(plan_.num_micro_batches, 0);
+  produced_.assign(static_cast<size_t>(micro_batches * (num_layers_ + 1) * dags_.slots), -1);
+}
+
+void Lowering::fail_setup(const std::string& what) const {
+  throw Error(ErrorCode::kInvalidInput,
+              fmt::format("plan: stage {} task -1: {}", coordinates_.pp, what));
+}
+
+const PlanStage& Lowering::find_stage(int64_t rank) const {
+  const PlanStage* found = nullptr;
+  for (const PlanStage& stage : plan_.stages) {
+    if (stage.stage == coordinates_.pp) found = &stage;
+  }
+  if (found == nullptr) {
+    throw Error(
+        ErrorCode::kInvalidInput,
+        fmt::format("plan: stage -1 task -1: no stage {} for rank {}", coordinates_.pp, rank));
+  }
+  if (std::find(found->ranks.begin(), found->ranks.end(), rank) == found->ranks.end()) {
+    fail_setup(fmt::format("rank {} is not among the stage's ranks", rank));
+  }
+  return *found;
+}
+
+const PlanPairing& Lowering::find_pairing() const {
+  if (stage_.pairing < 0 || stage_.pairing >= static_cast<int64_t>(plan_.pairings.size())) {
+    fail_setup(fmt::format("pairing {} does not exist ({} pairings)", stage_.pairing,
+                           plan_.pairings.size()));
+  }
+  return plan_.pairings[static_cast<size_t>(stage_.pairing)];
+}
+
+int64_t& Lowering::produced(int64_t micro_batch, int64_t layer, const DagView& view,
+                            int64_t index) {
+  if (micro_batch < 0 || micro_batch >= plan_.num_micro_batches) {
+    program_.fail(
+        fmt::format("micro-batch {} is outside 0..{}", micro_batch, plan_.num_micro_batches - 1));
+  }
+  const int64_t row = micro_batch * (num_layers_ + 1) + (layer + 1);
+  return produced_[static_cast<size_t>(row * dags_.slots + view.slot_offset + index)];
+}
+
+const std::vector<ResolvedTiming>& Lowering::resolve(const PlanBlock& block) {
+  auto [it, inserted] = resolved_.try_emplace(&block);
+  if (!inserted) return it->second;
+  for (const PlanOpTiming& timing : block.timings) {
+    const auto [k, id] = split_window_op_id(timing.op);
+    const bool backward = timing.strand == Pass::kBackward;
+    const auto index = (backward ? dags_.layer.backward : dags_.layer.forward).find(id);
+    if (!index)
+      program_.fail(fmt::format("block op '{}' is not in this job's layer DAG", timing.op));
+    it->second.push_back({k, backward, *index});
+  }
+  return it->second;
+}
+
+Instruction Lowering::from_op(const DagView& view, int64_t index, int64_t micro_batch,
+                              int64_t layer) const {
+  const Op& op = view.dag->op(index);
+  Instruction out;
+  const bool comm = is_communication(op.kind);
+  out.kind = comm ? InstructionKind::kCollective : InstructionKind::kCompute;
+  out.op = dags_.id(view, index);
+  out.layer = layer;
+  out.micro_batch = micro_batch;
+  out.stream = op.stream;
+  if (comm) {
+    out.group = op.group;
+    out.collective = op.kind;
+    out.bytes = op.comm_bytes;
+  }
+  return out;
+}
+
+// ----- tasks ----------------------------------------------------------------------------
+
+RankProgram Lowering::run() {
+  for (const PlanTask& task : stage_.tasks) {
+    program_.begin_task(task.index);
+    lower_task(task);
+  }
+  RankProgram program = program_.take();
+  program.op_ids = dags_.op_ids;
+  return program;
+}
+
+void Lowering::lower_task(const PlanTask& task) {
+  if (task.kind == TaskKind::kHeadLoss) {
+    if (!stage_.head_loss) program_.fail("a head_loss task on a stage without the head");
+    lower_head_loss(task.head_loss_micro_batch);
+    return;
+  }
+  if (task.kind == TaskKind::kSiBlock && program_.mode() == ExecutionMode::kCoExecuted) {
+    lower_si_blocks(task);
+    return;
+  }
+  if (task.forward) lower_forward_part(*task.forward);
+  if (task.backward) lower_backward_part(*task.backward);
+}
+
+void Lowering::lower_forward_part(const PlanTaskPart& part) {
+  if (stage_.embedding && part.layers.first == 0) {
+    for (int64_t i : dags_.embedding_forward_order) emit_extra_op(false, i, part.micro_batch);
+  }
+  for (int64_t j = 0; j < part.layers.count; ++j) {
+    const int64_t layer = strand_layer(part, false, j);
+    for (int64_t i : dags_.layer_forward.order) emit_layer_op(false, i, part.micro_batch, layer);
+  }
+}
+
+void Lowering::lower_backward_part(const PlanTaskPart& part) {
+  for (int64_t j = 0; j < part.layers.count; ++j) {
+    const int64_t layer = strand_layer(part, true, j);
+    for (int64_t i : dags_.layer_backward.order) emit_layer_op(true, i, part.micro_batch, layer);
+  }
+  if (stage_.embedding && part.layers.first == 0) {
+    for (int64_t i : dags_.embedding_backward_order) emit_extra_op(true, i, part.micro_batch);
+  }
+}
+
+void Lowering::lower_head_loss(int64_t micro_batch) {
+  for (int64_t i : dags_.head_forward_order) emit_extra_op(false, i, micro_batch);
+  for (int64_t i : dags_.head_backward_order) emit_extra_op(true, i, micro_batch);
+}
+
+void Lowering::lower_si_blocks(const PlanTask& task) {
+  if (!task.forward || !task.backward ||
+      task.forward->layers.count != task.backward->layers.count) {
+    program_.fail("an SI block task needs a forward and a backward part over as many layers");
+  }
+  const PlanTaskPart& forward = *task.forward;
+  const PlanTaskPart& backward = *task.backward;
+  if (stage_.embedding && forward.layers.first == 0) {
+    for (int64_t i : dags_.embedding_forward_order) emit_extra_op(false, i, forward.micro_batch);
+  }
+  int64_t block = 0;
+  for (const PlacedBlocks& placed : si_block_sequence(pairing_, forward.layers.count)) {
+    for (const PlanBlock& template_block : *placed.blocks) {
+      program_.begin_block(block++);
+      for (const ResolvedTiming& timing : resolve(template_block)) {
+        const PlanTaskPart& part = timing.backward ? backward : forward;
+        const int64_t layer =
+            strand_layer(part, timing.backward, placed.first_local_layer + timing.window_layer);
+        emit_layer_op(timing.backward, timing.index, part.micro_batch, layer);
+      }
+    }
+  }
+  program_.begin_block(-1);
+  if (stage_.embedding && backward.layers.first == 0) {
+    for (int64_t i : dags_.embedding_backward_order) emit_extra_op(true, i, backward.micro_batch);
+  }
+}
+
+// ----- ops and their dependencies -------------------------------------------------------
+
+std::vector<int64_t> Lowering::predecessor_deps(const DagView& view, int64_t index,
+                                                int64_t micro_batch, int64_t layer) {
+  std::vector<int64_t> deps;
+  const std::vector<int64_t>& predecessors = view.predecessors[static_cast<size_t>(index)];
+  deps.reserve(predecessors.size() + kStreamClassNames.names.size() + 2);
+  for (int64_t p : predecessors) {
+    const int64_t producer = produced(micro_batch, layer, view, p);
+    if (producer < 0) {
+      program_.fail(fmt::format("{} runs before its input {} (layer {}, micro-batch {})",
+                                view.dag->op(index).id, view.dag->op(p).id, layer, micro_batch));
+    }
+    deps.push_back(producer);
+  }
+  return deps;
+}
+
+void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, int64_t layer) {
+  if (layer < 0 || layer >= num_layers_ || transfers_.owner_of_layer(layer) != stage_.stage) {
+    program_.fail(fmt::format("layer {} is not held by this stage", layer));
+  }
+  const DagView& view = backward ? dags_.layer_backward : dags_.layer_forward;
+  if (produced(micro_batch, layer, view, index) >= 0) {
+    program_.fail(fmt::format("{} of layer {} micro-batch {} runs twice", view.dag->op(index).id,
+                              layer, micro_batch));
+  }
+  Instruction instruction = from_op(view, index, micro_batch, layer);
+  instruction.deps = predecessor_deps(view, index, micro_batch, layer);
+  if (view.predecessors[static_cast<size_t>(index)].empty()) {
+    if (!backward) {
+      instruction.deps.push_back(transfers_.need_input(micro_batch, layer));
+    } else {
+      instruction.deps.push_back(transfers_.need_gradient(micro_batch, layer));
+      const int64_t forward =
+          produced(micro_batch, layer, dags_.layer_forward, dags_.layer_forward_output);
+      if (forward < 0) {
+        program_.fail(fmt::format("the backward of layer {} micro-batch {} runs before its forward",
+                                  layer, micro_batch));
+      }
+      instruction.deps.push_back(forward);
+    }
+  }
+  const int64_t at = program_.push(std::move(instruction));
+  produced(micro_batch, layer, view, index) = at;
+  if (index != (backward ? dags_.layer_backward_output : dags_.layer_forward_output)) return;
+  if (backward) {
+    transfers_.produced_gradient(at, micro_batch, layer - 1);
+  } else {
+    transfers_.produced_input(at, micro_batch, layer + 1);
+  }
+}
+
+void Lowering::emit_extra_op(bool backward, int64_t index, int64_t micro_batch) {
+  const DagView& view = backward ? dags_.extras_backward : dags_.extras_forward;
+  const bool embedding = view.dag->op(index).part == OpPart::kEmbedding;
+  Instruction instruction = from_op(view, index, micro_batch, -1);
+  instruction.deps = predecessor_deps(view, index, micro_batch, -1);
+  if (view.predecessors[static_cast<size_t>(index)].empty()) {
+    if (!backward && !embedding) {
+      instruction.deps.push_back(transfers_.need_input(micro_batch, num_layers_));
+    } else if (backward && embedding) {
+      instruction.deps.push_back(transfers_.need_gradient(micro_batch, -1));
+    } else if (backward) {
+      const int64_t loss =
+          produced(micro_batch, -1, dags_.extras_forward, dags_.head_forward_output);
+      if (loss < 0) {
+        program_.fail(fmt::format("the loss backward of micro-batch {} runs before its forward",
+                                  micro_batch));
+      }
+      instruction.deps.push_back(loss);
+    }
+  }
+  const int64_t at = program_.push(std::move(instruction));
+  produced(micro_batch, -1, view, index) = at;
+  if (!backward && embedding && index == dags_.embedding_forward_output) {
+    transfers_.produced_input(at, micro_batch, 0);
+  }
+  if (backward && !embedding && index == dags_.head_backward_output) {
+    transfers_.produced_gradient(at, micro_batch, num_layers_ - 1);
+  }
+}
+
+}  // namespace
+
+RankProgram lower_rank_program(const Plan& plan, const JobSpec& job, int64_t rank,
+                               ExecutionMode mode) {
+  return Lowering(plan, job, rank, mode).run();
+}
+
+}  // namespace dhelix
