@@ -76,7 +76,8 @@ struct StageCosts {
   double head_loss_backward_us = 0;
   double p2p_us = 0;        ///< one activation or gradient sent to a neighbour stage
   int64_t p2p_bytes = 0;    ///< bytes of that transfer
-  double dp_reduce_us = 0;  ///< this stage's gradient reduction over DP, after its last task
+  double dp_reduce_us = 0;  ///< this stage's exposed DP reduction and gather, after its last task
+  double dp_hidden_us = 0;  ///< DP time hidden under the stage's backward and forward
   double optimizer_us = 0;  ///< this stage's optimizer step
   int64_t layers_per_chunk = 1;
   int64_t activation_bytes_per_layer = 0;  ///< kept per layer per micro-batch (memory_model.h)
