@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "runtime/exec/bind.h"
 #include "runtime/exec/instruction_errors.h"
 #include "runtime/exec/jitter.h"
 #include "runtime/exec/stream.h"
@@ -23,19 +24,15 @@ double elapsed_us(Clock::time_point since) {
   return std::chrono::duration<double, std::micro>(Clock::now() - since).count();
 }
 
-void run_collective(const CollectiveRequest& request, Communicator& comm) {
-  switch (request.kind) {
-    case CollectiveKind::kAllGather:
-      comm.all_gather(request.in_f32(), request.count, request.out_f32());
-      return;
-    case CollectiveKind::kReduceScatter:
-      comm.reduce_scatter_sum(request.in_f32(), request.count, request.out_f32());
-      return;
-    case CollectiveKind::kAllReduce:
-      comm.all_reduce_sum(request.out_f32(), request.count);
-      return;
+// The CPU communicators' calls for run_collective (runtime/exec/bind.h).
+struct CpuCollectives {
+  Communicator& comm;
+  void all_gather(const CollectiveRequest& r) { comm.all_gather(r.in_f32(), r.count, r.out_f32()); }
+  void reduce_scatter_sum(const CollectiveRequest& r) {
+    comm.reduce_scatter_sum(r.in_f32(), r.count, r.out_f32());
   }
-}
+  void all_reduce_sum(const CollectiveRequest& r) { comm.all_reduce_sum(r.out_f32(), r.count); }
+};
 
 // Everything an execution holds: bound work, posted receives, started sends.
 class Execution {
@@ -50,6 +47,8 @@ class Execution {
 
   ExecutionStats run() {
     const size_t n = program_.instructions.size();
+    bound_ = bind_program<Communicator>(
+        plan_, program_, model_, [this](const Instruction& i) { return communicator_for(i); });
     work_.resize(n);
     transfers_.resize(n);
     for (size_t i = 0; i < n; ++i) work_[i] = bind(program_.instructions[i]);
@@ -82,9 +81,11 @@ class Execution {
     return program_.mode == ExecutionMode::kSequential ? "compute" : instruction.stream;
   }
 
-  float* transfer_buffer(const Instruction& instruction) {
-    return instruction.gradient ? model_.residual_grad(instruction.micro_batch, instruction.layer)
-                                : model_.residual(instruction.micro_batch, instruction.layer);
+  Communicator* communicator_for(const Instruction& instruction) {
+    if (instruction.kind == InstructionKind::kCollective) {
+      return &comms_.group(instruction.group, comm_stream(instruction));
+    }
+    return &comms_.point_to_point(comm_stream(instruction));
   }
 
   std::function<void()> bind(const Instruction& instruction) {
@@ -101,47 +102,29 @@ class Execution {
     };
   }
 
+  // The work of a bound instruction (bind_program did the binding and its checks).
   std::function<void()> bind_work(const Instruction& instruction, size_t index) {
+    BoundInstruction<BoundOp, Communicator>& bound = bound_[index];
     switch (instruction.kind) {
-      case InstructionKind::kCompute: {
-        BoundOp bound = model_.bind(ref_of(instruction));
-        if (!bound.compute) throw_unbound(instruction, "no computation");
-        return [compute = std::move(bound.compute)] { compute(CpuBackend::Exec{}); };
-      }
-      case InstructionKind::kCollective: {
-        BoundOp bound = model_.bind(ref_of(instruction));
-        if (!bound.collective) throw_unbound(instruction, "no collective");
-        Communicator& comm = comms_.group(instruction.group, comm_stream(instruction));
-        return [request = *bound.collective, after = std::move(bound.after_collective), &comm] {
-          run_collective(request, comm);
+      case InstructionKind::kCompute:
+        return [compute = std::move(bound.op.compute)] { compute(CpuBackend::Exec{}); };
+      case InstructionKind::kCollective:
+        return [request = *bound.op.collective, after = std::move(bound.op.after_collective),
+                comm = bound.comm] {
+          CpuCollectives collectives{*comm};
+          run_collective(request, collectives);
           if (after) after(CpuBackend::Exec{});
         };
-      }
-      case InstructionKind::kSend: {
-        Communicator& comm = comms_.point_to_point(comm_stream(instruction));
-        const float* data = transfer_buffer(instruction);
-        const int64_t count = model_.boundary_elements();
-        return [this, index, data, count, &comm, peer = instruction.peer, tag = instruction.tag] {
-          transfers_[index] = comm.start_send(data, count, peer, tag);
+      case InstructionKind::kSend:
+        return [this, index, data = static_cast<const float*>(bound.buffer),
+                count = model_.boundary_elements(), comm = bound.comm, peer = instruction.peer,
+                tag = instruction.tag] {
+          transfers_[index] = comm->start_send(data, count, peer, tag);
         };
-      }
       case InstructionKind::kRecv:
-        transfer_buffer(instruction);  // allocate before the receive is posted
         return [this, index] { transfers_[index]->wait(); };
     }
     return {};
-  }
-
-  [[noreturn]] void throw_unbound(const Instruction& instruction, const char* what) const {
-    throw Error(ErrorCode::kInternal,
-                fmt::format("{}: the model bound {} for a {} op",
-                            describe_instruction(plan_, program_, instruction), what,
-                            instruction_kind_name(instruction.kind)));
-  }
-
-  static OpRef ref_of(const Instruction& instruction) {
-    return {
-        .op = instruction.op, .layer = instruction.layer, .micro_batch = instruction.micro_batch};
   }
 
   double* busy_counter(const std::string& stream) {
@@ -156,9 +139,9 @@ class Execution {
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& instruction = program_.instructions[i];
       if (instruction.kind != InstructionKind::kRecv) continue;
-      Communicator& comm = comms_.point_to_point(comm_stream(instruction));
-      transfers_[i] = comm.start_recv(transfer_buffer(instruction), model_.boundary_elements(),
-                                      instruction.peer, instruction.tag);
+      transfers_[i] =
+          bound_[i].comm->start_recv(static_cast<float*>(bound_[i].buffer),
+                                     model_.boundary_elements(), instruction.peer, instruction.tag);
     }
   }
 
@@ -199,6 +182,7 @@ class Execution {
   StageModel& model_;
   CommunicatorDirectory& comms_;
   ExecutionOptions options_;
+  std::vector<BoundInstruction<BoundOp, Communicator>> bound_;
   std::vector<std::function<void()>> work_;
   std::vector<std::unique_ptr<TransferRequest>> transfers_;
   ExecutionStats stats_;
