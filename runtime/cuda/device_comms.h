@@ -47,7 +47,7 @@
 #include "runtime/cuda/device_api.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/cuda/pipeline_channels.h"
-#include "runtime/cuda/stream_lowering.h"
+#include "runtime/exec/stream_lowering.h"
 
 namespace dhelix::cuda {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA streams and events one rank runs its program on (runtime/cuda/stream_lowering.h):
+// The CUDA streams and events one rank runs its program on (runtime/exec/stream_lowering.h):
 //   * the four streams of DeviceStream: compute at the device's least (default) priority,
 //     local_comm, cross_comm and receive at its greatest, all cudaStreamNonBlocking so that
 //     nothing orders them with the legacy default stream;
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "runtime/cuda/device_api.h"
-#include "runtime/cuda/stream_lowering.h"
+#include "runtime/exec/stream_lowering.h"
 
 namespace dhelix::cuda {
 

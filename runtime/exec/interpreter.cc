@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -14,6 +14,7 @@
 #include "runtime/exec/instruction_errors.h"
 #include "runtime/exec/jitter.h"
 #include "runtime/exec/stream.h"
+#include "runtime/exec/stream_lowering.h"
 
 namespace dhelix::rt {
 namespace {
@@ -154,26 +155,37 @@ class Execution {
     }
   }
 
+  // Each stream a thread, in the stream lowering's order (stream_lowering.h): an
+  // instruction waits only for the events the GPU would wait for, and the rest holds by
+  // stream order, so a co-executed CPU run checks the lowering as well as the plan.
+  // Waiting for a receive blocks its thread, so receives get a stream of their own: a
+  // communication stream stuck on a late message would hold back the collectives queued
+  // behind it. Receives complete in program order, the order the plan's tasks need them.
   void run_on_streams() {
     auto failure = std::make_shared<FailureState>(options_.on_failure);
-    std::map<std::string, std::unique_ptr<Stream>> streams;
-    // Waiting for a receive blocks its thread, so receives get a stream of their own: a
-    // communication stream stuck on a late message would hold back the collectives queued
-    // behind it. Receives complete in program order, the order the plan's tasks need them.
-    for (const char* name : {"compute", "local_comm", "cross_comm", "receive"}) {
-      streams[name] = std::make_unique<Stream>(name, failure);
+    std::array<std::unique_ptr<Stream>, kNumDeviceStreams> streams;
+    for (int s = 0; s < kNumDeviceStreams; ++s) {
+      streams[static_cast<size_t>(s)] =
+          std::make_unique<Stream>(device_stream_name(static_cast<DeviceStream>(s)), failure);
+    }
+    const StreamLowering lowering = lower_to_streams(program_);
+    std::vector<size_t> recorded_by(static_cast<size_t>(lowering.num_events));
+    for (const StreamOp& op : lowering.ops) {
+      if (op.record_event >= 0) {
+        recorded_by[static_cast<size_t>(op.record_event)] = static_cast<size_t>(op.instruction);
+      }
     }
     std::vector<Completion> done(program_.instructions.size());
-    for (size_t i = 0; i < program_.instructions.size(); ++i) {
-      const Instruction& instruction = program_.instructions[i];
+    for (const StreamOp& op : lowering.ops) {
+      const auto i = static_cast<size_t>(op.instruction);
       std::vector<const Completion*> waits;
-      for (int64_t dep : instruction.deps) waits.push_back(&done[static_cast<size_t>(dep)]);
-      auto it =
-          streams.find(instruction.kind == InstructionKind::kRecv ? "receive" : instruction.stream);
-      DHELIX_CHECK(it != streams.end());
-      it->second->enqueue(std::move(work_[i]), std::move(waits), &done[i]);
+      for (int64_t event : op.wait_events) {
+        waits.push_back(&done[recorded_by[static_cast<size_t>(event)]]);
+      }
+      streams[static_cast<size_t>(op.stream)]->enqueue(std::move(work_[i]), std::move(waits),
+                                                       &done[i]);
     }
-    for (auto& [name, stream] : streams) stream->drain();
+    for (auto& stream : streams) stream->drain();
     failure->rethrow_if_failed();
   }
 
