@@ -94,7 +94,6 @@ struct Moments {
   float* second = nullptr;
 };
 
-StreamHandle handle_of(cudaStream_t stream) { return reinterpret_cast<StreamHandle>(stream); }
 cudaStream_t cuda_of(StreamHandle stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
 class CudaEngine final : public TrainingEngine {
