@@ -3,9 +3,9 @@
 // backend's Communicator (runtime/comm/communicator.h), whose calls block until the data
 // is there, every operation here is ENQUEUED on a device stream and returns at once: the
 // collective runs when the stream reaches it, after the events the stream waits on
-// (runtime/exec/stream_lowering.h). That is why this is a different interface, DeviceCommunicator, with
-// a stream argument on every call. NCCL is reached through DeviceApi (device_api.h), so the
-// recording fake of the tests stands in for it.
+// (runtime/exec/stream_lowering.h). That is why this is a different interface,
+// DeviceCommunicator, with a stream argument on every call. NCCL is reached through
+// DeviceApi (device_api.h), so the recording fake of the tests stands in for it.
 //
 // Bootstrap: member 0 of the group asks for a unique id, `share_id` hands it to every
 // member (an MPI_Bcast over the group's MPI communicator: create_over_mpi), and every
