@@ -76,8 +76,7 @@ MoeShapes moe_shapes(const BuildContext& ctx) {
   s.sent = s.tokens * moe.top_k;
   int64_t busiest_share = static_cast<int64_t>(std::ceil(imbalance * mean_share - 1e-9));
   if (moe.capacity_factor > 0) {
-    const auto cap =
-        static_cast<int64_t>(std::ceil(moe.capacity_factor * mean_share - 1e-9));
+    const auto cap = static_cast<int64_t>(std::ceil(moe.capacity_factor * mean_share - 1e-9));
     s.sent = std::min(s.sent, moe.num_experts * cap);
     busiest_share = std::min(busiest_share, cap);
   }
@@ -153,9 +152,9 @@ int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp) 
   const int64_t router = add_after(dag, make_router(ctx, s, f), {ln_mlp});
   const int64_t permute =
       add_after(dag, make_permutation(ctx, s, OpKind::kPermute, f), {ln_mlp, router});
-  const int64_t dispatched = maybe_expert_tp_comm(
-      ctx, dag, s, OpKind::kAllGather, f,
-      maybe_all_to_all(ctx, dag, s, "dispatch_a2a", f, permute));
+  const int64_t dispatched =
+      maybe_expert_tp_comm(ctx, dag, s, OpKind::kAllGather, f,
+                           maybe_all_to_all(ctx, dag, s, "dispatch_a2a", f, permute));
   const int64_t fc1 =
       add_after(dag,
                 make_gemm(ctx, "fwd.grouped_fc1", OpKind::kGroupedGemm, f, GemmRole::kForward,
@@ -169,9 +168,9 @@ int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp) 
                 make_gemm(ctx, "fwd.grouped_fc2", OpKind::kGroupedGemm, f, GemmRole::kForward,
                           s.local_experts, s.rows, ctx.hidden, s.ffn),
                 {act});
-  const int64_t combined = maybe_all_to_all(
-      ctx, dag, s, "combine_a2a", f,
-      maybe_expert_tp_comm(ctx, dag, s, OpKind::kReduceScatter, f, fc2));
+  const int64_t combined =
+      maybe_all_to_all(ctx, dag, s, "combine_a2a", f,
+                       maybe_expert_tp_comm(ctx, dag, s, OpKind::kReduceScatter, f, fc2));
   return add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, f), {combined});
 }
 
@@ -181,9 +180,9 @@ std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, in
   const int64_t fc1_width = ctx.fc1_width(s.ffn);
   const int64_t unpermute =
       add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, b), {bda_mlp});
-  const int64_t grad = maybe_expert_tp_comm(
-      ctx, dag, s, OpKind::kAllGather, b,
-      maybe_all_to_all(ctx, dag, s, "combine_a2a", b, unpermute));
+  const int64_t grad =
+      maybe_expert_tp_comm(ctx, dag, s, OpKind::kAllGather, b,
+                           maybe_all_to_all(ctx, dag, s, "combine_a2a", b, unpermute));
   const int64_t fc2_dgrad =
       add_after(dag,
                 make_gemm(ctx, "bwd.grouped_fc2_dgrad", OpKind::kGroupedGemm, b, GemmRole::kDgrad,
@@ -205,9 +204,9 @@ std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, in
             make_wgrad(ctx, "bwd.grouped_fc1_wgrad", OpKind::kGroupedGemm, s.local_experts, s.rows,
                        fc1_width, ctx.hidden),
             {act});
-  const int64_t returned = maybe_all_to_all(
-      ctx, dag, s, "dispatch_a2a", b,
-      maybe_expert_tp_comm(ctx, dag, s, OpKind::kReduceScatter, b, fc1_dgrad));
+  const int64_t returned =
+      maybe_all_to_all(ctx, dag, s, "dispatch_a2a", b,
+                       maybe_expert_tp_comm(ctx, dag, s, OpKind::kReduceScatter, b, fc1_dgrad));
   const int64_t permute = add_after(dag, make_permutation(ctx, s, OpKind::kPermute, b), {returned});
   const int64_t router = add_after(dag, make_router(ctx, s, b), {unpermute});
   add_after(dag,

@@ -26,9 +26,9 @@ int64_t megatron_dp_buckets(int64_t parameters, int64_t dp_group_size) {
   return std::max<int64_t>(1, (parameters + bucket - 1) / bucket);
 }
 
-DpOverlap overlap_dp(double reduce_us, double gather_us, int64_t buckets,
-                     double backward_window_us, double forward_window_us,
-                     bool overlap_grad_reduce, bool overlap_param_gather) {
+DpOverlap overlap_dp(double reduce_us, double gather_us, int64_t buckets, double backward_window_us,
+                     double forward_window_us, bool overlap_grad_reduce,
+                     bool overlap_param_gather) {
   DHELIX_CHECK(buckets >= 1 && reduce_us >= 0 && gather_us >= 0);
   DpOverlap out;
   const double reduce_exposed =

@@ -43,8 +43,7 @@ struct DpOverlap {
 /// `gather_us` (0 without the distributed optimizer) in `buckets` buckets, with the last
 /// micro-batch's backward (`backward_window_us`) and the first micro-batch's forward
 /// (`forward_window_us`) to hide under; a switch that is off exposes its part whole.
-DpOverlap overlap_dp(double reduce_us, double gather_us, int64_t buckets,
-                     double backward_window_us, double forward_window_us,
-                     bool overlap_grad_reduce, bool overlap_param_gather);
+DpOverlap overlap_dp(double reduce_us, double gather_us, int64_t buckets, double backward_window_us,
+                     double forward_window_us, bool overlap_grad_reduce, bool overlap_param_gather);
 
 }  // namespace dhelix

@@ -175,10 +175,9 @@ DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& param
 void set_dp_time(const Context& ctx, const DpTimes& dp, int64_t chunks, StageCosts& costs) {
   const ParallelSpec& par = ctx.job->parallel;
   const double chunk_count = static_cast<double>(chunks);
-  const DpOverlap overlap =
-      overlap_dp(dp.reduce_us, dp.gather_us, dp.buckets, costs.backward_chunk_us * chunk_count,
-                 costs.forward_chunk_us * chunk_count, par.overlap_grad_reduce,
-                 par.overlap_param_gather);
+  const DpOverlap overlap = overlap_dp(
+      dp.reduce_us, dp.gather_us, dp.buckets, costs.backward_chunk_us * chunk_count,
+      costs.forward_chunk_us * chunk_count, par.overlap_grad_reduce, par.overlap_param_gather);
   costs.dp_reduce_us = overlap.exposed_us;
   costs.dp_hidden_us = overlap.hidden_us;
 }

@@ -64,6 +64,11 @@ def hidden_share(job, scheme, dim):
     return f
 
 
+def best_mfu(jobs, scheme):
+    """The highest MFU of `scheme` over `jobs`, percent."""
+    return lambda p: max(100 * p[j][scheme]["mfu"] for j in jobs)
+
+
 def mean_hidden_share(jobs, scheme, dim):
     return lambda p: sum(hidden_share(j, scheme, dim)(p) for j in jobs) / len(jobs)
 
@@ -75,6 +80,8 @@ A2, A4 = "llama-66b-a800-dp2-tp8-cp2-pp2-seq16k", "llama-66b-a800-dp1-tp8-cp4-pp
 PHI31, PHI42 = "phi-31b-a40-dp16-ep8-pp4", "phi-42b-a800-dp16-ep8-pp4"
 H8, H16, H32 = "llama-25b-h100-dp4-tp8", "llama-25b-h100-dp2-tp16", "llama-25b-h100-dp1-tp32"
 TP8_A40 = [L25, G18]
+A40_PAPER = [L8, L25, L39, G18, CP2, "llama-8b-a40-dp8-tp4-cp2-seq16k", "gpt-30b-a40-dp2-tp8-cp2-pp2-seq16k"]
+A800_PAPER = [A2, A4, PHI42]
 
 # (figure, where the paper states it, measured value, unit, prediction)
 FIGURES = [
@@ -96,6 +103,8 @@ FIGURES = [
     ("Phi-31B A40 Megatron tokens/s", "Table 6", 59941, "tok/s", tokens(PHI31, "megatron-1f1b")),
     ("Phi-31B A40 Wavelet+ tokens/s", "Table 6", 62454, "tok/s", tokens(PHI31, "wavelet+")),
     ("Phi-31B A40 DHelix tokens/s", "Table 6", 75386, "tok/s", tokens(PHI31, "dhelix")),
+    ("DHelix best MFU on 64 A40 (paper settings)", "abstract", 58.0, "%", best_mfu(A40_PAPER, "dhelix")),
+    ("DHelix best MFU on 64 A800 (paper settings)", "abstract", 71.0, "%", best_mfu(A800_PAPER, "dhelix")),
     ("Llama-66B A800 CP 2 Megatron TFLOPS/GPU", "6.3.1", 186.0, "TFLOPS", tflops(A2, "megatron-1f1b")),
     ("Llama-66B A800 CP 4 Megatron TFLOPS/GPU", "6.3.1", 160.9, "TFLOPS", tflops(A4, "megatron-1f1b")),
     ("Llama-66B A800 CP 4 DHelix TFLOPS/GPU", "6.3.1", 199.7, "TFLOPS", tflops(A4, "dhelix")),

@@ -153,8 +153,7 @@ void add_job_options(CLI::App& app, JobOptions& options) {
   add_size_option(app, "--expert-tensor-parallel-size", options.expert_tp,
                   "TP ranks each expert is split over (default: --tp, as Megatron-Core)");
   app.add_option_function<double>(
-         "--moe-load-imbalance",
-         [&options](double value) { options.moe_load_imbalance = value; },
+         "--moe-load-imbalance", [&options](double value) { options.moe_load_imbalance = value; },
          "Busiest expert's tokens over the mean (default 1.72, docs/cost-model.md)")
       ->type_name("X");
   app.add_flag_function(

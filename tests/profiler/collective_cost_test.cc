@@ -60,7 +60,8 @@ TEST(CollectiveCost, AGroupFillingItsNodesAggregatesEveryRail) {
   EXPECT_DOUBLE_EQ(cross_node_bus_bandwidth_gbps(cluster, 16, 2), 96.0);
   EXPECT_DOUBLE_EQ(cross_node_bus_bandwidth_gbps(cluster, 16, 4), 48.0);
   EXPECT_DOUBLE_EQ(cross_node_bus_bandwidth_gbps(cluster, 8, 8), 12.0);
-  const Op tp16 = comm_op("ag", OpKind::kAllGather, kActivationBytes, 16, GroupScope::kCrossNode, 2);
+  const Op tp16 =
+      comm_op("ag", OpKind::kAllGather, kActivationBytes, 16, GroupScope::kCrossNode, 2);
   EXPECT_DOUBLE_EQ(collective_link(cluster, tp16).bus_bandwidth_gbps, 96.0);
   EXPECT_NEAR(collective_time_us(cluster, tp16),
               15 * 9.0 + 15.0 / 16.0 * static_cast<double>(kActivationBytes) / 96'000.0, 1e-6);
