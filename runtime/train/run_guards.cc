@@ -45,27 +45,28 @@ void check_checkpoint_dir(const TrainOptions& options) {
     }
     return;
   }
+  // A folder that does not exist yet is made at the first checkpoint (a run that fails to
+  // start leaves nothing behind); its nearest existing ancestor is checked instead.
   std::error_code error;
-  if (!std::filesystem::exists(dir, error)) {
-    std::filesystem::create_directories(dir, error);
-    if (error) {
-      refuse(ErrorCode::kIo,
-             fmt::format("--checkpoint-dir {}: cannot be created: {}", dir, error.message()));
-    }
+  std::filesystem::path probe_dir = dir;
+  while (!std::filesystem::exists(probe_dir, error)) {
+    const std::filesystem::path parent = probe_dir.parent_path();
+    if (parent == probe_dir) break;
+    probe_dir = parent.empty() ? std::filesystem::path(".") : parent;
   }
-  if (!std::filesystem::is_directory(dir, error)) {
+  if (!std::filesystem::is_directory(probe_dir, error)) {
     refuse(ErrorCode::kIo,
-           fmt::format("--checkpoint-dir {}: is not a directory (checkpoints are folders of "
+           fmt::format("--checkpoint-dir {}: {} is not a directory (checkpoints are folders of "
                        "files)",
-                       dir));
+                       dir, probe_dir.string() == dir ? "it" : probe_dir.string()));
   }
   // A probe file, not access(2): it also finds read-only file systems and full quotas,
   // and root passes every permission check.
-  std::string probe = dir + "/.dhelix-write-probe.XXXXXX";
+  std::string probe = probe_dir.string() + "/.dhelix-write-probe.XXXXXX";
   const int fd = ::mkstemp(probe.data());
   if (fd < 0) {
-    refuse(ErrorCode::kIo,
-           fmt::format("--checkpoint-dir {}: cannot write there: {}", dir, std::strerror(errno)));
+    refuse(ErrorCode::kIo, fmt::format("--checkpoint-dir {}: cannot write in {}: {}", dir,
+                                       probe_dir.string(), std::strerror(errno)));
   }
   ::close(fd);
   ::unlink(probe.c_str());

@@ -2,11 +2,12 @@
 // What dhelix-run checks before its first step and after each step, so that a run never
 // loses work or trains silently wrong (docs/reliability.md):
 //
-//   before:  --checkpoint-every and --resume need --checkpoint-dir; the checkpoint folder is
-//            a writable directory (created if missing), found now, not after hours of
-//            training; --resume asks for more steps than the checkpoint holds; --loss-log
-//            is not the plan, the job or the data, not a directory, and an existing file is
-//            a loss log (dhelix-run appends to it: appending to a plan broke the plan).
+//   before:  --checkpoint-every and --resume need --checkpoint-dir; the checkpoint folder
+//            (while missing: its nearest existing parent) takes a file, found now, not
+//            after hours of training; --resume asks for more steps than the checkpoint
+//            holds; --loss-log is not the plan, the job or the data, not a directory, and
+//            an existing file is a loss log (dhelix-run appends to it: appending to a plan
+//            broke the plan).
 //   each step: a non-finite loss (naming the step and micro-batch) or gradient stops the run
 //            before the optimizer applies it, so the model and the last checkpoint stay as
 //            they were after the last good step; SIGINT or SIGTERM lets the step finish,
@@ -23,8 +24,7 @@
 namespace dhelix::rt {
 
 /// Throws Error naming the flag and the file when the options cannot give a good run (the
-/// "before" list above). Makes the checkpoint folder when it is missing. Run on every rank
-/// (each sees its own file system); rank-independent except for the folder creation.
+/// "before" list above); creates nothing. Run on every rank (each sees its own file system).
 void check_run_options(const TrainOptions& options);
 
 /// The first micro-batch whose loss is not finite, or nothing. `losses` are one head-stage
