@@ -7,6 +7,7 @@
 
 #include "lib/cluster_reader.h"
 #include "lib/did_you_mean.h"
+#include "lib/file_kind.h"
 #include "lib/model_reader.h"
 #include "lib/text.h"
 
@@ -227,6 +228,7 @@ JobSpec job_from_json(const Json& json, const std::string& file, const std::stri
 
 JobSpec read_job_file(const std::string& path, JobSupplied supplied) {
   const Json json = read_json_file(path);
+  require_file_kind(json, path, FileKind::kJob);
   ProblemList problems;
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
   JobSpec job = job_from_json(json, path, base_dir, problems, supplied);

@@ -137,9 +137,12 @@ void add_job_options(CLI::App& app, JobOptions& options) {
   add_size_option(app, "--pp,--pipeline-model-parallel-size", options.pp, "Pipeline stages");
   add_size_option(app, "--cp,--context-parallel-size", options.cp, "Context-parallel size");
   add_size_option(app, "--ep,--expert-model-parallel-size", options.ep, "Expert-parallel size");
-  app.add_flag_function(
-      "--sp,--sequence-parallel,!--no-sp", [&options](int64_t count) { options.sp = count > 0; },
-      "Sequence parallelism on (--no-sp: off)");
+  // Two flags that exclude each other: `--sp --no-sp` is an error, not "the last one wins".
+  CLI::Option* sp_on = app.add_flag_callback(
+      "--sp,--sequence-parallel", [&options] { options.sp = true; }, "Sequence parallelism on");
+  CLI::Option* sp_off = app.add_flag_callback(
+      "--no-sp", [&options] { options.sp = false; }, "Sequence parallelism off");
+  sp_on->excludes(sp_off);
   add_size_option(app, "--mbs,--micro-batch-size", options.micro_batch_size,
                   "Sequences per micro-batch per data-parallel replica");
   add_size_option(app, "--gbs,--global-batch-size", options.global_batch_size,
