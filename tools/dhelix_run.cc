@@ -18,7 +18,7 @@
 #include "runtime/train/cpu_engine.h"
 #include "runtime/train/trainer.h"
 #include "tools/tool_main.h"
-#ifdef DHELIX_HAVE_CUDA
+#ifdef DHELIX_WITH_CUDA
 #include "runtime/cuda/cuda_engine.h"
 #endif
 
@@ -26,8 +26,8 @@ namespace {
 
 dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options) {
   if (options.backend == "cpu") return dhelix::rt::cpu_engine_factory(options.blas_threads);
-#ifdef DHELIX_HAVE_CUDA
-  return dhelix::rt::cuda_engine_factory();
+#ifdef DHELIX_WITH_CUDA
+  return dhelix::cuda::cuda_engine_factory({.ddp_bucket_elements = options.ddp_bucket_size});
 #else
   // Thrown when the engine is made, inside the ranks' setup agreement: every rank stops
   // with this message instead of aborting the job.
@@ -73,10 +73,16 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
                  "cpu: MPI ranks on the host; cuda: one GPU per rank, NCCL (docs/gpu.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--ddp-bucket-size", o.ddp_bucket_size,
+                 "Elements per data-parallel gradient bucket, one NCCL all-reduce each (cuda "
+                 "backend; as Megatron-LM's --ddp-bucket-size)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--blas-threads", o.blas_threads, "OpenBLAS threads per rank (cpu backend)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  app.add_option("--loss-log", o.loss_log, "Append one JSON line per step (rank 0)");
+  app.add_option("--loss-log", o.loss_log,
+                 "Append one JSON line per step (rank 0) to a new file or an existing loss log");
   app.add_flag("!--no-progress", o.progress, "Do not print a line per step");
 }
 
@@ -101,7 +107,12 @@ int main(int argc, char** argv) {
     add_options(app, *options);
     return [&]() -> int {
       try {
-        return dhelix::rt::run_training(*options, *mpi, engine_factory(*options), std::cout);
+        const int result =
+            dhelix::rt::run_training(*options, *mpi, engine_factory(*options), std::cout);
+        // A status returned, not thrown, is one every rank reached together (a --verify
+        // difference, divergence, a stop signal): no rank waits for another.
+        agreed = result != 0;
+        return result;
       } catch (const dhelix::rt::SetupFailure&) {
         agreed = true;
         throw;
@@ -109,7 +120,7 @@ int main(int argc, char** argv) {
     };
   });
   // A rank that failed alone would leave the others waiting for it. Failures every rank
-  // agreed on (setup) and a --verify mismatch (status 1) end every rank normally.
+  // agreed on (setup, a --verify mismatch, divergence, a stop signal) end every rank normally.
   if (status > 1 && several && !agreed) dhelix::rt::abort_world(status);
   return status;
 }

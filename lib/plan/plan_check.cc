@@ -424,6 +424,9 @@ PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
                            const PlanCheckProgress& progress) {
   PlanCheckReport report;
   const JobSpec job = job_from_plan(plan, plan_file);
+  check_plan_fields(plan, job, plan_file, report.problems);
+  std::vector<RankProgram> co_executed;  // kept for checks 9 and 10
+  bool both_lowered = true;
   // Steps: per mode, one per rank lowered and one for that mode's checks.
   const int64_t world = Placement(job.parallel, job.cluster.gpus_per_node).world_size();
   const int64_t total = 2 * (world + 1);
@@ -440,9 +443,16 @@ PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
     const bool lowered =
         lower_all_ranks(plan, job, mode, plan_file, programs, report.problems,
                         [&](int64_t lowered_ranks) { advance_to(mode_start + lowered_ranks); });
+    both_lowered = both_lowered && lowered;
     report.summary.lowering_ms += elapsed_ms(start);
     const Clock::time_point checked = Clock::now();
     if (lowered) check_programs(plan, job, programs, plan_file, report);
+    if (both_lowered && mode == ExecutionMode::kCoExecuted) {
+      check_waits_for(plan, programs, plan_file, report.problems);
+      co_executed = std::move(programs);
+    } else if (both_lowered) {
+      check_same_ops(plan, co_executed, programs, plan_file, report.problems);
+    }
     report.summary.checking_ms += elapsed_ms(checked);
     advance_to(mode_start + world + 1);
   }

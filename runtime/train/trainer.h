@@ -33,15 +33,19 @@ struct TrainOptions {
   bool check_plan = true;       ///< run the plan checker (lib/plan/plan_check.h) before training
   int64_t jitter_us = 0;        ///< random delay before each op (runtime/exec/jitter.h)
   std::string backend = "cpu";  ///< "cpu" or "cuda" (which engine the factory makes)
-  int blas_threads = 1;         ///< OpenBLAS threads of the CPU backend
-  std::string loss_log;         ///< "" or a file receiving one JSON line per step (rank 0)
-  bool progress = true;         ///< print a line per step (rank 0)
+  /// Elements per data-parallel gradient bucket on GPUs (runtime/cuda/gradient_buckets.h).
+  int64_t ddp_bucket_size = 40'000'000;
+  int blas_threads = 1;  ///< OpenBLAS threads of the CPU backend
+  std::string loss_log;  ///< "" or a file receiving one JSON line per step (rank 0)
+  bool progress = true;  ///< print a line per step (rank 0)
 };
 
-/// Trains as `options` say on the engines `factory` makes. Returns the exit status: 0, or
-/// 1 when --verify found a difference (printed). Throws SetupFailure when any rank's setup
-/// failed (all ranks throw it), and dhelix::Error for a failure during training (on that
-/// rank only).
+/// Trains as `options` say on the engines `factory` makes. Returns the exit status, the
+/// same on every rank: 0; 1 when --verify found a difference or a loss or gradient was not
+/// finite (printed; runtime/train/run_guards.h); 128 + N when signal N (SIGINT, SIGTERM)
+/// stopped the run after a step, with a checkpoint written. Throws SetupFailure when any rank's
+/// setup failed (all ranks throw it), and dhelix::Error for a failure during training (on that rank
+/// only).
 int run_training(const TrainOptions& options, const MpiEnvironment& mpi,
                  const EngineFactory& factory, std::ostream& out);
 
