@@ -424,6 +424,14 @@ void check_programs(const Plan& plan, const JobSpec& job, const std::vector<Rank
 PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file) {
   PlanCheckReport report;
   const JobSpec job = job_from_plan(plan, plan_file);
+  // Rank programs are lowered as dhelix-run executes them, without recompute.
+  if (job.parallel.recompute.enabled()) {
+    throw Error(
+        ErrorCode::kUnsupported,
+        fmt::format("{}: the plan uses activation recompute (recompute_granularity = {}), "
+                    "which rank programs (and dhelix-run) do not execute yet",
+                    plan_file, recompute_granularity_name(job.parallel.recompute.granularity)));
+  }
   for (ExecutionMode mode : {ExecutionMode::kCoExecuted, ExecutionMode::kSequential}) {
     const Clock::time_point start = Clock::now();
     std::vector<RankProgram> programs;
