@@ -7,6 +7,7 @@
 
 #include "lib/cluster_reader.h"
 #include "lib/did_you_mean.h"
+#include "lib/file_kind.h"
 #include "lib/model_reader.h"
 #include "lib/text.h"
 
@@ -118,6 +119,20 @@ void read_recompute_and_stages(ObjectReader& parallel, ParallelSpec& spec) {
   read_size(parallel, "decoder_first_pipeline_num_layers", spec.first_stage_layers);
   read_size(parallel, "decoder_last_pipeline_num_layers", spec.last_stage_layers);
 }
+// ----- cost-model settings: communication overlap and MoE routing -----
+void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
+  if (auto on = parallel.boolean("overlap_grad_reduce", Need::kOptional))
+    spec.overlap_grad_reduce = *on;
+  if (auto on = parallel.boolean("overlap_param_gather", Need::kOptional))
+    spec.overlap_param_gather = *on;
+  read_size(parallel, "expert_tp", spec.expert_tp);
+  if (auto factor =
+          parallel.real("moe_load_imbalance", Need::kOptional, {.min = 1.0, .max = 1024.0}))
+    spec.moe_load_imbalance = *factor;
+  if (auto heads = parallel.string("cp_ring_heads", Need::kOptional, {"kv", "query"}))
+    spec.cp_ring_query_heads = *heads == "query";
+}
+// ----- end of cost-model settings -----
 
 ParallelSpec read_parallel(ObjectReader& parallel) {
   ParallelSpec spec;
@@ -134,6 +149,7 @@ ParallelSpec read_parallel(ObjectReader& parallel) {
   if (auto seq = parallel.integer("seq_length", Need::kRequired, {.min = 1})) {
     spec.seq_length = *seq;
   }
+  read_cost_model_settings(parallel, spec);
   if (auto text = parallel.string("rank_order", Need::kOptional)) {
     std::string why;
     if (auto order = parse_rank_order(*text, why)) {
@@ -231,6 +247,7 @@ JobSpec job_from_json(const Json& json, const std::string& file, const std::stri
 
 JobSpec read_job_file(const std::string& path, JobSupplied supplied) {
   const Json json = read_json_file(path);
+  require_file_kind(json, path, FileKind::kJob);
   ProblemList problems;
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
   JobSpec job = job_from_json(json, path, base_dir, problems, supplied);
@@ -265,6 +282,12 @@ OrderedJson parallel_to_json(const ParallelSpec& parallel) {
   if (parallel.last_stage_layers > 0) {
     json["decoder_last_pipeline_num_layers"] = parallel.last_stage_layers;
   }
+  // cost-model settings
+  if (!parallel.overlap_grad_reduce) json["overlap_grad_reduce"] = false;
+  if (!parallel.overlap_param_gather) json["overlap_param_gather"] = false;
+  if (parallel.expert_tp > 0) json["expert_tp"] = parallel.expert_tp;
+  if (parallel.moe_load_imbalance) json["moe_load_imbalance"] = *parallel.moe_load_imbalance;
+  if (parallel.cp_ring_query_heads) json["cp_ring_heads"] = "query";
   return json;
 }
 

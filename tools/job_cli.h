@@ -29,6 +29,11 @@ struct JobOptions {
   std::optional<int64_t> recompute_num_layers;       ///< --recompute-num-layers
   std::optional<int64_t> first_stage_layers;         ///< --decoder-first-pipeline-num-layers
   std::optional<int64_t> last_stage_layers;          ///< --decoder-last-pipeline-num-layers
+  // cost-model settings
+  std::optional<int64_t> expert_tp;          ///< --expert-tensor-parallel-size
+  std::optional<double> moe_load_imbalance;  ///< --moe-load-imbalance
+  std::optional<bool> overlap_grad_reduce;   ///< --overlap-grad-reduce / --no-...
+  std::optional<bool> overlap_param_gather;  ///< --overlap-param-gather / --no-...
 };
 
 /// Adds JOB, --model, --cluster, --dp/--tp/--pp/--cp/--ep, --sp/--no-sp, --mbs, --gbs,
