@@ -55,8 +55,12 @@ struct PairingOptions {
   int64_t max_segment_ops = 0;
   /// Branch-and-bound pruning (exact; off only to measure what it saves).
   bool prune = true;
-  /// Most downsets one strand may have, and most states; beyond, Error(kUnsupported).
+  /// Most downsets one strand may have, most moves from a downset to a superset (8 bytes
+  /// each) per strand, and most states (12 bytes each); beyond, Error(kUnsupported) before
+  /// the storage is allocated. The shipped examples need at most 5k downsets, 60k moves
+  /// and 200k states (docs/planner.md).
   int64_t max_downsets = 1 << 20;
+  int64_t max_steps = int64_t{1} << 22;
   int64_t max_states = int64_t{1} << 26;
 };
 
