@@ -205,45 +205,51 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
   OpMask ready[2][kNumStreams];
   OpMask unstarted[2][kNumStreams] = {};  // in-order mode: a stream's queue
   OpMask unfinished[2] = {masks[0], masks[1]};
-  int64_t left = 0;
   for (int k = 0; k < 2; ++k) {
     const BlockSide& side = k == 0 ? forward : backward;
-    const int64_t base = k == 0 ? 0 : nf;
     for (int s = 0; s < kNumStreams; ++s) ready[k][s] = side.ready[s];
+    if (issue_rank == nullptr) continue;
     for (OpMask m = masks[k]; m != 0; m &= m - 1) {
-      const int64_t u = base + __builtin_ctzll(m);
-      remaining_us[u] = solo_us_[u];
-      if (issue_rank != nullptr) unstarted[k][stream_[u]] |= m & -m;
-      ++left;
+      unstarted[k][stream_[(k == 0 ? 0 : nf) + __builtin_ctzll(m)]] |= m & -m;
     }
   }
 
   int64_t running[kNumStreams] = {-1, -1, -1};
   double now_us = 0;
-  while (left > 0) {
+  while ((unfinished[0] | unfinished[1]) != 0) {
     // Idle streams start their next op (best ready one, or their queue's head).
+    int busy = 0;
     for (int s = 0; s < kNumStreams; ++s) {
-      if (running[s] >= 0) continue;
-      const int64_t best = issue_rank == nullptr
-                               ? best_ready(ready, s, nf, priority)
-                               : queue_head_if_ready(unstarted, ready, s, nf, issue_rank);
-      if (best < 0) continue;
-      const int k = best < nf ? 0 : 1;
-      ready[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
-      unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
-      running[s] = best;
-      start_us[best] = now_us;
+      if (running[s] < 0 && (ready[0][s] | ready[1][s]) != 0) {
+        const int64_t best = issue_rank == nullptr
+                                 ? best_ready(ready, s, nf, priority)
+                                 : queue_head_if_ready(unstarted, ready, s, nf, issue_rank);
+        if (best >= 0) {
+          const int k = best < nf ? 0 : 1;
+          ready[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
+          unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
+          running[s] = best;
+          start_us[best] = now_us;
+          remaining_us[best] = solo_us_[best];
+        }
+      }
+      busy += running[s] >= 0 ? 1 : 0;
     }
 
+    // Rates: the product over the other running ops (1 when alone, where the division
+    // and the products are skipped: x / 1 and 1 * x are exact).
     double rate[kNumStreams] = {1, 1, 1};
     double step_us = std::numeric_limits<double>::infinity();
     int first = -1;
     for (int s = 0; s < kNumStreams; ++s) {
       if (running[s] < 0) continue;
-      for (int o = 0; o < kNumStreams; ++o) {
-        if (o != s && running[o] >= 0) rate[s] *= rates_[running[s] * num_ops_ + running[o]];
+      if (busy > 1) {
+        for (int o = 0; o < kNumStreams; ++o) {
+          if (o != s && running[o] >= 0) rate[s] *= rates_[running[s] * num_ops_ + running[o]];
+        }
       }
-      const double to_finish = remaining_us[running[s]] / rate[s];
+      const double to_finish =
+          busy > 1 ? remaining_us[running[s]] / rate[s] : remaining_us[running[s]];
       if (to_finish < step_us) {
         step_us = to_finish;
         first = s;
@@ -262,7 +268,6 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
       const int64_t base = k == 0 ? 0 : nf;
       const int i = static_cast<int>(u - base);
       running[s] = -1;
-      --left;
       unfinished[k] &= ~(OpMask{1} << i);
       for (OpMask m = successors_[u] & masks[k]; m != 0; m &= m - 1) {
         const int64_t v = base + __builtin_ctzll(m);
