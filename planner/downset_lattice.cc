@@ -246,10 +246,18 @@ double PieceCostTable::sparse_cost_us(uint64_t key, int64_t forward_piece, int64
     Entry& e = sparse_[i];
     if (e.key == key) return e.cost_us;
     if (e.key == ~uint64_t{0}) {
+      // A full table at its largest size stores nothing more: later misses simulate again.
+      if (stored_ * 2 >= static_cast<int64_t>(sparse_.size()) &&
+          sparse_.size() >= kMaxSparseSlots) {
+        return simulate(forward_piece, backward_piece);
+      }
       e.key = key;
       e.cost_us = simulate(forward_piece, backward_piece);
       const double cost = e.cost_us;
-      if (simulations_ * 2 > static_cast<int64_t>(sparse_.size())) grow();
+      if (++stored_ * 2 > static_cast<int64_t>(sparse_.size()) &&
+          sparse_.size() < kMaxSparseSlots) {
+        grow();
+      }
       return cost;
     }
   }

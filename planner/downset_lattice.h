@@ -74,7 +74,8 @@ void build_lattice_steps(const BlockCostModel& model, const PairingOptions& opti
                          Lattice* lattice);
 
 /// Block costs by (forward piece, backward piece), each simulated on its first request:
-/// a dense table while the two piece counts' product is small, else a hash table.
+/// a dense table while the two piece counts' product is small, else a hash table of at
+/// most kMaxSparseSlots slots.
 class PieceCostTable {
  public:
   PieceCostTable(const BlockCostModel& model, const Lattice& forward, const Lattice& backward);
@@ -105,7 +106,11 @@ class PieceCostTable {
     uint64_t key = ~uint64_t{0};  ///< all ones: empty slot
     double cost_us = 0;
   };
+  /// The hash table's largest size (64 MB): the memo is a cache, and past this size a
+  /// miss costs one more simulation instead of more memory.
+  static constexpr size_t kMaxSparseSlots = size_t{1} << 22;
   std::vector<Entry> sparse_;
+  int64_t stored_ = 0;  ///< entries in sparse_
   int64_t simulations_ = 0;
 };
 
