@@ -242,14 +242,17 @@ double PieceCostTable::simulate(int64_t forward_piece, int64_t backward_piece) {
 double PieceCostTable::sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece) {
   const size_t mask = sparse_.size() - 1;
   uint64_t h = key * 0x9E3779B97F4A7C15ULL;
-  for (size_t i = static_cast<size_t>(h ^ (h >> 29)) & mask;; i = (i + 1) & mask) {
+  const size_t home = static_cast<size_t>(h ^ (h >> 29)) & mask;
+  for (size_t i = home;; i = (i + 1) & mask) {
     Entry& e = sparse_[i];
     if (e.key == key) return e.cost_us;
     if (e.key == ~uint64_t{0}) {
-      // A full table at its largest size stores nothing more: later misses simulate again.
+      // A full table at its largest size replaces the entry in the key's home slot (the
+      // search asks again mostly for blocks it met recently); probe chains stay intact.
       if (stored_ * 2 >= static_cast<int64_t>(sparse_.size()) &&
           sparse_.size() >= kMaxSparseSlots) {
-        return simulate(forward_piece, backward_piece);
+        sparse_[home] = Entry{key, simulate(forward_piece, backward_piece)};
+        return sparse_[home].cost_us;
       }
       e.key = key;
       e.cost_us = simulate(forward_piece, backward_piece);

@@ -107,7 +107,9 @@ class PieceCostTable {
     double cost_us = 0;
   };
   /// The hash table's largest size (64 MB): the memo is a cache, and past this size a
-  /// miss costs one more simulation instead of more memory.
+  /// miss replaces the entry in its key's home slot instead of taking more memory (the
+  /// CP8 64k layer: 1.4 % more simulations than an unbounded table, 106 MB instead of
+  /// 400 MB in all).
   static constexpr size_t kMaxSparseSlots = size_t{1} << 22;
   std::vector<Entry> sparse_;
   int64_t stored_ = 0;  ///< entries in sparse_
