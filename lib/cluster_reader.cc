@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "lib/cluster_presets.h"
+#include "lib/file_kind.h"
 
 // A cluster file either describes everything or starts from a preset ("base") and
 // overrides single figures; with a base every field is optional. Unknown keys are errors.
@@ -146,6 +147,7 @@ ClusterSpec read_cluster(const std::string& preset_or_path) {
     return cluster_preset(preset_or_path);  // throws with "did you mean"
   }
   const Json json = read_json_file(preset_or_path);
+  require_file_kind(json, preset_or_path, FileKind::kCluster);
   ProblemList problems;
   ClusterSpec cluster = cluster_from_json(json, preset_or_path, problems);
   problems.throw_if_any();

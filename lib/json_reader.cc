@@ -1,10 +1,12 @@
 #include "lib/json_reader.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -72,31 +74,101 @@ std::optional<int> version_component(std::string_view text) {
 // per level: a 1 MB file of '[' overflowed the stack of dhelix-plan (found while fuzzing).
 constexpr int kMaxJsonDepth = 512;
 
-// Offset of the first '[' or '{' nested deeper than kMaxJsonDepth in JSON text, if any.
-std::optional<size_t> too_deep_at(const std::string& text) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
+// The most bytes read_json_file reads: far above any dhelix file (the largest plans are a few
+// MB), and a bound on what /dev/zero or a runaway FIFO can make a tool read.
+constexpr size_t kMaxJsonFileBytes = size_t{256} << 20;
+
+// What the parser accepts but dhelix refuses, found by one pass over text nlohmann has
+// already parsed (so it is valid JSON): arrays and objects nested too deep, and an object
+// naming a key twice (nlohmann keeps the last value silently: "tp": 4, "tp": 8 meant 8).
+class StructureScan {
+ public:
+  StructureScan(const std::string& text, const std::string& name) : text_(text), name_(name) {}
+
+  void run() {
+    for (size_t i = 0; i < text_.size(); ++i) {
+      const char c = text_[i];
+      if (c == '"') {
+        i = string_end(i);
+      } else if (c == '[' || c == '{') {
+        if (frames_.size() >= static_cast<size_t>(kMaxJsonDepth)) {
+          fail_at(i, fmt::format("arrays and objects nest more than {} deep", kMaxJsonDepth));
+        }
+        frames_.push_back({.object = c == '{', .index = 0, .key = "", .keys = {}});
+      } else if (c == ']' || c == '}') {
+        if (!frames_.empty()) frames_.pop_back();
+      } else if (c == ',' && !frames_.empty() && !frames_.back().object) {
+        ++frames_.back().index;
       }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) return i;
-    } else if (c == ']' || c == '}') {
-      --depth;
     }
   }
-  return std::nullopt;
-}
+
+ private:
+  struct Frame {
+    bool object = false;
+    int64_t index = 0;                             // arrays: the element being read
+    std::string key;                               // objects: the member being read
+    std::unordered_map<std::string, size_t> keys;  // objects: key -> offset of its quote
+  };
+
+  // Offset of the closing quote of the string opening at `start`; records a key.
+  size_t string_end(size_t start) {
+    size_t end = start + 1;
+    bool escaped = false;
+    for (; end < text_.size(); ++end) {
+      if (escaped) {
+        escaped = false;
+      } else if (text_[end] == '\\') {
+        escaped = true;
+      } else if (text_[end] == '"') {
+        break;
+      }
+    }
+    if (!frames_.empty() && frames_.back().object && followed_by_colon(end + 1)) {
+      record_key(start, end);
+    }
+    return end;
+  }
+
+  bool followed_by_colon(size_t from) const {
+    while (from < text_.size() && std::isspace(static_cast<unsigned char>(text_[from]))) ++from;
+    return from < text_.size() && text_[from] == ':';
+  }
+
+  void record_key(size_t start, size_t end) {
+    const std::string quoted = text_.substr(start, end - start + 1);
+    // Escapes ("\u0074p" is "tp") are decoded by the parser itself.
+    std::string key = quoted.find('\\') == std::string::npos
+                          ? quoted.substr(1, quoted.size() - 2)
+                          : Json::parse(quoted).get<std::string>();
+    Frame& frame = frames_.back();
+    frame.key = key;
+    const auto [it, inserted] = frame.keys.try_emplace(std::move(key), start);
+    if (inserted) return;
+    const auto [line, column] = line_and_column(text_, it->second);
+    fail_at(start, fmt::format("{}: duplicate key (first at line {}, column {}); each key may "
+                               "appear once in an object",
+                               pointer(), line, column));
+  }
+
+  // JSON pointer of the member or element being read.
+  std::string pointer() const {
+    std::string out;
+    for (const Frame& frame : frames_) {
+      out += "/" + (frame.object ? escape_pointer_token(frame.key) : std::to_string(frame.index));
+    }
+    return out;
+  }
+
+  [[noreturn]] void fail_at(size_t offset, const std::string& what) const {
+    const auto [line, column] = line_and_column(text_, offset);
+    throw Error(ErrorCode::kInvalidInput, fmt::format("{}:{}:{}: {}", name_, line, column, what));
+  }
+
+  const std::string& text_;
+  const std::string& name_;
+  std::vector<Frame> frames_;
+};
 
 const char* type_name(const Json& value) {
   if (value.is_number_integer()) return "an integer";
@@ -109,12 +181,7 @@ const char* type_name(const Json& value) {
 Json parse_json_text(const std::string& text, const std::string& name) {
   try {
     Json json = Json::parse(text);
-    if (const std::optional<size_t> at = too_deep_at(text)) {
-      auto [line, column] = line_and_column(text, *at);
-      throw Error(ErrorCode::kInvalidInput,
-                  fmt::format("{}:{}:{}: arrays and objects nest more than {} deep", name, line,
-                              column, kMaxJsonDepth));
-    }
+    StructureScan(text, name).run();
     return json;
   } catch (const Json::parse_error& error) {
     auto [line, column] = line_and_column(text, error.byte == 0 ? 0 : error.byte - 1);
@@ -130,18 +197,29 @@ Json parse_json_text(const std::string& text, const std::string& name) {
   }
 }
 
-Json read_json_file(const std::string& path) {
+std::string read_json_text(const std::string& path) {
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) {
     throw Error(ErrorCode::kIo, fmt::format("{}: is a directory, expected a file", path));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorCode::kIo, fmt::format("{}: cannot open file for reading", path));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
+  // Read at most one byte past the bound, so that /dev/zero ends in an error, not a hang.
+  std::string text;
+  char chunk[1 << 16];
+  while (text.size() <= kMaxJsonFileBytes && in.read(chunk, sizeof chunk).gcount() > 0) {
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+  }
   if (in.bad()) throw Error(ErrorCode::kIo, fmt::format("{}: read error", path));
-  return parse_json_text(buffer.str(), path);
+  if (text.size() > kMaxJsonFileBytes) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("{}: is larger than {} MiB, the most dhelix reads from a JSON file",
+                            path, kMaxJsonFileBytes >> 20));
+  }
+  return text;
 }
+
+Json read_json_file(const std::string& path) { return parse_json_text(read_json_text(path), path); }
 
 std::string json_value_text(const Json& value) {
   std::string text = value.dump();

@@ -33,6 +33,10 @@ using OrderedJson = nlohmann::ordered_json;
 /// Error(kInvalidInput) naming line and column when it is not valid JSON.
 Json read_json_file(const std::string& path);
 
+/// The bytes of a JSON file, at most 256 MiB (Error(kInvalidInput) beyond: /dev/zero ends
+/// in an error, not a hang); Error(kIo) for a directory or a file that cannot be read.
+std::string read_json_text(const std::string& path);
+
 /// Parses JSON text; `name` is used in messages. Same errors as read_json_file.
 Json parse_json_text(const std::string& text, const std::string& name);
 

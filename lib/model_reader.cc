@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "lib/file_kind.h"
 #include "lib/model_shape_checks.h"
 
 namespace dhelix {
@@ -107,6 +108,7 @@ ModelSpec model_from_json(const Json& json, const std::string& file, ProblemList
 
 ModelSpec read_model_file(const std::string& path) {
   const Json json = read_json_file(path);
+  require_file_kind(json, path, FileKind::kModel);
   ProblemList problems;
   ModelSpec model;
   if (json.is_object() && json.contains("schema_version")) {

@@ -424,13 +424,23 @@ void check_programs(const Plan& plan, const JobSpec& job, const std::vector<Rank
 PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file) {
   PlanCheckReport report;
   const JobSpec job = job_from_plan(plan, plan_file);
+  check_plan_fields(plan, job, plan_file, report.problems);
+  std::vector<RankProgram> co_executed;  // kept for checks 9 and 10
+  bool both_lowered = true;
   for (ExecutionMode mode : {ExecutionMode::kCoExecuted, ExecutionMode::kSequential}) {
     const Clock::time_point start = Clock::now();
     std::vector<RankProgram> programs;
     const bool lowered = lower_all_ranks(plan, job, mode, plan_file, programs, report.problems);
+    both_lowered = both_lowered && lowered;
     report.summary.lowering_ms += elapsed_ms(start);
     const Clock::time_point checked = Clock::now();
     if (lowered) check_programs(plan, job, programs, plan_file, report);
+    if (both_lowered && mode == ExecutionMode::kCoExecuted) {
+      check_waits_for(plan, programs, plan_file, report.problems);
+      co_executed = std::move(programs);
+    } else if (both_lowered) {
+      check_same_ops(plan, co_executed, programs, plan_file, report.problems);
+    }
     report.summary.checking_ms += elapsed_ms(checked);
   }
   check_memory(plan, plan_file, report);

@@ -26,6 +26,10 @@
 //      message a blocked prefix waits for is sent within its sender's own prefix.
 //   5. Memory: every stage of the dhelix scheme fits in memory_budget.usable_bytes (a
 //      warning instead when the plan was made with --allow-oom).
+//   6-10. The other fields the runtime reads or the plan states (lib/plan_check_fields.cc):
+//      num_micro_batches against the job and the tasks, task indices, blocks' op lists
+//      against their timings, co-executed against sequential ops, waits_for against the
+//      transfers.
 //
 // Problems name the plan file, the plan position (JSON pointer of the task), the mode, and
 // each instruction involved (describe_instruction), e.g.
@@ -108,6 +112,22 @@ enum class SimulatedOrder { kStreams, kProgramOrder };
 bool check_no_deadlock(const Plan& plan, const JobSpec& job,
                        const std::vector<RankProgram>& programs, SimulatedOrder order,
                        const std::string& plan_file, ProblemList& problems);
+
+/// Checks 6 to 8 (lib/plan_check_fields.cc): num_micro_batches against the job and each
+/// stage's tasks, task indices, and every block's op lists against its timings.
+void check_plan_fields(const Plan& plan, const JobSpec& job, const std::string& plan_file,
+                       ProblemList& problems);
+
+/// Check 9: every rank's co-executed program runs the ops (op, layer, micro-batch) of its
+/// sequential program, each as often.
+void check_same_ops(const Plan& plan, const std::vector<RankProgram>& co_executed,
+                    const std::vector<RankProgram>& sequential, const std::string& plan_file,
+                    ProblemList& problems);
+
+/// Check 10: every task's waits_for names the tasks it receives transfers from in
+/// `programs` (co-executed).
+void check_waits_for(const Plan& plan, const std::vector<RankProgram>& programs,
+                     const std::string& plan_file, ProblemList& problems);
 
 /// Check 5; fills the summary's memory figures.
 void check_memory(const Plan& plan, const std::string& plan_file, PlanCheckReport& report);

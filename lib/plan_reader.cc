@@ -5,6 +5,7 @@
 
 #include "lib/plan_reader.h"
 
+#include "lib/file_kind.h"
 #include "lib/provenance.h"
 
 #include <fstream>
@@ -364,13 +365,14 @@ void check_inputs_match_job(const Plan& plan, const std::string& file) {
 }  // namespace
 
 Plan read_plan(const std::string& path) {
-  Plan plan = plan_from_json(read_json_file(path), path);
+  // One read: a FIFO (or a file changing meanwhile) must not be read twice.
+  const std::string text = read_json_text(path);
+  const Json json = parse_json_text(text, path);
+  require_file_kind(json, path, FileKind::kPlan);
+  Plan plan = plan_from_json(json, path);
   // Json sorts keys; re-read the opaque blocks in file order so that a plan read and
   // written again keeps its bytes.
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  const OrderedJson ordered = OrderedJson::parse(text.str());
+  const OrderedJson ordered = OrderedJson::parse(text);
   plan.meta = ordered.at("meta");
   plan.inputs.parallel = ordered.at("inputs").at("parallel");
   plan.job.model = ordered.at("job").at("model");

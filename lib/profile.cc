@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "lib/atomic_file.h"
+#include "lib/file_kind.h"
 
 namespace dhelix {
 namespace {
@@ -323,7 +324,9 @@ Profile profile_from_json(const Json& json, const std::string& file) {
 }
 
 Profile read_profile(const std::string& path) {
-  return profile_from_json(read_json_file(path), path);
+  const Json json = read_json_file(path);
+  require_file_kind(json, path, FileKind::kProfile);
+  return profile_from_json(json, path);
 }
 
 }  // namespace dhelix

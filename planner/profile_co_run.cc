@@ -13,11 +13,24 @@ namespace {
 
 constexpr size_t kMaxPairsNamed = 5;
 
+// The fix names a new file: suggesting `-o <the profile given>` would have the user
+// overwrite a profile that is right for another job.
 std::string reprofile_hint(const std::string& profile_name) {
   return fmt::format(
-      "re-profile the job with `dhelix-profile JOB -o {}` (or plan without "
-      "--profile)",
+      "{} was probably made for another job: profile this job into a new file "
+      "(`dhelix-profile JOB -o JOB-profile.json`, then --profile JOB-profile.json), or plan "
+      "without --profile",
       profile_name);
+}
+
+// At most kMaxPairsNamed items, one a line, then how many more.
+std::string short_list(const std::vector<std::string>& items) {
+  std::string list;
+  for (size_t i = 0; i < std::min(items.size(), kMaxPairsNamed); ++i) list += "\n  " + items[i];
+  if (items.size() > kMaxPairsNamed) {
+    list += fmt::format("\n  ... and {} more", items.size() - kMaxPairsNamed);
+  }
+  return list;
 }
 
 // Pairs the planner may co-run, as "a x b" in first-seen order, that `profile` lacks. The
@@ -50,20 +63,14 @@ void check_profile_covers(const Profile& profile, const std::vector<Op>& ops,
                           const std::string& profile_name) {
   const std::vector<std::string> missing = profile.missing_signatures(ops);
   if (!missing.empty()) {
-    std::string list;
-    for (const std::string& signature : missing) list += "\n  " + signature;
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("{}: lacks {} op signature{} the job needs:{}\n{}", profile_name,
-                            missing.size(), missing.size() == 1 ? "" : "s", list,
+                            missing.size(), missing.size() == 1 ? "" : "s", short_list(missing),
                             reprofile_hint(profile_name)));
   }
   const std::vector<std::string> pairs = missing_pairs(profile, ops);
   if (pairs.empty()) return;
-  std::string list;
-  for (size_t i = 0; i < std::min(pairs.size(), kMaxPairsNamed); ++i) list += "\n  " + pairs[i];
-  if (pairs.size() > kMaxPairsNamed) {
-    list += fmt::format("\n  ... and {} more", pairs.size() - kMaxPairsNamed);
-  }
+  const std::string list = short_list(pairs);
   throw Error(ErrorCode::kInvalidInput,
               fmt::format("{}: lacks {} co-run pair{} the job needs (the planner would assume "
                           "they do not slow each other):{}\n{}",

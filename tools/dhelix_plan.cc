@@ -30,6 +30,7 @@
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "tools/job_cli.h"
+#include "tools/output_paths.h"
 #include "tools/tool_main.h"
 
 namespace dhelix {
@@ -54,7 +55,15 @@ struct PlanOptions {
   JobOptions dag_job;
   std::string dag_format = "dot";
   std::vector<std::string> argv;
+  const CLI::App* app = nullptr;  // which flags were given (check_flag_combinations)
 };
+
+// The job flags of add_job_options, for the modes that take no job.
+const std::vector<std::string> kJobFlags = {
+    "JOB",  "--model", "--cluster", "--dp",  "--tp",  "--pp",  "--cp",
+    "--ep", "--sp",    "--no-sp",   "--mbs", "--gbs", "--seq", "--rank-order"};
+const std::vector<std::string> kPlanningFlags = {"-o",        "--trace",  "--svg",
+                                                 "--profile", "--report", "--allow-oom"};
 
 void add_plan_options(CLI::App& app, PlanOptions& options) {
   app.description(
@@ -153,6 +162,57 @@ void print_written_files(const PlanOptions& options) {
   }
 }
 
+// A flag the chosen mode would ignore is an error: the user meant something by it.
+void check_flag_combinations(const PlanOptions& options) {
+  const CLI::App& app = *options.app;
+  if (options.dag->parsed()) {
+    std::vector<std::string> main_flags = kJobFlags;
+    main_flags.insert(main_flags.end(), kPlanningFlags.begin(), kPlanningFlags.end());
+    for (const char* flag : {"--check", "--validate-only", "--json"}) main_flags.push_back(flag);
+    refuse_flags_with(app, "dag", "prints the DAGs of its own job", main_flags,
+                      "give the job and its flags after `dag`");
+    return;
+  }
+  if (!options.check.empty()) {
+    std::vector<std::string> flags = kJobFlags;
+    flags.insert(flags.end(), kPlanningFlags.begin(), kPlanningFlags.end());
+    for (const char* flag : {"--validate-only", "--json"}) flags.push_back(flag);
+    refuse_flags_with(app, "--check", "reads a plan only", flags,
+                      "check with `dhelix-plan --check PLAN` alone; plan with `dhelix-plan JOB`");
+    return;
+  }
+  if (options.validate_only) {
+    refuse_flags_with(app, "--validate-only", "writes and prints no plan", kPlanningFlags,
+                      "drop --validate-only to plan");
+    return;
+  }
+  refuse_flags_with(app, "--json", "applies to --validate-only only", {"--json"},
+                    "print the plan report as JSON with --report json");
+}
+
+// Outputs never replace an input or each other, and must be writable, before minutes of
+// planning.
+void check_outputs(const JobSpec& job, const PlanOptions& options) {
+  std::vector<NamedPath> outputs = {{"-o", options.output}, {"--trace", options.trace}};
+  if (!options.svg_prefix.empty()) {
+    for (const std::string& name : svg_file_names(options.svg_prefix)) {
+      outputs.push_back({"--svg", name});
+    }
+  }
+  std::vector<NamedPath> inputs = {{"--profile", options.profile}};
+  for (const std::string& file : job_input_files(job)) inputs.push_back({"the job's input", file});
+  check_output_paths(outputs, inputs);
+}
+
+// Every output of the run, written together: all of them or none (lib/atomic_file.h).
+void write_outputs(const Plan& plan, const PlanOptions& options) {
+  OutputFiles files;
+  if (!options.output.empty()) files.add(options.output, plan_to_text(plan));
+  if (!options.trace.empty()) files.add(options.trace, chrome_trace_text(plan, TraceOptions{}));
+  if (!options.svg_prefix.empty()) add_svg_files(plan, options.svg_prefix, files);
+  files.commit();
+}
+
 // --check: every problem of the plan (exit 2), or a one-line summary.
 int check(const PlanOptions& options) {
   const Plan plan = read_plan(options.check);
@@ -164,7 +224,9 @@ int check(const PlanOptions& options) {
 }
 
 int plan(const PlanOptions& options) {
-  // 0. `dag` subcommand and --check: their output is the whole answer.
+  // 0. `dag` subcommand and --check: their output is the whole answer. A flag the mode
+  //    ignores is refused.
+  check_flag_combinations(options);
   if (options.dag->parsed()) return print_dags(options);
   if (!options.check.empty()) return check(options);
   // 1. Load the job file and flags into one validated job (throws every problem at once).
@@ -176,16 +238,16 @@ int plan(const PlanOptions& options) {
     print_summary(job, options);
     return 0;
   }
-  // 4. Read the profile, or model one for the job's cluster.
+  // 4. Outputs that would replace an input or each other are refused before any work.
+  check_outputs(job, options);
+  // 5. Read the profile, or model one for the job's cluster.
   Profile profile;
   const PlanRequest request = make_request(job, options, profile);
-  // 5. Search, simulate the four schemes, check memory, lay out every stage's tasks.
+  // 6. Search, simulate the four schemes, check memory, lay out every stage's tasks.
   const PlanResult result = build_plan(request);
   for (const std::string& warning : result.warnings) print_warning(kToolName, warning);
-  // 6. Write the plan and its pictures atomically, then print the report.
-  if (!options.output.empty()) write_plan(options.output, result.plan);
-  if (!options.trace.empty()) write_trace_file(result.plan, options.trace);
-  if (!options.svg_prefix.empty()) write_svg_files(result.plan, options.svg_prefix);
+  // 7. Write the plan, trace and pictures together (all or none), then print the report.
+  write_outputs(result.plan, options);
   const ReportFormat format = parse_report_format(options.report).value_or(ReportFormat::kText);
   std::fputs(render_plan_report(result.plan, format).c_str(), stdout);
   if (format != ReportFormat::kJson) print_written_files(options);
@@ -200,6 +262,7 @@ int main(int argc, char** argv) {
   return run_tool(kToolName, argc, argv, [argc, argv](CLI::App& app) {
     auto options = std::make_shared<PlanOptions>();
     options->argv = tool_argv(kToolName, argc, argv);
+    options->app = &app;
     add_plan_options(app, *options);
     return [options] { return plan(*options); };
   });

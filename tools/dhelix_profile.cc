@@ -22,6 +22,7 @@
 #include "profiler/model_backend.h"
 #include "runtime/comm/mpi_environment.h"
 #include "tools/job_cli.h"
+#include "tools/output_paths.h"
 #include "tools/tool_main.h"
 
 namespace dhelix {
@@ -39,6 +40,7 @@ struct ProfileOptions {
   int blas_threads = 1;
   int64_t max_samples = 200;  // cuda: --samples is the minimum, this the cap
   std::vector<std::string> argv;
+  const CLI::App* app = nullptr;  // which flags were given (check_flag_combinations)
 };
 
 // MPI, started only for --backend cpu, and whether the ranks had begun measuring: a rank
@@ -125,10 +127,34 @@ Profile measure_on_cuda(const ProfileOptions& options, const JobSpec& job, const
 #endif
 }
 
-int profile(const ProfileOptions& options, MpiSession& mpi) {
-  if (!options.list && options.output.empty()) {
+// A flag the chosen backend or --list would ignore is an error: the user meant something.
+void check_flag_combinations(const ProfileOptions& options) {
+  const CLI::App& app = *options.app;
+  if (options.list) {
+    refuse_flags_with(app, "--list", "times nothing and writes no profile",
+                      {"-o", "--samples", "--warmup", "--blas-threads", "--max-samples"},
+                      "drop --list to profile");
+    return;
+  }
+  if (options.output.empty()) {
     throw Error(ErrorCode::kInvalidInput, "<flags>: -o: an output file is required (or --list)");
   }
+  if (options.backend == "model") {
+    refuse_flags_with(app, "--backend model", "computes times, it measures nothing",
+                      {"--samples", "--warmup", "--blas-threads", "--max-samples"},
+                      "measure with --backend cpu or cuda");
+  } else if (options.backend == "cpu") {
+    refuse_flags_with(app, "--backend cpu", "takes a fixed number of samples", {"--max-samples"},
+                      "--max-samples is for --backend cuda");
+  } else {
+    refuse_flags_with(app, "--backend cuda", "uses no OpenBLAS", {"--blas-threads"},
+                      "--blas-threads is for --backend cpu");
+  }
+}
+
+int profile(const ProfileOptions& options, MpiSession& mpi) {
+  // 1. Flags that the mode ignores, and a missing -o, are refused.
+  check_flag_combinations(options);
   // 2. --backend cpu runs on every rank of an MPI job: start MPI (not for --list).
   const bool cpu = options.backend == "cpu" && !options.list;
   const bool cuda = options.backend == "cuda" && !options.list;
@@ -144,7 +170,12 @@ int profile(const ProfileOptions& options, MpiSession& mpi) {
     for (const std::string& line : list_profile_space(job)) std::printf("%s\n", line.c_str());
     return 0;
   }
-  // 5. Model or measure every op and pair; rank 0 writes the profile atomically.
+  // 5. The profile must not replace the job or one of its files, and must be writable
+  //    (every rank sees the same files, so every rank stops alike).
+  std::vector<NamedPath> inputs;
+  for (const std::string& file : job_input_files(job)) inputs.push_back({"the job's input", file});
+  check_output_paths({{"-o", options.output}}, inputs);
+  // 6. Model or measure every op and pair; rank 0 writes the profile atomically.
   const OrderedJson meta =
       provenance_to_json(make_provenance(kToolName, options.argv, job_input_files(job)));
   const Profile result = cuda  ? measure_on_cuda(options, job, meta, mpi)
@@ -164,6 +195,7 @@ int main(int argc, char** argv) {
   const int status = run_tool(kToolName, argc, argv, [argc, argv, &mpi](CLI::App& app) {
     auto options = std::make_shared<ProfileOptions>();
     options->argv = tool_argv(kToolName, argc, argv);
+    options->app = &app;
     add_profile_options(app, *options);
     return [options, &mpi]() -> int {
       try {

@@ -81,7 +81,8 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
   app.add_option("--blas-threads", o.blas_threads, "OpenBLAS threads per rank (cpu backend)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  app.add_option("--loss-log", o.loss_log, "Append one JSON line per step (rank 0)");
+  app.add_option("--loss-log", o.loss_log,
+                 "Append one JSON line per step (rank 0) to a new file or an existing loss log");
   app.add_flag("!--no-progress", o.progress, "Do not print a line per step");
 }
 
@@ -106,7 +107,12 @@ int main(int argc, char** argv) {
     add_options(app, *options);
     return [&]() -> int {
       try {
-        return dhelix::rt::run_training(*options, *mpi, engine_factory(*options), std::cout);
+        const int result =
+            dhelix::rt::run_training(*options, *mpi, engine_factory(*options), std::cout);
+        // A status returned, not thrown, is one every rank reached together (a --verify
+        // difference, divergence, a stop signal): no rank waits for another.
+        agreed = result != 0;
+        return result;
       } catch (const dhelix::rt::SetupFailure&) {
         agreed = true;
         throw;
@@ -114,7 +120,7 @@ int main(int argc, char** argv) {
     };
   });
   // A rank that failed alone would leave the others waiting for it. Failures every rank
-  // agreed on (setup) and a --verify mismatch (status 1) end every rank normally.
+  // agreed on (setup, a --verify mismatch, divergence, a stop signal) end every rank normally.
   if (status > 1 && several && !agreed) dhelix::rt::abort_world(status);
   return status;
 }

@@ -16,6 +16,7 @@
 
 #include "lib/atomic_file.h"
 #include "lib/error.h"
+#include "lib/file_kind.h"
 #include "runtime/train/checkpoint.h"
 
 namespace dhelix::rt {
@@ -182,6 +183,7 @@ void write_manifest(const std::string& step_dir_path, const CheckpointManifest& 
 
 CheckpointManifest read_manifest(const std::string& path) {
   const Json json = read_json_file(path);
+  require_file_kind(json, path, FileKind::kCheckpointManifest);
   ProblemList problems;
   ObjectReader root(json, path, "", problems);
   if (!root.is_object()) problems.throw_if_any();

@@ -1,5 +1,7 @@
 #include "runtime/train/token_data.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -13,8 +15,35 @@
 namespace dhelix::rt {
 namespace {
 
+// The most bytes a data file may hold: the whole file is loaded, as 4-byte tokens, into
+// every rank's memory (a text file of 4 GiB takes 16 GiB per rank).
+constexpr uint64_t kMaxDataBytes = uint64_t{4} << 30;
+
 // errno is captured right after the failing call, before anything else can change it.
+// Only regular files are read, up to kMaxDataBytes: a directory ended in an internal error
+// (basic_filebuf::underflow), /dev/zero in a read that never ended.
 std::string read_whole_file(const std::string& path, const char* what) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    const int saved = errno;
+    throw Error(ErrorCode::kIo,
+                fmt::format("{}: cannot read {}: {}", path, what, std::strerror(saved)));
+  }
+  if (S_ISDIR(info.st_mode)) {
+    throw Error(ErrorCode::kIo, fmt::format("{}: is a directory, expected a {}", path, what));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    throw Error(ErrorCode::kIo,
+                fmt::format("{}: is not a regular file (a device or FIFO); dhelix-run reads a "
+                            "{} whole and needs its size: copy the data into a file",
+                            path, what));
+  }
+  if (static_cast<uint64_t>(info.st_size) > kMaxDataBytes) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("{}: {} bytes is more than {} GiB, the most dhelix-run loads into "
+                            "memory as training data",
+                            path, info.st_size, kMaxDataBytes >> 30));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int saved = errno;

@@ -5,6 +5,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/rank_comms.h"
+#include "runtime/train/run_guards.h"
 #include "runtime/train/token_data.h"
 #include "runtime/train/verification.h"
 
@@ -33,6 +35,9 @@ namespace dhelix::rt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A training check failed: a --verify difference or a non-finite loss or gradient.
+constexpr int kExitTrainingCheckFailed = 1;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -138,8 +143,12 @@ class Trainer {
   double iterate(int64_t step, const RankProgram& program);
   bool verify(int64_t step, double& co_executed_us, double& sequential_us);
   float global_loss();
+  bool stop_if_not_finite(int64_t step);
+  int stop_for_signal(int64_t completed_steps, bool checkpointed);
   void report(int64_t step, float loss, double step_seconds);
-  void save_checkpoint(int64_t completed_steps);
+  void save_checkpoint(int64_t completed_steps, const std::vector<NamedTensor>& state);
+  bool state_is_finite(int64_t completed_steps, const std::vector<NamedTensor>& state);
+  std::string set_aside_diverged_checkpoint(int64_t bad_step);
   int64_t restore_checkpoint();
 
   const TrainOptions& options_;
@@ -157,10 +166,14 @@ class Trainer {
   std::unique_ptr<TrainingEngine> engine_;
   RankProgram co_executed_;
   RankProgram sequential_;
+  bool head_ = false;  // this rank's stage computes the loss of every micro-batch
+  // Rank 0's --loss-log, opened once: a FIFO reader sees one stream, not one per step.
+  std::ofstream loss_log_;
 };
 
 // Everything a rank reads before it talks to the others.
 void Trainer::read_inputs() {
+  check_run_options(options_);
   plan_bytes_ = read_bytes(options_.plan_file);
   plan_ = read_plan(options_.plan_file);
   job_ = job_from_plan(plan_, options_.plan_file);
@@ -217,6 +230,7 @@ void Trainer::build_engine(const EngineFactory& factory) {
   for (const PlanLayerRange& range : {stage->down_layers, stage->up_layers}) {
     if (range.count > 0) slice.layer_ranges.emplace_back(range.first, range.count);
   }
+  head_ = stage->head_loss;
   engine_ = factory(job_, rank_, slice);
 }
 
@@ -276,16 +290,26 @@ void Trainer::report(int64_t step, float loss, double step_seconds) {
                         step_seconds, progress_bar(step + 1, options_.steps));
     out_.flush();
   }
-  if (!options_.loss_log.empty()) {
-    std::ofstream log(options_.loss_log, std::ios::app);
-    log << fmt::format("{{\"step\": {}, \"loss\": {:.9g}, \"loss_bits\": \"0x{:08x}\"}}\n",
-                       step + 1, loss, std::bit_cast<uint32_t>(loss));
-    if (!log) throw Error(ErrorCode::kIo, fmt::format("{}: cannot be written", options_.loss_log));
+  if (loss_log_.is_open()) {
+    loss_log_ << fmt::format("{{\"step\": {}, \"loss\": {:.9g}, \"loss_bits\": \"0x{:08x}\"}}\n",
+                             step + 1, loss, std::bit_cast<uint32_t>(loss));
+    loss_log_.flush();
+    if (!loss_log_) {
+      throw Error(ErrorCode::kIo, fmt::format("{}: cannot be written", options_.loss_log));
+    }
   }
 }
 
 int Trainer::run() {
+  const StopSignals signals;
   int64_t first_step = options_.resume ? restore_checkpoint() : 0;
+  if (rank_ == 0 && !options_.loss_log.empty()) {
+    loss_log_.open(options_.loss_log, std::ios::app);
+    if (!loss_log_) {
+      throw Error(ErrorCode::kIo,
+                  fmt::format("{}: cannot be opened for appending the losses", options_.loss_log));
+    }
+  }
   if (rank_ == 0) {
     out_ << fmt::format(
         "dhelix-run: {} on {} ranks (dp {} x tp {} x pp {}, {} backend), {} micro-batches of {} "
@@ -299,7 +323,7 @@ int Trainer::run() {
     if (options_.verify) {
       double co_us = 0;
       double seq_us = 0;
-      if (!verify(step, co_us, seq_us)) return 1;
+      if (!verify(step, co_us, seq_us)) return kExitTrainingCheckFailed;
       if (rank_ == 0) {
         out_ << fmt::format(
             "verify step {}: co-executed and sequential schedules bitwise equal on {} ranks "
@@ -309,19 +333,148 @@ int Trainer::run() {
     } else {
       iterate(step, options_.sequential ? sequential_ : co_executed_);
     }
+    // Before the update: a diverged step leaves the model and checkpoints as they were.
+    if (stop_if_not_finite(step)) return kExitTrainingCheckFailed;
     engine_->update(step + 1, options_.adamw);
     const float loss = global_loss();
     report(step, loss, std::chrono::duration<double>(Clock::now() - start).count());
     const bool last = step + 1 == options_.steps;
     const bool due = options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0;
-    if (!options_.checkpoint_dir.empty() && (last || due)) save_checkpoint(step + 1);
+    const bool checkpoint = !options_.checkpoint_dir.empty() && (last || due);
+    if (checkpoint) {
+      const std::vector<NamedTensor> state = engine_->state();
+      if (!state_is_finite(step + 1, state)) return kExitTrainingCheckFailed;
+      save_checkpoint(step + 1, state);
+    }
+    if (!last) {
+      if (const int status = stop_for_signal(step + 1, checkpoint); status != 0) return status;
+    }
   }
   return 0;
 }
 
+// Every rank learns whether any rank saw a non-finite loss or gradient; those that did say
+// which. True when training must stop.
+bool Trainer::stop_if_not_finite(int64_t step) {
+  std::optional<std::string> problem;
+  if (head_ && coordinates_.tp == 0) {
+    const std::vector<float> losses = engine_->micro_batch_losses();
+    if (const std::optional<int64_t> mb = first_non_finite_loss(losses)) {
+      problem =
+          fmt::format("micro-batch {}: the loss is {}", *mb, losses[static_cast<size_t>(*mb)]);
+    }
+  }
+  if (!problem) {
+    const IterationSnapshot snapshot = engine_->snapshot();
+    if (const auto gradient = first_non_finite_gradient(snapshot.names, snapshot.gradients)) {
+      problem = *gradient + fmt::format(" after micro-batches 0..{}", micro_batches() - 1);
+    }
+  }
+  int bad = problem ? 1 : 0;
+  int any_bad = 0;
+  check_mpi(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  if (any_bad == 0) return false;
+  if (problem) {
+    std::cerr << fmt::format("dhelix-run: error: step {}: rank {}: {}\n", step + 1, rank_,
+                             *problem);
+  }
+  if (rank_ == 0) {
+    std::cerr << fmt::format(
+        "dhelix-run: error: training diverged at step {} (a non-finite loss or gradient; try "
+        "a smaller --lr); stopped before the update{}\n",
+        step + 1, set_aside_diverged_checkpoint(step));
+  }
+  return true;
+}
+
+// Before a checkpoint: weights or optimizer moments an update made non-finite (--lr nan)
+// are never written. Every rank learns whether any rank's state is bad.
+bool Trainer::state_is_finite(int64_t completed_steps, const std::vector<NamedTensor>& state) {
+  std::optional<std::string> problem;
+  for (const NamedTensor& tensor : state) {
+    for (size_t i = 0; i < tensor.values.size() && !problem; ++i) {
+      if (!std::isfinite(tensor.values[i])) {
+        problem = fmt::format("{} (element {}) is {}", tensor.name, i, tensor.values[i]);
+      }
+    }
+  }
+  int bad = problem ? 1 : 0;
+  int any_bad = 0;
+  check_mpi(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  if (any_bad == 0) return true;
+  if (problem) {
+    std::cerr << fmt::format("dhelix-run: error: after step {}: rank {}: {}\n", completed_steps,
+                             rank_, *problem);
+  }
+  if (rank_ == 0) {
+    std::cerr << fmt::format(
+        "dhelix-run: error: training diverged: the update of step {} made the model "
+        "non-finite (try a smaller --lr); its checkpoint was not written, {} keeps the last "
+        "good one\n",
+        completed_steps, options_.checkpoint_dir);
+  }
+  return false;
+}
+
+// Rank 0, when step `bad_step` + 1 diverged: the checkpoint of step `bad_step`, written just
+// before, holds the weights that diverged (finite, but e.g. 1e30 after --lr 1e30). It moves
+// to step-N.diverged and `latest` goes back to the newest earlier checkpoint. Returns the
+// end of the divergence message, saying what the checkpoint folder now holds.
+std::string Trainer::set_aside_diverged_checkpoint(int64_t bad_step) {
+  const std::string& dir = options_.checkpoint_dir;
+  if (dir.empty()) return "";
+  const std::optional<int64_t> latest = latest_step(dir);
+  if (!latest || *latest != bad_step) {
+    return latest ? fmt::format("; the last good checkpoint is {}", step_dir(dir, *latest)) : "";
+  }
+  std::optional<int64_t> previous;
+  for (int64_t step = bad_step - 1; step >= 1 && !previous; --step) {
+    std::error_code error;
+    if (std::filesystem::exists(step_dir(dir, step) + "/manifest.json", error)) previous = step;
+  }
+  const std::string aside = step_dir(dir, bad_step) + ".diverged";
+  std::error_code error;
+  std::filesystem::remove_all(aside, error);
+  std::filesystem::rename(step_dir(dir, bad_step), aside, error);
+  if (error) {
+    return fmt::format("; {} holds the weights that diverged (moving it aside failed: {})",
+                       step_dir(dir, bad_step), error.message());
+  }
+  if (previous) {
+    write_file_atomically(dir + "/latest", fmt::format("step-{}\n", *previous));
+  } else {
+    std::filesystem::remove(dir + "/latest", error);
+  }
+  return fmt::format(
+      "; the checkpoint of step {} holds the weights that diverged and was moved to {}; {}",
+      bad_step, aside,
+      previous ? fmt::format("the last good checkpoint is {}", step_dir(dir, *previous))
+               : std::string("no earlier checkpoint exists"));
+}
+
+// After a completed step: whether any rank was sent SIGINT or SIGTERM. If so, every rank
+// writes a checkpoint (unless one was just written) and the run ends with 128 + signal.
+int Trainer::stop_for_signal(int64_t completed_steps, bool checkpointed) {
+  int signal = StopSignals::received();
+  int any_signal = 0;
+  check_mpi(MPI_Allreduce(&signal, &any_signal, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
+            "MPI_Allreduce");
+  if (any_signal == 0) return 0;
+  const bool saving = !options_.checkpoint_dir.empty();
+  if (saving && !checkpointed) save_checkpoint(completed_steps, engine_->state());
+  if (rank_ == 0) {
+    std::cerr << fmt::format(
+        "dhelix-run: stopped by {} after step {}: {}\n", signal_name(any_signal), completed_steps,
+        saving ? fmt::format("checkpoint {} written; continue with --resume",
+                             step_dir(options_.checkpoint_dir, completed_steps))
+               : "no --checkpoint-dir, so the steps run are not saved");
+  }
+  return 128 + any_signal;
+}
+
 // ----- checkpoints (protocol in runtime/train/checkpoint.h) -------------------------------
 
-void Trainer::save_checkpoint(int64_t completed_steps) {
+void Trainer::save_checkpoint(int64_t completed_steps, const std::vector<NamedTensor>& state) {
   Communicator& world = comms_->main_world();
   const std::string& dir = options_.checkpoint_dir;
   if (rank_ == 0) prepare_temporary_step_dir(dir, completed_steps);
@@ -331,7 +484,6 @@ void Trainer::save_checkpoint(int64_t completed_steps) {
                       .data_position = static_cast<uint64_t>(completed_steps),
                       .rng_state = options_.seed,
                       .tensors = {}};
-  const std::vector<NamedTensor> state = engine_->state();
   for (const NamedTensor& tensor : state) {
     shard.tensors.push_back(
         {tensor.name, tensor.values.data(), static_cast<int64_t>(tensor.values.size())});

@@ -40,10 +40,12 @@ struct TrainOptions {
   bool progress = true;  ///< print a line per step (rank 0)
 };
 
-/// Trains as `options` say on the engines `factory` makes. Returns the exit status: 0, or
-/// 1 when --verify found a difference (printed). Throws SetupFailure when any rank's setup
-/// failed (all ranks throw it), and dhelix::Error for a failure during training (on that
-/// rank only).
+/// Trains as `options` say on the engines `factory` makes. Returns the exit status, the
+/// same on every rank: 0; 1 when --verify found a difference or a loss or gradient was not
+/// finite (printed; runtime/train/run_guards.h); 128 + N when signal N (SIGINT, SIGTERM)
+/// stopped the run after a step, with a checkpoint written. Throws SetupFailure when any rank's
+/// setup failed (all ranks throw it), and dhelix::Error for a failure during training (on that rank
+/// only).
 int run_training(const TrainOptions& options, const MpiEnvironment& mpi,
                  const EngineFactory& factory, std::ostream& out);
 

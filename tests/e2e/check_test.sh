@@ -22,7 +22,7 @@ for file in "$src_dir"/examples/plans/*.json "$src_dir"/examples/plans/golden/*.
   start=$(date +%s.%N)
   (cd "$src_dir" && "$plan" --check "$name") >"$scratch/stdout" 2>"$scratch/stderr"
   status=$?
-  seconds=$(echo "$(date +%s.%N) - $start" | bc)
+  seconds=$(awk -v end="$(date +%s.%N)" -v start="$start" 'BEGIN { printf "%.2f", end - start }')
   if [[ $status -eq 0 ]] && grep -q "^$name: ok: .* no wait cycle, memory fits" "$scratch/stdout"; then
     pass "$(cat "$scratch/stdout") (${seconds} s)"
   else

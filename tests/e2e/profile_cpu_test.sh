@@ -44,7 +44,7 @@ start=$(date +%s.%N)
 "$mpirun" --oversubscribe -np 2 "$profile" --backend cpu "$job" -o "$scratch/p.json" \
   >"$scratch/stdout" 2>"$scratch/stderr"
 status=$?
-seconds=$(echo "$(date +%s.%N) - $start" | bc)
+seconds=$(awk -v end="$(date +%s.%N)" -v start="$start" 'BEGIN { printf "%.2f", end - start }')
 if [ "$status" -ne 0 ]; then
   fail "mpirun -np 2 dhelix-profile --backend cpu" "exit $status: $(head -c 2000 "$scratch/stderr")"
 else

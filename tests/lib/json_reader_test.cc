@@ -45,6 +45,42 @@ TEST(ParseJsonTextTest, KeepsTheReasonAndDropsTheLastReadTail) {
   }
 }
 
+std::string parse_error_of(const std::string& text) {
+  try {
+    parse_json_text(text, "job.json");
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    return error.what();
+  }
+  return "accepted";
+}
+
+// nlohmann keeps the last of two equal keys: "tp": 4, "tp": 8 silently meant 8.
+TEST(ParseJsonTextTest, DuplicateKeysAreRefusedWithBothPositions) {
+  EXPECT_EQ(parse_error_of("{\n  \"parallel\": {\"tp\": 4,\n    \"tp\": 8}\n}\n"),
+            "job.json:3:5: /parallel/tp: duplicate key (first at line 2, column 16); each key "
+            "may appear once in an object");
+  // An escape spells the same key; pointers count array elements.
+  EXPECT_EQ(parse_error_of("{\"a\": [1, {\"b\": 0}, {\"k\": 1, \"\\u006b\": 2}]}"),
+            "job.json:1:30: /a/2/k: duplicate key (first at line 1, column 22); each key may "
+            "appear once in an object");
+  // The same key in different objects, and a key-like string value, are fine.
+  EXPECT_EQ(parse_error_of("{\"a\": {\"x\": 1}, \"b\": {\"x\": \"x\"}, \"c\": [\"a\", \"a\"]}"),
+            "accepted");
+}
+
+// /dev/zero made every reader read until memory ran out.
+TEST(ReadJsonFileTest, ReadsAreBoundedBySize) {
+  try {
+    read_json_file("/dev/zero");
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    EXPECT_STREQ(error.what(),
+                 "/dev/zero: is larger than 256 MiB, the most dhelix reads from a JSON file");
+  }
+}
+
 TEST(ReadJsonFileTest, DirectoryIsAnIoError) {
   const std::string directory = std::filesystem::temp_directory_path().string();
   try {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,19 @@ std::vector<std::string> messages(const PlanCheckReport& report) {
 std::string all(const PlanCheckReport& report) {
   std::string out;
   for (const std::string& m : messages(report)) out += m + "\n";
+  return out;
+}
+
+// The problems of checks 1 to 5 only: a test that edits a plan to make the programs hang or
+// misorder also breaks what checks 6 to 10 compare (task indices, waits_for, block lists).
+std::vector<std::string> program_messages(const PlanCheckReport& report) {
+  std::vector<std::string> out;
+  for (const std::string& m : messages(report)) {
+    const bool field =
+        m.find("/index:") != std::string::npos || m.find("/waits_for:") != std::string::npos ||
+        m.find("_ops:") != std::string::npos || m.find("/timings/") != std::string::npos;
+    if (!field) out.push_back(m);
+  }
   return out;
 }
 
@@ -188,7 +202,7 @@ TEST(PlanCheck, WaitCycleBetweenStagesIsFound) {
   std::rotate(s1.begin(), s1.begin() + 2, s1.begin() + 4);
   const PlanCheckReport report = check_plan(plan, "cycle.json");
   // One cycle per TP rank pair (ranks 0 and 2, ranks 1 and 3), in each mode.
-  const std::vector<std::string> found = messages(report);
+  const std::vector<std::string> found = program_messages(report);
   ASSERT_EQ(found.size(), 4u) << all(report);
   EXPECT_EQ(found[0],
             "cycle.json: /stages/0/tasks/1: co-executed: deadlock: 1166 of 1200 instructions "
@@ -263,7 +277,7 @@ TEST(PlanCheck, OpBeforeItsInputIsNamedForEveryRank) {
   blocks.front().timings.erase(blocks.front().timings.begin());
   blocks.back().timings.push_back(moved);
   const PlanCheckReport report = check_plan(plan, "bad.json");
-  EXPECT_EQ(messages(report),
+  EXPECT_EQ(program_messages(report),
             (std::vector<std::string>{
                 "bad.json: co-executed: rank 0 does not lower: plan: stage 0 task 3 block 0: "
                 "fwd.allgather_attn runs before its input fwd.ln_attn (layer 0, micro-batch 1)",
@@ -323,6 +337,88 @@ TEST(PlanCheck, StageOverTheBudgetIsAWarningWithAllowOom) {
                 "weights 0.2 MiB, gradients 0.2 MiB, optimizer states 0.6 MiB, activations 1.0 "
                 "MiB) but the CPU rank offers 1.9 MiB usable (the plan was made with "
                 "--allow-oom)"});
+}
+
+}  // namespace
+}  // namespace dhelix
+
+namespace dhelix {
+namespace {
+
+// ----- checks 6 to 10: the fields the runtime reads besides the programs ---------------------
+
+std::string check_edited(const std::function<void(Plan&)>& edit) {
+  Plan plan = read_plan(plan_path("tiny-tp2-pp2"));
+  edit(plan);
+  return all(check_plan(plan, "p.json"));
+}
+
+// num_micro_batches 4 -> 5 passed and trained with the loss scaled 4/5.
+TEST(PlanCheckFields, MicroBatchCountMustBeTheJobs) {
+  const std::string problems = check_edited([](Plan& p) { p.num_micro_batches += 1; });
+  EXPECT_NE(problems.find("p.json: /num_micro_batches: 5 differs from the job's "
+                          "global_batch_size / (micro_batch_size x dp) = 8 / (2 x 1) = 4"),
+            std::string::npos)
+      << problems;
+}
+
+TEST(PlanCheckFields, EveryMicroBatchRunsOnEveryStage) {
+  const std::string problems = check_edited([](Plan& p) {
+    std::vector<PlanTask>& tasks = p.stages[0].tasks;
+    std::erase_if(tasks, [](const PlanTask& t) {
+      return (t.has_forward && t.forward.micro_batch == 3) ||
+             (t.has_backward && t.backward.micro_batch == 3);
+    });
+    for (size_t i = 0; i < tasks.size(); ++i) tasks[i].index = static_cast<int64_t>(i);
+  });
+  EXPECT_NE(problems.find("p.json: /stages/0/tasks: micro-batch 3"), std::string::npos) << problems;
+}
+
+TEST(PlanCheckFields, WaitsForMustNameTheSenders) {
+  const std::string problems = check_edited([](Plan& p) {
+    for (PlanTask& t : p.stages[1].tasks) {
+      if (!t.waits_for.empty()) {
+        t.waits_for.clear();
+        break;
+      }
+    }
+  });
+  EXPECT_NE(problems.find("/waits_for: [] differs from the transfers the task receives: [stage 0 "
+                          "task "),
+            std::string::npos)
+      << problems;
+}
+
+TEST(PlanCheckFields, ReorderedBlockOpsAreRefused) {
+  const std::string problems = check_edited([](Plan& p) {
+    for (PlanBlock& block : p.pairings[0].layer_blocks) {
+      if (block.backward_ops.size() < 2) continue;
+      std::swap(block.backward_ops[0], block.backward_ops[1]);
+      return;
+    }
+    FAIL() << "no block with two backward ops";
+  });
+  EXPECT_NE(problems.find("/backward_ops: ["), std::string::npos) << problems;
+  EXPECT_NE(problems.find("differs from the block's bwd timings in start order"), std::string::npos)
+      << problems;
+}
+
+TEST(PlanCheckFields, AnOpDroppedFromABlockIsRefused) {
+  const std::string problems = check_edited([](Plan& p) {
+    // A weight-gradient GEMM: nothing in the layer consumes it.
+    for (PlanBlock& block : p.pairings[0].layer_blocks) {
+      std::erase_if(block.timings, [](const PlanOpTiming& t) { return t.op == "bwd.fc1_wgrad"; });
+      std::erase(block.backward_ops, "bwd.fc1_wgrad");
+    }
+  });
+  EXPECT_NE(problems.find("less often than the sequential one"), std::string::npos) << problems;
+}
+
+TEST(PlanCheckFields, ShippedPlansPassTheNewChecks) {
+  for (const char* name : {"tiny-tp2", "tiny-tp2-pp2", "tiny-dp2-tp2"}) {
+    const PlanCheckReport report = check_plan(read_plan(plan_path(name)), name);
+    EXPECT_TRUE(report.ok()) << name << ":\n" << all(report);
+  }
 }
 
 }  // namespace

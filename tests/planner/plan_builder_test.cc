@@ -157,6 +157,12 @@ TEST(PlanBuilder, SamePlanTwiceGivesIdenticalText) {
   EXPECT_EQ(first, second);
 }
 
+// The fix names a new file: `-o hand.json` would overwrite a profile right for another job.
+const std::string kReprofileHint =
+    "\nhand.json was probably made for another job: profile this job into a new file "
+    "(`dhelix-profile JOB -o JOB-profile.json`, then --profile JOB-profile.json), or plan "
+    "without --profile";
+
 TEST(PlanBuilder, MissingProfileOpsAreNamed) {
   const JobSpec job = tiny_job();
   const std::string missing = build_layer_dags(job, 0).forward.op(0).signature();
@@ -167,9 +173,7 @@ TEST(PlanBuilder, MissingProfileOpsAreNamed) {
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
     EXPECT_EQ(std::string(error.what()),
-              "hand.json: lacks 1 op signature the job needs:\n  " + missing +
-                  "\nre-profile the job with `dhelix-profile JOB -o hand.json` (or plan without "
-                  "--profile)");
+              "hand.json: lacks 1 op signature the job needs:\n  " + missing + kReprofileHint);
   }
 }
 
@@ -196,9 +200,7 @@ TEST(PlanBuilder, MissingProfilePairsAreNamed) {
   EXPECT_EQ(plan_error(job, profile),
             "hand.json: lacks 1 co-run pair the job needs (the planner would assume they do not "
             "slow each other):\n  " +
-                ag + " x " + ag +
-                "\nre-profile the job with `dhelix-profile JOB -o hand.json` (or plan without "
-                "--profile)");
+                ag + " x " + ag + kReprofileHint);
   // 33 compute and 4 communication signatures (all-gather, reduce-scatter, the fp32
   // gradient all-reduce, the head's send/recv): 33·4 + 4·5/2 = 142 pairs, all missing
   // without pairs; the first 5 in first-seen order are named.
@@ -217,8 +219,7 @@ TEST(PlanBuilder, MissingProfilePairsAreNamed) {
                 " x reduce_scatter:bf16:bytes=65536:tp2:local\n  " + norm +
                 " x all_reduce:fp32:bytes=1536:tp2:local\n  " + norm +
                 " x send_recv:bf16:bytes=32768:tp2:local\n  " + ag + " x " + ag +
-                "\n  ... and 137 more\nre-profile the job with `dhelix-profile JOB -o "
-                "hand.json` (or plan without --profile)");
+                "\n  ... and 137 more" + kReprofileHint);
 }
 
 TEST(PlanBuilder, SoloTimesMustBeFiniteAndNonNegative) {

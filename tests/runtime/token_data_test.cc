@@ -125,6 +125,20 @@ TEST_F(TokenDataTest, MissingAndEmptyFilesAreRefused) {
             empty + ": the text file is empty; training needs at least one sequence of tokens");
 }
 
+// A directory ended in an internal error (basic_filebuf::underflow) and MPI_ABORT;
+// /dev/zero in a read that never ended.
+TEST_F(TokenDataTest, DirectoriesAndDevicesAreRefused) {
+  const auto [dir_code, dir_message] = error_of([&] { TokenSource::from_text_file(dir_); });
+  EXPECT_EQ(dir_code, ErrorCode::kIo);
+  EXPECT_EQ(dir_message, dir_ + ": is a directory, expected a text file");
+  const auto [zero_code, zero_message] =
+      error_of([&] { TokenSource::from_token_file("/dev/zero", TokenWidth::kUint16); });
+  EXPECT_EQ(zero_code, ErrorCode::kIo);
+  EXPECT_EQ(zero_message,
+            "/dev/zero: is not a regular file (a device or FIFO); dhelix-run reads a token file "
+            "whole and needs its size: copy the data into a file");
+}
+
 TEST_F(TokenDataTest, SourceTooShortForOneSequenceIsRefused) {
   const TokenSource source = counting_source(4);
   std::vector<int32_t> tokens, targets;
