@@ -95,5 +95,10 @@ int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp);
 /// MoE MLP backward between bda_mlp and ln_mlp. Returns the ops producing the gradient
 /// of ln_mlp's output.
 std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, int64_t bda_mlp);
+/// The shared expert of a MoE layer (dag_builder_shared_expert.cc), a tensor-parallel dense
+/// MLP beside the routed experts. Forward returns the op its output leaves (unpermute adds
+/// it); backward the op producing its share of d(ln_mlp output).
+int64_t add_shared_expert_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp);
+int64_t add_shared_expert_backward(const BuildContext& ctx, LayerDag& dag, int64_t bda_mlp);
 
 }  // namespace dhelix::dag_detail

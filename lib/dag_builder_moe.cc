@@ -132,7 +132,9 @@ int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp) 
                           s.local_experts, s.per_expert, ctx.hidden, s.ffn),
                 {act});
   const int64_t combined = maybe_all_to_all(ctx, dag, s, "combine_a2a", f, fc2);
-  return add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, f), {combined});
+  std::vector<int64_t> summed = {combined};  // unpermute also adds the shared expert's output
+  if (ctx.model->moe->has_shared_expert()) summed.push_back(add_shared_expert_forward(ctx, dag, ln_mlp));
+  return add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, f), summed);
 }
 
 std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, int64_t bda_mlp) {
@@ -170,6 +172,9 @@ std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, in
   add_after(dag,
             make_wgrad(ctx, "bwd.router_wgrad", OpKind::kGemm, 1, s.tokens, s.experts, ctx.hidden),
             {router});
+  if (ctx.model->moe->has_shared_expert()) {
+    return {permute, router, add_shared_expert_backward(ctx, dag, bda_mlp)};
+  }
   return {permute, router};
 }
 
