@@ -18,10 +18,10 @@ OPS = [
     (1, 0.5, 5.0, FWD, "F2d all-gather"),
     (0, 6.0, 3.5, FWD, "F2d qkv"),
     (0, 10.0, 5.5, FWD, "F2d attention"),
-    (1, 10.0, 4.5, BWD, "B0u reduce-scatter"),
+    (1, 10.0, 5.5, BWD, "B0u reduce-scatter"),
     (0, 15.5, 3.0, BWD, "B0u wgrad"),
     (0, 19.0, 6.5, BWD, "B0u attn bwd"),
-    (1, 19.0, 4.0, FWD, "F2d reduce-scatter"),
+    (1, 19.0, 5.5, FWD, "F2d reduce-scatter"),
     (2, 19.0, 7.0, BWD, "B0u grad all-reduce"),
 ]
 BLOCKS = [0.0, 10.0, 19.0, 27.0]
