@@ -132,17 +132,20 @@ int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp) 
                           s.local_experts, s.per_expert, ctx.hidden, s.ffn),
                 {act});
   const int64_t combined = maybe_all_to_all(ctx, dag, s, "combine_a2a", f, fc2);
-  std::vector<int64_t> summed = {combined};  // unpermute also adds the shared expert's output
-  if (ctx.model->moe->has_shared_expert()) summed.push_back(add_shared_expert_forward(ctx, dag, ln_mlp));
-  return add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, f), summed);
+  const int64_t unpermute =
+      add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, f), {combined});
+  if (!ctx.model->moe->has_shared_expert()) return unpermute;
+  return add_shared_expert_forward(ctx, dag, {ln_mlp, unpermute});
 }
 
 std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, int64_t bda_mlp) {
   const Pass b = Pass::kBackward;
   const MoeShapes s = moe_shapes(ctx);
   const int64_t fc1_width = ctx.fc1_width(s.ffn);
+  const bool shared = ctx.model->moe->has_shared_expert();
+  const int64_t shared_grad = shared ? add_shared_expert_backward(ctx, dag, bda_mlp) : bda_mlp;
   const int64_t unpermute =
-      add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, b), {bda_mlp});
+      add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, b), {bda_mlp, shared_grad});
   const int64_t grad = maybe_all_to_all(ctx, dag, s, "combine_a2a", b, unpermute);
   const int64_t fc2_dgrad =
       add_after(dag,
@@ -172,9 +175,7 @@ std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, in
   add_after(dag,
             make_wgrad(ctx, "bwd.router_wgrad", OpKind::kGemm, 1, s.tokens, s.experts, ctx.hidden),
             {router});
-  if (ctx.model->moe->has_shared_expert()) {
-    return {permute, router, add_shared_expert_backward(ctx, dag, bda_mlp)};
-  }
+  if (shared) return {permute, router, shared_grad};
   return {permute, router};
 }
 

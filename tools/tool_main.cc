@@ -1,6 +1,7 @@
 #include "tools/tool_main.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <exception>
 
@@ -76,6 +77,31 @@ std::string unknown_flag_hints(const CLI::App& app, const std::vector<std::strin
   return hints;
 }
 
+// One placeholder style in every --help: an upper-case noun for what the value is (FILE, N,
+// PLAN). CLI11's generic type names are replaced: TEXT by the flag's own name (--report
+// REPORT:{text,markdown,json}), INT and UINT by N, FLOAT by NUMBER.
+void name_placeholders(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    const size_t colon = type.find(':');
+    const std::string head = type.substr(0, colon);  // the rest comes from validators
+    std::string named;
+    if (head == "INT" || head == "UINT") {
+      named = "N";
+    } else if (head == "FLOAT") {
+      named = "NUMBER";
+    } else if (head == "TEXT" && !option->get_lnames().empty()) {
+      named = option->get_lnames().front();
+      std::transform(named.begin(), named.end(), named.begin(),
+                     [](char c) { return c == '-' ? '_' : static_cast<char>(std::toupper(c)); });
+    }
+    if (!named.empty()) option->type_name(named);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    name_placeholders(*sub);
+  }
+}
+
 // Exit statuses every tool shares (lib/error.h); a tool with more sets its own footer.
 constexpr const char* kDefaultExitStatuses = R"(
 Exit statuses:
@@ -108,6 +134,7 @@ int run_tool(const std::string& tool_name, int argc, char** argv, const ToolSetu
     app.set_version_flag("--version", tool_version_text(tool_name), "Print the version and exit");
     const std::function<int()> work = setup(app);
     if (app.get_footer().empty()) app.footer(kDefaultExitStatuses);
+    name_placeholders(app);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& error) {
