@@ -105,7 +105,8 @@ def run_document(doc, build_dir, source_dir):
     """Runs one document's blocks; returns a list of failure messages."""
     blocks = parse(doc)
     scratch = make_scratch(build_dir, source_dir)
-    script = ["set -eo pipefail"]
+    # -e as a reader would notice a failing command; no pipefail: `... | head` is fine.
+    script = ["set -e"]
     checks = []  # (block, expected, output file)
     for n, block in enumerate(blocks):
         out_file = os.path.join(scratch, f".block{n}.out")
@@ -118,6 +119,7 @@ def run_document(doc, build_dir, source_dir):
             continue
         if block.expected.marker and block.expected.marker[0] == "output of:":
             check_file = os.path.join(scratch, f".block{n}.check.out")
+            script.append(f"echo {n}.check > {scratch}/.current")
             script.append(f"exec > {check_file} 2>&1")
             script.append(block.expected.marker[1])
             checks.append((block, block.expected, check_file))
@@ -130,11 +132,14 @@ def run_document(doc, build_dir, source_dir):
     failures = []
     state = open(os.path.join(scratch, ".current")).read().strip()
     if result.returncode != 0:
-        n = int(state) if state.isdigit() else len(blocks) - 1
-        out_file = os.path.join(scratch, f".block{n}.out")
+        is_check = state.endswith(".check")
+        index = state.removesuffix(".check")
+        n = int(index) if index.isdigit() else len(blocks) - 1
+        out_file = os.path.join(scratch, f".block{n}{'.check' if is_check else ''}.out")
+        text = blocks[n].expected.marker[1] if is_check else blocks[n].text
         output = open(out_file).read() if os.path.exists(out_file) else ""
         failures.append(f"{doc}:{blocks[n].line}: block exits {result.returncode}:\n"
-                        f"{blocks[n].text}\n--- its output (tail) ---\n{output[-3000:]}")
+                        f"{text}\n--- its output (tail) ---\n{output[-3000:]}")
         return failures, scratch
     for block, expected, out_file in checks:
         output = open(out_file).read()
@@ -170,7 +175,7 @@ def stale_concepts_figure(source_dir):
 
 
 def main():
-    build_dir, source_dir, docs = sys.argv[1], sys.argv[2], sys.argv[3:]
+    build_dir, source_dir, docs = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3:]
     failures = stale_concepts_figure(source_dir)
     for doc in docs:
         doc_failures, scratch = run_document(os.path.join(source_dir, doc), build_dir,
