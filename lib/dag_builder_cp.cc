@@ -39,8 +39,13 @@ namespace {
 
 std::string indexed(const char* stem, int64_t i) { return stem + std::to_string(i); }
 
-// Bytes of this rank's K and V blocks: the payload of one ring hop.
-int64_t kv_block_bytes(const BuildContext& ctx) { return ctx.bytes(2 * ctx.tokens * ctx.kv_width); }
+// Bytes of this rank's K and V blocks: the payload of one ring hop. Megatron-LM up to core
+// 0.5 repeats K and V to the query heads before calling the attention (Attention.forward,
+// "expand the key_layer and value_layer"), so its ring carries q_width columns each.
+int64_t kv_block_bytes(const BuildContext& ctx) {
+  const int64_t width = ctx.parallel->cp_ring_query_heads ? ctx.q_width : ctx.kv_width;
+  return ctx.bytes(2 * ctx.tokens * width);
+}
 
 Op make_merge(const BuildContext& ctx) {
   // Reads cp partial outputs (and their fp32 statistics, left out), writes one output.

@@ -44,6 +44,7 @@
 
 #include "lib/dag_builder_intra_batch.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -69,11 +70,22 @@ bool is_tp_collective(const Op& op, OpKind kind) {
   return op.kind == kind && op.group == ParallelDim::kTp;
 }
 
+// Expert tensor parallelism's all-gather (read by a grouped GEMM) and reduce-scatter (after
+// one): these stay whole, as Megatron-Core runs them.
+bool feeds_or_follows_grouped_gemm(const LayerDag& dag, int64_t v) {
+  const auto grouped = [&](int64_t u) { return dag.op(u).kind == OpKind::kGroupedGemm; };
+  const std::vector<int64_t> next = dag.successors(v);
+  const std::vector<int64_t> prev = dag.predecessors(v);
+  return std::any_of(next.begin(), next.end(), grouped) ||
+         std::any_of(prev.begin(), prev.end(), grouped);
+}
+
 // The pairs of one DAG, keyed by their first op.
 std::map<int64_t, Pair> find_pairs(const LayerDag& dag) {
   std::map<int64_t, Pair> pairs;
   for (int64_t v = 0; v < dag.size(); ++v) {
     const Op& op = dag.op(v);
+    if (feeds_or_follows_grouped_gemm(dag, v)) continue;
     if (is_tp_collective(op, OpKind::kAllGather)) {
       int64_t gemm = -1;
       for (const int64_t s : dag.successors(v)) {

@@ -1,6 +1,11 @@
 // The MoE MLP of a layer (Megatron-Core's all-to-all token dispatcher), between ln_mlp and
 // bda_mlp. With tp > 1 the MoE layer needs sequence parallelism and works on the rank's
-// N = T/tp tokens (expert tensor parallelism 1): no TP communication inside the MLP.
+// N = T/tp tokens. Expert tensor parallelism (--expert-tensor-parallel-size, etp = tp by
+// default as in Megatron-Core, or 1) splits each expert's FFN columns over the TP group:
+// after the dispatch all-to-all the TP ranks all-gather their received tokens (etp times
+// the rows, each expert 1/etp of the FFN width), and reduce-scatter the expert outputs
+// before the combine (etp_allgather / etp_reduce_scatter below; in backward the reverse).
+// With etp = 1 every TP rank keeps whole experts and the MLP has no TP communication.
 //
 //   forward:  ln_mlp ─> router ─> permute ─> dispatch_a2a ─> grouped_fc1 ─> act
 //                 └──────────────────┘        ─> grouped_fc2 ─> combine_a2a ─> unpermute
@@ -24,6 +29,13 @@
 //   model). So with cf >= 1 balanced routing drops nothing and cf only matters below 1:
 //   P = E·min(cap, N·k/E), m = ep·min(cap, ceil(N·k/E)).
 // Grouped GEMMs have batch = E/ep and m tokens per expert.
+//
+// Routing is not balanced: the busiest expert receives f times its mean share (f = the
+// load imbalance of lib/moe_routing.h, capped by cf), and every EP rank waits for the rank
+// that holds it. So each local expert computes on m = ep·min(cap, ceil(f·N·k/E)) tokens (the
+// busiest rank's load; conservative when E/ep > 1, as its other experts may be lighter), and
+// the all-to-alls move f·P token rows (what the busiest rank receives and sends back). The
+// permutations work on the rank's own P copies and stay unscaled.
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +43,7 @@
 #include "lib/dag_builder_internal.h"
 #include "lib/error.h"
 #include "lib/int_math.h"
+#include "lib/moe_routing.h"
 
 namespace dhelix::dag_detail {
 namespace {
@@ -38,10 +51,13 @@ namespace {
 struct MoeShapes {
   int64_t tokens = 0;         ///< N: tokens entering the MoE layer on this rank
   int64_t sent = 0;           ///< P: token copies this rank dispatches
+  int64_t exchanged = 0;      ///< f·P: token rows the busiest rank's all-to-all moves
   int64_t local_experts = 0;  ///< E / ep
   int64_t per_expert = 0;     ///< m: tokens one local expert computes on
   int64_t experts = 0;        ///< E
-  int64_t ffn = 0;            ///< one expert's FFN size
+  int64_t ffn = 0;            ///< one expert's FFN columns on this rank: F_e / etp
+  int64_t etp = 1;            ///< expert tensor-parallel size (1 or tp)
+  int64_t rows = 0;           ///< rows a local expert computes on: m · etp
 };
 
 MoeShapes moe_shapes(const BuildContext& ctx) {
@@ -51,16 +67,22 @@ MoeShapes moe_shapes(const BuildContext& ctx) {
   s.tokens = ctx.rows;
   s.experts = moe.num_experts;
   s.local_experts = moe.num_experts / ctx.ep;
-  s.ffn = moe.expert_ffn_hidden_size;
+  s.etp = ctx.parallel->expert_tp_size();
+  DHELIX_CHECK(s.etp == 1 || s.etp == ctx.tp);
+  s.ffn = moe.expert_ffn_hidden_size / s.etp;
+  const double imbalance = moe_load_imbalance(*ctx.model, *ctx.parallel);
+  const double mean_share =
+      static_cast<double>(s.tokens * moe.top_k) / static_cast<double>(moe.num_experts);
   s.sent = s.tokens * moe.top_k;
-  s.per_expert = ceil_div(s.tokens * moe.top_k * ctx.ep, moe.num_experts);
+  int64_t busiest_share = static_cast<int64_t>(std::ceil(imbalance * mean_share - 1e-9));
   if (moe.capacity_factor > 0) {
-    const auto cap = static_cast<int64_t>(
-        std::ceil(moe.capacity_factor * static_cast<double>(s.tokens * moe.top_k) /
-                  static_cast<double>(moe.num_experts)));
+    const auto cap = static_cast<int64_t>(std::ceil(moe.capacity_factor * mean_share - 1e-9));
     s.sent = std::min(s.sent, moe.num_experts * cap);
-    s.per_expert = std::min(s.per_expert, ctx.ep * cap);
+    busiest_share = std::min(busiest_share, cap);
   }
+  s.per_expert = ctx.ep * busiest_share;
+  s.exchanged = static_cast<int64_t>(std::ceil(imbalance * static_cast<double>(s.sent) - 1e-9));
+  s.rows = s.per_expert * s.etp;
   return s;
 }
 
@@ -96,8 +118,22 @@ Op make_permutation(const BuildContext& ctx, const MoeShapes& s, OpKind kind, Pa
 
 Op make_all_to_all(const BuildContext& ctx, const MoeShapes& s, const char* id, Pass pass) {
   return make_comm(ctx, std::string(pass == Pass::kForward ? "fwd." : "bwd.") + id,
-                   OpKind::kAllToAll, pass, ParallelDim::kEp, ctx.bytes(s.sent * ctx.hidden),
+                   OpKind::kAllToAll, pass, ParallelDim::kEp, ctx.bytes(s.exchanged * ctx.hidden),
                    ctx.dtype);
+}
+
+// With expert tensor parallelism, the TP group's all-gather of the tokens the experts
+// compute on (or the reduce-scatter of their outputs): the full gathered buffer is etp times
+// the rows this rank received.
+int64_t maybe_expert_tp_comm(const BuildContext& ctx, LayerDag& dag, const MoeShapes& s,
+                             OpKind kind, Pass pass, int64_t after) {
+  if (s.etp == 1) return after;
+  const std::string id = std::string(pass == Pass::kForward ? "fwd." : "bwd.") +
+                         (kind == OpKind::kAllGather ? "etp_allgather" : "etp_reduce_scatter");
+  return add_after(dag,
+                   make_comm(ctx, id, kind, pass, ParallelDim::kTp,
+                             ctx.bytes(s.etp * s.exchanged * ctx.hidden), ctx.dtype),
+                   {after});
 }
 
 // Adds an all-to-all after `after` when the EP group has more than one rank.
@@ -116,22 +152,25 @@ int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp) 
   const int64_t router = add_after(dag, make_router(ctx, s, f), {ln_mlp});
   const int64_t permute =
       add_after(dag, make_permutation(ctx, s, OpKind::kPermute, f), {ln_mlp, router});
-  const int64_t dispatched = maybe_all_to_all(ctx, dag, s, "dispatch_a2a", f, permute);
+  const int64_t dispatched =
+      maybe_expert_tp_comm(ctx, dag, s, OpKind::kAllGather, f,
+                           maybe_all_to_all(ctx, dag, s, "dispatch_a2a", f, permute));
   const int64_t fc1 =
       add_after(dag,
                 make_gemm(ctx, "fwd.grouped_fc1", OpKind::kGroupedGemm, f, GemmRole::kForward,
-                          s.local_experts, s.per_expert, fc1_width, ctx.hidden),
+                          s.local_experts, s.rows, fc1_width, ctx.hidden),
                 {dispatched});
   const int64_t act = add_after(
-      dag,
-      make_activation(ctx, "fwd." + activation_id(ctx), f, s.local_experts * s.per_expert, s.ffn),
+      dag, make_activation(ctx, "fwd." + activation_id(ctx), f, s.local_experts * s.rows, s.ffn),
       {fc1});
   const int64_t fc2 =
       add_after(dag,
                 make_gemm(ctx, "fwd.grouped_fc2", OpKind::kGroupedGemm, f, GemmRole::kForward,
-                          s.local_experts, s.per_expert, ctx.hidden, s.ffn),
+                          s.local_experts, s.rows, ctx.hidden, s.ffn),
                 {act});
-  const int64_t combined = maybe_all_to_all(ctx, dag, s, "combine_a2a", f, fc2);
+  const int64_t combined =
+      maybe_all_to_all(ctx, dag, s, "combine_a2a", f,
+                       maybe_expert_tp_comm(ctx, dag, s, OpKind::kReduceScatter, f, fc2));
   const int64_t unpermute =
       add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, f), {combined});
   if (!ctx.model->moe->has_shared_expert()) return unpermute;
@@ -146,30 +185,33 @@ std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, in
   const int64_t shared_grad = shared ? add_shared_expert_backward(ctx, dag, bda_mlp) : bda_mlp;
   const int64_t unpermute =
       add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, b), {bda_mlp, shared_grad});
-  const int64_t grad = maybe_all_to_all(ctx, dag, s, "combine_a2a", b, unpermute);
+  const int64_t grad =
+      maybe_expert_tp_comm(ctx, dag, s, OpKind::kAllGather, b,
+                           maybe_all_to_all(ctx, dag, s, "combine_a2a", b, unpermute));
   const int64_t fc2_dgrad =
       add_after(dag,
                 make_gemm(ctx, "bwd.grouped_fc2_dgrad", OpKind::kGroupedGemm, b, GemmRole::kDgrad,
-                          s.local_experts, s.per_expert, s.ffn, ctx.hidden),
+                          s.local_experts, s.rows, s.ffn, ctx.hidden),
                 {grad});
   add_after(dag,
-            make_wgrad(ctx, "bwd.grouped_fc2_wgrad", OpKind::kGroupedGemm, s.local_experts,
-                       s.per_expert, ctx.hidden, s.ffn),
+            make_wgrad(ctx, "bwd.grouped_fc2_wgrad", OpKind::kGroupedGemm, s.local_experts, s.rows,
+                       ctx.hidden, s.ffn),
             {grad});
   const int64_t act = add_after(
-      dag,
-      make_activation(ctx, "bwd." + activation_id(ctx), b, s.local_experts * s.per_expert, s.ffn),
+      dag, make_activation(ctx, "bwd." + activation_id(ctx), b, s.local_experts * s.rows, s.ffn),
       {fc2_dgrad});
   const int64_t fc1_dgrad =
       add_after(dag,
                 make_gemm(ctx, "bwd.grouped_fc1_dgrad", OpKind::kGroupedGemm, b, GemmRole::kDgrad,
-                          s.local_experts, s.per_expert, ctx.hidden, fc1_width),
+                          s.local_experts, s.rows, ctx.hidden, fc1_width),
                 {act});
   add_after(dag,
-            make_wgrad(ctx, "bwd.grouped_fc1_wgrad", OpKind::kGroupedGemm, s.local_experts,
-                       s.per_expert, fc1_width, ctx.hidden),
+            make_wgrad(ctx, "bwd.grouped_fc1_wgrad", OpKind::kGroupedGemm, s.local_experts, s.rows,
+                       fc1_width, ctx.hidden),
             {act});
-  const int64_t returned = maybe_all_to_all(ctx, dag, s, "dispatch_a2a", b, fc1_dgrad);
+  const int64_t returned =
+      maybe_all_to_all(ctx, dag, s, "dispatch_a2a", b,
+                       maybe_expert_tp_comm(ctx, dag, s, OpKind::kReduceScatter, b, fc1_dgrad));
   const int64_t permute = add_after(dag, make_permutation(ctx, s, OpKind::kPermute, b), {returned});
   const int64_t router = add_after(dag, make_router(ctx, s, b), {unpermute});
   add_after(dag,

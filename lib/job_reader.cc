@@ -100,6 +100,21 @@ void read_size(ObjectReader& parallel, const std::string& key, int64_t& out) {
   if (auto value = parallel.integer(key, Need::kOptional, {.min = 1})) out = *value;
 }
 
+// ----- cost-model settings: communication overlap and MoE routing -----
+void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
+  if (auto on = parallel.boolean("overlap_grad_reduce", Need::kOptional))
+    spec.overlap_grad_reduce = *on;
+  if (auto on = parallel.boolean("overlap_param_gather", Need::kOptional))
+    spec.overlap_param_gather = *on;
+  read_size(parallel, "expert_tp", spec.expert_tp);
+  if (auto factor =
+          parallel.real("moe_load_imbalance", Need::kOptional, {.min = 1.0, .max = 1024.0}))
+    spec.moe_load_imbalance = *factor;
+  if (auto heads = parallel.string("cp_ring_heads", Need::kOptional, {"kv", "query"}))
+    spec.cp_ring_query_heads = *heads == "query";
+}
+// ----- end of cost-model settings -----
+
 ParallelSpec read_parallel(ObjectReader& parallel) {
   ParallelSpec spec;
   read_size(parallel, "dp", spec.dp);
@@ -115,6 +130,7 @@ ParallelSpec read_parallel(ObjectReader& parallel) {
   if (auto seq = parallel.integer("seq_length", Need::kRequired, {.min = 1})) {
     spec.seq_length = *seq;
   }
+  read_cost_model_settings(parallel, spec);
   if (auto text = parallel.string("rank_order", Need::kOptional)) {
     std::string why;
     if (auto order = parse_rank_order(*text, why)) {
@@ -230,6 +246,12 @@ OrderedJson parallel_to_json(const ParallelSpec& parallel) {
   json["global_batch_size"] = parallel.global_batch_size;
   json["seq_length"] = parallel.seq_length;
   json["rank_order"] = rank_order_text(parallel.rank_order);
+  // cost-model settings
+  if (!parallel.overlap_grad_reduce) json["overlap_grad_reduce"] = false;
+  if (!parallel.overlap_param_gather) json["overlap_param_gather"] = false;
+  if (parallel.expert_tp > 0) json["expert_tp"] = parallel.expert_tp;
+  if (parallel.moe_load_imbalance) json["moe_load_imbalance"] = *parallel.moe_load_imbalance;
+  if (parallel.cp_ring_query_heads) json["cp_ring_heads"] = "query";
   return json;
 }
 

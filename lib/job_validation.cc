@@ -240,9 +240,34 @@ void check_tensor_parallel(const JobSpec& job, Checker& check) {
   }
 }
 
+// ----- cost-model settings: expert tensor parallelism -----
+void check_expert_tensor_parallel(const JobSpec& job, Checker& check) {
+  const ParallelSpec& p = job.parallel;
+  const ModelSpec& m = job.model;
+  if (p.expert_tp == 0) return;
+  if (!m.is_moe()) {
+    check.report("parallel.expert_tp", p.expert_tp,
+                 fmt::format("requires a mixture-of-experts model ({} is dense)", m.name));
+    return;
+  }
+  if (p.expert_tp != 1 && p.expert_tp != p.tp) {
+    check.report("parallel.expert_tp", p.expert_tp,
+                 fmt::format("must be 1 or tp = {} (experts split over the whole TP group, or "
+                             "whole experts on every TP rank)",
+                             p.tp));
+    return;
+  }
+  if (m.moe->expert_ffn_hidden_size % p.expert_tp != 0) {
+    check.report("parallel.expert_tp", p.expert_tp,
+                 fmt::format("does not divide moe.expert_ffn_hidden_size = {}",
+                             m.moe->expert_ffn_hidden_size));
+  }
+}
+
 void check_expert_parallel(const JobSpec& job, Checker& check) {
   const ParallelSpec& p = job.parallel;
   const ModelSpec& m = job.model;
+  check_expert_tensor_parallel(job, check);
   if (p.ep == 1) return;
   if (!m.is_moe()) {
     check.report("parallel.ep", p.ep,

@@ -31,6 +31,28 @@ struct ParallelSpec {
   std::vector<ParallelDim> rank_order = {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp,
                                          ParallelDim::kDp, ParallelDim::kPp};
 
+  // ----- cost-model settings: communication overlap and MoE routing -----------------------
+  /// Megatron's --overlap-grad-reduce: the DP gradient reduction runs bucket by bucket under
+  /// the last micro-batch's backward (planner/dp_overlap.h). On by default.
+  bool overlap_grad_reduce = true;
+  /// Megatron's --overlap-param-gather: the distributed optimizer's parameter all-gather runs
+  /// under the next iteration's first forward. On by default.
+  bool overlap_param_gather = true;
+  /// Megatron's --expert-tensor-parallel-size: the TP group the experts are split over; 0
+  /// means "as Megatron-Core's default", i.e. equal to tp.
+  int64_t expert_tp = 0;
+  /// Tokens of the busiest expert over the mean (>= 1), scaling the expert GEMMs and the
+  /// all-to-alls; nullopt means the default of docs/cost-model.md ("MoE routing").
+  std::optional<double> moe_load_imbalance;
+  /// Heads of K and V the context-parallel ring carries: false (the KV heads, TE's native
+  /// grouped-query attention, current Megatron-Core) or true (every query head: Megatron-LM
+  /// up to core 0.5 repeats K and V to the query heads before the attention kernel, so its
+  /// CP ring moves heads/kv_heads times the bytes). JSON "cp_ring_heads": "kv" | "query".
+  bool cp_ring_query_heads = false;
+  /// expert_tp, or tp when unset.
+  int64_t expert_tp_size() const { return expert_tp > 0 ? expert_tp : tp; }
+  // ----- end of cost-model settings --------------------------------------------------------
+
   /// GPUs the job uses: dp·tp·cp·pp. Overflows for absurd sizes: validate_job bounds them,
   /// and checked_world_size() is the overflow-safe form.
   int64_t world_size() const { return dp * tp * cp * pp; }

@@ -18,7 +18,7 @@ constexpr int64_t kOptimizerBytesPerParam = 12;  // fp32 master, Adam m and v
 constexpr int64_t kFp32Bytes = 4;
 
 // Per-GPU parameters of one layer: attention and dense MLP split over tp, norms and the
-// router replicated, experts split over ep.
+// router replicated, experts split over ep and the expert tensor-parallel group.
 StageParameters layer_parameters(const ModelSpec& model, const ParallelSpec& parallel) {
   const int64_t norms = 2 * norm_parameter_count(model);
   int64_t router = 0;
@@ -31,7 +31,7 @@ StageParameters layer_parameters(const ModelSpec& model, const ParallelSpec& par
   const int64_t split = layer_parameter_count(model) - norms - router - experts;
   StageParameters params;
   params.dense = ceil_div(split, parallel.tp) + norms + router;
-  params.expert = ceil_div(experts, parallel.ep);
+  params.expert = ceil_div(experts, parallel.ep * parallel.expert_tp_size());
   return params;
 }
 
@@ -40,8 +40,8 @@ int64_t optimizer_bytes(const StageParameters& params, const ParallelSpec& paral
                         bool distributed) {
   if (!distributed) return kOptimizerBytesPerParam * params.total();
   const int64_t dense_shards = parallel.dp * parallel.cp;
-  const int64_t expert_shards =
-      std::max<int64_t>(1, parallel.dp * parallel.cp * parallel.tp / parallel.ep);
+  const int64_t expert_shards = std::max<int64_t>(
+      1, parallel.dp * parallel.cp * parallel.tp / (parallel.ep * parallel.expert_tp_size()));
   return ceil_div(kOptimizerBytesPerParam * params.dense, dense_shards) +
          ceil_div(kOptimizerBytesPerParam * params.expert, expert_shards);
 }

@@ -254,6 +254,7 @@ void summarize(SimState& s) {
     stage.last_end_us = s.free_us[p];
     stage.finish_us = stage.last_end_us + s.costs[p].dp_reduce_us + s.costs[p].optimizer_us;
     stage.comm[ParallelDim::kDp].exposed_us += s.costs[p].dp_reduce_us;
+    stage.comm[ParallelDim::kDp].hidden_us += s.costs[p].dp_hidden_us;
     r.pipeline_us = std::max(r.pipeline_us, stage.last_end_us);
     r.iteration_us = std::max(r.iteration_us, stage.finish_us);
     r.comm += stage.comm;

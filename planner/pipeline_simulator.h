@@ -10,9 +10,9 @@
 // block ends (the pairing interleaves layers, so the forward's last layer may finish
 // earlier; ending both at the block's end is the safe side). TP, CP and EP time, hidden and
 // exposed, come with each task kind's costs (the layer-level pairing search gives them) and
-// are summed. After its last task a stage reduces its gradients over DP (dp_reduce_us, all
-// exposed: Megatron can overlap part of the last stages' reduction with the cool-down, which
-// we do not credit) and steps the optimizer (optimizer_us); the iteration ends when the
+// are summed. After its last task a stage finishes its DP reduction (dp_reduce_us: what
+// Megatron's overlapped reduction and gather leave exposed, planner/dp_overlap.h; the hidden
+// rest is dp_hidden_us) and steps the optimizer (optimizer_us); the iteration ends when the
 // slowest stage has done both.
 //
 // Memory. A forward of a chunk keeps its layers' activations for that micro-batch until the
@@ -76,7 +76,8 @@ struct StageCosts {
   double head_loss_backward_us = 0;
   double p2p_us = 0;        ///< one activation or gradient sent to a neighbour stage
   int64_t p2p_bytes = 0;    ///< bytes of that transfer
-  double dp_reduce_us = 0;  ///< this stage's gradient reduction over DP, after its last task
+  double dp_reduce_us = 0;  ///< this stage's exposed DP reduction and gather, after its last task
+  double dp_hidden_us = 0;  ///< DP time hidden under the stage's backward and forward
   double optimizer_us = 0;  ///< this stage's optimizer step
   int64_t layers_per_chunk = 1;
   int64_t activation_bytes_per_layer = 0;  ///< kept per layer per micro-batch (memory_model.h)

@@ -15,6 +15,7 @@
 #include "lib/model_reader.h"
 #include "lib/placement.h"
 #include "lib/provenance.h"
+#include "planner/dp_overlap.h"
 #include "planner/folding.h"
 #include "planner/iteration_metrics.h"
 #include "planner/layer_costs.h"
@@ -134,31 +135,51 @@ void set_p2p(const Context& ctx, int64_t stage, StageCosts& costs) {
 
 // Gradient reduction over the data-parallel replicas (dp·cp ranks hold the same weights):
 // reduce-scatter of fp32 gradients and all-gather of bf16 weights with the distributed
-// optimizer, one fp32 all-reduce without. Experts reduce over dp·cp/ep ranks.
-double dp_reduce_us(const Context& ctx, int64_t stage, const StageParameters& params) {
+// optimizer, one fp32 all-reduce without. Experts reduce over dp·cp/ep ranks. Solo times;
+// dp_overlap.h decides what of it the iteration sees.
+struct DpTimes {
+  double reduce_us = 0;  ///< reduce-scatter (or all-reduce) of the gradients
+  double gather_us = 0;  ///< all-gather of the parameters (distributed optimizer only)
+  int64_t buckets = 1;   ///< Megatron's DDP buckets over the stage's parameters
+};
+
+DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& params) {
   const ParallelSpec& par = ctx.job->parallel;
   const int64_t rank = ctx.shape_ranks[static_cast<size_t>(stage)];
   const ProcessGroup group =
       ctx.placement.group(par.dp > 1 ? ParallelDim::kDp : ParallelDim::kCp, rank);
-  double total = 0;
+  DpTimes out;
   const auto reduce = [&](int64_t parameters, int64_t group_size, const char* what) {
     if (parameters == 0 || group_size <= 1) return;
     if (ctx.request->memory.distributed_optimizer) {
-      total += ctx.request->unprofiled_op_time_us(comm_op(fmt::format("dp.{}_reduce_scatter", what),
-                                                          OpKind::kReduceScatter, ParallelDim::kDp,
-                                                          group_size, 4 * parameters, group));
-      total += ctx.request->unprofiled_op_time_us(comm_op(fmt::format("dp.{}_all_gather", what),
-                                                          OpKind::kAllGather, ParallelDim::kDp,
-                                                          group_size, 2 * parameters, group));
+      out.reduce_us += ctx.request->unprofiled_op_time_us(
+          comm_op(fmt::format("dp.{}_reduce_scatter", what), OpKind::kReduceScatter,
+                  ParallelDim::kDp, group_size, 4 * parameters, group));
+      out.gather_us += ctx.request->unprofiled_op_time_us(
+          comm_op(fmt::format("dp.{}_all_gather", what), OpKind::kAllGather, ParallelDim::kDp,
+                  group_size, 2 * parameters, group));
     } else {
-      total += ctx.request->unprofiled_op_time_us(comm_op(fmt::format("dp.{}_all_reduce", what),
-                                                          OpKind::kAllReduce, ParallelDim::kDp,
-                                                          group_size, 4 * parameters, group));
+      out.reduce_us += ctx.request->unprofiled_op_time_us(
+          comm_op(fmt::format("dp.{}_all_reduce", what), OpKind::kAllReduce, ParallelDim::kDp,
+                  group_size, 4 * parameters, group));
     }
   };
   reduce(params.dense, par.dp * par.cp, "dense");
   reduce(params.expert, par.dp * par.cp / std::max<int64_t>(par.ep, 1), "expert");
-  return total;
+  out.buckets = megatron_dp_buckets(params.total(), par.dp * par.cp);
+  return out;
+}
+
+// The stage's DP time after Megatron's overlap: under one micro-batch's backward (the last)
+// and forward (the next iteration's first) of every chunk the stage holds.
+void set_dp_time(const Context& ctx, const DpTimes& dp, int64_t chunks, StageCosts& costs) {
+  const ParallelSpec& par = ctx.job->parallel;
+  const double chunk_count = static_cast<double>(chunks);
+  const DpOverlap overlap = overlap_dp(
+      dp.reduce_us, dp.gather_us, dp.buckets, costs.backward_chunk_us * chunk_count,
+      costs.forward_chunk_us * chunk_count, par.overlap_grad_reduce, par.overlap_param_gather);
+  costs.dp_reduce_us = overlap.exposed_us;
+  costs.dp_hidden_us = overlap.hidden_us;
 }
 
 // ----- the four schemes -----------------------------------------------------------------
@@ -194,7 +215,7 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
     base.head_loss_backward_us = extras.head_backward_us;
     set_p2p(ctx, stage, base);
     const StageParameters params = stage_parameters(ctx.job->model, par, shape, stage);
-    base.dp_reduce_us = dp_reduce_us(ctx, stage, params);
+    const DpTimes dp = dp_times(ctx, stage, params);
     const std::vector<StageMemory> memory =
         stage_memory(ctx.job->model, par, shape, ctx.request->memory,
                      std::vector<int64_t>(static_cast<size_t>(ctx.pp), 0));
@@ -204,6 +225,7 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
     LayerCosts layer = scheme_layer(a, scheme);
     layer.activation_bytes = layer_activation_bytes(ctx.job->model, par, ctx.request->memory);
     StageCosts costs = chunk_costs(layer, chunk_layers, base);
+    set_dp_time(ctx, dp, shape == PipelineShape::kW ? 2 : 1, costs);
     if (scheme == PipelineScheme::kDHelix) {
       costs.si_block_us = a.chunk_si_block_us;
       costs.si_block_comm = a.chunk_si_block_comm;

@@ -41,6 +41,20 @@ int64_t latency_steps(OpKind kind, int64_t n) {
   }
 }
 
+double cross_node_bus_bandwidth_gbps(const ClusterSpec& cluster, int64_t group_size,
+                                     int64_t nodes_spanned) {
+  DHELIX_CHECK(group_size >= 1 && nodes_spanned >= 1 && cluster.gpus_per_node >= 1);
+  // Placement spreads a group evenly: m members on each node it spans. All groups of one
+  // dimension run in step, so the node's GPUs belong to gpus_per_node / m groups at once and
+  // each group's ring gets m / gpus_per_node of the node's rails.
+  const int64_t members_per_node =
+      std::clamp<int64_t>(group_size / nodes_spanned, 1, cluster.gpus_per_node);
+  const double rails = static_cast<double>(cluster.nics_per_node) *
+                       static_cast<double>(members_per_node) /
+                       static_cast<double>(cluster.gpus_per_node);
+  return cluster.inter_node.bus_bandwidth_gbps * rails;
+}
+
 CollectiveLink collective_link(const ClusterSpec& cluster, const Op& op) {
   DHELIX_CHECK(is_communication(op.kind));
   CollectiveLink link;
@@ -49,11 +63,10 @@ CollectiveLink collective_link(const ClusterSpec& cluster, const Op& op) {
     link.latency_us = cluster.intra_node.latency_us;
     return link;
   }
-  // Every GPU of a node talks across nodes at once (all groups of a dimension run in step),
-  // so each gets its share of the node's NICs; the ring also crosses intra-node hops.
-  double network = cluster.inter_node_bandwidth_per_gpu_gbps();
+  double network = cross_node_bus_bandwidth_gbps(cluster, op.group_size, op.nodes_spanned);
   if (op.kind == OpKind::kAllToAll)
-    network = std::min(network, cluster.inter_node.bus_bandwidth_gbps);
+    network = std::min(cluster.inter_node_bandwidth_per_gpu_gbps(),
+                       cluster.inter_node.bus_bandwidth_gbps);
   link.bus_bandwidth_gbps = std::min(network, cluster.intra_node.bus_bandwidth_gbps);
   link.latency_us = std::max(cluster.inter_node.latency_us, cluster.intra_node.latency_us);
   link.network = true;

@@ -9,9 +9,20 @@
 //
 // S is Op.comm_bytes (the full gathered buffer per rank, as nccl-tests counts size), n the
 // group size, B the bus bandwidth of the slowest link the group crosses and alpha that link's
-// latency. Local groups use cluster.intra_node; cross-node groups are limited by each GPU's
-// share of its node's NICs and pay the network latency; a cross-node all-to-all gets at most
-// one NIC's bandwidth per GPU (NCCL cannot aggregate NICs for it).
+// latency. Local groups use cluster.intra_node; cross-node groups pay the network latency and
+// are limited by their share of the node's NICs (rails):
+//
+//   B_net = nic_busbw · nics_per_node · m / gpus_per_node,   m = group members per node
+//
+// because every group of a dimension runs in step: a node's GPUs belong to gpus_per_node / m
+// groups of that dimension at once, which split the rails evenly. NCCL builds one ring per
+// rail, so a group that owns every GPU of its nodes (cross-node TP 16 on 8-GPU nodes, m = 8)
+// aggregates all rails: on H100 8 x 48 = 384 GB/s (nccl-tests: ~331 GB/s over 4 x 8 H100,
+// ~192 over DGX-A100's 8 HDR NICs = 8 x 24); a group with one member per node (DP, PP,
+// CP when TP fills the node) gets nics / gpus_per_node of them. Groups of other dimensions
+// that cross at the same moment share the rails through the interference model (two
+// network collectives progress at half speed each). A cross-node all-to-all gets at most one
+// NIC's bandwidth per GPU (NCCL cannot aggregate NICs for it).
 //
 // Example: 8-GPU all-reduce on bus bandwidth B = 232 GB/s with alpha = 9 us reaches half of B
 // when 2(n-1)/n · S/B = 2(n-1)·alpha, i.e. S = n·alpha·B = 8 · 9 us · 232 GB/s = 16.7 MB, where
@@ -36,6 +47,13 @@ double bus_bandwidth_factor(OpKind kind, int64_t n);
 
 /// Ring steps that each pay alpha: all-reduce 2(n-1), send/recv 1, others n-1.
 int64_t latency_steps(OpKind kind, int64_t n);
+
+/// Bus bandwidth (GB/s) of the network share of one cross-node group of `group_size` ranks
+/// spread over `nodes_spanned` nodes, all groups of its dimension running at once: the NIC
+/// bus bandwidth times nics_per_node · m / gpus_per_node, m = group_size / nodes_spanned
+/// (clamped to 1..gpus_per_node).
+double cross_node_bus_bandwidth_gbps(const ClusterSpec& cluster, int64_t group_size,
+                                     int64_t nodes_spanned);
 
 /// The limiting link of a communication op on `cluster`.
 CollectiveLink collective_link(const ClusterSpec& cluster, const Op& op);

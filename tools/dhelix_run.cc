@@ -18,7 +18,7 @@
 #include "runtime/train/cpu_engine.h"
 #include "runtime/train/trainer.h"
 #include "tools/tool_main.h"
-#ifdef DHELIX_HAVE_CUDA
+#ifdef DHELIX_WITH_CUDA
 #include "runtime/cuda/cuda_engine.h"
 #endif
 
@@ -26,8 +26,8 @@ namespace {
 
 dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options) {
   if (options.backend == "cpu") return dhelix::rt::cpu_engine_factory(options.blas_threads);
-#ifdef DHELIX_HAVE_CUDA
-  return dhelix::rt::cuda_engine_factory();
+#ifdef DHELIX_WITH_CUDA
+  return dhelix::cuda::cuda_engine_factory({.ddp_bucket_elements = options.ddp_bucket_size});
 #else
   // Thrown when the engine is made, inside the ranks' setup agreement: every rank stops
   // with this message instead of aborting the job.
@@ -73,6 +73,11 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
                  "cpu: MPI ranks on the host; cuda: one GPU per rank, NCCL (docs/gpu.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--ddp-bucket-size", o.ddp_bucket_size,
+                 "Elements per data-parallel gradient bucket, one NCCL all-reduce each (cuda "
+                 "backend; as Megatron-LM's --ddp-bucket-size)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--blas-threads", o.blas_threads, "OpenBLAS threads per rank (cpu backend)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

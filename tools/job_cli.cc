@@ -51,6 +51,25 @@ void override_size(JobSpec& job, const std::optional<int64_t>& value, int64_t& f
   job.origins[field_name] = {kFlags, flag};
 }
 
+// ----- cost-model settings: communication overlap and MoE routing -----
+void apply_cost_model_overrides(const JobOptions& options, JobSpec& job) {
+  ParallelSpec& p = job.parallel;
+  override_size(job, options.expert_tp, p.expert_tp, "parallel.expert_tp",
+                "--expert-tensor-parallel-size");
+  if (options.moe_load_imbalance) {
+    if (!(*options.moe_load_imbalance >= 1.0 && *options.moe_load_imbalance <= 1024.0)) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("{}: --moe-load-imbalance: {} is not in [1, 1024] (the busiest "
+                              "expert's tokens over the mean)",
+                              kFlags, *options.moe_load_imbalance));
+    }
+    p.moe_load_imbalance = *options.moe_load_imbalance;
+    job.origins["parallel.moe_load_imbalance"] = {kFlags, "--moe-load-imbalance"};
+  }
+  if (options.overlap_grad_reduce) p.overlap_grad_reduce = *options.overlap_grad_reduce;
+  if (options.overlap_param_gather) p.overlap_param_gather = *options.overlap_param_gather;
+}
+
 void apply_overrides(const JobOptions& options, JobSpec& job) {
   ParallelSpec& p = job.parallel;
   override_size(job, options.dp, p.dp, "parallel.dp", "--dp");
@@ -77,6 +96,7 @@ void apply_overrides(const JobOptions& options, JobSpec& job) {
     p.rank_order = *order;
     job.origins["parallel.rank_order"] = {kFlags, "--rank-order"};
   }
+  apply_cost_model_overrides(options, job);
 }
 
 // A job from flags alone: every field points at a flag.
@@ -129,6 +149,21 @@ void add_job_options(CLI::App& app, JobOptions& options) {
          "--rank-order", [&options](const std::string& value) { options.rank_order = value; },
          "Rank order, fastest first (default tp-cp-ep-dp-pp)")
       ->type_name("ORDER");
+  // cost-model settings
+  add_size_option(app, "--expert-tensor-parallel-size", options.expert_tp,
+                  "TP ranks each expert is split over (default: --tp, as Megatron-Core)");
+  app.add_option_function<double>(
+         "--moe-load-imbalance", [&options](double value) { options.moe_load_imbalance = value; },
+         "Busiest expert's tokens over the mean (default 1.72, docs/cost-model.md)")
+      ->type_name("X");
+  app.add_flag_function(
+      "--overlap-grad-reduce,!--no-overlap-grad-reduce",
+      [&options](int64_t count) { options.overlap_grad_reduce = count > 0; },
+      "DP gradient reduction under the backward (default on; --no-...: exposed)");
+  app.add_flag_function(
+      "--overlap-param-gather,!--no-overlap-param-gather",
+      [&options](int64_t count) { options.overlap_param_gather = count > 0; },
+      "DP parameter all-gather under the forward (default on; --no-...: exposed)");
 }
 
 JobSpec load_job(const JobOptions& options) {

@@ -23,6 +23,11 @@ struct JobOptions {
   std::optional<bool> sp;
   std::optional<int64_t> micro_batch_size, global_batch_size, seq_length;
   std::optional<std::string> rank_order;
+  // cost-model settings
+  std::optional<int64_t> expert_tp;          ///< --expert-tensor-parallel-size
+  std::optional<double> moe_load_imbalance;  ///< --moe-load-imbalance
+  std::optional<bool> overlap_grad_reduce;   ///< --overlap-grad-reduce / --no-...
+  std::optional<bool> overlap_param_gather;  ///< --overlap-param-gather / --no-...
 };
 
 /// Adds JOB, --model, --cluster, --dp/--tp/--pp/--cp/--ep, --sp/--no-sp, --mbs, --gbs,

@@ -38,6 +38,16 @@ GemmLaunch attention_stand_in(const Op& op) {
           .transpose_b = true};
 }
 
+// Whether runtime/cuda's attention kernels take the op's shape (launch_config.h: causal
+// self-attention, an even head_dim up to 256, heads and batch within a grid dimension).
+bool runs_dhelix_attention(const OpShape& s) {
+  constexpr int64_t kMaxHeadDim = 256;
+  constexpr int64_t kMaxGridYZ = 65535;
+  return s.causal && s.q_len == s.kv_len && s.q_len > 0 && s.head_dim >= 2 &&
+         s.head_dim <= kMaxHeadDim && s.head_dim % 2 == 0 && s.kv_heads >= 1 &&
+         s.heads % s.kv_heads == 0 && s.heads <= kMaxGridYZ && s.batch <= kMaxGridYZ;
+}
+
 LaunchKind collective_launch(OpKind kind) {
   switch (kind) {
     case OpKind::kAllGather:
@@ -74,6 +84,8 @@ const char* launch_kind_name(LaunchKind kind) {
       return "all_to_all";
     case LaunchKind::kSendRecv:
       return "send_recv";
+    case LaunchKind::kAttention:
+      return "attention";
   }
   return "unknown";
 }
@@ -92,6 +104,14 @@ int64_t OpLaunchPlan::device_bytes() const {
     case LaunchKind::kAllToAll:
     case LaunchKind::kSendRecv:
       return 2 * elements * width;
+    case LaunchKind::kAttention: {
+      const AttentionLaunch& a = attention;
+      const int64_t q = a.batch * a.seq * a.heads * a.head_dim * 2;  // bf16
+      const int64_t kv = a.batch * a.seq * a.kv_heads * a.head_dim * 2;
+      const int64_t rows = a.batch * a.heads * a.seq * 4;  // fp32 lse (and delta)
+      // q, k, v, out, lse; the backward adds dout, dq, dk, dv and delta.
+      return a.backward ? 4 * q + 4 * kv + 2 * rows : 2 * q + 2 * kv + rows;
+    }
   }
   return 0;
 }
@@ -120,10 +140,23 @@ OpLaunchPlan plan_cuda_op(const Op& op) {
       plan.gemm = gemm_of(op);
       return plan;
     case OpKind::kAttention:
+      if (runs_dhelix_attention(op.shape)) {
+        plan.kind = LaunchKind::kAttention;
+        plan.dtype = DType::kBf16;  // the kernels' type
+        plan.attention = {.batch = std::max<int64_t>(1, op.shape.batch),
+                          .seq = op.shape.q_len,
+                          .heads = op.shape.heads,
+                          .kv_heads = op.shape.kv_heads,
+                          .head_dim = op.shape.head_dim,
+                          .backward = op.pass == Pass::kBackward};
+        return plan;
+      }
       plan.kind = LaunchKind::kGemm;
       plan.gemm = attention_stand_in(op);
       plan.approximate = true;
-      plan.stand_in = "gemm of the attention's flops";
+      plan.stand_in =
+          "gemm of the attention's flops (dhelix's attention kernels take causal "
+          "self-attention with q_len == kv_len only)";
       return plan;
     default:
       plan.kind = LaunchKind::kCopy;

@@ -9,10 +9,14 @@
 //                         linear layers store it: fwd C = A B^T ("TN"), dgrad C = A B
 //                         ("NN"), wgrad C = A^T B ("NT")
 //   grouped_gemm          cublasGemmStridedBatchedEx over op.shape.batch experts
-//   attention             APPROXIMATE: GEMMs of the op's FLOPs (m = batch * q_len rows,
-//                         k = heads * head_dim, n = flops / (2 m k)), split into `repeats`
-//                         launches of at most kMaxStandInColumns columns to bound memory;
-//                         a flash-attention kernel reaches a lower share of peak than a GEMM
+//   attention             the attention dhelix-run runs: runtime/cuda's causal GQA kernels
+//                         (attention_forward; attention_backward for a backward op) on
+//                         the op's batch, heads, kv_heads, head_dim and q_len, bf16. Where
+//                         those kernels do not apply (q_len != kv_len as under CP, not
+//                         causal, a head_dim they refuse): APPROXIMATE, GEMMs of the op's
+//                         FLOPs (m = batch * q_len rows, k = heads * head_dim, n = flops /
+//                         (2 m k)), split into `repeats` launches of at most
+//                         kMaxStandInColumns columns to bound memory
 //   other compute ops     APPROXIMATE: a device-to-device copy of (bytes_read +
 //                         bytes_written) / 2 bytes, which moves the op's memory traffic
 //   all_gather            ncclAllGather, comm_bytes received (comm_bytes / n sent)
@@ -42,6 +46,7 @@ enum class LaunchKind {
   kAllReduce,
   kAllToAll,
   kSendRecv,
+  kAttention,  ///< runtime/cuda's attention kernels
 };
 const char* launch_kind_name(LaunchKind kind);  ///< "gemm", "copy", "all_gather", ...
 
@@ -55,16 +60,24 @@ struct GemmLaunch {
   bool transpose_b = false;  ///< B stored [n, k]
 };
 
+/// The attention kernels' launch: causal self-attention, layouts of
+/// runtime/kernels/attention.h.
+struct AttentionLaunch {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool backward = false;  ///< attention_backward (dq, dk, dv) instead of the forward
+};
+
 /// What to launch for one op.
 struct OpLaunchPlan {
   LaunchKind kind = LaunchKind::kCopy;
   DType dtype = DType::kBf16;
-  GemmLaunch gemm;           ///< kGemm
-  int64_t copy_bytes = 0;    ///< kCopy
-  int64_t elements = 0;      ///< collectives: elements of the full buffer (see above)
-  int64_t group_size = 1;    ///< collectives
-  bool approximate = false;  ///< a stand-in, not the op's own kernel
-  std::string stand_in;      ///< what was launched instead, for meta; "" when exact
+  GemmLaunch gemm;            ///< kGemm
+  AttentionLaunch attention;  ///< kAttention
+  int64_t copy_bytes = 0;     ///< kCopy
+  int64_t elements = 0;       ///< collectives: elements of the full buffer (see above)
+  int64_t group_size = 1;     ///< collectives
+  bool approximate = false;   ///< a stand-in, not the op's own kernel
+  std::string stand_in;       ///< what was launched instead, for meta; "" when exact
 
   /// Bytes of device memory the launch's buffers take.
   int64_t device_bytes() const;

@@ -6,6 +6,8 @@
 #include "profiler/cuda/cuda_setup.h"
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernels_cuda.h"
+#include "runtime/kernels/attention.h"
 
 namespace dhelix::cuda_profile {
 namespace {
@@ -106,6 +108,44 @@ Enqueue gemm_closure(cublasHandle_t handle, const OpLaunchPlan& plan, uint64_t s
   };
 }
 
+// The kernels dhelix-run runs (runtime/cuda/kernels_cuda.h) on random bf16 operands.
+Enqueue attention_closure(const OpLaunchPlan& plan, uint64_t seed) {
+  const AttentionLaunch& a = plan.attention;
+  const kernels::AttentionShape shape{.batch = a.batch,
+                                      .seq = a.seq,
+                                      .heads = a.heads,
+                                      .kv_heads = a.kv_heads,
+                                      .head_dim = a.head_dim};
+  const int64_t q_elements = a.batch * a.seq * a.heads * a.head_dim;
+  const int64_t kv_elements = a.batch * a.seq * a.kv_heads * a.head_dim;
+  const int64_t rows = a.batch * a.heads * a.seq;
+  Buffer q = random_operands(DType::kBf16, q_elements, seed);
+  Buffer k = random_operands(DType::kBf16, kv_elements, seed + 1);
+  Buffer v = random_operands(DType::kBf16, kv_elements, seed + 2);
+  Buffer out = zeroed(q_elements * 2);
+  Buffer lse = zeroed(rows * 4);
+  using cuda::bf16;
+  const auto as = [](const Buffer& b) { return static_cast<bf16*>(b->get()); };
+  if (!a.backward) {
+    return [=](cudaStream_t stream) {
+      cuda::attention_forward(shape, as(q), as(k), as(v), as(out), static_cast<float*>(lse->get()),
+                              stream);
+    };
+  }
+  // The backward reads the forward's out and lse: computed once here.
+  cuda::attention_forward(shape, as(q), as(k), as(v), as(out), static_cast<float*>(lse->get()),
+                          nullptr);
+  DHELIX_CUDA(cudaDeviceSynchronize());
+  Buffer dout = random_operands(DType::kBf16, q_elements, seed + 3);
+  Buffer dq = zeroed(q_elements * 2), dk = zeroed(kv_elements * 2), dv = zeroed(kv_elements * 2);
+  Buffer delta = zeroed(rows * 4);
+  return [=](cudaStream_t stream) {
+    cuda::attention_backward(shape, as(q), as(k), as(v), as(out), static_cast<float*>(lse->get()),
+                             as(dout), as(dq), as(dk), as(dv), static_cast<float*>(delta->get()),
+                             stream);
+  };
+}
+
 Enqueue copy_closure(const OpLaunchPlan& plan) {
   Buffer from = zeroed(plan.copy_bytes), to = zeroed(plan.copy_bytes);
   const auto bytes = static_cast<size_t>(plan.copy_bytes);
@@ -157,6 +197,7 @@ Enqueue collective_closure(const OpLaunchPlan& plan, ncclComm_t comm) {
         return;
       case LaunchKind::kGemm:
       case LaunchKind::kCopy:
+      case LaunchKind::kAttention:
         break;
     }
     DHELIX_CHECK_MSG(false, std::string("not a collective launch: ") + launch_kind_name(kind));
@@ -234,6 +275,10 @@ CudaRunnableOp CudaOpRunner::make(const Op& op, int strand) {
       break;
     case LaunchKind::kCopy:
       runnable.enqueue = copy_closure(plan);
+      break;
+    case LaunchKind::kAttention:
+      runnable.enqueue = attention_closure(plan, next_seed_);
+      next_seed_ += 4;
       break;
     default:
       runnable.enqueue = collective_closure(plan, communicator(op.group, strand));

@@ -6,6 +6,7 @@
 
 #include "lib/error.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_setup.h"
 
 namespace dhelix::cuda {
 namespace {
@@ -95,18 +96,21 @@ void CublasGemm::gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, 
 
 void CublasGemm::linear_forward(int64_t rows, int64_t in, int64_t out, const __nv_bfloat16* x,
                                 const __nv_bfloat16* w, __nv_bfloat16* y) {
-  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  const GemmShape s = linear_forward_shape(rows, in, out);
+  gemm(s.transpose_a, s.transpose_b, s.m, s.n, s.k, 1.0f, x, in, w, in, 0.0f, y, out);
 }
 
 void CublasGemm::linear_dgrad(int64_t rows, int64_t in, int64_t out, const __nv_bfloat16* dy,
                               const __nv_bfloat16* w, __nv_bfloat16* dx) {
-  gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  const GemmShape s = linear_dgrad_shape(rows, in, out);
+  gemm(s.transpose_a, s.transpose_b, s.m, s.n, s.k, 1.0f, dy, out, w, in, 0.0f, dx, in);
 }
 
 void CublasGemm::linear_wgrad_accumulate(int64_t rows, int64_t in, int64_t out,
                                          const __nv_bfloat16* dy, const __nv_bfloat16* x,
                                          float* dw) {
-  gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  const GemmShape s = linear_wgrad_shape(rows, in, out);
+  gemm(s.transpose_a, s.transpose_b, s.m, s.n, s.k, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 
 }  // namespace dhelix::cuda

@@ -3,30 +3,60 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "lib/error.h"
+#include "lib/rank_shape.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cuda_device_api.h"
 #include "runtime/cuda/cuda_stage_model.h"
 #include "runtime/cuda/device_choice.h"
 #include "runtime/cuda/device_comms.h"
 #include "runtime/cuda/device_executor.h"
+#include "runtime/cuda/device_model.h"
 #include "runtime/cuda/device_pool.h"
+#include "runtime/cuda/device_session.h"
+#include "runtime/cuda/device_setup.h"
 #include "runtime/cuda/device_streams.h"
+#include "runtime/cuda/gradient_buckets.h"
 #include "runtime/cuda/kernels_cuda.h"
 
-namespace dhelix::rt {
+namespace dhelix::cuda {
 namespace {
+
+using rt::AdamWSettings;
+using rt::EngineFactory;
+using rt::ExecutionOptions;
+using rt::IterationSnapshot;
+using rt::MicroBatchTokens;
+using rt::ModelSlice;
+using rt::NamedTensor;
+using rt::ProcessGroups;
+using rt::RankShard;
+using rt::TrainingEngine;
 
 using CudaParameterView = CudaStageModel::ParameterView;
 
-// Selects the rank's GPU before anything else touches CUDA. Without a launcher's local
-// rank the world rank stands in: the ranks may not talk to each other yet
+std::optional<std::string> environment(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+// Selects the rank's GPU before anything else touches CUDA, after setting the environment
+// CUDA reads when it starts (device_setup.h, step 0). Without a launcher's local rank the
+// world rank stands in: the ranks may not talk to each other yet
 // (runtime/cuda/device_choice.h).
 int select_device(int64_t rank) {
+  prepare_cuda_environment(
+      [](const char* name) { return std::getenv(name); },
+      [](const char* name, const char* value) { static_cast<void>(setenv(name, value, 0)); });
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count < 1) {
@@ -37,9 +67,9 @@ int select_device(int64_t rank) {
                     cudaGetErrorString(status)));
   }
   const int64_t local =
-      cuda::local_rank_from_environment([](const char* name) { return std::getenv(name); });
-  const int device = cuda::choose_device(rank, local >= 0 ? local : rank, count,
-                                         std::getenv("CUDA_VISIBLE_DEVICES"));
+      local_rank_from_environment([](const char* name) { return std::getenv(name); });
+  const int device =
+      choose_device(rank, local >= 0 ? local : rank, count, std::getenv("CUDA_VISIBLE_DEVICES"));
   DHELIX_CUDA(cudaSetDevice(device));
   return device;
 }
@@ -64,18 +94,25 @@ struct Moments {
   float* second = nullptr;
 };
 
+cudaStream_t cuda_of(StreamHandle stream) { return reinterpret_cast<cudaStream_t>(stream); }
+
 class CudaEngine final : public TrainingEngine {
  public:
-  CudaEngine(const JobSpec& job, int64_t rank, const ModelSlice& slice)
+  CudaEngine(const JobSpec& job, int64_t rank, const ModelSlice& slice, CudaEngineOptions options)
       : rank_(rank),
+        options_(options),
         device_(select_device(rank)),
-        pool_(std::make_unique<cuda::DevicePool>(pool_stream_.get())),
+        api_(std::make_unique<CudaDeviceApi>()),
+        pool_(std::make_unique<DevicePool>(pool_stream_.get())),
         model_(std::make_unique<CudaStageModel>(job, rank, slice.layer_ranges, slice.embedding,
                                                 slice.head, slice.seed,
                                                 CudaBackend::MemoryConfig{pool_.get()})),
         num_layers_(job.model.num_layers),
         tp_(job.parallel.tp),
-        dp_(job.parallel.dp) {
+        dp_(job.parallel.dp),
+        gemm_shapes_(
+            model_gemm_shapes(rank_shape(job, rank), !slice.layer_ranges.empty(), slice.head)),
+        workspace_bytes_(workspace_bytes(rank_shape(job, rank))) {
     for (const CudaParameterView& p : model_->parameters()) {
       moments_.push_back(
           {pool_->allocate_array<float>(p.count), pool_->allocate_array<float>(p.count)});
@@ -91,17 +128,38 @@ class CudaEngine final : public TrainingEngine {
   }
 
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
-    cuda::DeviceCommSetup setup;
+    DeviceCommSetup setup;
     // TP on every stream that runs the model's collectives (compute: sequential programs
     // and the norm gains' gradient sum); DP only for the gradient sum on compute.
-    setup.collectives = {{ParallelDim::kTp, cuda::DeviceStream::kCompute},
-                         {ParallelDim::kTp, cuda::DeviceStream::kLocalComm},
-                         {ParallelDim::kTp, cuda::DeviceStream::kCrossComm},
-                         {ParallelDim::kDp, cuda::DeviceStream::kCompute}};
+    setup.collectives = {{ParallelDim::kTp, DeviceStream::kCompute},
+                         {ParallelDim::kTp, DeviceStream::kLocalComm},
+                         {ParallelDim::kTp, DeviceStream::kCrossComm}};
+    if (dp_ > 1) setup.collectives.push_back({ParallelDim::kDp, DeviceStream::kCompute});
     setup.num_layers = num_layers_;
     setup.options.world_rank = rank_;
-    comms_ = std::make_unique<cuda::DeviceCommDirectory>(groups, programs, setup);
-    streams_ = std::make_unique<cuda::DeviceStreams>(comms_->receive_peers());
+    session_ = std::make_unique<DeviceSession>(
+        *api_, setup, programs, gemm_shapes_, environment("CUDA_DEVICE_MAX_CONNECTIONS"),
+        [&](DeviceApi& api, const DeviceCommSetup& comm_setup) {
+          return DeviceCommDirectory::over_mpi(api, groups, programs, comm_setup);
+        });
+    streams_ = &session_->streams();
+    comms_ = &session_->comms();
+    const StreamHandle compute = streams_->stream(DeviceStream::kCompute);
+    workspace_ = pool_->allocate_array<char>(workspace_bytes_);
+    device_model_ = std::make_unique<StageModelOnDevice<CudaBackend>>(
+        *model_, [this, compute](StreamHandle stream) {
+          if (stream != compute) {
+            return CudaBackend::Exec{.stream = cuda_of(stream), .gemm = nullptr, .workspace = {}};
+          }
+          return CudaBackend::Exec{.stream = cuda_of(stream),
+                                   .gemm = &api_->gemm_for(stream),
+                                   .workspace = {workspace_, workspace_bytes_}};
+        });
+    std::vector<int64_t> sizes;
+    for (const CudaParameterView& p : model_->parameters()) sizes.push_back(p.count);
+    buckets_ = plan_gradient_buckets(sizes, options_.ddp_bucket_elements);
+    if (dp_ > 1) staging_ = pool_->allocate_array<float>(largest_bucket(buckets_));
+    DHELIX_CUDA(cudaDeviceSynchronize());
   }
 
   void start_iteration(std::vector<MicroBatchTokens> micro_batches, float loss_scale) override {
@@ -115,7 +173,7 @@ class CudaEngine final : public TrainingEngine {
 
   double execute(const Plan& plan, const RankProgram& program, ExecutionOptions options) override {
     DHELIX_CHECK(comms_ != nullptr && streams_ != nullptr);
-    cuda::DeviceExecutionOptions device_options;
+    DeviceExecutionOptions device_options;
     // Binding allocates every buffer of the iteration; growing inside it would stall all
     // streams on a cudaMalloc (runtime/cuda/device_pool.h).
     device_options.after_binding = [this] {
@@ -125,8 +183,8 @@ class CudaEngine final : public TrainingEngine {
     device_options.on_failure = std::move(options.on_failure);
     device_options.jitter_us = options.jitter_us;
     device_options.jitter_seed = options.jitter_seed;
-    return cuda::execute_device_program(plan, program, *model_, *comms_, *streams_,
-                                        std::move(device_options))
+    return execute_device_program(*api_, plan, program, *device_model_, *comms_, *streams_,
+                                  std::move(device_options))
         .wall_us;
   }
 
@@ -143,30 +201,34 @@ class CudaEngine final : public TrainingEngine {
   }
 
   void update(int64_t t, const AdamWSettings& settings) override {
-    const cudaStream_t stream = streams_->stream(cuda::DeviceStream::kCompute);
+    const StreamHandle compute = streams_->stream(DeviceStream::kCompute);
+    const cudaStream_t stream = cuda_of(compute);
     const std::vector<CudaParameterView> params = model_->parameters();
-    cuda::DeviceCommunicator* last_used = nullptr;
-    for (const CudaParameterView& p : params) {
-      if (p.sum_gradient_over_tp && tp_ > 1) {
-        last_used = &comms_->group("tp", cuda::DeviceStream::kCompute);
-        last_used->all_reduce_sum(p.gradient, p.count, cuda::DeviceDtype::kFloat32, stream);
+    DeviceCommunicator* last_used = nullptr;
+    if (tp_ > 1) {
+      for (const CudaParameterView& p : params) {
+        if (!p.sum_gradient_over_tp) continue;
+        last_used = &comms_->group("tp", DeviceStream::kCompute);
+        last_used->all_reduce_sum(p.gradient, p.count, DeviceDtype::kFloat32, compute);
       }
-      if (dp_ > 1) {
-        last_used = &comms_->group("dp", cuda::DeviceStream::kCompute);
-        last_used->all_reduce_sum(p.gradient, p.count, cuda::DeviceDtype::kFloat32, stream);
+    }
+    if (dp_ > 1) {
+      last_used = &comms_->group("dp", DeviceStream::kCompute);
+      for (const GradientBucket& bucket : buckets_) {
+        sum_bucket(bucket, params, *last_used, compute);
       }
     }
     const kernels::AdamWStep step = kernels::make_adamw_step(
         t, settings.lr, settings.beta1, settings.beta2, settings.eps, settings.weight_decay);
     for (size_t i = 0; i < params.size(); ++i) {
       const CudaParameterView& p = params[i];
-      cuda::adamw_update(step, p.count, p.gradient, p.values, moments_[i].first, moments_[i].second,
-                         p.compute, stream);
+      adamw_update(step, p.count, p.gradient, p.values, moments_[i].first, moments_[i].second,
+                   p.compute, stream);
     }
     // The one host wait of the update; through a communicator when NCCL ran, so that an
     // asynchronous NCCL error or a hung peer is reported instead of waited for forever.
     if (last_used != nullptr) {
-      last_used->wait(stream);
+      last_used->wait(compute);
     } else {
       DHELIX_CUDA(cudaStreamSynchronize(stream));
     }
@@ -203,6 +265,37 @@ class CudaEngine final : public TrainingEngine {
  private:
   static size_t bytes(int64_t count) { return static_cast<size_t>(count) * sizeof(float); }
 
+  // The compute stream's scratch: the column reductions of one op (kernels_cuda.h).
+  static int64_t workspace_bytes(const RankShape& shape) {
+    const int64_t rows = std::max(shape.rows, shape.tokens);
+    return std::max(column_reduction_workspace_bytes(rows, shape.hidden),
+                    embedding_backward_workspace_bytes(shape.tokens));
+  }
+
+  // One DP all-reduce over a bucket: gradients packed back to back into the staging
+  // buffer, summed, copied back (gradient_buckets.h). A single-parameter bucket is summed
+  // in place.
+  void sum_bucket(const GradientBucket& bucket, const std::vector<CudaParameterView>& params,
+                  DeviceCommunicator& dp, StreamHandle compute) {
+    const cudaStream_t stream = cuda_of(compute);
+    if (bucket.count == 1) {
+      const CudaParameterView& p = params[static_cast<size_t>(bucket.first)];
+      dp.all_reduce_sum(p.gradient, p.count, DeviceDtype::kFloat32, compute);
+      return;
+    }
+    for (int64_t j = 0; j < bucket.count; ++j) {
+      const CudaParameterView& p = params[static_cast<size_t>(bucket.first + j)];
+      DHELIX_CUDA(cudaMemcpyAsync(staging_ + bucket.offsets[static_cast<size_t>(j)], p.gradient,
+                                  bytes(p.count), cudaMemcpyDeviceToDevice, stream));
+    }
+    dp.all_reduce_sum(staging_, bucket.elements, DeviceDtype::kFloat32, compute);
+    for (int64_t j = 0; j < bucket.count; ++j) {
+      const CudaParameterView& p = params[static_cast<size_t>(bucket.first + j)];
+      DHELIX_CUDA(cudaMemcpyAsync(p.gradient, staging_ + bucket.offsets[static_cast<size_t>(j)],
+                                  bytes(p.count), cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+
   std::vector<float> download(const float* device, int64_t count) const {
     std::vector<float> host(static_cast<size_t>(count));
     DHELIX_CUDA(cudaMemcpy(host.data(), device, bytes(count), cudaMemcpyDeviceToHost));
@@ -210,24 +303,36 @@ class CudaEngine final : public TrainingEngine {
   }
 
   int64_t rank_;
+  CudaEngineOptions options_;
   int device_;
+  std::unique_ptr<CudaDeviceApi> api_;
   PoolStream pool_stream_;
-  std::unique_ptr<cuda::DevicePool> pool_;
+  std::unique_ptr<DevicePool> pool_;
   std::unique_ptr<CudaStageModel> model_;
   std::vector<Moments> moments_;
   int64_t num_layers_;
   int64_t tp_;
   int64_t dp_;
-  std::unique_ptr<cuda::DeviceCommDirectory> comms_;
-  std::unique_ptr<cuda::DeviceStreams> streams_;
+  std::vector<GemmShape> gemm_shapes_;
+  int64_t workspace_bytes_;
+  char* workspace_ = nullptr;
+  float* staging_ = nullptr;
+  std::vector<GradientBucket> buckets_;
+  // Destroyed first (reverse order): the executor's view, then the session (the
+  // communicators in their agreed order, then the streams); the API (and its cuBLAS
+  // handles) outlives them.
+  std::unique_ptr<DeviceSession> session_;
+  DeviceStreams* streams_ = nullptr;
+  DeviceCommDirectory* comms_ = nullptr;
+  std::unique_ptr<DeviceModel> device_model_;
 };
 
 }  // namespace
 
-EngineFactory cuda_engine_factory() {
-  return [](const JobSpec& job, int64_t rank, const ModelSlice& slice) {
-    return std::unique_ptr<TrainingEngine>(std::make_unique<CudaEngine>(job, rank, slice));
+EngineFactory cuda_engine_factory(CudaEngineOptions options) {
+  return [options](const JobSpec& job, int64_t rank, const ModelSlice& slice) {
+    return std::unique_ptr<TrainingEngine>(std::make_unique<CudaEngine>(job, rank, slice, options));
   };
 }
 
-}  // namespace dhelix::rt
+}  // namespace dhelix::cuda

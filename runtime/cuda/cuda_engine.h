@@ -3,22 +3,36 @@
 //   * the rank's GPU: its index on the node (runtime/cuda/device_choice.h);
 //   * the model slice on the CUDA backend (runtime/cuda/cuda_stage_model.h): bf16
 //     activations, fp32 master weights and gradients in a DevicePool of its own stream;
-//   * connect(): the rank's streams (runtime/cuda/device_streams.h) and NCCL
-//     communicators (runtime/cuda/device_comms.h): TP collectives on every stream that
-//     runs them, DP on the compute stream, and one channel per pipeline neighbour;
+//   * connect(), everything before the first receive of iteration 1 (device_setup.h):
+//     the rank's streams, counted with NCCL's own against the hardware queues
+//     (device_streams.h); every kernel loaded, the stack limit set and each GEMM shape run
+//     once (device_setup.h); the NCCL communicators created and each warmed
+//     (device_comms.h): TP collectives on every stream that runs them, DP on the compute
+//     stream when dp > 1, and one channel per pipeline neighbour;
 //   * execute(): the device executor (runtime/cuda/device_executor.h);
 //   * update(): gradient sums with NCCL on the compute stream (TP for the norm gains under
-//     sequence parallelism, then DP), then AdamW on the device, which also rewrites the
-//     bf16 copies the GEMMs read. One host wait at the end, through the communicators'
-//     watchdog.
+//     sequence parallelism, then DP in buckets: gradient_buckets.h), then AdamW on the
+//     device, which also rewrites the bf16 copies the GEMMs read. One host wait at the
+//     end, through the communicators' watchdog.
+// All CUDA, NCCL and cuBLAS calls of the set-up and the executor go through one
+// CudaDeviceApi (cuda_device_api.h). CUDA_MODULE_LOADING and CUDA_DEVICE_MAX_CONNECTIONS
+// are set (when unset) before the engine's first CUDA call (device_setup.h, step 0).
 // Host copies (snapshots for --verify, checkpoints) are made between iterations only.
+
+#include <cstdint>
 
 #include "runtime/train/training_engine.h"
 
-namespace dhelix::rt {
+namespace dhelix::cuda {
+
+/// What dhelix-run's flags set in the CUDA engine.
+struct CudaEngineOptions {
+  /// Elements per data-parallel gradient bucket (--ddp-bucket-size; gradient_buckets.h).
+  int64_t ddp_bucket_elements = 40'000'000;
+};
 
 /// The CUDA engine's factory. Making an engine throws Error(kUnsupported) when the rank
 /// finds no GPU of its own.
-EngineFactory cuda_engine_factory();
+rt::EngineFactory cuda_engine_factory(CudaEngineOptions options = {});
 
-}  // namespace dhelix::rt
+}  // namespace dhelix::cuda

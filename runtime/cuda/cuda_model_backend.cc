@@ -9,9 +9,9 @@
 #include "runtime/cuda/device_pool.h"
 #include "runtime/model/model_backend.h"
 
-namespace dhelix::rt {
+namespace dhelix::cuda {
 
-static_assert(ModelBackend<CudaBackend>);
+static_assert(rt::ModelBackend<CudaBackend>);
 
 namespace {
 
@@ -159,7 +159,7 @@ void CudaBackend::rmsnorm_forward(const Exec& exec, int64_t rows, int64_t dim, c
 void CudaBackend::rmsnorm_backward(const Exec& exec, int64_t rows, int64_t dim, const Act* x,
                                    const float* gain, const float* rstd, const Act* dy, Act* dx,
                                    float* dgain) {
-  cuda::rmsnorm_backward(rows, dim, x, gain, rstd, dy, dx, dgain, exec.stream);
+  cuda::rmsnorm_backward(rows, dim, x, gain, rstd, dy, dx, dgain, exec.workspace, exec.stream);
 }
 
 void CudaBackend::rope_forward(const Exec& exec, const Rope& table, int64_t batch, int64_t seq,
@@ -241,7 +241,7 @@ void CudaBackend::embedding_backward(const Exec& exec, int64_t positions, int64_
                                      const int64_t* tokens, const Act* dout, int64_t vocab_begin,
                                      int64_t vocab_local, float* dtable) {
   cuda::embedding_backward(positions, dim, tokens, dout, vocab_begin, vocab_local, dtable,
-                           exec.stream);
+                           exec.workspace, exec.stream);
 }
 
 void CudaBackend::vocab_parallel_stats(const Exec& exec, int64_t rows, int64_t vocab_local,
@@ -264,4 +264,4 @@ void CudaBackend::vocab_parallel_backward(const Exec& exec, int64_t rows, int64_
                                 dlogits, exec.stream);
 }
 
-}  // namespace dhelix::rt
+}  // namespace dhelix::cuda

@@ -26,11 +26,9 @@
 #include "runtime/model/element_type.h"
 
 namespace dhelix::cuda {
+
 class CublasGemm;
 class DevicePool;
-}  // namespace dhelix::cuda
-
-namespace dhelix::rt {
 
 /// One column block of the fused QKV matrix [rows, q_width + 2 kv_width] (bf16), as one
 /// cudaMemcpy2DAsync copies it: fused side at column_offset_bytes with row pitch
@@ -54,13 +52,15 @@ QkvCopyPlan qkv_copy_plan(int64_t rows, int64_t q_width, int64_t kv_width);
 
 struct CudaBackend {
   using Act = __nv_bfloat16;
-  static constexpr ElementType kActivationType = ElementType::kBFloat16;
+  static constexpr rt::ElementType kActivationType = rt::ElementType::kBFloat16;
 
-  /// Where an op runs: its stream, and the cuBLAS handle bound to that same stream (GEMM
-  /// ops check it; ops without GEMMs may leave it null).
+  /// Where an op runs: its stream, the cuBLAS handle bound to that same stream (GEMM ops
+  /// check it; ops without GEMMs may leave it null) and the stream's scratch memory (the
+  /// column reductions' first pass; kernels_cuda.h).
   struct Exec {
     cudaStream_t stream = nullptr;
     cuda::CublasGemm* gemm = nullptr;
+    cuda::Workspace workspace;
   };
   using Rope = cuda::DeviceRopeTable;
 
@@ -176,4 +176,4 @@ struct CudaBackend {
                                       Act* dlogits);
 };
 
-}  // namespace dhelix::rt
+}  // namespace dhelix::cuda

@@ -7,7 +7,7 @@
 
 namespace dhelix::rt {
 
-static_assert(ModelBackend<CudaBackend>);
-template class BasicStageModel<CudaBackend>;
+static_assert(ModelBackend<cuda::CudaBackend>);
+template class BasicStageModel<cuda::CudaBackend>;
 
 }  // namespace dhelix::rt

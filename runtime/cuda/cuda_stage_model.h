@@ -7,8 +7,9 @@
 #include "runtime/model/stage_model.h"
 
 namespace dhelix::rt {
-
-extern template class BasicStageModel<CudaBackend>;
-using CudaStageModel = BasicStageModel<CudaBackend>;
-
+extern template class BasicStageModel<cuda::CudaBackend>;
 }  // namespace dhelix::rt
+
+namespace dhelix::cuda {
+using CudaStageModel = rt::BasicStageModel<CudaBackend>;
+}  // namespace dhelix::cuda

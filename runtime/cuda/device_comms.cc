@@ -3,12 +3,54 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <thread>
+
 #include "lib/error.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/cuda/channel_agreement.h"
-#include "runtime/cuda/cuda_check.h"
 
 namespace dhelix::cuda {
+namespace {
+
+std::string slot_name(const CollectiveSlot& slot) {
+  return fmt::format("{} ({})", parallel_dim_name(slot.dim), device_stream_name(slot.stream));
+}
+
+// A membership whose id travels over `group` (an MPI communicator held until creation).
+CommMembership over_mpi_group(MPI_Comm group, std::string name) {
+  int size = 0;
+  int rank = 0;
+  MPI_Comm_size(group, &size);
+  MPI_Comm_rank(group, &rank);
+  return {.name = std::move(name), .size = size, .rank = rank, .share_id = [group](CommId& id) {
+            const int status =
+                MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, group);
+            if (status != MPI_SUCCESS) {
+              throw Error(ErrorCode::kInternal,
+                          fmt::format("MPI_Bcast of the unique id failed ({})", status));
+            }
+          }};
+}
+
+}  // namespace
+
+CommFootprint comm_footprint(const DeviceCommSetup& setup,
+                             const std::vector<const RankProgram*>& programs) {
+  std::set<int64_t> senders;
+  std::set<int64_t> receivers;
+  for (const RankProgram* program : programs) {
+    for (const ChannelMessages& messages : channel_messages(*program)) {
+      if (!messages.received_tags.empty()) senders.insert(messages.peer);
+      if (!messages.sent_tags.empty()) receivers.insert(messages.peer);
+    }
+  }
+  return {.receive_peers = {senders.begin(), senders.end()},
+          .communicators =
+              static_cast<int64_t>(setup.collectives.size() + senders.size() + receivers.size())};
+}
 
 rt::CommSlot comm_slot_of(DeviceStream stream) {
   switch (stream) {
@@ -24,72 +66,123 @@ rt::CommSlot comm_slot_of(DeviceStream stream) {
   throw Error(ErrorCode::kInternal, "the receive stream runs no collectives");
 }
 
-DeviceCommDirectory::DeviceCommDirectory(rt::ProcessGroups& groups,
-                                         const std::vector<const RankProgram*>& programs,
-                                         DeviceCommSetup setup)
-    : setup_(std::move(setup)), world_rank_(groups.world_rank()) {
-  setup_.options.world_rank = world_rank_;
+std::unique_ptr<DeviceCommDirectory> DeviceCommDirectory::over_mpi(
+    DeviceApi& api, rt::ProcessGroups& groups, const std::vector<const RankProgram*>& programs,
+    DeviceCommSetup setup) {
+  const int64_t world_rank = groups.world_rank();
   // The agreement first: when it refuses the programs, every rank throws here alike, before
-  // any NCCL communicator exists.
-  ChannelAgreement agreement(programs, world_rank_, setup_.num_layers);
-  channels_ = agreement.channels();
-  receive_orders_ = agreement.receive_orders();
-  create_collectives(groups);
-  create_channels(agreement);
-  agreement.release_communicators();  // NCCL no longer needs them after its init
-  warm_up_channels();
-}
-
-DeviceCommDirectory::~DeviceCommDirectory() = default;
-
-void DeviceCommDirectory::create_collectives(rt::ProcessGroups& groups) {
-  for (const auto& [dim, stream] : setup_.collectives) {
-    const std::string name = parallel_dim_name(dim);
-    auto* mpi = dynamic_cast<rt::MpiCommunicator*>(&groups.group(dim, comm_slot_of(stream)));
+  // any NCCL communicator exists. It holds the channels' MPI communicators until NCCL is
+  // initialised over them, then frees them.
+  ChannelAgreement agreement(programs, world_rank, setup.num_layers);
+  DeviceCommPlan plan;
+  for (const CollectiveSlot& slot : setup.collectives) {
+    auto* mpi =
+        dynamic_cast<rt::MpiCommunicator*>(&groups.group(slot.dim, comm_slot_of(slot.stream)));
     DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
-    groups_[{name, stream}] = DeviceCommunicator::create_over_mpi(
-        mpi->handle(), fmt::format("{} ({})", name, device_stream_name(stream)), setup_.options);
+    plan.collectives.push_back(over_mpi_group(mpi->handle(), slot_name(slot)));
   }
-}
-
-void DeviceCommDirectory::create_channels(const ChannelAgreement& agreement) {
-  for (size_t i = 0; i < channels_.size(); ++i) {
-    const ChannelPair& pair = channels_[i];
-    if (agreement.communicator(i) == MPI_COMM_NULL) continue;
-    auto comm = DeviceCommunicator::create_over_mpi(
-        agreement.communicator(i), fmt::format("pp {}->{}", pair.sender, pair.receiver),
-        setup_.options);
-    if (pair.sender == world_rank_) {
-      to_[pair.receiver] = std::move(comm);
+  plan.channels = agreement.channels();
+  for (size_t i = 0; i < plan.channels.size(); ++i) {
+    const ChannelPair& pair = plan.channels[i];
+    if (agreement.communicator(i) == MPI_COMM_NULL) {
+      plan.channel_members.emplace_back();
     } else {
-      from_[pair.sender] = std::move(comm);
+      plan.channel_members.push_back(over_mpi_group(
+          agreement.communicator(i), fmt::format("pp {}->{}", pair.sender, pair.receiver)));
+    }
+  }
+  plan.receive_orders = agreement.receive_orders();
+  return std::make_unique<DeviceCommDirectory>(api, world_rank, std::move(setup), std::move(plan));
+}
+
+DeviceCommDirectory::DeviceCommDirectory(DeviceApi& api, int64_t world_rank, DeviceCommSetup setup,
+                                         DeviceCommPlan plan)
+    : api_(api), setup_(std::move(setup)), world_rank_(world_rank) {
+  setup_.options.world_rank = world_rank_;
+  DHELIX_CHECK(plan.collectives.size() == setup_.collectives.size());
+  DHELIX_CHECK(plan.channel_members.size() == plan.channels.size());
+  channels_ = plan.channels;
+  receive_orders_ = plan.receive_orders;
+  try {
+    create(plan);
+    warm_up();
+  } catch (...) {
+    destroy_in_order();
+    throw;
+  }
+}
+
+DeviceCommDirectory::~DeviceCommDirectory() { destroy_in_order(); }
+
+void DeviceCommDirectory::destroy_in_order() noexcept {
+  for (auto& comm : created_) comm->destroy();
+  created_.clear();
+}
+
+void DeviceCommDirectory::create(DeviceCommPlan& plan) {
+  const auto join = [&](CommMembership& member, int64_t max_ctas) {
+    DeviceCommOptions options = setup_.options;
+    options.max_ctas = max_ctas;
+    created_.push_back(std::make_unique<DeviceCommunicator>(api_, member.size, member.rank,
+                                                            member.name, member.share_id, options));
+    return created_.back().get();
+  };
+  for (size_t i = 0; i < setup_.collectives.size(); ++i) {
+    const CollectiveSlot& slot = setup_.collectives[i];
+    groups_[{parallel_dim_name(slot.dim), slot.stream}] = join(plan.collectives[i], 0);
+  }
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    if (!plan.channel_members[i]) continue;
+    const ChannelPair& pair = channels_[i];
+    DeviceCommunicator* comm = join(*plan.channel_members[i], setup_.channel_max_ctas);
+    if (pair.sender == world_rank_) {
+      to_[pair.receiver] = comm;
+    } else {
+      from_[pair.sender] = comm;
     }
   }
 }
 
-void DeviceCommDirectory::warm_up_channels() {
-  if (to_.empty() && from_.empty()) return;
-  cudaStream_t stream = nullptr;
-  float* buffer = nullptr;
-  DHELIX_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+void DeviceCommDirectory::warm_up() {
+  if (created_.empty()) return;
+  StreamHandle stream = api_.create_stream(false);
+  void* scratch = nullptr;
   struct Release {
-    cudaStream_t stream;
-    float** buffer;
+    DeviceApi& api;
+    StreamHandle stream;
+    void** scratch;
     ~Release() {
-      if (*buffer != nullptr) static_cast<void>(cudaFree(*buffer));
-      static_cast<void>(cudaStreamDestroy(stream));
+      api.free_scratch(*scratch);
+      api.destroy_stream(stream);
     }
-  } release{stream, &buffer};
-  DHELIX_CUDA(cudaMalloc(&buffer, sizeof(float)));
-  for (const ChannelPair& pair : channels_) {
-    if (pair.sender == world_rank_) {
-      to_.at(pair.receiver)->send(buffer, 1, DeviceDtype::kFloat32, 1, stream);
-    } else if (pair.receiver == world_rank_) {
-      from_.at(pair.sender)->recv(buffer, 1, DeviceDtype::kFloat32, 0, stream);
+  } release{api_, stream, &scratch};
+  scratch = api_.allocate_scratch(static_cast<int64_t>(sizeof(float)));
+  // Creation order: collectives, then channels in channel order (see the file comment).
+  for (const auto& comm : created_) {
+    const auto channel = std::find_if(
+        to_.begin(), to_.end(), [&](const auto& entry) { return entry.second == comm.get(); });
+    if (channel != to_.end()) {
+      comm->send(scratch, 1, DeviceDtype::kFloat32, 1, stream);
+    } else if (std::any_of(from_.begin(), from_.end(),
+                           [&](const auto& entry) { return entry.second == comm.get(); })) {
+      comm->recv(scratch, 1, DeviceDtype::kFloat32, 0, stream);
+    } else {
+      comm->all_reduce_sum(scratch, 1, DeviceDtype::kFloat32, stream);
     }
   }
-  for (auto* map : {&to_, &from_}) {
-    for (auto& [peer, comm] : *map) comm->wait(stream);
+  // Every communicator polled while the host waits: a peer that never arrives ends the
+  // wait with its NCCL error or the timeout, not a silent hang.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point since = Clock::now();
+  while (!api_.stream_done(stream)) {
+    for (const auto& comm : created_) comm->poll();
+    if (std::chrono::duration<double>(Clock::now() - since).count() > setup_.options.timeout_s) {
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("rank {}: the warm-up of the NCCL communicators did not finish "
+                              "within {} s (a peer rank did not reach its set-up)",
+                              world_rank_, setup_.options.timeout_s));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 

@@ -10,25 +10,33 @@
 //     member 1. The sender uses it only from its send stream, the receiver only from the
 //     channel stream of that sender (runtime/cuda/device_streams.h).
 //
-// Setup order, identical on every rank (every step is collective, so the order is what
+// Set-up order, identical on every rank (every step is collective, so the order is what
 // keeps the ranks from waiting on each other in different places):
-//   1. the channel agreement (runtime/cuda/channel_agreement.h): the world's channel
-//      order, one MPI communicator per channel, and the comparison of both ends' tag lists
-//      for each program, which makes every rank throw rt::SetupFailure (kInvalidInput)
-//      before any NCCL communicator exists when a message is sent and never received (or
-//      the reverse);
-//      each receiver keeps its senders' orders (receive_orders);
+//   1. the channel agreement (runtime/cuda/channel_agreement.h; plan_over_mpi): the
+//      world's channel order, one MPI communicator per channel, and the comparison of both
+//      ends' tag lists for each program, which makes every rank throw rt::SetupFailure
+//      (kInvalidInput) before any NCCL communicator exists when a message is sent and
+//      never received (or the reverse); each receiver keeps its senders' orders;
 //   2. collective communicators, in setup.collectives order (the same list on every rank);
-//   3. NCCL initialisation of each channel in channel order (a rank joins its own ones;
-//      a total order over pairs means the earliest pending pair always has both members
-//      waiting on it), then the MPI communicators are freed;
-//   4. one 1-element send per channel, in channel order, waited for: NCCL connects
-//      point-to-point peers on their first operation, with a host-side handshake; doing it
-//      here, in one agreed order, keeps that handshake out of the executor, where a rank
-//      posts its receives before its sends.
+//   3. NCCL initialisation of each channel in channel order (a rank joins its own ones; a
+//      total order over pairs means the earliest pending pair always has both members
+//      waiting on it);
+//   4. warm-up of EVERY communicator, in creation order, on one set-up stream, waited for:
+//      a 1-element all-reduce on each collective communicator, a 1-element send/receive on
+//      each channel. NCCL connects peers lazily, on a communicator's first operation, with
+//      a host-side handshake; a first TP all-gather inside iteration 1 would make that
+//      handshake while receives spin on the GPU (docs/gpu.md, "iteration 1"). The earliest
+//      pending warm-up in the agreed order always has all its members at it, so the set-up
+//      cannot deadlock.
+// Teardown: ncclCommDestroy is collective, so the destructor destroys the communicators in
+// creation order, the same on every rank (before, the members of a std::map went in an
+// order that differed per rank: a sender destroyed a channel before or after its receiver
+// did depending on which map held it).
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,10 +44,10 @@
 #include "lib/parallel_spec.h"
 #include "lib/rank_program.h"
 #include "runtime/comm/process_groups.h"
-#include "runtime/cuda/device_schedule.h"
+#include "runtime/cuda/device_api.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/cuda/pipeline_channels.h"
-#include "runtime/cuda/stream_lowering.h"
+#include "runtime/exec/stream_lowering.h"
 
 namespace dhelix::cuda {
 
@@ -62,18 +70,60 @@ struct DeviceCommSetup {
   int64_t num_layers = 0;
   /// Watchdog timeout of every communicator (world_rank is filled in).
   DeviceCommOptions options;
+  /// Thread blocks a pipeline channel's kernels may occupy (ncclConfig_t::maxCTAs): a
+  /// channel's receive kernel is resident from the iteration's start until its message
+  /// arrives, so it is capped to leave the SMs to compute (docs/gpu.md, "receives").
+  int64_t channel_max_ctas = kChannelMaxCtas;
+  static constexpr int64_t kChannelMaxCtas = 2;
 };
+
+/// One communicator this rank joins: its size, this rank's member index, and how member
+/// 0's unique id reaches the others (an MPI_Bcast; nothing in a simulation).
+struct CommMembership {
+  std::string name;  ///< "tp (local_comm)", "pp 0->2"
+  int64_t size = 1;
+  int64_t rank = 0;
+  std::function<void(CommId&)> share_id;
+};
+
+/// What the ranks agreed on before any NCCL communicator exists (steps 1 of the file
+/// comment); the input of DeviceCommDirectory.
+struct DeviceCommPlan {
+  /// Parallel to setup.collectives.
+  std::vector<CommMembership> collectives;
+  /// The world's channels in creation order; channel_members[i] is this rank's membership
+  /// of channels[i], nullopt when it is not an end.
+  std::vector<ChannelPair> channels;
+  std::vector<std::optional<CommMembership>> channel_members;
+  /// Per mode given: per sender, the tags this rank receives from it in the sender's order.
+  std::map<ExecutionMode, ReceiveOrders> receive_orders;
+};
+
+/// What this rank will hold, computed from its own programs before any set-up, so that
+/// the streams can be counted (device_streams.h) and the device prepared (device_setup.h)
+/// before the first communicator exists: the peers it receives pipeline messages from
+/// (ascending) and the number of communicators (collectives + one per channel end).
+struct CommFootprint {
+  std::vector<int64_t> receive_peers;
+  int64_t communicators = 0;
+};
+CommFootprint comm_footprint(const DeviceCommSetup& setup,
+                             const std::vector<const RankProgram*>& programs);
 
 /// Which CommSlot's MPI communicator a stream's collectives are bootstrapped over.
 rt::CommSlot comm_slot_of(DeviceStream stream);
 
 class DeviceCommDirectory {
  public:
-  /// The setup of the file comment, collective over MPI_COMM_WORLD, on the current CUDA
-  /// device. `programs`: every program this rank will execute with these communicators
-  /// (e.g. the co-executed and the sequential one); each is checked (step 1).
-  DeviceCommDirectory(rt::ProcessGroups& groups, const std::vector<const RankProgram*>& programs,
-                      DeviceCommSetup setup);
+  /// Steps 2-4 of the file comment on the current device, from a plan every rank made alike.
+  DeviceCommDirectory(DeviceApi& api, int64_t world_rank, DeviceCommSetup setup,
+                      DeviceCommPlan plan);
+  /// Steps 1-4 over MPI_COMM_WORLD. `programs`: every program this rank will execute with
+  /// these communicators (e.g. the co-executed and the sequential one); each is checked.
+  static std::unique_ptr<DeviceCommDirectory> over_mpi(
+      DeviceApi& api, rt::ProcessGroups& groups, const std::vector<const RankProgram*>& programs,
+      DeviceCommSetup setup);
+  /// Destroys every communicator in creation order (see the file comment).
   ~DeviceCommDirectory();
   DeviceCommDirectory(const DeviceCommDirectory&) = delete;
   DeviceCommDirectory& operator=(const DeviceCommDirectory&) = delete;
@@ -93,19 +143,23 @@ class DeviceCommDirectory {
   /// The world's channels in creation order.
   const std::vector<ChannelPair>& channels() const { return channels_; }
   int64_t world_rank() const { return world_rank_; }
+  /// Communicators this rank holds (each keeps NCCL streams of its own).
+  int64_t size() const { return static_cast<int64_t>(created_.size()); }
 
  private:
-  void create_collectives(rt::ProcessGroups& groups);
-  void create_channels(const ChannelAgreement& agreement);
-  void warm_up_channels();
+  void create(DeviceCommPlan& plan);
+  void warm_up();
+  void destroy_in_order() noexcept;
 
+  DeviceApi& api_;
   DeviceCommSetup setup_;
   int64_t world_rank_ = 0;
-  std::map<std::pair<std::string, DeviceStream>, std::unique_ptr<DeviceCommunicator>> groups_;
   std::vector<ChannelPair> channels_;
   std::map<ExecutionMode, ReceiveOrders> receive_orders_;
-  std::map<int64_t, std::unique_ptr<DeviceCommunicator>> to_;
-  std::map<int64_t, std::unique_ptr<DeviceCommunicator>> from_;
+  std::vector<std::unique_ptr<DeviceCommunicator>> created_;  // creation order = destroy order
+  std::map<std::pair<std::string, DeviceStream>, DeviceCommunicator*> groups_;
+  std::map<int64_t, DeviceCommunicator*> to_;
+  std::map<int64_t, DeviceCommunicator*> from_;
 };
 
 }  // namespace dhelix::cuda

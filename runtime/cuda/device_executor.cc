@@ -11,9 +11,8 @@
 #include <vector>
 
 #include "lib/error.h"
-#include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_schedule.h"
-#include "runtime/cuda/kernels_cuda.h"
+#include "runtime/exec/bind.h"
 #include "runtime/exec/instruction_errors.h"
 #include "runtime/exec/jitter.h"
 
@@ -21,40 +20,29 @@ namespace dhelix::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Exec = rt::CudaBackend::Exec;
+using Bound = rt::BoundInstruction<DeviceBoundOp, DeviceCommunicator>;
 
-struct BoundInstruction {
-  CudaStageModel::BoundOp op;          // compute and collective ops
-  DeviceCommunicator* comm = nullptr;  // collectives and transfers
-  void* buffer = nullptr;              // transfers
-};
-
-void run_collective(const rt::CollectiveRequest& request, DeviceCommunicator& comm,
-                    cudaStream_t stream) {
-  const DeviceDtype dtype = device_dtype_of(request.element);
-  switch (request.kind) {
-    case rt::CollectiveKind::kAllGather:
-      comm.all_gather(request.in, request.count, dtype, request.out, stream);
-      return;
-    case rt::CollectiveKind::kReduceScatter:
-      comm.reduce_scatter_sum(request.in, request.count, dtype, request.out, stream);
-      return;
-    case rt::CollectiveKind::kAllReduce:
-      comm.all_reduce_sum(request.out, request.count, dtype, stream);
-      return;
+// The device communicators' calls for rt::run_collective.
+struct DeviceCollectives {
+  DeviceCommunicator& comm;
+  void all_gather(const rt::CollectiveRequest& r, StreamHandle stream) {
+    comm.all_gather(r.in, r.count, device_dtype_of(r.element), r.out, stream);
   }
-}
-
-rt::OpRef ref_of(const Instruction& instruction) {
-  return {.op = instruction.op, .layer = instruction.layer, .micro_batch = instruction.micro_batch};
-}
+  void reduce_scatter_sum(const rt::CollectiveRequest& r, StreamHandle stream) {
+    comm.reduce_scatter_sum(r.in, r.count, device_dtype_of(r.element), r.out, stream);
+  }
+  void all_reduce_sum(const rt::CollectiveRequest& r, StreamHandle stream) {
+    comm.all_reduce_sum(r.out, r.count, device_dtype_of(r.element), stream);
+  }
+};
 
 class DeviceExecution {
  public:
-  DeviceExecution(const Plan& plan, const RankProgram& program, CudaStageModel& model,
+  DeviceExecution(DeviceApi& api, const Plan& plan, const RankProgram& program, DeviceModel& model,
                   DeviceCommDirectory& comms, DeviceStreams& streams,
                   DeviceExecutionOptions options)
-      : plan_(plan),
+      : api_(api),
+        plan_(plan),
         program_(program),
         model_(model),
         comms_(comms),
@@ -70,7 +58,7 @@ class DeviceExecution {
     // Binding allocates and zeroes buffers on the device pool's stream, which the model
     // does not wait for; the device is otherwise idle between iterations, so waiting for
     // all of it is cheap and keeps the first op from seeing a buffer before it is ready.
-    DHELIX_CUDA(cudaDeviceSynchronize());
+    api_.synchronize_device();
     if (options_.after_binding) options_.after_binding();
     try {
       enqueue_all();
@@ -79,9 +67,8 @@ class DeviceExecution {
       if (options_.on_failure) options_.on_failure(std::current_exception());
       throw;
     }
-    float elapsed_ms = 0;
-    DHELIX_CUDA(cudaEventElapsedTime(&elapsed_ms, streams_.start_event(), streams_.end_event()));
-    return {.wall_us = 1000.0 * static_cast<double>(elapsed_ms),
+    const double elapsed_ms = api_.elapsed_ms(streams_.start_event(), streams_.end_event());
+    return {.wall_us = 1000.0 * elapsed_ms,
             .instructions = static_cast<int64_t>(program_.instructions.size()),
             .events = schedule_.num_events,
             .waits = waits_};
@@ -93,49 +80,27 @@ class DeviceExecution {
     rt::run_naming_instruction(plan_, program_, instruction, std::forward<Work>(work));
   }
 
-  void* transfer_buffer(const Instruction& instruction) {
-    return instruction.gradient ? model_.residual_grad(instruction.micro_batch, instruction.layer)
-                                : model_.residual(instruction.micro_batch, instruction.layer);
-  }
-
   void bind_all() {
-    bound_.resize(program_.instructions.size());
+    std::vector<DeviceStream> stream_of_op(program_.instructions.size());
     for (const StreamOp& op : schedule_.lowering.ops) {
-      const Instruction& instruction = program_.instructions[static_cast<size_t>(op.instruction)];
-      at_instruction(instruction, [&] {
-        bound_[static_cast<size_t>(op.instruction)] = bind(instruction, op.stream);
-      });
+      stream_of_op[static_cast<size_t>(op.instruction)] = op.stream;
     }
-  }
-
-  BoundInstruction bind(const Instruction& instruction, DeviceStream stream) {
-    BoundInstruction bound;
-    const char* kind = instruction_kind_name(instruction.kind);
-    switch (instruction.kind) {
-      case InstructionKind::kCompute:
-        bound.op = model_.bind(ref_of(instruction));
-        if (!bound.op.compute) throw_unbound("no computation", kind);
-        break;
-      case InstructionKind::kCollective:
-        bound.op = model_.bind(ref_of(instruction));
-        if (!bound.op.collective) throw_unbound("no collective", kind);
-        bound.comm = &comms_.group(instruction.group, stream);
-        break;
-      case InstructionKind::kSend:
-        bound.comm = &comms_.channel_to(instruction.peer);
-        bound.buffer = transfer_buffer(instruction);
-        break;
-      case InstructionKind::kRecv:
-        bound.comm = &comms_.channel_from(instruction.peer);
-        bound.buffer = transfer_buffer(instruction);
-        check_channel_stream(instruction.peer);
-        break;
-    }
-    return bound;
-  }
-
-  [[noreturn]] static void throw_unbound(const char* what, const char* kind) {
-    throw Error(ErrorCode::kInternal, fmt::format("the model bound {} for a {} op", what, kind));
+    bound_ = rt::bind_program<DeviceCommunicator>(
+        plan_, program_, model_, [&](const Instruction& instruction) -> DeviceCommunicator* {
+          const auto index = static_cast<size_t>(&instruction - program_.instructions.data());
+          switch (instruction.kind) {
+            case InstructionKind::kCollective:
+              return &comms_.group(instruction.group, stream_of_op[index]);
+            case InstructionKind::kSend:
+              return &comms_.channel_to(instruction.peer);
+            case InstructionKind::kRecv:
+              check_channel_stream(instruction.peer);
+              return &comms_.channel_from(instruction.peer);
+            case InstructionKind::kCompute:
+              break;
+          }
+          return nullptr;
+        });
   }
 
   void check_channel_stream(int64_t peer) const {
@@ -146,23 +111,18 @@ class DeviceExecution {
                 fmt::format("the device streams have no channel stream for rank {}", peer));
   }
 
-  Exec exec_on(DeviceStream stream) const {
-    return {.stream = streams_.stream(stream),
-            .gemm = stream == DeviceStream::kCompute ? &streams_.compute_gemm() : nullptr};
+  void record(int64_t event, StreamHandle stream) {
+    api_.record_event(streams_.event(event), stream);
   }
-
-  void record(int64_t event, cudaStream_t stream) {
-    DHELIX_CUDA(cudaEventRecord(streams_.event(event), stream));
-  }
-  void wait(cudaStream_t stream, cudaEvent_t event) {
-    DHELIX_CUDA(cudaStreamWaitEvent(stream, event, 0));
+  void wait(StreamHandle stream, EventHandle event) {
+    api_.wait_event(stream, event);
     ++waits_;
   }
 
   // Every stream after the start event, so that the wall time covers all their work.
   void start() {
-    cudaStream_t compute = streams_.stream(DeviceStream::kCompute);
-    DHELIX_CUDA(cudaEventRecord(streams_.start_event(), compute));
+    StreamHandle compute = streams_.stream(DeviceStream::kCompute);
+    api_.record_event(streams_.start_event(), compute);
     for (int s = 1; s < kNumDeviceStreams; ++s) {
       wait(streams_.stream(static_cast<DeviceStream>(s)), streams_.start_event());
     }
@@ -175,18 +135,18 @@ class DeviceExecution {
     start();
     for (const PostedReceive& receive : schedule_.receives) post(receive);
     for (const StreamOp& op : schedule_.lowering.ops) enqueue(op);
-    cudaStream_t compute = streams_.stream(DeviceStream::kCompute);
+    StreamHandle compute = streams_.stream(DeviceStream::kCompute);
     for (size_t i = 0; i < schedule_.join_streams.size(); ++i) {
       record(schedule_.join_events[i], streams_.stream(schedule_.join_streams[i]));
       wait(compute, streams_.event(schedule_.join_events[i]));
     }
-    DHELIX_CUDA(cudaEventRecord(streams_.end_event(), compute));
+    api_.record_event(streams_.end_event(), compute);
   }
 
   void post(const PostedReceive& receive) {
     const auto index = static_cast<size_t>(receive.instruction);
     at_instruction(program_.instructions[index], [&] {
-      cudaStream_t stream = streams_.channel_stream(receive.peer);
+      StreamHandle stream = streams_.channel_stream(receive.peer);
       // The sender is member 0 of the channel, the receiver member 1 (device_comms.h).
       bound_[index].comm->recv(bound_[index].buffer, count_, dtype_, 0, stream);
       record(receive.event, stream);
@@ -197,27 +157,28 @@ class DeviceExecution {
     const auto index = static_cast<size_t>(op.instruction);
     const Instruction& instruction = program_.instructions[index];
     at_instruction(instruction, [&] {
-      cudaStream_t stream = streams_.stream(op.stream);
+      StreamHandle stream = streams_.stream(op.stream);
       for (int64_t event : op.wait_events) wait(stream, streams_.event(event));
-      delay(
+      api_.delay(
           rt::jitter_us_for(options_.jitter_seed, static_cast<uint64_t>(index), options_.jitter_us),
           stream);
-      run(instruction, bound_[index], op.stream, schedule_.receive_event[index]);
+      run(instruction, bound_[index], stream, schedule_.receive_event[index]);
       if (op.record_event >= 0) record(op.record_event, stream);
     });
   }
 
-  void run(const Instruction& instruction, BoundInstruction& bound, DeviceStream on,
+  void run(const Instruction& instruction, Bound& bound, StreamHandle stream,
            int64_t receive_event) {
-    cudaStream_t stream = streams_.stream(on);
     switch (instruction.kind) {
       case InstructionKind::kCompute:
-        bound.op.compute(exec_on(on));
+        bound.op.compute(stream);
         return;
-      case InstructionKind::kCollective:
-        run_collective(*bound.op.collective, *bound.comm, stream);
-        if (bound.op.after_collective) bound.op.after_collective(exec_on(on));
+      case InstructionKind::kCollective: {
+        DeviceCollectives collectives{*bound.comm};
+        rt::run_collective(*bound.op.collective, collectives, stream);
+        if (bound.op.after_collective) bound.op.after_collective(stream);
         return;
+      }
       case InstructionKind::kSend:
         bound.comm->send(bound.buffer, count_, dtype_, 1, stream);
         return;
@@ -231,15 +192,12 @@ class DeviceExecution {
   // communicator: an NCCL failure on any of them ends the wait with its error.
   void wait_for_end() {
     std::set<DeviceCommunicator*> used;
-    for (const BoundInstruction& bound : bound_) {
+    for (const Bound& bound : bound_) {
       if (bound.comm != nullptr) used.insert(bound.comm);
     }
     const Clock::time_point since = Clock::now();
-    cudaStream_t compute = streams_.stream(DeviceStream::kCompute);
-    for (;;) {
-      const cudaError_t status = cudaStreamQuery(compute);
-      if (status == cudaSuccess) break;
-      if (status != cudaErrorNotReady) DHELIX_CUDA(status);
+    StreamHandle compute = streams_.stream(DeviceStream::kCompute);
+    while (!api_.stream_done(compute)) {
       for (DeviceCommunicator* comm : used) comm->poll();
       if (std::chrono::duration<double>(Clock::now() - since).count() > options_.timeout_s) {
         throw Error(ErrorCode::kInternal,
@@ -256,38 +214,39 @@ class DeviceExecution {
     std::vector<std::string> busy;
     for (int s = 0; s < kNumDeviceStreams; ++s) {
       const auto stream = static_cast<DeviceStream>(s);
-      if (cudaStreamQuery(streams_.stream(stream)) == cudaErrorNotReady) {
+      if (!api_.stream_done(streams_.stream(stream))) {
         busy.emplace_back(device_stream_name(stream));
       }
     }
     for (int64_t peer : streams_.receive_peers()) {
-      if (cudaStreamQuery(streams_.channel_stream(peer)) == cudaErrorNotReady) {
+      if (!api_.stream_done(streams_.channel_stream(peer))) {
         busy.push_back(fmt::format("receive from rank {}", peer));
       }
     }
     return busy.empty() ? "none" : fmt::format("{}", fmt::join(busy, ", "));
   }
 
+  DeviceApi& api_;
   const Plan& plan_;
   const RankProgram& program_;
-  CudaStageModel& model_;
+  DeviceModel& model_;
   DeviceCommDirectory& comms_;
   DeviceStreams& streams_;
   DeviceExecutionOptions options_;
   DeviceSchedule schedule_;
   int64_t count_;
   DeviceDtype dtype_;
-  std::vector<BoundInstruction> bound_;
+  std::vector<Bound> bound_;
   int64_t waits_ = 0;
 };
 
 }  // namespace
 
-DeviceExecutionStats execute_device_program(const Plan& plan, const RankProgram& program,
-                                            CudaStageModel& model, DeviceCommDirectory& comms,
-                                            DeviceStreams& streams,
+DeviceExecutionStats execute_device_program(DeviceApi& api, const Plan& plan,
+                                            const RankProgram& program, DeviceModel& model,
+                                            DeviceCommDirectory& comms, DeviceStreams& streams,
                                             DeviceExecutionOptions options) {
-  return DeviceExecution(plan, program, model, comms, streams, std::move(options)).run();
+  return DeviceExecution(api, plan, program, model, comms, streams, std::move(options)).run();
 }
 
 }  // namespace dhelix::cuda

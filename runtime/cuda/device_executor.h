@@ -17,9 +17,11 @@
 //   4. every stream is joined into the compute stream and the host waits for it, polling
 //      every NCCL communicator the iteration used for asynchronous errors, up to
 //      options.timeout_s.
-// The host never waits inside the iteration. Sequential mode runs every op on the compute
-// stream in program order (receives are still posted on the channel streams, as the CPU
-// posts them first, so that a send never waits for its receiver's compute stream).
+// The host never waits inside the iteration. Every CUDA and NCCL call goes through
+// DeviceApi (device_api.h), so the tests run this executor on a recording fake. Sequential mode
+// runs every op on the compute stream in program order (receives are still posted on the channel
+// streams, as the CPU posts them first, so that a send never waits for its receiver's compute
+// stream).
 //
 // Errors from binding or enqueueing name the rank, plan position and op as the CPU
 // interpreter does ("<describe_instruction>: <error>"). Any failure after work was
@@ -31,14 +33,13 @@
 
 #include "lib/plan.h"
 #include "lib/rank_program.h"
-#include "runtime/cuda/cuda_stage_model.h"
+#include "runtime/cuda/device_api.h"
 #include "runtime/cuda/device_comms.h"
+#include "runtime/cuda/device_model.h"
 #include "runtime/cuda/device_streams.h"
 #include "runtime/exec/stream.h"
 
 namespace dhelix::cuda {
-
-using rt::CudaStageModel;
 
 /// One execution's figures.
 struct DeviceExecutionStats {
@@ -67,9 +68,9 @@ struct DeviceExecutionOptions {
 /// `comms` on the streams of `streams` (which must have a channel stream for every rank the
 /// program receives from). The model must have its tokens set and start_iteration()
 /// called. Returns once every stream has finished; throws the first failure.
-DeviceExecutionStats execute_device_program(const Plan& plan, const RankProgram& program,
-                                            CudaStageModel& model, DeviceCommDirectory& comms,
-                                            DeviceStreams& streams,
+DeviceExecutionStats execute_device_program(DeviceApi& api, const Plan& plan,
+                                            const RankProgram& program, DeviceModel& model,
+                                            DeviceCommDirectory& comms, DeviceStreams& streams,
                                             DeviceExecutionOptions options = {});
 
 }  // namespace dhelix::cuda

@@ -9,7 +9,7 @@
 // ordered on ONE stream, the pool's (the paper's advice): a block released on
 // the host becomes reusable for work that is enqueued later, and stream order makes that
 // safe provided every use of the block on another stream has been made to precede the
-// release on the pool stream (an event the pool stream waits on; runtime/cuda/
+// release on the pool stream (an event the pool stream waits on; runtime/exec/
 // stream_lowering.h produces exactly such waits). release() never synchronises the host.
 // The DHelix paper's implementation section gives the reason: letting "different CUDA
 // streams ... independently allocate and release memory ... can lead to fragmentation and

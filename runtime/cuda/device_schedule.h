@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "lib/rank_program.h"
-#include "runtime/cuda/nccl_communicator.h"
+#include "runtime/cuda/device_api.h"
 #include "runtime/cuda/pipeline_channels.h"
-#include "runtime/cuda/stream_lowering.h"
+#include "runtime/exec/stream_lowering.h"
 #include "runtime/model/element_type.h"
 
 namespace dhelix::cuda {

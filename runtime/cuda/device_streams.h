@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA streams and events one rank runs its program on (runtime/cuda/stream_lowering.h):
+// The CUDA streams and events one rank runs its program on (runtime/exec/stream_lowering.h):
 //   * the four streams of DeviceStream: compute at the device's least (default) priority,
 //     local_comm, cross_comm and receive at its greatest, all cudaStreamNonBlocking so that
 //     nothing orders them with the legacy default stream;
@@ -10,80 +10,85 @@
 //     most for the receives of the same channel before it, whose sends it has already
 //     made. The receive stream then only waits on the channel streams' events, in program
 //     order (device_executor.h);
-//   * one CublasGemm bound to the compute stream: compute ops run only there (sequential
-//     mode runs everything there);
 //   * a pool of synchronisation events (cudaEventDisableTiming), grown at setup time only,
 //     and two timing events for the wall time of an iteration.
-// Everything is created on the current CUDA device. The destructor never throws.
+// Everything is created through DeviceApi on the current device. The destructor never throws.
 //
-// Hardware queues. The streams are multiplexed onto CUDA_DEVICE_MAX_CONNECTIONS hardware
-// queues. With fewer queues than streams, work of two streams shares a queue in enqueue
-// order, and a queue whose head waits (an event wait, a receive waiting for its peer) holds
-// back everything behind it, including work a peer rank needs: the executor could
-// deadlock across ranks. The constructor therefore refuses a setting below the number of
-// streams this rank uses.
-
-#include <cuda_runtime.h>
+// Hardware queues. Every stream of the process, NCCL's own included, is multiplexed onto
+// CUDA_DEVICE_MAX_CONNECTIONS hardware queues (CUDA Programming Guide, "Streams" and the
+// environment-variable appendix). With fewer queues than streams, work of two streams
+// shares a queue in enqueue order, and a queue whose head waits (an event wait, a receive
+// waiting for its peer) holds back everything behind it, including work a peer rank needs:
+// the executor could deadlock across ranks. NCCL keeps streams of its own per communicator
+// (DeviceApi::internal_streams_per_comm), so the constructor counts dhelix's streams plus
+// those, and refuses a setting below the sum. dhelix-run raises the setting itself before
+// CUDA starts when the user left it unset (runtime/cuda/device_setup.h), so the check
+// refuses only a value the user set too low.
 
 #include <array>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "runtime/cuda/cublas_gemm.h"
-#include "runtime/cuda/stream_lowering.h"
+#include "runtime/cuda/device_api.h"
+#include "runtime/exec/stream_lowering.h"
 
 namespace dhelix::cuda {
 
+/// The streams one rank's process keeps busy at once.
+struct StreamCount {
+  int64_t own = 0;      ///< dhelix's: the four of DeviceStream plus one per receive peer
+  int64_t library = 0;  ///< NCCL's: internal streams per communicator x communicators
+  int64_t total() const { return own + library; }
+};
+
 /// Throws Error(kInvalidInput) when `setting` (the value of CUDA_DEVICE_MAX_CONNECTIONS;
-/// nullopt when unset, which means CUDA's default of 8) is a number below `streams`, or
+/// nullopt when unset, which means CUDA's default of 8) is a number below count.total(), or
 /// not a number:
-/// "CUDA_DEVICE_MAX_CONNECTIONS=1: dhelix-run uses 5 CUDA streams on this rank, which
-/// need at least 5 hardware queues (...)".
-void check_device_max_connections(const std::optional<std::string>& setting, int64_t streams);
+/// "CUDA_DEVICE_MAX_CONNECTIONS=8: dhelix-run uses 18 CUDA streams on this rank (6 of its
+/// own, 12 of NCCL's for 6 communicators), which need at least 18 hardware queues (...)".
+void check_device_max_connections(const std::optional<std::string>& setting, StreamCount count);
 
 class DeviceStreams {
  public:
-  /// Creates the streams (one channel stream per rank of `receive_peers`, world ranks),
-  /// the compute stream's CublasGemm and the timing events. Checks
-  /// CUDA_DEVICE_MAX_CONNECTIONS from the environment (check_device_max_connections).
-  explicit DeviceStreams(std::vector<int64_t> receive_peers);
+  /// Creates the streams (one channel stream per rank of `receive_peers`, world ranks) and
+  /// the timing events. Checks CUDA_DEVICE_MAX_CONNECTIONS (`max_connections`, the
+  /// environment's value) against these streams plus the internal streams of
+  /// `communicators` NCCL communicators (check_device_max_connections).
+  DeviceStreams(DeviceApi& api, std::vector<int64_t> receive_peers, int64_t communicators,
+                const std::optional<std::string>& max_connections);
   ~DeviceStreams();
   DeviceStreams(const DeviceStreams&) = delete;
   DeviceStreams& operator=(const DeviceStreams&) = delete;
 
-  cudaStream_t stream(DeviceStream which) const { return streams_[static_cast<size_t>(which)]; }
+  StreamHandle stream(DeviceStream which) const { return streams_[static_cast<size_t>(which)]; }
   /// The stream that receives from world rank `peer`; DHELIX_CHECKs it was asked for.
-  cudaStream_t channel_stream(int64_t peer) const;
+  StreamHandle channel_stream(int64_t peer) const;
   const std::vector<int64_t>& receive_peers() const { return receive_peers_; }
-  /// The GEMM handle of the compute stream.
-  CublasGemm& compute_gemm() const { return *gemm_; }
-  /// Streams this rank uses: the four plus one per receive peer.
-  int64_t num_streams() const {
-    return kNumDeviceStreams + static_cast<int64_t>(receive_peers_.size());
-  }
+  /// Streams this rank's process uses (own and NCCL's).
+  StreamCount count() const { return count_; }
 
   /// Makes at least `count` synchronisation events exist (call before an iteration:
   /// creating events is not free). Events are reused by later iterations.
   void reserve_events(int64_t count);
   /// Event `index` < the count reserved.
-  cudaEvent_t event(int64_t index) const;
+  EventHandle event(int64_t index) const;
   /// Timing events (timing enabled) around an iteration on the compute stream.
-  cudaEvent_t start_event() const { return start_; }
-  cudaEvent_t end_event() const { return end_; }
+  EventHandle start_event() const { return start_; }
+  EventHandle end_event() const { return end_; }
 
  private:
   void destroy() noexcept;
 
+  DeviceApi& api_;
   std::vector<int64_t> receive_peers_;
-  std::array<cudaStream_t, kNumDeviceStreams> streams_{};
-  std::vector<cudaStream_t> channel_streams_;  // parallel to receive_peers_
-  std::unique_ptr<CublasGemm> gemm_;
-  std::vector<cudaEvent_t> events_;
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t end_ = nullptr;
+  StreamCount count_;
+  std::array<StreamHandle, kNumDeviceStreams> streams_{};
+  std::vector<StreamHandle> channel_streams_;  // parallel to receive_peers_
+  std::vector<EventHandle> events_;
+  EventHandle start_ = nullptr;
+  EventHandle end_ = nullptr;
 };
 
 }  // namespace dhelix::cuda

@@ -221,6 +221,12 @@ void check_groups(const AttentionShape& shape) {
 
 }  // namespace
 
+std::vector<KernelEntry> attention_kernels() {
+  return {{"attention_forward_kernel", reinterpret_cast<const void*>(&attention_forward_kernel)},
+          {"attention_dq_kernel", reinterpret_cast<const void*>(&attention_dq_kernel)},
+          {"attention_dkdv_kernel", reinterpret_cast<const void*>(&attention_dkdv_kernel)}};
+}
+
 void attention_forward(const AttentionShape& shape, const bf16* q, const bf16* k, const bf16* v,
                        bf16* out, float* lse, cudaStream_t stream) {
   check_groups(shape);

@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/kernels/adamw.h"
 #include "runtime/kernels/attention.h"
@@ -30,6 +31,29 @@
 namespace dhelix::cuda {
 
 using bf16 = __nv_bfloat16;
+
+// ---- Loading ---------------------------------------------------------------------------
+
+/// One __global__ function of this backend, for loading at set-up (cuda_device_api.h).
+struct KernelEntry {
+  const char* name = "";
+  const void* function = nullptr;
+};
+/// The kernels of kernels_rowwise.cu, kernels_attention.cu and kernels_delay.cu.
+std::vector<KernelEntry> rowwise_kernels();
+std::vector<KernelEntry> attention_kernels();
+std::vector<KernelEntry> delay_kernels();
+
+/// Scratch device memory an op may use on its stream (ops of one stream run one after
+/// another, so one workspace per stream is never shared by two running ops).
+struct Workspace {
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+/// Workspace bytes the column reductions need for rows x dim (rmsnorm_backward) and for
+/// `positions` (embedding_backward).
+int64_t column_reduction_workspace_bytes(int64_t rows, int64_t dim);
+int64_t embedding_backward_workspace_bytes(int64_t positions);
 
 // ---- Conversions and plumbing ---------------------------------------------------------
 
@@ -49,11 +73,13 @@ void delay(int64_t microseconds, cudaStream_t stream);
 /// y[rows, dim] = RMSNorm(x) * gain; rstd[rows] saved for the backward.
 void rmsnorm_forward(int64_t rows, int64_t dim, const bf16* x, const float* gain, float eps,
                      bf16* y, float* rstd, cudaStream_t stream);
-/// dx[rows, dim]; dgain[dim] accumulates (+=) over rows in ascending order (one thread per
-/// column, no atomics).
+/// dx[rows, dim]; dgain[dim] accumulates (+=) in two deterministic passes, no atomics
+/// (launch_config.h, column_chunks): each block of the first sums its column tile over one
+/// chunk of rows, ascending, into `workspace`; the second adds the chunks' sums to dgain in
+/// chunk order. Same bits every run; workspace holds column_reduction_workspace_bytes.
 void rmsnorm_backward(int64_t rows, int64_t dim, const bf16* x, const float* gain,
                       const float* rstd, const bf16* dy, bf16* dx, float* dgain,
-                      cudaStream_t stream);
+                      const Workspace& workspace, cudaStream_t stream);
 
 /// A RoPE table in device memory: cos and sin, each [positions, head_dim / 2], fp32 (built
 /// on the host by cpu::make_rope_table and copied, so both backends use the same table).
@@ -108,11 +134,14 @@ void vocab_parallel_backward(int64_t rows, int64_t vocab_local, int64_t vocab_be
 /// out[positions, dim] gathered from table[vocab_local, dim] (zeros for other shards).
 void embedding_forward(int64_t positions, int64_t dim, const int64_t* tokens, const bf16* table,
                        int64_t vocab_begin, int64_t vocab_local, bf16* out, cudaStream_t stream);
-/// dtable[vocab_local, dim] (fp32) += scatter of dout, positions ascending (a thread per
-/// column, no atomics).
+/// dtable[vocab_local, dim] (fp32) += scatter of dout in two deterministic passes, no
+/// atomics: the first links each position to the next one with the same token (and marks
+/// each token's first), the second gives every (first position, column) a thread that adds
+/// the token's rows along the links, positions ascending: the CPU's order, so the same fp32
+/// sums. workspace holds embedding_backward_workspace_bytes.
 void embedding_backward(int64_t positions, int64_t dim, const int64_t* tokens, const bf16* dout,
                         int64_t vocab_begin, int64_t vocab_local, float* dtable,
-                        cudaStream_t stream);
+                        const Workspace& workspace, cudaStream_t stream);
 
 /// One AdamW step over count fp32 master weights; writes their bf16 copy when params_bf16
 /// is not null.

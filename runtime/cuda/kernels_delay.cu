@@ -23,6 +23,10 @@ __global__ void delay_kernel(uint64_t duration_ns) {
 
 }  // namespace
 
+std::vector<KernelEntry> delay_kernels() {
+  return {{"delay_kernel", reinterpret_cast<const void*>(&delay_kernel)}};
+}
+
 void delay(int64_t microseconds, cudaStream_t stream) {
   if (microseconds <= 0) return;
   delay_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(microseconds) * 1000u);

@@ -3,6 +3,12 @@
 
 #include <cuda_bf16.h>
 
+#include <fmt/format.h>
+
+#include <climits>
+#include <cstdint>
+#include <vector>
+
 #include "lib/error.h"
 #include "runtime/cuda/kernels_cuda.h"
 #include "runtime/cuda/launch_util.cuh"
@@ -71,15 +77,30 @@ __global__ void rmsnorm_backward_kernel(int64_t rows, int64_t dim, const bf16* x
   }
 }
 
-// One thread per column, rows ascending: kernels::rmsnorm_dgain_column's order.
-__global__ void rmsnorm_dgain_kernel(int64_t rows, int64_t dim, const bf16* x, const float* rstd,
-                                     const bf16* dy, float* dgain) {
+// Two deterministic passes (kernels_cuda.h). Pass 1: block (column tile, chunk); each
+// thread sums its column over the chunk's rows, ascending, into partial[chunk, col].
+__global__ void rmsnorm_dgain_partial_kernel(int64_t rows, int64_t dim, int64_t rows_per_chunk,
+                                             const bf16* x, const float* rstd, const bf16* dy,
+                                             float* partial) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= dim) return;
+  const int64_t chunk = blockIdx.y;
+  const int64_t begin = chunk * rows_per_chunk;
+  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
+  float sum = 0.0f;
+  for (int64_t r = begin; r < end; ++r) {
+    sum += f32(dy[r * dim + col]) * (f32(x[r * dim + col]) * rstd[r]);
+  }
+  partial[chunk * dim + col] = sum;
+}
+
+// Pass 2: a thread per column adds the chunks' sums to dgain, chunks ascending.
+__global__ void column_sum_chunks_kernel(int64_t chunks, int64_t dim, const float* partial,
+                                         float* out) {
   for (int64_t col = global_thread(); col < dim; col += grid_threads()) {
-    float sum = dgain[col];
-    for (int64_t r = 0; r < rows; ++r) {
-      sum += f32(dy[r * dim + col]) * (f32(x[r * dim + col]) * rstd[r]);
-    }
-    dgain[col] = sum;
+    float sum = out[col];
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * dim + col];
+    out[col] = sum;
   }
 }
 
@@ -209,15 +230,40 @@ __global__ void embedding_forward_kernel(int64_t positions, int64_t dim, const i
   }
 }
 
-// A thread per column, positions ascending: kernels::embedding_backward_column's order.
-__global__ void embedding_backward_kernel(int64_t positions, int64_t dim, const int64_t* tokens,
-                                          const bf16* dout, int64_t vocab_begin,
-                                          int64_t vocab_local, float* dtable) {
-  for (int64_t col = global_thread(); col < dim; col += grid_threads()) {
-    for (int64_t r = 0; r < positions; ++r) {
-      const int64_t local = kernels::embedding_local_row(tokens[r], vocab_begin, vocab_local);
-      if (local >= 0) dtable[local * dim + col] += f32(dout[r * dim + col]);
+// Two deterministic passes (kernels_cuda.h). Pass 1, a thread per position: next[r] is the
+// next position with the same token (-1: none), first[r] whether no earlier one has it.
+// O(positions) per thread over tokens that stay in cache.
+__global__ void embedding_links_kernel(int64_t positions, const int64_t* tokens, int32_t* next,
+                                       int32_t* first) {
+  for (int64_t r = global_thread(); r < positions; r += grid_threads()) {
+    const int64_t token = tokens[r];
+    int32_t after = -1;
+    for (int64_t s = r + 1; s < positions && after < 0; ++s) {
+      if (tokens[s] == token) after = static_cast<int32_t>(s);
     }
+    int32_t is_first = 1;
+    for (int64_t s = 0; s < r && is_first; ++s) {
+      if (tokens[s] == token) is_first = 0;
+    }
+    next[r] = after;
+    first[r] = is_first;
+  }
+}
+
+// Pass 2, a thread per (position, column): a token's first position walks its links,
+// positions ascending, adding into its table row (kernels::embedding_backward_column's order).
+__global__ void embedding_scatter_kernel(int64_t positions, int64_t dim, const int64_t* tokens,
+                                         const bf16* dout, int64_t vocab_begin, int64_t vocab_local,
+                                         const int32_t* next, const int32_t* first, float* dtable) {
+  for (int64_t item = global_thread(); item < positions * dim; item += grid_threads()) {
+    const int64_t r = item / dim;
+    const int64_t col = item % dim;
+    if (!first[r]) continue;
+    const int64_t local = kernels::embedding_local_row(tokens[r], vocab_begin, vocab_local);
+    if (local < 0) continue;
+    float sum = dtable[local * dim + col];
+    for (int64_t s = r; s >= 0; s = next[s]) sum += f32(dout[s * dim + col]);
+    dtable[local * dim + col] = sum;
   }
 }
 
@@ -246,12 +292,51 @@ void launch(const LaunchConfig& config, cudaStream_t stream, Kernel kernel, Args
   DHELIX_CUDA_LAUNCHED();
 }
 
+void check_workspace(const Workspace& workspace, int64_t needed, const char* op) {
+  if (workspace.data != nullptr && workspace.bytes >= needed) return;
+  throw Error(ErrorCode::kInternal,
+              fmt::format("{}: the stream's workspace holds {} bytes, the op needs {}", op,
+                          workspace.bytes, needed));
+}
+
 void check_rope(const DeviceRopeTable& table, int64_t seq, int64_t position_offset) {
   DHELIX_CHECK(table.head_dim >= 2 && table.head_dim % 2 == 0 && table.head_dim <= kMaxHeadDim);
   DHELIX_CHECK(position_offset >= 0 && position_offset + seq <= table.positions);
 }
 
 }  // namespace
+
+int64_t column_reduction_workspace_bytes(int64_t rows, int64_t dim) {
+  return column_chunks(rows) * dim * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t embedding_backward_workspace_bytes(int64_t positions) {
+  DHELIX_CHECK(positions >= 0 && positions <= INT32_MAX);
+  return 2 * positions * static_cast<int64_t>(sizeof(int32_t));
+}
+
+std::vector<KernelEntry> rowwise_kernels() {
+#define DHELIX_KERNEL(k) \
+  KernelEntry { #k, reinterpret_cast < const void*>(&k) }
+  return {DHELIX_KERNEL(convert_to_bf16_kernel),
+          DHELIX_KERNEL(convert_to_f32_kernel),
+          DHELIX_KERNEL(add_kernel),
+          DHELIX_KERNEL(rmsnorm_forward_kernel),
+          DHELIX_KERNEL(rmsnorm_backward_kernel),
+          DHELIX_KERNEL(rmsnorm_dgain_partial_kernel),
+          DHELIX_KERNEL(column_sum_chunks_kernel),
+          DHELIX_KERNEL(rope_kernel),
+          DHELIX_KERNEL(swiglu_forward_kernel),
+          DHELIX_KERNEL(swiglu_backward_kernel),
+          DHELIX_KERNEL(vocab_stats_kernel),
+          DHELIX_KERNEL(vocab_combine_kernel),
+          DHELIX_KERNEL(vocab_backward_kernel),
+          DHELIX_KERNEL(embedding_forward_kernel),
+          DHELIX_KERNEL(embedding_links_kernel),
+          DHELIX_KERNEL(embedding_scatter_kernel),
+          DHELIX_KERNEL(adamw_kernel)};
+#undef DHELIX_KERNEL
+}
 
 void convert_to_bf16(int64_t count, const float* in, bf16* out, cudaStream_t stream) {
   launch(thread_per_item_launch(count), stream, convert_to_bf16_kernel, count, in, out);
@@ -273,10 +358,17 @@ void rmsnorm_forward(int64_t rows, int64_t dim, const bf16* x, const float* gain
 
 void rmsnorm_backward(int64_t rows, int64_t dim, const bf16* x, const float* gain,
                       const float* rstd, const bf16* dy, bf16* dx, float* dgain,
-                      cudaStream_t stream) {
+                      const Workspace& workspace, cudaStream_t stream) {
   launch(warp_per_row_launch(rows), stream, rmsnorm_backward_kernel, rows, dim, x, gain, rstd, dy,
          dx);
-  launch(thread_per_item_launch(dim), stream, rmsnorm_dgain_kernel, rows, dim, x, rstd, dy, dgain);
+  if (rows == 0 || dim == 0) return;
+  const int64_t chunks = column_chunks(rows);
+  check_workspace(workspace, column_reduction_workspace_bytes(rows, dim), "rmsnorm_backward");
+  auto* partial = static_cast<float*>(workspace.data);
+  launch(column_partial_launch(rows, dim), stream, rmsnorm_dgain_partial_kernel, rows, dim,
+         ceil_div(rows, chunks), x, rstd, dy, partial);
+  launch(thread_per_item_launch(dim), stream, column_sum_chunks_kernel, chunks, dim, partial,
+         dgain);
 }
 
 void rope_forward(const DeviceRopeTable& table, int64_t batch, int64_t seq, int64_t heads,
@@ -336,9 +428,15 @@ void embedding_forward(int64_t positions, int64_t dim, const int64_t* tokens, co
 
 void embedding_backward(int64_t positions, int64_t dim, const int64_t* tokens, const bf16* dout,
                         int64_t vocab_begin, int64_t vocab_local, float* dtable,
-                        cudaStream_t stream) {
-  launch(thread_per_item_launch(dim), stream, embedding_backward_kernel, positions, dim, tokens,
-         dout, vocab_begin, vocab_local, dtable);
+                        const Workspace& workspace, cudaStream_t stream) {
+  if (positions == 0 || dim == 0) return;
+  check_workspace(workspace, embedding_backward_workspace_bytes(positions), "embedding_backward");
+  auto* next = static_cast<int32_t*>(workspace.data);
+  int32_t* first = next + positions;
+  launch(thread_per_item_launch(positions), stream, embedding_links_kernel, positions, tokens, next,
+         first);
+  launch(thread_per_item_launch(positions * dim), stream, embedding_scatter_kernel, positions, dim,
+         tokens, dout, vocab_begin, vocab_local, next, first, dtable);
 }
 
 void adamw_update(const kernels::AdamWStep& step, int64_t count, const float* grads, float* params,

@@ -61,4 +61,18 @@ LaunchConfig attention_dkdv_launch(const kernels::AttentionShape& shape) {
   return config;
 }
 
+int64_t column_chunks(int64_t rows) {
+  DHELIX_CHECK(rows >= 0);
+  return std::clamp<int64_t>(ceil_div(rows, kMinRowsPerChunk), 1, kMaxColumnChunks);
+}
+
+LaunchConfig column_partial_launch(int64_t rows, int64_t dim) {
+  DHELIX_CHECK(dim >= 0);
+  LaunchConfig config;
+  config.block.x = kThreadsPerBlock;
+  config.grid.x = ceil_div(dim, kThreadsPerBlock);
+  config.grid.y = column_chunks(rows);
+  return config;
+}
+
 }  // namespace dhelix::cuda

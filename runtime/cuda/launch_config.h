@@ -60,6 +60,18 @@ LaunchConfig attention_launch(const kernels::AttentionShape& shape);
 /// its output-gradient tile and their lse and delta. Same limits.
 LaunchConfig attention_dkdv_launch(const kernels::AttentionShape& shape);
 
+/// Row chunks of a two-pass column reduction (kernels_cuda.h, rmsnorm_backward): enough
+/// blocks to fill a GPU at any width (hidden 4096: 16 column tiles x 64 chunks = 1024
+/// blocks on 132 SMs), and a fixed function of `rows` only, so the same sums every run.
+inline constexpr int64_t kMaxColumnChunks = 64;
+/// Rows per chunk at least, so that a chunk's loop is not all overhead.
+inline constexpr int64_t kMinRowsPerChunk = 16;
+/// Chunks for `rows` >= 0 rows: min(kMaxColumnChunks, ceil(rows / kMinRowsPerChunk)), at
+/// least 1.
+int64_t column_chunks(int64_t rows);
+/// Pass 1 of a column reduction: grid (column tiles of kThreadsPerBlock, chunks).
+LaunchConfig column_partial_launch(int64_t rows, int64_t dim);
+
 /// ceil(a / b) for a >= 0, b > 0.
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

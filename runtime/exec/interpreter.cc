@@ -2,17 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "lib/error.h"
+#include "runtime/exec/bind.h"
 #include "runtime/exec/instruction_errors.h"
 #include "runtime/exec/jitter.h"
 #include "runtime/exec/stream.h"
+#include "runtime/exec/stream_lowering.h"
 
 namespace dhelix::rt {
 namespace {
@@ -23,19 +25,15 @@ double elapsed_us(Clock::time_point since) {
   return std::chrono::duration<double, std::micro>(Clock::now() - since).count();
 }
 
-void run_collective(const CollectiveRequest& request, Communicator& comm) {
-  switch (request.kind) {
-    case CollectiveKind::kAllGather:
-      comm.all_gather(request.in_f32(), request.count, request.out_f32());
-      return;
-    case CollectiveKind::kReduceScatter:
-      comm.reduce_scatter_sum(request.in_f32(), request.count, request.out_f32());
-      return;
-    case CollectiveKind::kAllReduce:
-      comm.all_reduce_sum(request.out_f32(), request.count);
-      return;
+// The CPU communicators' calls for run_collective (runtime/exec/bind.h).
+struct CpuCollectives {
+  Communicator& comm;
+  void all_gather(const CollectiveRequest& r) { comm.all_gather(r.in_f32(), r.count, r.out_f32()); }
+  void reduce_scatter_sum(const CollectiveRequest& r) {
+    comm.reduce_scatter_sum(r.in_f32(), r.count, r.out_f32());
   }
-}
+  void all_reduce_sum(const CollectiveRequest& r) { comm.all_reduce_sum(r.out_f32(), r.count); }
+};
 
 // Everything an execution holds: bound work, posted receives, started sends.
 class Execution {
@@ -50,6 +48,8 @@ class Execution {
 
   ExecutionStats run() {
     const size_t n = program_.instructions.size();
+    bound_ = bind_program<Communicator>(
+        plan_, program_, model_, [this](const Instruction& i) { return communicator_for(i); });
     work_.resize(n);
     transfers_.resize(n);
     for (size_t i = 0; i < n; ++i) work_[i] = bind(program_.instructions[i]);
@@ -82,9 +82,11 @@ class Execution {
     return program_.mode == ExecutionMode::kSequential ? "compute" : instruction.stream;
   }
 
-  float* transfer_buffer(const Instruction& instruction) {
-    return instruction.gradient ? model_.residual_grad(instruction.micro_batch, instruction.layer)
-                                : model_.residual(instruction.micro_batch, instruction.layer);
+  Communicator* communicator_for(const Instruction& instruction) {
+    if (instruction.kind == InstructionKind::kCollective) {
+      return &comms_.group(instruction.group, comm_stream(instruction));
+    }
+    return &comms_.point_to_point(comm_stream(instruction));
   }
 
   std::function<void()> bind(const Instruction& instruction) {
@@ -101,47 +103,29 @@ class Execution {
     };
   }
 
+  // The work of a bound instruction (bind_program did the binding and its checks).
   std::function<void()> bind_work(const Instruction& instruction, size_t index) {
+    BoundInstruction<BoundOp, Communicator>& bound = bound_[index];
     switch (instruction.kind) {
-      case InstructionKind::kCompute: {
-        BoundOp bound = model_.bind(ref_of(instruction));
-        if (!bound.compute) throw_unbound(instruction, "no computation");
-        return [compute = std::move(bound.compute)] { compute(CpuBackend::Exec{}); };
-      }
-      case InstructionKind::kCollective: {
-        BoundOp bound = model_.bind(ref_of(instruction));
-        if (!bound.collective) throw_unbound(instruction, "no collective");
-        Communicator& comm = comms_.group(instruction.group, comm_stream(instruction));
-        return [request = *bound.collective, after = std::move(bound.after_collective), &comm] {
-          run_collective(request, comm);
+      case InstructionKind::kCompute:
+        return [compute = std::move(bound.op.compute)] { compute(CpuBackend::Exec{}); };
+      case InstructionKind::kCollective:
+        return [request = *bound.op.collective, after = std::move(bound.op.after_collective),
+                comm = bound.comm] {
+          CpuCollectives collectives{*comm};
+          run_collective(request, collectives);
           if (after) after(CpuBackend::Exec{});
         };
-      }
-      case InstructionKind::kSend: {
-        Communicator& comm = comms_.point_to_point(comm_stream(instruction));
-        const float* data = transfer_buffer(instruction);
-        const int64_t count = model_.boundary_elements();
-        return [this, index, data, count, &comm, peer = instruction.peer, tag = instruction.tag] {
-          transfers_[index] = comm.start_send(data, count, peer, tag);
+      case InstructionKind::kSend:
+        return [this, index, data = static_cast<const float*>(bound.buffer),
+                count = model_.boundary_elements(), comm = bound.comm, peer = instruction.peer,
+                tag = instruction.tag] {
+          transfers_[index] = comm->start_send(data, count, peer, tag);
         };
-      }
       case InstructionKind::kRecv:
-        transfer_buffer(instruction);  // allocate before the receive is posted
         return [this, index] { transfers_[index]->wait(); };
     }
     return {};
-  }
-
-  [[noreturn]] void throw_unbound(const Instruction& instruction, const char* what) const {
-    throw Error(ErrorCode::kInternal,
-                fmt::format("{}: the model bound {} for a {} op",
-                            describe_instruction(plan_, program_, instruction), what,
-                            instruction_kind_name(instruction.kind)));
-  }
-
-  static OpRef ref_of(const Instruction& instruction) {
-    return {
-        .op = instruction.op, .layer = instruction.layer, .micro_batch = instruction.micro_batch};
   }
 
   double* busy_counter(const std::string& stream) {
@@ -156,9 +140,9 @@ class Execution {
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& instruction = program_.instructions[i];
       if (instruction.kind != InstructionKind::kRecv) continue;
-      Communicator& comm = comms_.point_to_point(comm_stream(instruction));
-      transfers_[i] = comm.start_recv(transfer_buffer(instruction), model_.boundary_elements(),
-                                      instruction.peer, instruction.tag);
+      transfers_[i] =
+          bound_[i].comm->start_recv(static_cast<float*>(bound_[i].buffer),
+                                     model_.boundary_elements(), instruction.peer, instruction.tag);
     }
   }
 
@@ -171,26 +155,37 @@ class Execution {
     }
   }
 
+  // Each stream a thread, in the stream lowering's order (stream_lowering.h): an
+  // instruction waits only for the events the GPU would wait for, and the rest holds by
+  // stream order, so a co-executed CPU run checks the lowering as well as the plan.
+  // Waiting for a receive blocks its thread, so receives get a stream of their own: a
+  // communication stream stuck on a late message would hold back the collectives queued
+  // behind it. Receives complete in program order, the order the plan's tasks need them.
   void run_on_streams() {
     auto failure = std::make_shared<FailureState>(options_.on_failure);
-    std::map<std::string, std::unique_ptr<Stream>> streams;
-    // Waiting for a receive blocks its thread, so receives get a stream of their own: a
-    // communication stream stuck on a late message would hold back the collectives queued
-    // behind it. Receives complete in program order, the order the plan's tasks need them.
-    for (const char* name : {"compute", "local_comm", "cross_comm", "receive"}) {
-      streams[name] = std::make_unique<Stream>(name, failure);
+    std::array<std::unique_ptr<Stream>, kNumDeviceStreams> streams;
+    for (int s = 0; s < kNumDeviceStreams; ++s) {
+      streams[static_cast<size_t>(s)] =
+          std::make_unique<Stream>(device_stream_name(static_cast<DeviceStream>(s)), failure);
+    }
+    const StreamLowering lowering = lower_to_streams(program_);
+    std::vector<size_t> recorded_by(static_cast<size_t>(lowering.num_events));
+    for (const StreamOp& op : lowering.ops) {
+      if (op.record_event >= 0) {
+        recorded_by[static_cast<size_t>(op.record_event)] = static_cast<size_t>(op.instruction);
+      }
     }
     std::vector<Completion> done(program_.instructions.size());
-    for (size_t i = 0; i < program_.instructions.size(); ++i) {
-      const Instruction& instruction = program_.instructions[i];
+    for (const StreamOp& op : lowering.ops) {
+      const auto i = static_cast<size_t>(op.instruction);
       std::vector<const Completion*> waits;
-      for (int64_t dep : instruction.deps) waits.push_back(&done[static_cast<size_t>(dep)]);
-      auto it =
-          streams.find(instruction.kind == InstructionKind::kRecv ? "receive" : instruction.stream);
-      DHELIX_CHECK(it != streams.end());
-      it->second->enqueue(std::move(work_[i]), std::move(waits), &done[i]);
+      for (int64_t event : op.wait_events) {
+        waits.push_back(&done[recorded_by[static_cast<size_t>(event)]]);
+      }
+      streams[static_cast<size_t>(op.stream)]->enqueue(std::move(work_[i]), std::move(waits),
+                                                       &done[i]);
     }
-    for (auto& [name, stream] : streams) stream->drain();
+    for (auto& stream : streams) stream->drain();
     failure->rethrow_if_failed();
   }
 
@@ -199,6 +194,7 @@ class Execution {
   StageModel& model_;
   CommunicatorDirectory& comms_;
   ExecutionOptions options_;
+  std::vector<BoundInstruction<BoundOp, Communicator>> bound_;
   std::vector<std::function<void()>> work_;
   std::vector<std::unique_ptr<TransferRequest>> transfers_;
   ExecutionStats stats_;

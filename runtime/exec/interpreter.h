@@ -3,11 +3,14 @@
 // iteration on the model slice the rank holds (runtime/model/stage_model.h).
 //
 // Every instruction is first bound to the model on the calling thread (buffers allocated,
-// closures made), every pipeline receive is posted, and only then does work start:
+// closures made, communicators looked up: the bind step shared with the CUDA executor,
+// runtime/exec/bind.h), every pipeline receive is posted, and only then does work start:
 //   * co-executed mode: each instruction goes to the stream the plan names (compute,
-//     local_comm, cross_comm; runtime/exec/stream.h) and waits only for the completions of
-//     the instructions it depends on: the plan's DAG edges, block barriers and transfers.
-//     The calling thread does nothing but wait for the end.
+//     local_comm, cross_comm; receives to a receive stream; runtime/exec/stream.h) and
+//     waits for exactly the events the CUDA executor waits for (the stream lowering,
+//     runtime/exec/stream_lowering.h): the plan's DAG edges, block barriers and transfers
+//     that stream order and earlier waits do not already imply. The calling thread does
+//     nothing but wait for the end.
 //   * sequential mode: the calling thread runs the instructions one by one in program
 //     order, each collective to its end before the next op: the reference schedule of
 //     dhelix-run --verify.

@@ -33,9 +33,11 @@ struct TrainOptions {
   bool check_plan = true;       ///< run the plan checker (lib/plan_check.h) before training
   int64_t jitter_us = 0;        ///< random delay before each op (runtime/exec/jitter.h)
   std::string backend = "cpu";  ///< "cpu" or "cuda" (which engine the factory makes)
-  int blas_threads = 1;         ///< OpenBLAS threads of the CPU backend
-  std::string loss_log;         ///< "" or a file receiving one JSON line per step (rank 0)
-  bool progress = true;         ///< print a line per step (rank 0)
+  /// Elements per data-parallel gradient bucket on GPUs (runtime/cuda/gradient_buckets.h).
+  int64_t ddp_bucket_size = 40'000'000;
+  int blas_threads = 1;  ///< OpenBLAS threads of the CPU backend
+  std::string loss_log;  ///< "" or a file receiving one JSON line per step (rank 0)
+  bool progress = true;  ///< print a line per step (rank 0)
 };
 
 /// Trains as `options` say on the engines `factory` makes. Returns the exit status: 0, or

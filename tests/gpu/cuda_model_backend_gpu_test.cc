@@ -24,14 +24,16 @@
 #include "runtime/model/cpu_backend.h"
 #include "tests/gpu/gpu_test_util.h"
 
-namespace dhelix::rt {
+namespace dhelix::cuda {
 namespace {
 
-using cuda::testing::bf16_rounded;
-using cuda::testing::expect_close;
-using cuda::testing::random_floats;
-using cuda::testing::to_bf16;
-using cuda::testing::to_f32;
+using rt::CpuBackend;
+using testing::bf16_rounded;
+using testing::DeviceBuffer;
+using testing::expect_close;
+using testing::random_floats;
+using testing::to_bf16;
+using testing::to_f32;
 using bf16 = CudaBackend::Act;
 
 constexpr float kBf16Rel = 1.0f / 128;
@@ -78,12 +80,14 @@ class CudaBackendTest : public ::testing::Test {
     pool_ = std::make_unique<cuda::DevicePool>(stream_, int64_t{1} << 20);
     gemm_ = std::make_unique<cuda::CublasGemm>(stream_);
     memory_ = std::make_unique<CudaBackend::Memory>(CudaBackend::MemoryConfig{pool_.get()});
-    exec_ = CudaBackend::Exec{stream_, gemm_.get()};
+    workspace_ = std::make_unique<DeviceBuffer<char>>(kWorkspaceBytes);
+    exec_ = CudaBackend::Exec{stream_, gemm_.get(), {workspace_->get(), kWorkspaceBytes}};
   }
   void TearDown() override {
     if (stream_ == nullptr) return;
     DHELIX_CUDA(cudaStreamSynchronize(stream_));
     memory_.reset();
+    workspace_.reset();
     gemm_.reset();
     pool_.reset();
     static_cast<void>(cudaStreamDestroy(stream_));
@@ -120,6 +124,8 @@ class CudaBackendTest : public ::testing::Test {
   std::unique_ptr<cuda::DevicePool> pool_;
   std::unique_ptr<cuda::CublasGemm> gemm_;
   std::unique_ptr<CudaBackend::Memory> memory_;
+  static constexpr int64_t kWorkspaceBytes = int64_t{1} << 20;
+  std::unique_ptr<DeviceBuffer<char>> workspace_;
   CudaBackend::Exec exec_;
   const CpuBackend::Exec cpu_{};
 };
@@ -234,7 +240,7 @@ TEST_F(CudaBackendTest, EmptyShapesLeaveBuffersAlone) {
 TEST_F(CudaBackendTest, GemmBoundToAnotherStreamAborts) {
   // Re-executing the binary for the child keeps fork() away from the CUDA runtime's threads.
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const CudaBackend::Exec elsewhere{nullptr, gemm_.get()};  // gemm_ is bound to stream_
+  const CudaBackend::Exec elsewhere{nullptr, gemm_.get(), {}};  // gemm_ is bound to stream_
   EXPECT_DEATH(CudaBackend::linear_forward(elsewhere, 1, 1, 1, nullptr, nullptr, nullptr),
                "check failed: exec.gemm->stream\\(\\) == exec.stream");
 }
@@ -406,4 +412,4 @@ TEST_F(CudaBackendTest, VocabParallelCrossEntropyMatchesTheCpu) {
 }
 
 }  // namespace
-}  // namespace dhelix::rt
+}  // namespace dhelix::cuda

@@ -41,19 +41,26 @@ struct DeviceContext {
     DHELIX_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     gemm = std::make_unique<cuda::CublasGemm>(stream);
     pool = std::make_unique<cuda::DevicePool>(stream);
+    DHELIX_CUDA(cudaMalloc(&workspace, kWorkspaceBytes));
   }
   ~DeviceContext() {
     static_cast<void>(cudaStreamSynchronize(stream));
     pool.reset();
     gemm.reset();
+    static_cast<void>(cudaFree(workspace));
     static_cast<void>(cudaStreamDestroy(stream));
   }
+  cuda::CudaBackend::Exec exec() const {
+    return {.stream = stream, .gemm = gemm.get(), .workspace = {workspace, kWorkspaceBytes}};
+  }
+  static constexpr int64_t kWorkspaceBytes = int64_t{4} << 20;
   cudaStream_t stream = nullptr;
+  void* workspace = nullptr;
   std::unique_ptr<cuda::CublasGemm> gemm;
   std::unique_ptr<cuda::DevicePool> pool;
 };
 
-std::vector<float> download_gradient(const rt::CudaStageModel::ParameterView& p) {
+std::vector<float> download_gradient(const cuda::CudaStageModel::ParameterView& p) {
   std::vector<float> host(static_cast<size_t>(p.count));
   DHELIX_CUDA(cudaDeviceSynchronize());
   DHELIX_CUDA(
@@ -73,9 +80,9 @@ TEST(CudaStageModel, MatchesTheCpuModelWithinBf16Error) {
   cpu.backward(0);
 
   DeviceContext device;
-  BasicTpGroup<rt::CudaBackend> gpu(job, 7, 0, 0, -1, true, true,
-                                    rt::CudaBackend::MemoryConfig{device.pool.get()},
-                                    rt::CudaBackend::Exec{device.stream, device.gemm.get()});
+  BasicTpGroup<cuda::CudaBackend> gpu(job, 7, 0, 0, -1, true, true,
+                                      cuda::CudaBackend::MemoryConfig{device.pool.get()},
+                                      device.exec());
   gpu.start_iteration(1);
   gpu.set_tokens(0, tokens);
   gpu.forward(0);
@@ -87,7 +94,7 @@ TEST(CudaStageModel, MatchesTheCpuModelWithinBf16Error) {
   EXPECT_NEAR(gpu_loss, cpu_loss, 0.01 * cpu_loss);
 
   const std::vector<rt::ParameterView> expected = cpu.model(0).parameters();
-  const std::vector<rt::CudaStageModel::ParameterView> actual = gpu.model(0).parameters();
+  const std::vector<cuda::CudaStageModel::ParameterView> actual = gpu.model(0).parameters();
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_EQ(actual[i].name, expected[i].name);
@@ -100,9 +107,9 @@ TEST(CudaStageModel, RunningTheIterationTwiceGivesTheSameBits) {
   DHELIX_REQUIRE_GPUS(1);
   const JobSpec job = tiny_job(1, false);
   DeviceContext device;
-  BasicTpGroup<rt::CudaBackend> gpu(job, 7, 0, 0, -1, true, true,
-                                    rt::CudaBackend::MemoryConfig{device.pool.get()},
-                                    rt::CudaBackend::Exec{device.stream, device.gemm.get()});
+  BasicTpGroup<cuda::CudaBackend> gpu(job, 7, 0, 0, -1, true, true,
+                                      cuda::CudaBackend::MemoryConfig{device.pool.get()},
+                                      device.exec());
   std::vector<std::vector<float>> first;
   for (int run = 0; run < 2; ++run) {
     gpu.start_iteration(1);

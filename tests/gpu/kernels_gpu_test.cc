@@ -52,8 +52,10 @@ TEST(CudaKernels, RmsNormForwardAndBackward) {
   DeviceBuffer<bf16> d_x(to_bf16(x)), d_dy(to_bf16(dy)), d_y(rows * dim), d_dx(rows * dim);
   DeviceBuffer<float> d_gain(gain), d_rstd(rows), d_dgain(std::vector<float>(dim, 0.25f));
   rmsnorm_forward(rows, dim, d_x.get(), d_gain.get(), 1e-5f, d_y.get(), d_rstd.get(), nullptr);
+  DeviceBuffer<char> scratch(column_reduction_workspace_bytes(rows, dim));
   rmsnorm_backward(rows, dim, d_x.get(), d_gain.get(), d_rstd.get(), d_dy.get(), d_dx.get(),
-                   d_dgain.get(), nullptr);
+                   d_dgain.get(), {scratch.get(), column_reduction_workspace_bytes(rows, dim)},
+                   nullptr);
   expect_close(d_rstd.download(), rstd, 0.0f, 1e-5f, "rstd");
   expect_close(to_f32(d_y.download()), y, 1e-6f, kBf16Rel, "y");
   expect_close(to_f32(d_dx.download()), dx, 1e-3f, kBf16Rel, "dx");
@@ -156,8 +158,10 @@ TEST(CudaKernels, EmbeddingForwardAndBackwardOnAShard) {
   DeviceBuffer<float> d_dtable(std::vector<float>(vocab_local * dim, 1.0f));
   embedding_forward(positions, dim, d_tokens.get(), d_table.get(), vocab_begin, vocab_local,
                     d_out.get(), nullptr);
+  DeviceBuffer<char> scratch(embedding_backward_workspace_bytes(positions));
   embedding_backward(positions, dim, d_tokens.get(), d_dout.get(), vocab_begin, vocab_local,
-                     d_dtable.get(), nullptr);
+                     d_dtable.get(), {scratch.get(), embedding_backward_workspace_bytes(positions)},
+                     nullptr);
   EXPECT_EQ(to_f32(d_out.download()), out);  // a gather: exact
   EXPECT_EQ(d_dtable.download(), dtable);    // same additions in the same order
 }

@@ -68,5 +68,19 @@ TEST(LaunchConfig, AttentionRefusesShapesOutsideTheKernelsLimits) {
   }
 }
 
+TEST(LaunchConfig, ColumnReductionsFillTheGpuWithAFixedChunking) {
+  // Hidden 4096 over 8192 rows: 16 column tiles x 64 chunks of 128 rows = 1024 blocks.
+  const LaunchConfig config = column_partial_launch(8192, 4096);
+  EXPECT_EQ(config.grid.x, 16);
+  EXPECT_EQ(config.grid.y, 64);
+  EXPECT_EQ(config.block.x, kThreadsPerBlock);
+  // Few rows: chunks of at least 16 rows; never 0 chunks.
+  EXPECT_EQ(column_chunks(40), 3);
+  EXPECT_EQ(column_chunks(1), 1);
+  EXPECT_EQ(column_chunks(0), 1);
+  // The chunking is a function of the row count only: the same sums every run.
+  EXPECT_EQ(column_chunks(1 << 20), kMaxColumnChunks);
+}
+
 }  // namespace
 }  // namespace dhelix::cuda

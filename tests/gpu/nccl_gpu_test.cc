@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "runtime/cuda/nccl_communicator.h"
+
+#include "runtime/cuda/cuda_device_api.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace dhelix::cuda {
@@ -16,12 +18,15 @@ struct MemberResult {
   std::vector<float> reduced;
 };
 
-void run_member(const ncclUniqueId& id, int rank, int64_t count, MemberResult* result) {
+void run_member(const CommId& id, int rank, int64_t count, MemberResult* result) {
   DHELIX_CUDA(cudaSetDevice(rank));
-  cudaStream_t stream = nullptr;
-  DHELIX_CUDA(cudaStreamCreate(&stream));
+  cudaStream_t cuda_stream = nullptr;
+  DHELIX_CUDA(cudaStreamCreate(&cuda_stream));
+  auto* stream = reinterpret_cast<StreamHandle>(cuda_stream);
   {
-    DeviceCommunicator comm(id, 2, rank, "tp", {.timeout_s = 60, .world_rank = rank});
+    CudaDeviceApi api;
+    DeviceCommunicator comm(api, 2, rank, "tp", [&](CommId& shared) { shared = id; },
+                            {.timeout_s = 60, .world_rank = rank});
     std::vector<float> mine(static_cast<size_t>(count)), scatter_in(static_cast<size_t>(2 * count));
     for (int64_t i = 0; i < count; ++i) mine[i] = static_cast<float>(rank * 100 + i);
     for (int64_t i = 0; i < 2 * count; ++i) scatter_in[i] = static_cast<float>((rank + 1) * i);
@@ -33,13 +38,12 @@ void run_member(const ncclUniqueId& id, int rank, int64_t count, MemberResult* r
     result->gathered = gathered.download();
     result->reduced = reduced.download();
   }
-  DHELIX_CUDA(cudaStreamDestroy(stream));
+  DHELIX_CUDA(cudaStreamDestroy(cuda_stream));
 }
 
 TEST(NcclCommunicator, AllGatherAndReduceScatterOverTwoGpus) {
   DHELIX_REQUIRE_GPUS(2);
-  ncclUniqueId id{};
-  DHELIX_NCCL(ncclGetUniqueId(&id));
+  const CommId id = CudaDeviceApi().comm_unique_id();
   const int64_t count = 1000;
   MemberResult results[2];
   std::thread first([&] { run_member(id, 0, count, &results[0]); });

@@ -208,14 +208,42 @@ TEST(CudaOpPlan, GemmTransposesFollowTheRole) {
   EXPECT_FALSE(wgrad.gemm.transpose_b);
 }
 
-TEST(CudaOpPlan, AttentionStandInHasTheFlops) {
+TEST(CudaOpPlan, AttentionRunsTheRuntimesKernels) {
+  Op op;
+  op.kind = OpKind::kAttention;
+  op.pass = Pass::kBackward;
+  op.shape = {.batch = 2,
+              .heads = 32,
+              .kv_heads = 8,
+              .q_len = 4096,
+              .kv_len = 4096,
+              .head_dim = 128,
+              .causal = true};
+  const OpLaunchPlan plan = plan_cuda_op(op);
+  EXPECT_EQ(plan.kind, LaunchKind::kAttention);
+  EXPECT_FALSE(plan.approximate);
+  EXPECT_EQ(plan.attention.batch, 2);
+  EXPECT_EQ(plan.attention.seq, 4096);
+  EXPECT_EQ(plan.attention.heads, 32);
+  EXPECT_EQ(plan.attention.kv_heads, 8);
+  EXPECT_EQ(plan.attention.head_dim, 128);
+  EXPECT_TRUE(plan.attention.backward);
+  // q, dq, out, dout: 4 x 2 x 4096 x 32 x 128 x 2 bytes; k, v, dk, dv with 8 heads; lse and
+  // delta: 2 x 2 x 32 x 4096 x 4 bytes.
+  const int64_t q = int64_t{2} * 4096 * 32 * 128 * 2;
+  EXPECT_EQ(plan.device_bytes(), 4 * q + 4 * (q / 4) + 2 * (int64_t{2} * 32 * 4096 * 4));
+  op.pass = Pass::kForward;
+  EXPECT_FALSE(plan_cuda_op(op).attention.backward);
+}
+
+TEST(CudaOpPlan, AttentionTheKernelsDoNotTakeFallsBackToAStandInWithTheFlops) {
   Op op;
   op.kind = OpKind::kAttention;
   op.shape = {.batch = 1,
               .heads = 32,
               .kv_heads = 8,
               .q_len = 4096,
-              .kv_len = 4096,
+              .kv_len = 8192,  // context parallelism: a shard of queries against all keys
               .head_dim = 128,
               .causal = true};
   op.flops = 4.0 * 32 * 4096 * 4096 * 128;
@@ -227,11 +255,15 @@ TEST(CudaOpPlan, AttentionStandInHasTheFlops) {
   EXPECT_EQ(plan.gemm.k, 4096);
   EXPECT_EQ(plan.gemm.n, 4096);
   EXPECT_EQ(plan.gemm.repeats, 1);
-  op.shape.q_len = op.shape.kv_len = 32768;  // 64x the flops per row: n = 32768, 2 launches
+  op.shape.q_len = 32768;  // 64x the flops per row: n = 32768, 2 launches
+  op.shape.kv_len = 65536;
   op.flops = 4.0 * 32 * 32768 * 32768 * 128;
   const OpLaunchPlan longer = plan_cuda_op(op);
   EXPECT_EQ(longer.gemm.n, 16384);
   EXPECT_EQ(longer.gemm.repeats, 2);
+  op.shape.kv_len = op.shape.q_len;
+  op.shape.head_dim = 512;  // beyond the kernels' 256
+  EXPECT_EQ(plan_cuda_op(op).kind, LaunchKind::kGemm);
 }
 
 TEST(CudaOpPlan, MemoryBoundOpsCopyTheirTraffic) {

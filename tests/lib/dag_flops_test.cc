@@ -72,9 +72,14 @@ TEST(DagFlops, ContextParallelRingMatchesMegatron) {
 }
 
 TEST(DagFlops, MixtureOfExpertsMatchesMegatron) {
-  // Dropless and balanced: each rank computes exactly N·top_k token-expert products.
-  expect_matches_formula(make_job(phi35_moe(), {.dp = 8, .ep = 8}));
-  expect_matches_formula(make_job(phi35_moe(), {.tp = 2, .dp = 8, .ep = 8, .sp = true}));
+  // Dropless and balanced: each rank computes exactly N·top_k token-expert products (with
+  // expert tensor parallelism etp times the tokens on 1/etp of each expert's columns).
+  const auto balanced = [](JobSpec job) {
+    job.parallel.moe_load_imbalance = 1.0;
+    return job;
+  };
+  expect_matches_formula(balanced(make_job(phi35_moe(), {.dp = 8, .ep = 8})));
+  expect_matches_formula(balanced(make_job(phi35_moe(), {.tp = 2, .dp = 8, .ep = 8, .sp = true})));
 }
 
 TEST(DagFlops, HandComputedOps) {

@@ -67,11 +67,13 @@ TEST(IntraBatchDags, OpCountsGrowByTwoTpMinusThreePerPair) {
   EXPECT_EQ(cp.forward.size(), 17 + 52);
   EXPECT_EQ(cp.backward.size(), 22 + 52);
   EXPECT_TRUE(cp.forward.find("fwd.kv_sendrecv0").has_value());
-  // MoE with SP: only the attention half has TP gathers and scatters (normal 17 / 22).
+  // MoE with SP: only the attention half's TP gathers and scatters are decomposed; expert
+  // tensor parallelism's (etp = tp = 2) stay whole (normal 19 / 24).
   const LayerDags moe = build_intra_batch_layer_dags(
       make_job(phi35_moe(), {.tp = 2, .dp = 8, .ep = 8, .sp = true}), 0);
-  EXPECT_EQ(moe.forward.size(), 17 + 2);
-  EXPECT_EQ(moe.backward.size(), 22 + 2);
+  EXPECT_EQ(moe.forward.size(), 19 + 2);
+  EXPECT_EQ(moe.backward.size(), 24 + 2);
+  EXPECT_TRUE(moe.forward.find("fwd.etp_allgather").has_value());
   EXPECT_EQ(preds(moe.forward, "fwd.router"), Ids{"fwd.ln_mlp"});
 }
 

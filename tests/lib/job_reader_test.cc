@@ -243,7 +243,7 @@ TEST(JobExamples, EveryExampleIsValid) {
       ADD_FAILURE() << error.what();
     }
   }
-  EXPECT_EQ(count, 18);  // update when adding an example
+  EXPECT_EQ(count, 22);  // update when adding an example
 }
 
 }  // namespace

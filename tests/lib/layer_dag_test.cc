@@ -141,11 +141,12 @@ std::vector<Config> configurations() {
        21, 26},
       {"dense tp1 cp2", make_job(llama3_70b(), {.cp = 2, .dp = 4}), 1, 13, 18},
       {"moe tp1 ep8", make_job(phi35_moe(), {.dp = 8, .ep = 8}), 2, 15, 20},
-      {"moe tp2 sp ep8", make_job(phi35_moe(), {.tp = 2, .dp = 8, .ep = 8, .sp = true}), 3, 17, 22},
+      // expert tensor parallelism (etp = tp = 2): an all-gather and a reduce-scatter each way
+      {"moe tp2 sp ep8", make_job(phi35_moe(), {.tp = 2, .dp = 8, .ep = 8, .sp = true}), 3, 19, 24},
       {"moe tp1 ep1", make_job(phi35_moe(), {.dp = 8}), 0, 13, 18},
       {"moe tp2 sp cp2 ep2",
-       make_job(phi35_moe(), {.tp = 2, .cp = 2, .dp = 2, .ep = 2, .sp = true, .seq = 8192}), 0, 20,
-       26},
+       make_job(phi35_moe(), {.tp = 2, .cp = 2, .dp = 2, .ep = 2, .sp = true, .seq = 8192}), 0, 22,
+       28},
       {"gpt tp4 sp", make_job(gpt_style(), {.tp = 4, .dp = 2, .sp = true}), 0, 14, 18},
   };
 }
@@ -404,6 +405,18 @@ TEST(LayerDags, ContextParallelRingOverlapsEachExchangeWithTheStepBefore) {
   EXPECT_EQ(predecessors(b, "bwd.qkv_dgrad"), (Ids{"bwd.attn_step3", "bwd.kv_sendrecv4"}));
 }
 
+TEST(LayerDags, ContextParallelRingOfMegatronZeroFiveCarriesTheQueryHeads) {
+  // Llama-3-70B, tp 8, cp 4, 32k: T = 8192; 64 query heads / 8 = 8 a rank against 1 KV head.
+  // "query": 2 * 8192 * 8 * 128 * 2 bytes = 32 MiB a hop, 8x the grouped ring's 4 MiB.
+  JobSpec job = make_job(llama3_70b(), {.tp = 8, .cp = 4, .sp = true, .seq = 32768});
+  job.parallel.cp_ring_query_heads = true;
+  const LayerDags dags = build_layer_dags(job, 0);
+  EXPECT_EQ(op_of(dags.forward, "fwd.kv_sendrecv0").comm_bytes, 33554432);
+  EXPECT_EQ(op_of(dags.backward, "bwd.kv_sendrecv1").comm_bytes, 2 * 33554432);
+  // The attention steps are the same kernels either way.
+  EXPECT_EQ(op_of(dags.forward, "fwd.attn_step1").shape.kv_len, 8192);
+}
+
 TEST(LayerDags, ContextParallelTwoMatchesThePrototypesRing) {
   const LayerDags dags =
       build_layer_dags(make_job(llama3_70b(), {.cp = 2, .dp = 4}), 0);  // cp ranks {0, 1}
@@ -423,8 +436,14 @@ TEST(LayerDags, ContextParallelTwoMatchesThePrototypesRing) {
 
 // ---------------------------------------------------------------- mixture of experts
 
+// The job with perfectly balanced routing (imbalance 1), the shapes the tests below count.
+JobSpec balanced(JobSpec job) {
+  job.parallel.moe_load_imbalance = 1.0;
+  return job;
+}
+
 TEST(LayerDags, MoeReplacesTheMlpWithRoutedExperts) {
-  const LayerDags dags = build_layer_dags(make_job(phi35_moe(), {.dp = 8, .ep = 8}), 0);
+  const LayerDags dags = build_layer_dags(balanced(make_job(phi35_moe(), {.dp = 8, .ep = 8})), 0);
   const LayerDag& f = dags.forward;
   EXPECT_EQ(
       topological_ids(f),
@@ -460,8 +479,9 @@ TEST(LayerDags, MoeReplacesTheMlpWithRoutedExperts) {
 
 TEST(LayerDags, MoeWithSequenceParallelismWorksOnItsTokenShardAcrossNodes) {
   // tp 2 · dp 8 on 8-GPU nodes: the EP group of rank 0 is {0, 2, ..., 14}, two nodes.
-  const LayerDags dags =
-      build_layer_dags(make_job(phi35_moe(), {.tp = 2, .dp = 8, .ep = 8, .sp = true}), 0);
+  JobSpec job = balanced(make_job(phi35_moe(), {.tp = 2, .dp = 8, .ep = 8, .sp = true}));
+  job.parallel.expert_tp = 1;  // whole experts on each TP rank
+  const LayerDags dags = build_layer_dags(job, 0);
   const Op& a2a = op_of(dags.forward, "fwd.combine_a2a");
   EXPECT_EQ(a2a.comm_bytes, 4096LL * 4096 * 2);  // N = 2048 tokens, top-2
   EXPECT_EQ(a2a.scope, GroupScope::kCrossNode);
@@ -477,15 +497,67 @@ TEST(LayerDags, MoeCapacityFactorOnlyLimitsExpertInputs) {
   // N = 4096 tokens, top-2, 16 experts, ep 8: balanced share N·k/E = 512 per (rank, expert).
   ModelSpec model = phi35_moe();
   model.moe->capacity_factor = 1.25;  // cap 640 >= 512: nothing dropped, nothing padded
-  const LayerDags roomy = build_layer_dags(make_job(model, {.dp = 8, .ep = 8}), 0);
+  const LayerDags roomy = build_layer_dags(balanced(make_job(model, {.dp = 8, .ep = 8})), 0);
   EXPECT_EQ(op_of(roomy.forward, "fwd.grouped_fc1").shape.m, 8 * 512);
   EXPECT_EQ(op_of(roomy.forward, "fwd.dispatch_a2a").comm_bytes, 8192LL * 4096 * 2);
   EXPECT_EQ(op_of(roomy.forward, "fwd.permute").shape.m, 8192);
   model.moe->capacity_factor = 0.5;  // cap = ceil(0.5·4096·2/16) = 256: half is dropped
-  const LayerDags tight = build_layer_dags(make_job(model, {.dp = 8, .ep = 8}), 0);
+  const LayerDags tight = build_layer_dags(balanced(make_job(model, {.dp = 8, .ep = 8})), 0);
   EXPECT_EQ(op_of(tight.forward, "fwd.grouped_fc1").shape.m, 8 * 256);
   EXPECT_EQ(op_of(tight.forward, "fwd.dispatch_a2a").comm_bytes, 16LL * 256 * 4096 * 2);
   EXPECT_EQ(op_of(tight.forward, "fwd.permute").shape.m, 16 * 256);
+}
+
+TEST(LayerDags, ExpertTensorParallelismSplitsExpertsOverTheTpGroup) {
+  // tp 2 (default expert_tp = tp), dp 8, ep 8, balanced: N = 2048 tokens a rank, mean share
+  // 2048 * 2 / 16 = 256, m = 8 * 256 = 2048 rows received, 4096 after the TP all-gather;
+  // each expert keeps 6400 / 2 = 3200 FFN columns (SwiGLU fc1: 6400 fused).
+  const LayerDags dags =
+      build_layer_dags(balanced(make_job(phi35_moe(), {.tp = 2, .dp = 8, .ep = 8, .sp = true})), 0);
+  const LayerDag& f = dags.forward;
+  const Op& fc1 = op_of(f, "fwd.grouped_fc1");
+  EXPECT_EQ(fc1.shape.m, 4096);
+  EXPECT_EQ(fc1.shape.n, 6400);
+  EXPECT_EQ(op_of(f, "fwd.grouped_fc2").shape.k, 3200);
+  EXPECT_EQ(predecessors(f, "fwd.etp_allgather"), Ids{"fwd.dispatch_a2a"});
+  EXPECT_EQ(predecessors(f, "fwd.grouped_fc1"), Ids{"fwd.etp_allgather"});
+  EXPECT_EQ(predecessors(f, "fwd.combine_a2a"), Ids{"fwd.etp_reduce_scatter"});
+  // Gathered buffer: etp * P rows = 2 * 4096 rows of h = 4096, bf16.
+  const Op& gather = op_of(f, "fwd.etp_allgather");
+  EXPECT_EQ(gather.group, ParallelDim::kTp);
+  EXPECT_EQ(gather.comm_bytes, 2LL * 4096 * 4096 * 2);
+  const LayerDag& b = dags.backward;
+  EXPECT_EQ(predecessors(b, "bwd.etp_allgather"), Ids{"bwd.combine_a2a"});
+  EXPECT_EQ(predecessors(b, "bwd.dispatch_a2a"), Ids{"bwd.etp_reduce_scatter"});
+  EXPECT_EQ(op_of(b, "bwd.grouped_fc1_wgrad").shape.k, 4096);
+}
+
+TEST(LayerDags, MoeLoadImbalanceScalesExpertGemmsAndAllToAlls) {
+  // N = 4096, top-2, 16 experts, ep 8: mean share 512 a (rank, expert), P = 8192 copies.
+  // Default f = 1.72 (no capacity factor): busiest share ceil(1.72 * 512) = ceil(880.64) =
+  // 881, m = 8 * 881 = 7048; the all-to-alls move ceil(1.72 * 8192) = ceil(14090.24) = 14091
+  // rows of h = 4096 bf16. The permutations keep the rank's own 8192 copies.
+  ModelSpec model = phi35_moe();
+  model.moe->capacity_factor = 0;
+  const LayerDags skewed = build_layer_dags(make_job(model, {.dp = 8, .ep = 8}), 0);
+  EXPECT_EQ(op_of(skewed.forward, "fwd.grouped_fc1").shape.m, 7048);
+  EXPECT_EQ(op_of(skewed.backward, "bwd.grouped_fc2_wgrad").shape.k, 7048);
+  EXPECT_EQ(op_of(skewed.forward, "fwd.dispatch_a2a").comm_bytes, 14091LL * 4096 * 2);
+  EXPECT_EQ(op_of(skewed.backward, "bwd.combine_a2a").comm_bytes, 14091LL * 4096 * 2);
+  EXPECT_EQ(op_of(skewed.forward, "fwd.permute").shape.m, 8192);
+  // Capacity factor 1.25 caps f at 1.25: busiest share 640, m = 5120; 10240 rows moved.
+  model.moe->capacity_factor = 1.25;
+  const LayerDags capped = build_layer_dags(make_job(model, {.dp = 8, .ep = 8}), 0);
+  EXPECT_EQ(op_of(capped.forward, "fwd.grouped_fc1").shape.m, 5120);
+  EXPECT_EQ(op_of(capped.forward, "fwd.dispatch_a2a").comm_bytes, 10240LL * 4096 * 2);
+  // The job's own figure: 1.5 -> share 768, m = 6144; 12288 rows.
+  JobSpec job = make_job(model, {.dp = 8, .ep = 8});
+  job.parallel.moe_load_imbalance = 1.5;
+  model.moe->capacity_factor = 0;
+  job.model = model;
+  const LayerDags own = build_layer_dags(job, 0);
+  EXPECT_EQ(op_of(own.forward, "fwd.grouped_fc1").shape.m, 6144);
+  EXPECT_EQ(op_of(own.forward, "fwd.combine_a2a").comm_bytes, 12288LL * 4096 * 2);
 }
 
 TEST(LayerDags, MoeWithTensorParallelismNeedsSequenceParallelism) {

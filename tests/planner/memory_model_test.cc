@@ -81,6 +81,7 @@ TEST(MemoryModel, ExpertsShardOverEp) {
   ParallelSpec parallel = small_parallel();
   parallel.ep = 4;
   parallel.pp = 1;
+  parallel.expert_tp = 1;  // whole experts on each TP rank
   model.num_layers = 2;
   const StageParameters params = stage_parameters(model, parallel, PipelineShape::kW, 0);
   EXPECT_EQ(params.expert, 2 * 49152);
@@ -95,6 +96,25 @@ TEST(MemoryModel, ExpertsShardOverEp) {
   // attention 2·(2·64 + 2·64) = 512; two expert copies of 2·(2·64 + 3·128) = 1024 each;
   // fp32 router probabilities 4·8 = 32. 32·512/2 + 32·(512 + 2048 + 32)/2 = 49664.
   EXPECT_EQ(layer_activation_bytes(model, parallel), 49664);
+}
+
+// Expert tensor parallelism splits each expert over the TP group: with expert_tp = tp = 2 the
+// experts of the test above keep 49152 / 2 = 24576 parameters a layer, and their optimizer
+// shards over dp·cp·tp / (ep·etp) = 4·1·2 / (4·2) = 1 rank.
+TEST(MemoryModel, ExpertTensorParallelismSplitsExperts) {
+  ModelSpec model = small_model();
+  model.moe = MoeSpec{8, 2, 0.0, 128};
+  ParallelSpec parallel = small_parallel();
+  parallel.ep = 4;
+  parallel.pp = 1;
+  model.num_layers = 2;
+  ASSERT_EQ(parallel.expert_tp_size(), parallel.tp);  // Megatron-Core's default
+  const StageParameters params = stage_parameters(model, parallel, PipelineShape::kW, 0);
+  EXPECT_EQ(params.expert, 2 * 24576);
+  MemoryOptions distributed;
+  distributed.distributed_optimizer = true;
+  const StageMemory m = stage_memory(model, parallel, PipelineShape::kW, distributed, {0})[0];
+  EXPECT_EQ(m.optimizer_bytes, 12 * params.dense / 4 + 12 * params.expert / 1);
 }
 
 // GPT-3 style layer (MHA, GELU with f = 4h, dropout) under SP and flash attention:

@@ -50,6 +50,25 @@ TEST(CollectiveCost, CrossNodeGroupsGetTheirShareOfTheNics) {
   EXPECT_NEAR(collective_time_us(cluster, p2p), 5601.4053, 1e-3);
 }
 
+TEST(CollectiveCost, AGroupFillingItsNodesAggregatesEveryRail) {
+  // 4 NICs of 24 GB/s, 8 GPUs a node. TP 16 over 2 nodes: m = 8 members a node, the only
+  // group crossing, so all 4 rails: 4 * 24 * 8/8 = 96 GB/s. 16 ranks over 4 nodes: m = 4,
+  // two groups share a node: 48 GB/s. 8 ranks over 8 nodes (DP, PP): m = 1, 12 GB/s.
+  // Capped by the intra-node bus bandwidth: with 16 NICs m = 8 gives 384 > 232, so 232.
+  // TP 16 all-gather of S on 2 nodes: 15 * 9 us + (15/16) * S / 96,000 B/us.
+  ClusterSpec cluster = a100_like_cluster();
+  EXPECT_DOUBLE_EQ(cross_node_bus_bandwidth_gbps(cluster, 16, 2), 96.0);
+  EXPECT_DOUBLE_EQ(cross_node_bus_bandwidth_gbps(cluster, 16, 4), 48.0);
+  EXPECT_DOUBLE_EQ(cross_node_bus_bandwidth_gbps(cluster, 8, 8), 12.0);
+  const Op tp16 =
+      comm_op("ag", OpKind::kAllGather, kActivationBytes, 16, GroupScope::kCrossNode, 2);
+  EXPECT_DOUBLE_EQ(collective_link(cluster, tp16).bus_bandwidth_gbps, 96.0);
+  EXPECT_NEAR(collective_time_us(cluster, tp16),
+              15 * 9.0 + 15.0 / 16.0 * static_cast<double>(kActivationBytes) / 96'000.0, 1e-6);
+  cluster.nics_per_node = 16;
+  EXPECT_DOUBLE_EQ(collective_link(cluster, tp16).bus_bandwidth_gbps, 232.0);
+}
+
 TEST(CollectiveCost, CrossNodeAllToAllGetsAtMostOneNicPerGpu) {
   // 16 NICs of 24 GB/s for 8 GPUs would give 48 GB/s per GPU; all-to-all keeps 24.
   ClusterSpec cluster = a100_like_cluster();

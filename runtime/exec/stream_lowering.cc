@@ -1,4 +1,4 @@
-#include "runtime/cuda/stream_lowering.h"
+#include "runtime/exec/stream_lowering.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 
 #include "lib/error.h"
 
-namespace dhelix::cuda {
+namespace dhelix::rt {
 namespace {
 
 // Position on each stream (1-based; 0 = nothing) that a point of execution is ordered after.
@@ -110,4 +110,4 @@ StreamLowering lower_to_streams(const RankProgram& program) {
   return lowering;
 }
 
-}  // namespace dhelix::cuda
+}  // namespace dhelix::rt

@@ -1,4 +1,4 @@
-#include "runtime/cuda/stream_lowering.h"
+#include "runtime/exec/stream_lowering.h"
 
 #include <gtest/gtest.h>
 

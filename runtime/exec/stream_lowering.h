@@ -1,10 +1,13 @@
 #pragma once
-// How a rank program (lib/rank_program.h) runs on CUDA streams: which stream each
-// instruction is enqueued on, and which cudaEvent records and cudaStreamWaitEvent calls
-// make the program's dependencies hold, with as few events as the program allows and no
-// host synchronisation anywhere inside an iteration. Pure host data: the CUDA executor
-// walks `ops` in order and, for each, waits on its events, enqueues the instruction's
-// kernels or NCCL calls, then records its event (if any).
+// How a rank program (lib/rank_program.h) runs on streams: which stream each instruction
+// is enqueued on, and which event records and waits make the program's dependencies hold,
+// with as few events as the program allows and no host synchronisation anywhere inside an
+// iteration. Pure host data, used by both executors: the CUDA executor
+// (runtime/cuda/device_executor.h) walks `ops` in order and, for each, waits on its events
+// (cudaStreamWaitEvent), enqueues the instruction's kernels or NCCL calls, then records its
+// event (cudaEventRecord); the CPU interpreter (interpreter.h) runs each stream as a thread
+// and makes an instruction wait for exactly the same events, so that every CPU run of a
+// co-executed program (dhelix-run --verify among them) checks the lowering the GPU uses.
 //
 // Streams (the DHelix paper's three, plus receives):
 //   compute    (normal priority): compute ops;
@@ -34,7 +37,7 @@
 
 #include "lib/rank_program.h"
 
-namespace dhelix::cuda {
+namespace dhelix::rt {
 
 /// The streams of one rank, in index order.
 enum class DeviceStream { kCompute = 0, kLocalComm = 1, kCrossComm = 2, kReceive = 3 };
@@ -67,4 +70,16 @@ DeviceStream stream_of(const Instruction& instruction);
 /// on a dependency that does not point to an earlier instruction.
 StreamLowering lower_to_streams(const RankProgram& program);
 
+}  // namespace dhelix::rt
+
+// The CUDA executor's names for the same things.
+namespace dhelix::cuda {
+using rt::device_stream_high_priority;
+using rt::device_stream_name;
+using rt::DeviceStream;
+using rt::kNumDeviceStreams;
+using rt::lower_to_streams;
+using rt::stream_of;
+using rt::StreamLowering;
+using rt::StreamOp;
 }  // namespace dhelix::cuda

@@ -1,0 +1,203 @@
+#include "runtime/comm/loopback_communicator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "lib/error.h"
+
+namespace dhelix::rt {
+namespace {
+
+// One group's rendezvous: staged inputs and a generation-counted barrier.
+struct Group {
+  explicit Group(int64_t n) : size(n), staged(static_cast<size_t>(n)) {}
+  const int64_t size;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int64_t arrived = 0;
+  int64_t generation = 0;
+  std::vector<std::vector<float>> staged;
+
+  void barrier(std::unique_lock<std::mutex>& lock) {
+    const int64_t mine = generation;
+    if (++arrived == size) {
+      arrived = 0;
+      ++generation;
+      changed.notify_all();
+      return;
+    }
+    changed.wait(lock, [&] { return generation != mine; });
+  }
+};
+
+using MessageKey = std::tuple<int64_t, int64_t, int64_t>;  // sender, receiver, tag
+
+struct Mailbox {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::map<MessageKey, std::deque<std::vector<float>>> messages;
+};
+
+class Done final : public TransferRequest {
+ public:
+  void wait() override {}
+};
+
+class Receive final : public TransferRequest {
+ public:
+  Receive(std::shared_ptr<Mailbox> box, MessageKey key, float* data, int64_t count)
+      : box_(std::move(box)), key_(key), data_(data), count_(count) {}
+  void wait() override {
+    if (done_) return;
+    std::unique_lock<std::mutex> lock(box_->mutex);
+    box_->arrived.wait(lock, [&] {
+      const auto it = box_->messages.find(key_);
+      return it != box_->messages.end() && !it->second.empty();
+    });
+    std::deque<std::vector<float>>& queue = box_->messages[key_];
+    std::vector<float> message = std::move(queue.front());
+    queue.pop_front();
+    lock.unlock();
+    if (static_cast<int64_t>(message.size()) != count_) {
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("loopback: rank {} sent {} elements with tag {}, rank {} expects {}",
+                              std::get<0>(key_), message.size(), std::get<2>(key_),
+                              std::get<1>(key_), count_));
+    }
+    std::copy(message.begin(), message.end(), data_);
+    done_ = true;
+  }
+
+ private:
+  std::shared_ptr<Mailbox> box_;
+  MessageKey key_;
+  float* data_;
+  int64_t count_;
+  bool done_ = false;
+};
+
+class LoopbackCommunicator final : public Communicator {
+ public:
+  LoopbackCommunicator(std::shared_ptr<Group> group, std::shared_ptr<Mailbox> box, int64_t rank,
+                       int64_t world_rank, std::string name)
+      : group_(std::move(group)),
+        box_(std::move(box)),
+        rank_(rank),
+        world_rank_(world_rank),
+        name_(std::move(name)) {}
+
+  int64_t size() const override { return group_->size; }
+  int64_t rank() const override { return rank_; }
+  const std::string& name() const override { return name_; }
+
+  void all_gather(const float* in, int64_t count, float* out) override {
+    collective(in, count, [&](const std::vector<std::vector<float>>& staged) {
+      for (const std::vector<float>& block : staged)
+        out = std::copy(block.begin(), block.end(), out);
+    });
+  }
+
+  void reduce_scatter_sum(const float* in, int64_t count, float* out) override {
+    collective(in, count * size(), [&](const std::vector<std::vector<float>>& staged) {
+      const size_t begin = static_cast<size_t>(rank_ * count);
+      sum_in_rank_order(staged, begin, count, out);
+    });
+  }
+
+  void all_reduce_sum(float* inout, int64_t count) override {
+    collective(inout, count, [&](const std::vector<std::vector<float>>& staged) {
+      sum_in_rank_order(staged, 0, count, inout);
+    });
+  }
+
+  void barrier() override {
+    std::unique_lock<std::mutex> lock(group_->mutex);
+    group_->barrier(lock);
+  }
+
+  std::unique_ptr<TransferRequest> start_send(const float* data, int64_t count, int64_t peer,
+                                              int64_t tag) override {
+    {
+      std::lock_guard<std::mutex> lock(box_->mutex);
+      box_->messages[{world_rank_, peer, tag}].emplace_back(data, data + count);
+    }
+    box_->arrived.notify_all();
+    return std::make_unique<Done>();
+  }
+
+  std::unique_ptr<TransferRequest> start_recv(float* data, int64_t count, int64_t peer,
+                                              int64_t tag) override {
+    return std::make_unique<Receive>(box_, MessageKey{peer, world_rank_, tag}, data, count);
+  }
+
+ private:
+  // out[i] = staged[0][begin + i] + staged[1][begin + i] + ..., left to right.
+  static void sum_in_rank_order(const std::vector<std::vector<float>>& staged, size_t begin,
+                                int64_t count, float* out) {
+    for (int64_t i = 0; i < count; ++i) {
+      float sum = staged[0][begin + static_cast<size_t>(i)];
+      for (size_t r = 1; r < staged.size(); ++r) sum += staged[r][begin + static_cast<size_t>(i)];
+      out[i] = sum;
+    }
+  }
+
+  template <class Compute>
+  void collective(const float* in, int64_t count, Compute&& compute) {
+    std::unique_lock<std::mutex> lock(group_->mutex);
+    group_->staged[static_cast<size_t>(rank_)].assign(in, in + count);
+    group_->barrier(lock);
+    lock.unlock();
+    compute(group_->staged);  // staged is only read until the next barrier
+    lock.lock();
+    group_->barrier(lock);
+  }
+
+  std::shared_ptr<Group> group_;
+  std::shared_ptr<Mailbox> box_;
+  int64_t rank_;
+  int64_t world_rank_;
+  std::string name_;
+};
+
+}  // namespace
+
+struct LoopbackWorld::State {
+  int64_t size = 1;
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<Group>> groups;
+  std::shared_ptr<Mailbox> mailbox = std::make_shared<Mailbox>();
+};
+
+LoopbackWorld::LoopbackWorld(int64_t size) : state_(std::make_shared<State>()) {
+  DHELIX_CHECK(size >= 1);
+  state_->size = size;
+}
+
+LoopbackWorld::~LoopbackWorld() = default;
+
+int64_t LoopbackWorld::size() const { return state_->size; }
+
+std::unique_ptr<Communicator> LoopbackWorld::communicator(const std::string& key,
+                                                          const std::vector<int64_t>& members,
+                                                          int64_t rank, const std::string& name) {
+  const auto at = std::find(members.begin(), members.end(), rank);
+  DHELIX_CHECK_MSG(at != members.end(), "a rank joins only its own groups");
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    std::shared_ptr<Group>& slot = state_->groups[key];
+    if (!slot) slot = std::make_shared<Group>(static_cast<int64_t>(members.size()));
+    DHELIX_CHECK(slot->size == static_cast<int64_t>(members.size()));
+    group = slot;
+  }
+  return std::make_unique<LoopbackCommunicator>(group, state_->mailbox, at - members.begin(), rank,
+                                                name);
+}
+
+}  // namespace dhelix::rt

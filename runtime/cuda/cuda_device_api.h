@@ -1,0 +1,80 @@
+#pragma once
+// DeviceApi (runtime/cuda/device_api.h) over the real libraries: the CUDA runtime, NCCL and
+// cuBLAS, every return code through the one wrapper of its library (cuda_check.h). Handles
+// are the libraries' own (cudaStream_t, cudaEvent_t, ncclComm_t) cast to the opaque types.
+//
+// Stack. load_kernels() asks cudaFuncGetAttributes for every dhelix kernel: under lazy
+// loading (CUDA 12.2+ default) that call loads the kernel's module, so no later launch
+// loads one while NCCL kernels spin (CUDA Programming Guide, "Lazy Loading": a module
+// loaded lazily may need a context synchronisation). localSizeBytes is the kernel's
+// per-thread local memory (the stack, for dhelix's kernels: no recursion, no alloca).
+//
+// GEMM warm-up. warm_gemm() runs the shape once on the stream's handle with zeroed
+// scratch operands: cuBLAS picks, loads and caches its kernel for the shape then, not in
+// the middle of an iteration.
+
+#include <map>
+#include <memory>
+
+#include "runtime/cuda/device_api.h"
+
+namespace dhelix::cuda {
+
+class CublasGemm;
+
+/// CUDA streams NCCL 2.x keeps per communicator for its own work (its proxy's host stream
+/// and its device-side stream). Not a documented constant: the review of docs/gpu.md,
+/// "hardware queues", counts them as NCCL's source does; an over-count only makes the
+/// connection check stricter.
+inline constexpr int64_t kNcclStreamsPerComm = 2;
+
+class CudaDeviceApi final : public DeviceApi {
+ public:
+  CudaDeviceApi();
+  ~CudaDeviceApi() override;
+  CudaDeviceApi(const CudaDeviceApi&) = delete;
+  CudaDeviceApi& operator=(const CudaDeviceApi&) = delete;
+
+  StreamHandle create_stream(bool high_priority) override;
+  void destroy_stream(StreamHandle stream) noexcept override;
+  EventHandle create_event(bool timing) override;
+  void destroy_event(EventHandle event) noexcept override;
+  void record_event(EventHandle event, StreamHandle stream) override;
+  void wait_event(StreamHandle stream, EventHandle event) override;
+  bool stream_done(StreamHandle stream) override;
+  double elapsed_ms(EventHandle start, EventHandle end) override;
+  void synchronize_device() override;
+  void delay(int64_t microseconds, StreamHandle stream) override;
+
+  KernelInventory load_kernels() override;
+  void set_stack_limit(int64_t bytes_per_thread) override;
+  void warm_gemm(const GemmShape& shape, StreamHandle stream) override;
+
+  CommId comm_unique_id() override;
+  CommHandle comm_init(const CommId& id, int64_t size, int64_t rank, const std::string& label,
+                       int64_t max_ctas) override;
+  void comm_destroy(CommHandle comm) noexcept override;
+  void comm_abort(CommHandle comm) noexcept override;
+  void collective(CommHandle comm, CollectiveOp op, const void* in, void* out, int64_t count,
+                  DeviceDtype dtype, StreamHandle stream) override;
+  void send(CommHandle comm, const void* data, int64_t count, DeviceDtype dtype, int64_t peer,
+            StreamHandle stream) override;
+  void recv(CommHandle comm, void* data, int64_t count, DeviceDtype dtype, int64_t peer,
+            StreamHandle stream) override;
+  std::optional<std::string> comm_async_error(CommHandle comm) override;
+  int64_t internal_streams_per_comm() const override { return kNcclStreamsPerComm; }
+
+  void* allocate_scratch(int64_t bytes) override;
+  void free_scratch(void* pointer) noexcept override;
+
+  /// The cuBLAS handle bound to `stream` (made on first use): the one warm_gemm warms and
+  /// the executor's compute ops use.
+  CublasGemm& gemm_for(StreamHandle stream);
+
+ private:
+  int least_priority_ = 0;
+  int greatest_priority_ = 0;
+  std::map<StreamHandle, std::unique_ptr<CublasGemm>> gemms_;  // one handle per stream
+};
+
+}  // namespace dhelix::cuda

@@ -1,0 +1,86 @@
+#include "runtime/cuda/device_setup.h"
+
+#include <algorithm>
+#include <set>
+
+namespace dhelix::cuda {
+namespace {
+
+// CUDA's default per-thread stack (CUDA Programming Guide, cudaLimitStackSize): asking for
+// less changes nothing.
+constexpr int64_t kDefaultStackBytes = 1024;
+// The most CUDA_DEVICE_MAX_CONNECTIONS CUDA accepts.
+constexpr const char* kMostConnections = "32";
+
+}  // namespace
+
+std::vector<EnvironmentSetting> prepare_cuda_environment(
+    const std::function<const char*(const char*)>& get,
+    const std::function<void(const char*, const char*)>& set) {
+  std::vector<EnvironmentSetting> settings;
+  for (const auto& [name, value] : {std::pair{"CUDA_MODULE_LOADING", "EAGER"},
+                                    std::pair{"CUDA_DEVICE_MAX_CONNECTIONS", kMostConnections}}) {
+    const char* current = get(name);
+    if (current != nullptr) {
+      settings.push_back({name, current, false});
+      continue;
+    }
+    set(name, value);
+    settings.push_back({name, value, true});
+  }
+  return settings;
+}
+
+GemmShape linear_forward_shape(int64_t rows, int64_t in, int64_t out) {
+  return {.transpose_a = false,
+          .transpose_b = true,
+          .m = rows,
+          .n = out,
+          .k = in,
+          .fp32_output = false};
+}
+
+GemmShape linear_dgrad_shape(int64_t rows, int64_t in, int64_t out) {
+  return {.transpose_a = false,
+          .transpose_b = false,
+          .m = rows,
+          .n = in,
+          .k = out,
+          .fp32_output = false};
+}
+
+GemmShape linear_wgrad_shape(int64_t rows, int64_t in, int64_t out) {
+  return {
+      .transpose_a = true, .transpose_b = false, .m = out, .n = in, .k = rows, .fp32_output = true};
+}
+
+std::vector<GemmShape> model_gemm_shapes(const RankShape& d, bool has_layers, bool has_head) {
+  std::set<GemmShape> shapes;
+  const auto linear = [&](int64_t in, int64_t out) {
+    shapes.insert(linear_forward_shape(d.tokens, in, out));
+    shapes.insert(linear_dgrad_shape(d.tokens, in, out));
+    shapes.insert(linear_wgrad_shape(d.tokens, in, out));
+  };
+  if (has_layers) {
+    linear(d.hidden, d.qkv_width);  // fused QKV
+    linear(d.q_width, d.hidden);    // output projection
+    linear(d.hidden, 2 * d.ffn);    // gate and up
+    linear(d.ffn, d.hidden);        // down
+  }
+  if (has_head) linear(d.hidden, d.vocab_local);
+  return {shapes.begin(), shapes.end()};
+}
+
+DevicePreparation prepare_device(DeviceApi& api, const std::vector<GemmShape>& gemm_shapes,
+                                 StreamHandle compute) {
+  DevicePreparation done;
+  done.kernels = api.load_kernels();
+  done.stack_bytes = std::max(done.kernels.max_stack_bytes, kDefaultStackBytes);
+  api.set_stack_limit(done.stack_bytes);
+  for (const GemmShape& shape : gemm_shapes) api.warm_gemm(shape, compute);
+  done.gemm_shapes = static_cast<int64_t>(gemm_shapes.size());
+  api.synchronize_device();
+  return done;
+}
+
+}  // namespace dhelix::cuda

@@ -1,0 +1,69 @@
+#include "runtime/cuda/device_setup.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "tests/device/recording_device.h"
+
+namespace dhelix::cuda {
+namespace {
+
+TEST(DeviceSetup, EnvironmentIsSetOnlyWhereTheUserLeftItUnset) {
+  std::map<std::string, std::string> env = {{"CUDA_DEVICE_MAX_CONNECTIONS", "16"}};
+  const auto settings = prepare_cuda_environment(
+      [&](const char* name) -> const char* {
+        const auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      [&](const char* name, const char* value) { env[name] = value; });
+  EXPECT_EQ(env.at("CUDA_MODULE_LOADING"), "EAGER");
+  EXPECT_EQ(env.at("CUDA_DEVICE_MAX_CONNECTIONS"), "16");  // the user's, kept
+  ASSERT_EQ(settings.size(), 2u);
+  EXPECT_TRUE(settings[0].set_by_dhelix);
+  EXPECT_FALSE(settings[1].set_by_dhelix);
+}
+
+TEST(DeviceSetup, LinearShapesAreCublasGemmsContracts) {
+  // y[4, 2] = x[4, 3] W^T: gemm(no, transposed, m 4, n 2, k 3) (cublas_gemm.h's example).
+  EXPECT_EQ(linear_forward_shape(4, 3, 2), (GemmShape{false, true, 4, 2, 3, false}));
+  // dx[4, 3] = dy[4, 2] W[2, 3].
+  EXPECT_EQ(linear_dgrad_shape(4, 3, 2), (GemmShape{false, false, 4, 3, 2, false}));
+  // dW[2, 3] += dy^T x, fp32.
+  EXPECT_EQ(linear_wgrad_shape(4, 3, 2), (GemmShape{true, false, 2, 3, 4, true}));
+}
+
+TEST(DeviceSetup, ModelShapesCoverLayersAndHead) {
+  RankShape d;
+  d.tokens = 8;
+  d.hidden = 16;
+  d.q_width = 16;
+  d.qkv_width = 32;
+  d.ffn = 24;
+  d.vocab_local = 50;
+  EXPECT_EQ(model_gemm_shapes(d, true, false).size(), 12u);  // 4 linears x 3
+  EXPECT_EQ(model_gemm_shapes(d, true, true).size(), 15u);
+  EXPECT_EQ(model_gemm_shapes(d, false, true).size(), 3u);
+  EXPECT_TRUE(model_gemm_shapes(d, false, false).empty());
+}
+
+TEST(DeviceSetup, PrepareLoadsRaisesTheStackAndWarmsInOrder) {
+  testing::RecordingDevice device(/*kernel_stack_bytes=*/3000);
+  const std::vector<GemmShape> shapes = {linear_forward_shape(4, 3, 2),
+                                         linear_dgrad_shape(4, 3, 2)};
+  const DevicePreparation done = prepare_device(device, shapes, nullptr);
+  EXPECT_EQ(done.stack_bytes, 3000);
+  EXPECT_EQ(done.gemm_shapes, 2);
+  using Kind = testing::DeviceCall::Kind;
+  std::vector<Kind> kinds;
+  for (const auto& call : device.calls()) kinds.push_back(call.kind);
+  EXPECT_EQ(kinds, (std::vector<Kind>{Kind::kLoadKernels, Kind::kStackLimit, Kind::kWarmGemm,
+                                      Kind::kWarmGemm, Kind::kSynchronize}));
+  // A kernel needing less than CUDA's default 1024 bytes leaves the default.
+  testing::RecordingDevice small(100);
+  EXPECT_EQ(prepare_device(small, {}, nullptr).stack_bytes, 1024);
+}
+
+}  // namespace
+}  // namespace dhelix::cuda

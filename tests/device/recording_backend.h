@@ -1,0 +1,102 @@
+#pragma once
+// A model backend (runtime/model/model_backend.h) for the fake device: CpuBackend's host
+// memory and types, kernels that compute nothing and only record their launch (name and
+// stream) in a RecordingDevice, GEMMs as the exact cuBLAS shapes CublasGemm would run
+// (runtime/cuda/device_setup.h's linear_*_shape). BasicStageModel<RecordingBackend> so
+// runs the real model's op wiring on the fake, with the real GEMM shapes.
+
+#include "runtime/cuda/device_setup.h"
+#include "runtime/model/cpu_backend.h"
+#include "tests/device/recording_device.h"
+
+namespace dhelix::cuda::testing {
+
+struct RecordingBackend {
+  using Act = float;
+  static constexpr rt::ElementType kActivationType = rt::ElementType::kFloat32;
+  using Rope = rt::CpuBackend::Rope;
+  using MemoryConfig = rt::CpuBackend::MemoryConfig;
+  using Memory = rt::CpuBackend::Memory;
+  struct Exec {
+    RecordingDevice* device = nullptr;
+    StreamHandle stream = nullptr;
+  };
+
+  static void launch(const Exec& e, const char* kernel) { e.device->kernel(kernel, e.stream); }
+
+  static void linear_forward(const Exec& e, int64_t rows, int64_t in, int64_t out, const float*,
+                             const float*, float*) {
+    e.device->gemm(linear_forward_shape(rows, in, out), e.stream);
+  }
+  static void linear_dgrad(const Exec& e, int64_t rows, int64_t in, int64_t out, const float*,
+                           const float*, float*) {
+    e.device->gemm(linear_dgrad_shape(rows, in, out), e.stream);
+  }
+  static void linear_wgrad_accumulate(const Exec& e, int64_t rows, int64_t in, int64_t out,
+                                      const float*, const float*, float*) {
+    e.device->gemm(linear_wgrad_shape(rows, in, out), e.stream);
+  }
+  static void rmsnorm_forward(const Exec& e, int64_t, int64_t, const float*, const float*, float,
+                              float*, float*) {
+    launch(e, "rmsnorm_forward");
+  }
+  static void rmsnorm_backward(const Exec& e, int64_t, int64_t, const float*, const float*,
+                               const float*, const float*, float*, float*) {
+    launch(e, "rmsnorm_backward");
+  }
+  static void rope_forward(const Exec& e, const Rope&, int64_t, int64_t, int64_t, int64_t, float*) {
+    launch(e, "rope_forward");
+  }
+  static void rope_backward(const Exec& e, const Rope&, int64_t, int64_t, int64_t, int64_t,
+                            float*) {
+    launch(e, "rope_backward");
+  }
+  static void swiglu_forward(const Exec& e, int64_t, int64_t, const float*, float*) {
+    launch(e, "swiglu_forward");
+  }
+  static void swiglu_backward(const Exec& e, int64_t, int64_t, const float*, const float*, float*) {
+    launch(e, "swiglu_backward");
+  }
+  static void attention_forward(const Exec& e, const kernels::AttentionShape&, const float*,
+                                const float*, const float*, float*, float*) {
+    launch(e, "attention_forward");
+  }
+  static void attention_backward(const Exec& e, const kernels::AttentionShape&, const float*,
+                                 const float*, const float*, const float*, const float*,
+                                 const float*, float*, float*, float*, float*) {
+    launch(e, "attention_backward");
+  }
+  static void split_qkv(const Exec& e, int64_t, int64_t, int64_t, const float*, float*, float*,
+                        float*) {
+    launch(e, "split_qkv");
+  }
+  static void merge_qkv(const Exec& e, int64_t, int64_t, int64_t, const float*, const float*,
+                        const float*, float*) {
+    launch(e, "merge_qkv");
+  }
+  static void add_tensors(const Exec& e, int64_t, const float*, const float*, float*) {
+    launch(e, "add_tensors");
+  }
+  static void embedding_forward(const Exec& e, int64_t, int64_t, const int64_t*, const float*,
+                                int64_t, int64_t, float*) {
+    launch(e, "embedding_forward");
+  }
+  static void embedding_backward(const Exec& e, int64_t, int64_t, const int64_t*, const float*,
+                                 int64_t, int64_t, float*) {
+    launch(e, "embedding_backward");
+  }
+  static void vocab_parallel_stats(const Exec& e, int64_t, int64_t, int64_t, const float*,
+                                   const int64_t*, float*) {
+    launch(e, "vocab_parallel_stats");
+  }
+  static void vocab_parallel_combine(const Exec& e, int64_t, int64_t, int64_t, const float*,
+                                     const int64_t*, float*, float*) {
+    launch(e, "vocab_parallel_combine");
+  }
+  static void vocab_parallel_backward(const Exec& e, int64_t, int64_t, int64_t, const float*,
+                                      const int64_t*, const float*, float, float*) {
+    launch(e, "vocab_parallel_backward");
+  }
+};
+
+}  // namespace dhelix::cuda::testing

@@ -1,0 +1,126 @@
+#pragma once
+// A fake DeviceApi (runtime/cuda/device_api.h) that does nothing but record every call in
+// order, as ninja's tests fake their disk: with it, the set-up, the CUDA executor and the
+// teardown of every rank of a job run on a machine without a GPU, and tests assert the
+// order of what they would have asked of CUDA, NCCL and cuBLAS. Handles are small
+// integers (1, 2, ...) in pointer clothing; every stream is always "done".
+//
+// RecordingBackend (recording_backend.h) adds the model's kernel launches and GEMMs to the
+// same log, so one run's record holds the whole story.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/device_api.h"
+
+namespace dhelix::cuda::testing {
+
+/// One recorded call.
+struct DeviceCall {
+  enum class Kind {
+    kCreateStream,  // value: 1 high priority, 0 not
+    kDestroyStream,
+    kCreateEvent,  // value: 1 timing
+    kDestroyEvent,
+    kRecord,  // event on stream
+    kWait,    // stream waits on event
+    kQuery,
+    kElapsed,
+    kSynchronize,
+    kDelay,
+    kLoadKernels,
+    kStackLimit,  // value: bytes
+    kWarmGemm,    // gemm on stream
+    kUniqueId,
+    kCommInit,  // comm, label
+    kCommDestroy,
+    kCommAbort,
+    kCollective,  // comm on stream, value: CollectiveOp
+    kSend,        // comm on stream
+    kRecv,        // comm on stream
+    kAsyncError,
+    kAllocate,
+    kFree,
+    kKernel,  // label: kernel, on stream (RecordingBackend)
+    kGemm,    // gemm on stream (RecordingBackend)
+    kMark,    // label: the test's own marker
+  };
+  Kind kind = Kind::kMark;
+  int64_t stream = 0;  ///< 0: none
+  int64_t event = 0;
+  int64_t comm = 0;
+  int64_t value = 0;
+  std::string label;
+  GemmShape gemm;
+};
+const char* device_call_name(DeviceCall::Kind kind);
+
+class RecordingDevice final : public DeviceApi {
+ public:
+  /// kernel_stack_bytes: what load_kernels reports as the largest kernel's stack.
+  explicit RecordingDevice(int64_t kernel_stack_bytes = 4096)
+      : kernel_stack_bytes_(kernel_stack_bytes) {}
+
+  const std::vector<DeviceCall>& calls() const { return calls_; }
+  /// Adds a marker ("iteration 1") to the log.
+  void mark(const std::string& label) {
+    DeviceCall call;
+    call.kind = DeviceCall::Kind::kMark;
+    call.label = label;
+    add(std::move(call));
+  }
+  /// Model ops (RecordingBackend) record through these.
+  void kernel(const std::string& name, StreamHandle stream);
+  void gemm(const GemmShape& shape, StreamHandle stream);
+
+  static int64_t id(const void* handle) {
+    return static_cast<int64_t>(reinterpret_cast<uintptr_t>(handle));
+  }
+
+  StreamHandle create_stream(bool high_priority) override;
+  void destroy_stream(StreamHandle stream) noexcept override;
+  EventHandle create_event(bool timing) override;
+  void destroy_event(EventHandle event) noexcept override;
+  void record_event(EventHandle event, StreamHandle stream) override;
+  void wait_event(StreamHandle stream, EventHandle event) override;
+  bool stream_done(StreamHandle stream) override;
+  double elapsed_ms(EventHandle start, EventHandle end) override;
+  void synchronize_device() override;
+  void delay(int64_t microseconds, StreamHandle stream) override;
+  KernelInventory load_kernels() override;
+  void set_stack_limit(int64_t bytes_per_thread) override;
+  void warm_gemm(const GemmShape& shape, StreamHandle stream) override;
+  CommId comm_unique_id() override;
+  CommHandle comm_init(const CommId& id, int64_t size, int64_t rank, const std::string& label,
+                       int64_t max_ctas) override;
+  void comm_destroy(CommHandle comm) noexcept override;
+  void comm_abort(CommHandle comm) noexcept override;
+  void collective(CommHandle comm, CollectiveOp op, const void* in, void* out, int64_t count,
+                  DeviceDtype dtype, StreamHandle stream) override;
+  void send(CommHandle comm, const void* data, int64_t count, DeviceDtype dtype, int64_t peer,
+            StreamHandle stream) override;
+  void recv(CommHandle comm, void* data, int64_t count, DeviceDtype dtype, int64_t peer,
+            StreamHandle stream) override;
+  std::optional<std::string> comm_async_error(CommHandle comm) override;
+  int64_t internal_streams_per_comm() const override { return 2; }
+  void* allocate_scratch(int64_t bytes) override;
+  void free_scratch(void* pointer) noexcept override;
+
+ private:
+  void add(DeviceCall call) { calls_.push_back(std::move(call)); }
+  template <class Handle>
+  static Handle handle(int64_t id) {
+    return reinterpret_cast<Handle>(static_cast<uintptr_t>(id));
+  }
+
+  int64_t kernel_stack_bytes_;
+  int64_t next_stream_ = 1;
+  int64_t next_event_ = 1;
+  int64_t next_comm_ = 1;
+  std::vector<std::vector<char>> scratch_;
+  std::vector<DeviceCall> calls_;
+};
+
+}  // namespace dhelix::cuda::testing
