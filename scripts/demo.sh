@@ -18,4 +18,4 @@ DHELIX_TARGETS="dhelix-plan dhelix-profile dhelix-run dhelix-diff" \
 job=${1:-examples/jobs/llama-25b-a40-dp8-tp8.json}
 mkdir -p out
 echo "demo: planning $job" >&2
-build/tools/dhelix-plan "$job" -o out/plan.json
+"${DHELIX_BUILD_DIR:-build}/tools/dhelix-plan" "$job" -o out/plan.json
