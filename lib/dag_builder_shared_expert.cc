@@ -33,9 +33,8 @@ std::vector<int64_t> shared_gather(const BuildContext& ctx, LayerDag& dag, Pass 
                                    const std::vector<int64_t>& after) {
   if (!ctx.sp) return after;
   return {add_after(dag,
-                    make_comm(ctx, pass_prefix(pass) + "allgather_shared", OpKind::kAllGather,
-                              pass, ParallelDim::kTp, ctx.bytes(ctx.tokens * ctx.hidden),
-                              ctx.dtype),
+                    make_comm(ctx, pass_prefix(pass) + "allgather_shared", OpKind::kAllGather, pass,
+                              ParallelDim::kTp, ctx.bytes(ctx.tokens * ctx.hidden), ctx.dtype),
                     after)};
 }
 
@@ -60,11 +59,11 @@ int64_t add_shared_expert_forward(const BuildContext& ctx, LayerDag& dag,
   const Pass f = Pass::kForward;
   const int64_t ffn = shared_ffn_per_rank(ctx);
   const std::vector<int64_t> input = shared_gather(ctx, dag, f, after);
-  const int64_t fc1 = add_after(dag,
-                                make_gemm(ctx, "fwd.shared_fc1", OpKind::kGemm, f,
-                                          GemmRole::kForward, 1, ctx.tokens, ctx.fc1_width(ffn),
-                                          ctx.hidden),
-                                input);
+  const int64_t fc1 =
+      add_after(dag,
+                make_gemm(ctx, "fwd.shared_fc1", OpKind::kGemm, f, GemmRole::kForward, 1,
+                          ctx.tokens, ctx.fc1_width(ffn), ctx.hidden),
+                input);
   const int64_t act = add_after(
       dag, make_activation(ctx, "fwd.shared_" + activation_id(ctx), f, ctx.tokens, ffn), {fc1});
   const int64_t fc2 = add_after(dag,
@@ -86,18 +85,18 @@ int64_t add_shared_expert_backward(const BuildContext& ctx, LayerDag& dag, int64
   add_after(dag,
             make_wgrad(ctx, "bwd.shared_fc2_wgrad", OpKind::kGemm, 1, ctx.tokens, ctx.hidden, ffn),
             grad);
-  const int64_t act = add_after(
-      dag, make_activation(ctx, "bwd.shared_" + activation_id(ctx), b, ctx.tokens, ffn),
-      {fc2_dgrad});
+  const int64_t act =
+      add_after(dag, make_activation(ctx, "bwd.shared_" + activation_id(ctx), b, ctx.tokens, ffn),
+                {fc2_dgrad});
   const int64_t fc1_dgrad =
       add_after(dag,
                 make_gemm(ctx, "bwd.shared_fc1_dgrad", OpKind::kGemm, b, GemmRole::kDgrad, 1,
                           ctx.tokens, ctx.hidden, fc1_width),
                 {act});
-  add_after(dag,
-            make_wgrad(ctx, "bwd.shared_fc1_wgrad", OpKind::kGemm, 1, ctx.tokens, fc1_width,
-                       ctx.hidden),
-            {act});
+  add_after(
+      dag,
+      make_wgrad(ctx, "bwd.shared_fc1_wgrad", OpKind::kGemm, 1, ctx.tokens, fc1_width, ctx.hidden),
+      {act});
   return shared_reduce(ctx, dag, b, fc1_dgrad);
 }
 

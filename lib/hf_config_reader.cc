@@ -24,8 +24,8 @@ struct HfArchitecture {
   HfFamily family;
 };
 
-// Mistral shares Llama's config keys and layer shape, plus a sliding window; the newer transformers spelling
-// "PhimoeForCausalLM" is accepted beside the published "PhiMoEForCausalLM".
+// Mistral shares Llama's config keys and layer shape, plus a sliding window; the newer transformers
+// spelling "PhimoeForCausalLM" is accepted beside the published "PhiMoEForCausalLM".
 constexpr HfArchitecture kArchitectures[] = {
     {"LlamaForCausalLM", "llama", HfFamily::kLlama},
     {"MistralForCausalLM", "mistral", HfFamily::kMistral},
@@ -187,8 +187,7 @@ void read_qwen2_moe(ObjectReader& root, const Json& json, ModelSpec& model) {
   model.qkv_bias = true;
   read_qwen2_window(root, json, model);
   MoeSpec moe;
-  moe.num_experts =
-      root.integer("num_experts", Need::kOptional, kExpertCountRange).value_or(60);
+  moe.num_experts = root.integer("num_experts", Need::kOptional, kExpertCountRange).value_or(60);
   moe.top_k = root.integer("num_experts_per_tok", Need::kOptional, kExpertCountRange).value_or(4);
   moe.expert_ffn_hidden_size =
       root.integer("moe_intermediate_size", Need::kRequired, kHiddenSizeRange).value_or(0);
@@ -204,8 +203,7 @@ void read_qwen2_moe(ObjectReader& root, const Json& json, ModelSpec& model) {
                 "makes only every n-th layer sparse; dhelix models the same MLP in every layer "
                 "(1)");
   }
-  if (auto it = json.find("mlp_only_layers");
-      it != json.end() && it->is_array() && !it->empty()) {
+  if (auto it = json.find("mlp_only_layers"); it != json.end() && it->is_array() && !it->empty()) {
     root.report("mlp_only_layers", json_value_text(*it),
                 "lists dense layers; dhelix models the same MLP in every layer ([])");
   }

@@ -75,9 +75,8 @@ int64_t attention_parameter_count(const ModelSpec& model) {
 int64_t layer_mlp_parameter_count(const ModelSpec& model, int64_t experts_counted) {
   if (!model.is_moe()) return mlp_parameter_count(model, model.ffn_hidden_size, model.linear_bias);
   const int64_t router = model.hidden_size * model.moe->num_experts;
-  int64_t count =
-      router +
-      experts_counted * mlp_parameter_count(model, model.moe->expert_ffn_hidden_size, false);
+  int64_t count = router + experts_counted *
+                               mlp_parameter_count(model, model.moe->expert_ffn_hidden_size, false);
   if (model.moe->has_shared_expert()) {
     count += mlp_parameter_count(model, model.moe->shared_expert_ffn_hidden_size, false) +
              model.hidden_size;

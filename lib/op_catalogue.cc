@@ -57,9 +57,9 @@ std::string shape_fields(const Op& op) {
     case OpKind::kGroupedGemm:
       return fmt::format("b={},m={},n={},k={}", s.batch, s.m, s.n, s.k);
     case OpKind::kAttention: {
-      std::string text = fmt::format("b={},h={},g={},q={},kv={},d={},{}", s.batch, s.heads,
-                                     s.kv_heads, s.q_len, s.kv_len, s.head_dim,
-                                     s.causal ? "causal" : "full");
+      std::string text =
+          fmt::format("b={},h={},g={},q={},kv={},d={},{}", s.batch, s.heads, s.kv_heads, s.q_len,
+                      s.kv_len, s.head_dim, s.causal ? "causal" : "full");
       if (s.window > 0) text += fmt::format(",w={}", s.window);
       return text;
     }

@@ -151,9 +151,8 @@ TEST(HfArchitectures, Qwen15MoeA27bHasASharedExpert) {
   // Without the shared expert the forward loses exactly its five ops.
   ModelSpec no_shared = m;
   no_shared.moe->shared_expert_ffn_hidden_size = 0;
-  const LayerDags plain = build_layer_dags(make_job(no_shared, {.tp = 2, .dp = 8, .ep = 4,
-                                                                .sp = true, .seq = 4096}),
-                                           0);
+  const LayerDags plain = build_layer_dags(
+      make_job(no_shared, {.tp = 2, .dp = 8, .ep = 4, .sp = true, .seq = 4096}), 0);
   EXPECT_FALSE(plain.forward.find("fwd.shared_fc1").has_value());
   // all-gather, fc1, activation, fc2, reduce-scatter
   EXPECT_EQ(dags.forward.size() - plain.forward.size(), 5);

@@ -239,11 +239,10 @@ TEST(HfConfigReader, ActivationMustFitTheFamily) {
 }
 
 TEST(HfConfigReader, SupportedArchitecturesAreListedInOrder) {
-  EXPECT_EQ(
-      supported_hf_architectures(),
-      (Lines{"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "PhiMoEForCausalLM",
-             "PhimoeForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM",
-                  "GPT2LMHeadModel", "GPTNeoXForCausalLM"}));
+  EXPECT_EQ(supported_hf_architectures(),
+            (Lines{"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
+                   "PhiMoEForCausalLM", "PhimoeForCausalLM", "Qwen2ForCausalLM",
+                   "Qwen2MoeForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM"}));
 }
 
 }  // namespace
