@@ -140,7 +140,8 @@ ParameterEstimate estimate_parameters(const ModelSpec& m) {
   double mlp = matrices * h * static_cast<double>(m.ffn_hidden_size);
   if (m.is_moe()) {
     const double experts = static_cast<double>(m.moe->num_experts);
-    mlp = experts * (matrices * h * static_cast<double>(m.moe->expert_ffn_hidden_size) + h);
+    mlp = experts * (matrices * h * static_cast<double>(m.moe->expert_ffn_hidden_size) + h) +
+          matrices * h * static_cast<double>(m.moe->shared_expert_ffn_hidden_size);
   }
   ParameterEstimate estimate;
   estimate.per_layers =
