@@ -25,4 +25,10 @@ LayerDags build_layer_dags(const JobSpec& job, int64_t rank);
 /// empty DAGs.
 LayerDags build_stage_extras(const JobSpec& job, int64_t rank, bool first_stage, bool last_stage);
 
+/// `dags` (a layer's, from build_layer_dags or build_intra_batch_layer_dags) with the
+/// forward ops that `granularity` recomputes repeated in the backward DAG
+/// (dag_builder_recompute.cc): every forward op for kFull, the core attention for
+/// kSelective, nothing for kNone. The forward DAG is unchanged.
+LayerDags with_recompute(LayerDags dags, RecomputeGranularity granularity);
+
 }  // namespace dhelix

@@ -95,5 +95,12 @@ int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp);
 /// MoE MLP backward between bda_mlp and ln_mlp. Returns the ops producing the gradient
 /// of ln_mlp's output.
 std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, int64_t bda_mlp);
+/// The shared expert of a MoE layer (dag_builder_shared_expert.cc), a tensor-parallel dense
+/// MLP run after the routed experts. Forward starts after `after` (ln_mlp and unpermute)
+/// and returns the op whose output is the MLP's; backward runs first from bda_mlp and
+/// returns the op producing its share of d(ln_mlp output).
+int64_t add_shared_expert_forward(const BuildContext& ctx, LayerDag& dag,
+                                  const std::vector<int64_t>& after);
+int64_t add_shared_expert_backward(const BuildContext& ctx, LayerDag& dag, int64_t bda_mlp);
 
 }  // namespace dhelix::dag_detail

@@ -171,15 +171,20 @@ int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp) 
   const int64_t combined =
       maybe_all_to_all(ctx, dag, s, "combine_a2a", f,
                        maybe_expert_tp_comm(ctx, dag, s, OpKind::kReduceScatter, f, fc2));
-  return add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, f), {combined});
+  const int64_t unpermute =
+      add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, f), {combined});
+  if (!ctx.model->moe->has_shared_expert()) return unpermute;
+  return add_shared_expert_forward(ctx, dag, {ln_mlp, unpermute});
 }
 
 std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, int64_t bda_mlp) {
   const Pass b = Pass::kBackward;
   const MoeShapes s = moe_shapes(ctx);
   const int64_t fc1_width = ctx.fc1_width(s.ffn);
+  const bool shared = ctx.model->moe->has_shared_expert();
+  const int64_t shared_grad = shared ? add_shared_expert_backward(ctx, dag, bda_mlp) : bda_mlp;
   const int64_t unpermute =
-      add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, b), {bda_mlp});
+      add_after(dag, make_permutation(ctx, s, OpKind::kUnpermute, b), {bda_mlp, shared_grad});
   const int64_t grad =
       maybe_expert_tp_comm(ctx, dag, s, OpKind::kAllGather, b,
                            maybe_all_to_all(ctx, dag, s, "combine_a2a", b, unpermute));
@@ -212,6 +217,7 @@ std::vector<int64_t> add_moe_backward(const BuildContext& ctx, LayerDag& dag, in
   add_after(dag,
             make_wgrad(ctx, "bwd.router_wgrad", OpKind::kGemm, 1, s.tokens, s.experts, ctx.hidden),
             {router});
+  if (shared) return {permute, router, shared_grad};
   return {permute, router};
 }
 

@@ -1,6 +1,7 @@
 // Op factories and the per-rank context of the DAG builder (see dag_builder_internal.h for
 // what each op records).
 
+#include <algorithm>
 #include <utility>
 
 #include "lib/dag_builder_internal.h"
@@ -93,8 +94,14 @@ Op make_attention(const BuildContext& ctx, std::string id, Pass pass, int64_t kv
   s.kv_len = kv_len;
   s.head_dim = ctx.head_dim;
   s.causal = true;  // decoder-only models
+  // A sliding window shorter than the sequence bounds the keys each query attends to
+  // (exact for cp = 1; a CP ring step is charged as if it held the window's diagonal).
+  const int64_t window = ctx.model->sliding_window;
+  if (window > 0 && window < ctx.parallel->seq_length) s.window = window;
+  const int64_t keys = s.window > 0 ? std::min(s.kv_len, s.window) : s.kv_len;
+  // Model FLOPs: no causal discount, as in training_flops_per_iteration.
   const double forward_flops = 4.0 * as_double(s.batch) * as_double(s.heads) * as_double(s.q_len) *
-                               as_double(s.kv_len) * as_double(s.head_dim);
+                               as_double(keys) * as_double(s.head_dim);
   const int64_t q = s.batch * s.q_len * ctx.q_width;          // Q, O, dQ, dO elements
   const int64_t kv = s.batch * s.kv_len * ctx.kv_width;       // K or V elements
   const int64_t lse_bytes = s.batch * s.heads * s.q_len * 4;  // fp32 log-sum-exp

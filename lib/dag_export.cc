@@ -129,6 +129,7 @@ OrderedJson op_to_json(const Op& op) {
   shape["kv_len"] = s.kv_len;
   shape["head_dim"] = s.head_dim;
   shape["causal"] = s.causal;
+  if (s.window > 0) shape["window"] = s.window;
   OrderedJson j;
   j["id"] = op.id;
   j["kind"] = op_kind_name(op.kind);

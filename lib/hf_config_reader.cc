@@ -16,7 +16,7 @@
 namespace dhelix {
 namespace {
 
-enum class HfFamily { kLlama, kMixtral, kPhiMoe, kGpt2, kGptNeoX };
+enum class HfFamily { kLlama, kMistral, kMixtral, kPhiMoe, kQwen2, kQwen2Moe, kGpt2, kGptNeoX };
 
 struct HfArchitecture {
   const char* architecture;
@@ -24,14 +24,16 @@ struct HfArchitecture {
   HfFamily family;
 };
 
-// Mistral shares Llama's config keys and layer shape; the newer transformers spelling
-// "PhimoeForCausalLM" is accepted beside the published "PhiMoEForCausalLM".
+// Mistral shares Llama's config keys and layer shape, plus a sliding window; the newer transformers
+// spelling "PhimoeForCausalLM" is accepted beside the published "PhiMoEForCausalLM".
 constexpr HfArchitecture kArchitectures[] = {
     {"LlamaForCausalLM", "llama", HfFamily::kLlama},
-    {"MistralForCausalLM", "mistral", HfFamily::kLlama},
+    {"MistralForCausalLM", "mistral", HfFamily::kMistral},
     {"MixtralForCausalLM", "mixtral", HfFamily::kMixtral},
     {"PhiMoEForCausalLM", "phimoe", HfFamily::kPhiMoe},
     {"PhimoeForCausalLM", "phimoe", HfFamily::kPhiMoe},
+    {"Qwen2ForCausalLM", "qwen2", HfFamily::kQwen2},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", HfFamily::kQwen2Moe},
     {"GPT2LMHeadModel", "gpt2", HfFamily::kGpt2},
     {"GPTNeoXForCausalLM", "gpt_neox", HfFamily::kGptNeoX},
 };
@@ -129,10 +131,83 @@ void read_llama_like(ObjectReader& root, const Json& json, ModelSpec& model) {
       nullable_integer(root, json, "num_key_value_heads", Need::kOptional, kHeadCountRange)
           .value_or(model.num_attention_heads);
   model.vocab_size = root.integer("vocab_size", Need::kRequired, kVocabSizeRange).value_or(0);
+  // RoPE needs no position table: the context length only bounds the job's sequence
+  // length, which every job sets, so a config without it is fine.
   model.max_seq_length =
-      root.integer("max_position_embeddings", Need::kRequired, kSeqLengthRange).value_or(0);
+      nullable_integer(root, json, "max_position_embeddings", Need::kOptional, kSeqLengthRange)
+          .value_or(0);
   model.tied_embeddings = root.boolean("tie_word_embeddings", Need::kOptional).value_or(false);
   check_activation(root, "hidden_act", ActivationKind::kSwiGlu);
+}
+
+// Mistral and Mixtral: "sliding_window" (null or absent: full attention) applies to every
+// layer.
+void read_sliding_window(ObjectReader& root, const Json& json, ModelSpec& model) {
+  model.sliding_window =
+      nullable_integer(root, json, "sliding_window", Need::kOptional, kSeqLengthRange).value_or(0);
+}
+
+// Qwen2 windows layers max_window_layers .. L-1 when use_sliding_window is true (its
+// attention code); dhelix models one attention kind for all layers, so it takes a window
+// on all layers or none and refuses a mix.
+void read_qwen2_window(ObjectReader& root, const Json& json, ModelSpec& model) {
+  const bool use_window = root.boolean("use_sliding_window", Need::kOptional).value_or(false);
+  const std::optional<int64_t> window =
+      nullable_integer(root, json, "sliding_window", Need::kOptional, kSeqLengthRange);
+  const int64_t first_windowed =
+      nullable_integer(root, json, "max_window_layers", Need::kOptional, kLayerCountRange)
+          .value_or(0);
+  if (!use_window || !window || first_windowed >= model.num_layers) return;
+  if (first_windowed > 0) {
+    root.report("max_window_layers", std::to_string(first_windowed),
+                fmt::format("windows only layers {} .. {} of {}; dhelix models the same "
+                            "attention in every layer (set it to 0 or to num_hidden_layers)",
+                            first_windowed, model.num_layers - 1, model.num_layers));
+    return;
+  }
+  model.sliding_window = *window;
+}
+
+// Qwen2: Llama's shape with biases on the Q, K and V projections only (no attention_bias
+// or mlp_bias keys).
+void read_qwen2(ObjectReader& root, const Json& json, ModelSpec& model) {
+  read_llama_like(root, json, model);
+  model.ffn_hidden_size =
+      root.integer("intermediate_size", Need::kRequired, kHiddenSizeRange).value_or(0);
+  model.qkv_bias = true;
+  read_qwen2_window(root, json, model);
+}
+
+// Qwen2-MoE: Qwen2 attention; every MLP is num_experts routed experts of
+// moe_intermediate_size plus one gated shared expert of shared_expert_intermediate_size.
+// Dense layers between sparse ones (decoder_sparse_step > 1, mlp_only_layers) are refused:
+// dhelix models one MLP kind for all layers.
+void read_qwen2_moe(ObjectReader& root, const Json& json, ModelSpec& model) {
+  read_llama_like(root, json, model);
+  model.qkv_bias = true;
+  read_qwen2_window(root, json, model);
+  MoeSpec moe;
+  moe.num_experts = root.integer("num_experts", Need::kOptional, kExpertCountRange).value_or(60);
+  moe.top_k = root.integer("num_experts_per_tok", Need::kOptional, kExpertCountRange).value_or(4);
+  moe.expert_ffn_hidden_size =
+      root.integer("moe_intermediate_size", Need::kRequired, kHiddenSizeRange).value_or(0);
+  moe.shared_expert_ffn_hidden_size =
+      nullable_integer(root, json, "shared_expert_intermediate_size", Need::kOptional,
+                       kHiddenSizeRange)
+          .value_or(0);
+  model.moe = moe;
+  const int64_t step =
+      root.integer("decoder_sparse_step", Need::kOptional, kLayerCountRange).value_or(1);
+  if (step != 1) {
+    root.report("decoder_sparse_step", std::to_string(step),
+                "makes only every n-th layer sparse; dhelix models the same MLP in every layer "
+                "(1)");
+  }
+  if (auto it = json.find("mlp_only_layers"); it != json.end() && it->is_array() && !it->empty()) {
+    root.report("mlp_only_layers", json_value_text(*it),
+                "lists dense layers; dhelix models the same MLP in every layer ([])");
+  }
+  root.allow("mlp_only_layers");
 }
 
 void read_llama(ObjectReader& root, const Json& json, ModelSpec& model) {
@@ -227,9 +302,21 @@ ModelSpec model_from_hf_config(const Json& json, const std::string& file, Proble
     case HfFamily::kLlama:
       read_llama(root, json, model);
       break;
+    case HfFamily::kMistral:
+      read_llama(root, json, model);
+      read_sliding_window(root, json, model);
+      break;
     case HfFamily::kMixtral:
       read_llama_like(root, json, model);
+      read_sliding_window(root, json, model);
       read_moe(root, model, 8, 2);  // MixtralConfig defaults
+      break;
+    case HfFamily::kQwen2:
+      read_qwen2(root, json, model);
+      break;
+    case HfFamily::kQwen2Moe:
+      read_qwen2_moe(root, json, model);
+      pointers.top_k = root.pointer_of("num_experts_per_tok");
       break;
     case HfFamily::kPhiMoe:
       read_llama_like(root, json, model);

@@ -101,6 +101,24 @@ void read_size(ObjectReader& parallel, const std::string& key, int64_t& out) {
   if (auto value = parallel.integer(key, Need::kOptional, {.min = 1})) out = *value;
 }
 
+// ----- activation recompute and uneven pipeline stages -----
+// Megatron's flag names in snake case: recompute_granularity ("full" | "selective"),
+// recompute_method ("uniform" | "block"), recompute_num_layers,
+// decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers.
+void read_recompute_and_stages(ObjectReader& parallel, ParallelSpec& spec) {
+  if (auto g = parallel.string("recompute_granularity", Need::kOptional,
+                               {"none", "full", "selective"})) {
+    spec.recompute.granularity = *g == "full"        ? RecomputeGranularity::kFull
+                                 : *g == "selective" ? RecomputeGranularity::kSelective
+                                                     : RecomputeGranularity::kNone;
+  }
+  if (auto m = parallel.string("recompute_method", Need::kOptional, {"uniform", "block"})) {
+    spec.recompute.method = *m == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
+  }
+  read_size(parallel, "recompute_num_layers", spec.recompute.num_layers);
+  read_size(parallel, "decoder_first_pipeline_num_layers", spec.first_stage_layers);
+  read_size(parallel, "decoder_last_pipeline_num_layers", spec.last_stage_layers);
+}
 // ----- cost-model settings: communication overlap and MoE routing -----
 void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
   if (auto on = parallel.boolean("overlap_grad_reduce", Need::kOptional))
@@ -140,6 +158,7 @@ ParallelSpec read_parallel(ObjectReader& parallel) {
       parallel.report("rank_order", json_value_text(Json(*text)), why);
     }
   }
+  read_recompute_and_stages(parallel, spec);
   parallel.finish();
   return spec;
 }
@@ -248,6 +267,21 @@ OrderedJson parallel_to_json(const ParallelSpec& parallel) {
   json["global_batch_size"] = parallel.global_batch_size;
   json["seq_length"] = parallel.seq_length;
   json["rank_order"] = rank_order_text(parallel.rank_order);
+  // Recompute and uneven stages: written only when set, so that plans of jobs without them
+  // stay as they were.
+  if (parallel.recompute.enabled()) {
+    json["recompute_granularity"] = recompute_granularity_name(parallel.recompute.granularity);
+    if (parallel.recompute.granularity == RecomputeGranularity::kFull) {
+      json["recompute_method"] = recompute_method_name(parallel.recompute.method);
+      json["recompute_num_layers"] = parallel.recompute.num_layers;
+    }
+  }
+  if (parallel.first_stage_layers > 0) {
+    json["decoder_first_pipeline_num_layers"] = parallel.first_stage_layers;
+  }
+  if (parallel.last_stage_layers > 0) {
+    json["decoder_last_pipeline_num_layers"] = parallel.last_stage_layers;
+  }
   // cost-model settings
   if (!parallel.overlap_grad_reduce) json["overlap_grad_reduce"] = false;
   if (!parallel.overlap_param_gather) json["overlap_param_gather"] = false;

@@ -6,6 +6,7 @@
 
 #include "lib/divisibility_hints.h"
 #include "lib/dtype.h"
+#include "lib/stage_split.h"
 
 namespace dhelix {
 namespace {
@@ -139,7 +140,8 @@ ParameterEstimate estimate_parameters(const ModelSpec& m) {
   double mlp = matrices * h * static_cast<double>(m.ffn_hidden_size);
   if (m.is_moe()) {
     const double experts = static_cast<double>(m.moe->num_experts);
-    mlp = experts * (matrices * h * static_cast<double>(m.moe->expert_ffn_hidden_size) + h);
+    mlp = experts * (matrices * h * static_cast<double>(m.moe->expert_ffn_hidden_size) + h) +
+          matrices * h * static_cast<double>(m.moe->shared_expert_ffn_hidden_size);
   }
   ParameterEstimate estimate;
   estimate.per_layers =
@@ -319,11 +321,44 @@ void check_batch(const JobSpec& job, Checker& check) {
                            nearest_multiples_text(p.global_batch_size, divisor)));
 }
 
+// ----- activation recompute and uneven pipeline stages -----
+
+// Megatron's --decoder-first/last-pipeline-num-layers: the split of lib/stage_split.h.
+void check_uneven_stages(const JobSpec& job, Checker& check) {
+  const ParallelSpec& p = job.parallel;
+  if (job.model.num_layers <= 0) return;
+  std::string why;
+  if (split_stages(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers, why)) {
+    return;
+  }
+  const bool first = p.first_stage_layers > 0;
+  check.report(first ? "parallel.decoder_first_pipeline_num_layers"
+                     : "parallel.decoder_last_pipeline_num_layers",
+               first ? p.first_stage_layers : p.last_stage_layers,
+               fmt::format("cannot split num_layers = {} over pp = {} stages: {}",
+                           job.model.num_layers, p.pp, why));
+}
+
+// Selective recompute has no method or layer count in Megatron; recompute_num_layers must
+// be positive (the reader checks files; flags come here).
+void check_recompute(const JobSpec& job, Checker& check) {
+  const RecomputeSpec& r = job.parallel.recompute;
+  if (r.num_layers < 1) {
+    check.report("parallel.recompute_num_layers", r.num_layers, "must be at least 1");
+  }
+  if (r.granularity != RecomputeGranularity::kFull && r.method == RecomputeMethod::kBlock) {
+    check.report_text("parallel.recompute_method", "\"block\"",
+                      "needs recompute_granularity \"full\" (Megatron's rule: selective "
+                      "recompute has no method)");
+  }
+}
+
 // DHelix folds the model into a U: each of the pp stages holds two of 2·pp equal chunks of
 // layers (one from each end), so num_layers must divide by 2·pp.
 void check_folding(const JobSpec& job, Checker& check) {
   const ParallelSpec& p = job.parallel;
   const int64_t layers = job.model.num_layers;
+  if (p.uneven_stages()) return check_uneven_stages(job, check);
   if (layers <= 0 || layers % (2 * p.pp) == 0) return;
   // 2·pp divides num_layers exactly when pp divides num_layers / 2 (never for odd counts).
   const std::string valid_pp = layers % 2 == 0 ? divisors_text(layers / 2) : "";
@@ -352,6 +387,7 @@ ProblemList validate_job(const JobSpec& job) {
   check_sequence(job, check);
   check_batch(job, check);
   check_folding(job, check);
+  check_recompute(job, check);
   return problems;
 }
 

@@ -27,6 +27,9 @@ std::optional<MoeSpec> read_moe(ObjectReader& root) {
       moe_reader->real("capacity_factor", Need::kOptional, kCapacityFactorRange).value_or(0.0);
   moe.expert_ffn_hidden_size =
       moe_reader->integer("expert_ffn_hidden_size", Need::kRequired, kHiddenSizeRange).value_or(0);
+  moe.shared_expert_ffn_hidden_size =
+      moe_reader->integer("shared_expert_ffn_hidden_size", Need::kOptional, kHiddenSizeRange)
+          .value_or(0);
   moe_reader->finish();
   return moe;
 }
@@ -87,10 +90,18 @@ ModelSpec model_from_json(const Json& json, const std::string& file, ProblemList
   model.head_dim = head_dim.value_or(
       model.num_attention_heads > 0 ? model.hidden_size / model.num_attention_heads : 0);
   model.vocab_size = root.integer("vocab_size", Need::kRequired, kVocabSizeRange).value_or(0);
+  // Only a learned position table needs the context length; otherwise the job's sequence
+  // length is all the planner uses.
   model.max_seq_length =
-      root.integer("max_seq_length", Need::kRequired, kSeqLengthRange).value_or(0);
+      root.integer("max_seq_length",
+                   model.position == PositionKind::kLearned ? Need::kRequired : Need::kOptional,
+                   kSeqLengthRange)
+          .value_or(0);
   model.tied_embeddings = root.boolean("tied_embeddings", Need::kOptional).value_or(false);
   model.linear_bias = root.boolean("linear_bias", Need::kOptional).value_or(false);
+  model.qkv_bias = root.boolean("qkv_bias", Need::kOptional).value_or(false);
+  model.sliding_window =
+      root.integer("sliding_window", Need::kOptional, kSeqLengthRange).value_or(0);
   model.moe = read_moe(root);
   // A MoE model's MLPs are all experts: the dense FFN size is then optional.
   model.ffn_hidden_size =
@@ -140,9 +151,13 @@ OrderedJson model_to_json(const ModelSpec& model) {
   json["num_kv_heads"] = model.num_kv_heads;
   json["head_dim"] = model.head_dim;
   json["vocab_size"] = model.vocab_size;
-  json["max_seq_length"] = model.max_seq_length;
+  // Keys added after 1.0.0 are written only when set, so the dump (and the model hash in
+  // plans) of a model without them is unchanged.
+  if (model.max_seq_length > 0) json["max_seq_length"] = model.max_seq_length;
   json["tied_embeddings"] = model.tied_embeddings;
   json["linear_bias"] = model.linear_bias;
+  if (model.qkv_bias) json["qkv_bias"] = true;
+  if (model.sliding_window > 0) json["sliding_window"] = model.sliding_window;
   json["dtype"] = dtype_name(model.dtype);
   if (model.moe) {
     OrderedJson moe;
@@ -150,6 +165,9 @@ OrderedJson model_to_json(const ModelSpec& model) {
     moe["top_k"] = model.moe->top_k;
     moe["capacity_factor"] = model.moe->capacity_factor;
     moe["expert_ffn_hidden_size"] = model.moe->expert_ffn_hidden_size;
+    if (model.moe->has_shared_expert()) {
+      moe["shared_expert_ffn_hidden_size"] = model.moe->shared_expert_ffn_hidden_size;
+    }
     json["moe"] = std::move(moe);
   }
   return json;

@@ -32,6 +32,11 @@ const char* position_kind_name(PositionKind kind) {
   return "?";
 }
 
+int64_t attended_keys(const ModelSpec& model, int64_t seq_length) {
+  if (model.sliding_window > 0 && model.sliding_window < seq_length) return model.sliding_window;
+  return seq_length;
+}
+
 int64_t norm_parameter_count(const ModelSpec& model) {
   return model.norm == NormKind::kLayerNorm ? 2 * model.hidden_size : model.hidden_size;
 }
@@ -56,17 +61,27 @@ int64_t attention_parameter_count(const ModelSpec& model) {
   const int64_t q = model.num_attention_heads * model.head_dim;
   const int64_t kv = model.num_kv_heads * model.head_dim;
   int64_t count = h * q + 2 * h * kv + q * h;
-  if (model.linear_bias) count += q + 2 * kv + h;
+  if (model.linear_bias) {
+    count += q + 2 * kv + h;
+  } else if (model.qkv_bias) {
+    count += q + 2 * kv;  // Qwen2: the output projection has none
+  }
   return count;
 }
 
 // The MLP part of one layer counting `experts_counted` experts (MoE) or the dense MLP.
-// Experts and the router carry no biases, as in Mixtral and PhiMoE.
+// Experts and the router carry no biases, as in Mixtral and PhiMoE. A shared expert
+// (Qwen2-MoE) is a bias-free MLP every token passes, plus its gate: one h -> 1 projection.
 int64_t layer_mlp_parameter_count(const ModelSpec& model, int64_t experts_counted) {
   if (!model.is_moe()) return mlp_parameter_count(model, model.ffn_hidden_size, model.linear_bias);
   const int64_t router = model.hidden_size * model.moe->num_experts;
-  return router +
-         experts_counted * mlp_parameter_count(model, model.moe->expert_ffn_hidden_size, false);
+  int64_t count = router + experts_counted *
+                               mlp_parameter_count(model, model.moe->expert_ffn_hidden_size, false);
+  if (model.moe->has_shared_expert()) {
+    count += mlp_parameter_count(model, model.moe->shared_expert_ffn_hidden_size, false) +
+             model.hidden_size;
+  }
+  return count;
 }
 
 int64_t non_layer_parameter_count(const ModelSpec& model) {
@@ -109,10 +124,13 @@ double training_flops_per_iteration(const ModelSpec& model, int64_t sequences, i
   const double ffn = static_cast<double>(model.is_moe() ? model.moe->expert_ffn_hidden_size
                                                         : model.ffn_hidden_size);
   const double top_k = model.is_moe() ? static_cast<double>(model.moe->top_k) : 1.0;
+  const double shared =
+      model.is_moe() ? static_cast<double>(model.moe->shared_expert_ffn_hidden_size) : 0.0;
   const double gated = model.activation == ActivationKind::kSwiGlu ? 1.5 : 1.0;
+  const auto keys = static_cast<double>(attended_keys(model, seq_length));
 
-  const double attention = (1.0 + groups / heads + s / h) * (q / h);
-  const double mlp = (ffn / h) * top_k * gated;
+  const double attention = (1.0 + groups / heads + keys / h) * (q / h);
+  const double mlp = ((ffn / h) * top_k + shared / h) * gated;
   const double logits = vocab / (2.0 * layers * h);
   return 12.0 * static_cast<double>(sequences) * s * layers * h * h * (attention + mlp + logits);
 }

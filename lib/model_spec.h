@@ -29,6 +29,11 @@ struct MoeSpec {
   /// 0 means no capacity limit (dropless).
   double capacity_factor = 0.0;
   int64_t expert_ffn_hidden_size = 0;  ///< FFN size of one expert
+  /// FFN size of the shared expert every token also passes, scaled by a sigmoid gate
+  /// (Qwen2-MoE's shared_expert_intermediate_size); 0 = no shared expert.
+  int64_t shared_expert_ffn_hidden_size = 0;
+
+  bool has_shared_expert() const { return shared_expert_ffn_hidden_size > 0; }
 };
 
 struct ModelSpec {
@@ -47,11 +52,20 @@ struct ModelSpec {
   int64_t max_seq_length = 0;  ///< the model's context length (a job may use less)
   bool tied_embeddings = false;
   bool linear_bias = false;  ///< GPT-style biases on the linear layers
+  /// Biases on the Q, K and V projections only (Qwen2); implied by linear_bias.
+  bool qkv_bias = false;
+  /// Sliding-window attention (Mistral): each query attends to at most this many keys,
+  /// itself included; 0 = the whole causal prefix.
+  int64_t sliding_window = 0;
   DType dtype = DType::kBf16;
   std::optional<MoeSpec> moe;
 
   bool is_moe() const { return moe.has_value(); }
 };
+
+/// Keys one query attends to at most in a sequence of `seq_length` tokens:
+/// min(seq_length, sliding_window), or seq_length without a window.
+int64_t attended_keys(const ModelSpec& model, int64_t seq_length);
 
 /// Parameters of one norm: RMSNorm has a scale (hidden_size), LayerNorm a scale and a shift.
 int64_t norm_parameter_count(const ModelSpec& model);
@@ -69,9 +83,11 @@ int64_t active_parameter_count(const ModelSpec& model);
 
 /// Model FLOPs of one training iteration (forward + backward, no recomputation), using
 /// Megatron-LM's closed form generalised to GQA, SwiGLU and MoE:
-/// 12·B·s·L·h²·[(1 + G/H + s/h)·(q/h) + (f/h)·k·(3/2 if SwiGLU) + V/(2·L·h)] where
-/// B is sequences per iteration, q = heads·head_dim, G = KV heads, f the (expert) FFN size,
-/// k the top-k (1 for dense). Causal masking is not discounted, as in Megatron's count.
+/// 12·B·s·L·h²·[(1 + G/H + a/h)·(q/h) + ((f/h)·k + f_s/h)·(3/2 if SwiGLU) + V/(2·L·h)]
+/// where B is sequences per iteration, q = heads·head_dim, G = KV heads, f the (expert) FFN
+/// size, k the top-k (1 for dense), f_s the shared expert's FFN size (0 without), a the
+/// attended keys (s, or the sliding window when shorter). Causal masking is not discounted,
+/// as in Megatron's count.
 double training_flops_per_iteration(const ModelSpec& model, int64_t sequences, int64_t seq_length);
 
 /// training_flops_per_iteration / tokens: model FLOPs per trained token.

@@ -34,9 +34,13 @@ std::string shape_fields(const Op& op) {
       return fmt::format("m={},n={},k={}", s.m, s.n, s.k);
     case OpKind::kGroupedGemm:
       return fmt::format("b={},m={},n={},k={}", s.batch, s.m, s.n, s.k);
-    case OpKind::kAttention:
-      return fmt::format("b={},h={},g={},q={},kv={},d={},{}", s.batch, s.heads, s.kv_heads, s.q_len,
-                         s.kv_len, s.head_dim, s.causal ? "causal" : "full");
+    case OpKind::kAttention: {
+      std::string text =
+          fmt::format("b={},h={},g={},q={},kv={},d={},{}", s.batch, s.heads, s.kv_heads, s.q_len,
+                      s.kv_len, s.head_dim, s.causal ? "causal" : "full");
+      if (s.window > 0) text += fmt::format(",w={}", s.window);
+      return text;
+    }
     default:
       break;
   }

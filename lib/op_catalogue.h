@@ -82,13 +82,15 @@ bool is_communication(OpKind kind);
 
 /// Per-rank shape of a computation. Which fields are meaningful depends on the kind:
 /// GEMM: m x k times k x n (batch = 1; grouped GEMM: batch = local experts, m = tokens
-/// per expert); attention: batch, heads, kv_heads, q_len, kv_len, head_dim, causal;
+/// per expert); attention: batch, heads, kv_heads, q_len, kv_len, head_dim, causal and
+/// window (sliding-window attention: keys per query at most; 0 = no window);
 /// elementwise and norms: elements (m = tokens, n = width).
 struct OpShape {
   int64_t m = 0, n = 0, k = 0;
   int64_t batch = 1;
   int64_t heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
   bool causal = false;
+  int64_t window = 0;
 };
 
 /// One operator instance of a layer's forward or backward pass, on one rank.

@@ -4,6 +4,30 @@
 
 namespace dhelix {
 
+const char* recompute_granularity_name(RecomputeGranularity g) {
+  switch (g) {
+    case RecomputeGranularity::kNone:
+      return "none";
+    case RecomputeGranularity::kFull:
+      return "full";
+    case RecomputeGranularity::kSelective:
+      return "selective";
+  }
+  DHELIX_CHECK_MSG(false, "unknown RecomputeGranularity");
+  return "";
+}
+
+const char* recompute_method_name(RecomputeMethod m) {
+  switch (m) {
+    case RecomputeMethod::kUniform:
+      return "uniform";
+    case RecomputeMethod::kBlock:
+      return "block";
+  }
+  DHELIX_CHECK_MSG(false, "unknown RecomputeMethod");
+  return "";
+}
+
 std::optional<int64_t> checked_product(std::initializer_list<int64_t> factors) {
   int64_t product = 1;
   for (int64_t factor : factors) {

@@ -19,6 +19,28 @@ inline constexpr EnumNames<ParallelDim, 5> kParallelDimNames{{"tp", "cp", "ep", 
 /// "tp", "cp", "ep", "dp", "pp"
 constexpr const char* parallel_dim_name(ParallelDim dim) { return kParallelDimNames.name(dim); }
 
+// ----- activation recompute and uneven pipeline stages (Megatron-LM's flags) -----------
+
+/// Megatron's --recompute-granularity: what a layer recomputes in its backward instead of
+/// keeping it from the forward. kFull: the whole layer (only its input is kept); kSelective:
+/// the core attention (Korthikanti et al. 2022, section 4.1).
+enum class RecomputeGranularity { kNone, kFull, kSelective };
+/// Megatron's --recompute-method (full granularity only): kUniform recomputes every layer,
+/// keeping the input of each group of num_layers layers; kBlock recomputes the first
+/// num_layers layers of each chunk and keeps the others' activations.
+enum class RecomputeMethod { kUniform, kBlock };
+
+const char* recompute_granularity_name(RecomputeGranularity g);  ///< "none", "full", "selective"
+const char* recompute_method_name(RecomputeMethod m);            ///< "uniform", "block"
+
+struct RecomputeSpec {
+  RecomputeGranularity granularity = RecomputeGranularity::kNone;
+  RecomputeMethod method = RecomputeMethod::kUniform;
+  int64_t num_layers = 1;  ///< --recompute-num-layers: group size (uniform) or count (block)
+
+  bool enabled() const { return granularity != RecomputeGranularity::kNone; }
+};
+
 struct ParallelSpec {
   int64_t dp = 1;   ///< data-parallel replicas
   int64_t tp = 1;   ///< tensor-parallel size
@@ -35,6 +57,16 @@ struct ParallelSpec {
   std::vector<ParallelDim> rank_order = {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp,
                                          ParallelDim::kDp, ParallelDim::kPp};
 
+  // ----- activation recompute and uneven pipeline stages -----
+  RecomputeSpec recompute;  ///< off by default
+  /// Megatron's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers:
+  /// transformer layers on the first / last 1F1B stage (0: not set, layers split evenly).
+  /// planner/folding.h derives both layouts from them.
+  int64_t first_stage_layers = 0;
+  int64_t last_stage_layers = 0;
+
+  /// True when first_stage_layers or last_stage_layers is set.
+  bool uneven_stages() const { return first_stage_layers > 0 || last_stage_layers > 0; }
   // ----- cost-model settings: communication overlap and MoE routing -----------------------
   /// Megatron's --overlap-grad-reduce: the DP gradient reduction runs bucket by bucket under
   /// the last micro-batch's backward (planner/dp_overlap.h). On by default.

@@ -17,7 +17,8 @@ PairingResult search_window(const StrandGraph& f, const StrandGraph& b, const Co
                             int64_t layers, const PairingOptions& options) {
   const StrandGraph fw = repeat(f, layers);
   const StrandGraph bw = repeat(b, layers);
-  const BlockCostModel cost(fw, bw, model);
+  // Layers repeat: a block shifted by whole layers costs the same, so it is simulated once.
+  const BlockCostModel cost(fw, bw, model, LayerPeriods{f.size(), b.size()});
   return search_pairing(cost, options);
 }
 

@@ -6,6 +6,7 @@
 
 #include "lib/divisibility_hints.h"
 #include "lib/error.h"
+#include "lib/stage_split.h"
 
 namespace dhelix {
 
@@ -26,18 +27,31 @@ void check_sizes(int64_t num_layers, int64_t pp) {
 
 int64_t FoldedLayout::stage_of_layer(int64_t layer) const {
   DHELIX_CHECK(layer >= 0 && layer < num_layers);
-  const int64_t chunk = layer / layers_per_chunk;  // 0 .. 2·pp-1 along the U
-  return chunk < pp ? chunk : 2 * pp - 1 - chunk;
+  for (int64_t p = 0; p < pp; ++p) {
+    const FoldedStage& s = stages[static_cast<size_t>(p)];
+    if (s.down.contains(layer) || s.up.contains(layer)) return p;
+  }
+  DHELIX_CHECK_MSG(false, "layer outside the folded layout");
+  return -1;
 }
 
 ChunkSide FoldedLayout::chunk_of_layer(int64_t layer) const {
-  DHELIX_CHECK(layer >= 0 && layer < num_layers);
-  return layer / layers_per_chunk < pp ? ChunkSide::kDown : ChunkSide::kUp;
+  return stages[static_cast<size_t>(stage_of_layer(layer))].down.contains(layer) ? ChunkSide::kDown
+                                                                                 : ChunkSide::kUp;
+}
+
+int64_t FoldedLayout::stage_layers(int64_t stage) const {
+  const FoldedStage& s = stages.at(static_cast<size_t>(stage));
+  return s.down.count + s.up.count;
 }
 
 int64_t UnfoldedLayout::stage_of_layer(int64_t layer) const {
   DHELIX_CHECK(layer >= 0 && layer < num_layers);
-  return layer / layers_per_stage;
+  for (int64_t p = 0; p < pp; ++p) {
+    if (stages[static_cast<size_t>(p)].contains(layer)) return p;
+  }
+  DHELIX_CHECK_MSG(false, "layer outside the unfolded layout");
+  return -1;
 }
 
 FoldedLayout fold_layers(int64_t num_layers, int64_t pp) {
@@ -83,6 +97,62 @@ UnfoldedLayout unfold_layers(int64_t num_layers, int64_t pp) {
   layout.head_loss_stage = pp - 1;
   for (int64_t p = 0; p < pp; ++p) {
     layout.stages.push_back(LayerRange{p * layout.layers_per_stage, layout.layers_per_stage});
+  }
+  return layout;
+}
+
+namespace {
+
+StageSplit checked_split(int64_t num_layers, int64_t pp, int64_t first, int64_t last) {
+  check_sizes(num_layers, pp);
+  std::string why;
+  auto split = split_stages(num_layers, pp, first, last, why);
+  if (!split) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("pp = {}, decoder_first_pipeline_num_layers = {}, "
+                            "decoder_last_pipeline_num_layers = {}: {}",
+                            pp, first, last, why));
+  }
+  return *split;
+}
+
+}  // namespace
+
+FoldedLayout fold_layers(int64_t num_layers, int64_t pp, int64_t first_stage_layers,
+                         int64_t last_stage_layers) {
+  if (first_stage_layers == 0 && last_stage_layers == 0) return fold_layers(num_layers, pp);
+  const StageSplit split = checked_split(num_layers, pp, first_stage_layers, last_stage_layers);
+  FoldedLayout layout;
+  layout.num_layers = num_layers;
+  layout.pp = pp;
+  layout.layers_per_chunk = split.middle_stage_layers / 2;
+  layout.stages.resize(static_cast<size_t>(pp));
+  int64_t next = 0;  // walk the U: chunk v on stage v (down), then 2·pp-1-v (up)
+  for (int64_t v = 0; v < 2 * pp; ++v) {
+    const LayerRange range{next, split.chunks[static_cast<size_t>(v)]};
+    if (v < pp) {
+      layout.stages[static_cast<size_t>(v)].down = range;
+    } else {
+      layout.stages[static_cast<size_t>(2 * pp - 1 - v)].up = range;
+    }
+    next += range.count;
+  }
+  return layout;
+}
+
+UnfoldedLayout unfold_layers(int64_t num_layers, int64_t pp, int64_t first_stage_layers,
+                             int64_t last_stage_layers) {
+  if (first_stage_layers == 0 && last_stage_layers == 0) return unfold_layers(num_layers, pp);
+  const StageSplit split = checked_split(num_layers, pp, first_stage_layers, last_stage_layers);
+  UnfoldedLayout layout;
+  layout.num_layers = num_layers;
+  layout.pp = pp;
+  layout.layers_per_stage = split.middle_stage_layers;
+  layout.head_loss_stage = pp - 1;
+  int64_t next = 0;
+  for (int64_t count : split.unfolded) {
+    layout.stages.push_back(LayerRange{next, count});
+    next += count;
   }
   return layout;
 }

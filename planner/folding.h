@@ -16,6 +16,14 @@
 // holds both ends of the model and therefore the embedding and the head with the loss.
 // The unfolded layout gives stage p the L/pp layers p·L/pp .. (p+1)·L/pp-1, the embedding
 // on stage 0 and the final norm, head and loss on stage pp-1.
+//
+// Uneven stages (Megatron's --decoder-first/last-pipeline-num-layers F and La): the layer
+// counts of lib/stage_split.h. Unfolded, stage 0 holds F layers and stage pp-1 holds La;
+// folded, stage 0's down chunk holds F - c and its up chunk La - c layers, where c is half
+// a middle stage's count. L = 126, pp = 16, F = La = 7 (c = 4):
+//
+//     folded   stage 0: L0-L2 + L123-L125   stage 1: L3-L6 + L119-L122  ...  stage 15: L59-L66
+//     unfolded stage 0: L0-L6   stage 1: L7-L14  ...  stage 14: L111-L118   stage 15: L119-L125
 
 #include <cstdint>
 #include <vector>
@@ -38,21 +46,25 @@ struct LayerRange {
 
 /// One stage of the folded layout.
 struct FoldedStage {
-  LayerRange down;  ///< chunk p: layers p·c .. p·c+c-1
-  LayerRange up;    ///< chunk 2·pp-1-p: the mirror layers L-(p+1)·c .. L-p·c-1
+  LayerRange down;  ///< chunk p: layers p·c .. p·c+c-1 (even stages)
+  LayerRange up;    ///< chunk 2·pp-1-p: the mirror layers L-(p+1)·c .. L-p·c-1 (even stages)
+
+  const LayerRange& chunk(ChunkSide side) const { return side == ChunkSide::kUp ? up : down; }
 };
 
 /// The U-shaped layout of L layers over pp stages.
 struct FoldedLayout {
   int64_t num_layers = 0;
   int64_t pp = 0;
-  int64_t layers_per_chunk = 0;     ///< c = L / (2·pp)
+  int64_t layers_per_chunk = 0;     ///< c = L / (2·pp); a middle stage's chunk when uneven
   std::vector<FoldedStage> stages;  ///< size pp
   int64_t embedding_stage = 0;      ///< always 0: it holds layer 0
   int64_t head_loss_stage = 0;      ///< always 0: it holds layer L-1 (final norm, head, loss)
 
-  /// Layers stage p keeps: 2·c = L / pp.
+  /// Layers a middle stage keeps: 2·c (= L / pp with even stages).
   int64_t layers_per_stage() const { return 2 * layers_per_chunk; }
+  /// Layers stage p keeps (down and up chunks).
+  int64_t stage_layers(int64_t stage) const;
   /// The stage and chunk holding `layer` (0 <= layer < num_layers).
   int64_t stage_of_layer(int64_t layer) const;
   ChunkSide chunk_of_layer(int64_t layer) const;
@@ -62,7 +74,7 @@ struct FoldedLayout {
 struct UnfoldedLayout {
   int64_t num_layers = 0;
   int64_t pp = 0;
-  int64_t layers_per_stage = 0;    ///< L / pp
+  int64_t layers_per_stage = 0;    ///< L / pp; a middle stage's count when uneven
   std::vector<LayerRange> stages;  ///< size pp
   int64_t embedding_stage = 0;     ///< 0
   int64_t head_loss_stage = 0;     ///< pp - 1
@@ -78,5 +90,13 @@ FoldedLayout fold_layers(int64_t num_layers, int64_t pp);
 /// The unfolded 1F1B layout. Throws Error(kInvalidInput) when num_layers % pp != 0, naming
 /// the nearest valid layer counts and pp values.
 UnfoldedLayout unfold_layers(int64_t num_layers, int64_t pp);
+
+/// Both layouts with the first and last 1F1B stages holding `first_stage_layers` and
+/// `last_stage_layers` layers (0: not set; both 0 is the even split above). Throws
+/// Error(kInvalidInput) naming the rule of lib/stage_split.h that the counts break.
+FoldedLayout fold_layers(int64_t num_layers, int64_t pp, int64_t first_stage_layers,
+                         int64_t last_stage_layers);
+UnfoldedLayout unfold_layers(int64_t num_layers, int64_t pp, int64_t first_stage_layers,
+                             int64_t last_stage_layers);
 
 }  // namespace dhelix

@@ -166,10 +166,10 @@ double single_strand_time_us(const LayerDag& dag, const Profile& profile,
 
 LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& profile,
                              const CoRunModel& co_run, int64_t chunk_layers,
-                             int64_t cross_layer_max_segment_ops) {
+                             int64_t cross_layer_max_segment_ops, RecomputeGranularity recompute) {
   LayerAnalysis a;
   a.chunk_layers = chunk_layers;
-  a.dags = build_layer_dags(job, rank);
+  a.dags = with_recompute(build_layer_dags(job, rank), recompute);
   a.forward = from_layer_dag(a.dags.forward, solo_lookup(profile));
   a.backward = from_layer_dag(a.dags.backward, solo_lookup(profile));
   const StrandKinds fk = strand_kinds(a.forward, a.dags.forward);
@@ -203,7 +203,8 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   a.wavelet_layer.si_pair_comm = blocks_comm(a.wavelet.blocks, fk, bk);
 
   // Intra-batch: the chunked DAGs, each strand alone.
-  a.intra_batch = strands_alone(build_intra_batch_layer_dags(job, rank), profile, co_run);
+  a.intra_batch = strands_alone(with_recompute(build_intra_batch_layer_dags(job, rank), recompute),
+                                profile, co_run);
   return a;
 }
 

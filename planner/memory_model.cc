@@ -86,6 +86,44 @@ int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
   return tokens * sequence_part / sequence_divisor + tokens * head_part / tp;
 }
 
+int64_t layer_input_bytes(const ModelSpec& model, const ParallelSpec& parallel) {
+  const int64_t elements = parallel.tokens_per_rank() * model.hidden_size;
+  return dtype_bytes(model.dtype) * elements / (parallel.sp ? parallel.tp : 1);
+}
+
+int64_t chunk_activation_bytes(const ModelSpec& model, const ParallelSpec& parallel, int64_t layers,
+                               const MemoryOptions& options) {
+  const int64_t full = layer_activation_bytes(model, parallel, options);
+  const RecomputeSpec& r = parallel.recompute;
+  if (r.granularity != RecomputeGranularity::kFull || layers == 0) return layers * full;
+  const int64_t input = layer_input_bytes(model, parallel);
+  if (r.method == RecomputeMethod::kUniform) return ceil_div(layers, r.num_layers) * input;
+  const int64_t recomputed = std::min(r.num_layers, layers);
+  return recomputed * input + (layers - recomputed) * full;
+}
+
+int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel,
+                                  int64_t layers, const MemoryOptions& options) {
+  const RecomputeSpec& r = parallel.recompute;
+  if (r.granularity != RecomputeGranularity::kFull || layers == 0) return 0;
+  const int64_t group = r.method == RecomputeMethod::kUniform ? std::min(r.num_layers, layers) : 1;
+  return group * layer_activation_bytes(model, parallel, options);
+}
+
+int64_t stage_layer_count(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,
+                          int64_t stage) {
+  if (!parallel.uneven_stages()) return model.num_layers / parallel.pp;
+  if (shape == PipelineShape::kW) {
+    return fold_layers(model.num_layers, parallel.pp, parallel.first_stage_layers,
+                       parallel.last_stage_layers)
+        .stage_layers(stage);
+  }
+  return unfold_layers(model.num_layers, parallel.pp, parallel.first_stage_layers,
+                       parallel.last_stage_layers)
+      .stages.at(static_cast<size_t>(stage))
+      .count;
+}
+
 int64_t head_loss_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel) {
   const int64_t vocab_shard = ceil_div(model.vocab_size, parallel.tp);
   return parallel.tokens_per_rank() * vocab_shard * (dtype_bytes(model.dtype) + kFp32Bytes);
@@ -95,7 +133,7 @@ StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& par
                                  PipelineShape shape, int64_t stage) {
   DHELIX_CHECK(parallel.pp >= 1 && stage >= 0 && stage < parallel.pp);
   const StageParameters layer = layer_parameters(model, parallel);
-  const int64_t layers = model.num_layers / parallel.pp;
+  const int64_t layers = stage_layer_count(model, parallel, shape, stage);
   StageParameters params{layer.dense * layers, layer.expert * layers};
   const int64_t embedding_stage = 0;
   const int64_t head_stage = shape == PipelineShape::kW ? 0 : parallel.pp - 1;

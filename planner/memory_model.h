@@ -19,6 +19,19 @@
 //          plus the fc2 input, f):                            2 bytes x (3f or 2f) / t
 // For GPT (q = kv = h, f = 4h, GELU, dropout) and SP this is Korthikanti's 34·s·b·h / t.
 // The peak over time, both strands together, comes from the pipeline simulator.
+//
+// Activation recompute (Megatron's --recompute-granularity, Korthikanti et al. 2022
+// section 4 and Table 2; docs/pipeline.md):
+//   full, uniform, n layers per group: a chunk of k layers keeps only the input of each of
+//     its ceil(k/n) groups, 2·s·b·h bytes (split over t with SP, as Megatron checkpoints the
+//     sequence-parallel hidden state): Korthikanti's "2sbhL". While one group's backward
+//     runs, its recomputed forward holds min(n, k) layers of full activations.
+//   full, block, n: the first r = min(n, k) layers of each chunk keep their input, the rest
+//     everything; one recomputed layer's activations are live during its backward.
+//   selective (core attention): Korthikanti's selective case drops the attention-score
+//     term 5·a·s/h, leaving 34·s·b·h/t for GPT with SP. The figure above already counts
+//     flash attention, which keeps no scores, so selective keeps the same bytes here; it
+//     still pays the attention forward again in the backward (lib/dag_builder_recompute.cc).
 
 #include <cstdint>
 #include <string>
@@ -46,6 +59,24 @@ struct MemoryOptions {
 int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& parallel,
                                const MemoryOptions& options = {});
 
+/// Bytes of one layer's input hidden state for one micro-batch on one GPU (what full
+/// recompute keeps per checkpoint): tokens·h·dt, split over tp with SP.
+int64_t layer_input_bytes(const ModelSpec& model, const ParallelSpec& parallel);
+
+/// Bytes a chunk of `layers` layers keeps from its forward to its backward for one
+/// micro-batch, under parallel.recompute (the file comment's rules).
+int64_t chunk_activation_bytes(const ModelSpec& model, const ParallelSpec& parallel, int64_t layers,
+                               const MemoryOptions& options = {});
+
+/// Bytes live on top of the kept ones while the backward of such a chunk runs: the
+/// recomputed activations of one recompute group (0 without full recompute).
+int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel,
+                                  int64_t layers, const MemoryOptions& options = {});
+
+/// Layers of `stage` in the folded (W) or unfolded (1F1B) layout, uneven stages included.
+int64_t stage_layer_count(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,
+                          int64_t stage);
+
 /// Bytes the head and loss hold while they run for one micro-batch on one GPU: the logits
 /// of the rank's tokens over its vocabulary shard, in the model's type and as fp32 for the
 /// softmax.
@@ -58,9 +89,10 @@ struct StageParameters {
   int64_t total() const { return dense + expert; }
 };
 
-/// Parameters per GPU of `stage` for the folded (W) or unfolded (1F1B) layout: its L/pp
-/// layers plus the embedding, final norm and head where the layout puts them (a tied
-/// embedding is kept twice when the head is on another stage, as Megatron does).
+/// Parameters per GPU of `stage` for the folded (W) or unfolded (1F1B) layout: its layers
+/// (L/pp, or stage_layer_count with uneven stages) plus the embedding, final norm and head where
+/// the layout puts them (a tied embedding is kept twice when the head is on another stage, as
+/// Megatron does).
 StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& parallel,
                                  PipelineShape shape, int64_t stage);
 

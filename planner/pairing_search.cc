@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "planner/downset_lattice.h"
 
 namespace dhelix {
 
@@ -20,97 +21,28 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // so nothing within rounding of the optimum is ever pruned.
 constexpr double kPruneSlack = 1e-10;
 
-// One move of one strand from a downset to a superset (itself included: diff = 0).
-struct Step {
-  int64_t target = 0;
-  OpMask diff = 0;
-  std::array<double, kNumStreams> load_us{};  // solo work per stream inside diff
-  double path_us = 0;                         // longest solo-time path inside diff
-};
-
-// One strand's downsets with what the bounds need.
-struct Lattice {
-  std::vector<OpMask> downsets;
-  std::vector<std::array<double, kNumStreams>> load_us;  // solo work per stream inside
-  std::vector<double> remaining_path_us;  // longest path through ops outside the downset
-  std::vector<std::vector<Step>> steps;   // per downset: itself first, then supersets
-  int64_t size() const { return static_cast<int64_t>(downsets.size()); }
-};
-
-void collect_downsets(const StrandGraph& graph, int64_t index, OpMask mask, int64_t max_count,
-                      std::vector<OpMask>* out) {
-  if (index == graph.size()) {
-    if (static_cast<int64_t>(out->size()) >= max_count) {
-      throw Error(ErrorCode::kUnsupported,
-                  "a strand has more than " + std::to_string(max_count) +
-                      " downsets (too many independent ops) for the exact pairing search");
-    }
-    out->push_back(mask);
-    return;
-  }
-  collect_downsets(graph, index + 1, mask, max_count, out);
-  if ((graph.predecessor_mask(index) & ~mask) == 0) {
-    collect_downsets(graph, index + 1, mask | (OpMask{1} << index), max_count, out);
-  }
-}
-
-std::array<double, kNumStreams> stream_loads(const StrandGraph& graph, OpMask mask) {
+// Solo work per stream inside a step's difference: the two downsets' loads subtracted.
+std::array<double, kNumStreams> step_load_us(const Lattice& lattice, int64_t from, int64_t to) {
   std::array<double, kNumStreams> load{};
-  for (OpMask m = mask; m != 0; m &= m - 1) {
-    const StrandOp& op = graph.op(__builtin_ctzll(m));
-    load[static_cast<int>(op.stream)] += op.solo_time_us;
-  }
+  for (int s = 0; s < kNumStreams; ++s) load[s] = lattice.load_us[to][s] - lattice.load_us[from][s];
   return load;
 }
 
-double longest_path_within(const StrandGraph& graph, OpMask mask) {
-  std::array<double, kMaxStrandOps> tail{};
-  double longest = 0;
-  for (int64_t i = graph.size() - 1; i >= 0; --i) {
-    if (((mask >> i) & 1) == 0) continue;
-    double next = 0;
-    for (OpMask s = graph.successor_mask(i) & mask; s != 0; s &= s - 1) {
-      next = std::max(next, tail[__builtin_ctzll(s)]);
-    }
-    tail[i] = graph.op(i).solo_time_us + next;
-    longest = std::max(longest, tail[i]);
-  }
-  return longest;
-}
+// What the bounds read of one step, gathered once per expanded state.
+struct StepBound {
+  int64_t target = 0;
+  int64_t piece = 0;
+  std::array<double, kNumStreams> load_us{};  // solo work per stream inside the difference
+  double path_us = 0;                         // longest solo-time path inside it
+};
 
-Lattice build_lattice(const StrandGraph& graph, const PairingOptions& options) {
-  Lattice lattice;
-  lattice.downsets = enumerate_downsets(graph, options.max_downsets);
-  const int64_t n = lattice.size();
-  lattice.load_us.reserve(n);
-  lattice.remaining_path_us.reserve(n);
-  lattice.steps.resize(n);
-  for (OpMask d : lattice.downsets) {
-    lattice.load_us.push_back(stream_loads(graph, d));
-    double remaining = 0;  // the complement is an upset: its longest path starts anywhere in it
-    for (OpMask m = graph.all_ops() & ~d; m != 0; m &= m - 1) {
-      remaining = std::max(remaining, graph.tail_time_us()[__builtin_ctzll(m)]);
-    }
-    lattice.remaining_path_us.push_back(remaining);
+void gather_steps(const Lattice& lattice, int64_t from, std::vector<StepBound>* out) {
+  out->clear();
+  for (int64_t k = lattice.step_begin[from]; k < lattice.step_begin[from + 1]; ++k) {
+    const LatticeStep& step = lattice.steps[static_cast<size_t>(k)];
+    out->push_back(StepBound{step.target, step.piece, step_load_us(lattice, from, step.target),
+                             lattice.piece_path_us[static_cast<size_t>(step.piece)]});
   }
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = i; j < n; ++j) {
-      const OpMask from = lattice.downsets[i];
-      const OpMask to = lattice.downsets[j];
-      if ((from & ~to) != 0) continue;
-      const OpMask diff = to & ~from;
-      if (options.max_segment_ops > 0 && mask_size(diff) > options.max_segment_ops) continue;
-      Step step;
-      step.target = j;
-      step.diff = diff;
-      for (int s = 0; s < kNumStreams; ++s) {
-        step.load_us[s] = lattice.load_us[j][s] - lattice.load_us[i][s];
-      }
-      step.path_us = longest_path_within(graph, diff);
-      lattice.steps[i].push_back(step);
-    }
-  }
-  return lattice;
 }
 
 // Turns a parent chain into blocks with timings.
@@ -131,20 +63,24 @@ std::vector<PairingBlock> blocks_from_chain(const BlockCostModel& model,
   return blocks;
 }
 
-std::vector<PairingBlock> single_strand(BlockCostCache& cache, const Lattice& lattice,
-                                        Strand strand, const PairingOptions& options) {
+std::vector<PairingBlock> single_strand(PieceCostTable& table, const BlockCostModel& model,
+                                        const Lattice& lattice, const Lattice& other,
+                                        const PairingOptions& options) {
   const int64_t n = lattice.size();
+  const bool forward = lattice.strand == Strand::kForward;
   std::vector<double> value(n, kInfinity);
   std::vector<int64_t> parent(n, -1);
   value[0] = 0;
+  std::vector<StepBound> steps;
   for (int64_t i = 0; i < n; ++i) {
-    for (const Step& step : lattice.steps[i]) {
-      if (step.diff == 0) continue;
+    gather_steps(lattice, i, &steps);
+    for (const StepBound& step : steps) {
+      if (step.target == i) continue;  // the empty difference
       const double lower =
           std::max(*std::max_element(step.load_us.begin(), step.load_us.end()), step.path_us);
       if (options.prune && value[i] + lower >= value[step.target] * (1 + kPruneSlack)) continue;
-      const double cost =
-          strand == Strand::kForward ? cache.cost_us(step.diff, 0) : cache.cost_us(0, step.diff);
+      const double cost = forward ? table.cost_us(step.piece, other.empty_piece())
+                                  : table.cost_us(other.empty_piece(), step.piece);
       if (value[i] + cost < value[step.target]) {
         value[step.target] = value[i] + cost;
         parent[step.target] = i;
@@ -154,29 +90,32 @@ std::vector<PairingBlock> single_strand(BlockCostCache& cache, const Lattice& la
   std::vector<std::pair<OpMask, OpMask>> chain;
   for (int64_t s = n - 1; s > 0; s = parent[s]) {
     const OpMask diff = lattice.downsets[s] & ~lattice.downsets[parent[s]];
-    chain.push_back(strand == Strand::kForward ? std::pair{diff, OpMask{0}}
-                                               : std::pair{OpMask{0}, diff});
+    chain.push_back(forward ? std::pair{diff, OpMask{0}} : std::pair{OpMask{0}, diff});
   }
   std::reverse(chain.begin(), chain.end());
-  return blocks_from_chain(cache.model(), chain);
+  return blocks_from_chain(model, chain);
 }
 
 // The joint DP's table of |downsets(F)| x |downsets(B)| values must stay within memory
 // the caller agreed to spend; past the limit the exact search is not the tool.
 void check_state_limit(int64_t nf, int64_t nb, const PairingOptions& options) {
-  if (nf * nb > options.max_states) {
+  // Parents are stored as 32-bit state numbers.
+  const int64_t limit = std::min<int64_t>(options.max_states, std::numeric_limits<int32_t>::max());
+  if (nf * nb > limit) {
     throw Error(ErrorCode::kUnsupported,
-                "pairing search needs " + std::to_string(nf) + " x " + std::to_string(nb) +
-                    " states, more than the limit of " + std::to_string(options.max_states));
+                "exact pairing search refused: it needs " + std::to_string(nf) + " x " +
+                    std::to_string(nb) +
+                    " states (forward x backward downsets), more than the limit of " +
+                    std::to_string(limit) + " (too many ops with no order between them)");
   }
 }
 
 // The strands alone are both the baseline the report compares against and, summed, the
 // first incumbent of the joint search.
-void solve_strands_alone(BlockCostCache& cache, const Lattice& lf, const Lattice& lb,
-                         const PairingOptions& options, PairingResult* result) {
-  result->forward_alone_blocks = single_strand(cache, lf, Strand::kForward, options);
-  result->backward_alone_blocks = single_strand(cache, lb, Strand::kBackward, options);
+void solve_strands_alone(PieceCostTable& table, const BlockCostModel& model, const Lattice& lf,
+                         const Lattice& lb, const PairingOptions& options, PairingResult* result) {
+  result->forward_alone_blocks = single_strand(table, model, lf, lb, options);
+  result->backward_alone_blocks = single_strand(table, model, lb, lf, options);
   result->forward_alone_us = total_time_us(result->forward_alone_blocks);
   result->backward_alone_us = total_time_us(result->backward_alone_blocks);
   result->sequential_time_us = result->forward_alone_us + result->backward_alone_us;
@@ -187,7 +126,7 @@ void solve_strands_alone(BlockCostCache& cache, const Lattice& lf, const Lattice
 
 // Pruning 1 (pairing_search.h): rates are <= 1, so a block lasts at least its busiest
 // stream's solo work and its longest solo path on either side.
-double block_lower_bound_us(const Step& sf, const Step& sb) {
+double block_lower_bound_us(const StepBound& sf, const StepBound& sb) {
   double bound = std::max(sf.path_us, sb.path_us);
   for (int s = 0; s < kNumStreams; ++s) bound = std::max(bound, sf.load_us[s] + sb.load_us[s]);
   return bound;
@@ -198,9 +137,9 @@ double block_lower_bound_us(const Step& sf, const Step& sb) {
 // transition reads the lattices, the table and the incumbent, and updates the latter two.
 class JointSearch {
  public:
-  JointSearch(BlockCostCache& cache, const Lattice& lf, const Lattice& lb,
+  JointSearch(PieceCostTable& table, const Lattice& lf, const Lattice& lb,
               const PairingOptions& options, PairingStats* stats)
-      : cache_(cache),
+      : table_(table),
         lf_(lf),
         lb_(lb),
         options_(options),
@@ -222,6 +161,7 @@ class JointSearch {
     // Subsets precede supersets in both downset lists, so (i, j) in lexicographic order
     // visits every state after all states that can reach it.
     for (int64_t i = 0; i < lf_.size(); ++i) {
+      gather_steps(lf_, i, &forward_steps_);
       for (int64_t j = 0; j < nb_; ++j) {
         const int64_t state = i * nb_ + j;
         const double t = value_[state];
@@ -261,13 +201,14 @@ class JointSearch {
   }
 
   // Every transition from state (i, j), reached at time t: one block per pair of steps,
-  // except the pair that moves neither strand.
+  // except the pair that moves neither strand (the first step of each is the empty one).
   void expand(int64_t i, int64_t j, double t) {
     ++stats_.states_expanded;
     const int64_t state = i * nb_ + j;
-    for (const Step& sf : lf_.steps[i]) {
-      for (const Step& sb : lb_.steps[j]) {
-        if (sf.diff == 0 && sb.diff == 0) continue;
+    gather_steps(lb_, j, &backward_steps_);
+    for (const StepBound& sf : forward_steps_) {
+      for (const StepBound& sb : backward_steps_) {
+        if (sf.target == i && sb.target == j) continue;
         ++stats_.transitions;
         relax(state, t, sf, sb);
       }
@@ -276,7 +217,7 @@ class JointSearch {
 
   // Pruning 3 before simulating: the block cannot improve its target, or no plan through
   // it can beat the incumbent. Then the usual DP relaxation.
-  void relax(int64_t state, double t, const Step& sf, const Step& sb) {
+  void relax(int64_t state, double t, const StepBound& sf, const StepBound& sb) {
     const int64_t target = sf.target * nb_ + sb.target;
     if (options_.prune) {
       const double block_bound = block_lower_bound_us(sf, sb);
@@ -287,15 +228,15 @@ class JointSearch {
         return;
       }
     }
-    const double candidate = t + cache_.cost_us(sf.diff, sb.diff);
+    const double candidate = t + table_.cost_us(sf.piece, sb.piece);
     if (candidate < value_[target]) {
       value_[target] = candidate;
-      parent_[target] = state;
+      parent_[target] = static_cast<int32_t>(state);
       if (target == last_) upper_us_ = std::min(upper_us_, candidate);
     }
   }
 
-  BlockCostCache& cache_;
+  PieceCostTable& table_;
   const Lattice& lf_;
   const Lattice& lb_;
   const PairingOptions& options_;
@@ -303,10 +244,23 @@ class JointSearch {
   const int64_t nb_;
   const int64_t last_;
   std::vector<double> value_;    // best known time from ({}, {}) to each state
-  std::vector<int64_t> parent_;  // the state that value_ came from; -1 when unreached
+  std::vector<int32_t> parent_;  // the state that value_ came from; -1 when unreached
   std::array<double, kNumStreams> total_load_us_{};  // both strands' solo work per stream
-  double upper_us_ = kInfinity;  // the best complete plan known (branch and bound)
+  double upper_us_ = kInfinity;            // the best complete plan known (branch and bound)
+  std::vector<StepBound> forward_steps_;   // of the forward downset being expanded
+  std::vector<StepBound> backward_steps_;  // of the backward downset being expanded
 };
+
+// A lattice of the other strand that holds only the empty piece (single-strand searches).
+Lattice empty_lattice(Strand strand) {
+  Lattice lattice;
+  lattice.strand = strand;
+  lattice.downsets = {0};
+  lattice.pieces = {0};
+  lattice.piece_path_us = {0};
+  lattice.piece_sides = {BlockSide{}};
+  return lattice;
+}
 
 }  // namespace
 
@@ -316,20 +270,15 @@ double total_time_us(const std::vector<PairingBlock>& blocks) {
   return total;
 }
 
-std::vector<OpMask> enumerate_downsets(const StrandGraph& graph, int64_t max_count) {
-  std::vector<OpMask> out;
-  collect_downsets(graph, 0, 0, max_count, &out);
-  std::sort(out.begin(), out.end(), [](OpMask a, OpMask b) {
-    const int64_t sa = mask_size(a), sb = mask_size(b);
-    return sa != sb ? sa < sb : a < b;
-  });
-  return out;
-}
-
 std::vector<PairingBlock> search_single_strand(const BlockCostModel& model, Strand strand,
                                                const PairingOptions& options) {
-  BlockCostCache cache(model);
-  return single_strand(cache, build_lattice(model.graph(strand), options), strand, options);
+  Lattice lattice = lattice_downsets(model, strand, options);
+  build_lattice_steps(model, options, &lattice);
+  const Lattice other =
+      empty_lattice(strand == Strand::kForward ? Strand::kBackward : Strand::kForward);
+  PieceCostTable table(model, strand == Strand::kForward ? lattice : other,
+                       strand == Strand::kForward ? other : lattice);
+  return single_strand(table, model, lattice, other, options);
 }
 
 double resimulate_total_us(const BlockCostModel& model, const std::vector<PairingBlock>& blocks) {
@@ -339,16 +288,20 @@ double resimulate_total_us(const BlockCostModel& model, const std::vector<Pairin
 }
 
 PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& options) {
-  BlockCostCache cache(model);
-  const Lattice lf = build_lattice(model.forward(), options);
-  const Lattice lb = build_lattice(model.backward(), options);
+  // Counts first, storage after: a strand too wide for the exact search is refused before
+  // its steps or the state table are allocated.
+  Lattice lf = lattice_downsets(model, Strand::kForward, options);
+  Lattice lb = lattice_downsets(model, Strand::kBackward, options);
   check_state_limit(lf.size(), lb.size(), options);
+  build_lattice_steps(model, options, &lf);
+  build_lattice_steps(model, options, &lb);
+  PieceCostTable table(model, lf, lb);
   PairingResult result;
-  // Both alone first: their sum seeds the branch and bound, and their blocks warm the cache.
-  solve_strands_alone(cache, lf, lb, options, &result);
-  JointSearch search(cache, lf, lb, options, &result.stats);
+  // Both alone first: their sum seeds the branch and bound, and their blocks warm the memo.
+  solve_strands_alone(table, model, lf, lb, options, &result);
+  JointSearch search(table, lf, lb, options, &result.stats);
   search.run(options.prune ? result.sequential_time_us : kInfinity);
-  result.stats.block_simulations = cache.simulations();
+  result.stats.block_simulations = table.simulations();
   result.blocks = blocks_from_chain(model, search.chain());
   result.total_time_us = search.optimum_us();
   return result;

@@ -101,12 +101,35 @@ void check_costs(const PipelineSchedule& schedule, const std::vector<StageCosts>
                                 p, t));
       }
     }
-    if (c.layers_per_chunk < 1) {
+    if (c.layers_per_chunk < 1 || c.up_layers < 0) {
       throw Error(ErrorCode::kInvalidInput,
-                  fmt::format("pipeline simulation: stage {}: layers_per_chunk = {} must be >= 1",
-                              p, c.layers_per_chunk));
+                  fmt::format("pipeline simulation: stage {}: layers_per_chunk = {} must be "
+                              ">= 1 and up_layers = {} >= 0",
+                              p, c.layers_per_chunk, c.up_layers));
     }
   }
+}
+
+// A chunk's time (and communication) for `layers` layers from the figures of a chunk of
+// layers_per_chunk layers.
+double scaled_us(double chunk_us, const StageCosts& c, int64_t layers) {
+  return chunk_us * static_cast<double>(layers) / static_cast<double>(c.layers_per_chunk);
+}
+
+CommBreakdown scaled_comm(const CommBreakdown& comm, const StageCosts& c, int64_t layers) {
+  if (layers == c.layers_per_chunk) return comm;
+  return comm.scaled(static_cast<double>(layers) / static_cast<double>(c.layers_per_chunk));
+}
+
+// An SI block of a forward of nf layers and a backward of nb layers: min(nf, nb) layer pairs
+// co-run, the rest run alone (the file comment).
+double si_block_time_us(const StageCosts& c, int64_t nf, int64_t nb, CommBreakdown& comm) {
+  const int64_t pairs = std::min(nf, nb);
+  comm += scaled_comm(c.si_block_comm, c, pairs);
+  comm += scaled_comm(c.forward_comm, c, nf - pairs);
+  comm += scaled_comm(c.backward_comm, c, nb - pairs);
+  return scaled_us(c.si_block_us, c, pairs) + scaled_us(c.forward_chunk_us, c, nf - pairs) +
+         scaled_us(c.backward_chunk_us, c, nb - pairs);
 }
 
 // Compute time of a task on `stage`, and the TP/CP/EP communication it carries.
@@ -117,19 +140,20 @@ double task_time_us(const PipelineSchedule& schedule, const StageCosts& c, int64
       embedding_stage && task.has_forward() && task.forward_chunk == schedule.first_chunk;
   const bool backward_embedding =
       embedding_stage && task.has_backward() && task.backward_chunk == schedule.first_chunk;
+  const int64_t nf = c.chunk_layers(task.forward_chunk);
+  const int64_t nb = c.chunk_layers(task.backward_chunk);
   double time = 0;
   switch (task.kind) {
     case TaskKind::kForward:
-      time = c.forward_chunk_us;
-      comm += c.forward_comm;
+      time = scaled_us(c.forward_chunk_us, c, nf);
+      comm += scaled_comm(c.forward_comm, c, nf);
       break;
     case TaskKind::kBackward:
-      time = c.backward_chunk_us;
-      comm += c.backward_comm;
+      time = scaled_us(c.backward_chunk_us, c, nb);
+      comm += scaled_comm(c.backward_comm, c, nb);
       break;
     case TaskKind::kSiBlock:
-      time = c.si_block_us;
-      comm += c.si_block_comm;
+      time = si_block_time_us(c, nf, nb, comm);
       break;
     case TaskKind::kHeadLoss:
       return c.head_loss_forward_us + c.head_loss_backward_us;
@@ -143,24 +167,31 @@ double task_time_us(const PipelineSchedule& schedule, const StageCosts& c, int64
 class ActivationTracker {
  public:
   explicit ActivationTracker(const StageCosts& costs)
-      : chunk_bytes_(costs.layers_per_chunk * costs.activation_bytes_per_layer),
+      : down_bytes_(kept_bytes(costs, ChunkSide::kDown, costs.chunk_activation_bytes)),
+        up_bytes_(kept_bytes(costs, ChunkSide::kUp, costs.up_chunk_activation_bytes)),
         layer_bytes_(costs.activation_bytes_per_layer),
+        transient_bytes_(costs.backward_transient_bytes),
         head_loss_bytes_(costs.head_loss_transient_bytes) {}
 
   void run(StageSimulation& stage, const TimelineEntry& entry) {
-    switch (entry.task.kind) {
+    const PipelineTask& task = entry.task;
+    switch (task.kind) {
       case TaskKind::kForward:
-        live_ += chunk_bytes_;
+        live_ += bytes(task.forward_chunk);
         record(stage, entry.start_us, live_);
         break;
       case TaskKind::kBackward:
-        live_ -= chunk_bytes_;
+        if (transient_bytes_ > 0) record(stage, entry.start_us, live_ + transient_bytes_);
+        live_ -= bytes(task.backward_chunk);
         record(stage, entry.end_us, live_);
         break;
-      case TaskKind::kSiBlock:  // equal chunks: +one layer at the worst layer pair
-        record(stage, entry.start_us, live_ + layer_bytes_);
+      case TaskKind::kSiBlock: {  // +one layer at the worst layer pair
+        const int64_t after = live_ + bytes(task.forward_chunk) - bytes(task.backward_chunk);
+        record(stage, entry.start_us, std::max(live_, after) + layer_bytes_ + transient_bytes_);
+        live_ = after;
         record(stage, entry.end_us, live_);
         break;
+      }
       case TaskKind::kHeadLoss:
         record(stage, entry.start_us, live_ + head_loss_bytes_);
         record(stage, entry.end_us, live_);
@@ -169,6 +200,12 @@ class ActivationTracker {
   }
 
  private:
+  static int64_t kept_bytes(const StageCosts& c, ChunkSide side, int64_t given) {
+    return given >= 0 ? given : c.chunk_layers(side) * c.activation_bytes_per_layer;
+  }
+
+  int64_t bytes(ChunkSide side) const { return side == ChunkSide::kUp ? up_bytes_ : down_bytes_; }
+
   static void record(StageSimulation& stage, double time_us, int64_t bytes) {
     stage.activation_curve.push_back(MemoryPoint{time_us, bytes});
     if (bytes > stage.peak_activation_bytes) {
@@ -177,8 +214,10 @@ class ActivationTracker {
     }
   }
 
-  int64_t chunk_bytes_;
+  int64_t down_bytes_;
+  int64_t up_bytes_;
   int64_t layer_bytes_;
+  int64_t transient_bytes_;
   int64_t head_loss_bytes_;
   int64_t live_ = 0;
 };

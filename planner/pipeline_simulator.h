@@ -23,6 +23,14 @@
 // end as many as at its start; the head-loss step holds its transient (logits) while it
 // runs.
 //
+// Uneven stages. A stage's chunks may hold different layer counts (the folded stage 0 with
+// Megatron's first/last-stage layer counts, docs/pipeline.md): a chunk's forward and
+// backward scale with its layers; an SI block of a forward of nf layers and a backward of
+// nb layers co-runs min(nf, nb) layer pairs (si_block_us scaled to that many pairs) and
+// runs the other |nf - nb| layers alone. With recompute, a chunk keeps what
+// memory_model.h's chunk_activation_bytes says, and a backward holds the recomputed
+// group's activations (backward_transient_bytes) on top while it runs.
+//
 // Hand-timed example (pipeline_simulator_test.cc): the W of pipeline_schedule.h with pp = 2,
 // m = 4, unit forward and backward chunks, SI blocks of 2, no transfer delay, takes 20 units,
 // exactly like 1F1B with stages of two chunks ((m + pp - 1)·(2 + 2) = 20): same bubble
@@ -82,6 +90,22 @@ struct StageCosts {
   int64_t layers_per_chunk = 1;
   int64_t activation_bytes_per_layer = 0;  ///< kept per layer per micro-batch (memory_model.h)
   int64_t head_loss_transient_bytes = 0;   ///< live during a head-loss step only
+  // ----- uneven stages and activation recompute -----
+  /// Layers of the W's up chunk when they differ from layers_per_chunk (0: the same). The
+  /// figures above are those of a chunk of layers_per_chunk layers; see the file comment.
+  int64_t up_layers = 0;
+  /// Bytes the down (or whole) and the up chunk keep per micro-batch; -1: their layers
+  /// times activation_bytes_per_layer.
+  int64_t chunk_activation_bytes = -1;
+  int64_t up_chunk_activation_bytes = -1;
+  /// Live on top of the kept bytes while a backward (or an SI block) runs: one recompute
+  /// group's activations.
+  int64_t backward_transient_bytes = 0;
+
+  /// Layers of the chunk on `side`.
+  int64_t chunk_layers(ChunkSide side) const {
+    return side == ChunkSide::kUp && up_layers > 0 ? up_layers : layers_per_chunk;
+  }
 };
 
 /// One layer's costs as the layer-level search reports them.

@@ -11,6 +11,7 @@
 #include "lib/dag_builder.h"
 #include "lib/dag_builder_intra_batch.h"
 #include "lib/error.h"
+#include "lib/int_math.h"
 #include "lib/job_reader.h"
 #include "lib/model_reader.h"
 #include "lib/placement.h"
@@ -42,7 +43,38 @@ struct Context {
   std::vector<int64_t> shape_ranks;                      ///< per stage
   std::vector<std::unique_ptr<LayerAnalysis>> analyses;  ///< distinct stage shapes
   std::vector<int64_t> analysis_of_stage;                ///< index into analyses
+  /// Block recompute only: the same shapes without recompute (the layers block leaves
+  /// alone), by the same index; empty otherwise.
+  std::vector<std::unique_ptr<LayerAnalysis>> plain_analyses;
 };
+
+// ----- activation recompute ---------------------------------------------------------------
+
+// The DAG variant of the layers that recompute: the job's granularity.
+RecomputeGranularity recomputed_layers(const JobSpec& job) {
+  return job.parallel.recompute.granularity;
+}
+
+bool block_recompute(const JobSpec& job) {
+  return job.parallel.recompute.granularity == RecomputeGranularity::kFull &&
+         job.parallel.recompute.method == RecomputeMethod::kBlock;
+}
+
+// `a` weighted by `share` and `b` by 1 - share, per layer (block recompute's chunk mix).
+LayerCosts mix(const LayerCosts& a, const LayerCosts& b, double share) {
+  LayerCosts out;
+  const double rest = 1.0 - share;
+  out.forward_us = share * a.forward_us + rest * b.forward_us;
+  out.backward_us = share * a.backward_us + rest * b.backward_us;
+  out.si_pair_us = share * a.si_pair_us + rest * b.si_pair_us;
+  out.forward_comm = a.forward_comm.scaled(share);
+  out.forward_comm += b.forward_comm.scaled(rest);
+  out.backward_comm = a.backward_comm.scaled(share);
+  out.backward_comm += b.backward_comm.scaled(rest);
+  out.si_pair_comm = a.si_pair_comm.scaled(share);
+  out.si_pair_comm += b.si_pair_comm.scaled(rest);
+  return out;
+}
 
 // Every op whose solo time the plan needs, for the profile check.
 std::vector<Op> needed_ops(const JobSpec& job, const std::vector<int64_t>& ranks) {
@@ -78,7 +110,12 @@ void analyze_stages(Context& ctx) {
     if (inserted) {
       ctx.analyses.push_back(std::make_unique<LayerAnalysis>(
           analyze_layers(*ctx.job, rank, *ctx.profile, *ctx.co_run, ctx.folded.layers_per_chunk,
-                         ctx.request->cross_layer_max_segment_ops)));
+                         ctx.request->cross_layer_max_segment_ops, recomputed_layers(*ctx.job))));
+      if (block_recompute(*ctx.job)) {
+        ctx.plain_analyses.push_back(std::make_unique<LayerAnalysis>(
+            analyze_layers(*ctx.job, rank, *ctx.profile, *ctx.co_run, ctx.folded.layers_per_chunk,
+                           ctx.request->cross_layer_max_segment_ops)));
+      }
     }
     ctx.analysis_of_stage.push_back(it->second);
   }
@@ -172,9 +209,8 @@ DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& param
 
 // The stage's DP time after Megatron's overlap: under one micro-batch's backward (the last)
 // and forward (the next iteration's first) of every chunk the stage holds.
-void set_dp_time(const Context& ctx, const DpTimes& dp, int64_t chunks, StageCosts& costs) {
+void set_dp_time(const Context& ctx, const DpTimes& dp, double chunk_count, StageCosts& costs) {
   const ParallelSpec& par = ctx.job->parallel;
-  const double chunk_count = static_cast<double>(chunks);
   const DpOverlap overlap = overlap_dp(
       dp.reduce_us, dp.gather_us, dp.buckets, costs.backward_chunk_us * chunk_count,
       costs.forward_chunk_us * chunk_count, par.overlap_grad_reduce, par.overlap_param_gather);
@@ -198,16 +234,62 @@ const LayerCosts& scheme_layer(const LayerAnalysis& a, PipelineScheme scheme) {
   return a.megatron;
 }
 
+// Layers of a stage's first chunk (down for the W, whole for 1F1B) and of its up chunk.
+std::pair<int64_t, int64_t> stage_chunk_layers(const Context& ctx, PipelineShape shape,
+                                               int64_t stage) {
+  const size_t s = static_cast<size_t>(stage);
+  if (shape == PipelineShape::kOneFOneB) return {ctx.unfolded.stages[s].count, 0};
+  return {ctx.folded.stages[s].down.count, ctx.folded.stages[s].up.count};
+}
+
+// The chunk fields of `costs` for a first chunk of `layers` layers and an up chunk of
+// `up_layers`: times from the layer analysis (block recompute mixes the recomputed and
+// plain layers), bytes from the memory model.
+StageCosts layer_chunk_costs(const Context& ctx, PipelineScheme scheme, int64_t stage,
+                             int64_t layers, int64_t up_layers, const StageCosts& base) {
+  const size_t index = static_cast<size_t>(ctx.analysis_of_stage[static_cast<size_t>(stage)]);
+  const LayerAnalysis& a = *ctx.analyses[index];
+  const ModelSpec& model = ctx.job->model;
+  const ParallelSpec& par = ctx.job->parallel;
+  LayerCosts layer = scheme_layer(a, scheme);
+  double chunk_si_us = a.chunk_si_block_us;
+  CommBreakdown chunk_si_comm = a.chunk_si_block_comm;
+  if (!ctx.plain_analyses.empty()) {
+    const LayerAnalysis& plain = *ctx.plain_analyses[index];
+    const double share = static_cast<double>(std::min(par.recompute.num_layers, layers)) /
+                         static_cast<double>(layers);
+    layer = mix(layer, scheme_layer(plain, scheme), share);
+    chunk_si_us = share * a.chunk_si_block_us + (1 - share) * plain.chunk_si_block_us;
+    chunk_si_comm = a.chunk_si_block_comm.scaled(share);
+    chunk_si_comm += plain.chunk_si_block_comm.scaled(1 - share);
+  }
+  const int64_t kept = chunk_activation_bytes(model, par, layers, ctx.request->memory);
+  layer.activation_bytes = ceil_div(kept, layers);
+  StageCosts costs = chunk_costs(layer, layers, base);
+  if (scheme == PipelineScheme::kDHelix) {
+    // The search's SI block is for chunks of a.chunk_layers layers; another size scales it.
+    const bool same = layers == a.chunk_layers;
+    const double scale = static_cast<double>(layers) / static_cast<double>(a.chunk_layers);
+    costs.si_block_us = same ? chunk_si_us : chunk_si_us * scale;
+    costs.si_block_comm = same ? chunk_si_comm : chunk_si_comm.scaled(scale);
+  }
+  if (up_layers > 0 && up_layers != layers) costs.up_layers = up_layers;
+  if (par.recompute.enabled() || costs.up_layers > 0) {
+    costs.chunk_activation_bytes = kept;
+    costs.up_chunk_activation_bytes =
+        up_layers > 0 ? chunk_activation_bytes(model, par, up_layers, ctx.request->memory) : kept;
+    costs.backward_transient_bytes =
+        recompute_transient_bytes(model, par, std::max(layers, up_layers), ctx.request->memory);
+  }
+  return costs;
+}
+
 std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
                                     const ExtraCosts& extras) {
   const PipelineShape shape = scheme_shape(scheme);
   const ParallelSpec& par = ctx.job->parallel;
-  const int64_t chunk_layers =
-      shape == PipelineShape::kW ? ctx.folded.layers_per_chunk : ctx.unfolded.layers_per_stage;
   std::vector<StageCosts> out;
   for (int64_t stage = 0; stage < ctx.pp; ++stage) {
-    const LayerAnalysis& a =
-        *ctx.analyses[static_cast<size_t>(ctx.analysis_of_stage[static_cast<size_t>(stage)])];
     StageCosts base;
     base.embedding_forward_us = extras.embedding_forward_us;
     base.embedding_backward_us = extras.embedding_backward_us;
@@ -222,14 +304,11 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
     base.optimizer_us = optimizer_step_us(ctx.job->cluster.gpu,
                                           memory[static_cast<size_t>(stage)].optimizer_bytes / 12);
     base.head_loss_transient_bytes = head_loss_transient_bytes(ctx.job->model, par);
-    LayerCosts layer = scheme_layer(a, scheme);
-    layer.activation_bytes = layer_activation_bytes(ctx.job->model, par, ctx.request->memory);
-    StageCosts costs = chunk_costs(layer, chunk_layers, base);
-    set_dp_time(ctx, dp, shape == PipelineShape::kW ? 2 : 1, costs);
-    if (scheme == PipelineScheme::kDHelix) {
-      costs.si_block_us = a.chunk_si_block_us;
-      costs.si_block_comm = a.chunk_si_block_comm;
-    }
+    const auto [layers, up_layers] = stage_chunk_layers(ctx, shape, stage);
+    StageCosts costs = layer_chunk_costs(ctx, scheme, stage, layers, up_layers, base);
+    // The W's stage holds a down and an up chunk (their sizes differ on an uneven stage 0).
+    set_dp_time(ctx, dp, static_cast<double>(layers + up_layers) / static_cast<double>(layers),
+                costs);
     out.push_back(costs);
   }
   return out;
@@ -402,13 +481,16 @@ Context make_context(const PlanRequest& request) {
       .profile = request.profile,
       .co_run = std::make_unique<PairTimesCoRunModel>(profile_co_run_model(*request.profile)),
       .placement = Placement(job.parallel, job.cluster.gpus_per_node),
-      .folded = fold_layers(job.model.num_layers, job.parallel.pp),
-      .unfolded = unfold_layers(job.model.num_layers, job.parallel.pp),
+      .folded = fold_layers(job.model.num_layers, job.parallel.pp, job.parallel.first_stage_layers,
+                            job.parallel.last_stage_layers),
+      .unfolded = unfold_layers(job.model.num_layers, job.parallel.pp,
+                                job.parallel.first_stage_layers, job.parallel.last_stage_layers),
       .pp = job.parallel.pp,
       .micro_batches = job.parallel.num_micro_batches(),
       .shape_ranks = {},
       .analyses = {},
-      .analysis_of_stage = {}};
+      .analysis_of_stage = {},
+      .plain_analyses = {}};
   for (int64_t stage = 0; stage < ctx.pp; ++stage) {
     ctx.shape_ranks.push_back(ctx.placement.rank_of({.pp = stage}));
   }

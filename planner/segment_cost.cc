@@ -16,30 +16,22 @@ constexpr int64_t kMaxBlockOps = 2 * kMaxStrandOps;
 
 int stream_index(StreamClass stream) { return static_cast<int>(stream); }
 
-// Longest solo-time path from each op of `mask` to the block's end, through ops of `mask`
-// only. Indices are topological, so one backward sweep suffices.
-void block_priorities(const StrandGraph& graph, OpMask mask, double* priority) {
-  for (int64_t i = graph.size() - 1; i >= 0; --i) {
-    if (((mask >> i) & 1) == 0) continue;
-    double longest_successor = 0;
-    for (OpMask s = graph.successor_mask(i) & mask; s != 0; s &= s - 1) {
-      longest_successor = std::max(longest_successor, priority[__builtin_ctzll(s)]);
-    }
-    priority[i] = graph.op(i).solo_time_us + longest_successor;
-  }
-}
-
 // List scheduling: the ready op of `stream` with the highest priority; the backward
 // strand is scanned first and a later candidate must be strictly better, which implements
-// the tie rules. -1 when none is ready.
-int64_t best_ready(const OpMask (&ready)[2][kNumStreams], int stream, int64_t nf,
-                   const double* priority) {
+// the tie rules. Returns the combined op (forward i = i, backward j = nf + j), -1 when none.
+inline int64_t best_ready(const OpMask (&ready)[2][kNumStreams], int stream, int64_t nf,
+                          const double* const (&priority)[2]) {
   int64_t best = -1;
+  double best_priority = 0;
   for (int k = 1; k >= 0; --k) {
     const int64_t base = k == 0 ? 0 : nf;
     for (OpMask m = ready[k][stream]; m != 0; m &= m - 1) {
-      const int64_t u = base + __builtin_ctzll(m);
-      if (best < 0 || priority[u] > priority[best]) best = u;
+      const int i = __builtin_ctzll(m);
+      const double p = priority[k][i];
+      if (best < 0 || p > best_priority) {
+        best = base + i;
+        best_priority = p;
+      }
     }
   }
   return best;
@@ -66,8 +58,11 @@ int64_t queue_head_if_ready(const OpMask (&unstarted)[2][kNumStreams],
 }  // namespace
 
 BlockCostModel::BlockCostModel(const StrandGraph& forward, const StrandGraph& backward,
-                               const CoRunModel& model)
-    : forward_(&forward), backward_(&backward), num_ops_(forward.size() + backward.size()) {
+                               const CoRunModel& model, LayerPeriods periods)
+    : forward_(&forward),
+      backward_(&backward),
+      num_forward_(forward.size()),
+      num_ops_(forward.size() + backward.size()) {
   rates_.assign(static_cast<size_t>(num_ops_ * num_ops_), 1.0);
   auto op_at = [&](int64_t u) -> const StrandOp& {
     return u < forward.size() ? forward.op(u) : backward.op(u - forward.size());
@@ -80,6 +75,47 @@ BlockCostModel::BlockCostModel(const StrandGraph& forward, const StrandGraph& ba
       rates_[a * num_ops_ + b] = std::max(rate, kMinCoRunRate);
     }
   }
+  for (int64_t u = 0; u < num_ops_; ++u) {
+    const bool is_forward = u < num_forward_;
+    const StrandGraph& g = is_forward ? forward : backward;
+    const int64_t i = is_forward ? u : u - num_forward_;
+    solo_us_.push_back(g.op(i).solo_time_us);
+    stream_.push_back(stream_index(g.op(i).stream));
+    successors_.push_back(g.successor_mask(i));
+    predecessors_.push_back(g.predecessor_mask(i));
+  }
+  if (is_periodic(periods)) period_ = {periods.forward_ops, periods.backward_ops};
+}
+
+// Exact comparison on purpose: the symmetry must hold bit for bit, or costs could differ.
+bool BlockCostModel::is_periodic(LayerPeriods periods) const {
+  const int64_t p[2] = {periods.forward_ops, periods.backward_ops};
+  const int64_t base[2] = {0, num_forward_};
+  const int64_t size[2] = {num_forward_, num_ops_ - num_forward_};
+  if (p[0] <= 0 || p[1] <= 0 || size[0] % p[0] != 0 || size[1] % p[1] != 0) return false;
+  const auto strand_of = [&](int64_t u) { return u < num_forward_ ? 0 : 1; };
+  for (int64_t u = 0; u < num_ops_; ++u) {
+    const int k = strand_of(u);
+    if (u - base[k] < p[k]) continue;
+    const int64_t v = u - p[k];  // the same op one layer earlier
+    if (solo_us_[u] != solo_us_[v] || stream_[u] != stream_[v] ||
+        (predecessors_[u] >> p[k]) != predecessors_[v]) {
+      return false;
+    }
+    for (int64_t w = 0; w < num_ops_; ++w) {
+      if (w == u) continue;
+      if (strand_of(w) != k) {  // the strands shift independently
+        if (rates_[u * num_ops_ + w] != rates_[v * num_ops_ + w] ||
+            rates_[w * num_ops_ + u] != rates_[w * num_ops_ + v]) {
+          return false;
+        }
+      } else if (w - base[k] >= p[k] &&
+                 (rates_[u * num_ops_ + w] != rates_[v * num_ops_ + w - p[k]])) {  // together
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 const StrandGraph& BlockCostModel::graph(Strand strand) const {
@@ -92,8 +128,36 @@ double BlockCostModel::pair_rate(Strand sa, int64_t a, Strand sb, int64_t b) con
   return ua == ub ? 1.0 : rates_[ua * num_ops_ + ub];
 }
 
+// Longest solo-time path from each op of `ops` to the block's end, through ops of `ops`
+// only. Indices are topological, so one sweep from the highest index suffices.
+BlockSide BlockCostModel::prepare_side(Strand strand, OpMask ops, double* priority) const {
+  const int64_t base = strand == Strand::kForward ? 0 : num_forward_;
+  DHELIX_CHECK((ops & ~graph(strand).all_ops()) == 0);
+  BlockSide side;
+  side.ops = ops;
+  side.priority = priority;
+  for (OpMask m = ops; m != 0;) {
+    const int i = 63 - __builtin_clzll(m);
+    m &= ~(OpMask{1} << i);
+    const int64_t u = base + i;
+    double longest_successor = 0;
+    for (OpMask s = successors_[u] & ops; s != 0; s &= s - 1) {
+      longest_successor = std::max(longest_successor, priority[__builtin_ctzll(s)]);
+    }
+    priority[i] = solo_us_[u] + longest_successor;
+    if ((predecessors_[u] & ops) == 0) side.ready[stream_[u]] |= OpMask{1} << i;
+  }
+  return side;
+}
+
 double BlockCostModel::cost_us(OpMask forward_ops, OpMask backward_ops) const {
-  return run(forward_ops, backward_ops, nullptr, nullptr);
+  std::array<double, kMaxStrandOps> fp, bp;
+  return run(prepare_side(Strand::kForward, forward_ops, fp.data()),
+             prepare_side(Strand::kBackward, backward_ops, bp.data()), nullptr, nullptr);
+}
+
+double BlockCostModel::cost_us(const BlockSide& forward, const BlockSide& backward) const {
+  return run(forward, backward, nullptr, nullptr);
 }
 
 namespace {
@@ -107,8 +171,10 @@ void sort_by_start(BlockSimulation& sim) {
 }  // namespace
 
 BlockSimulation BlockCostModel::simulate(OpMask forward_ops, OpMask backward_ops) const {
+  std::array<double, kMaxStrandOps> fp, bp;
   BlockSimulation sim;
-  sim.time_us = run(forward_ops, backward_ops, nullptr, &sim);
+  sim.time_us = run(prepare_side(Strand::kForward, forward_ops, fp.data()),
+                    prepare_side(Strand::kBackward, backward_ops, bp.data()), nullptr, &sim);
   sort_by_start(sim);
   return sim;
 }
@@ -116,71 +182,74 @@ BlockSimulation BlockCostModel::simulate(OpMask forward_ops, OpMask backward_ops
 BlockSimulation BlockCostModel::simulate_in_order(OpMask forward_ops, OpMask backward_ops,
                                                   const std::vector<int64_t>& issue_rank) const {
   DHELIX_CHECK(static_cast<int64_t>(issue_rank.size()) == num_ops_);
+  std::array<double, kMaxStrandOps> fp, bp;
   BlockSimulation sim;
-  sim.time_us = run(forward_ops, backward_ops, issue_rank.data(), &sim);
+  sim.time_us =
+      run(prepare_side(Strand::kForward, forward_ops, fp.data()),
+          prepare_side(Strand::kBackward, backward_ops, bp.data()), issue_rank.data(), &sim);
   sort_by_start(sim);
   return sim;
 }
 
 // Event simulation. Combined op index u: forward op i is u = i, backward op j is
 // u = nf + j. Between two events the set of running ops, hence every rate, is constant,
-// so the next event is the earliest finish at the current rates.
-double BlockCostModel::run(OpMask forward_ops, OpMask backward_ops, const int64_t* issue_rank,
-                           BlockSimulation* out) const {
-  const int64_t nf = forward_->size();
-  DHELIX_CHECK((forward_ops & ~forward_->all_ops()) == 0);
-  DHELIX_CHECK((backward_ops & ~backward_->all_ops()) == 0);
-  const StrandGraph* graphs[2] = {forward_, backward_};
-  const OpMask masks[2] = {forward_ops, backward_ops};
-
-  std::array<double, kMaxBlockOps> priority;
+// so the next event is the earliest finish at the current rates. An op becomes ready when
+// its last predecessor inside the block finishes.
+double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
+                           const int64_t* issue_rank, BlockSimulation* out) const {
+  const int64_t nf = num_forward_;
+  const OpMask masks[2] = {forward.ops, backward.ops};
+  const double* const priority[2] = {forward.priority, backward.priority};
   std::array<double, kMaxBlockOps> remaining_us;
   std::array<double, kMaxBlockOps> start_us;
-  std::array<int, kMaxBlockOps> pending;
-  OpMask ready[2][kNumStreams] = {};
+  OpMask ready[2][kNumStreams];
   OpMask unstarted[2][kNumStreams] = {};  // in-order mode: a stream's queue
-  block_priorities(*forward_, forward_ops, priority.data());
-  block_priorities(*backward_, backward_ops, priority.data() + nf);
-  int64_t left = 0;
+  OpMask unfinished[2] = {masks[0], masks[1]};
   for (int k = 0; k < 2; ++k) {
-    const int64_t base = k == 0 ? 0 : nf;
+    const BlockSide& side = k == 0 ? forward : backward;
+    for (int s = 0; s < kNumStreams; ++s) ready[k][s] = side.ready[s];
+    if (issue_rank == nullptr) continue;
     for (OpMask m = masks[k]; m != 0; m &= m - 1) {
-      const int i = __builtin_ctzll(m);
-      const StrandOp& op = graphs[k]->op(i);
-      remaining_us[base + i] = op.solo_time_us;
-      pending[base + i] = __builtin_popcountll(graphs[k]->predecessor_mask(i) & masks[k]);
-      if (pending[base + i] == 0) ready[k][stream_index(op.stream)] |= OpMask{1} << i;
-      unstarted[k][stream_index(op.stream)] |= OpMask{1} << i;
-      ++left;
+      unstarted[k][stream_[(k == 0 ? 0 : nf) + __builtin_ctzll(m)]] |= m & -m;
     }
   }
 
   int64_t running[kNumStreams] = {-1, -1, -1};
   double now_us = 0;
-  while (left > 0) {
+  while ((unfinished[0] | unfinished[1]) != 0) {
     // Idle streams start their next op (best ready one, or their queue's head).
+    int busy = 0;
     for (int s = 0; s < kNumStreams; ++s) {
-      if (running[s] >= 0) continue;
-      const int64_t best = issue_rank == nullptr
-                               ? best_ready(ready, s, nf, priority.data())
-                               : queue_head_if_ready(unstarted, ready, s, nf, issue_rank);
-      if (best < 0) continue;
-      const int k = best < nf ? 0 : 1;
-      ready[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
-      unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
-      running[s] = best;
-      start_us[best] = now_us;
+      if (running[s] < 0 && (ready[0][s] | ready[1][s]) != 0) {
+        const int64_t best = issue_rank == nullptr
+                                 ? best_ready(ready, s, nf, priority)
+                                 : queue_head_if_ready(unstarted, ready, s, nf, issue_rank);
+        if (best >= 0) {
+          const int k = best < nf ? 0 : 1;
+          ready[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
+          unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
+          running[s] = best;
+          start_us[best] = now_us;
+          remaining_us[best] = solo_us_[best];
+        }
+      }
+      busy += running[s] >= 0 ? 1 : 0;
     }
 
+    // Rates: the product over the other running ops (1 when alone, where the division
+    // and the products are skipped: x / 1 and 1 * x are exact).
     double rate[kNumStreams] = {1, 1, 1};
     double step_us = std::numeric_limits<double>::infinity();
     int first = -1;
     for (int s = 0; s < kNumStreams; ++s) {
       if (running[s] < 0) continue;
-      for (int o = 0; o < kNumStreams; ++o) {
-        if (o != s && running[o] >= 0) rate[s] *= rates_[running[s] * num_ops_ + running[o]];
+      if (busy > 1) {
+        for (int o = 0; o < kNumStreams; ++o) {
+          if (o != s && running[o] >= 0) rate[s] *= rates_[running[s] * num_ops_ + running[o]];
+        }
       }
-      const double to_finish = remaining_us[running[s]] / rate[s];
+      const double to_finish =
+          busy > 1 ? remaining_us[running[s]] / rate[s] : remaining_us[running[s]];
       if (to_finish < step_us) {
         step_us = to_finish;
         first = s;
@@ -192,18 +261,17 @@ double BlockCostModel::run(OpMask forward_ops, OpMask backward_ops, const int64_
     for (int s = 0; s < kNumStreams; ++s) {
       const int64_t u = running[s];
       if (u < 0) continue;
-      const int k = u < nf ? 0 : 1;
-      const int64_t i = u - (k == 0 ? 0 : nf);
-      const double solo_us = graphs[k]->op(i).solo_time_us;
       remaining_us[u] -= rate[s] * step_us;
       // Ops ending at the same instant as the first one (up to rounding) end now too.
-      if (s != first && remaining_us[u] > 1e-12 * solo_us) continue;
+      if (s != first && remaining_us[u] > 1e-12 * solo_us_[u]) continue;
+      const int k = u < nf ? 0 : 1;
+      const int64_t base = k == 0 ? 0 : nf;
+      const int i = static_cast<int>(u - base);
       running[s] = -1;
-      --left;
-      for (OpMask m = graphs[k]->successor_mask(i) & masks[k]; m != 0; m &= m - 1) {
-        const int j = __builtin_ctzll(m);
-        const int64_t v = (k == 0 ? 0 : nf) + j;
-        if (--pending[v] == 0) ready[k][stream_index(graphs[k]->op(j).stream)] |= OpMask{1} << j;
+      unfinished[k] &= ~(OpMask{1} << i);
+      for (OpMask m = successors_[u] & masks[k]; m != 0; m &= m - 1) {
+        const int64_t v = base + __builtin_ctzll(m);
+        if ((predecessors_[v] & unfinished[k]) == 0) ready[k][stream_[v]] |= m & -m;
       }
       if (out != nullptr) {
         out->ops.push_back(

@@ -21,6 +21,7 @@
 // given for them, so every segmentation of every topological order is a chain of
 // downsets and a DP over downset pairs covers them all.
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -44,13 +45,34 @@ struct BlockSimulation {
   std::vector<OpTiming> ops;
 };
 
-/// Binds both strands and a co-run model; precomputes the pairwise rate matrix once so
-/// that a block costs one allocation-free event simulation.
+/// One strand's side of a block, prepared once per op set and shared by every block that
+/// holds that set (the search meets each set in many blocks): the ops, those of them ready
+/// at the block's start per stream (no predecessor inside the set), and a pointer to each
+/// op's list-scheduling priority, indexed by the op's index in its strand (entries outside
+/// `ops` are never read).
+struct BlockSide {
+  OpMask ops = 0;
+  std::array<OpMask, 3> ready{};  ///< by StreamClass
+  const double* priority = nullptr;
+};
+
+/// Shift symmetry of a window of identical layers (chunk_pairing.h): shifting a strand's op
+/// set by whole layers (period = ops per layer) leaves every block cost unchanged, because
+/// the ops, their edges and their rates repeat layer after layer. BlockCostModel verifies
+/// the repetition exactly before it uses it; 0 = no symmetry.
+struct LayerPeriods {
+  int64_t forward_ops = 0;   ///< ops per forward layer
+  int64_t backward_ops = 0;  ///< ops per backward layer
+};
+
+/// Binds both strands and a co-run model; precomputes the pairwise rate matrix and flat
+/// per-op arrays once so that a block costs one allocation-free event simulation.
 class BlockCostModel {
  public:
   /// The graphs and the model must outlive this object. Rates are read once, here;
   /// DHELIX_CHECKs that each lies in (0, 1] (then clamps to kMinCoRunRate).
-  BlockCostModel(const StrandGraph& forward, const StrandGraph& backward, const CoRunModel& model);
+  BlockCostModel(const StrandGraph& forward, const StrandGraph& backward, const CoRunModel& model,
+                 LayerPeriods periods = {});
 
   const StrandGraph& forward() const { return *forward_; }
   const StrandGraph& backward() const { return *backward_; }
@@ -59,6 +81,19 @@ class BlockCostModel {
   /// P(F, B) in us. Only the sets matter (see above). F and B need not be downsets: a
   /// predecessor outside the block counts as finished before it.
   double cost_us(OpMask forward_ops, OpMask backward_ops) const;
+  /// The same cost from prepared sides (prepare_side): what the search calls.
+  double cost_us(const BlockSide& forward, const BlockSide& backward) const;
+  /// The side of op set `ops` of `strand`; writes the priorities of its ops to
+  /// `priority[i]` (an array of graph(strand).size() doubles that must outlive the side).
+  BlockSide prepare_side(Strand strand, OpMask ops, double* priority) const;
+  /// The representative of `ops` under the verified layer symmetry: the set shifted down
+  /// by as many whole layers as its lowest op allows (blocks of equal representatives, on
+  /// both sides, cost exactly the same). `ops` itself without symmetry.
+  OpMask canonical(Strand strand, OpMask ops) const {
+    const int64_t period = period_[strand == Strand::kForward ? 0 : 1];
+    if (period == 0 || ops == 0) return ops;
+    return ops >> (__builtin_ctzll(ops) / period * period);
+  }
   /// The same simulation, with every op's start and finish.
   BlockSimulation simulate(OpMask forward_ops, OpMask backward_ops) const;
   /// The block run as a framework without a planner runs it: every stream executes its
@@ -74,13 +109,22 @@ class BlockCostModel {
 
  private:
   /// The event simulation; `issue_rank` null: list scheduling by priority, else in order.
-  double run(OpMask forward_ops, OpMask backward_ops, const int64_t* issue_rank,
+  double run(const BlockSide& forward, const BlockSide& backward, const int64_t* issue_rank,
              BlockSimulation* out) const;
+  /// Whether shifting each strand by its period leaves ops, edges and rates unchanged.
+  bool is_periodic(LayerPeriods periods) const;
 
   const StrandGraph* forward_;
   const StrandGraph* backward_;
-  int64_t num_ops_ = 0;        ///< forward ops, then backward ops
+  int64_t num_forward_ = 0;    ///< combined op u: forward op i is u = i, backward op j is
+  int64_t num_ops_ = 0;        ///< u = num_forward_ + j
   std::vector<double> rates_;  ///< num_ops_ x num_ops_, row = the slowed op
+  // Flat copies of the graphs (by combined op): the simulation reads nothing else.
+  std::vector<double> solo_us_;
+  std::vector<int> stream_;
+  std::vector<OpMask> successors_;    ///< within the op's own strand
+  std::vector<OpMask> predecessors_;  ///< within the op's own strand
+  std::array<int64_t, 2> period_{};   ///< verified LayerPeriods, 0 = none
 };
 
 /// P memoized by the two masks (open addressing; the search asks for the same block from

@@ -53,20 +53,12 @@ int64_t StrandGraph::add_op(std::string id, StreamClass stream, double solo_time
   return index;
 }
 
-const StrandOp& StrandGraph::op(int64_t index) const {
-  DHELIX_CHECK(index >= 0 && index < size());
-  return ops_[index];
-}
-
 int64_t StrandGraph::find(const std::string& id) const {
   for (int64_t i = 0; i < size(); ++i) {
     if (ops_[i].id == id) return i;
   }
   return -1;
 }
-
-OpMask StrandGraph::predecessor_mask(int64_t index) const { return predecessor_masks_[index]; }
-OpMask StrandGraph::successor_mask(int64_t index) const { return successor_masks_[index]; }
 
 OpMask StrandGraph::all_ops() const {
   return size() == kMaxStrandOps ? ~OpMask{0} : (OpMask{1} << size()) - 1;

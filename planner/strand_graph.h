@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/error.h"
 #include "lib/layer_dag.h"
 #include "lib/op_catalogue.h"
 
@@ -55,14 +56,23 @@ class StrandGraph {
                  std::vector<int64_t> predecessors, std::string cost_key = "");
 
   int64_t size() const { return static_cast<int64_t>(ops_.size()); }
-  const StrandOp& op(int64_t index) const;
+  const StrandOp& op(int64_t index) const {
+    DHELIX_CHECK(index >= 0 && index < size());
+    return ops_[static_cast<size_t>(index)];
+  }
   const std::vector<StrandOp>& ops() const { return ops_; }
   /// Index of the op with this id, or -1.
   int64_t find(const std::string& id) const;
 
-  OpMask predecessor_mask(int64_t index) const;  ///< direct predecessors
-  OpMask successor_mask(int64_t index) const;    ///< direct successors
-  OpMask all_ops() const;                        ///< every op
+  /// Direct predecessors.
+  OpMask predecessor_mask(int64_t index) const {
+    return predecessor_masks_[static_cast<size_t>(index)];
+  }
+  /// Direct successors.
+  OpMask successor_mask(int64_t index) const {
+    return successor_masks_[static_cast<size_t>(index)];
+  }
+  OpMask all_ops() const;  ///< every op
   /// Ops of one stream.
   OpMask stream_mask(StreamClass stream) const;
   /// True when every predecessor of every op in the mask is in the mask (an order ideal).

@@ -16,14 +16,21 @@ double peak_flops_per_us(const GpuSpec& gpu) { return gpu.peak_bf16_tflops * 1e1
 
 double memory_us(const GpuSpec& gpu, double bytes) { return bytes / memory_bytes_per_us(gpu); }
 
-// Flash-attention forward work as FlashAttention's benchmark counts it: 4·B·H·q·kv·d, halved
-// under a causal mask; backward is 2.5x that.
+// Flash-attention forward work as FlashAttention's benchmark counts it: 4·B·H·d times the
+// (query, key) pairs computed: q·kv, halved under a causal mask. A sliding window W < kv
+// (Mistral) leaves q·W - W²/2 causal pairs (each query sees at most W keys; the first W
+// queries see fewer), q·W without the mask. Backward is 2.5x the forward.
 double attention_work_flops(const Op& op) {
   const OpShape& s = op.shape;
-  double work = 4.0 * static_cast<double>(s.batch) * static_cast<double>(s.heads) *
-                static_cast<double>(s.q_len) * static_cast<double>(s.kv_len) *
+  const auto q = static_cast<double>(s.q_len);
+  const auto kv = static_cast<double>(s.kv_len);
+  double pairs = s.causal ? q * kv / 2 : q * kv;
+  if (s.window > 0 && s.window < s.kv_len) {
+    const auto w = static_cast<double>(s.window);
+    pairs = std::min(pairs, s.causal && w <= q ? q * w - w * w / 2 : q * w);
+  }
+  double work = 4.0 * static_cast<double>(s.batch) * static_cast<double>(s.heads) * pairs *
                 static_cast<double>(s.head_dim);
-  if (s.causal) work /= 2;
   if (op.pass == Pass::kBackward) work *= kAttentionBackwardFactor;
   return work;
 }

@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # Configures and builds dhelix into build/ (or $DHELIX_BUILD_DIR) with every core.
+#
+#   scripts/build.sh [cmake configure options...]
+#
+# DHELIX_TARGETS (space-separated) builds only those targets (scripts/demo.sh: the tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${DHELIX_BUILD_DIR:-build}
@@ -12,4 +16,8 @@ fi
 # -DCMAKE_BUILD_TYPE=RelWithDebInfo to debug.
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
   -DDHELIX_WERROR=ON "$@" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
+target_args=()
+for target in ${DHELIX_TARGETS:-}; do
+  target_args+=(--target "$target")
+done
+cmake --build "$build_dir" -j "$(nproc)" "${target_args[@]}"

@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# Installs dhelix's build and test dependencies from Debian packages. Idempotent: when
-# every package is present it installs nothing and touches no network.
+# Installs dhelix's dependencies from Debian packages. Idempotent: when every package is
+# present it installs nothing and touches no network.
+#
+#   scripts/install-deps.sh [core|all]     (default all)
+#
+# core: what building the tools and running them needs (scripts/demo.sh, the README);
+# all:  core plus what the test suite needs (GoogleTest, Google Benchmark, the schema
+#       validator, Chromium for rendering pictures, Graphviz for the walkthrough's DAG,
+#       clang for scripts/fuzz.sh). scripts/test.sh installs all.
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) is not installed here; CMake uses it when present.
 set -euo pipefail
 
-packages=(
+set_name=${1:-all}
+core_packages=(
   build-essential cmake git pkg-config
   libcli11-dev nlohmann-json3-dev libboost-graph-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
-  python3 python3-jsonschema chromium
+)
+test_packages=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-jsonschema chromium graphviz
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes for clang 14
 )
+case "$set_name" in
+  core) packages=("${core_packages[@]}") ;;
+  all) packages=("${core_packages[@]}" "${test_packages[@]}") ;;
+  *)
+    echo "install-deps: unknown set \"$set_name\"; use core or all" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for package in "${packages[@]}"; do

@@ -103,7 +103,21 @@ int main(int argc, char** argv) {
   auto options = std::make_shared<dhelix::rt::TrainOptions>();
   bool agreed = false;
   const int status = dhelix::run_tool(name, argc, argv, [&](CLI::App& app) {
-    app.description("Trains with a plan on MPI ranks (CPU or CUDA backend).");
+    app.description(
+        "Trains with a plan on MPI ranks (CPU or CUDA backend). Launch one rank per GPU or "
+        "CPU process of the plan: mpirun -np N dhelix-run --plan PLAN ... (or srun -n N), N "
+        "being the plan's world size; as root OpenMPI also needs --allow-run-as-root.");
+    app.footer(R"(
+Exit statuses:
+  0   training finished (with --verify: both schedules agree bit for bit)
+  1   --verify found a difference between the co-executed and the sequential schedule
+  2   bad input: a file or flag breaks a rule
+  3   a file cannot be read or written
+  4   valid input dhelix does not support
+  5   a file of another major schema version
+  6   the job cannot run as asked
+  70  internal error (a bug in dhelix)
+)");
     add_options(app, *options);
     return [&]() -> int {
       try {

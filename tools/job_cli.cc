@@ -51,6 +51,48 @@ void override_size(JobSpec& job, const std::optional<int64_t>& value, int64_t& f
   job.origins[field_name] = {kFlags, flag};
 }
 
+// ----- activation recompute and uneven pipeline stages -----
+void apply_recompute_and_stage_overrides(const JobOptions& options, JobSpec& job) {
+  ParallelSpec& p = job.parallel;
+  if (options.recompute_granularity) {
+    const std::string& g = *options.recompute_granularity;
+    p.recompute.granularity = g == "full"        ? RecomputeGranularity::kFull
+                              : g == "selective" ? RecomputeGranularity::kSelective
+                                                 : RecomputeGranularity::kNone;
+    job.origins["parallel.recompute_granularity"] = {kFlags, "--recompute-granularity"};
+  }
+  if (options.recompute_method) {
+    p.recompute.method =
+        *options.recompute_method == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
+    job.origins["parallel.recompute_method"] = {kFlags, "--recompute-method"};
+  }
+  override_size(job, options.recompute_num_layers, p.recompute.num_layers,
+                "parallel.recompute_num_layers", "--recompute-num-layers");
+  override_size(job, options.first_stage_layers, p.first_stage_layers,
+                "parallel.decoder_first_pipeline_num_layers",
+                "--decoder-first-pipeline-num-layers");
+  override_size(job, options.last_stage_layers, p.last_stage_layers,
+                "parallel.decoder_last_pipeline_num_layers", "--decoder-last-pipeline-num-layers");
+}
+
+void add_recompute_and_stage_options(CLI::App& app, JobOptions& options) {
+  app.add_option("--recompute-granularity", options.recompute_granularity,
+                 "Activation recompute: full (whole layers) or selective (core attention)")
+      ->check(CLI::IsMember({"none", "full", "selective"}))
+      ->type_name("full|selective");
+  app.add_option("--recompute-method", options.recompute_method,
+                 "Full recompute: uniform (every layer, groups of --recompute-num-layers) or "
+                 "block (the first --recompute-num-layers layers of each chunk)")
+      ->check(CLI::IsMember({"uniform", "block"}))
+      ->type_name("uniform|block");
+  add_size_option(app, "--recompute-num-layers", options.recompute_num_layers,
+                  "Layers per recompute group (uniform) or recomputed per chunk (block)");
+  add_size_option(app, "--decoder-first-pipeline-num-layers", options.first_stage_layers,
+                  "Transformer layers on the first pipeline stage (uneven stages)");
+  add_size_option(app, "--decoder-last-pipeline-num-layers", options.last_stage_layers,
+                  "Transformer layers on the last pipeline stage (uneven stages)");
+}
+
 // ----- cost-model settings: communication overlap and MoE routing -----
 void apply_cost_model_overrides(const JobOptions& options, JobSpec& job) {
   ParallelSpec& p = job.parallel;
@@ -96,6 +138,7 @@ void apply_overrides(const JobOptions& options, JobSpec& job) {
     p.rank_order = *order;
     job.origins["parallel.rank_order"] = {kFlags, "--rank-order"};
   }
+  apply_recompute_and_stage_overrides(options, job);
   apply_cost_model_overrides(options, job);
 }
 
@@ -152,6 +195,7 @@ void add_job_options(CLI::App& app, JobOptions& options) {
          "--rank-order", [&options](const std::string& value) { options.rank_order = value; },
          "Rank order, fastest first (default tp-cp-ep-dp-pp)")
       ->type_name("ORDER");
+  add_recompute_and_stage_options(app, options);
   // cost-model settings
   add_size_option(app, "--expert-tensor-parallel-size", options.expert_tp,
                   "TP ranks each expert is split over (default: --tp, as Megatron-Core)");

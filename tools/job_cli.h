@@ -23,6 +23,12 @@ struct JobOptions {
   std::optional<bool> sp;
   std::optional<int64_t> micro_batch_size, global_batch_size, seq_length;
   std::optional<std::string> rank_order;
+  // ----- activation recompute and uneven pipeline stages (Megatron's flag names) -----
+  std::optional<std::string> recompute_granularity;  ///< --recompute-granularity
+  std::optional<std::string> recompute_method;       ///< --recompute-method
+  std::optional<int64_t> recompute_num_layers;       ///< --recompute-num-layers
+  std::optional<int64_t> first_stage_layers;         ///< --decoder-first-pipeline-num-layers
+  std::optional<int64_t> last_stage_layers;          ///< --decoder-last-pipeline-num-layers
   // cost-model settings
   std::optional<int64_t> expert_tp;          ///< --expert-tensor-parallel-size
   std::optional<double> moe_load_imbalance;  ///< --moe-load-imbalance
@@ -31,7 +37,8 @@ struct JobOptions {
 };
 
 /// Adds JOB, --model, --cluster, --dp/--tp/--pp/--cp/--ep, --sp/--no-sp, --mbs, --gbs,
-/// --seq, --rank-order and their Megatron-LM aliases to `app`, writing into `options`.
+/// --seq, --rank-order, the recompute and uneven-stage flags and their Megatron-LM aliases to
+/// `app`, writing into `options`.
 void add_job_options(CLI::App& app, JobOptions& options);
 
 /// Reads the job file (if any), applies the flags over it, and validates the result.

@@ -57,6 +57,18 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file) {
   };
   if (p.cp > 1) refuse(fmt::format("context parallelism (cp = {})", p.cp));
   if (p.ep > 1 || job.model.is_moe()) refuse("mixture-of-experts layers (ep, experts)");
+  // Recompute and uneven stages are planned (docs/pipeline.md) but not executed: the rank
+  // programs keep every activation and give each stage L/pp layers.
+  if (p.recompute.enabled()) {
+    refuse(fmt::format("activation recompute (recompute_granularity = {})",
+                       recompute_granularity_name(p.recompute.granularity)));
+  }
+  if (p.uneven_stages()) {
+    refuse(
+        fmt::format("uneven pipeline stages (decoder_first_pipeline_num_layers = {}, "
+                    "decoder_last_pipeline_num_layers = {})",
+                    p.first_stage_layers, p.last_stage_layers));
+  }
 }
 
 TokenSource load_tokens(const TrainOptions& options, const JobSpec& job) {

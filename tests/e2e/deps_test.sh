@@ -22,8 +22,9 @@ fi
 # sudo: install-deps.sh itself uses it only when not run as root.
 optional=" nvidia-smi nvcc chromium sudo dhelix-plan dhelix-profile dhelix-run dhelix-diff "
 
-listed=$(sed -n '/^packages=(/,/^)/p' "$src/scripts/install-deps.sh" | sed 's/#.*//' |
-  tr -s ' \t()' '\n' | grep -v -e '^packages=' -e '^$')
+# Every package array of the script (core_packages, test_packages): the test suite installs all.
+listed=$(sed -n '/^[a-z_]*packages=(/,/^)/p' "$src/scripts/install-deps.sh" | sed 's/#.*//' |
+  tr -s ' \t()' '\n' | grep -v -e '^[a-z_]*packages=' -e '^$')
 
 scan=$(cat <<'PY'
 import re, sys

@@ -138,6 +138,33 @@ else
   fail "--allow-oom" "exit $status"
 fi
 
+# --- recompute and uneven stages: Llama-3.1-405B on H100, TP 8, PP 16 ----------------------
+# With full recompute and 7 + 14x8 + 7 layers it plans and fits every stage; without
+# recompute it is refused for memory (stage activations ~64 GiB); without the uneven split
+# 126 layers do not fold over 2·16 chunks.
+j405="$src_dir/examples/jobs/llama-3.1-405b-h100-dp8-tp8-pp16-recompute.json"
+if "$plan" "$j405" -o "$scratch/405b.json" >/dev/null 2>&1 && /usr/bin/python3 - "$scratch/405b.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+dhelix = next(s for s in plan["schemes"] if s["scheme"] == "dhelix")
+stage0 = plan["stages"][0]
+ok = dhelix["fits"] and all(s["fits"] for s in plan["schemes"])
+ok = ok and stage0["down_layers"] == {"first": 0, "count": 3} and stage0["up_layers"]["count"] == 3
+sys.exit(0 if ok else 1)
+PY
+then
+  pass "llama-3.1-405b: plans with recompute and uneven stages, every scheme fits"
+else
+  fail "llama-3.1-405b" "did not plan, fit, or fold stage 0 as 3 + 3 layers"
+fi
+"$plan" "$j405" --recompute-granularity none -o "$scratch/405b-none.json" >/dev/null 2>"$scratch/stderr"
+status=$?
+if [[ $status -eq 6 ]] && grep -q "activations 64.00 GiB" "$scratch/stderr"; then
+  pass "llama-3.1-405b without recompute: refused for memory (64 GiB of activations)"
+else
+  fail "llama-3.1-405b without recompute" "exit $status"
+fi
+
 # --- the dag subcommand ----------------------------------------------------------------------
 "$plan" dag "$job" --format dot >"$scratch/dag.dot" 2>"$scratch/stderr"
 status=$?

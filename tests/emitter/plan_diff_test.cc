@@ -252,7 +252,7 @@ TEST(PlanDiff, SummaryNamesSpeedCommunicationAndMemory) {
   EXPECT_EQ(
       diff.summary,
       (std::vector<std::string>{
-          "dhelix is 12.3 % faster on B: iteration 100.0 ms -> 87.7 ms.",
+          "dhelix is 1.14x faster on B (12.3 % less time): iteration 100.0 ms -> 87.7 ms.",
           "Exposed TP communication fell from 4.1 ms to 0.9 ms; exposed DP communication "
           "rose from 0.0 us to 100.0 us.",
           "Peak memory per GPU rose from 0.00 GiB to 1.00 GiB.", "The pairing is the same."}));

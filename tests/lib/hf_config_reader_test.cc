@@ -162,7 +162,8 @@ TEST(HfConfigReader, UnsupportedArchitectureListsTheSupportedOnes) {
   EXPECT_EQ(unsupported_message(Json::parse(R"({"architectures": ["BertModel"]})")),
             "config.json: /architectures: [\"BertModel\"] is not supported; supported "
             "architectures: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-            "PhiMoEForCausalLM, PhimoeForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM");
+            "PhiMoEForCausalLM, PhimoeForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, "
+            "GPT2LMHeadModel, GPTNeoXForCausalLM");
   EXPECT_EQ(unsupported_message(Json::parse(R"({"model_type": "bert"})")),
             "config.json: /model_type: \"bert\" is not supported; supported model types: llama, "
             "mistral, mixtral, phimoe, gpt2, gpt_neox");
@@ -238,10 +239,10 @@ TEST(HfConfigReader, ActivationMustFitTheFamily) {
 }
 
 TEST(HfConfigReader, SupportedArchitecturesAreListedInOrder) {
-  EXPECT_EQ(
-      supported_hf_architectures(),
-      (Lines{"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "PhiMoEForCausalLM",
-             "PhimoeForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM"}));
+  EXPECT_EQ(supported_hf_architectures(),
+            (Lines{"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
+                   "PhiMoEForCausalLM", "PhimoeForCausalLM", "Qwen2ForCausalLM",
+                   "Qwen2MoeForCausalLM", "GPT2LMHeadModel", "GPTNeoXForCausalLM"}));
 }
 
 }  // namespace

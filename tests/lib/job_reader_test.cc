@@ -243,7 +243,50 @@ TEST(JobExamples, EveryExampleIsValid) {
       ADD_FAILURE() << error.what();
     }
   }
-  EXPECT_EQ(count, 22);  // update when adding an example
+  EXPECT_EQ(count, 23);  // update when adding an example
+}
+
+// ----- activation recompute and uneven pipeline stages -----
+
+TEST_F(JobReaderTest, ReadsRecomputeAndUnevenStages) {
+  const JobSpec job = read_job_file(write_job(
+      R"({"pp": 2, "global_batch_size": 8, "seq_length": 512, "recompute_granularity": "full",
+          "recompute_method": "block", "recompute_num_layers": 2,
+          "decoder_first_pipeline_num_layers": 6})"));
+  EXPECT_EQ(job.parallel.recompute.granularity, RecomputeGranularity::kFull);
+  EXPECT_EQ(job.parallel.recompute.method, RecomputeMethod::kBlock);
+  EXPECT_EQ(job.parallel.recompute.num_layers, 2);
+  EXPECT_EQ(job.parallel.first_stage_layers, 6);
+  EXPECT_EQ(job.parallel.last_stage_layers, 0);
+  EXPECT_TRUE(job.parallel.uneven_stages());
+  // 8 layers, pp 2, F = 6: the last stage holds b = 2 (c = 1), stage 0's chunks 5 and 1.
+  EXPECT_TRUE(validate_job(job).empty());
+  const OrderedJson json = parallel_to_json(job.parallel);
+  EXPECT_EQ(json["recompute_granularity"], "full");
+  EXPECT_EQ(json["recompute_method"], "block");
+  EXPECT_EQ(json["decoder_first_pipeline_num_layers"], 6);
+  EXPECT_FALSE(json.contains("decoder_last_pipeline_num_layers"));
+}
+
+// Jobs without the new fields write exactly the fields they always did.
+TEST_F(JobReaderTest, DefaultsWriteNoRecomputeOrStageFields) {
+  const JobSpec job = read_job_file(write_job(R"({"global_batch_size": 8, "seq_length": 512})"));
+  EXPECT_FALSE(job.parallel.recompute.enabled());
+  const OrderedJson json = parallel_to_json(job.parallel);
+  EXPECT_FALSE(json.contains("recompute_granularity"));
+  EXPECT_FALSE(json.contains("decoder_first_pipeline_num_layers"));
+}
+
+TEST_F(JobReaderTest, BadRecomputeValuesNameTheField) {
+  const std::string path = write_job(
+      R"({"global_batch_size": 8, "seq_length": 512, "recompute_granularity": "partial",
+          "recompute_num_layers": 0})");
+  const std::string message = error_of(path, ErrorCode::kInvalidInput);
+  EXPECT_NE(message.find(path + ": /parallel/recompute_granularity: \"partial\""),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(path + ": /parallel/recompute_num_layers: 0"), std::string::npos)
+      << message;
 }
 
 }  // namespace

@@ -327,5 +327,42 @@ TEST(JobValidation, OriginDefaultsToTheJobFilePointer) {
   EXPECT_EQ(job.num_nodes(), 2);
 }
 
+// ----- activation recompute and uneven pipeline stages -----
+
+// 32 layers on pp 4: F = 6, La = 6 leave 20 for 2 middle stages (10 each, chunks of 5);
+// stage 0 of the W keeps 1 + 1. F = 7 leaves 19: refused at the field, with the numbers.
+TEST(JobValidation, UnevenStagesFollowTheSplitRules) {
+  JobSpec job = valid_job();
+  job.parallel.dp = 4;
+  job.parallel.pp = 4;
+  job.parallel.first_stage_layers = 6;
+  job.parallel.last_stage_layers = 6;
+  EXPECT_EQ(messages(job), Messages{});
+  job.parallel.first_stage_layers = 7;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/decoder_first_pipeline_num_layers: 7 cannot split "
+                     "num_layers = 32 over pp = 4 stages: the 19 layers left after the first "
+                     "(7) and last (6) stages do not split evenly over the 2 middle stage(s)"});
+  // 30 layers, which 2·pp = 8 does not divide, split as 7 + 8 + 8 + 7 (W: 3 + 3 on stage 0).
+  job.model.num_layers = 30;
+  job.parallel.first_stage_layers = 7;
+  job.parallel.last_stage_layers = 7;
+  EXPECT_EQ(messages(job), Messages{});
+}
+
+TEST(JobValidation, BlockRecomputeNeedsFullGranularity) {
+  JobSpec job = valid_job();
+  job.parallel.recompute.granularity = RecomputeGranularity::kSelective;
+  job.parallel.recompute.method = RecomputeMethod::kBlock;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/recompute_method: \"block\" needs "
+                     "recompute_granularity \"full\" (Megatron's rule: selective recompute has "
+                     "no method)"});
+  job.parallel.recompute.granularity = RecomputeGranularity::kFull;
+  job.parallel.recompute.num_layers = 0;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/recompute_num_layers: 0 must be at least 1"});
+}
+
 }  // namespace
 }  // namespace dhelix

@@ -1,0 +1,94 @@
+// Activation recompute in a layer's backward DAG (Megatron-LM's --recompute-granularity).
+//
+// A recomputed op is a copy of a forward op that runs in the backward strand: same kind,
+// shape, pass (forward) and therefore the same signature and profiled time as the op it
+// repeats; its id is "bwd.recompute." followed by the forward id without "fwd.". The copies
+// come first in the new backward DAG (lowest indices, so the default topological order
+// issues them first, as Megatron does) and keep the forward's edges among themselves.
+//
+//   full       every forward op is repeated. Megatron's checkpoint function re-runs the
+//              layer's forward before autograd walks its backward, so every op of the
+//              layer's backward that has no predecessor waits for the repeated forward's
+//              last ops. The repeated all-gathers and reduce-scatters are TP traffic of the
+//              backward strand; the repeated GEMMs are compute that the pairing search can
+//              set beside the other strand's communication.
+//   selective  the core attention is repeated: the attention op (or the CP ring's steps,
+//              exchanges and merge). Its inputs Q, K, V are kept from the forward, so the
+//              copies wait for nothing in the backward; every attention-backward op waits
+//              for them (it reads the recomputed output and softmax statistics).
+//
+// Example, Llama with tp = 8 and SP, full: the 18-op backward becomes 32 ops, 14 copies
+// (bwd.recompute.ln_attn .. bwd.recompute.bda_mlp) then bwd.bda_mlp, which now waits for
+// bwd.recompute.bda_mlp.
+
+#include <string>
+#include <vector>
+
+#include "lib/dag_builder.h"
+#include "lib/error.h"
+
+namespace dhelix {
+namespace {
+
+bool is_core_attention(const Op& op) {
+  return op.kind == OpKind::kAttention || op.kind == OpKind::kAttentionMerge ||
+         (op.kind == OpKind::kSendRecv && op.group == ParallelDim::kCp);
+}
+
+std::string recompute_id(const std::string& forward_id) {
+  const std::string stem = forward_id.starts_with("fwd.") ? forward_id.substr(4) : forward_id;
+  return "bwd.recompute." + stem;
+}
+
+// Copies the forward ops `keep` selects into `out`; returns the copy's index per forward
+// op (-1 where not copied) and the copies no other copy consumes.
+std::vector<int64_t> copy_forward(const LayerDag& forward, const std::vector<bool>& keep,
+                                  LayerDag& out, std::vector<int64_t>& sinks) {
+  std::vector<int64_t> index(static_cast<size_t>(forward.size()), -1);
+  for (int64_t v : forward.topological_order()) {
+    if (!keep[static_cast<size_t>(v)]) continue;
+    Op op = forward.op(v);
+    op.id = recompute_id(op.id);
+    const int64_t copy = out.add_op(std::move(op));
+    index[static_cast<size_t>(v)] = copy;
+    for (int64_t p : forward.predecessors(v)) {
+      if (index[static_cast<size_t>(p)] >= 0) out.add_edge(index[static_cast<size_t>(p)], copy);
+    }
+  }
+  for (int64_t v = 0; v < forward.size(); ++v) {
+    if (index[static_cast<size_t>(v)] < 0) continue;
+    bool consumed = false;
+    for (int64_t s : forward.successors(v)) consumed |= index[static_cast<size_t>(s)] >= 0;
+    if (!consumed) sinks.push_back(index[static_cast<size_t>(v)]);
+  }
+  return index;
+}
+
+}  // namespace
+
+LayerDags with_recompute(LayerDags dags, RecomputeGranularity granularity) {
+  if (granularity == RecomputeGranularity::kNone) return dags;
+  const bool full = granularity == RecomputeGranularity::kFull;
+  std::vector<bool> keep(static_cast<size_t>(dags.forward.size()));
+  for (int64_t v = 0; v < dags.forward.size(); ++v) {
+    keep[static_cast<size_t>(v)] = full || is_core_attention(dags.forward.op(v));
+  }
+  LayerDag backward;
+  std::vector<int64_t> sinks;
+  copy_forward(dags.forward, keep, backward, sinks);
+  const int64_t offset = backward.size();
+  const LayerDag& old = dags.backward;
+  for (int64_t v = 0; v < old.size(); ++v) backward.add_op(old.op(v));
+  for (int64_t v = 0; v < old.size(); ++v) {
+    const std::vector<int64_t> preds = old.predecessors(v);
+    for (int64_t p : preds) backward.add_edge(offset + p, offset + v);
+    const bool waits = full ? preds.empty() : old.op(v).kind == OpKind::kAttention;
+    if (!waits) continue;
+    for (int64_t s : sinks) backward.add_edge(s, offset + v);
+  }
+  DHELIX_CHECK(backward.is_acyclic());
+  dags.backward = std::move(backward);
+  return dags;
+}
+
+}  // namespace dhelix

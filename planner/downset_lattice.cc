@@ -1,0 +1,282 @@
+#include "planner/downset_lattice.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "lib/error.h"
+#include "planner/pairing_search.h"
+
+namespace dhelix {
+
+namespace {
+
+// Open addressing from an op set to a small index; sets are never removed.
+class MaskIndex {
+ public:
+  explicit MaskIndex(int64_t expected) {
+    size_t capacity = 16;
+    while (capacity < static_cast<size_t>(expected) * 2) capacity *= 2;
+    slots_.assign(capacity, Slot{});
+  }
+  // The index of `mask`, or `fresh` after inserting it with that index.
+  int32_t find_or_insert(OpMask mask, int32_t fresh) {
+    if ((size_ + 1) * 2 > static_cast<int64_t>(slots_.size())) grow();
+    for (size_t i = slot_of(mask);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].index < 0) {
+        slots_[i] = Slot{mask, fresh};
+        ++size_;
+        return fresh;
+      }
+      if (slots_[i].mask == mask) return slots_[i].index;
+    }
+  }
+  int32_t find(OpMask mask) const {
+    for (size_t i = slot_of(mask);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].index < 0 || slots_[i].mask == mask) return slots_[i].index;
+    }
+  }
+
+ private:
+  struct Slot {
+    OpMask mask = 0;
+    int32_t index = -1;
+  };
+  size_t slot_of(OpMask mask) const {
+    uint64_t h = mask * 0x9E3779B97F4A7C15ULL;
+    h ^= h >> 31;
+    return static_cast<size_t>(h) & (slots_.size() - 1);
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.size() * 2, Slot{});
+    size_ = 0;
+    for (const Slot& s : old) {
+      if (s.index >= 0) find_or_insert(s.mask, s.index);
+    }
+  }
+  std::vector<Slot> slots_;
+  int64_t size_ = 0;
+};
+
+void collect_downsets(const StrandGraph& graph, int64_t index, OpMask mask, int64_t max_count,
+                      std::vector<OpMask>* out) {
+  if (index == graph.size()) {
+    if (static_cast<int64_t>(out->size()) >= max_count) {
+      throw Error(ErrorCode::kUnsupported,
+                  "exact pairing search refused: a strand of " + std::to_string(graph.size()) +
+                      " ops has more than " + std::to_string(max_count) +
+                      " downsets (too many ops with no order between them; n independent ops "
+                      "have 2^n downsets)");
+    }
+    out->push_back(mask);
+    return;
+  }
+  collect_downsets(graph, index + 1, mask, max_count, out);
+  if ((graph.predecessor_mask(index) & ~mask) == 0) {
+    collect_downsets(graph, index + 1, mask | (OpMask{1} << index), max_count, out);
+  }
+}
+
+// Every downset containing `from` whose difference holds at most `bound` ops (0 = any):
+// each op outside `from`, in index order, is left out or (when its predecessors are in)
+// taken. `budget` counts down the steps still allowed (below zero: stop). `out` null:
+// count only.
+void collect_supersets(const StrandGraph& graph, int64_t index, OpMask mask, int64_t added,
+                       int64_t bound, int64_t* budget, std::vector<OpMask>* out) {
+  for (; index < graph.size() && ((mask >> index) & 1) != 0; ++index) {
+  }
+  if (*budget < 0) return;
+  if (index == graph.size() || (bound > 0 && added == bound)) {
+    --*budget;
+    if (out != nullptr) out->push_back(mask);
+    return;
+  }
+  collect_supersets(graph, index + 1, mask, added, bound, budget, out);
+  if ((graph.predecessor_mask(index) & ~mask) == 0) {
+    collect_supersets(graph, index + 1, mask | (OpMask{1} << index), added + 1, bound, budget, out);
+  }
+}
+
+std::array<double, kNumStreamClasses> stream_loads(const StrandGraph& graph, OpMask mask) {
+  std::array<double, kNumStreamClasses> load{};
+  for (OpMask m = mask; m != 0; m &= m - 1) {
+    const StrandOp& op = graph.op(__builtin_ctzll(m));
+    load[static_cast<int>(op.stream)] += op.solo_time_us;
+  }
+  return load;
+}
+
+double longest_path_within(const StrandGraph& graph, OpMask mask) {
+  std::array<double, kMaxStrandOps> tail{};
+  double longest = 0;
+  for (int64_t i = graph.size() - 1; i >= 0; --i) {
+    if (((mask >> i) & 1) == 0) continue;
+    double next = 0;
+    for (OpMask s = graph.successor_mask(i) & mask; s != 0; s &= s - 1) {
+      next = std::max(next, tail[__builtin_ctzll(s)]);
+    }
+    tail[i] = graph.op(i).solo_time_us + next;
+    longest = std::max(longest, tail[i]);
+  }
+  return longest;
+}
+
+void add_piece(const StrandGraph& graph, OpMask piece, Lattice* lattice) {
+  lattice->pieces.push_back(piece);
+  lattice->piece_path_us.push_back(longest_path_within(graph, piece));
+}
+
+}  // namespace
+
+std::vector<OpMask> enumerate_downsets(const StrandGraph& graph, int64_t max_count) {
+  std::vector<OpMask> out;
+  collect_downsets(graph, 0, 0, max_count, &out);
+  std::sort(out.begin(), out.end(), [](OpMask a, OpMask b) {
+    const int64_t sa = mask_size(a), sb = mask_size(b);
+    return sa != sb ? sa < sb : a < b;
+  });
+  return out;
+}
+
+Lattice lattice_downsets(const BlockCostModel& model, Strand strand,
+                         const PairingOptions& options) {
+  const StrandGraph& graph = model.graph(strand);
+  Lattice lattice;
+  lattice.strand = strand;
+  lattice.downsets = enumerate_downsets(graph, options.max_downsets);
+  lattice.load_us.reserve(lattice.downsets.size());
+  lattice.remaining_path_us.reserve(lattice.downsets.size());
+  for (OpMask d : lattice.downsets) {
+    lattice.load_us.push_back(stream_loads(graph, d));
+    double remaining = 0;  // the complement is an upset: its longest path starts anywhere in it
+    for (OpMask m = graph.all_ops() & ~d; m != 0; m &= m - 1) {
+      remaining = std::max(remaining, graph.tail_time_us()[__builtin_ctzll(m)]);
+    }
+    lattice.remaining_path_us.push_back(remaining);
+  }
+  return lattice;
+}
+
+void build_lattice_steps(const BlockCostModel& model, const PairingOptions& options,
+                         Lattice* lattice) {
+  const StrandGraph& graph = model.graph(lattice->strand);
+  const int64_t n = lattice->size();
+  MaskIndex downset_index(n);
+  for (int64_t i = 0; i < n; ++i) {
+    downset_index.find_or_insert(lattice->downsets[static_cast<size_t>(i)],
+                                 static_cast<int32_t>(i));
+  }
+  MaskIndex piece_index(n);
+  piece_index.find_or_insert(0, 0);
+  add_piece(graph, 0, lattice);
+
+  // Count first (nothing stored), so that a strand past the limit costs no memory.
+  int64_t budget = options.max_steps;
+  for (int64_t i = 0; i < n && budget >= 0; ++i) {
+    collect_supersets(graph, 0, lattice->downsets[static_cast<size_t>(i)], 0,
+                      options.max_segment_ops, &budget, nullptr);
+  }
+  if (budget < 0) {
+    throw Error(ErrorCode::kUnsupported,
+                std::string("exact pairing search refused: the ") + strand_name(lattice->strand) +
+                    " strand (" + std::to_string(graph.size()) + " ops, " + std::to_string(n) +
+                    " downsets) has more than " + std::to_string(options.max_steps) +
+                    " moves from a downset to a superset (too many ops with no order between "
+                    "them; a segment bound, PairingOptions::max_segment_ops, reduces them)");
+  }
+  lattice->steps.reserve(static_cast<size_t>(options.max_steps - budget));
+  std::vector<OpMask> supersets;
+  std::vector<int32_t> targets;
+  lattice->step_begin.assign(1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const OpMask from = lattice->downsets[static_cast<size_t>(i)];
+    supersets.clear();
+    int64_t unlimited = options.max_steps;
+    collect_supersets(graph, 0, from, 0, options.max_segment_ops, &unlimited, &supersets);
+    targets.clear();
+    for (OpMask to : supersets) targets.push_back(downset_index.find(to));
+    std::sort(targets.begin(), targets.end());
+    for (int32_t target : targets) {
+      const OpMask diff = lattice->downsets[static_cast<size_t>(target)] & ~from;
+      const OpMask piece = model.canonical(lattice->strand, diff);
+      const auto fresh = static_cast<int32_t>(lattice->pieces.size());
+      const int32_t id = piece_index.find_or_insert(piece, fresh);
+      if (id == fresh) add_piece(graph, piece, lattice);
+      lattice->steps.push_back(LatticeStep{target, id});
+    }
+    lattice->step_begin.push_back(static_cast<int64_t>(lattice->steps.size()));
+  }
+
+  // Sides last: the priority pool no longer moves once sized.
+  const size_t width = static_cast<size_t>(std::max<int64_t>(graph.size(), 1));
+  lattice->piece_priorities.assign(lattice->pieces.size() * width, 0.0);
+  lattice->piece_sides.reserve(lattice->pieces.size());
+  for (size_t p = 0; p < lattice->pieces.size(); ++p) {
+    lattice->piece_sides.push_back(model.prepare_side(
+        lattice->strand, lattice->pieces[p], lattice->piece_priorities.data() + p * width));
+  }
+}
+
+PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forward,
+                               const Lattice& backward)
+    : model_(&model),
+      forward_(&forward),
+      backward_(&backward),
+      num_backward_(static_cast<int64_t>(backward.pieces.size())) {
+  // A dense table up to 4M entries (32 MB); beyond, only the blocks asked for are stored.
+  constexpr int64_t kMaxDenseEntries = int64_t{1} << 22;
+  const int64_t entries = static_cast<int64_t>(forward.pieces.size()) * num_backward_;
+  if (entries <= kMaxDenseEntries) {
+    dense_.assign(static_cast<size_t>(entries), -1.0);
+  } else {
+    sparse_.assign(size_t{1} << 16, Entry{});
+  }
+}
+
+double PieceCostTable::simulate(int64_t forward_piece, int64_t backward_piece) {
+  ++simulations_;
+  return model_->cost_us(forward_->piece_sides[static_cast<size_t>(forward_piece)],
+                         backward_->piece_sides[static_cast<size_t>(backward_piece)]);
+}
+
+double PieceCostTable::sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece) {
+  const size_t mask = sparse_.size() - 1;
+  uint64_t h = key * 0x9E3779B97F4A7C15ULL;
+  const size_t home = static_cast<size_t>(h ^ (h >> 29)) & mask;
+  for (size_t i = home;; i = (i + 1) & mask) {
+    Entry& e = sparse_[i];
+    if (e.key == key) return e.cost_us;
+    if (e.key == ~uint64_t{0}) {
+      // A full table at its largest size replaces the entry in the key's home slot (the
+      // search asks again mostly for blocks it met recently); probe chains stay intact.
+      if (stored_ * 2 >= static_cast<int64_t>(sparse_.size()) &&
+          sparse_.size() >= kMaxSparseSlots) {
+        sparse_[home] = Entry{key, simulate(forward_piece, backward_piece)};
+        return sparse_[home].cost_us;
+      }
+      e.key = key;
+      e.cost_us = simulate(forward_piece, backward_piece);
+      const double cost = e.cost_us;
+      if (++stored_ * 2 > static_cast<int64_t>(sparse_.size()) &&
+          sparse_.size() < kMaxSparseSlots) {
+        grow();
+      }
+      return cost;
+    }
+  }
+}
+
+void PieceCostTable::grow() {
+  std::vector<Entry> old = std::move(sparse_);
+  sparse_.assign(old.size() * 2, Entry{});
+  const size_t mask = sparse_.size() - 1;
+  for (const Entry& e : old) {
+    if (e.key == ~uint64_t{0}) continue;
+    uint64_t h = e.key * 0x9E3779B97F4A7C15ULL;
+    size_t i = static_cast<size_t>(h ^ (h >> 29)) & mask;
+    while (sparse_[i].key != ~uint64_t{0}) i = (i + 1) & mask;
+    sparse_[i] = e;
+  }
+}
+
+}  // namespace dhelix
