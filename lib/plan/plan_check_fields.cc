@@ -102,8 +102,8 @@ void check_block(const PlanBlock& block, const std::string& pointer, const std::
     }
     if (*listed == timed) continue;
     problems.add(file, pointer + "/" + strand, "[" + join(*listed, ", ") + "]",
-                 fmt::format("differs from the block's {} timings in start order [{}]", pass_name(key),
-                             join(timed, ", ")));
+                 fmt::format("differs from the block's {} timings in start order [{}]",
+                             pass_name(key), join(timed, ", ")));
   }
   for (size_t i = 0; i < block.timings.size(); ++i) {
     const PlanOpTiming& t = block.timings[i];

@@ -27,7 +27,9 @@ namespace dhelix::rt {
 
 /// The model's name for the op an instruction runs.
 inline OpRef op_ref_of(const Instruction& instruction) {
-  return {.op = std::string(instruction.op), .layer = instruction.layer, .micro_batch = instruction.micro_batch};
+  return {.op = std::string(instruction.op),
+          .layer = instruction.layer,
+          .micro_batch = instruction.micro_batch};
 }
 
 /// One instruction, bound.

@@ -47,7 +47,8 @@ class LoopbackDirectory final : public CommunicatorDirectory {
     if (!slot) {
       std::vector<int64_t> all;
       for (int64_t r = 0; r < world_.size(); ++r) all.push_back(r);
-      slot = world_.communicator(run_ + "world/" + stream_class_name(stream_class), all, rank_, "world");
+      slot = world_.communicator(run_ + "world/" + stream_class_name(stream_class), all, rank_,
+                                 "world");
     }
     return *slot;
   }
