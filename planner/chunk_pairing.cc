@@ -22,6 +22,14 @@ PairingResult search_window(const StrandGraph& f, const StrandGraph& b, const Co
   return search_pairing(cost, options);
 }
 
+// search_window through the memo when there is one.
+PairingResult window_result(const StrandGraph& f, const StrandGraph& b, const CoRunModel& model,
+                            int64_t layers, const PairingOptions& options, PairingMemo* memo) {
+  if (memo == nullptr) return search_window(f, b, model, layers, options);
+  return memo->find_or_search(pairing_memo_key(MemoSearch::kPairing, f, b, layers, options),
+                              [&] { return search_window(f, b, model, layers, options); });
+}
+
 }  // namespace
 
 ChunkPairingResult search_chunk_pairing(const StrandGraph& forward_layer,
@@ -29,8 +37,17 @@ ChunkPairingResult search_chunk_pairing(const StrandGraph& forward_layer,
                                         const ChunkPairingOptions& options) {
   DHELIX_CHECK(options.num_layers >= 1);
   ChunkPairingResult result;
-  const BlockCostModel one(forward_layer, backward_layer, model);
-  result.per_layer = search_pairing(one, options.per_layer);
+  if (options.memo == nullptr) {
+    result.per_layer =
+        search_pairing(BlockCostModel(forward_layer, backward_layer, model), options.per_layer);
+  } else {
+    result.per_layer = options.memo->find_or_search(
+        pairing_memo_key(MemoSearch::kPairing, forward_layer, backward_layer, 1, options.per_layer),
+        [&] {
+          return search_pairing(BlockCostModel(forward_layer, backward_layer, model),
+                                options.per_layer);
+        });
+  }
   const double layers = static_cast<double>(options.num_layers);
   result.per_layer_chunk_us = layers * result.per_layer.total_time_us;
   result.sequential_chunk_us = layers * result.per_layer.sequential_time_us;
@@ -41,14 +58,14 @@ ChunkPairingResult search_chunk_pairing(const StrandGraph& forward_layer,
   result.window_layers = std::max<int64_t>(window, 1);
   result.cross_layer_chunk_us = result.per_layer_chunk_us;
   if (window >= 2) {
-    result.cross_window =
-        search_window(forward_layer, backward_layer, model, window, options.cross_layer);
+    result.cross_window = window_result(forward_layer, backward_layer, model, window,
+                                        options.cross_layer, options.memo);
     const int64_t remainder = options.num_layers % window;
     double total =
         static_cast<double>(options.num_layers / window) * result.cross_window.total_time_us;
     if (remainder > 0) {
-      result.cross_remainder =
-          search_window(forward_layer, backward_layer, model, remainder, options.cross_layer);
+      result.cross_remainder = window_result(forward_layer, backward_layer, model, remainder,
+                                             options.cross_layer, options.memo);
       total += result.cross_remainder.total_time_us;
     }
     result.cross_layer_chunk_us = total;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "planner/pairing_memo.h"
 #include "planner/pairing_search.h"
 
 namespace dhelix {
@@ -27,6 +28,8 @@ struct ChunkPairingOptions {
   }();
   /// Most layers per window; 0 = as many as fit in kMaxStrandOps ops on both strands.
   int64_t max_window_layers = 0;
+  /// Where to look searches up and keep them (pairing_memo.h); nullptr: search every time.
+  PairingMemo* memo = nullptr;
 };
 
 /// Both scopes' results for a chunk.

@@ -98,7 +98,7 @@ PairingResult round_robin_pairing(const BlockCostModel& model) {
 SingleStrandSchedule single_strand_schedule(const LayerDag& dag,
                                             const std::function<double(const Op&)>& solo_time_us,
                                             const CoRunModel& co_run, Strand strand,
-                                            const PairingOptions& options) {
+                                            const PairingOptions& options, PairingMemo* memo) {
   const std::vector<int64_t> order = dag.topological_order();
   const auto n = static_cast<int64_t>(order.size());
   const std::vector<std::vector<bool>> ancestors = ancestors_by_position(dag, order);
@@ -126,7 +126,22 @@ SingleStrandSchedule single_strand_schedule(const LayerDag& dag,
   for (const StrandGraph& piece : schedule.pieces) {
     const bool forward = strand == Strand::kForward;
     const BlockCostModel model(forward ? piece : empty, forward ? empty : piece, co_run);
-    schedule.blocks.push_back(search_single_strand(model, strand, options));
+    if (memo == nullptr) {
+      schedule.blocks.push_back(search_single_strand(model, strand, options));
+    } else {
+      // The memo keeps PairingResults: a single-strand schedule travels in `blocks`.
+      const std::string key =
+          pairing_memo_key(forward ? MemoSearch::kForwardAlone : MemoSearch::kBackwardAlone,
+                           forward ? piece : empty, forward ? empty : piece, 1, options);
+      schedule.blocks.push_back(memo->find_or_search(key,
+                                                     [&] {
+                                                       PairingResult alone;
+                                                       alone.blocks = search_single_strand(
+                                                           model, strand, options);
+                                                       return alone;
+                                                     })
+                                    .blocks);
+    }
     schedule.piece_time_us.push_back(total_time_us(schedule.blocks.back()));
     schedule.total_time_us += schedule.piece_time_us.back();
   }

@@ -45,6 +45,7 @@
 
 #include "lib/layer_dag.h"
 #include "planner/co_run_model.h"
+#include "planner/pairing_memo.h"
 #include "planner/pairing_search.h"
 #include "planner/segment_cost.h"
 #include "planner/strand_graph.h"
@@ -85,6 +86,7 @@ struct SingleStrandSchedule {
 SingleStrandSchedule single_strand_schedule(const LayerDag& dag,
                                             const std::function<double(const Op&)>& solo_time_us,
                                             const CoRunModel& co_run, Strand strand,
-                                            const PairingOptions& options = {});
+                                            const PairingOptions& options = {},
+                                            PairingMemo* memo = nullptr);
 
 }  // namespace dhelix

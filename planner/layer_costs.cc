@@ -68,9 +68,9 @@ std::function<double(const Op&)> solo_lookup(const Profile& profile) {
 // One DAG alone with its best single-strand schedule (cut into pieces when it exceeds a
 // StrandGraph; layer_baselines.h), with its communication.
 double alone_us(const LayerDag& dag, const Profile& profile, const CoRunModel& co_run,
-                Strand strand, CommBreakdown* comm) {
+                Strand strand, CommBreakdown* comm, PairingMemo* memo = nullptr) {
   const SingleStrandSchedule schedule =
-      single_strand_schedule(dag, solo_lookup(profile), co_run, strand);
+      single_strand_schedule(dag, solo_lookup(profile), co_run, strand, {}, memo);
   if (comm != nullptr) {
     for (size_t i = 0; i < schedule.pieces.size(); ++i) {
       const StrandKinds kinds = strand_kinds(schedule.pieces[i], dag);
@@ -81,11 +81,13 @@ double alone_us(const LayerDag& dag, const Profile& profile, const CoRunModel& c
 }
 
 // Forward and backward of a DAG pair, each alone.
-LayerCosts strands_alone(const LayerDags& dags, const Profile& profile, const CoRunModel& co_run) {
+LayerCosts strands_alone(const LayerDags& dags, const Profile& profile, const CoRunModel& co_run,
+                         PairingMemo* memo) {
   LayerCosts costs;
-  costs.forward_us = alone_us(dags.forward, profile, co_run, Strand::kForward, &costs.forward_comm);
+  costs.forward_us =
+      alone_us(dags.forward, profile, co_run, Strand::kForward, &costs.forward_comm, memo);
   costs.backward_us =
-      alone_us(dags.backward, profile, co_run, Strand::kBackward, &costs.backward_comm);
+      alone_us(dags.backward, profile, co_run, Strand::kBackward, &costs.backward_comm, memo);
   return costs;
 }
 
@@ -166,7 +168,8 @@ double single_strand_time_us(const LayerDag& dag, const Profile& profile,
 
 LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& profile,
                              const CoRunModel& co_run, int64_t chunk_layers,
-                             int64_t cross_layer_max_segment_ops, RecomputeGranularity recompute) {
+                             int64_t cross_layer_max_segment_ops, RecomputeGranularity recompute,
+                             PairingMemo* memo) {
   LayerAnalysis a;
   a.chunk_layers = chunk_layers;
   a.dags = with_recompute(build_layer_dags(job, rank), recompute);
@@ -179,6 +182,7 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   ChunkPairingOptions options;
   options.num_layers = chunk_layers;
   options.cross_layer.max_segment_ops = cross_layer_max_segment_ops;
+  options.memo = memo;
   a.dhelix = search_chunk_pairing(a.forward, a.backward, co_run, options);
   a.megatron = alone_from(a.dhelix.per_layer, fk, bk);
   a.dhelix_layer = a.megatron;
@@ -204,7 +208,7 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
 
   // Intra-batch: the chunked DAGs, each strand alone.
   a.intra_batch = strands_alone(with_recompute(build_intra_batch_layer_dags(job, rank), recompute),
-                                profile, co_run);
+                                profile, co_run, memo);
   return a;
 }
 

@@ -68,11 +68,13 @@ struct LayerAnalysis {
 /// The layer costs of `rank`'s layer DAGs, with the forward ops `recompute` repeats in the
 /// backward (with_recompute, lib/dag_builder.h); every scheme pays them. `chunk_layers` is
 /// the folded layout's layers per chunk; `cross_layer_max_segment_ops` bounds the chunk
-/// scope's segments. The profile must cover every op (check_profile_covers).
+/// scope's segments. The profile must cover every op (check_profile_covers). With a `memo`,
+/// the pairing searches are looked up there first (planner/pairing_memo.h).
 LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& profile,
                              const CoRunModel& co_run, int64_t chunk_layers,
                              int64_t cross_layer_max_segment_ops,
-                             RecomputeGranularity recompute = RecomputeGranularity::kNone);
+                             RecomputeGranularity recompute = RecomputeGranularity::kNone,
+                             PairingMemo* memo = nullptr);
 
 /// Time of one DAG run alone with its best single-strand schedule (0 for an empty DAG).
 double single_strand_time_us(const LayerDag& dag, const Profile& profile, const CoRunModel& co_run);

@@ -110,11 +110,13 @@ void analyze_stages(Context& ctx) {
     if (inserted) {
       ctx.analyses.push_back(std::make_unique<LayerAnalysis>(
           analyze_layers(*ctx.job, rank, *ctx.profile, *ctx.co_run, ctx.folded.layers_per_chunk,
-                         ctx.request->cross_layer_max_segment_ops, recomputed_layers(*ctx.job))));
+                         ctx.request->cross_layer_max_segment_ops, recomputed_layers(*ctx.job),
+                         ctx.request->pairing_memo)));
       if (block_recompute(*ctx.job)) {
         ctx.plain_analyses.push_back(std::make_unique<LayerAnalysis>(
             analyze_layers(*ctx.job, rank, *ctx.profile, *ctx.co_run, ctx.folded.layers_per_chunk,
-                           ctx.request->cross_layer_max_segment_ops)));
+                           ctx.request->cross_layer_max_segment_ops, RecomputeGranularity::kNone,
+                           ctx.request->pairing_memo)));
       }
     }
     ctx.analysis_of_stage.push_back(it->second);

@@ -27,6 +27,7 @@
 #include "lib/plan/plan.h"
 #include "lib/profile.h"
 #include "planner/memory_model.h"
+#include "planner/pairing_memo.h"
 
 namespace dhelix {
 
@@ -50,6 +51,9 @@ struct PlanRequest {
   }();
   /// Segment bound of the cross-layer ("chunk") scope search.
   int64_t cross_layer_max_segment_ops = 8;
+  /// Pairing searches shared with other plans of the same cluster and profile generator
+  /// (planner/pairing_memo.h; the configuration search sets it); nullptr: search afresh.
+  PairingMemo* pairing_memo = nullptr;
 };
 
 /// A plan and what the user should know about it.

@@ -6,6 +6,7 @@
 //   dhelix-plan JOB --validate-only [--json]                     check and summarise the job
 //   dhelix-plan dag JOB [--format dot|json]                      stage 0's layer DAGs
 //   dhelix-plan --check PLAN                                     prove a plan safe to run
+//   dhelix-plan [JOB] --search --gpus N [-o best.json]           which configuration to use
 //
 // Without --profile the job's operators are timed on the fly with the analytic model
 // (dhelix-profile --backend model); with it, the profile must cover every op of the job.
@@ -31,6 +32,7 @@
 #include "profiler/model_backend.h"
 #include "tools/job_cli.h"
 #include "tools/output_paths.h"
+#include "tools/plan_search.h"
 #include "tools/progress_bar.h"
 #include "tools/tool_main.h"
 
@@ -51,6 +53,7 @@ struct PlanOptions {
   std::string svg_prefix;
   bool allow_oom = false;
   std::string check;  // --check PLAN
+  SearchCliOptions search;
   // `dag` subcommand
   CLI::App* dag = nullptr;
   JobOptions dag_job;
@@ -73,8 +76,11 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
       "--profile)\n"
       "  dhelix-plan JOB --validate-only [--json]       check and summarise the job\n"
       "  dhelix-plan dag JOB [--format dot|json]        print stage 0's layer DAGs\n"
-      "  dhelix-plan --check PLAN                       check a plan (docs/plan-check.md)");
+      "  dhelix-plan --check PLAN                       check a plan (docs/plan-check.md)\n"
+      "  dhelix-plan [JOB] --search --gpus N            search tp/cp/pp/dp/ep/mbs/recompute "
+      "(docs/search.md)");
   add_job_options(app, options.job);
+  add_search_options(app, options.search);
   app.add_flag("--validate-only", options.validate_only,
                "Validate the job and print its summary; do not plan");
   app.add_flag("--json", options.json, "With --validate-only: print the summary as JSON");
@@ -182,6 +188,19 @@ void check_flag_combinations(const PlanOptions& options) {
                       "check with `dhelix-plan --check PLAN` alone; plan with `dhelix-plan JOB`");
     return;
   }
+  if (options.search.search) {
+    std::vector<std::string> flags = {"--trace", "--svg",           "--profile", "--allow-oom",
+                                      "--check", "--validate-only", "--json"};
+    refuse_flags_with(app, "--search", "plans every configuration with the model profile", flags,
+                      "plan the configuration it finds with `dhelix-plan JOB ...`");
+    if (options.report == "markdown") {
+      throw Error(ErrorCode::kInvalidInput,
+                  "<flags>: --report: \"markdown\" is not available with --search (text or json)");
+    }
+    return;
+  }
+  refuse_flags_with(app, "a plan of one configuration", "takes its configuration from the job",
+                    search_only_flags(), "add --search to search configurations");
   if (options.validate_only) {
     refuse_flags_with(app, "--validate-only", "writes and prints no plan", kPlanningFlags,
                       "drop --validate-only to plan");
@@ -227,11 +246,14 @@ int check(const PlanOptions& options) {
 }
 
 int plan(const PlanOptions& options) {
-  // 0. `dag` subcommand and --check: their output is the whole answer. A flag the mode
-  //    ignores is refused.
+  // 0. `dag` subcommand, --check and --search: their output is the whole answer. A flag
+  //    the mode ignores is refused.
   check_flag_combinations(options);
   if (options.dag->parsed()) return print_dags(options);
   if (!options.check.empty()) return check(options);
+  if (options.search.search) {
+    return run_search(options.search, options.job, options.report, options.output, options.argv);
+  }
   // 1. Load the job file and flags into one validated job (throws every problem at once).
   const JobSpec job = load_job(options.job);
   // 2. Point out settings that are allowed but unusual.

@@ -213,7 +213,7 @@ void add_job_options(CLI::App& app, JobOptions& options) {
       "DP parameter all-gather under the forward (default on; --no-...: exposed)");
 }
 
-JobSpec load_job(const JobOptions& options) {
+JobSpec load_unvalidated_job(const JobOptions& options) {
   const JobSupplied supplied{.model = !options.model_file.empty(),
                              .cluster = !options.cluster.empty()};
   JobSpec job = options.job_file.empty() ? job_from_flags(options)
@@ -224,6 +224,11 @@ JobSpec load_job(const JobOptions& options) {
   }
   if (job.name.empty()) job.name = job.model.name + "-" + job.cluster.name;
   apply_overrides(options, job);
+  return job;
+}
+
+JobSpec load_job(const JobOptions& options) {
+  JobSpec job = load_unvalidated_job(options);
   validate_job(job).throw_if_any();
   return job;
 }

@@ -46,6 +46,10 @@ void add_job_options(CLI::App& app, JobOptions& options);
 /// listing every problem (exit status per its code).
 JobSpec load_job(const JobOptions& options);
 
+/// load_job without the validation: what `dhelix-plan --search` starts from, since the
+/// parallel sizes it searches replace the job's.
+JobSpec load_unvalidated_job(const JobOptions& options);
+
 /// Files the job was read from (job, model, cluster files; presets have none), for
 /// provenance.
 std::vector<std::string> job_input_files(const JobSpec& job);

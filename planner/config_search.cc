@@ -1,0 +1,402 @@
+#include "planner/config_search.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "lib/dag_builder.h"
+#include "lib/error.h"
+#include "lib/job_validation.h"
+#include "lib/stage_split.h"
+#include "planner/memory_model.h"
+#include "planner/pairing_memo.h"
+#include "planner/plan_builder.h"
+#include "planner/profile_co_run.h"
+
+namespace dhelix {
+namespace {
+
+constexpr const char* kNoMemoryReason =
+    "weights, gradients and optimizer states alone exceed the usable memory";
+
+// The memory options dhelix-plan plans with (plan_builder.h's default).
+MemoryOptions search_memory_options() { return PlanRequest{}.memory; }
+
+// Rules of the job (first broken one), or "" when it may be planned.
+std::string first_broken_rule(const JobSpec& job) {
+  const ProblemList problems = validate_job(job);
+  if (problems.empty()) return "";
+  const Problem& p = problems.problems().front();
+  return fmt::format("{} {}", p.pointer.empty() ? std::string("job") : p.pointer.substr(1),
+                     p.value.empty() ? p.rule : p.value + " " + p.rule);
+}
+
+// True when some layout could hold the static memory (no activations) on every stage.
+bool static_memory_fits(const JobSpec& job) {
+  const MemoryOptions options = search_memory_options();
+  const int64_t usable = memory_budget(job.cluster.gpu, options).usable_bytes();
+  for (PipelineShape shape : {PipelineShape::kW, PipelineShape::kOneFOneB}) {
+    const std::vector<int64_t> no_activations(static_cast<size_t>(job.parallel.pp), 0);
+    bool fits = true;
+    for (const StageMemory& stage :
+         stage_memory(job.model, job.parallel, shape, options, no_activations)) {
+      fits = fits && stage.total_bytes() <= usable;
+    }
+    if (fits) return true;
+  }
+  return false;
+}
+
+// The layer DAGs every layer of the job runs at least: with the recomputed forward ops in
+// the backward when every layer recomputes (uniform full or selective), plain otherwise
+// (block recompute leaves some layers plain).
+LayerDags bound_dags(const JobSpec& job) {
+  const RecomputeSpec& r = job.parallel.recompute;
+  const bool every_layer =
+      r.granularity == RecomputeGranularity::kSelective ||
+      (r.granularity == RecomputeGranularity::kFull && r.method == RecomputeMethod::kUniform);
+  LayerDags dags = build_layer_dags(job, 0);
+  return every_layer ? with_recompute(std::move(dags), r.granularity) : dags;
+}
+
+// Solo work per stream of one layer, in us, forward and backward apart.
+struct LayerStreamWork {
+  std::array<double, 3> forward{};
+  std::array<double, 3> backward{};
+};
+
+LayerStreamWork layer_stream_work(const LayerDags& dags, const SearchRequest& request,
+                                  const ClusterSpec& cluster) {
+  LayerStreamWork work;
+  for (int64_t i = 0; i < dags.forward.size(); ++i) {
+    const Op& op = dags.forward.op(i);
+    work.forward[static_cast<size_t>(op.stream)] += request.solo_time_us(cluster, op);
+  }
+  for (int64_t i = 0; i < dags.backward.size(); ++i) {
+    const Op& op = dags.backward.op(i);
+    work.backward[static_cast<size_t>(op.stream)] += request.solo_time_us(cluster, op);
+  }
+  return work;
+}
+
+double busiest(const std::array<double, 3>& a) { return *std::max_element(a.begin(), a.end()); }
+
+double busiest_pair(const LayerStreamWork& w) {
+  std::array<double, 3> both{};
+  for (size_t s = 0; s < both.size(); ++s) both[s] = w.forward[s] + w.backward[s];
+  return busiest(both);
+}
+
+// The bound of one pipeline layout: for each stage, the first micro-batch's forward through
+// the `before` layers ahead of it, the stage's own `layers` for every micro-batch, and the
+// last micro-batch's backward back through the `before` layers (see config_search.h).
+double layout_bound_us(const std::vector<int64_t>& before, const std::vector<int64_t>& layers,
+                       int64_t micro_batches, const LayerStreamWork& w) {
+  double bound = 0;
+  for (size_t s = 0; s < layers.size(); ++s) {
+    const double b = static_cast<double>(before[s]);
+    bound = std::max(bound, b * busiest(w.forward) +
+                                static_cast<double>(micro_batches * layers[s]) * busiest_pair(w) +
+                                b * busiest(w.backward));
+  }
+  return bound;
+}
+
+// See the file comment of config_search.h: the smaller of the W's and 1F1B's bounds, so
+// that it holds for both schemes.
+double lower_bound_us(const JobSpec& job, const SearchRequest& request) {
+  const ParallelSpec& p = job.parallel;
+  std::string why;
+  const std::optional<StageSplit> split =
+      split_stages(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers, why);
+  DHELIX_CHECK(split.has_value());  // validate_job passed
+  const LayerStreamWork work = layer_stream_work(bound_dags(job), request, job.cluster);
+  const int64_t micro_batches = p.global_batch_size / (p.dp * p.micro_batch_size);
+  const size_t pp = static_cast<size_t>(p.pp);
+  std::vector<int64_t> unfolded_before(pp, 0), folded_before(pp, 0), folded_layers(pp, 0);
+  for (size_t s = 0; s < pp; ++s) {
+    if (s > 0) {
+      unfolded_before[s] = unfolded_before[s - 1] + split->unfolded[s - 1];
+      folded_before[s] = folded_before[s - 1] + split->chunks[s - 1];
+    }
+    folded_layers[s] = split->chunks[s] + split->chunks[2 * pp - 1 - s];
+  }
+  return std::min(layout_bound_us(unfolded_before, split->unfolded, micro_batches, work),
+                  layout_bound_us(folded_before, folded_layers, micro_batches, work));
+}
+
+SearchSchemeFigures figures_of(const PlanScheme& scheme) {
+  SearchSchemeFigures f;
+  f.iteration_us = scheme.iteration_us;
+  f.tokens_per_second = scheme.tokens_per_second;
+  f.tflops_per_gpu = scheme.tflops_per_gpu;
+  f.mfu = scheme.mfu;
+  f.bubble_ratio = scheme.bubble_ratio;
+  for (const PlanCommTime& comm : scheme.comm) f.exposed_comm_us += comm.exposed_us;
+  for (const PlanStageMemory& stage : scheme.memory) {
+    f.peak_memory_bytes = std::max(f.peak_memory_bytes, stage.total_bytes);
+  }
+  f.fits = scheme.fits;
+  return f;
+}
+
+// A candidate that passed the rules and the static memory test. Its profile is made again
+// when it is planned (about 50 ms) rather than kept: hundreds of profiles would not fit.
+struct Candidate {
+  int64_t index = 0;
+  JobSpec job;
+};
+
+// Plans one candidate into its outcome (planner refusals become "invalid").
+void plan_candidate(const SearchRequest& request, PairingMemo& memo, Candidate& candidate,
+                    ConfigOutcome& out) {
+  try {
+    PlanRequest plan_request;
+    plan_request.job = &candidate.job;
+    plan_request.pairing_memo = &memo;
+    const Profile profile = request.make_profile(candidate.job);
+    plan_request.profile = &profile;
+    plan_request.profile_name = "the generated model profile";
+    plan_request.profile_ref = {.name = "model", .sha256 = "generated:model"};
+    const ClusterSpec cluster = candidate.job.cluster;
+    plan_request.unprofiled_op_time_us = [&request, cluster](const Op& op) {
+      return request.unprofiled_op_time_us(cluster, op);
+    };
+    plan_request.allow_oom = true;
+    const Plan plan = build_plan(plan_request).plan;
+    out.status = ConfigStatus::kPlanned;
+    out.dhelix = figures_of(*plan.find_scheme("dhelix"));
+    out.megatron = figures_of(*plan.find_scheme("megatron-1f1b"));
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnsupported && e.code() != ErrorCode::kInvalidInput) throw;
+    out.status = ConfigStatus::kInvalid;
+    out.reason = std::string("planner: ") + e.what();
+  }
+}
+
+// Runs `work(i)` for i in [0, n) on up to `threads` threads; rethrows the first error.
+void parallel_for(int64_t n, int64_t threads, const std::function<void(int64_t)>& work) {
+  std::atomic<int64_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&] {
+    for (int64_t i = next++; i < n; i = next++) {
+      try {
+        work(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < std::min(threads, n); ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& thread : pool) thread.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// The k-th best fitting time of a scheme among planned outcomes (+inf with fewer than k).
+double kth_best_us(const std::vector<ConfigOutcome>& configs, int64_t k,
+                   SearchSchemeFigures ConfigOutcome::*scheme) {
+  std::vector<double> times;
+  for (const ConfigOutcome& c : configs) {
+    if (c.status == ConfigStatus::kPlanned && (c.*scheme).fits) {
+      times.push_back((c.*scheme).iteration_us);
+    }
+  }
+  if (static_cast<int64_t>(times.size()) < k) return std::numeric_limits<double>::infinity();
+  std::nth_element(times.begin(), times.begin() + (k - 1), times.end());
+  return times[static_cast<size_t>(k - 1)];
+}
+
+std::vector<int64_t> ranking(const std::vector<ConfigOutcome>& configs, int64_t k,
+                             SearchSchemeFigures ConfigOutcome::*scheme) {
+  std::vector<int64_t> order;
+  for (const ConfigOutcome& c : configs) {
+    if (c.status == ConfigStatus::kPlanned && (c.*scheme).fits) order.push_back(c.index);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return (configs[a].*scheme).iteration_us < (configs[b].*scheme).iteration_us;
+  });
+  if (static_cast<int64_t>(order.size()) > k) order.resize(static_cast<size_t>(k));
+  return order;
+}
+
+void check_request(const SearchRequest& r) {
+  if (r.gpus < 1) {
+    throw Error(ErrorCode::kInvalidInput, fmt::format("--gpus: {} must be at least 1", r.gpus));
+  }
+  if (r.threads < 1) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("--threads: {} must be at least 1", r.threads));
+  }
+  if (r.batch < 1) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("search batch {} must be at least 1", r.batch));
+  }
+  if (r.top_k < 1) {
+    throw Error(ErrorCode::kInvalidInput, fmt::format("--top: {} must be at least 1", r.top_k));
+  }
+  DHELIX_CHECK(r.make_profile && r.unprofiled_op_time_us && r.solo_time_us);
+}
+
+// Rules and static memory for every configuration; the survivors get a profile and a bound.
+std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOutcome>& configs) {
+  std::vector<Candidate> candidates(configs.size());
+  std::vector<char> kept(configs.size(), 0);
+  parallel_for(static_cast<int64_t>(configs.size()), request.threads, [&](int64_t i) {
+    ConfigOutcome& out = configs[static_cast<size_t>(i)];
+    JobSpec job = configuration_job(request.base, out.parallel);
+    out.reason = first_broken_rule(job);
+    if (!out.reason.empty()) {
+      out.status = ConfigStatus::kInvalid;
+      return;
+    }
+    if (!static_memory_fits(job)) {
+      out.status = ConfigStatus::kNoMemory;
+      out.reason = kNoMemoryReason;
+      return;
+    }
+    Candidate& c = candidates[static_cast<size_t>(i)];
+    c.index = i;
+    out.lower_bound_us = lower_bound_us(job, request);
+    c.job = std::move(job);
+    kept[static_cast<size_t>(i)] = 1;
+  });
+  std::vector<Candidate> survivors;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (kept[i]) survivors.push_back(std::move(candidates[i]));
+  }
+  std::stable_sort(survivors.begin(), survivors.end(), [&](const Candidate& a, const Candidate& b) {
+    return configs[a.index].lower_bound_us < configs[b.index].lower_bound_us;
+  });
+  return survivors;
+}
+
+// Plans the sorted candidates batch by batch, pruning against the k-th best times.
+void plan_in_batches(const SearchRequest& request, std::vector<Candidate>& candidates,
+                     std::vector<ConfigOutcome>& configs) {
+  PairingMemo memo;  // configurations that share layers share their pairing searches
+  const int64_t n = static_cast<int64_t>(candidates.size());
+  for (int64_t start = 0; start < n; start += request.batch) {
+    const double dhelix_bar = kth_best_us(configs, request.top_k, &ConfigOutcome::dhelix);
+    const double megatron_bar = kth_best_us(configs, request.top_k, &ConfigOutcome::megatron);
+    const double bar = std::max(dhelix_bar, megatron_bar);
+    const int64_t end = std::min(n, start + request.batch);
+    std::vector<int64_t> to_plan;
+    for (int64_t i = start; i < end; ++i) {
+      ConfigOutcome& out = configs[candidates[i].index];
+      if (request.prune && out.lower_bound_us > bar) {
+        out.status = ConfigStatus::kPruned;
+        out.reason = fmt::format("lower bound {:.1f} ms above the top {} of both schemes",
+                                 out.lower_bound_us / 1000, request.top_k);
+      } else {
+        to_plan.push_back(i);
+      }
+    }
+    parallel_for(static_cast<int64_t>(to_plan.size()), request.threads, [&](int64_t j) {
+      Candidate& c = candidates[to_plan[j]];
+      plan_candidate(request, memo, c, configs[c.index]);
+    });
+    if (request.progress) request.progress(end, n);
+  }
+}
+
+SearchCounts count(const std::vector<ConfigOutcome>& configs) {
+  SearchCounts counts;
+  counts.enumerated = static_cast<int64_t>(configs.size());
+  for (const ConfigOutcome& c : configs) {
+    switch (c.status) {
+      case ConfigStatus::kInvalid:
+        ++counts.invalid;
+        break;
+      case ConfigStatus::kNoMemory:
+        ++counts.no_memory;
+        break;
+      case ConfigStatus::kPruned:
+        ++counts.pruned;
+        break;
+      case ConfigStatus::kPlanned:
+        ++counts.planned;
+        counts.dhelix_fits += c.dhelix.fits ? 1 : 0;
+        counts.megatron_fits += c.megatron.fits ? 1 : 0;
+        break;
+    }
+  }
+  return counts;
+}
+
+std::vector<std::pair<std::string, int64_t>> rejection_reasons(
+    const std::vector<ConfigOutcome>& configs) {
+  std::map<std::string, int64_t> by_reason;
+  for (const ConfigOutcome& c : configs) {
+    if (c.status == ConfigStatus::kInvalid || c.status == ConfigStatus::kNoMemory) {
+      ++by_reason[c.reason];
+    }
+  }
+  std::vector<std::pair<std::string, int64_t>> reasons(by_reason.begin(), by_reason.end());
+  std::stable_sort(reasons.begin(), reasons.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return reasons;
+}
+
+}  // namespace
+
+const char* config_status_name(ConfigStatus status) {
+  switch (status) {
+    case ConfigStatus::kInvalid:
+      return "invalid";
+    case ConfigStatus::kNoMemory:
+      return "no-memory";
+    case ConfigStatus::kPruned:
+      return "pruned";
+    case ConfigStatus::kPlanned:
+      return "planned";
+  }
+  return "?";
+}
+
+const ConfigOutcome* SearchResult::best_dhelix() const {
+  return dhelix_ranking.empty() ? nullptr : &configs[dhelix_ranking.front()];
+}
+
+const ConfigOutcome* SearchResult::best_megatron() const {
+  return megatron_ranking.empty() ? nullptr : &configs[megatron_ranking.front()];
+}
+
+JobSpec configuration_job(const JobSpec& base, const ParallelSpec& parallel) {
+  JobSpec job = base;
+  job.parallel = parallel;
+  job.name = base.model.name + " " + configuration_label(parallel, base.model.is_moe());
+  return job;
+}
+
+SearchResult search_configurations(const SearchRequest& request) {
+  check_request(request);
+  SearchResult result;
+  const std::vector<ParallelSpec> space =
+      enumerate_configurations(request.base, request.gpus, request.constraints);
+  for (size_t i = 0; i < space.size(); ++i) {
+    ConfigOutcome out;
+    out.index = static_cast<int64_t>(i);
+    out.parallel = space[i];
+    out.label = configuration_label(space[i], request.base.model.is_moe());
+    result.configs.push_back(std::move(out));
+  }
+  std::vector<Candidate> candidates = screen(request, result.configs);
+  plan_in_batches(request, candidates, result.configs);
+  result.counts = count(result.configs);
+  result.dhelix_ranking = ranking(result.configs, request.top_k, &ConfigOutcome::dhelix);
+  result.megatron_ranking = ranking(result.configs, request.top_k, &ConfigOutcome::megatron);
+  result.rejection_reasons = rejection_reasons(result.configs);
+  return result;
+}
+
+}  // namespace dhelix

@@ -1,0 +1,130 @@
+#pragma once
+// Which parallel configuration should a job use? The search plans every configuration of
+// the space (planner/config_space.h) that the job's rules allow, under DHelix and under
+// Megatron-LM 1F1B, and ranks each scheme's configurations that fit in memory by
+// iteration time. Co-execution changes the answer where hidden TP/CP/EP communication
+// makes larger groups (less memory, fewer stages, smaller bubbles) pay.
+//
+// Every configuration ends in one of four states, in this order of tests:
+//
+//   invalid    the job's rules refuse it (lib/job_validation.h), reason = the first rule
+//   no-memory  weights, gradients and optimizer states alone exceed the usable memory on
+//              some stage under both layouts (no activation could fit): not planned
+//   pruned     its lower bound cannot beat the k-th best iteration found so far under
+//              either scheme: not planned
+//   planned    build_plan ran; the plan says whether each scheme fits
+//
+// The lower bound. Every stage runs each of its layers' forward and backward DAGs for every
+// micro-batch. Within a layer, each stream (compute, local and cross-node communication)
+// runs one op at a time, and co-running only slows an op down, so no schedule of a layer's
+// forward and backward takes less than its busiest stream's solo work. Bubbles, embedding,
+// head, DP and optimizer time only add:
+//
+//   bound = m · layers · max over streams (sum of the stream's solo times, fwd + bwd)
+//
+// with m = gbs / (dp · mbs) micro-batches, `layers` the busiest stage's layers under the
+// layout (W or 1F1B) that makes it least busy, and the recomputed forward ops counted when
+// every layer recomputes. Worked example: a layer whose forward and backward hold 12 ms of
+// compute and 5 ms of TP communication, 80 layers over pp 4, m 16: 16 · 20 · 12 ms = 3.84 s;
+// at TP 16 across nodes the communication stream may hold more than the compute, and
+// then it sets the bound.
+//
+// Order and determinism. The candidates that survive the first two tests are sorted by
+// (bound, enumeration index) and planned in fixed batches (SearchRequest::batch), the batch's
+// configurations spread over the threads; after each batch the k-th best times are
+// updated and the rest pruned against them. Batches do not depend on the thread count, so
+// the set planned, the figures and the ranking are the same for any number of threads.
+// Ranking ties (equal iteration time) go to the configuration enumerated first. Pruning is
+// exact: a pruned configuration's bound exceeds the k-th best time of both schemes, so it
+// could not have entered either top-k list.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/job_spec.h"
+#include "lib/profile.h"
+#include "planner/config_space.h"
+
+namespace dhelix {
+
+enum class ConfigStatus { kInvalid, kNoMemory, kPruned, kPlanned };
+const char* config_status_name(ConfigStatus status);  ///< "invalid", "no-memory", ...
+
+/// One scheme's figures for a planned configuration.
+struct SearchSchemeFigures {
+  double iteration_us = 0;
+  double tokens_per_second = 0;
+  double tflops_per_gpu = 0;
+  double mfu = 0;
+  double bubble_ratio = 0;
+  double exposed_comm_us = 0;  ///< per GPU of an average stage, all communication types
+  int64_t peak_memory_bytes = 0;
+  bool fits = false;
+};
+
+struct ConfigOutcome {
+  int64_t index = 0;  ///< position in enumeration order
+  ParallelSpec parallel;
+  std::string label;  ///< configuration_label
+  ConfigStatus status = ConfigStatus::kInvalid;
+  std::string reason;            ///< why invalid / no-memory / pruned; "" when planned
+  double lower_bound_us = 0;     ///< 0 when not computed (invalid, no-memory)
+  SearchSchemeFigures dhelix;    ///< planned only
+  SearchSchemeFigures megatron;  ///< planned only
+};
+
+/// Everything the search needs. The two callbacks keep the planner free of the profiler:
+/// dhelix-plan binds them to the analytic model (profiler/model_backend.h and
+/// profiler/interference.h).
+struct SearchRequest {
+  JobSpec base;  ///< model, cluster, gbs, seq, cost-model settings (parallel sizes ignored)
+  int64_t gpus = 0;
+  SearchConstraints constraints;
+  int64_t top_k = 5;    ///< the pruning keeps this many of each scheme exact
+  int64_t threads = 1;  ///< >= 1
+  bool prune = true;    ///< false: plan every candidate (what the tests compare against)
+  int64_t batch = 16;   ///< configurations planned together between two pruning steps, >= 1
+  std::function<Profile(const JobSpec&)> make_profile;
+  std::function<double(const ClusterSpec&, const Op&)> unprofiled_op_time_us;
+  /// An op's solo time exactly as make_profile's profiles hold it, in us (the lower bound).
+  std::function<double(const ClusterSpec&, const Op&)> solo_time_us;
+  /// Called after each batch with (configurations decided, candidates); may be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+struct SearchCounts {
+  int64_t enumerated = 0;
+  int64_t invalid = 0;
+  int64_t no_memory = 0;
+  int64_t pruned = 0;
+  int64_t planned = 0;
+  int64_t dhelix_fits = 0;    ///< planned configurations whose dhelix plan fits
+  int64_t megatron_fits = 0;  ///< ... whose Megatron-1F1B plan fits
+};
+
+struct SearchResult {
+  std::vector<ConfigOutcome> configs;  ///< every configuration, in enumeration order
+  SearchCounts counts;
+  /// Indices into `configs` of the fitting configurations, fastest first (ties: lower
+  /// index first), at most top_k each.
+  std::vector<int64_t> dhelix_ranking;
+  std::vector<int64_t> megatron_ranking;
+  /// The most common reasons for invalid and no-memory configurations, with counts,
+  /// most frequent first (ties: alphabetical).
+  std::vector<std::pair<std::string, int64_t>> rejection_reasons;
+
+  const ConfigOutcome* best_dhelix() const;
+  const ConfigOutcome* best_megatron() const;
+};
+
+/// Runs the search (see the file comment). Errors: kInvalidInput for a bad request (gpus or
+/// threads < 1, top_k < 1); errors of build_plan other than memory propagate.
+SearchResult search_configurations(const SearchRequest& request);
+
+/// The job of one configuration: `base` with its parallel settings replaced.
+JobSpec configuration_job(const JobSpec& base, const ParallelSpec& parallel);
+
+}  // namespace dhelix

@@ -1,0 +1,152 @@
+#include "planner/config_space.h"
+
+#include <fmt/format.h>
+
+#include "lib/error.h"
+#include "lib/stage_split.h"
+
+namespace dhelix {
+namespace {
+
+std::vector<int64_t> powers_of_two_up_to(int64_t limit) {
+  std::vector<int64_t> values;
+  for (int64_t v = 1; v <= limit; v *= 2) values.push_back(v);
+  return values;
+}
+
+// The axis's values: the fixed one if the user gave it, else `candidates`.
+std::vector<int64_t> axis(const std::optional<int64_t>& fixed, std::vector<int64_t> candidates) {
+  if (fixed) return {*fixed};
+  return candidates;
+}
+
+std::vector<bool> sp_values(const SearchConstraints& c, int64_t tp) {
+  if (tp == 1) return {false};
+  if (c.sp) return {*c.sp};
+  return {false, true};
+}
+
+std::vector<RecomputeSpec> recompute_values(const JobSpec& base, const SearchConstraints& c) {
+  if (!c.search_recompute) return {base.parallel.recompute};
+  RecomputeSpec none;
+  RecomputeSpec selective;
+  selective.granularity = RecomputeGranularity::kSelective;
+  RecomputeSpec full;
+  full.granularity = RecomputeGranularity::kFull;
+  full.method = RecomputeMethod::kUniform;
+  full.num_layers = 1;
+  return {none, selective, full};
+}
+
+// A pipeline depth and its stage split: F = La = 0 for even stages.
+struct PipelineLayout {
+  int64_t pp = 1;
+  int64_t first_stage_layers = 0;
+  int64_t last_stage_layers = 0;
+};
+
+// The layouts of one depth: even stages when 2·pp divides the layers, else every uneven
+// split with lighter first and last stages (F = La < b, lib/stage_split.h's rules).
+std::vector<PipelineLayout> layouts_of_depth(int64_t layers, int64_t pp) {
+  std::string why;
+  if (split_stages(layers, pp, 0, 0, why)) return {{pp, 0, 0}};
+  std::vector<PipelineLayout> layouts;
+  for (int64_t ends = 1; pp >= 3 && 2 * ends < layers; ++ends) {
+    const std::optional<StageSplit> split = split_stages(layers, pp, ends, ends, why);
+    if (split && ends < split->middle_stage_layers) layouts.push_back({pp, ends, ends});
+  }
+  return layouts;
+}
+
+std::vector<PipelineLayout> pipeline_layouts(int64_t layers, const SearchConstraints& c) {
+  std::vector<PipelineLayout> layouts;
+  for (int64_t pp = 1; pp <= layers; ++pp) {
+    if ((c.pp && pp != *c.pp) || (c.max_pp > 0 && pp > c.max_pp)) continue;
+    for (const PipelineLayout& layout : layouts_of_depth(layers, pp)) layouts.push_back(layout);
+  }
+  return layouts;
+}
+
+// Expert-parallel sizes: powers of two dividing dp·cp (EP is carved out of that block) and
+// the expert count.
+std::vector<int64_t> ep_values(const JobSpec& base, const SearchConstraints& c, int64_t dp,
+                               int64_t cp) {
+  if (!base.model.is_moe()) return {1};
+  std::vector<int64_t> values;
+  for (int64_t ep : axis(c.ep, powers_of_two_up_to(dp * cp))) {
+    if ((dp * cp) % ep == 0 && base.model.moe->num_experts % ep == 0) values.push_back(ep);
+  }
+  return values;
+}
+
+std::vector<int64_t> expert_tp_values(const JobSpec& base, int64_t tp) {
+  if (!base.model.is_moe() || tp == 1) return {0};
+  return {0, 1};  // 0: as tp (Megatron-Core's default)
+}
+
+}  // namespace
+
+std::vector<ParallelSpec> enumerate_configurations(const JobSpec& base, int64_t gpus,
+                                                   const SearchConstraints& c) {
+  if (gpus < 1) {
+    throw Error(ErrorCode::kInvalidInput, fmt::format("--gpus: {} must be at least 1", gpus));
+  }
+  const ParallelSpec& b = base.parallel;
+  std::vector<ParallelSpec> configs;
+  for (int64_t tp : axis(c.tp, powers_of_two_up_to(gpus))) {
+    for (bool sp : sp_values(c, tp)) {
+      const int64_t max_cp = c.allow_cp ? gpus / tp : 1;
+      for (int64_t cp : axis(c.cp, powers_of_two_up_to(max_cp))) {
+        if (b.seq_length % (2 * cp) != 0 && cp > 1) continue;
+        for (const PipelineLayout& layout : pipeline_layouts(base.model.num_layers, c)) {
+          const int64_t pp = layout.pp;
+          if (gpus % (tp * cp * pp) != 0) continue;
+          const int64_t dp = gpus / (tp * cp * pp);
+          if (c.dp && *c.dp != dp) continue;
+          for (int64_t ep : ep_values(base, c, dp, cp)) {
+            for (int64_t expert_tp : expert_tp_values(base, tp)) {
+              for (int64_t mbs :
+                   axis(c.micro_batch_size, powers_of_two_up_to(c.max_micro_batch_size))) {
+                if (b.global_batch_size % (dp * mbs) != 0) continue;
+                for (const RecomputeSpec& recompute : recompute_values(base, c)) {
+                  ParallelSpec p = b;
+                  p.tp = tp;
+                  p.sp = sp;
+                  p.cp = cp;
+                  p.pp = pp;
+                  p.dp = dp;
+                  p.ep = ep;
+                  p.expert_tp = expert_tp;
+                  p.micro_batch_size = mbs;
+                  p.recompute = recompute;
+                  p.first_stage_layers = layout.first_stage_layers;
+                  p.last_stage_layers = layout.last_stage_layers;
+                  configs.push_back(p);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return configs;
+}
+
+std::string configuration_label(const ParallelSpec& p, bool moe) {
+  std::string label = fmt::format("tp{}{} cp{} pp{}", p.tp, p.sp ? " sp" : "", p.cp, p.pp);
+  if (p.uneven_stages()) {
+    label += fmt::format("({}/{})", p.first_stage_layers, p.last_stage_layers);
+  }
+  label += fmt::format(" dp{}", p.dp);
+  if (moe) {
+    label += fmt::format(" ep{} etp{}", p.ep, p.expert_tp == 0 ? p.tp : p.expert_tp);
+  }
+  label += fmt::format(" mbs{}", p.micro_batch_size);
+  if (p.recompute.enabled()) {
+    label += fmt::format(" rc-{}", recompute_granularity_name(p.recompute.granularity));
+  }
+  return label;
+}
+
+}  // namespace dhelix

@@ -1,0 +1,66 @@
+#pragma once
+// The parallel configurations a search considers for one model, cluster, GPU count,
+// global batch and sequence length.
+//
+// A configuration is (tp, sp, cp, pp, dp, ep, expert-tp, micro-batch, recompute) with
+// tp · cp · pp · dp = the GPU count. Enumerated, fastest-varying last, in this order:
+//
+//   tp          powers of two up to the GPU count
+//   sp          off and on (on only with tp > 1)
+//   cp          powers of two with seq divisible by 2·cp (the load-balanced causal split)
+//   pp          1 up to the layer count: even stages where 2·pp divides the layers, else
+//               every split with lighter first and last stages F = La < b that
+//               lib/stage_split.h allows (Llama-3.1-405B, 126 layers, pp 16: F = La = 7)
+//   dp          what is left: GPUs / (tp · cp · pp), when that divides
+//   ep          MoE only: powers of two dividing dp · cp and the expert count
+//   expert-tp   MoE only: tp (Megatron-Core's default) and, with tp > 1, 1
+//   micro-batch 1, 2, 4, 8 sequences, when dp · mbs divides the global batch
+//   recompute   none, selective, full (uniform, one layer a group)
+//
+// Worked example: 8 GPUs, a dense 4-layer model, gbs 16, seq 4096, recompute fixed, no
+// other constraint. pp is 1 or 2 (4 layers fold evenly on 1 and 2 stages; 3 and 4 stages
+// have no split). Micro-batches: dp 8 allows mbs 1, 2; dp 4: 1, 2, 4; dp 2 and 1: 1-8.
+//
+//   tp·cp   (tp, cp) pairs             pp 1        pp 2        configurations
+//   1       (1,1)                      dp 8: 2     dp 4: 3     5
+//   2       (1,2) (2,1)·sp             dp 4: 3     dp 2: 4     (1 + 2) · 7 = 21
+//   4       (1,4) (2,2)·sp (4,1)·sp    dp 2: 4     dp 1: 4     (1 + 2 + 2) · 8 = 40
+//   8       (1,8) (2,4)·sp (4,2)·sp    dp 1: 4     -           (1 + 2 + 2 + 2) · 4 = 28
+//           (8,1)·sp
+//
+// 94 in all (·sp: with tp > 1, sp off and on); searching recompute triples it. The job's
+// own rules (lib/job_validation.h: heads divisible by tp, and so on) are applied later, by
+// the search, so that a rejected configuration is reported with the planner's words.
+//
+// Constraints narrow each axis: a fixed value, a maximum (max_pp), or an axis switched off
+// (no CP). The enumeration order is part of the output contract: ties between equally fast
+// configurations are broken by it (the earlier one wins).
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "lib/job_spec.h"
+
+namespace dhelix {
+
+/// What the user fixed or bounded; unset means "search this axis".
+struct SearchConstraints {
+  std::optional<int64_t> tp, cp, pp, dp, ep, micro_batch_size;
+  std::optional<bool> sp;
+  int64_t max_pp = 0;                ///< 0: no bound
+  int64_t max_micro_batch_size = 8;  ///< micro-batches searched: powers of two up to this
+  bool allow_cp = true;              ///< false: cp = 1 only
+  bool search_recompute = true;      ///< false: the base job's recompute setting only
+};
+
+/// Every configuration of the space, in enumeration order (see the file comment). `base`
+/// supplies the model, cluster, global batch, sequence length and cost-model settings;
+/// its parallel sizes are ignored. Errors: kInvalidInput when gpus < 1.
+std::vector<ParallelSpec> enumerate_configurations(const JobSpec& base, int64_t gpus,
+                                                   const SearchConstraints& constraints);
+
+/// "tp8 sp cp2 pp4 dp2 mbs1 recompute=selective" (ep and expert-tp for MoE models).
+std::string configuration_label(const ParallelSpec& parallel, bool moe);
+
+}  // namespace dhelix

@@ -1,0 +1,211 @@
+#include "planner/config_search.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "emitter/search_report.h"
+#include "lib/cluster_presets.h"
+#include "lib/error.h"
+#include "lib/job_reader.h"
+#include "lib/model_reader.h"
+#include "lib/plan/plan_writer.h"
+#include "planner/config_space.h"
+#include "planner/plan_builder.h"
+#include "profiler/interference.h"
+#include "profiler/model_backend.h"
+
+namespace dhelix {
+namespace {
+
+std::string example(const std::string& relative) {
+  return std::string(DHELIX_SOURCE_DIR) + "/examples/" + relative;
+}
+
+// A model of `layers` layers (llama-8b's shapes), on H100s, global batch `gbs` x `seq`.
+JobSpec base_job(int64_t layers, int64_t gbs, int64_t seq) {
+  JobSpec job;
+  job.model = read_model_file(example("models/llama-8b.json"));
+  job.model.num_layers = layers;
+  job.cluster = find_cluster_preset("h100").value();
+  job.parallel.global_batch_size = gbs;
+  job.parallel.seq_length = seq;
+  job.name = "search-test";
+  return job;
+}
+
+SearchRequest model_request(const JobSpec& base, int64_t gpus, SearchConstraints constraints) {
+  SearchRequest r;
+  r.base = base;
+  r.gpus = gpus;
+  r.constraints = constraints;
+  r.make_profile = [](const JobSpec& job) {
+    return make_model_profile(job, OrderedJson::object());
+  };
+  r.unprofiled_op_time_us = [](const ClusterSpec& cluster, const Op& op) {
+    return op_time_us(cluster, op);
+  };
+  r.solo_time_us = [](const ClusterSpec& cluster, const Op& op) {
+    return quantize_profile_value(op_time_us(cluster, op));
+  };
+  return r;
+}
+
+// The worked example of planner/config_space.h: 8 GPUs, 4 layers, gbs 16, recompute fixed.
+TEST(ConfigSpace, WorkedExampleCountsNinetyFourConfigurations) {
+  SearchConstraints c;
+  c.search_recompute = false;
+  const std::vector<ParallelSpec> space = enumerate_configurations(base_job(4, 16, 4096), 8, c);
+  EXPECT_EQ(space.size(), 94u);
+  // Enumeration order: tp slowest, then sp, cp, pp, ..., micro-batch fastest.
+  EXPECT_EQ(configuration_label(space.front(), false), "tp1 cp1 pp1 dp8 mbs1");
+  EXPECT_EQ(configuration_label(space[1], false), "tp1 cp1 pp1 dp8 mbs2");
+  EXPECT_EQ(configuration_label(space.back(), false), "tp8 sp cp1 pp1 dp1 mbs8");
+  for (const ParallelSpec& p : space) {
+    EXPECT_EQ(p.world_size(), 8);
+    EXPECT_EQ(p.global_batch_size % (p.dp * p.micro_batch_size), 0);
+    EXPECT_TRUE(p.tp > 1 || !p.sp);
+  }
+}
+
+TEST(ConfigSpace, RecomputeTriplesTheSpace) {
+  const std::vector<ParallelSpec> space = enumerate_configurations(base_job(4, 16, 4096), 8, {});
+  EXPECT_EQ(space.size(), 3u * 94u);
+}
+
+TEST(ConfigSpace, ConstraintsFixAndBoundAxes) {
+  SearchConstraints c;
+  c.search_recompute = false;
+  c.tp = 2;
+  c.allow_cp = false;
+  c.max_pp = 1;
+  const std::vector<ParallelSpec> space = enumerate_configurations(base_job(4, 16, 4096), 8, c);
+  // tp 2 with sp off and on, cp 1, pp 1, dp 4: micro-batches 1, 2, 4.
+  ASSERT_EQ(space.size(), 6u);
+  for (const ParallelSpec& p : space) {
+    EXPECT_EQ(p.tp, 2);
+    EXPECT_EQ(p.cp, 1);
+    EXPECT_EQ(p.pp, 1);
+  }
+}
+
+// 126 layers do not fold evenly on 16 stages; Megatron's uneven split does (F = La = 7).
+TEST(ConfigSpace, UnevenStagesWhereEvenOnesDoNotExist) {
+  SearchConstraints c;
+  c.search_recompute = false;
+  c.tp = 8;
+  c.sp = true;
+  c.allow_cp = false;
+  c.pp = 16;
+  c.micro_batch_size = 1;
+  const std::vector<ParallelSpec> space =
+      enumerate_configurations(base_job(126, 64, 8192), 1024, c);
+  ASSERT_EQ(space.size(), 1u);
+  EXPECT_EQ(space[0].first_stage_layers, 7);
+  EXPECT_EQ(space[0].last_stage_layers, 7);
+  EXPECT_EQ(configuration_label(space[0], false), "tp8 sp cp1 pp16(7/7) dp8 mbs1");
+}
+
+TEST(ConfigSpace, RefusesNoGpus) {
+  EXPECT_THROW(enumerate_configurations(base_job(4, 16, 4096), 0, {}), Error);
+}
+
+// A space small enough to plan every configuration: 16 GPUs, 8 layers, no CP.
+SearchRequest small_request(int64_t threads) {
+  SearchConstraints c;
+  c.allow_cp = false;
+  c.max_micro_batch_size = 2;
+  c.search_recompute = false;
+  SearchRequest r = model_request(base_job(8, 32, 4096), 16, c);
+  r.top_k = 2;
+  r.batch = 4;  // small batches, so that the bound has planned times to prune against
+  r.threads = threads;
+  return r;
+}
+
+TEST(ConfigSearch, PrunedSearchFindsWhatPlanningEverythingFinds) {
+  SearchRequest pruned = small_request(2);
+  SearchRequest exhaustive = small_request(1);
+  exhaustive.prune = false;
+  const SearchResult a = search_configurations(pruned);
+  const SearchResult b = search_configurations(exhaustive);
+  EXPECT_EQ(b.counts.pruned, 0);
+  EXPECT_GT(a.counts.pruned, 0) << "the bound should prune something in this space";
+  EXPECT_EQ(a.dhelix_ranking, b.dhelix_ranking);
+  EXPECT_EQ(a.megatron_ranking, b.megatron_ranking);
+  for (int64_t i : a.dhelix_ranking) {
+    EXPECT_EQ(a.configs[i].dhelix.iteration_us, b.configs[i].dhelix.iteration_us);
+  }
+  for (int64_t i : a.megatron_ranking) {
+    EXPECT_EQ(a.configs[i].megatron.iteration_us, b.configs[i].megatron.iteration_us);
+  }
+  // Every bound is below what planning found (it is a lower bound of both schemes).
+  for (const ConfigOutcome& c : b.configs) {
+    if (c.status != ConfigStatus::kPlanned) continue;
+    EXPECT_LE(c.lower_bound_us, c.dhelix.iteration_us) << c.label;
+    EXPECT_LE(c.lower_bound_us, c.megatron.iteration_us) << c.label;
+  }
+}
+
+TEST(ConfigSearch, SameBytesForAnyThreadCount) {
+  const SearchReportContext context{.model = "m",
+                                    .cluster = "h100",
+                                    .gpus = 16,
+                                    .global_batch_size = 32,
+                                    .seq_length = 4096,
+                                    .top_k = 3};
+  const std::string one = search_report_json(search_configurations(small_request(1)), context);
+  const std::string three = search_report_json(search_configurations(small_request(3)), context);
+  EXPECT_EQ(one, three);
+}
+
+// The best configuration is one the planner plans, with the figures the search reported.
+TEST(ConfigSearch, BestConfigurationPlansWithTheReportedFigures) {
+  const SearchRequest request = small_request(2);
+  const SearchResult result = search_configurations(request);
+  const ConfigOutcome* best = result.best_dhelix();
+  ASSERT_NE(best, nullptr);
+  const JobSpec job = configuration_job(request.base, best->parallel);
+  const Profile profile = request.make_profile(job);
+  PlanRequest plan_request;
+  plan_request.job = &job;
+  plan_request.profile = &profile;
+  plan_request.unprofiled_op_time_us = [&job](const Op& op) { return op_time_us(job.cluster, op); };
+  const Plan plan = build_plan(plan_request).plan;
+  EXPECT_EQ(plan.find_scheme("dhelix")->iteration_us, best->dhelix.iteration_us);
+}
+
+TEST(ConfigSearch, RefusesBadRequests) {
+  SearchRequest r = small_request(1);
+  r.threads = 0;
+  EXPECT_THROW(search_configurations(r), Error);
+  r = small_request(1);
+  r.top_k = 0;
+  EXPECT_THROW(search_configurations(r), Error);
+}
+
+// Plans that share layers through a memo are the bytes of plans made without one.
+TEST(PairingMemo, PlansWithAndWithoutAMemoAreIdentical) {
+  PairingMemo memo;
+  for (int64_t pp : {1, 2}) {
+    JobSpec job = base_job(8, 32, 4096);
+    job.parallel.tp = 4;
+    job.parallel.sp = true;
+    job.parallel.pp = pp;
+    job.parallel.dp = 4 / pp;
+    job.parallel.micro_batch_size = 1;
+    const Profile profile = make_model_profile(job, OrderedJson::object());
+    PlanRequest request;
+    request.job = &job;
+    request.profile = &profile;
+    request.unprofiled_op_time_us = [&job](const Op& op) { return op_time_us(job.cluster, op); };
+    const std::string alone = plan_to_text(build_plan(request).plan);
+    request.pairing_memo = &memo;
+    EXPECT_EQ(plan_to_text(build_plan(request).plan), alone) << "pp " << pp;
+  }
+  EXPECT_GT(memo.hits(), 0) << "the second depth shares the first one's layer searches";
+}
+
+}  // namespace
+}  // namespace dhelix

@@ -1,0 +1,157 @@
+#include "tools/plan_search.h"
+
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "emitter/search_report.h"
+#include "lib/atomic_file.h"
+#include "lib/error.h"
+#include "lib/plan/plan_writer.h"
+#include "lib/provenance.h"
+#include "planner/config_search.h"
+#include "planner/plan_builder.h"
+#include "profiler/interference.h"
+#include "profiler/model_backend.h"
+#include "tools/output_paths.h"
+#include "tools/progress_bar.h"
+
+namespace dhelix {
+namespace {
+
+constexpr const char* kFlags = "<flags>";
+
+SearchConstraints constraints_from(const SearchCliOptions& search, const JobOptions& job) {
+  SearchConstraints c;
+  c.tp = job.tp;
+  c.cp = job.cp;
+  c.pp = job.pp;
+  c.dp = job.dp;
+  c.ep = job.ep;
+  c.sp = job.sp;
+  c.micro_batch_size = job.micro_batch_size;
+  c.max_pp = search.max_pp;
+  c.allow_cp = !search.no_cp;
+  c.search_recompute = !search.fixed_recompute && !job.recompute_granularity;
+  return c;
+}
+
+int64_t gpu_count(const SearchCliOptions& search, const JobOptions& options, const JobSpec& job) {
+  if (search.gpus > 0) return search.gpus;
+  if (!options.job_file.empty()) return job.parallel.world_size();
+  throw Error(ErrorCode::kInvalidInput,
+              fmt::format("{}: --search: --gpus is required without a job file (the number of "
+                          "GPUs to spread the job over)",
+                          kFlags));
+}
+
+int64_t thread_count(const SearchCliOptions& search) {
+  if (search.threads > 0) return search.threads;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+}
+
+// The plan of the best dhelix configuration, planned again with its provenance.
+void write_best_plan(const SearchResult& result, const JobSpec& base, const std::string& output,
+                     const std::vector<std::string>& argv, const std::vector<std::string>& inputs) {
+  const ConfigOutcome* best = result.best_dhelix();
+  if (best == nullptr) {
+    throw Error(ErrorCode::kInfeasible,
+                fmt::format("-o {}: no configuration fits in memory under dhelix, so there is "
+                            "no plan to write (see the report's rejections)",
+                            output));
+  }
+  const JobSpec job = configuration_job(base, best->parallel);
+  PlanRequest request;
+  request.job = &job;
+  request.meta = provenance_to_json(make_provenance("dhelix-plan", argv, inputs));
+  const Profile profile = make_model_profile(job, request.meta);
+  request.profile = &profile;
+  request.profile_name = "the generated model profile";
+  request.profile_ref = {.name = "model", .sha256 = "generated:model"};
+  const ClusterSpec cluster = job.cluster;
+  request.unprofiled_op_time_us = [cluster](const Op& op) { return op_time_us(cluster, op); };
+  OutputFiles files;
+  files.add(output, plan_to_text(build_plan(request).plan));
+  files.commit();
+}
+
+}  // namespace
+
+void add_search_options(CLI::App& app, SearchCliOptions& o) {
+  app.add_flag("--search", o.search,
+               "Search the parallel configurations (tp, sp, cp, pp, dp, ep, mbs, recompute) "
+               "for the fastest under dhelix and under Megatron-LM 1F1B (docs/search.md)");
+  app.add_option("--gpus", o.gpus, "With --search: GPUs to spread the job over")
+      ->type_name("N")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-pp", o.max_pp, "With --search: at most this many pipeline stages")
+      ->type_name("N")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-cp", o.no_cp, "With --search: no context parallelism");
+  app.add_flag("--no-recompute-search", o.fixed_recompute,
+               "With --search: keep the job's recompute setting instead of searching it");
+  app.add_option("--top", o.top_k, "With --search: configurations listed per scheme (default 5)")
+      ->type_name("K")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "With --search: worker threads (default: every core)")
+      ->type_name("N")
+      ->check(CLI::PositiveNumber);
+}
+
+const std::vector<std::string>& search_only_flags() {
+  static const std::vector<std::string> flags = {
+      "--gpus", "--max-pp", "--no-cp", "--no-recompute-search", "--top", "--threads"};
+  return flags;
+}
+
+int run_search(const SearchCliOptions& search, const JobOptions& job_options,
+               const std::string& report_format, const std::string& output,
+               const std::vector<std::string>& argv) {
+  // 1. The job without its parallel sizes: model, cluster, batch, sequence, cost settings.
+  const JobSpec base = load_unvalidated_job(job_options);
+  const std::vector<std::string> inputs = job_input_files(base);
+  // 2. An output that would replace an input is refused before minutes of search.
+  std::vector<NamedPath> input_paths;
+  for (const std::string& file : inputs) input_paths.push_back({"the job's input", file});
+  check_output_paths({{"-o", output}}, input_paths);
+  // 3. Search with the analytic model as the profile of every configuration.
+  SearchRequest request;
+  request.base = base;
+  request.gpus = gpu_count(search, job_options, base);
+  request.constraints = constraints_from(search, job_options);
+  request.top_k = search.top_k;
+  request.threads = thread_count(search);
+  request.make_profile = [](const JobSpec& job) {
+    return make_model_profile(job, OrderedJson::object());
+  };
+  request.unprofiled_op_time_us = [](const ClusterSpec& cluster, const Op& op) {
+    return op_time_us(cluster, op);
+  };
+  request.solo_time_us = [](const ClusterSpec& cluster, const Op& op) {
+    return quantize_profile_value(op_time_us(cluster, op));  // as make_model_profile stores it
+  };
+  ProgressBar bar("searching configurations");  // on a terminal only
+  request.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+  const SearchResult result = search_configurations(request);
+  // 4. The best plan, then the report.
+  if (!output.empty()) write_best_plan(result, base, output, argv, inputs);
+  const SearchReportContext context{
+      .model = base.model.name,
+      .cluster = base.cluster.name,
+      .gpus = request.gpus,
+      .global_batch_size = base.parallel.global_batch_size,
+      .seq_length = base.parallel.seq_length,
+      .top_k = search.top_k,
+      .meta = provenance_to_json(make_provenance("dhelix-plan", argv, inputs))};
+  const bool json = report_format == "json";
+  std::fputs(
+      (json ? search_report_json(result, context) : search_report_text(result, context)).c_str(),
+      stdout);
+  if (!output.empty() && !json) {
+    std::printf("plan of the best dhelix configuration written to %s\n", output.c_str());
+  }
+  return 0;
+}
+
+}  // namespace dhelix
