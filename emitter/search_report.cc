@@ -1,5 +1,7 @@
 #include "emitter/search_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "lib/json_reader.h"
@@ -102,8 +104,45 @@ OrderedJson config_json(const ConfigOutcome& c) {
   if (c.status == ConfigStatus::kPlanned) {
     j["dhelix"] = figures_json(c.dhelix);
     j["megatron-1f1b"] = figures_json(c.megatron);
+    OrderedJson baselines = OrderedJson::object();
+    for (const auto& [name, figures] : c.baselines) baselines[name] = figures_json(figures);
+    j["baselines"] = baselines;
   }
   return j;
+}
+
+// The other schemes' best lines: the fastest fitting configuration among those planned.
+std::string baseline_lines(const SearchResult& r) {
+  std::vector<std::string> names;
+  for (const ConfigOutcome& c : r.configs) {
+    for (const auto& entry : c.baselines) {
+      if (std::find(names.begin(), names.end(), entry.first) == names.end()) {
+        names.push_back(entry.first);
+      }
+    }
+  }
+  std::string out;
+  for (const std::string& name : names) {
+    const ConfigOutcome* best = nullptr;
+    const SearchSchemeFigures* best_figures = nullptr;
+    for (const ConfigOutcome& c : r.configs) {
+      for (const auto& [scheme, figures] : c.baselines) {
+        if (scheme != name || !figures.fits) continue;
+        if (best_figures == nullptr || figures.iteration_us < best_figures->iteration_us) {
+          best = &c;
+          best_figures = &figures;
+        }
+      }
+    }
+    if (best == nullptr) {
+      out += fmt::format("best {:<18} none planned fits in memory\n", name + ":");
+    } else {
+      out += fmt::format("best {:<18} {:<34} {:>10.3f} s  MFU {:5.1f}%  (among those planned)\n",
+                         name + ":", best->label, best_figures->iteration_us / 1e6,
+                         best_figures->mfu * 100);
+    }
+  }
+  return out;
 }
 
 double gain(const SearchResult& r) {
@@ -119,6 +158,7 @@ std::string search_report_text(const SearchResult& r, const SearchReportContext&
   std::string out = heading(context) + counts_text(r.counts) + reasons_text(r) + "\n";
   out += best_line("dhelix:", r.best_dhelix(), &ConfigOutcome::dhelix);
   out += best_line("Megatron-LM 1F1B:", r.best_megatron(), &ConfigOutcome::megatron);
+  if (context.all_schemes) out += baseline_lines(r);
   if (gain(r) > 0) {
     const bool same = r.best_dhelix()->index == r.best_megatron()->index;
     out += fmt::format(

@@ -24,6 +24,7 @@ struct SearchReportContext {
   int64_t seq_length = 0;
   int64_t top_k = 5;
   OrderedJson meta = OrderedJson::object();  ///< provenance of the run (JSON only)
+  bool all_schemes = false;  ///< text: also the best configuration of every other scheme
 };
 
 std::string search_report_text(const SearchResult& result, const SearchReportContext& context);

@@ -171,8 +171,15 @@ void plan_candidate(const SearchRequest& request, PairingMemo& memo, Candidate& 
     plan_request.allow_oom = true;
     const Plan plan = build_plan(plan_request).plan;
     out.status = ConfigStatus::kPlanned;
-    out.dhelix = figures_of(*plan.find_scheme("dhelix"));
-    out.megatron = figures_of(*plan.find_scheme("megatron-1f1b"));
+    for (const PlanScheme& scheme : plan.schemes) {
+      if (scheme.scheme == "dhelix") {
+        out.dhelix = figures_of(scheme);
+      } else if (scheme.scheme == "megatron-1f1b") {
+        out.megatron = figures_of(scheme);
+      } else {
+        out.baselines.emplace_back(scheme.scheme, figures_of(scheme));
+      }
+    }
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kUnsupported && e.code() != ErrorCode::kInvalidInput) throw;
     out.status = ConfigStatus::kInvalid;

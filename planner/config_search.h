@@ -74,6 +74,10 @@ struct ConfigOutcome {
   double lower_bound_us = 0;     ///< 0 when not computed (invalid, no-memory)
   SearchSchemeFigures dhelix;    ///< planned only
   SearchSchemeFigures megatron;  ///< planned only
+  /// The plan's other schemes (Wavelet+, intra-batch, ...) by name, in the plan's order;
+  /// planned only. Pruning keeps only dhelix's and Megatron's top k exact, so the best of
+  /// these is the best among the configurations planned.
+  std::vector<std::pair<std::string, SearchSchemeFigures>> baselines;
 };
 
 /// Everything the search needs. The two callbacks keep the planner free of the profiler:

@@ -97,11 +97,15 @@ void add_search_options(CLI::App& app, SearchCliOptions& o) {
   app.add_option("--threads", o.threads, "With --search: worker threads (default: every core)")
       ->type_name("N")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--all-schemes", o.all_schemes,
+               "With --search: the text report also names the best configuration planned under "
+               "each other baseline (Wavelet+, intra-batch, ...)");
 }
 
 const std::vector<std::string>& search_only_flags() {
   static const std::vector<std::string> flags = {
-      "--gpus", "--max-pp", "--no-cp", "--no-recompute-search", "--top", "--threads"};
+      "--gpus", "--max-pp",  "--no-cp",      "--no-recompute-search",
+      "--top",  "--threads", "--all-schemes"};
   return flags;
 }
 
@@ -143,7 +147,8 @@ int run_search(const SearchCliOptions& search, const JobOptions& job_options,
       .global_batch_size = base.parallel.global_batch_size,
       .seq_length = base.parallel.seq_length,
       .top_k = search.top_k,
-      .meta = provenance_to_json(make_provenance("dhelix-plan", argv, inputs))};
+      .meta = provenance_to_json(make_provenance("dhelix-plan", argv, inputs)),
+      .all_schemes = search.all_schemes};
   const bool json = report_format == "json";
   std::fputs(
       (json ? search_report_json(result, context) : search_report_text(result, context)).c_str(),

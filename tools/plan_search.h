@@ -2,7 +2,8 @@
 // `dhelix-plan --search`: which parallel configuration should this job use?
 //
 //   dhelix-plan --model M --cluster C --gpus N --gbs B --seq S --search [-o best.json]
-//       [--tp 8] [--max-pp 4] [--no-cp] [--top K] [--threads T] [--report text|json]
+//       [--tp 8] [--max-pp 4] [--no-cp] [--top K] [--threads T] [--all-schemes]
+//       [--report text|json]
 //
 // The job's parallel flags (--tp, --cp, --pp, --dp, --ep, --sp/--no-sp, --mbs) become
 // constraints; a job file's own parallel sizes are ignored (its model, cluster, batch and
@@ -26,10 +27,12 @@ struct SearchCliOptions {
   bool no_cp = false;
   bool fixed_recompute = false;  ///< --no-recompute-search: keep the job's recompute setting
   int64_t top_k = 5;
-  int64_t threads = 0;  ///< 0: every core
+  int64_t threads = 0;       ///< 0: every core
+  bool all_schemes = false;  ///< --all-schemes: the text report adds the other baselines
 };
 
-/// Adds --search, --gpus, --max-pp, --no-cp, --no-recompute-search, --top and --threads.
+/// Adds --search, --gpus, --max-pp, --no-cp, --no-recompute-search, --top, --threads and
+/// --all-schemes.
 void add_search_options(CLI::App& app, SearchCliOptions& options);
 
 /// The flags only --search takes (refused without it).

@@ -49,6 +49,10 @@ stdout_has "text: best dhelix" "best dhelix:"
 stdout_has "text: best Megatron" "best Megatron-LM 1F1B:"
 stdout_has "text: gain" "gain of the best dhelix configuration over the best Megatron-LM one:"
 
+expect "--all-schemes" 0 "" "${space[@]}" --threads 2 --all-schemes
+stdout_has "--all-schemes: Wavelet+" "best wavelet+:"
+stdout_has "--all-schemes: intra-batch" "best intra-batch:"
+
 # 2. The JSON report: schema, counts that add up, a reason for every configuration not planned.
 expect "json report" 0 "" "${space[@]}" --threads 2 --report json
 cp "$scratch/stdout" "$scratch/two-threads.json"
