@@ -100,7 +100,9 @@ OrderedJson config_json(const ConfigOutcome& c) {
   j["parallel"] = parallel_json(c.parallel);
   j["status"] = config_status_name(c.status);
   if (!c.reason.empty()) j["reason"] = c.reason;
-  if (c.lower_bound_us > 0) j["lower_bound_us"] = c.lower_bound_us;
+  if (c.bounds.least_us() > 0) {
+    j["lower_bound_us"] = {{"dhelix", c.bounds.dhelix_us}, {"megatron-1f1b", c.bounds.megatron_us}};
+  }
   if (c.status == ConfigStatus::kPlanned) {
     j["dhelix"] = figures_json(c.dhelix);
     j["megatron-1f1b"] = figures_json(c.megatron);

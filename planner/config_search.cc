@@ -65,58 +65,67 @@ LayerDags bound_dags(const JobSpec& job) {
   return every_layer ? with_recompute(std::move(dags), r.granularity) : dags;
 }
 
-// Solo work per stream of one layer, in us, forward and backward apart.
-struct LayerStreamWork {
-  std::array<double, 3> forward{};
-  std::array<double, 3> backward{};
+// What no schedule of one layer's strand can beat, in us: the busiest stream's solo work
+// (each stream runs one op at a time) and the longest dependency chain at solo times
+// (co-running only slows ops down).
+struct StrandFloor {
+  std::array<double, 3> per_stream{};  ///< solo work per StreamClass
+  double longest_path_us = 0;
+
+  double alone_us() const {
+    return std::max(longest_path_us, *std::max_element(per_stream.begin(), per_stream.end()));
+  }
 };
 
-LayerStreamWork layer_stream_work(const LayerDags& dags, const SearchRequest& request,
-                                  const ClusterSpec& cluster) {
-  LayerStreamWork work;
-  for (int64_t i = 0; i < dags.forward.size(); ++i) {
-    const Op& op = dags.forward.op(i);
-    work.forward[static_cast<size_t>(op.stream)] += request.solo_time_us(cluster, op);
+StrandFloor strand_floor(const LayerDag& dag, const SearchRequest& request,
+                         const ClusterSpec& cluster) {
+  StrandFloor floor;
+  std::vector<double> finish(static_cast<size_t>(dag.size()), 0);
+  for (int64_t v : dag.topological_order()) {
+    const double time_us = request.solo_time_us(cluster, dag.op(v));
+    floor.per_stream[static_cast<size_t>(dag.op(v).stream)] += time_us;
+    double start = 0;
+    for (int64_t u : dag.predecessors(v)) start = std::max(start, finish[static_cast<size_t>(u)]);
+    finish[static_cast<size_t>(v)] = start + time_us;
+    floor.longest_path_us = std::max(floor.longest_path_us, finish[static_cast<size_t>(v)]);
   }
-  for (int64_t i = 0; i < dags.backward.size(); ++i) {
-    const Op& op = dags.backward.op(i);
-    work.backward[static_cast<size_t>(op.stream)] += request.solo_time_us(cluster, op);
-  }
-  return work;
+  return floor;
 }
 
-double busiest(const std::array<double, 3>& a) { return *std::max_element(a.begin(), a.end()); }
-
-double busiest_pair(const LayerStreamWork& w) {
-  std::array<double, 3> both{};
-  for (size_t s = 0; s < both.size(); ++s) both[s] = w.forward[s] + w.backward[s];
-  return busiest(both);
+// A forward beside a backward (dhelix's SI pair): both strands' work on the busiest stream.
+double pair_floor_us(const StrandFloor& f, const StrandFloor& b) {
+  double busiest = std::max(f.longest_path_us, b.longest_path_us);
+  for (size_t s = 0; s < f.per_stream.size(); ++s) {
+    busiest = std::max(busiest, f.per_stream[s] + b.per_stream[s]);
+  }
+  return busiest;
 }
 
 // The bound of one pipeline layout: for each stage, the first micro-batch's forward through
-// the `before` layers ahead of it, the stage's own `layers` for every micro-batch, and the
-// last micro-batch's backward back through the `before` layers (see config_search.h).
+// the `before` layers ahead of it, the stage's own `layers` for every micro-batch at
+// `per_layer_us` each, and the last micro-batch's backward back through the `before` layers
+// (see config_search.h).
 double layout_bound_us(const std::vector<int64_t>& before, const std::vector<int64_t>& layers,
-                       int64_t micro_batches, const LayerStreamWork& w) {
+                       int64_t micro_batches, double per_layer_us, const StrandFloor& f,
+                       const StrandFloor& b) {
   double bound = 0;
   for (size_t s = 0; s < layers.size(); ++s) {
-    const double b = static_cast<double>(before[s]);
-    bound = std::max(bound, b * busiest(w.forward) +
-                                static_cast<double>(micro_batches * layers[s]) * busiest_pair(w) +
-                                b * busiest(w.backward));
+    const double ramp = static_cast<double>(before[s]) * (f.alone_us() + b.alone_us());
+    bound = std::max(bound, ramp + static_cast<double>(micro_batches * layers[s]) * per_layer_us);
   }
   return bound;
 }
 
-// See the file comment of config_search.h: the smaller of the W's and 1F1B's bounds, so
-// that it holds for both schemes.
-double lower_bound_us(const JobSpec& job, const SearchRequest& request) {
+// See the file comment of config_search.h: the W's bound for dhelix, 1F1B's for Megatron.
+SchemeBounds lower_bounds(const JobSpec& job, const SearchRequest& request) {
   const ParallelSpec& p = job.parallel;
   std::string why;
   const std::optional<StageSplit> split =
       split_stages(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers, why);
   DHELIX_CHECK(split.has_value());  // validate_job passed
-  const LayerStreamWork work = layer_stream_work(bound_dags(job), request, job.cluster);
+  const LayerDags dags = bound_dags(job);
+  const StrandFloor f = strand_floor(dags.forward, request, job.cluster);
+  const StrandFloor b = strand_floor(dags.backward, request, job.cluster);
   const int64_t micro_batches = p.global_batch_size / (p.dp * p.micro_batch_size);
   const size_t pp = static_cast<size_t>(p.pp);
   std::vector<int64_t> unfolded_before(pp, 0), folded_before(pp, 0), folded_layers(pp, 0);
@@ -127,8 +136,10 @@ double lower_bound_us(const JobSpec& job, const SearchRequest& request) {
     }
     folded_layers[s] = split->chunks[s] + split->chunks[2 * pp - 1 - s];
   }
-  return std::min(layout_bound_us(unfolded_before, split->unfolded, micro_batches, work),
-                  layout_bound_us(folded_before, folded_layers, micro_batches, work));
+  return {.dhelix_us = layout_bound_us(folded_before, folded_layers, micro_batches,
+                                       pair_floor_us(f, b), f, b),
+          .megatron_us = layout_bound_us(unfolded_before, split->unfolded, micro_batches,
+                                         f.alone_us() + b.alone_us(), f, b)};
 }
 
 SearchSchemeFigures figures_of(const PlanScheme& scheme) {
@@ -273,7 +284,7 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
     }
     Candidate& c = candidates[static_cast<size_t>(i)];
     c.index = i;
-    out.lower_bound_us = lower_bound_us(job, request);
+    out.bounds = lower_bounds(job, request);
     c.job = std::move(job);
     kept[static_cast<size_t>(i)] = 1;
   });
@@ -282,7 +293,7 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
     if (kept[i]) survivors.push_back(std::move(candidates[i]));
   }
   std::stable_sort(survivors.begin(), survivors.end(), [&](const Candidate& a, const Candidate& b) {
-    return configs[a.index].lower_bound_us < configs[b.index].lower_bound_us;
+    return configs[a.index].bounds.least_us() < configs[b.index].bounds.least_us();
   });
   return survivors;
 }
@@ -295,15 +306,17 @@ void plan_in_batches(const SearchRequest& request, std::vector<Candidate>& candi
   for (int64_t start = 0; start < n; start += request.batch) {
     const double dhelix_bar = kth_best_us(configs, request.top_k, &ConfigOutcome::dhelix);
     const double megatron_bar = kth_best_us(configs, request.top_k, &ConfigOutcome::megatron);
-    const double bar = std::max(dhelix_bar, megatron_bar);
     const int64_t end = std::min(n, start + request.batch);
     std::vector<int64_t> to_plan;
     for (int64_t i = start; i < end; ++i) {
       ConfigOutcome& out = configs[candidates[i].index];
-      if (request.prune && out.lower_bound_us > bar) {
+      if (request.prune && out.bounds.dhelix_us > dhelix_bar &&
+          out.bounds.megatron_us > megatron_bar) {
         out.status = ConfigStatus::kPruned;
-        out.reason = fmt::format("lower bound {:.1f} ms above the top {} of both schemes",
-                                 out.lower_bound_us / 1000, request.top_k);
+        out.reason = fmt::format(
+            "lower bounds {:.1f} ms (dhelix) and {:.1f} ms (Megatron-LM 1F1B) above the top {} "
+            "of each",
+            out.bounds.dhelix_us / 1000, out.bounds.megatron_us / 1000, request.top_k);
       } else {
         to_plan.push_back(i);
       }

@@ -10,33 +10,38 @@
 //   invalid    the job's rules refuse it (lib/job_validation.h), reason = the first rule
 //   no-memory  weights, gradients and optimizer states alone exceed the usable memory on
 //              some stage under both layouts (no activation could fit): not planned
-//   pruned     its lower bound cannot beat the k-th best iteration found so far under
-//              either scheme: not planned
+//   pruned     neither scheme's lower bound beats that scheme's k-th best iteration
+//              found so far: not planned
 //   planned    build_plan ran; the plan says whether each scheme fits
 //
-// The lower bound. Every stage runs each of its layers' forward and backward DAGs for every
-// micro-batch. Within a layer, each stream (compute, local and cross-node communication)
-// runs one op at a time, and co-running only slows an op down, so no schedule of a layer's
-// forward and backward takes less than its busiest stream's solo work. Bubbles, embedding,
-// head, DP and optimizer time only add:
+// The lower bounds. Nothing in a plan runs faster than its ops alone: each stream (compute,
+// local and cross-node communication) runs one op at a time, co-running only slows ops
+// down, and a strand's ops follow their dependencies. So one layer's forward alone takes at
+// least F = max(its busiest stream's solo work, its longest dependency chain at solo
+// times), its backward at least B likewise, and a forward beside a backward (dhelix's SI
+// pair) at least P = the busiest stream's work of both. A stage runs its layers for every
+// one of the m = gbs / (dp · mbs) micro-batches, and the first micro-batch's forward must
+// first pass the `before` layers of the stages ahead of it, as the last one's backward
+// must pass them after it:
 //
-//   bound = m · layers · max over streams (sum of the stream's solo times, fwd + bwd)
+//   Megatron-LM 1F1B   max over stages of  before · (F + B) + m · layers · (F + B)
+//   dhelix (W)         max over stages of  before · (F + B) + m · layers · P
 //
-// with m = gbs / (dp · mbs) micro-batches, `layers` the busiest stage's layers under the
-// layout (W or 1F1B) that makes it least busy, and the recomputed forward ops counted when
-// every layer recomputes. Worked example: a layer whose forward and backward hold 12 ms of
-// compute and 5 ms of TP communication, 80 layers over pp 4, m 16: 16 · 20 · 12 ms = 3.84 s;
-// at TP 16 across nodes the communication stream may hold more than the compute, and
-// then it sets the bound.
+// with each layout's own layers per stage and `before` (the W's stage s comes after the
+// s down chunks ahead of it). Embedding, head, exposed communication, bubbles beyond the
+// ramp, DP and optimizer time only add. The recomputed forward ops count when every layer
+// recomputes. Worked example: F = 4 ms, B = 8 ms, P = 10 ms, 80 layers on pp 4 (1F1B: 20
+// layers a stage; W: 10 + 10, stage 3 after 30 layers), m 16: Megatron 60 · 12 + 16 · 20
+// · 12 = 4.56 s; dhelix 30 · 12 + 16 · 20 · 10 = 3.56 s.
 //
 // Order and determinism. The candidates that survive the first two tests are sorted by
-// (bound, enumeration index) and planned in fixed batches (SearchRequest::batch), the batch's
-// configurations spread over the threads; after each batch the k-th best times are
-// updated and the rest pruned against them. Batches do not depend on the thread count, so
-// the set planned, the figures and the ranking are the same for any number of threads.
-// Ranking ties (equal iteration time) go to the configuration enumerated first. Pruning is
-// exact: a pruned configuration's bound exceeds the k-th best time of both schemes, so it
-// could not have entered either top-k list.
+// (smaller bound, enumeration index) and planned in fixed batches (SearchRequest::batch), the
+// batch's configurations spread over the threads; after each batch the k-th best times are updated
+// and the rest pruned against them. Batches do not depend on the thread count, so the set planned,
+// the figures and the ranking are the same for any number of threads. Ranking ties (equal iteration
+// time) go to the configuration enumerated first. Pruning is exact: a pruned configuration's bound
+// under each scheme exceeds that scheme's k-th best time, so it could not have entered either top-k
+// list.
 
 #include <cstdint>
 #include <functional>
@@ -49,6 +54,13 @@
 #include "planner/config_space.h"
 
 namespace dhelix {
+
+/// Lower bounds of a configuration's iteration time under each scheme, in us (see above).
+struct SchemeBounds {
+  double dhelix_us = 0;
+  double megatron_us = 0;
+  double least_us() const { return dhelix_us < megatron_us ? dhelix_us : megatron_us; }
+};
 
 enum class ConfigStatus { kInvalid, kNoMemory, kPruned, kPlanned };
 const char* config_status_name(ConfigStatus status);  ///< "invalid", "no-memory", ...
@@ -71,7 +83,7 @@ struct ConfigOutcome {
   std::string label;  ///< configuration_label
   ConfigStatus status = ConfigStatus::kInvalid;
   std::string reason;            ///< why invalid / no-memory / pruned; "" when planned
-  double lower_bound_us = 0;     ///< 0 when not computed (invalid, no-memory)
+  SchemeBounds bounds;           ///< zeros when not computed (invalid, no-memory)
   SearchSchemeFigures dhelix;    ///< planned only
   SearchSchemeFigures megatron;  ///< planned only
   /// The plan's other schemes (Wavelet+, intra-batch, ...) by name, in the plan's order;

@@ -75,8 +75,8 @@ times = [c["dhelix"]["iteration_us"] for c in configs
 assert best["dhelix"]["iteration_us"] == min(times), "best is not the fastest"
 for c in configs:
     if c["status"] == "planned":
-        assert c["lower_bound_us"] <= c["dhelix"]["iteration_us"], f"{c['label']}: bound"
-        assert c["lower_bound_us"] <= c["megatron-1f1b"]["iteration_us"], f"{c['label']}: bound"
+        for scheme in ("dhelix", "megatron-1f1b"):
+            assert c["lower_bound_us"][scheme] <= c[scheme]["iteration_us"], f"{c['label']}: bound"
 sys.exit(1 if errors else 0)
 PY
 then pass "json: schema, counts, reasons, best, bounds"; else fail "json" "see above"; fi
