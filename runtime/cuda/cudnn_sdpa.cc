@@ -14,7 +14,9 @@
 
 #include <array>
 #include <map>
+#include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -43,8 +45,13 @@ struct CudnnLibrary {
   decltype(&cudnnBackendExecute) execute = nullptr;
 
   bool open() {
-    for (const char* name : {"libcudnn_graph.so.9", "libcudnn_graph.so"}) {
-      handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    // The loader's search (LD_LIBRARY_PATH, ld.so.cache), then where cmake found it.
+    std::vector<std::string> names{"libcudnn_graph.so.9"};
+#ifdef DHELIX_CUDNN_LIBRARY_DIR
+    names.push_back(std::string(DHELIX_CUDNN_LIBRARY_DIR) + "/libcudnn_graph.so.9");
+#endif
+    for (const std::string& name : names) {
+      handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle != nullptr) break;
     }
     if (handle == nullptr) return false;
@@ -129,21 +136,31 @@ class CudnnSdpaImpl final : public CudnnSdpa {
  public:
   explicit CudnnSdpaImpl(CudnnLibrary lib) : lib_(lib) {
     version_ = static_cast<int64_t>(lib_.get_version());
-    if (lib_.create(&handle_) != CUDNN_STATUS_SUCCESS) {
-      handle_ = nullptr;
-      version_ = 0;  // unusable: as if absent
-    }
+    if (lib_.create(&handle_) != CUDNN_STATUS_SUCCESS) handle_ = nullptr;  // e.g. no GPU
   }
   ~CudnnSdpaImpl() override {
     plans_.clear();
     if (handle_ != nullptr) lib_.destroy(handle_);
   }
 
-  int64_t version() const override { return version_; }
+  // Without a handle (no usable GPU) cuDNN is as good as absent.
+  int64_t version() const override { return handle_ != nullptr ? version_ : 0; }
+
+  // Every node of `graph` and the operation graph made and finalized; needs no GPU (the
+  // operation graph gets the handle only when there is one). The first failure in words.
+  std::optional<std::string> check_nodes(const SdpaGraph& graph) {
+    try {
+      Plan plan;
+      operation_graph(plan, graph);
+      return std::nullopt;
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+  }
 
   std::optional<std::string> prepare(const kernels::AttentionShape& shape,
                                      bool deterministic) override {
-    if (version_ == 0) return "cuDNN could not make a handle (cudnnCreate)";
+    if (handle_ == nullptr) return "cuDNN could not make a handle (cudnnCreate)";
     try {
       Plan forward = build("forward", sdpa_forward_graph(shape, version_), false);
       Plan backward =
@@ -214,6 +231,9 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     int64_t workspace = 0;
     int64_t dq_accum_bytes = 0;
     std::vector<int64_t> uids;
+    // Scalars passed by value (scale, mask value, 1): the variant pack points at these host
+    // values, as cudnn-frontend passes its pass-by-value tensors; a map keeps them in place.
+    std::map<int64_t, float> scalars;
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
   static Key key(const kernels::AttentionShape& s, bool backward) {
@@ -330,17 +350,31 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   // Descriptors of the graph, the heuristics' engine configs in order, the first whose plan
   // finalizes (skipping non-deterministic engines when asked). Throws Error with cuDNN's
   // words when none does.
-  Plan build(const char* what, const SdpaGraph& graph, bool deterministic) {
-    Plan plan;
+  // The graph's tensors and nodes, and the finalized operation graph.
+  cudnnBackendDescriptor_t operation_graph(Plan& plan, const SdpaGraph& graph) {
     std::map<int64_t, cudnnBackendDescriptor_t> tensors;
     for (const SdpaTensor& t : graph.tensors) tensors[t.uid] = tensor(plan, t);
     std::vector<cudnnBackendDescriptor_t> ops;
-    for (const SdpaOp& op : graph.ops) ops.push_back(operation(plan, op, tensors));
+    for (const SdpaOp& op : graph.ops) {
+      try {
+        ops.push_back(operation(plan, op, tensors));
+      } catch (const Error& error) {
+        throw Error(error.code(), fmt::format("node {}: {}", op.name, error.what()));
+      }
+    }
     cudnnBackendDescriptor_t op_graph = make(plan, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    set(op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle_);
+    if (handle_ != nullptr) {
+      set(op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle_);
+    }
     set(op_graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(),
         static_cast<int64_t>(ops.size()));
     DHELIX_CUDNN(lib_.finalize(op_graph));
+    return op_graph;
+  }
+
+  Plan build(const char* what, const SdpaGraph& graph, bool deterministic) {
+    Plan plan;
+    cudnnBackendDescriptor_t op_graph = operation_graph(plan, graph);
 
     cudnnBackendDescriptor_t heuristics = make(plan, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, op_graph);
@@ -382,6 +416,9 @@ class CudnnSdpaImpl final : public CudnnSdpa {
       plan.plan = candidate;
       plan.dq_accum_bytes = graph.dq_accum_bytes;
       plan.uids = graph.bound_uids;
+      for (const SdpaTensor& t : graph.tensors) {
+        if (t.by_value) plan.scalars[t.uid] = t.value;
+      }
       return plan;
     }
     throw Error(ErrorCode::kUnsupported,
@@ -397,12 +434,17 @@ class CudnnSdpaImpl final : public CudnnSdpa {
                   fmt::format("cuDNN attention needs {} bytes of workspace; the stream has {}",
                               needed, workspace.bytes));
     }
+    std::vector<int64_t> uids = plan.uids;
     std::vector<void*> data;
     for (int64_t uid : plan.uids) data.push_back(const_cast<void*>(pointers.at(uid)));
+    for (const auto& [uid, value] : plan.scalars) {
+      uids.push_back(uid);
+      data.push_back(const_cast<float*>(&value));
+    }
     Plan pack_owner;
     cudnnBackendDescriptor_t pack = make(pack_owner, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, plan.uids.data(),
-        static_cast<int64_t>(plan.uids.size()));
+    set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(),
+        static_cast<int64_t>(uids.size()));
     set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, data.data(),
         static_cast<int64_t>(data.size()));
     void* scratch = workspace.data;
@@ -421,6 +463,14 @@ class CudnnSdpaImpl final : public CudnnSdpa {
 }  // namespace
 
 bool CudnnSdpa::built_with_cudnn() { return true; }
+
+std::optional<std::string> check_graph_descriptors(const SdpaGraph& graph, bool* loaded) {
+  CudnnLibrary lib;
+  *loaded = lib.open();
+  if (!*loaded) return "libcudnn_graph.so.9 could not be loaded";
+  CudnnSdpaImpl impl(lib);
+  return impl.check_nodes(graph);
+}
 
 std::unique_ptr<CudnnSdpa> CudnnSdpa::load() {
   CudnnLibrary lib;

@@ -71,6 +71,13 @@ class CudnnSdpa {
                         const Workspace& workspace, cudaStream_t stream) = 0;
 };
 
+struct SdpaGraph;
+/// Makes and finalizes every tensor, node and the operation graph of `graph` with cuDNN's
+/// library, which checks each node's shapes and types then; needs no GPU (the GPU-free half
+/// of prepare(), for tests). The first failure in words; *loaded: whether a cuDNN 9 library
+/// was found at all (false also in a build without cuDNN).
+std::optional<std::string> check_graph_descriptors(const SdpaGraph& graph, bool* loaded);
+
 /// A CudnnSdpa for a node or build without cuDNN: version 0, prepare() returns `why`,
 /// nothing has plans (cudnn_sdpa_missing.cc).
 std::unique_ptr<CudnnSdpa> missing_cudnn(std::string why);

@@ -42,6 +42,10 @@ std::unique_ptr<CudnnSdpa> missing_cudnn(std::string why) {
 
 #ifndef DHELIX_WITH_CUDNN
 bool CudnnSdpa::built_with_cudnn() { return false; }
+std::optional<std::string> check_graph_descriptors(const SdpaGraph&, bool* loaded) {
+  *loaded = false;
+  return "this dhelix was built without cuDNN";
+}
 std::unique_ptr<CudnnSdpa> CudnnSdpa::load() {
   return missing_cudnn("this dhelix was built without cuDNN (DHELIX_WITH_CUDNN off)");
 }

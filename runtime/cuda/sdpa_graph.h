@@ -88,7 +88,8 @@ enum SdpaUid : int64_t {
   kSdpaDQAccum = 11,     ///< fp32 scratch, non-deterministic backward only
 };
 
-/// One tensor descriptor. Scalars passed by value have dims and strides all 1.
+/// One tensor descriptor. Scalars passed by value have dims and strides all 1; the
+/// variant pack gives cuDNN a host pointer to `value` at execution.
 struct SdpaTensor {
   int64_t uid = 0;
   std::array<int64_t, 4> dims{};

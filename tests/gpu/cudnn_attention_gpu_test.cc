@@ -4,11 +4,13 @@
 // Skips without a GPU, and without a loadable cuDNN 9 (then dhelix runs its own kernel).
 #include <gtest/gtest.h>
 
+#include <utility>
 #include <vector>
 
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/cuda/attention_self_check.h"
 #include "runtime/cuda/cudnn_sdpa.h"
+#include "runtime/cuda/sdpa_graph.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace dhelix::cuda {
@@ -109,6 +111,44 @@ TEST(CudnnAttention, TheSetUpChoosesCudnnOnThisGpu) {
   const AttentionDecision decision = prepare_attention_path(*sdpa, setup, nullptr);
   EXPECT_EQ(decision.path, AttentionPath::kCudnn) << decision.reason;
   std::cout << "attention: " << decision.reason << "\n";
+}
+
+// Needs no GPU, only cuDNN's library: cuDNN itself checks every tensor, every node
+// (matmul, pointwise, reduction, reshape: shapes, strides, types, broadcasting) and the
+// operation graph's wiring when they are finalized. Runs on the build machine.
+TEST(CudnnAttentionGraph, CudnnAcceptsEveryNodeOfEveryVariant) {
+  for (const kernels::AttentionShape& shape : {kShape, kernels::AttentionShape{1, 64, 4, 4, 128},
+                                               kernels::AttentionShape{2, 100, 8, 1, 32}}) {
+    const int64_t version = 91900;
+    for (const SdpaGraph& graph :
+         {sdpa_forward_graph(shape, version), sdpa_backward_graph(shape, version, false),
+          sdpa_backward_graph(shape, version, true)}) {
+      bool loaded = false;
+      const std::optional<std::string> problem = check_graph_descriptors(graph, &loaded);
+      if (!loaded) GTEST_SKIP() << "no cuDNN 9 library here: " << problem.value_or("");
+      EXPECT_FALSE(problem.has_value()) << *problem;
+    }
+  }
+}
+
+// The check above can fail: without a GPU cuDNN still checks each matmul's batch, m, n and
+// k extents, attribute names and types, and GEN_INDEX's axis (it does not check pointwise
+// broadcasting or strides until a plan is built on a GPU).
+TEST(CudnnAttentionGraph, CudnnRefusesAMatmulWhoseShapesDisagree) {
+  for (const auto& [what, mutate] : std::vector<std::pair<const char*, void (*)(SdpaTensor&)>>{
+           {"rows", [](SdpaTensor& o) { o.dims[2] += 1; }},
+           {"heads", [](SdpaTensor& o) { o.dims[1] = 3; }}}) {
+    SdpaGraph graph = sdpa_forward_graph(kShape, 91900);
+    for (SdpaTensor& t : graph.tensors) {
+      if (t.uid == kSdpaO) mutate(t);
+    }
+    bool loaded = false;
+    const std::optional<std::string> problem = check_graph_descriptors(graph, &loaded);
+    if (!loaded) GTEST_SKIP() << "no cuDNN 9 library here";
+    ASSERT_TRUE(problem.has_value()) << what;
+    EXPECT_NE(problem->find("node bmm2_p_v: "), std::string::npos) << *problem;
+    EXPECT_NE(problem->find("CUDNN_STATUS_BAD_PARAM"), std::string::npos) << *problem;
+  }
 }
 
 }  // namespace
