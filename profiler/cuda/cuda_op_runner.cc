@@ -133,12 +133,13 @@ Enqueue attention_closure(const OpLaunchPlan& plan, uint64_t seed, cuda::CudnnSd
   Buffer out = zeroed(q_elements * 2);
   Buffer lse = zeroed(rows * 4);
   const int64_t workspace_bytes = sdpa != nullptr ? sdpa->workspace_bytes(shape) : 0;
+  // Read inside every closure below, so each holds it: it lives as long as they do.
   Buffer workspace = zeroed(workspace_bytes);
-  const cuda::Workspace ws{workspace->get(), workspace_bytes};
   using cuda::bf16;
   const auto as = [](const Buffer& b) { return static_cast<bf16*>(b->get()); };
   const auto f32 = [](const Buffer& b) { return static_cast<float*>(b->get()); };
   const auto forward = [=](cudaStream_t stream) {
+    const cuda::Workspace ws{workspace->get(), workspace_bytes};
     if (sdpa != nullptr) {
       sdpa->forward(shape, as(q), as(k), as(v), as(out), f32(lse), ws, stream);
     } else {
@@ -153,6 +154,7 @@ Enqueue attention_closure(const OpLaunchPlan& plan, uint64_t seed, cuda::CudnnSd
   Buffer dq = zeroed(q_elements * 2), dk = zeroed(kv_elements * 2), dv = zeroed(kv_elements * 2);
   Buffer delta = zeroed(rows * 4);
   return [=](cudaStream_t stream) {
+    const cuda::Workspace ws{workspace->get(), workspace_bytes};
     if (sdpa != nullptr) {
       sdpa->backward(shape, as(q), as(k), as(v), as(out), f32(lse), as(dout), as(dq), as(dk),
                      as(dv), f32(delta), ws, stream);

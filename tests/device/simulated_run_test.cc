@@ -132,6 +132,14 @@ TEST_P(SimulatedRun, AttentionIsPreparedOnceBesideTheGemmWarmUpBeforeTheFirstRec
     EXPECT_EQ(calls[prepared].label,
               fmt::format("batch {} seq {} heads {} kv_heads {} head_dim {}", shape.micro_batch,
                           shape.seq_shard, shape.heads, shape.kv_heads, shape.head_dim));
+    // Every attention of the iterations runs the prepared shape (cuDNN has plans for it).
+    int64_t attentions = 0;
+    for (const DeviceCall& call : calls) {
+      if (call.kind != Kind::kKernel || !call.label.starts_with("attention_")) continue;
+      ++attentions;
+      EXPECT_EQ(call.label.substr(call.label.find(' ') + 1), calls[prepared].label);
+    }
+    EXPECT_GT(attentions, 0) << "rank " << r.rank;
     // The fake has no cuDNN, so the set-up falls back to dhelix's kernel and says why.
     ASSERT_TRUE(r.attention.has_value()) << "rank " << r.rank;
     EXPECT_EQ(r.attention->path, AttentionPath::kDhelix);
