@@ -4,14 +4,15 @@
 // Every attribute set here is named in cudnn_graph_v9.h (cuDNN 9.19): tensors
 // (CUDNN_ATTR_TENSOR_*), the pointwise, matmul, reduction and reshape operations
 // (CUDNN_ATTR_OPERATION_{POINTWISE,MATMUL,REDUCTION,RESHAPE}_*), the operation graph, the
-// heuristics (CUDNN_ATTR_ENGINEHEUR_*, mode CUDNN_HEUR_MODE_A), the engine's numerical
-// notes (CUDNN_ATTR_ENGINE_NUMERICAL_NOTE) and the execution plan and variant pack.
+// heuristics (CUDNN_ATTR_ENGINEHEUR_*, modes CUDNN_HEUR_MODE_A, then _FALLBACK), the engine's
+// numerical notes (CUDNN_ATTR_ENGINE_NUMERICAL_NOTE) and the execution plan and variant pack.
 
 #include "runtime/cuda/cudnn_sdpa.h"
 
 #include <cudnn_graph.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <string>
@@ -372,13 +373,12 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     return op_graph;
   }
 
-  Plan build(const char* what, const SdpaGraph& graph, bool deterministic) {
-    Plan plan;
-    cudnnBackendDescriptor_t op_graph = operation_graph(plan, graph);
-
+  // The engine configurations cuDNN's heuristics of `mode` offer for `op_graph`, best first.
+  std::vector<cudnnBackendDescriptor_t> engine_configs(Plan& plan,
+                                                       cudnnBackendDescriptor_t op_graph,
+                                                       cudnnBackendHeurMode_t mode) {
     cudnnBackendDescriptor_t heuristics = make(plan, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, op_graph);
-    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
     DHELIX_CUDNN(lib_.finalize(heuristics));
     int64_t available = 0;
@@ -394,35 +394,59 @@ class CudnnSdpaImpl final : public CudnnSdpa {
                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, available, &returned,
                                       configs.data()));
     }
+    configs.resize(static_cast<size_t>(std::clamp<int64_t>(returned, 0, available)));
+    return configs;
+  }
+
+  // The operation graph, then the engine configurations of heuristics mode A and, should none
+  // of them finalize, of CUDNN_HEUR_MODE_FALLBACK: the first whose execution plan finalizes
+  // (skipping non-deterministic engines when asked). Throws Error with cuDNN's words when
+  // none does.
+  Plan build(const char* what, const SdpaGraph& graph, bool deterministic) {
+    Plan plan;
+    cudnnBackendDescriptor_t op_graph = operation_graph(plan, graph);
+    int64_t offered = 0;
     std::string last_refusal = "the heuristics offered no engine";
-    for (int64_t i = 0; i < returned; ++i) {
-      cudnnBackendDescriptor_t config = configs[static_cast<size_t>(i)];
-      if (deterministic && nondeterministic(plan, config)) {
-        last_refusal = "every engine offered is marked non-deterministic";
+    for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      std::vector<cudnnBackendDescriptor_t> configs;
+      try {
+        configs = engine_configs(plan, op_graph, mode);
+      } catch (const Error& error) {
+        last_refusal = error.what();
         continue;
       }
-      cudnnBackendDescriptor_t candidate = make(plan, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      set(candidate, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle_);
-      set_descriptor(candidate, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
-      const cudnnStatus_t status = lib_.finalize(candidate);
-      if (status != CUDNN_STATUS_SUCCESS) {
-        last_refusal = fmt::format("cudnnBackendFinalize(execution plan) returned {}",
-                                   lib_.error_string(status));
-        continue;
+      offered += static_cast<int64_t>(configs.size());
+      for (cudnnBackendDescriptor_t config : configs) {
+        if (deterministic && nondeterministic(plan, config)) {
+          last_refusal = "an engine offered is marked CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC";
+          continue;
+        }
+        cudnnBackendDescriptor_t candidate = make(plan, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        set(candidate, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle_);
+        set_descriptor(candidate, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
+        const cudnnStatus_t status = lib_.finalize(candidate);
+        if (status != CUDNN_STATUS_SUCCESS) {
+          std::array<char, 512> detail{};
+          lib_.last_error(detail.data(), detail.size());
+          last_refusal =
+              fmt::format("cudnnBackendFinalize(execution plan) returned {}{}{}",
+                          lib_.error_string(status), detail[0] != '\0' ? ": " : "", detail.data());
+          continue;
+        }
+        int64_t count = 0;
+        DHELIX_CUDNN(lib_.get_attribute(candidate, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                        CUDNN_TYPE_INT64, 1, &count, &plan.workspace));
+        plan.plan = candidate;
+        plan.dq_accum_bytes = graph.dq_accum_bytes;
+        plan.uids = graph.bound_uids;
+        for (const SdpaTensor& t : graph.tensors) {
+          if (t.by_value) plan.scalars[t.uid] = t.value;
+        }
+        return plan;
       }
-      int64_t count = 0;
-      DHELIX_CUDNN(lib_.get_attribute(candidate, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                      CUDNN_TYPE_INT64, 1, &count, &plan.workspace));
-      plan.plan = candidate;
-      plan.dq_accum_bytes = graph.dq_accum_bytes;
-      plan.uids = graph.bound_uids;
-      for (const SdpaTensor& t : graph.tensors) {
-        if (t.by_value) plan.scalars[t.uid] = t.value;
-      }
-      return plan;
     }
     throw Error(ErrorCode::kUnsupported,
-                fmt::format("no cuDNN engine runs the {} graph ({} offered): {}", what, returned,
+                fmt::format("no cuDNN engine runs the {} graph ({} offered): {}", what, offered,
                             last_refusal));
   }
 

@@ -1,8 +1,8 @@
 #pragma once
 // cuDNN's fused scaled-dot-product attention for dhelix's causal GQA attention, through
 // cuDNN 9's backend graph API (cudnn_graph.h): the graph of sdpa_graph.h turned into
-// descriptors, an engine picked from cuDNN's heuristics (mode A) whose plan finalizes, and
-// the plan cached per shape and direction.
+// descriptors, the first engine of cuDNN's heuristics (mode A, then FALLBACK) whose plan
+// finalizes, and the plan cached per shape and direction.
 //
 // Failure rules.
 //   * The library is opened at run time (dlopen of libcudnn_graph.so.9), so a binary built
