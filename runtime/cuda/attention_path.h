@@ -56,7 +56,7 @@ kernels::AttentionShape self_check_shape(const kernels::AttentionShape& job);
 float self_check_input(int64_t salt, int64_t index);
 
 /// Largest |cudnn - dhelix| allowed, as a fraction of the output's largest |dhelix| value:
-/// 1/32, i.e. 4 bf16 units in the last place at that magnitude (8 significant bits; each path
+/// 1/32, i.e. 4 to 8 bf16 units in the last place at that magnitude (8 significant bits; each path
 /// rounds its output to bf16 once and cuDNN also rounds P and dS to bf16 before their
 /// matmuls, the reason for the margin). A wrong mask, scale, transpose or head mapping gives
 /// errors of order 1.
