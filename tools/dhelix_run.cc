@@ -27,7 +27,8 @@ namespace {
 dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options) {
   if (options.backend == "cpu") return dhelix::rt::cpu_engine_factory(options.blas_threads);
 #ifdef DHELIX_WITH_CUDA
-  return dhelix::cuda::cuda_engine_factory({.ddp_bucket_elements = options.ddp_bucket_size});
+  return dhelix::cuda::cuda_engine_factory(
+      {.ddp_bucket_elements = options.ddp_bucket_size, .deterministic = options.verify});
 #else
   // Thrown when the engine is made, inside the ranks' setup agreement: every rank stops
   // with this message instead of aborting the job.

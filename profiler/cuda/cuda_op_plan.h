@@ -9,8 +9,10 @@
 //                         linear layers store it: fwd C = A B^T ("TN"), dgrad C = A B
 //                         ("NN"), wgrad C = A^T B ("NT")
 //   grouped_gemm          cublasGemmStridedBatchedEx over op.shape.batch experts
-//   attention             the attention dhelix-run runs: runtime/cuda's causal GQA kernels
-//                         (attention_forward; attention_backward for a backward op) on
+//   attention             the attention dhelix-run runs: cuDNN's fused SDPA or
+//                         runtime/cuda's causal GQA kernels, whichever dhelix-run's set-up
+//                         picks for the shape (runtime/cuda/attention_path.h, decided by
+//                         CudaOpRunner the same way), forward or backward, on
 //                         the op's batch, heads, kv_heads, head_dim and q_len, bf16. Where
 //                         those kernels do not apply (q_len != kv_len as under CP, not
 //                         causal, a head_dim they refuse): APPROXIMATE, GEMMs of the op's

@@ -1,10 +1,16 @@
 #include "profiler/cuda/cuda_op_runner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <tuple>
 
 #include "lib/error.h"
 #include "profiler/cuda/cuda_setup.h"
 #include "runtime/comm/mpi_environment.h"
+#include "runtime/cuda/attention_self_check.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels_cuda.h"
 #include "runtime/kernels/attention.h"
@@ -108,8 +114,10 @@ Enqueue gemm_closure(cublasHandle_t handle, const OpLaunchPlan& plan, uint64_t s
   };
 }
 
-// The kernels dhelix-run runs (runtime/cuda/kernels_cuda.h) on random bf16 operands.
-Enqueue attention_closure(const OpLaunchPlan& plan, uint64_t seed) {
+// The attention dhelix-run runs, on random bf16 operands: cuDNN's fused SDPA when the same
+// decision dhelix-run makes at set-up (runtime/cuda/attention_path.h, made here once per
+// shape by `choose`) picks it, else runtime/cuda's kernels. `sdpa` outlives the closure.
+Enqueue attention_closure(const OpLaunchPlan& plan, uint64_t seed, cuda::CudnnSdpa* sdpa) {
   const AttentionLaunch& a = plan.attention;
   const kernels::AttentionShape shape{.batch = a.batch,
                                       .seq = a.seq,
@@ -124,25 +132,36 @@ Enqueue attention_closure(const OpLaunchPlan& plan, uint64_t seed) {
   Buffer v = random_operands(DType::kBf16, kv_elements, seed + 2);
   Buffer out = zeroed(q_elements * 2);
   Buffer lse = zeroed(rows * 4);
+  const int64_t workspace_bytes = sdpa != nullptr ? sdpa->workspace_bytes(shape) : 0;
+  // Read inside every closure below, so each holds it: it lives as long as they do.
+  Buffer workspace = zeroed(workspace_bytes);
   using cuda::bf16;
   const auto as = [](const Buffer& b) { return static_cast<bf16*>(b->get()); };
-  if (!a.backward) {
-    return [=](cudaStream_t stream) {
-      cuda::attention_forward(shape, as(q), as(k), as(v), as(out), static_cast<float*>(lse->get()),
-                              stream);
-    };
-  }
+  const auto f32 = [](const Buffer& b) { return static_cast<float*>(b->get()); };
+  const auto forward = [=](cudaStream_t stream) {
+    const cuda::Workspace ws{workspace->get(), workspace_bytes};
+    if (sdpa != nullptr) {
+      sdpa->forward(shape, as(q), as(k), as(v), as(out), f32(lse), ws, stream);
+    } else {
+      cuda::attention_forward(shape, as(q), as(k), as(v), as(out), f32(lse), stream);
+    }
+  };
+  if (!a.backward) return forward;
   // The backward reads the forward's out and lse: computed once here.
-  cuda::attention_forward(shape, as(q), as(k), as(v), as(out), static_cast<float*>(lse->get()),
-                          nullptr);
+  forward(nullptr);
   DHELIX_CUDA(cudaDeviceSynchronize());
   Buffer dout = random_operands(DType::kBf16, q_elements, seed + 3);
   Buffer dq = zeroed(q_elements * 2), dk = zeroed(kv_elements * 2), dv = zeroed(kv_elements * 2);
   Buffer delta = zeroed(rows * 4);
   return [=](cudaStream_t stream) {
-    cuda::attention_backward(shape, as(q), as(k), as(v), as(out), static_cast<float*>(lse->get()),
-                             as(dout), as(dq), as(dk), as(dv), static_cast<float*>(delta->get()),
-                             stream);
+    const cuda::Workspace ws{workspace->get(), workspace_bytes};
+    if (sdpa != nullptr) {
+      sdpa->backward(shape, as(q), as(k), as(v), as(out), f32(lse), as(dout), as(dq), as(dk),
+                     as(dv), f32(delta), ws, stream);
+    } else {
+      cuda::attention_backward(shape, as(q), as(k), as(v), as(out), f32(lse), as(dout), as(dq),
+                               as(dk), as(dv), f32(delta), stream);
+    }
   };
 }
 
@@ -218,7 +237,8 @@ ncclComm_t init_nccl(const NcclGroupSetup& setup, MPI_Comm group) {
 }  // namespace
 
 CudaOpRunner::CudaOpRunner(const Placement& placement, const std::vector<ParallelDim>& dims,
-                           int64_t rank, MPI_Comm world) {
+                           int64_t rank, MPI_Comm world)
+    : rank_(rank) {
   DHELIX_CUBLAS(cublasCreate(&cublas_));
   try {
     for (const NcclGroupSetup& setup : nccl_group_setups(placement, dims, rank)) {
@@ -257,6 +277,31 @@ void CudaOpRunner::release() noexcept {
   cublas_ = nullptr;
 }
 
+cuda::CudnnSdpa* CudaOpRunner::attention_for(const AttentionLaunch& a) {
+  const kernels::AttentionShape shape{.batch = a.batch,
+                                      .seq = a.seq,
+                                      .heads = a.heads,
+                                      .kv_heads = a.kv_heads,
+                                      .head_dim = a.head_dim};
+  const auto key = std::tuple{a.batch, a.seq, a.heads, a.kv_heads, a.head_dim};
+  auto found = attention_paths_.find(key);
+  if (found == attention_paths_.end()) {
+    if (!sdpa_) sdpa_ = cuda::CudnnSdpa::load();
+    cuda::AttentionSetup setup;
+    setup.shape = shape;
+    setup.choice = cuda::parse_attention_choice(std::getenv("DHELIX_ATTENTION"));
+    const cuda::AttentionDecision decision = cuda::prepare_attention_path(*sdpa_, setup, nullptr);
+    if (rank_ == 0) {
+      std::cerr << fmt::format(
+          "dhelix-profile: attention batch {} seq {} heads {}/{} head_dim "
+          "{}: {}\n",
+          a.batch, a.seq, a.heads, a.kv_heads, a.head_dim, decision.reason);
+    }
+    found = attention_paths_.emplace(key, decision.path).first;
+  }
+  return found->second == cuda::AttentionPath::kCudnn ? sdpa_.get() : nullptr;
+}
+
 ncclComm_t CudaOpRunner::communicator(ParallelDim dim, int strand) const {
   const auto found = comms_.find(dim);
   DHELIX_CHECK_MSG(found != comms_.end(),
@@ -277,7 +322,7 @@ CudaRunnableOp CudaOpRunner::make(const Op& op, int strand) {
       runnable.enqueue = copy_closure(plan);
       break;
     case LaunchKind::kAttention:
-      runnable.enqueue = attention_closure(plan, next_seed_);
+      runnable.enqueue = attention_closure(plan, next_seed_, attention_for(plan.attention));
       next_seed_ += 4;
       break;
     default:

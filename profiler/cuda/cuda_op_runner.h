@@ -20,12 +20,15 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lib/op_catalogue.h"
 #include "lib/placement.h"
 #include "profiler/cuda/cuda_op_plan.h"
 #include "profiler/cuda/cuda_timer.h"
+#include "runtime/cuda/attention_path.h"
+#include "runtime/cuda/cudnn_sdpa.h"
 
 namespace dhelix::cuda_profile {
 
@@ -52,12 +55,19 @@ class CudaOpRunner {
 
  private:
   ncclComm_t communicator(ParallelDim dim, int strand) const;
+  // cuDNN's attention when dhelix-run's decision (attention_path.h) picks it for this shape,
+  // else nullptr (dhelix's kernels); decided once per shape, said once on rank 0.
+  cuda::CudnnSdpa* attention_for(const AttentionLaunch& attention);
   // Destroys the communicators and the cuBLAS handle made so far.
   void release() noexcept;
 
   cublasHandle_t cublas_ = nullptr;
   std::map<ParallelDim, std::array<ncclComm_t, 2>> comms_;
   uint64_t next_seed_ = 1;
+  int64_t rank_ = 0;
+  std::unique_ptr<cuda::CudnnSdpa> sdpa_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, cuda::AttentionPath>
+      attention_paths_;
 };
 
 }  // namespace dhelix::cuda_profile

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "runtime/cuda/attention_self_check.h"
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels_cuda.h"
@@ -160,6 +161,17 @@ void CudaDeviceApi::warm_gemm(const GemmShape& shape, StreamHandle stream) {
   }
   // The scratch goes when this returns: wait for the GEMM (set-up, not an iteration).
   DHELIX_CUDA(cudaStreamSynchronize(cuda_of(stream)));
+}
+
+AttentionDecision CudaDeviceApi::prepare_attention(const AttentionSetup& setup,
+                                                   StreamHandle stream) {
+  if (!sdpa_) {
+    sdpa_ = setup.choice == AttentionChoice::kDhelix ? missing_cudnn("DHELIX_ATTENTION=dhelix")
+                                                     : CudnnSdpa::load();
+  }
+  const AttentionDecision decision = prepare_attention_path(*sdpa_, setup, cuda_of(stream));
+  use_cudnn_ = decision.path == AttentionPath::kCudnn;
+  return decision;
 }
 
 CommId CudaDeviceApi::comm_unique_id() {

@@ -12,10 +12,15 @@
 // GEMM warm-up. warm_gemm() runs the shape once on the stream's handle with zeroed
 // scratch operands: cuBLAS picks, loads and caches its kernel for the shape then, not in
 // the middle of an iteration.
+//
+// Attention. prepare_attention() opens cuDNN (cudnn_sdpa.h), builds its plans for the job's
+// shape and runs the self-check (attention_self_check.h); cudnn_attention() then hands the
+// model the cuDNN runner when cuDNN was chosen, nullptr when dhelix's kernel was.
 
 #include <map>
 #include <memory>
 
+#include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/device_api.h"
 
 namespace dhelix::cuda {
@@ -49,6 +54,7 @@ class CudaDeviceApi final : public DeviceApi {
   KernelInventory load_kernels() override;
   void set_stack_limit(int64_t bytes_per_thread) override;
   void warm_gemm(const GemmShape& shape, StreamHandle stream) override;
+  AttentionDecision prepare_attention(const AttentionSetup& setup, StreamHandle stream) override;
 
   CommId comm_unique_id() override;
   CommHandle comm_init(const CommId& id, int64_t size, int64_t rank, const std::string& label,
@@ -70,11 +76,15 @@ class CudaDeviceApi final : public DeviceApi {
   /// The cuBLAS handle bound to `stream` (made on first use): the one warm_gemm warms and
   /// the executor's compute ops use.
   CublasGemm& gemm_for(StreamHandle stream);
+  /// cuDNN's attention when prepare_attention chose it, else nullptr.
+  CudnnSdpa* cudnn_attention() { return use_cudnn_ ? sdpa_.get() : nullptr; }
 
  private:
   int least_priority_ = 0;
   int greatest_priority_ = 0;
   std::map<StreamHandle, std::unique_ptr<CublasGemm>> gemms_;  // one handle per stream
+  std::unique_ptr<CudnnSdpa> sdpa_;
+  bool use_cudnn_ = false;
 };
 
 }  // namespace dhelix::cuda

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_device_api.h"
 #include "runtime/cuda/cuda_stage_model.h"
+#include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/device_choice.h"
 #include "runtime/cuda/device_comms.h"
 #include "runtime/cuda/device_executor.h"
@@ -112,6 +114,9 @@ class CudaEngine final : public TrainingEngine {
         dp_(job.parallel.dp),
         gemm_shapes_(
             model_gemm_shapes(rank_shape(job, rank), !slice.layer_ranges.empty(), slice.head)),
+        attention_(model_attention_setup(rank_shape(job, rank), !slice.layer_ranges.empty(),
+                                         options.deterministic,
+                                         parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
         workspace_bytes_(workspace_bytes(rank_shape(job, rank))) {
     for (const CudaParameterView& p : model_->parameters()) {
       moments_.push_back(
@@ -138,14 +143,21 @@ class CudaEngine final : public TrainingEngine {
     setup.num_layers = num_layers_;
     setup.options.world_rank = rank_;
     session_ = std::make_unique<DeviceSession>(
-        *api_, setup, programs, gemm_shapes_, environment("CUDA_DEVICE_MAX_CONNECTIONS"),
+        *api_, setup, programs, gemm_shapes_, attention_,
+        environment("CUDA_DEVICE_MAX_CONNECTIONS"),
         [&](DeviceApi& api, const DeviceCommSetup& comm_setup) {
           return DeviceCommDirectory::over_mpi(api, groups, programs, comm_setup);
         });
     streams_ = &session_->streams();
     comms_ = &session_->comms();
     const StreamHandle compute = streams_->stream(DeviceStream::kCompute);
+    report_attention(session_->preparation().attention);
+    CudnnSdpa* cudnn = api_->cudnn_attention();
+    if (cudnn != nullptr) {
+      workspace_bytes_ = std::max(workspace_bytes_, cudnn->workspace_bytes(attention_->shape));
+    }
     workspace_ = pool_->allocate_array<char>(workspace_bytes_);
+    finite_flag_ = pool_->allocate_array<int>(1);
     device_model_ = std::make_unique<StageModelOnDevice<CudaBackend>>(
         *model_, [this, compute](StreamHandle stream) {
           if (stream != compute) {
@@ -153,7 +165,8 @@ class CudaEngine final : public TrainingEngine {
           }
           return CudaBackend::Exec{.stream = cuda_of(stream),
                                    .gemm = &api_->gemm_for(stream),
-                                   .workspace = {workspace_, workspace_bytes_}};
+                                   .workspace = {workspace_, workspace_bytes_},
+                                   .cudnn = api_->cudnn_attention()};
         });
     std::vector<int64_t> sizes;
     for (const CudaParameterView& p : model_->parameters()) sizes.push_back(p.count);
@@ -198,6 +211,18 @@ class CudaEngine final : public TrainingEngine {
       snapshot.gradients.push_back(download(p.gradient, p.count));
     }
     return snapshot;
+  }
+
+  bool gradients_finite() override {
+    const cudaStream_t stream = cuda_of(streams_->stream(DeviceStream::kCompute));
+    DHELIX_CUDA(cudaMemsetAsync(finite_flag_, 0, sizeof(int), stream));
+    for (const CudaParameterView& p : model_->parameters()) {
+      flag_non_finite(p.count, p.gradient, finite_flag_, stream);
+    }
+    int bad = 0;
+    DHELIX_CUDA(cudaMemcpyAsync(&bad, finite_flag_, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    DHELIX_CUDA(cudaStreamSynchronize(stream));  // between iterations, as snapshot() was
+    return bad == 0;
   }
 
   void update(int64_t t, const AdamWSettings& settings) override {
@@ -265,6 +290,18 @@ class CudaEngine final : public TrainingEngine {
  private:
   static size_t bytes(int64_t count) { return static_cast<size_t>(count) * sizeof(float); }
 
+  // The attention path, once per rank: rank 0 always, the others only when they fell back
+  // (a cluster of thousands of ranks would otherwise print thousands of equal lines).
+  void report_attention(const std::optional<AttentionDecision>& decision) const {
+    if (!decision) return;
+    const bool fell_back = decision->path == AttentionPath::kDhelix &&
+                           attention_->choice != AttentionChoice::kDhelix &&
+                           CudnnSdpa::built_with_cudnn();
+    if (rank_ == 0 || fell_back) {
+      std::cerr << fmt::format("dhelix-run: rank {}: attention: {}\n", rank_, decision->reason);
+    }
+  }
+
   // The compute stream's scratch: the column reductions of one op (kernels_cuda.h).
   static int64_t workspace_bytes(const RankShape& shape) {
     const int64_t rows = std::max(shape.rows, shape.tokens);
@@ -314,8 +351,10 @@ class CudaEngine final : public TrainingEngine {
   int64_t tp_;
   int64_t dp_;
   std::vector<GemmShape> gemm_shapes_;
+  std::optional<AttentionSetup> attention_;
   int64_t workspace_bytes_;
   char* workspace_ = nullptr;
+  int* finite_flag_ = nullptr;  // gradients_finite()'s one flag
   float* staging_ = nullptr;
   std::vector<GradientBucket> buckets_;
   // Destroyed first (reverse order): the executor's view, then the session (the

@@ -29,6 +29,9 @@ namespace dhelix::cuda {
 struct CudaEngineOptions {
   /// Elements per data-parallel gradient bucket (--ddp-bucket-size; gradient_buckets.h).
   int64_t ddp_bucket_elements = 40'000'000;
+  /// --verify: attention must give the same bits every run (attention_path.h: cuDNN only
+  /// with a deterministic backward that proved repeatable, else dhelix's kernel).
+  bool deterministic = false;
 };
 
 /// The CUDA engine's factory. Making an engine throws Error(kUnsupported) when the rank

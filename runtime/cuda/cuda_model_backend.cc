@@ -6,6 +6,7 @@
 #include "lib/error.h"
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/device_pool.h"
 #include "runtime/model/model_backend.h"
 
@@ -185,6 +186,10 @@ void CudaBackend::swiglu_backward(const Exec& exec, int64_t rows, int64_t ffn, c
 void CudaBackend::attention_forward(const Exec& exec, const kernels::AttentionShape& shape,
                                     const Act* q, const Act* k, const Act* v, Act* out,
                                     float* lse) {
+  if (exec.cudnn != nullptr && exec.cudnn->has_plans(shape)) {
+    exec.cudnn->forward(shape, q, k, v, out, lse, exec.workspace, exec.stream);
+    return;
+  }
   cuda::attention_forward(shape, q, k, v, out, lse, exec.stream);
 }
 
@@ -192,6 +197,11 @@ void CudaBackend::attention_backward(const Exec& exec, const kernels::AttentionS
                                      const Act* q, const Act* k, const Act* v, const Act* out,
                                      const float* lse, const Act* dout, Act* dq, Act* dk, Act* dv,
                                      float* delta) {
+  if (exec.cudnn != nullptr && exec.cudnn->has_plans(shape)) {
+    exec.cudnn->backward(shape, q, k, v, out, lse, dout, dq, dk, dv, delta, exec.workspace,
+                         exec.stream);
+    return;
+  }
   cuda::attention_backward(shape, q, k, v, out, lse, dout, dq, dk, dv, delta, exec.stream);
 }
 

@@ -28,6 +28,7 @@
 namespace dhelix::cuda {
 
 class CublasGemm;
+class CudnnSdpa;
 class DevicePool;
 
 /// One column block of the fused QKV matrix [rows, q_width + 2 kv_width] (bf16), as one
@@ -61,6 +62,9 @@ struct CudaBackend {
     cudaStream_t stream = nullptr;
     cuda::CublasGemm* gemm = nullptr;
     cuda::Workspace workspace;
+    /// cuDNN's fused attention when the set-up chose it (attention_path.h); attention of a
+    /// shape it has plans for then runs there, everything else on dhelix's kernel.
+    cuda::CudnnSdpa* cudnn = nullptr;
   };
   using Rope = cuda::DeviceRopeTable;
 

@@ -3,7 +3,8 @@
 // NCCL and cuBLAS (ninja reaches its disk through DiskInterface the same way). Two
 // implementations exist:
 //   CudaDeviceApi (runtime/cuda/cuda_device_api.h): the libraries themselves, every return
-//       code checked by the one wrapper of its library (runtime/cuda/cuda_check.h);
+//       code checked by the one wrapper of its library (runtime/cuda/cuda_check.h; cuDNN's
+//       in runtime/cuda/cudnn_sdpa.cc);
 //   RecordingDevice (tests/gpu/recording_device.h): records every call in order and does
 //       nothing, so that the host logic of a multi-rank run (set-up order, event order, no
 //       host wait inside an iteration, destroy order) is tested on a machine without a GPU.
@@ -18,6 +19,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "runtime/cuda/attention_path.h"
 
 namespace dhelix::cuda {
 
@@ -94,6 +97,10 @@ class DeviceApi {
   virtual void set_stack_limit(int64_t bytes_per_thread) = 0;
   /// Runs `shape` once on `stream` (scratch operands, the handle of `stream`).
   virtual void warm_gemm(const GemmShape& shape, StreamHandle stream) = 0;
+  /// Decides which attention the rank runs (attention_path.h, steps 1-3: cuDNN's plans
+  /// for setup.shape built, the self-check run on `stream`) and remembers it for the model.
+  /// Like warm_gemm, it loads (or compiles) every attention kernel before any receive.
+  virtual AttentionDecision prepare_attention(const AttentionSetup& setup, StreamHandle stream) = 0;
 
   // ---- NCCL -----------------------------------------------------------------------
   /// ncclGetUniqueId (member 0 of a group only).

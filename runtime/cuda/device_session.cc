@@ -9,12 +9,14 @@ namespace dhelix::cuda {
 DeviceSession::DeviceSession(DeviceApi& api, const DeviceCommSetup& setup,
                              const std::vector<const RankProgram*>& programs,
                              const std::vector<GemmShape>& gemm_shapes,
+                             const std::optional<AttentionSetup>& attention,
                              const std::optional<std::string>& max_connections,
                              const CommFactory& make_comms) {
   const CommFootprint footprint = comm_footprint(setup, programs);
   streams_ = std::make_unique<DeviceStreams>(api, footprint.receive_peers, footprint.communicators,
                                              max_connections);
-  preparation_ = prepare_device(api, gemm_shapes, streams_->stream(DeviceStream::kCompute));
+  preparation_ =
+      prepare_device(api, gemm_shapes, attention, streams_->stream(DeviceStream::kCompute));
   comms_ = make_comms(api, setup);
   if (comms_->size() != footprint.communicators ||
       comms_->receive_peers() != footprint.receive_peers) {

@@ -5,7 +5,7 @@
 //      (device_streams.h), from the communicators this rank's programs need
 //      (comm_footprint);
 //   2. the device prepared: every kernel loaded, the stack limit set, each GEMM shape run
-//      once on the compute stream (prepare_device);
+//      once on the compute stream, the attention path decided (prepare_device);
 //   3. the communicators created and each warmed (device_comms.h), in the agreed order.
 // The destructor destroys the communicators in their agreed order, then the streams.
 // The CUDA engine (cuda_engine.cc) and the fake-device tests (tests/device/) both build
@@ -38,6 +38,7 @@ class DeviceSession {
   DeviceSession(DeviceApi& api, const DeviceCommSetup& setup,
                 const std::vector<const RankProgram*>& programs,
                 const std::vector<GemmShape>& gemm_shapes,
+                const std::optional<AttentionSetup>& attention,
                 const std::optional<std::string>& max_connections, const CommFactory& make_comms);
   ~DeviceSession();
   DeviceSession(const DeviceSession&) = delete;

@@ -71,7 +71,18 @@ std::vector<GemmShape> model_gemm_shapes(const RankShape& d, bool has_layers, bo
   return {shapes.begin(), shapes.end()};
 }
 
+std::optional<AttentionSetup> model_attention_setup(const RankShape& shape, bool has_layers,
+                                                    bool deterministic, AttentionChoice choice) {
+  if (!has_layers) return std::nullopt;
+  AttentionSetup setup;
+  setup.shape = {shape.micro_batch, shape.seq_shard, shape.heads, shape.kv_heads, shape.head_dim};
+  setup.deterministic = deterministic;
+  setup.choice = choice;
+  return setup;
+}
+
 DevicePreparation prepare_device(DeviceApi& api, const std::vector<GemmShape>& gemm_shapes,
+                                 const std::optional<AttentionSetup>& attention,
                                  StreamHandle compute) {
   DevicePreparation done;
   done.kernels = api.load_kernels();
@@ -79,6 +90,7 @@ DevicePreparation prepare_device(DeviceApi& api, const std::vector<GemmShape>& g
   api.set_stack_limit(done.stack_bytes);
   for (const GemmShape& shape : gemm_shapes) api.warm_gemm(shape, compute);
   done.gemm_shapes = static_cast<int64_t>(gemm_shapes.size());
+  if (attention) done.attention = api.prepare_attention(*attention, compute);
   api.synchronize_device();
   return done;
 }

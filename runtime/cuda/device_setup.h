@@ -12,12 +12,17 @@
 //      device memory, which NCCL documents as a cause of hangs while its kernels run;
 //   2. each GEMM shape of the model (model_gemm_shapes) run once on the compute stream's
 //      cuBLAS handle: cuBLAS loads its kernel for a shape on the first call;
+//   2b. the attention path decided (DeviceApi::prepare_attention, attention_path.h): cuDNN's
+//      plans for the job's attention shape built (some engines compile kernels at run time,
+//      CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) and its self-check run, on the compute
+//      stream: after this no attention kernel is loaded or compiled inside an iteration;
 //   3. (device_comms.h) every NCCL communicator created and warmed by one operation;
 //   4. a device synchronisation: the set-up is over before iteration 1 begins.
 // All through DeviceApi, so the tests check the order on the recording fake.
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,15 +54,24 @@ GemmShape linear_wgrad_shape(int64_t rows, int64_t in, int64_t out);
 /// when it holds layers, the LM head's when it holds the head.
 std::vector<GemmShape> model_gemm_shapes(const RankShape& shape, bool has_layers, bool has_head);
 
+/// Step 2b's request for a model slice: the attention of one micro-batch on this rank
+/// (micro_batch sequences of seq_shard tokens, this rank's heads and kv_heads); nullopt for
+/// a slice without layers.
+std::optional<AttentionSetup> model_attention_setup(const RankShape& shape, bool has_layers,
+                                                    bool deterministic, AttentionChoice choice);
+
 /// What prepare_device did.
 struct DevicePreparation {
   KernelInventory kernels;
-  int64_t stack_bytes = 0;  ///< the per-thread stack limit asked for
-  int64_t gemm_shapes = 0;  ///< shapes run once
+  int64_t stack_bytes = 0;                     ///< the per-thread stack limit asked for
+  int64_t gemm_shapes = 0;                     ///< shapes run once
+  std::optional<AttentionDecision> attention;  ///< step 2b, when the model has attention
 };
 
-/// Steps 1 and 2 of the file comment, GEMMs on `compute`. Waits for the device at the end.
+/// Steps 1, 2 and 2b of the file comment on `compute` (2b only with `attention`: a slice
+/// with layers). Waits for the device at the end.
 DevicePreparation prepare_device(DeviceApi& api, const std::vector<GemmShape>& gemm_shapes,
+                                 const std::optional<AttentionSetup>& attention,
                                  StreamHandle compute);
 
 }  // namespace dhelix::cuda

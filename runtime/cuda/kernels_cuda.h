@@ -61,6 +61,10 @@ int64_t embedding_backward_workspace_bytes(int64_t positions);
 void convert_to_bf16(int64_t count, const float* in, bf16* out, cudaStream_t stream);
 /// out[count] = float(in) (exact).
 void convert_to_f32(int64_t count, const bf16* in, float* out, cudaStream_t stream);
+/// *flag (device memory) = 1 when any of values[count] is inf or NaN
+/// (kernels::is_finite_value); left as it was otherwise, so one zeroed flag serves any number
+/// of calls (the per-step gradient check, cuda_engine.cc).
+void flag_non_finite(int64_t count, const float* values, int* flag, cudaStream_t stream);
 /// out[count] = a + b in fp32, stored bf16 (the residual add); out may alias a or b.
 void add_tensors(int64_t count, const bf16* a, const bf16* b, bf16* out, cudaStream_t stream);
 

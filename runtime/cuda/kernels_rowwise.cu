@@ -14,6 +14,7 @@
 #include "runtime/cuda/launch_util.cuh"
 #include "runtime/kernels/cross_entropy.h"
 #include "runtime/kernels/embedding.h"
+#include "runtime/kernels/finite_check.h"
 #include "runtime/kernels/rope.h"
 #include "runtime/kernels/swiglu.h"
 
@@ -41,6 +42,16 @@ __global__ void add_kernel(int64_t count, const bf16* a, const bf16* b, bf16* ou
   for (int64_t i = global_thread(); i < count; i += grid_threads()) {
     out[i] = to_bf16(f32(a[i]) + f32(b[i]));
   }
+}
+
+// Sets *flag to 1 when any value is inf or NaN (kernels::is_finite_value). Several blocks
+// may store the same 1: the result does not depend on which.
+__global__ void flag_non_finite_kernel(int64_t count, const float* values, int* flag) {
+  int bad = 0;
+  for (int64_t i = global_thread(); i < count; i += grid_threads()) {
+    bad |= kernels::is_finite_value(values[i]) ? 0 : 1;
+  }
+  if (__syncthreads_or(bad) != 0 && threadIdx.x == 0) *flag = 1;
 }
 
 // ---- RMSNorm: a warp per row ------------------------------------------------------------
@@ -321,6 +332,7 @@ std::vector<KernelEntry> rowwise_kernels() {
   return {DHELIX_KERNEL(convert_to_bf16_kernel),
           DHELIX_KERNEL(convert_to_f32_kernel),
           DHELIX_KERNEL(add_kernel),
+          DHELIX_KERNEL(flag_non_finite_kernel),
           DHELIX_KERNEL(rmsnorm_forward_kernel),
           DHELIX_KERNEL(rmsnorm_backward_kernel),
           DHELIX_KERNEL(rmsnorm_dgain_partial_kernel),
@@ -336,6 +348,10 @@ std::vector<KernelEntry> rowwise_kernels() {
           DHELIX_KERNEL(embedding_scatter_kernel),
           DHELIX_KERNEL(adamw_kernel)};
 #undef DHELIX_KERNEL
+}
+
+void flag_non_finite(int64_t count, const float* values, int* flag, cudaStream_t stream) {
+  launch(thread_per_item_launch(count), stream, flag_non_finite_kernel, count, values, flag);
 }
 
 void convert_to_bf16(int64_t count, const float* in, bf16* out, cudaStream_t stream) {

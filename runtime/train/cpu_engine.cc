@@ -4,6 +4,7 @@
 
 #include "lib/error.h"
 #include "runtime/cpu/kernels_cpu.h"
+#include "runtime/kernels/finite_check.h"
 #include "runtime/train/rank_comms.h"
 
 namespace dhelix::rt {
@@ -37,6 +38,13 @@ class CpuEngine final : public TrainingEngine {
   std::vector<float> micro_batch_losses() override { return model_.micro_batch_losses(); }
 
   IterationSnapshot snapshot() override { return take_snapshot(model_); }
+
+  bool gradients_finite() override {
+    for (const ParameterView& p : model_.parameters()) {
+      if (kernels::count_non_finite(p.gradient, p.count) > 0) return false;
+    }
+    return true;
+  }
 
   void update(int64_t t, const AdamWSettings& settings) override {
     const std::vector<ParameterView> params = model_.parameters();

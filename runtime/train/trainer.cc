@@ -376,7 +376,8 @@ bool Trainer::stop_if_not_finite(int64_t step) {
           fmt::format("micro-batch {}: the loss is {}", *mb, losses[static_cast<size_t>(*mb)]);
     }
   }
-  if (!problem) {
+  if (!problem && !engine_->gradients_finite()) {
+    // Only now copy the gradients to the host, to name the first bad one.
     const IterationSnapshot snapshot = engine_->snapshot();
     if (const auto gradient = first_non_finite_gradient(snapshot.names, snapshot.gradients)) {
       problem = *gradient + fmt::format(" after micro-batches 0..{}", micro_batches() - 1);

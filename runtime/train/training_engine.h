@@ -57,6 +57,10 @@ class TrainingEngine {
   virtual std::vector<float> micro_batch_losses() = 0;
   /// Losses and local gradients (before synchronisation), on the host.
   virtual IterationSnapshot snapshot() = 0;
+  /// Whether every local gradient (before synchronisation) is finite, tested where the
+  /// gradients live (kernels/finite_check.h): on a GPU one flag comes back, not the
+  /// gradients. The training loop asks every step; snapshot() only names the culprit.
+  virtual bool gradients_finite() = 0;
   /// Sums gradients over TP (where asked) and DP, then applies AdamW step t (1-based).
   virtual void update(int64_t t, const AdamWSettings& settings) = 0;
   /// Host copies of every tensor a checkpoint holds: each parameter by name, then its

@@ -52,7 +52,7 @@ TEST(DeviceSetup, PrepareLoadsRaisesTheStackAndWarmsInOrder) {
   testing::RecordingDevice device(/*kernel_stack_bytes=*/3000);
   const std::vector<GemmShape> shapes = {linear_forward_shape(4, 3, 2),
                                          linear_dgrad_shape(4, 3, 2)};
-  const DevicePreparation done = prepare_device(device, shapes, nullptr);
+  const DevicePreparation done = prepare_device(device, shapes, std::nullopt, nullptr);
   EXPECT_EQ(done.stack_bytes, 3000);
   EXPECT_EQ(done.gemm_shapes, 2);
   using Kind = testing::DeviceCall::Kind;
@@ -62,7 +62,7 @@ TEST(DeviceSetup, PrepareLoadsRaisesTheStackAndWarmsInOrder) {
                                       Kind::kWarmGemm, Kind::kSynchronize}));
   // A kernel needing less than CUDA's default 1024 bytes leaves the default.
   testing::RecordingDevice small(100);
-  EXPECT_EQ(prepare_device(small, {}, nullptr).stack_bytes, 1024);
+  EXPECT_EQ(prepare_device(small, {}, std::nullopt, nullptr).stack_bytes, 1024);
 }
 
 }  // namespace

@@ -5,6 +5,10 @@
 // (runtime/cuda/device_setup.h's linear_*_shape). BasicStageModel<RecordingBackend> so
 // runs the real model's op wiring on the fake, with the real GEMM shapes.
 
+#include <fmt/format.h>
+
+#include <string>
+
 #include "runtime/cuda/device_setup.h"
 #include "runtime/model/cpu_backend.h"
 #include "tests/device/recording_device.h"
@@ -57,14 +61,20 @@ struct RecordingBackend {
   static void swiglu_backward(const Exec& e, int64_t, int64_t, const float*, const float*, float*) {
     launch(e, "swiglu_backward");
   }
-  static void attention_forward(const Exec& e, const kernels::AttentionShape&, const float*,
-                                const float*, const float*, float*, float*) {
-    launch(e, "attention_forward");
+  // Attention records its shape too, as prepare_attention labels it, so that the tests can
+  // check that the shape the set-up prepared (cuDNN's plans) is the shape that runs.
+  static std::string with_shape(const char* kernel, const kernels::AttentionShape& a) {
+    return fmt::format("{} batch {} seq {} heads {} kv_heads {} head_dim {}", kernel, a.batch,
+                       a.seq, a.heads, a.kv_heads, a.head_dim);
   }
-  static void attention_backward(const Exec& e, const kernels::AttentionShape&, const float*,
+  static void attention_forward(const Exec& e, const kernels::AttentionShape& shape, const float*,
+                                const float*, const float*, float*, float*) {
+    e.device->kernel(with_shape("attention_forward", shape), e.stream);
+  }
+  static void attention_backward(const Exec& e, const kernels::AttentionShape& shape, const float*,
                                  const float*, const float*, const float*, const float*,
                                  const float*, float*, float*, float*, float*) {
-    launch(e, "attention_backward");
+    e.device->kernel(with_shape("attention_backward", shape), e.stream);
   }
   static void split_qkv(const Exec& e, int64_t, int64_t, int64_t, const float*, float*, float*,
                         float*) {

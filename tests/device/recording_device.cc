@@ -1,5 +1,7 @@
 #include "tests/device/recording_device.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace dhelix::cuda::testing {
@@ -34,6 +36,8 @@ const char* device_call_name(Kind kind) {
       return "stack_limit";
     case Kind::kWarmGemm:
       return "warm_gemm";
+    case Kind::kPrepareAttention:
+      return "prepare_attention";
     case Kind::kUniqueId:
       return "unique_id";
     case Kind::kCommInit:
@@ -201,6 +205,19 @@ void RecordingDevice::set_stack_limit(int64_t bytes_per_thread) {
     call.value = bytes_per_thread;
     add(std::move(call));
   }
+}
+
+AttentionDecision RecordingDevice::prepare_attention(const AttentionSetup& setup,
+                                                     StreamHandle stream) {
+  DeviceCall call;
+  call.kind = Kind::kPrepareAttention;
+  call.stream = id(stream);
+  call.value = setup.deterministic ? 1 : 0;
+  const kernels::AttentionShape& a = setup.shape;
+  call.label = fmt::format("batch {} seq {} heads {} kv_heads {} head_dim {}", a.batch, a.seq,
+                           a.heads, a.kv_heads, a.head_dim);
+  add(std::move(call));
+  return decide_attention_path(setup, AttentionFacts{});
 }
 
 void RecordingDevice::warm_gemm(const GemmShape& shape, StreamHandle stream) {

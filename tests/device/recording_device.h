@@ -31,8 +31,9 @@ struct DeviceCall {
     kSynchronize,
     kDelay,
     kLoadKernels,
-    kStackLimit,  // value: bytes
-    kWarmGemm,    // gemm on stream
+    kStackLimit,        // value: bytes
+    kWarmGemm,          // gemm on stream
+    kPrepareAttention,  // on stream, label: the shape, value: 1 deterministic
     kUniqueId,
     kCommInit,  // comm, label
     kCommDestroy,
@@ -92,6 +93,8 @@ class RecordingDevice final : public DeviceApi {
   KernelInventory load_kernels() override;
   void set_stack_limit(int64_t bytes_per_thread) override;
   void warm_gemm(const GemmShape& shape, StreamHandle stream) override;
+  /// Records the call and decides as a build without cuDNN would (dhelix's kernel).
+  AttentionDecision prepare_attention(const AttentionSetup& setup, StreamHandle stream) override;
   CommId comm_unique_id() override;
   CommHandle comm_init(const CommId& id, int64_t size, int64_t rank, const std::string& label,
                        int64_t max_ctas) override;

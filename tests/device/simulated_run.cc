@@ -117,14 +117,17 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
   setup.num_layers = world.job.model.num_layers;
   {
     DeviceSession session(device, setup, {&programs[0], &programs[1]},
-                          gemm_shapes_of(world, rank, stage), max_connections,
-                          [&](DeviceApi& api, const DeviceCommSetup& comm_setup) {
+                          gemm_shapes_of(world, rank, stage),
+                          model_attention_setup(rank_shape(world.job, rank), !layer_ranges.empty(),
+                                                /*deterministic=*/false, AttentionChoice::kAuto),
+                          max_connections, [&](DeviceApi& api, const DeviceCommSetup& comm_setup) {
                             return std::make_unique<DeviceCommDirectory>(
                                 api, rank, comm_setup, agreed_plan(world, comm_setup, rank));
                           });
     record.own_streams = session.streams().count().own;
     record.library_streams = session.streams().count().library;
     record.communicators = session.comms().size();
+    record.attention = session.preparation().attention;
     StageModelOnDevice<RecordingBackend> on_device(model, [&](StreamHandle stream) {
       return RecordingBackend::Exec{&device, stream};
     });

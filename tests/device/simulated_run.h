@@ -7,6 +7,7 @@
 // world ranks so that logs of different ranks can be compared.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct RankRecord {
   int64_t own_streams = 0;      ///< DeviceStreams::count().own
   int64_t library_streams = 0;  ///< DeviceStreams::count().library
   int64_t communicators = 0;
+  std::optional<AttentionDecision> attention;  ///< the set-up's attention decision
 };
 
 /// Runs `iterations` iterations of every rank's program of `mode` (and sets up for both

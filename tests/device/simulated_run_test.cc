@@ -1,8 +1,9 @@
 // The CUDA path of dhelix-run on the recording fake device: every rank of the tiny TP2 x PP2
 // plan set up, two iterations of the co-executed program (and of the sequential one), and
 // the teardown, asserting what a GPU run needs to neither hang nor race (docs/gpu.md):
-//   1. every kernel is loaded, the stack limit set and every GEMM shape the iteration runs
-//      warmed before the first receive is posted;
+//   1. every kernel is loaded, the stack limit set, every GEMM shape the iteration runs
+//      warmed and the attention path decided (cuDNN's plans and self-check) before the
+//      first receive is posted;
 //   2. every communicator is warmed before the first iteration;
 //   3. communicators are destroyed in the same order on every rank;
 //   4. each wait on an event follows a record of that event in the same iteration;
@@ -10,8 +11,10 @@
 //   6. the streams counted against CUDA_DEVICE_MAX_CONNECTIONS include NCCL's.
 #include "tests/device/simulated_run.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -19,6 +22,7 @@
 #include "lib/error.h"
 #include "lib/plan/plan_job.h"
 #include "lib/plan/plan_reader.h"
+#include "lib/rank_shape.h"
 #include "runtime/cuda/device_streams.h"
 
 namespace dhelix::cuda::testing {
@@ -103,7 +107,43 @@ TEST_P(SimulatedRun, KernelsStackAndGemmShapesAreReadyBeforeTheFirstReceive) {
     for (size_t i = first_recv; i < calls.size(); ++i) {
       EXPECT_NE(calls[i].kind, Kind::kLoadKernels);
       EXPECT_NE(calls[i].kind, Kind::kWarmGemm);
+      EXPECT_NE(calls[i].kind, Kind::kPrepareAttention);
     }
+  }
+}
+
+TEST_P(SimulatedRun, AttentionIsPreparedOnceBesideTheGemmWarmUpBeforeTheFirstReceive) {
+  for (const RankRecord& r : run()) {
+    const std::vector<DeviceCall>& calls = r.calls;
+    const size_t first_recv = first_index(calls, Kind::kRecv);
+    const size_t prepared = first_index(calls, Kind::kPrepareAttention);
+    ASSERT_LT(prepared, first_recv) << "rank " << r.rank;
+    // After the kernels are loaded and the stack is set, on the stream the GEMMs warm on.
+    EXPECT_GT(prepared, first_index(calls, Kind::kStackLimit)) << "rank " << r.rank;
+    const size_t warm = first_index(calls, Kind::kWarmGemm);
+    ASSERT_LT(warm, calls.size());
+    EXPECT_EQ(calls[prepared].stream, calls[warm].stream) << "rank " << r.rank;
+    EXPECT_EQ(std::count_if(calls.begin(), calls.end(),
+                            [](const DeviceCall& c) { return c.kind == Kind::kPrepareAttention; }),
+              1)
+        << "rank " << r.rank;
+    // The tiny job's attention on one rank: micro-batch 1 x 64 tokens, 4 heads / tp 2.
+    const RankShape shape = rank_shape(*job_, r.rank);
+    EXPECT_EQ(calls[prepared].label,
+              fmt::format("batch {} seq {} heads {} kv_heads {} head_dim {}", shape.micro_batch,
+                          shape.seq_shard, shape.heads, shape.kv_heads, shape.head_dim));
+    // Every attention of the iterations runs the prepared shape (cuDNN has plans for it).
+    int64_t attentions = 0;
+    for (const DeviceCall& call : calls) {
+      if (call.kind != Kind::kKernel || !call.label.starts_with("attention_")) continue;
+      ++attentions;
+      EXPECT_EQ(call.label.substr(call.label.find(' ') + 1), calls[prepared].label);
+    }
+    EXPECT_GT(attentions, 0) << "rank " << r.rank;
+    // The fake has no cuDNN, so the set-up falls back to dhelix's kernel and says why.
+    ASSERT_TRUE(r.attention.has_value()) << "rank " << r.rank;
+    EXPECT_EQ(r.attention->path, AttentionPath::kDhelix);
+    EXPECT_EQ(r.attention->reason, "dhelix's kernel (built without cuDNN)");
   }
 }
 
