@@ -8,7 +8,11 @@
 #      co-executed ops on their plan stream's thread, sequential ones on the compute thread;
 #   2. dhelix-diff PLAN --measured TRACE on those traces (text, --json, --fail-if-off), and
 #      on the checked-in pair tests/e2e/data/measured/ against its expected output;
-#   3. bad input: --trace with --verify, a plan's own trace given as measured, a trace of
+#   3. dhelix-profile --from-trace: a profile from a --sequential and a co-executed trace of
+#      TP2 (with a measured cpu profile as --base for what they do not time) is valid and
+#      plans; its solo times are the traces' (fwd.flash_attn, alone in its signature: the
+#      median of its slices); without --base the missing entries are listed;
+#   4. bad input: --trace with --verify, a plan's own trace given as measured, a trace of
 #      another job.
 # Usage: trace_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
@@ -137,7 +141,39 @@ got = json.load(sys.stdin); got.pop("provenance")
 sys.exit(0 if got == json.load(open(sys.argv[1])) else 1)' $pair/tiny-tp2.expected.json ||
   fail "dhelix-diff --measured --json differs from $pair/tiny-tp2.expected.json"
 
-# 3. Bad input.
+# 3. A profile from the traces, and a plan from it.
+tp2_job=examples/jobs/tiny-tp2.json
+mpirun -np 2 "$bin/dhelix-run" --plan "$plans/tiny-tp2.json" --data examples/data/corpus.txt \
+  --steps 2 --no-progress --trace "$work/tiny-tp2.co-executed.json" >/dev/null 2>&1 ||
+  fail "co-executed tiny-tp2 --trace"
+mpirun -np 2 "$bin/dhelix-profile" --backend cpu --samples 3 --warmup 1 $tp2_job \
+  -o "$work/base.json" >/dev/null 2>&1 || fail "dhelix-profile --backend cpu"
+traces=("$work/tiny-tp2.sequential.json" "$work/tiny-tp2.co-executed.json")
+if "$bin/dhelix-profile" $tp2_job --from-trace "${traces[@]}" -o "$work/nobase.json" \
+  >"$work/out" 2>&1; then
+  fail "--from-trace without --base succeeded although the traces lack the intra-batch ops"
+else
+  grep -q "give --base PROFILE" "$work/out" || fail "--from-trace without --base: $(cat "$work/out")"
+fi
+if "$bin/dhelix-profile" $tp2_job --from-trace "${traces[@]}" --base "$work/base.json" \
+  -o "$work/traced.json" >"$work/out" 2>&1; then
+  "$bin/dhelix-plan" $tp2_job --profile "$work/traced.json" -o "$work/replanned.json" \
+    >/dev/null 2>&1 || fail "the profile made from traces does not plan"
+  python3 - "$work/traced.json" "$work/tiny-tp2.sequential.json" <<'PY' || fail "--from-trace solo times"
+import json, statistics, sys
+profile, trace = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+durations = [e["dur"] for e in trace["traceEvents"] if e.get("name") == "fwd.flash_attn"]
+op = next(o for o in profile["ops"] if o["example_op_id"] == "fwd.flash_attn")
+assert op["samples"] == len(durations), (op["samples"], len(durations))
+assert abs(op["time_us"]["median"] - statistics.median(durations)) < 1e-3, op["time_us"]
+assert profile["meta"]["from_trace"]["pairs"] > 0, profile["meta"]["from_trace"]
+print("from-trace:", profile["meta"]["from_trace"])
+PY
+else
+  fail "dhelix-profile --from-trace: $(cat "$work/out")"
+fi
+
+# 4. Bad input.
 expect_error() { # expect_error FRAGMENT COMMAND...
   local fragment=$1
   shift
