@@ -156,8 +156,8 @@ Profile profile_from_traces(const JobSpec& job, const std::vector<NamedTrace>& t
     const std::string sig = op.signature();
     const auto it = samples.solo.find(sig);
     if (it != samples.solo.end()) {
-      profile.add_op(profiled_op(op, stats_of(it->second),
-                                 static_cast<int64_t>(it->second.size())));
+      profile.add_op(
+          profiled_op(op, stats_of(it->second), static_cast<int64_t>(it->second.size())));
       ++ops_from_trace;
     } else if (const ProfiledOp* known = base != nullptr ? base->find_op(sig) : nullptr) {
       profile.add_op(*known);
@@ -176,8 +176,8 @@ Profile profile_from_traces(const JobSpec& job, const std::vector<NamedTrace>& t
     if (it != samples.pairs.end()) {
       for (const auto& [x, y] : it->second) runs.push_back({x, y});
       ++pairs_from_trace;
-    } else if (const auto known = base != nullptr ? base->find_pair(key.first, key.second)
-                                                  : std::nullopt) {
+    } else if (const auto known =
+                   base != nullptr ? base->find_pair(key.first, key.second) : std::nullopt) {
       runs.push_back({known->finish_a_us, known->finish_b_us});  // refitted to the new solos
     }
     if (!runs.empty()) {
@@ -197,15 +197,15 @@ Profile profile_from_traces(const JobSpec& job, const std::vector<NamedTrace>& t
                 fmt::format("--from-trace: the traces give no time for {} of the {} ops and "
                             "pairs the profile of {} needs; give --base PROFILE (e.g. from "
                             "dhelix-profile --backend cpu) for them. Missing:{}{}",
-                            missing.size(), space.ops.size() + space.pairs.size(), job.name,
-                            list, missing.size() > 5 ? "\n  ..." : ""));
+                            missing.size(), space.ops.size() + space.pairs.size(), job.name, list,
+                            missing.size() > 5 ? "\n  ..." : ""));
   }
-  meta["from_trace"] = {{"traces", static_cast<int64_t>(traces.size())},
-                        {"ops", ops_from_trace},
-                        {"pairs", pairs_from_trace},
-                        {"ops_from_base", static_cast<int64_t>(space.ops.size()) - ops_from_trace},
-                        {"pairs_from_base",
-                         static_cast<int64_t>(space.pairs.size()) - pairs_from_trace}};
+  meta["from_trace"] = {
+      {"traces", static_cast<int64_t>(traces.size())},
+      {"ops", ops_from_trace},
+      {"pairs", pairs_from_trace},
+      {"ops_from_base", static_cast<int64_t>(space.ops.size()) - ops_from_trace},
+      {"pairs_from_base", static_cast<int64_t>(space.pairs.size()) - pairs_from_trace}};
   profile.meta = std::move(meta);
   return profile;
 }

@@ -39,7 +39,7 @@ struct ProfileOptions {
   int64_t warmup = 3;  // tiny-tp2 on 2 cores: about 3 s in all
   int64_t samples = 15;
   int blas_threads = 1;
-  int64_t max_samples = 200;  // cuda: --samples is the minimum, this the cap
+  int64_t max_samples = 200;            // cuda: --samples is the minimum, this the cap
   std::vector<std::string> from_trace;  // --from-trace: dhelix-run --trace files
   std::string base;                     // --base: profile for what the traces lack
   std::vector<std::string> argv;
@@ -210,8 +210,7 @@ int profile(const ProfileOptions& options, MpiSession& mpi) {
     }
     const std::optional<Profile> base =
         options.base.empty() ? std::nullopt : std::optional<Profile>(read_profile(options.base));
-    write_profile(options.output,
-                  profile_from_traces(job, traces, base ? &*base : nullptr, meta));
+    write_profile(options.output, profile_from_traces(job, traces, base ? &*base : nullptr, meta));
     return 0;
   }
   const Profile result = cuda  ? measure_on_cuda(options, job, meta, mpi)
