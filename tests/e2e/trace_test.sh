@@ -188,6 +188,14 @@ expect_error "--trace measures one schedule and --verify runs two" \
   mpirun -np 2 "$bin/dhelix-run" --plan "$plans/tiny-tp2.json" --data examples/data/corpus.txt \
   --steps 1 --verify --trace "$work/never.json"
 [[ -e $work/never.json ]] && fail "a trace was written despite the error"
+expect_error "--trace $work/no/such/t.json: its folder $work/no/such does not exist" \
+  mpirun -np 2 "$bin/dhelix-run" --plan "$plans/tiny-tp2.json" --data examples/data/corpus.txt \
+  --steps 1 --trace "$work/no/such/t.json"
+cp "$plans/tiny-tp2.json" "$work/plan-copy.json"  # a copy: a failure here must not harm the source
+expect_error "is the file of --plan" \
+  mpirun -np 2 "$bin/dhelix-run" --plan "$work/plan-copy.json" --data examples/data/corpus.txt \
+  --steps 1 --trace "$work/plan-copy.json"
+cmp -s "$plans/tiny-tp2.json" "$work/plan-copy.json" || fail "--trace overwrote the plan"
 "$bin/dhelix-plan" examples/jobs/tiny-tp2.json --trace "$work/predicted.json" -o "$work/p.json" >/dev/null
 expect_error "not a dhelix-run --trace timeline" \
   "$bin/dhelix-diff" $pair/tiny-tp2.plan.json --measured "$work/predicted.json"
