@@ -24,8 +24,8 @@
 // without one, the missing entries are an error that lists them. meta.from_trace counts
 // the entries taken from the traces.
 //
-// Stable figures: the medians move by a few percent between 2 and 3 steps of the tiny jobs
-// on a loaded 2-core host (docs/runtime.md); use 5 or more steps per trace.
+// Stable figures: 5 steps or more per trace (docs/runtime.md measures how the medians move
+// with the step count).
 
 #include <string>
 #include <utility>
