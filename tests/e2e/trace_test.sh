@@ -12,7 +12,9 @@
 #      TP2 (with a measured cpu profile as --base for what they do not time) is valid and
 #      plans; its solo times are the traces' (fwd.flash_attn, alone in its signature: the
 #      median of its slices); without --base the missing entries are listed;
-#   4. bad input: --trace with --verify, a plan's own trace given as measured, a trace of
+#   4. --comm-wait spin with --pin-compute trains to the same loss bits as the defaults
+#      (backoff, unpinned);
+#   5. bad input: --trace with --verify, a plan's own trace given as measured, a trace of
 #      another job.
 # Usage: trace_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
@@ -173,7 +175,17 @@ else
   fail "dhelix-profile --from-trace: $(cat "$work/out")"
 fi
 
-# 4. Bad input.
+# 4. The CPU backend's settings change the speed, never the bits.
+for flags in "--comm-wait backoff" "--comm-wait spin --pin-compute"; do
+  read -r -a extra <<<"$flags"
+  mpirun -np 2 "$bin/dhelix-run" --plan "$plans/tiny-tp2.json" --data examples/data/corpus.txt \
+    --steps 2 --no-progress --loss-log "$work/loss ${extra[1]}.log" "${extra[@]}" >"$work/out" 2>&1 ||
+    { fail "dhelix-run $flags"; cat "$work/out"; }
+done
+cmp -s "$work/loss backoff.log" "$work/loss spin.log" ||
+  fail "--comm-wait spin --pin-compute changed the losses"
+
+# 5. Bad input.
 expect_error() { # expect_error FRAGMENT COMMAND...
   local fragment=$1
   shift
