@@ -21,10 +21,12 @@
 //              total time of the kind's ops in one iteration;
 //   blocks     per (stage, SI block index), the summed span of that block over the stage's
 //              SI tasks (first op start to last op end; co-executed traces only);
-//   iteration  predicted: the plan's dhelix iteration time (co-executed) or, for a
-//              sequential trace, the largest stage's sum of solo times (exact for one
-//              pipeline stage; pipeline bubbles not counted); measured: the median over steps
-//              of the longest rank's "iteration" slice.
+//   iteration  co-executed trace: the plan's dhelix iteration time, which ends after the
+//              exposed gradient sums and the optimizer step, against the median over steps
+//              of the longest rank's "iteration" + "dp_reduction" + "optimizer" slices;
+//              sequential trace: the largest stage's sum of the ops' solo times (exact for
+//              one pipeline stage; pipeline bubbles not counted) against the median of the
+//              longest rank's "iteration" slice (the ops alone).
 // error = (measured - predicted) / predicted, in percent.
 //
 // --fail-if-off PCT fails when the iteration's |error| exceeds PCT.
