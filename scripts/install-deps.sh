@@ -22,6 +22,8 @@ test_packages=(
   python3 python3-jsonschema chromium graphviz
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes for clang 14
   file  # cpack -G DEB (README's Installing section, run by e2e_docs) calls it
+  iproute2  # scripts/shaped-link.sh: ip and tc shape the ranks' link (unshare: util-linux)
+  time  # /usr/bin/time in tests/bench/coexec/settings.sh, scripts/compare-planner-builds.sh
 )
 case "$set_name" in
   core) packages=("${core_packages[@]}") ;;

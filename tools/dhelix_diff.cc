@@ -1,6 +1,8 @@
 // dhelix-diff: compares two plans (docs/diff.md) and, for CI, fails on a slowdown or on any
-// change. Exit statuses: 0 no --fail-if condition met, 1 one was (reasons on stderr),
-// 2 bad input, 3 unreadable file, 5 a plan of another major schema version.
+// change; with --measured TRACE, compares a plan with the timeline dhelix-run --trace
+// measured (emitter/measured_diff.h). Exit statuses: 0 no --fail-if condition met, 1 one
+// was (reasons on stderr), 2 bad input, 3 unreadable file, 5 a plan of another major schema
+// version.
 
 #include <charconv>
 #include <cmath>
@@ -12,8 +14,10 @@
 
 #include <fmt/format.h>
 
+#include "emitter/measured_diff.h"
 #include "emitter/plan_diff.h"
 #include "lib/error.h"
+#include "lib/json_reader.h"
 #include "lib/plan/plan_reader.h"
 #include "lib/provenance.h"
 #include "tools/tool_main.h"
@@ -38,26 +42,63 @@ struct DiffFlags {
   bool json = false;
   std::optional<double> fail_if_slower_pct;
   bool fail_if_changed = false;
+  std::string measured;  ///< --measured TRACE: predicted vs measured instead of A vs B
+  std::optional<double> fail_if_off_pct;
 };
 
 // A CI gate's threshold: a finite number of percent, at least 0. CLI11's own check let
 // "nan" through (every comparison with NaN is false, so the gate never failed) and printed
 // its bound as a 309-digit number.
-double parse_percent(const std::string& text) {
+double parse_percent(const std::string& text, const char* flag) {
   double value = 0;
   const char* end = text.data() + text.size();
   const auto [stop, error] = std::from_chars(text.data(), end, value);
   if (text.empty() || error != std::errc() || stop != end || !std::isfinite(value) || value < 0) {
     throw CLI::ValidationError(
-        "--fail-if-slower",
-        fmt::format("\"{}\" is not a percentage: give a finite number, at least 0 (5 fails on a "
-                    "slowdown of more than 5 %)",
-                    text));
+        flag, fmt::format("\"{}\" is not a percentage: give a finite number, at least 0 (5 "
+                          "fails on a difference of more than 5 %)",
+                          text));
   }
   return value;
 }
 
+// --measured: the plan's prediction against a measured timeline.
+int run_measured(const DiffFlags& flags, const std::vector<std::string>& argv) {
+  const dhelix::Plan plan = dhelix::read_plan(flags.plan_a);
+  const dhelix::Json trace = dhelix::read_json_file(flags.measured);
+  dhelix::MeasuredDiff diff =
+      dhelix::compare_measured(plan, trace, flags.measured, flags.fail_if_off_pct);
+  diff.plan_label = flags.plan_a;
+  if (flags.json) {
+    dhelix::OrderedJson out = dhelix::measured_diff_json(diff);
+    out["provenance"] = dhelix::provenance_to_json(
+        dhelix::make_provenance(kTool, argv, {flags.plan_a, flags.measured}));
+    std::fputs((out.dump(2) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(dhelix::measured_diff_text(diff).c_str(), stdout);
+  }
+  for (const std::string& failure : diff.failures) {
+    std::fprintf(stderr, "%s: failed: %s\n", kTool, failure.c_str());
+  }
+  return diff.failures.empty() ? 0 : kExitCheckFailed;
+}
+
 int run_diff(const DiffFlags& flags, const std::vector<std::string>& argv) {
+  if (!flags.measured.empty()) {
+    if (!flags.plan_b.empty() || flags.fail_if_slower_pct || flags.fail_if_changed) {
+      throw dhelix::Error(dhelix::ErrorCode::kInvalidInput,
+                          "--measured compares one plan with a trace: give no plan B, "
+                          "--fail-if-slower or --fail-if-changed with it");
+    }
+    return run_measured(flags, argv);
+  }
+  if (flags.plan_b.empty()) {
+    throw dhelix::Error(dhelix::ErrorCode::kInvalidInput,
+                        "give two plans A and B, or one plan and --measured TRACE");
+  }
+  if (flags.fail_if_off_pct) {
+    throw dhelix::Error(dhelix::ErrorCode::kInvalidInput, "--fail-if-off needs --measured TRACE");
+  }
   // Load both plans (strict reader: schema version, unknown keys, ranges).
   const dhelix::Plan a = dhelix::read_plan(flags.plan_a);
   const dhelix::Plan b = dhelix::read_plan(flags.plan_b);
@@ -102,13 +143,27 @@ int main(int argc, char** argv) {
     app.add_option("A", flags->plan_a, "The plan to compare from (e.g. main's plan)")
         ->option_text("FILE")
         ->required();
-    app.add_option("B", flags->plan_b, "The plan to compare to (e.g. a pull request's plan)")
-        ->option_text("FILE")
-        ->required();
+    app.add_option("B", flags->plan_b,
+                   "The plan to compare to (e.g. a pull request's plan); none with --measured")
+        ->option_text("FILE");
+    app.add_option("--measured", flags->measured,
+                   "Compare plan A's prediction with this timeline of dhelix-run --trace: per op "
+                   "kind, per SI block and for the iteration")
+        ->option_text("TRACE");
+    app.add_option_function<std::string>(
+           "--fail-if-off",
+           [flags](const std::string& text) {
+             flags->fail_if_off_pct = parse_percent(text, "--fail-if-off");
+           },
+           "With --measured: exit 1 when the measured iteration time is more than PCT % off "
+           "the predicted")
+        ->option_text("PCT");
     app.add_flag("--json", flags->json, "Write the diff as JSON (deterministic) instead of text");
     app.add_option_function<std::string>(
            "--fail-if-slower",
-           [flags](const std::string& text) { flags->fail_if_slower_pct = parse_percent(text); },
+           [flags](const std::string& text) {
+             flags->fail_if_slower_pct = parse_percent(text, "--fail-if-slower");
+           },
            "Exit 1 when dhelix's iteration time on B is more than PCT % above A's")
         ->option_text("PCT");
     app.add_flag("--fail-if-changed", flags->fail_if_changed,

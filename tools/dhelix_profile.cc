@@ -20,6 +20,7 @@
 #include "profiler/cuda/cuda_setup.h"
 #endif
 #include "profiler/model_backend.h"
+#include "profiler/trace_profile.h"
 #include "runtime/comm/mpi_environment.h"
 #include "tools/job_cli.h"
 #include "tools/output_paths.h"
@@ -38,7 +39,9 @@ struct ProfileOptions {
   int64_t warmup = 3;  // tiny-tp2 on 2 cores: about 3 s in all
   int64_t samples = 15;
   int blas_threads = 1;
-  int64_t max_samples = 200;  // cuda: --samples is the minimum, this the cap
+  int64_t max_samples = 200;            // cuda: --samples is the minimum, this the cap
+  std::vector<std::string> from_trace;  // --from-trace: dhelix-run --trace files
+  std::string base;                     // --base: profile for what the traces lack
   std::vector<std::string> argv;
   const CLI::App* app = nullptr;  // which flags were given (check_flag_combinations)
 };
@@ -66,6 +69,14 @@ void add_profile_options(CLI::App& app, ProfileOptions& options) {
   app.add_option("--blas-threads", options.blas_threads, "cpu: OpenBLAS threads per rank")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_option("--from-trace", options.from_trace,
+                 "Make the profile from dhelix-run --trace timelines instead: solo times from "
+                 "--sequential runs, pairs from co-executed runs")
+      ->option_text("TRACE...");
+  app.add_option("--base", options.base,
+                 "With --from-trace: a profile of the same job for the ops and pairs the "
+                 "traces do not time")
+      ->option_text("PROFILE");
   app.add_option("--max-samples", options.max_samples,
                  "cuda: most timed runs per op and pair (fewer once the median is known to 1 %)")
       ->capture_default_str()
@@ -139,6 +150,15 @@ void check_flag_combinations(const ProfileOptions& options) {
   if (options.output.empty()) {
     throw Error(ErrorCode::kInvalidInput, "<flags>: -o: an output file is required (or --list)");
   }
+  if (!options.from_trace.empty()) {
+    refuse_flags_with(app, "--from-trace", "reads measured timelines, it runs nothing",
+                      {"--backend", "--samples", "--warmup", "--blas-threads", "--max-samples"},
+                      "drop them, or drop --from-trace to measure");
+    return;
+  }
+  if (!options.base.empty()) {
+    throw Error(ErrorCode::kInvalidInput, "<flags>: --base is only read with --from-trace");
+  }
   if (options.backend == "model") {
     refuse_flags_with(app, "--backend model", "computes times, it measures nothing",
                       {"--samples", "--warmup", "--blas-threads", "--max-samples"},
@@ -156,8 +176,9 @@ int profile(const ProfileOptions& options, MpiSession& mpi) {
   // 1. Flags that the mode ignores, and a missing -o, are refused.
   check_flag_combinations(options);
   // 2. --backend cpu runs on every rank of an MPI job: start MPI (not for --list).
-  const bool cpu = options.backend == "cpu" && !options.list;
-  const bool cuda = options.backend == "cuda" && !options.list;
+  const bool traced = !options.from_trace.empty();
+  const bool cpu = options.backend == "cpu" && !options.list && !traced;
+  const bool cuda = options.backend == "cuda" && !options.list && !traced;
   if (cpu || cuda) mpi.environment = std::make_unique<rt::MpiEnvironment>(nullptr, nullptr);
   const bool lead = !(cpu || cuda) || mpi.environment->world_rank() == 0;
   // 3. Load the job file and flags into one validated job.
@@ -174,10 +195,24 @@ int profile(const ProfileOptions& options, MpiSession& mpi) {
   //    (every rank sees the same files, so every rank stops alike).
   std::vector<NamedPath> inputs;
   for (const std::string& file : job_input_files(job)) inputs.push_back({"the job's input", file});
+  for (const std::string& file : options.from_trace) inputs.push_back({"--from-trace", file});
+  if (!options.base.empty()) inputs.push_back({"--base", options.base});
   check_output_paths({{"-o", options.output}}, inputs);
   // 6. Model or measure every op and pair; rank 0 writes the profile atomically.
-  const OrderedJson meta =
-      provenance_to_json(make_provenance(kToolName, options.argv, job_input_files(job)));
+  std::vector<std::string> files = job_input_files(job);
+  files.insert(files.end(), options.from_trace.begin(), options.from_trace.end());
+  if (!options.base.empty()) files.push_back(options.base);
+  const OrderedJson meta = provenance_to_json(make_provenance(kToolName, options.argv, files));
+  if (traced) {
+    std::vector<NamedTrace> traces;
+    for (const std::string& file : options.from_trace) {
+      traces.push_back({file, read_json_file(file)});
+    }
+    const std::optional<Profile> base =
+        options.base.empty() ? std::nullopt : std::optional<Profile>(read_profile(options.base));
+    write_profile(options.output, profile_from_traces(job, traces, base ? &*base : nullptr, meta));
+    return 0;
+  }
   const Profile result = cuda  ? measure_on_cuda(options, job, meta, mpi)
                          : cpu ? measure_on_cpu(options, job, meta, mpi)
                                : make_model_profile(job, meta, progress_bar());

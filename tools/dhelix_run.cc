@@ -85,6 +85,16 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
   app.add_option("--loss-log", o.loss_log,
                  "Append one JSON line per step (rank 0) to a new file or an existing loss log");
   app.add_flag("!--no-progress", o.progress, "Do not print a line per step");
+  app.add_option("--trace", o.trace_file,
+                 "Write every rank's measured timeline as a Chrome trace (Perfetto), in the "
+                 "structure of dhelix-plan --trace (cpu backend)");
+  app.add_option("--comm-wait", o.comm_wait,
+                 "How MPI waits: backoff (test, yield, sleep: leaves the core to compute) or "
+                 "spin (MPI's blocking calls)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"backoff", "spin"}));
+  app.add_flag("--pin-compute", o.pin_compute,
+               "Pin each rank's compute stream to CPU (local rank mod CPUs)");
 }
 
 }  // namespace

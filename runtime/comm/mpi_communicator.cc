@@ -8,6 +8,7 @@
 
 #include "lib/error.h"
 #include "runtime/comm/mpi_environment.h"
+#include "runtime/comm/mpi_wait.h"
 
 namespace dhelix::rt {
 namespace {
@@ -24,8 +25,7 @@ class MpiTransferRequest final : public TransferRequest {
 
   void wait() override {
     // MPI_Wait sets a finished request to MPI_REQUEST_NULL, so a second wait() returns at once.
-    if (request_ == MPI_REQUEST_NULL) return;
-    check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
+    wait_for(request_, "MPI_Wait");
   }
 
  private:
@@ -100,7 +100,14 @@ void MpiCommunicator::all_gather(const float* in, int64_t count, float* out) {
   }
   // MPI forbids a send buffer inside the receive buffer unless it is named MPI_IN_PLACE.
   const void* send = in == own_block ? MPI_IN_PLACE : static_cast<const void*>(in);
-  check_mpi(MPI_Allgather(send, n, MPI_FLOAT, out, n, MPI_FLOAT, comm_), "MPI_Allgather");
+  if (mpi_wait_mode() == MpiWaitMode::kSpin) {
+    check_mpi(MPI_Allgather(send, n, MPI_FLOAT, out, n, MPI_FLOAT, comm_), "MPI_Allgather");
+    return;
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallgather(send, n, MPI_FLOAT, out, n, MPI_FLOAT, comm_, &request),
+            "MPI_Iallgather");
+  wait_for(request, "MPI_Iallgather");
 }
 
 void MpiCommunicator::reduce_scatter_sum(const float* in, int64_t count, float* out) {
@@ -112,7 +119,15 @@ void MpiCommunicator::reduce_scatter_sum(const float* in, int64_t count, float* 
   }
   // After the exchange, block r of received_ is member r's block rank().
   received_.resize(static_cast<size_t>(size_ * count));
-  check_mpi(MPI_Alltoall(in, n, MPI_FLOAT, received_.data(), n, MPI_FLOAT, comm_), "MPI_Alltoall");
+  if (mpi_wait_mode() == MpiWaitMode::kSpin) {
+    check_mpi(MPI_Alltoall(in, n, MPI_FLOAT, received_.data(), n, MPI_FLOAT, comm_),
+              "MPI_Alltoall");
+  } else {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(MPI_Ialltoall(in, n, MPI_FLOAT, received_.data(), n, MPI_FLOAT, comm_, &request),
+              "MPI_Ialltoall");
+    wait_for(request, "MPI_Ialltoall");
+  }
   sum_blocks_in_rank_order(received_.data(), size_, count, out);
 }
 
@@ -132,7 +147,13 @@ void MpiCommunicator::all_reduce_sum(float* inout, int64_t count) {
 
 void MpiCommunicator::barrier() {
   if (size_ == 1) return;
-  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+  if (mpi_wait_mode() == MpiWaitMode::kSpin) {
+    check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+    return;
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+  wait_for(request, "MPI_Ibarrier");
 }
 
 int MpiCommunicator::group_rank_of_world_rank(int64_t peer) const {

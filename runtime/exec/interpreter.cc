@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "runtime/exec/affinity.h"
 #include "runtime/exec/bind.h"
 #include "runtime/exec/instruction_errors.h"
 #include "runtime/exec/jitter.h"
@@ -23,6 +24,10 @@ using Clock = std::chrono::steady_clock;
 
 double elapsed_us(Clock::time_point since) {
   return std::chrono::duration<double, std::micro>(Clock::now() - since).count();
+}
+
+int64_t to_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 // The CPU communicators' calls for run_collective (runtime/exec/bind.h).
@@ -52,6 +57,7 @@ class Execution {
         plan_, program_, model_, [this](const Instruction& i) { return communicator_for(i); });
     work_.resize(n);
     transfers_.resize(n);
+    if (options_.timings != nullptr) options_.timings->assign(n, OpTiming{});
     for (size_t i = 0; i < n; ++i) work_[i] = bind(program_.instructions[i]);
     post_receives();
     const Clock::time_point start = Clock::now();
@@ -96,11 +102,17 @@ class Execution {
     double* busy = instruction.kind == InstructionKind::kRecv ? &stats_.receive_wait_us
                                                               : busy_counter(instruction.stream);
     const int64_t jitter_us = jitter_us_for(options_.jitter_seed, index, options_.jitter_us);
-    return [this, &instruction, work = std::move(work), busy, jitter_us] {
+    OpTiming* timing = options_.timings != nullptr ? &(*options_.timings)[index] : nullptr;
+    return [this, &instruction, work = std::move(work), busy, jitter_us, timing] {
       if (jitter_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter_us));
       const Clock::time_point start = Clock::now();
       run_naming_instruction(plan_, program_, instruction, work);
-      *busy += elapsed_us(start);  // one stream, one thread: no race
+      const Clock::time_point end = Clock::now();
+      *busy += std::chrono::duration<double, std::micro>(end - start).count();  // one thread
+      if (timing != nullptr) {  // one instruction, one thread: no race
+        timing->start_ns = to_ns(start);
+        timing->end_ns = to_ns(end);
+      }
     };
   }
 
@@ -154,8 +166,12 @@ class Execution {
   }
 
   void run_in_order() {
+    const ScopedPin pin(options_.compute_cpu);
     try {
-      for (auto& work : work_) work();
+      for (size_t i = 0; i < work_.size(); ++i) {
+        if (options_.timings != nullptr) (*options_.timings)[i].ready_ns = to_ns(Clock::now());
+        work_[i]();
+      }
     } catch (...) {
       if (options_.on_failure) options_.on_failure(std::current_exception());
       throw;
@@ -172,8 +188,10 @@ class Execution {
     auto failure = std::make_shared<FailureState>(options_.on_failure);
     std::array<std::unique_ptr<Stream>, kNumDeviceStreams> streams;
     for (int s = 0; s < kNumDeviceStreams; ++s) {
+      const bool compute = static_cast<DeviceStream>(s) == DeviceStream::kCompute;
       streams[static_cast<size_t>(s)] =
-          std::make_unique<Stream>(device_stream_name(static_cast<DeviceStream>(s)), failure);
+          std::make_unique<Stream>(device_stream_name(static_cast<DeviceStream>(s)), failure,
+                                   compute ? options_.compute_cpu : -1);
     }
     const StreamLowering lowering = lower_to_streams(program_);
     std::vector<size_t> recorded_by(static_cast<size_t>(lowering.num_events));
@@ -189,8 +207,9 @@ class Execution {
       for (int64_t event : op.wait_events) {
         waits.push_back(&done[recorded_by[static_cast<size_t>(event)]]);
       }
+      int64_t* ready = options_.timings != nullptr ? &(*options_.timings)[i].ready_ns : nullptr;
       streams[static_cast<size_t>(op.stream)]->enqueue(std::move(work_[i]), std::move(waits),
-                                                       &done[i]);
+                                                       &done[i], ready);
     }
     for (auto& stream : streams) stream->drain();
     failure->rethrow_if_failed();

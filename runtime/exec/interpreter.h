@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "lib/plan/plan.h"
 #include "lib/plan/rank_program.h"
@@ -53,6 +54,13 @@ struct ExecutionStats {
   int64_t instructions = 0;
 };
 
+/// One instruction's measured times, steady_clock nanoseconds (dhelix-run --trace).
+struct OpTiming {
+  int64_t ready_ns = 0;  ///< its stream reached it, before its cross-stream waits
+  int64_t start_ns = 0;  ///< its work started (after the waits and any jitter)
+  int64_t end_ns = 0;
+};
+
 /// How to execute, besides the program's own mode.
 struct ExecutionOptions {
   /// Before each instruction, sleep a pseudo-random 0..jitter_us microseconds
@@ -61,6 +69,12 @@ struct ExecutionOptions {
   uint64_t jitter_seed = 0;
   /// Called with the first failure (runtime/exec/stream.h), e.g. to abort the job.
   FailureHandler on_failure;
+  /// >= 0: the CPU the compute stream's thread (sequential mode: the calling thread, for
+  /// the execution only) is pinned to (runtime/exec/affinity.h).
+  int compute_cpu = -1;
+  /// Non-null: resized to the program's length and filled with each instruction's times.
+  /// Reading the clock twice per op costs well under 1 % of an op of the tiny models.
+  std::vector<OpTiming>* timings = nullptr;
 };
 
 /// Runs `program` (lowered from `plan` for this rank) on `model`. The model must have its

@@ -1,6 +1,9 @@
 #include "runtime/exec/stream.h"
 
+#include <chrono>
 #include <utility>
+
+#include "runtime/exec/affinity.h"
 
 namespace dhelix::rt {
 
@@ -46,8 +49,8 @@ void FailureState::rethrow_if_failed() const {
   if (error) std::rethrow_exception(error);
 }
 
-Stream::Stream(std::string name, std::shared_ptr<FailureState> failure)
-    : name_(std::move(name)), failure_(std::move(failure)), thread_([this] { run(); }) {}
+Stream::Stream(std::string name, std::shared_ptr<FailureState> failure, int cpu)
+    : name_(std::move(name)), failure_(std::move(failure)), cpu_(cpu), thread_([this] { run(); }) {}
 
 Stream::~Stream() {
   {
@@ -60,10 +63,10 @@ Stream::~Stream() {
 }
 
 void Stream::enqueue(std::function<void()> work, std::vector<const Completion*> waits,
-                     Completion* done) {
+                     Completion* done, int64_t* ready_ns) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({std::move(work), std::move(waits), done});
+    queue_.push_back({std::move(work), std::move(waits), done, ready_ns});
     ++pending_;
   }
   changed_.notify_all();
@@ -75,6 +78,11 @@ void Stream::drain() {
 }
 
 void Stream::run() {
+  try {
+    pin_current_thread(cpu_);
+  } catch (...) {
+    failure_->record(std::current_exception());
+  }
   for (;;) {
     Item item;
     {
@@ -83,6 +91,11 @@ void Stream::run() {
       if (queue_.empty()) return;  // stopping, and nothing left
       item = std::move(queue_.front());
       queue_.pop_front();
+    }
+    if (item.ready_ns != nullptr) {
+      *item.ready_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch())
+                           .count();
     }
     for (const Completion* wait : item.waits) wait->wait();
     if (!failure_->failed()) {

@@ -6,6 +6,10 @@
 // communication), so a collective on a communication stream really runs beside a GEMM on
 // the compute stream.
 //
+// Measurement: enqueue may name a place for the time the stream reached a piece of work,
+// before its waits (a steady_clock reading in nanoseconds), so a trace can show the
+// cross-stream waits (dhelix-run --trace).
+//
 // Failure: the first exception any piece of work throws is kept; from then on every stream
 // of the same Executor skips its remaining work (but still records its completions, so
 // that no stream waits forever) and drain() rethrows that first exception.
@@ -61,16 +65,20 @@ class FailureState {
 
 class Stream {
  public:
-  /// Starts the stream's thread. `failure` is shared by the streams of one executor.
-  Stream(std::string name, std::shared_ptr<FailureState> failure);
+  /// Starts the stream's thread. `failure` is shared by the streams of one executor. `cpu`
+  /// >= 0 pins the thread to that CPU (runtime/exec/affinity.h); a refusal fails the first
+  /// piece of work.
+  Stream(std::string name, std::shared_ptr<FailureState> failure, int cpu = -1);
   /// Finishes the enqueued work (as drain()) without rethrowing, then joins the thread.
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
   /// Runs `work` after every completion in `waits` is set, then sets `done` (may be null).
-  /// Completions must outlive the work that waits for them.
-  void enqueue(std::function<void()> work, std::vector<const Completion*> waits, Completion* done);
+  /// Completions must outlive the work that waits for them. `ready_ns` (may be null)
+  /// receives the steady_clock time, in ns, at which the stream reached the work.
+  void enqueue(std::function<void()> work, std::vector<const Completion*> waits, Completion* done,
+               int64_t* ready_ns = nullptr);
   /// Blocks until every enqueued piece of work has run or been skipped.
   void drain();
   const std::string& name() const { return name_; }
@@ -80,11 +88,13 @@ class Stream {
     std::function<void()> work;
     std::vector<const Completion*> waits;
     Completion* done = nullptr;
+    int64_t* ready_ns = nullptr;
   };
   void run();
 
   std::string name_;
   std::shared_ptr<FailureState> failure_;
+  int cpu_ = -1;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Item> queue_;

@@ -1,5 +1,6 @@
 #include "runtime/train/cpu_engine.h"
 
+#include <chrono>
 #include <utility>
 
 #include "lib/error.h"
@@ -50,8 +51,13 @@ class CpuEngine final : public TrainingEngine {
     const std::vector<ParameterView> params = model_.parameters();
     synchronise_gradients(params, comms_->main_group(ParallelDim::kTp),
                           comms_->main_group(ParallelDim::kDp));
+    sync_end_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
     adamw_.step(params, t, settings);
   }
+
+  int64_t last_sync_end_ns() const override { return sync_end_ns_; }
 
   std::vector<NamedTensor> state() override {
     std::vector<NamedTensor> tensors;
@@ -79,6 +85,7 @@ class CpuEngine final : public TrainingEngine {
   StageModel model_;
   AdamW adamw_;
   std::unique_ptr<RankComms> comms_;
+  int64_t sync_end_ns_ = 0;
 };
 
 }  // namespace

@@ -125,9 +125,35 @@ void check_loss_log(const TrainOptions& options) {
 
 }  // namespace
 
+// --trace is written once, after the last step: a path that cannot work is refused before
+// training rather than after it.
+void check_trace_file(const TrainOptions& options) {
+  const std::string& trace = options.trace_file;
+  if (trace.empty()) return;
+  for (const auto& [flag, input] :
+       {std::pair{"--plan", &options.plan_file}, std::pair{"--job", &options.job_file},
+        std::pair{"--data", &options.data_file}, std::pair{"--loss-log", &options.loss_log}}) {
+    if (same_regular_file(trace, *input)) {
+      refuse(ErrorCode::kInvalidInput,
+             fmt::format("--trace {}: is the file of {} ({}): choose another file", trace, flag,
+                         *input));
+    }
+  }
+  std::error_code error;
+  if (std::filesystem::is_directory(trace, error)) {
+    refuse(ErrorCode::kIo, fmt::format("--trace {}: is a directory, expected a file", trace));
+  }
+  const std::filesystem::path folder = std::filesystem::path(trace).parent_path();
+  if (!folder.empty() && !std::filesystem::is_directory(folder, error)) {
+    refuse(ErrorCode::kIo,
+           fmt::format("--trace {}: its folder {} does not exist", trace, folder.string()));
+  }
+}
+
 void check_run_options(const TrainOptions& options) {
   check_checkpoint_dir(options);
   check_loss_log(options);
+  check_trace_file(options);
 }
 
 std::optional<int64_t> first_non_finite_loss(const std::vector<float>& losses) {

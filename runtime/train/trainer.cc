@@ -11,6 +11,8 @@
 #include <memory>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <mpi.h>
 
 #include "lib/atomic_file.h"
@@ -23,11 +25,13 @@
 #include "lib/plan/rank_program.h"
 #include "lib/provenance.h"
 #include "runtime/comm/mpi_environment.h"
+#include "runtime/comm/mpi_wait.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/rank_comms.h"
 #include "runtime/train/run_guards.h"
+#include "runtime/train/run_trace.h"
 #include "runtime/train/token_data.h"
 #include "runtime/train/verification.h"
 
@@ -120,6 +124,23 @@ FailureHandler abort_on_failure(int64_t world_size) {
   };
 }
 
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// --pin-compute: CPU (rank among the ranks of this host) mod (online CPUs). Collective.
+int compute_cpu(bool pin) {
+  MPI_Comm host = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host),
+            "MPI_Comm_split_type");
+  int local_rank = 0;
+  check_mpi(MPI_Comm_rank(host, &local_rank), "MPI_Comm_rank");
+  MPI_Comm_free(&host);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return pin && cpus > 0 ? static_cast<int>(local_rank % cpus) : -1;
+}
+
 class Trainer {
  public:
   Trainer(const TrainOptions& options, const MpiEnvironment& mpi, const EngineFactory& factory,
@@ -135,6 +156,7 @@ class Trainer {
       failure = std::current_exception();
     }
     agree_on_setup(failure);
+    compute_cpu_ = compute_cpu(options_.pin_compute);
     groups_ = std::make_unique<ProcessGroups>(*placement_, rank_);
     comms_ = std::make_unique<RankComms>(*groups_);
     engine_->connect(*groups_, {&co_executed_, &sequential_});
@@ -152,7 +174,8 @@ class Trainer {
     return micro_batches() * p.micro_batch_size * p.seq_length * p.dp;
   }
   void start_iteration(int64_t step);
-  double iterate(int64_t step, const RankProgram& program);
+  double iterate(int64_t step, const RankProgram& program, StepRecord* record = nullptr);
+  void update(int64_t step, StepRecord* record);
   bool verify(int64_t step, double& co_executed_us, double& sequential_us);
   float global_loss();
   bool stop_if_not_finite(int64_t step);
@@ -178,7 +201,8 @@ class Trainer {
   std::unique_ptr<TrainingEngine> engine_;
   RankProgram co_executed_;
   RankProgram sequential_;
-  bool head_ = false;  // this rank's stage computes the loss of every micro-batch
+  int compute_cpu_ = -1;  // --pin-compute
+  bool head_ = false;     // this rank's stage computes the loss of every micro-batch
   // Rank 0's --loss-log, opened once: a FIFO reader sees one stream, not one per step.
   std::ofstream loss_log_;
 };
@@ -186,6 +210,25 @@ class Trainer {
 // Everything a rank reads before it talks to the others.
 void Trainer::read_inputs() {
   check_run_options(options_);
+  const std::optional<MpiWaitMode> wait = parse_mpi_wait_mode(options_.comm_wait);
+  if (!wait) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("--comm-wait: '{}' is not one of backoff, spin", options_.comm_wait));
+  }
+  set_mpi_wait_mode(*wait);
+  if (!options_.trace_file.empty()) {
+    if (options_.verify) {
+      throw Error(ErrorCode::kInvalidInput,
+                  "--trace measures one schedule and --verify runs two: use one of them (add "
+                  "--sequential to --trace for the sequential schedule)");
+    }
+    if (options_.backend != "cpu") {
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("--trace: the {} backend does not record op times yet; use "
+                              "--backend cpu",
+                              options_.backend));
+    }
+  }
   plan_bytes_ = read_bytes(options_.plan_file);
   plan_ = read_plan(options_.plan_file);
   job_ = job_from_plan(plan_, options_.plan_file);
@@ -257,12 +300,26 @@ void Trainer::start_iteration(int64_t step) {
   engine_->start_iteration(std::move(batches), 1.0f / static_cast<float>(global_tokens()));
 }
 
-double Trainer::iterate(int64_t step, const RankProgram& program) {
+double Trainer::iterate(int64_t step, const RankProgram& program, StepRecord* record) {
   start_iteration(step);
   ExecutionOptions execution{.jitter_us = options_.jitter_us,
                              .jitter_seed = static_cast<uint64_t>(step * world_size_ + rank_),
-                             .on_failure = abort_on_failure(world_size_)};
-  return engine_->execute(plan_, program, std::move(execution));
+                             .on_failure = abort_on_failure(world_size_),
+                             .compute_cpu = compute_cpu_,
+                             .timings = record != nullptr ? &record->ops : nullptr};
+  if (record != nullptr) record->iteration_start_ns = steady_now_ns();
+  const double wall_us = engine_->execute(plan_, program, std::move(execution));
+  if (record != nullptr) record->iteration_end_ns = steady_now_ns();
+  return wall_us;
+}
+
+void Trainer::update(int64_t step, StepRecord* record) {
+  if (record != nullptr) record->update_start_ns = steady_now_ns();
+  engine_->update(step + 1, options_.adamw);
+  if (record != nullptr) {
+    record->update_end_ns = steady_now_ns();
+    record->sync_end_ns = engine_->last_sync_end_ns();
+  }
 }
 
 // Runs step `step` both ways; true when every rank matched. Leaves the sequential run's
@@ -330,8 +387,15 @@ int Trainer::run() {
         options_.backend, micro_batches(), job_.parallel.micro_batch_size, job_.parallel.seq_length,
         options_.sequential ? "sequential" : "co-executed (plan)", first_step + 1, options_.steps);
   }
+  // Collective (a barrier): every rank builds it or none does.
+  std::unique_ptr<RunTrace> trace;
+  if (!options_.trace_file.empty()) {
+    trace = std::make_unique<RunTrace>(
+        options_.sequential ? ExecutionMode::kSequential : ExecutionMode::kCoExecuted, rank_);
+  }
   for (int64_t step = first_step; step < options_.steps; ++step) {
     const Clock::time_point start = Clock::now();
+    StepRecord* record = trace ? &trace->add_step(step) : nullptr;
     if (options_.verify) {
       double co_us = 0;
       double seq_us = 0;
@@ -343,11 +407,11 @@ int Trainer::run() {
             step + 1, world_size_, micro_batches(), co_us / 1000, seq_us / 1000);
       }
     } else {
-      iterate(step, options_.sequential ? sequential_ : co_executed_);
+      iterate(step, options_.sequential ? sequential_ : co_executed_, record);
     }
     // Before the update: a diverged step leaves the model and checkpoints as they were.
     if (stop_if_not_finite(step)) return kExitTrainingCheckFailed;
-    engine_->update(step + 1, options_.adamw);
+    update(step, record);
     const float loss = global_loss();
     report(step, loss, std::chrono::duration<double>(Clock::now() - start).count());
     const bool last = step + 1 == options_.steps;
@@ -361,6 +425,11 @@ int Trainer::run() {
     if (!last) {
       if (const int status = stop_for_signal(step + 1, checkpoint); status != 0) return status;
     }
+  }
+  // Written only after the last step: every rank reaches this point together.
+  if (trace) {
+    trace->write(options_.trace_file, plan_, job_);
+    if (rank_ == 0) out_ << fmt::format("dhelix-run: wrote {}\n", options_.trace_file);
   }
   return 0;
 }

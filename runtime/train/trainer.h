@@ -38,6 +38,11 @@ struct TrainOptions {
   int blas_threads = 1;  ///< OpenBLAS threads of the CPU backend
   std::string loss_log;  ///< "" or a file receiving one JSON line per step (rank 0)
   bool progress = true;  ///< print a line per step (rank 0)
+  /// "" or the Chrome trace file of every rank's measured timeline (runtime/train/run_trace.h)
+  std::string trace_file;
+  std::string comm_wait =
+      "backoff";             ///< how MPI waits: "backoff" or "spin" (runtime/comm/mpi_wait.h)
+  bool pin_compute = false;  ///< pin each rank's compute stream (runtime/exec/affinity.h)
 };
 
 /// Trains as `options` say on the engines `factory` makes. Returns the exit status, the

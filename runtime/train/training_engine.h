@@ -63,6 +63,9 @@ class TrainingEngine {
   virtual bool gradients_finite() = 0;
   /// Sums gradients over TP (where asked) and DP, then applies AdamW step t (1-based).
   virtual void update(int64_t t, const AdamWSettings& settings) = 0;
+  /// When the last update()'s gradient sums ended and AdamW began, steady_clock ns (0: the
+  /// engine does not tell; dhelix-run --trace then shows one "update" slice).
+  virtual int64_t last_sync_end_ns() const { return 0; }
   /// Host copies of every tensor a checkpoint holds: each parameter by name, then its
   /// AdamW moments as "adam_m/<name>" and "adam_v/<name>".
   virtual std::vector<NamedTensor> state() = 0;

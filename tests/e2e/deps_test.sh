@@ -120,7 +120,9 @@ for entry in "${words[@]}"; do
   package=""
   # The path as called first: /usr/bin/python3 belongs to python3-minimal, which python3
   # pulls in, while its target python3.11 belongs to python3.11-minimal, one level deeper.
-  for candidate in "$program" "/usr/bin/$word" "/bin/$word" "$(readlink -f "$program")"; do
+  # /sbin: on a merged /usr, dpkg knows tc as /sbin/tc while the shell finds /usr/sbin/tc.
+  for candidate in "$program" "/usr/bin/$word" "/bin/$word" "/sbin/${program##*/}" \
+    "$(readlink -f "$program")"; do
     [[ -z $package ]] && package=$(dpkg -S "$candidate" 2>/dev/null | head -1 | cut -d: -f1)
   done
   if [[ -z $package ]]; then

@@ -21,6 +21,7 @@
 #include "lib/placement.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/comm/mpi_environment.h"
+#include "runtime/comm/mpi_wait.h"
 #include "runtime/comm/process_groups.h"
 
 namespace dhelix::rt {
@@ -112,6 +113,42 @@ TEST(CommCollectives, ReduceScatterAddsInGroupRankOrderWithTheSameBitsEverywhere
   world.reduce_scatter_sum(in.data(), 3, in.data());
   EXPECT_TRUE(same_bits(in[0], order_sensitive_sum(n)));
   EXPECT_EQ(in[1], n * (100.0f * r + 10) + rank_sum);
+}
+
+// --comm-wait: MPI's blocking calls (spin) and the non-blocking calls waited for with
+// test-and-back-off move the same data and sum in the same order: the same bits, and a
+// transfer waited for out of order still completes.
+TEST(CommWaitModes, SpinAndBackoffGiveTheSameBits) {
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  Communicator& world = groups.world(CommSlot::kMain);
+  const int64_t n = world.size(), r = world.rank();
+  std::vector<std::vector<float>> results;
+  for (MpiWaitMode mode : {MpiWaitMode::kSpin, MpiWaitMode::kBackoff}) {
+    set_mpi_wait_mode(mode);
+    EXPECT_EQ(mpi_wait_mode(), mode);
+    std::vector<float> values(1000);
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = order_sensitive_value(r) * static_cast<float>(i + 1);
+    }
+    world.all_reduce_sum(values.data(), static_cast<int64_t>(values.size()));
+    world.barrier();
+    // A pipeline-style exchange with the neighbours, received before it is sent.
+    std::vector<float> got(4, -1.0f), sent(4, static_cast<float>(r));
+    const int64_t next = (r + 1) % n, previous = (r + n - 1) % n;
+    auto receive = world.start_recv(got.data(), 4, previous, 7);
+    auto send = world.start_send(sent.data(), 4, next, 7);
+    receive->wait();
+    send->wait();
+    EXPECT_EQ(got[3], static_cast<float>(previous));
+    results.push_back(values);
+  }
+  set_mpi_wait_mode(MpiWaitMode::kBackoff);  // the default, for the tests that follow
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    ASSERT_TRUE(same_bits(results[0][i], results[1][i])) << "element " << i;
+  }
+  EXPECT_EQ(parse_mpi_wait_mode("spin"), MpiWaitMode::kSpin);
+  EXPECT_EQ(parse_mpi_wait_mode("busy"), std::nullopt);
 }
 
 TEST(CommCollectives, AllReduceHandlesCountsNotDivisibleBySizeAndBelowIt) {

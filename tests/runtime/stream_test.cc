@@ -1,5 +1,7 @@
 #include "runtime/exec/stream.h"
 
+#include <sched.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,6 +11,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "lib/error.h"
+#include "runtime/exec/affinity.h"
 
 namespace dhelix::rt {
 namespace {
@@ -74,6 +79,52 @@ TEST(Stream, FailureSkipsTheRestAndIsRethrown) {
   } catch (const std::runtime_error& error) {
     EXPECT_STREQ(error.what(), "gemm failed");
   }
+}
+
+// --pin-compute: a stream made with a CPU runs its work there and records when it reached
+// the work; ScopedPin pins the calling thread and restores its mask.
+TEST(Stream, PinnedStreamRunsOnItsCpuAndReportsWhereItWas) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) ++cpu;
+  ASSERT_LT(cpu, CPU_SETSIZE);
+  auto failure = std::make_shared<FailureState>();
+  std::atomic<int> ran_on{-1};
+  {
+    Stream stream("compute", failure, cpu);
+    Completion done;
+    int64_t ready_ns = 0;
+    stream.enqueue([&] { ran_on = sched_getcpu(); }, {}, &done, &ready_ns);
+    stream.drain();
+    EXPECT_GT(ready_ns, 0);
+  }
+  EXPECT_FALSE(failure->failed());
+  EXPECT_EQ(ran_on.load(), cpu);
+
+  cpu_set_t before, inside, after;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  {
+    const ScopedPin pin(cpu);
+    ASSERT_EQ(sched_getaffinity(0, sizeof(inside), &inside), 0);
+    EXPECT_EQ(CPU_COUNT(&inside), 1);
+    EXPECT_TRUE(CPU_ISSET(cpu, &inside));
+  }
+  ASSERT_EQ(sched_getaffinity(0, sizeof(after), &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&before, &after));
+}
+
+TEST(Stream, PinningToACpuOutsideTheSetFailsTheFirstWork) {
+  auto failure = std::make_shared<FailureState>();
+  bool ran = false;
+  {
+    Stream stream("compute", failure, CPU_SETSIZE - 1);
+    stream.enqueue([&] { ran = true; }, {}, nullptr);
+    stream.drain();
+  }
+  EXPECT_TRUE(failure->failed());
+  EXPECT_FALSE(ran);
+  EXPECT_THROW(pin_current_thread(CPU_SETSIZE), Error);
 }
 
 }  // namespace

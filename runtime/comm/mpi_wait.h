@@ -1,0 +1,52 @@
+#pragma once
+// How a rank's threads wait for MPI. OpenMPI's blocking calls (MPI_Wait, MPI_Allgather,
+// MPI_Alltoall, MPI_Barrier) spin in the progress engine until the operation ends: a
+// communication stream waiting for a slow link holds a core at 100 % the whole time, the
+// core its rank's compute stream needs. On a host with fewer free cores than threads that
+// spinning is what made co-execution lose on CPU ranks (docs/runtime.md).
+//
+//   kSpin     MPI's own blocking calls, spinning as the library does (the old behaviour;
+//             lowest latency when every thread has a core of its own).
+//   kBackoff  the non-blocking form of the call (MPI_Isend, MPI_Iallgather, ...) and
+//             MPI_Test in a loop that gives the core away between tests: first
+//             kYieldTests tests separated by sched_yield (a message that is about to arrive
+//             costs no sleep), then sleeps doubling from 1 us up to kMaxSleepUs. The data
+//             moved and the order of additions are the same, so results are bitwise equal
+//             in both modes.
+//
+// Over TCP the OpenMPI progress engine only moves data inside MPI calls: a rank that
+// sleeps kMaxSleepUs between tests lets at most that long pass with a socket buffer
+// drained, which at 1 Gbit/s is 6 KB, well below the kernel's socket buffers.
+//
+// The mode is process-wide (every communicator of the rank waits the same way) and is set
+// once, before any communication, by dhelix-run --comm-wait.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace dhelix::rt {
+
+enum class MpiWaitMode { kSpin, kBackoff };
+
+/// "spin", "backoff".
+const char* mpi_wait_mode_name(MpiWaitMode mode);
+/// The mode named `name`, or nullopt.
+std::optional<MpiWaitMode> parse_mpi_wait_mode(std::string_view name);
+
+/// Sets the process-wide mode (default kBackoff). Call before communicating.
+void set_mpi_wait_mode(MpiWaitMode mode);
+MpiWaitMode mpi_wait_mode();
+
+/// Tests with sched_yield between them before sleeping.
+inline constexpr int kYieldTests = 64;
+/// Longest sleep between two tests, microseconds.
+inline constexpr int64_t kMaxSleepUs = 50;
+
+/// Waits for `request` to finish (MPI_Wait in kSpin mode, test-and-back-off otherwise) and
+/// throws Error(kInternal) naming `call` when MPI reports an error.
+void wait_for(MPI_Request& request, const char* call);
+
+}  // namespace dhelix::rt

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# What each CPU-backend setting changes (docs/runtime.md, "Settings of the CPU backend"):
+# the co-executed and the sequential schedule of the benchmark job under --comm-wait spin,
+# --comm-wait backoff, backoff with --pin-compute, and backoff with --trace (its overhead),
+# run round-robin ROUNDS times so that a change in the machine's load hits every setting
+# alike. Prints, per setting, the median step time (steps 2.., every round) and the median
+# CPU time (user + sys of both ranks) per run.
+#
+# Usage: tests/bench/coexec/settings.sh BUILD_DIR PLAN [RATE] (env: ROUNDS=3 STEPS=5)
+# RATE: a scripts/shaped-link.sh rate (default 1gbit; none: TCP loopback unshaped).
+set -euo pipefail
+build=$(cd "${1:?usage: settings.sh BUILD_DIR PLAN [RATE]}" && pwd)
+plan=${2:?usage: settings.sh BUILD_DIR PLAN [RATE]}
+rate=${3:-1gbit}
+rounds=${ROUNDS:-3}
+steps=${STEPS:-5}
+src=$(cd "$(dirname "$0")/../../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+settings=("spin:--comm-wait spin" "backoff:--comm-wait backoff" "backoff+pin:--pin-compute"
+  "backoff+trace:--trace $work/t.json")
+echo "settings: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), rate $rate," \
+  "$rounds rounds of $steps steps"
+for round in $(seq "$rounds"); do
+  for schedule in co-executed sequential; do
+    flags=()
+    [[ $schedule == sequential ]] && flags=(--sequential)
+    for entry in "${settings[@]}"; do
+      name=${entry%%:*}
+      read -r -a extra <<<"${entry#*:}"
+      /usr/bin/time -f "%U %S" -o "$work/time" "$src/scripts/shaped-link.sh" --rate "$rate" \
+        -np 2 -- "$build/tools/dhelix-run" --plan "$plan" --data "$src/examples/data/corpus.txt" \
+        --steps "$steps" "${flags[@]}" "${extra[@]}" >"$work/out" 2>&1
+      sed -n 's/^step *\([0-9]*\)\/.* \([0-9.]*\) s .*/\1 \2/p' "$work/out" |
+        awk -v key="$schedule $name" '$1 > 1 { print key, "step", $2 }' >>"$work/results"
+      echo "$schedule $name cpu $(awk '{ print $1 + $2 }' "$work/time")" >>"$work/results"
+    done
+  done
+done
+python3 - "$work/results" <<'PY'
+import collections, statistics, sys
+steps, cpu = collections.defaultdict(list), collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    schedule, name, what, value = line.split()
+    (steps if what == "step" else cpu)[(schedule, name)].append(float(value))
+print(f"{'schedule':<12} {'setting':<14} {'median step s':>13} {'steps':>5} {'median cpu s':>12}")
+for key in steps:
+    print(f"{key[0]:<12} {key[1]:<14} {statistics.median(steps[key]):>13.3f} "
+          f"{len(steps[key]):>5} {statistics.median(cpu[key]):>12.2f}")
+PY
