@@ -227,7 +227,8 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
     m.final_norm = place_parameter<B>(m.memory, make_final_norm(m.dims));
     m.head = place_parameter<B>(m.memory, make_head(m.dims, seed));
   }
-  m.rope.emplace(m.memory.rope(cpu::make_rope_table(m.dims.seq_shard, m.dims.head_dim, kRopeBase)));
+  m.rope.emplace(
+      m.memory.rope(cpu::make_rope_table(m.dims.seq_shard, m.dims.head_dim, m.dims.rope_base)));
   m.loss_scale = 1.0f / static_cast<float>(m.dims.tokens);
   m.memory.synchronize();
 }

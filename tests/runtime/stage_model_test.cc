@@ -81,6 +81,28 @@ TEST(StageModelTest, FreshLossIsNearUniformAndGradientsMatchFiniteDifferences) {
   EXPECT_EQ(checked, 2 * 9 + 3);
 }
 
+// The model file's norm_eps and rope_base reach the kernels: each changes the loss of the
+// same weights and tokens, and the defaults equal the values Llama 2 uses.
+TEST(StageModelTest, NormEpsAndRopeBaseOfTheModelAreUsed) {
+  auto loss_of = [](const JobSpec& job) {
+    TpGroup group(job, 7);
+    group.start_iteration(1);
+    group.set_tokens(0, random_tokens(32, 256, 11));
+    group.forward(0);
+    return group.model(0).micro_batch_losses().at(0);
+  };
+  JobSpec job = tiny_job(1, false);
+  const float by_default = loss_of(job);
+  job.model.norm_eps = 1e-5;
+  job.model.rope_base = 10000.0;
+  EXPECT_EQ(loss_of(job), by_default);
+  job.model.rope_base = 500000.0;
+  EXPECT_NE(loss_of(job), by_default);
+  job.model.rope_base.reset();
+  job.model.norm_eps = 0.5;  // large enough to move fp32 outputs of unit-scale inputs
+  EXPECT_NE(loss_of(job), by_default);
+}
+
 TEST(StageModelTest, EveryOpOfEveryVariantBinds) {
   for (const auto& [tp, sp] : {std::pair{1, false}, std::pair{2, false}, std::pair{2, true}}) {
     TpGroup group(tiny_job(tp, sp), 1);
