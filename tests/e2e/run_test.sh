@@ -107,6 +107,26 @@ expect_failure 2 "dhelix-run does not run activation recompute (recompute_granul
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
+# Plans with context parallelism or MoE layers (llama-tiny with 4 experts, top-2; EP 2 and
+# EP 1): planned, refused by name on every rank before training.
+"$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2.json" --cp 2 -o "$work/cp.json" >/dev/null ||
+  fail "planning tiny-tp2 with cp 2"
+expect_failure 4 "dhelix-run does not run context parallelism (cp = 2) yet" \
+  --plan "$work/cp.json" --steps 1 --checkpoint-dir "$work/bad"
+python3 - "$src/examples/models/llama-tiny.json" "$work/moe-model.json" <<'PY'
+import json, sys
+model = json.load(open(sys.argv[1]))
+model.update(name="llama-tiny-moe", ffn_hidden_size=64,
+             moe={"num_experts": 4, "top_k": 2, "capacity_factor": 1.25,
+                  "expert_ffn_hidden_size": 64})
+json.dump(model, open(sys.argv[2], "w"))
+PY
+for ep in 2 1; do
+  "$bin/dhelix-plan" "$src/examples/jobs/tiny-dp2-tp2.json" --model "$work/moe-model.json" \
+    --ep "$ep" -o "$work/moe-ep$ep.json" >/dev/null || fail "planning the MoE job with ep $ep"
+  expect_failure 4 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = $ep) yet" \
+    --plan "$work/moe-ep$ep.json" --steps 1 --checkpoint-dir "$work/bad"
+done
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"
 
 if ((failures > 0)); then
