@@ -61,12 +61,8 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file) {
                        moe->top_k, p.ep));
   }
   if (p.ep > 1) refuse(fmt::format("expert parallelism (ep = {})", p.ep));
-  // Recompute and uneven stages are planned (docs/pipeline.md) but not executed: the rank
-  // programs keep every activation and give each stage L/pp layers.
-  if (p.recompute.enabled()) {
-    refuse(fmt::format("activation recompute (recompute_granularity = {})",
-                       recompute_granularity_name(p.recompute.granularity)));
-  }
+  // Uneven stages are planned (docs/pipeline.md) but not executed: the rank programs give
+  // each stage L/pp layers.
   if (p.uneven_stages()) {
     refuse(
         fmt::format("uneven pipeline stages (decoder_first_pipeline_num_layers = {}, "
