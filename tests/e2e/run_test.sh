@@ -92,6 +92,7 @@ for granularity in full selective; do
     cat "$work/out"
   fi
   rc=$work/tiny-tp2-$granularity.json
+  [[ $granularity == full ]] && rc=$plans/tiny-tp2-recompute.json  # the shipped example
   run 2 --plan "$plans/tiny-tp2.json" --steps 4 --loss-log "$work/stored-$granularity.log" ||
     fail "4 storing steps"
   run 2 --plan "$rc" --steps 4 --loss-log "$work/recomputed-$granularity.log" ||
