@@ -139,4 +139,33 @@ void ring_attention_scale(const kernels::AttentionShape& shape, int64_t count, f
   for (int64_t i = 0; i < count; ++i) values[i] *= scale;
 }
 
+namespace {
+
+// Applies `rotate` (rope_forward or rope_backward) to each chunk of each sequence at the
+// chunk's first global position.
+template <class Rotate>
+void rope_cp(const RopeTable& table, int64_t batch, int64_t cp, int64_t rank, int64_t chunk,
+             int64_t heads, float* x, Rotate rotate) {
+  DHELIX_CHECK(table.positions >= 2 * cp * chunk);
+  const int64_t row = heads * table.head_dim;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t half = 0; half < 2; ++half) {
+      rotate(table, 1, chunk, heads, kernels::cp_chunk_start(cp, rank, chunk, half),
+             x + (b * 2 * chunk + half * chunk) * row);
+    }
+  }
+}
+
+}  // namespace
+
+void rope_forward_cp(const RopeTable& table, int64_t batch, int64_t cp, int64_t rank, int64_t chunk,
+                     int64_t heads, float* x) {
+  rope_cp(table, batch, cp, rank, chunk, heads, x, rope_forward);
+}
+
+void rope_backward_cp(const RopeTable& table, int64_t batch, int64_t cp, int64_t rank,
+                      int64_t chunk, int64_t heads, float* dy) {
+  rope_cp(table, batch, cp, rank, chunk, heads, dy, rope_backward);
+}
+
 }  // namespace dhelix::cpu

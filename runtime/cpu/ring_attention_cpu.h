@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/cpu/kernels_cpu.h"
 #include "runtime/kernels/attention.h"
 
 namespace dhelix::cpu {
@@ -67,5 +68,15 @@ void ring_attention_backward_step(const kernels::AttentionShape& shape, const Ri
 
 /// Multiplies `count` accumulated values by the score scale (dq or dk after the last step).
 void ring_attention_scale(const kernels::AttentionShape& shape, int64_t count, float* values);
+
+/// RoPE of a rank's local tokens x[batch, 2c, heads, head_dim] at their global positions:
+/// the early chunk at rank·c, the late one at (2·cp - 1 - rank)·c. `table` must hold the
+/// whole sequence's 2·cp·c positions. Equals rope_forward over the whole sequence, row for
+/// row, bit for bit (the same table entries).
+void rope_forward_cp(const RopeTable& table, int64_t batch, int64_t cp, int64_t rank, int64_t chunk,
+                     int64_t heads, float* x);
+/// The inverse rotation (the backward of rope_forward_cp), in place.
+void rope_backward_cp(const RopeTable& table, int64_t batch, int64_t cp, int64_t rank,
+                      int64_t chunk, int64_t heads, float* dy);
 
 }  // namespace dhelix::cpu

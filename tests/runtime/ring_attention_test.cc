@@ -140,6 +140,24 @@ TEST(ContextParallelSplit, RankHoldsChunksIAnd2CpMinus1MinusI) {
   EXPECT_EQ(kernels::first_seeing_query(7, 4, 2), 2);
 }
 
+// RoPE positions follow the rank's chunks: the local rows rotated at their global positions
+// are bitwise the whole sequence's rotated rows, and the backward inverts the forward.
+TEST(ContextParallelSplit, RopeUsesTheChunksGlobalPositions) {
+  const int64_t batch = 2, seq = 32, heads = 3, d = 8, cp = 4;
+  const RopeTable table = make_rope_table(seq, d, 10000.0);
+  const std::vector<float> x = random_values(static_cast<size_t>(batch * seq * heads * d), 9);
+  std::vector<float> rotated = x;
+  rope_forward(table, batch, seq, heads, 0, rotated.data());
+  for (int64_t r = 0; r < cp; ++r) {
+    std::vector<float> local = local_rows(x, batch, seq, heads * d, cp, r);
+    const std::vector<float> original = local;
+    rope_forward_cp(table, batch, cp, r, seq / (2 * cp), heads, local.data());
+    EXPECT_EQ(local, local_rows(rotated, batch, seq, heads * d, cp, r)) << "rank " << r;
+    rope_backward_cp(table, batch, cp, r, seq / (2 * cp), heads, local.data());
+    for (size_t i = 0; i < local.size(); ++i) ASSERT_NEAR(local[i], original[i], 1e-5f) << i;
+  }
+}
+
 TEST(RingAttention, Cp2EqualsCp1WithGradients) { check_ring_equals_full(2, 32, 4, 2); }
 
 TEST(RingAttention, Cp4EqualsCp1WithGradients) { check_ring_equals_full(4, 64, 4, 1); }
