@@ -137,6 +137,9 @@ void read_llama_like(ObjectReader& root, const Json& json, ModelSpec& model) {
       nullable_integer(root, json, "max_position_embeddings", Need::kOptional, kSeqLengthRange)
           .value_or(0);
   model.tied_embeddings = root.boolean("tie_word_embeddings", Need::kOptional).value_or(false);
+  // PhiMoE's LayerNorm also reads its epsilon from rms_norm_eps.
+  model.norm_eps = root.real("rms_norm_eps", Need::kOptional, kNormEpsRange);
+  model.rope_base = root.real("rope_theta", Need::kOptional, kRopeBaseRange);
   check_activation(root, "hidden_act", ActivationKind::kSwiGlu);
 }
 
@@ -195,6 +198,7 @@ void read_qwen2_moe(ObjectReader& root, const Json& json, ModelSpec& model) {
       nullable_integer(root, json, "shared_expert_intermediate_size", Need::kOptional,
                        kHiddenSizeRange)
           .value_or(0);
+  moe.aux_loss_coeff = root.real("router_aux_loss_coef", Need::kOptional, kAuxLossCoeffRange);
   model.moe = moe;
   const int64_t step =
       root.integer("decoder_sparse_step", Need::kOptional, kLayerCountRange).value_or(1);
@@ -235,6 +239,7 @@ void read_moe(ObjectReader& root, ModelSpec& model, int64_t default_experts,
                   .value_or(default_top_k);
   moe.expert_ffn_hidden_size =
       root.integer("intermediate_size", Need::kRequired, kHiddenSizeRange).value_or(0);
+  moe.aux_loss_coeff = root.real("router_aux_loss_coef", Need::kOptional, kAuxLossCoeffRange);
   model.moe = moe;
 }
 
@@ -254,6 +259,7 @@ void read_gpt2(ObjectReader& root, const Json& json, ModelSpec& model) {
   model.max_seq_length = root.integer("n_positions", Need::kRequired, kSeqLengthRange).value_or(0);
   // GPT-2 ties its output head to the token embedding unless told otherwise.
   model.tied_embeddings = root.boolean("tie_word_embeddings", Need::kOptional).value_or(true);
+  model.norm_eps = root.real("layer_norm_epsilon", Need::kOptional, kNormEpsRange);
   check_activation(root, "activation_function", ActivationKind::kGelu);
 }
 
@@ -275,6 +281,8 @@ void read_gpt_neox(ObjectReader& root, ModelSpec& model) {
   model.tied_embeddings = root.boolean("tie_word_embeddings", Need::kOptional).value_or(false);
   // GPTNeoXConfig's attention_bias defaults to true; its MLP always has biases.
   model.linear_bias = root.boolean("attention_bias", Need::kOptional).value_or(true);
+  model.norm_eps = root.real("layer_norm_eps", Need::kOptional, kNormEpsRange);
+  model.rope_base = root.real("rotary_emb_base", Need::kOptional, kRopeBaseRange);
   check_activation(root, "hidden_act", ActivationKind::kGelu);
 }
 

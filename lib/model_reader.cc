@@ -30,6 +30,7 @@ std::optional<MoeSpec> read_moe(ObjectReader& root) {
   moe.shared_expert_ffn_hidden_size =
       moe_reader->integer("shared_expert_ffn_hidden_size", Need::kOptional, kHiddenSizeRange)
           .value_or(0);
+  moe.aux_loss_coeff = moe_reader->real("aux_loss_coeff", Need::kOptional, kAuxLossCoeffRange);
   moe_reader->finish();
   return moe;
 }
@@ -102,6 +103,8 @@ ModelSpec model_from_json(const Json& json, const std::string& file, ProblemList
   model.qkv_bias = root.boolean("qkv_bias", Need::kOptional).value_or(false);
   model.sliding_window =
       root.integer("sliding_window", Need::kOptional, kSeqLengthRange).value_or(0);
+  model.norm_eps = root.real("norm_eps", Need::kOptional, kNormEpsRange);
+  model.rope_base = root.real("rope_base", Need::kOptional, kRopeBaseRange);
   model.moe = read_moe(root);
   // A MoE model's MLPs are all experts: the dense FFN size is then optional.
   model.ffn_hidden_size =
@@ -159,6 +162,8 @@ OrderedJson model_to_json(const ModelSpec& model) {
   if (model.qkv_bias) json["qkv_bias"] = true;
   if (model.sliding_window > 0) json["sliding_window"] = model.sliding_window;
   json["dtype"] = dtype_name(model.dtype);
+  if (model.norm_eps) json["norm_eps"] = *model.norm_eps;
+  if (model.rope_base) json["rope_base"] = *model.rope_base;
   if (model.moe) {
     OrderedJson moe;
     moe["num_experts"] = model.moe->num_experts;
@@ -168,6 +173,7 @@ OrderedJson model_to_json(const ModelSpec& model) {
     if (model.moe->has_shared_expert()) {
       moe["shared_expert_ffn_hidden_size"] = model.moe->shared_expert_ffn_hidden_size;
     }
+    if (model.moe->aux_loss_coeff) moe["aux_loss_coeff"] = *model.moe->aux_loss_coeff;
     json["moe"] = std::move(moe);
   }
   return json;

@@ -33,6 +33,13 @@ inline constexpr IntRange kExpertCountRange = {.min = 1, .max = int64_t{1} << 16
 /// MoE capacity_factor: from 0 to 1000.
 inline constexpr RealRange kCapacityFactorRange = {.min = 0.0, .max = 1000.0};
 
+/// norm_eps: greater than 0, at most 1 (published models use 1e-6 to 1e-5).
+inline constexpr RealRange kNormEpsRange = {.min = 0.0, .max = 1.0, .min_exclusive = true};
+/// rope_base (rope_theta): greater than 1 (theta^(-2i/d) must fall with i), at most 1e12.
+inline constexpr RealRange kRopeBaseRange = {.min = 1.0, .max = 1e12, .min_exclusive = true};
+/// MoE aux_loss_coeff: from 0 (no balancing loss) to 1.
+inline constexpr RealRange kAuxLossCoeffRange = {.min = 0.0, .max = 1.0};
+
 /// JSON pointers of the fields a shape rule may name, in the format being read.
 struct ModelFieldPointers {
   std::string hidden_size = "/hidden_size";

@@ -32,8 +32,15 @@ struct MoeSpec {
   /// FFN size of the shared expert every token also passes, scaled by a sigmoid gate
   /// (Qwen2-MoE's shared_expert_intermediate_size); 0 = no shared expert.
   int64_t shared_expert_ffn_hidden_size = 0;
+  /// Weight of the auxiliary load-balancing loss, alpha of Switch Transformer's
+  /// alpha * E * sum_e f_e * P_e (Megatron-Core's --moe-aux-loss-coeff); absent = 0.01, the
+  /// value Fedus et al. (2021) recommend. Read by the runtime, not by the planner's costs.
+  std::optional<double> aux_loss_coeff = std::nullopt;
 
   bool has_shared_expert() const { return shared_expert_ffn_hidden_size > 0; }
+  /// aux_loss_coeff, or its default.
+  double aux_loss_weight() const { return aux_loss_coeff.value_or(kDefaultAuxLossCoeff); }
+  static constexpr double kDefaultAuxLossCoeff = 0.01;
 };
 
 struct ModelSpec {
@@ -59,8 +66,20 @@ struct ModelSpec {
   int64_t sliding_window = 0;
   DType dtype = DType::kBf16;
   std::optional<MoeSpec> moe;
+  /// Epsilon added to the mean square (RMSNorm) or variance (LayerNorm) under the root;
+  /// absent = 1e-5 (Llama 2's rms_norm_eps). Read by the runtime, not by the planner.
+  std::optional<double> norm_eps = std::nullopt;
+  /// Base theta of the rotary position frequencies theta^(-2i/d); absent = 10000 (RoFormer,
+  /// Llama 2). Read by the runtime, not by the planner.
+  std::optional<double> rope_base = std::nullopt;
 
   bool is_moe() const { return moe.has_value(); }
+  /// norm_eps, or its default.
+  double norm_epsilon() const { return norm_eps.value_or(kDefaultNormEps); }
+  /// rope_base, or its default.
+  double rope_theta() const { return rope_base.value_or(kDefaultRopeBase); }
+  static constexpr double kDefaultNormEps = 1e-5;
+  static constexpr double kDefaultRopeBase = 10000.0;
 };
 
 /// Keys one query attends to at most in a sequence of `seq_length` tokens:

@@ -424,14 +424,6 @@ PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
                            const PlanCheckProgress& progress) {
   PlanCheckReport report;
   const JobSpec job = job_from_plan(plan, plan_file);
-  // Rank programs are lowered as dhelix-run executes them, without recompute.
-  if (job.parallel.recompute.enabled()) {
-    throw Error(
-        ErrorCode::kUnsupported,
-        fmt::format("{}: the plan uses activation recompute (recompute_granularity = {}), "
-                    "which rank programs (and dhelix-run) do not execute yet",
-                    plan_file, recompute_granularity_name(job.parallel.recompute.granularity)));
-  }
   check_plan_fields(plan, job, plan_file, report.problems);
   std::vector<RankProgram> co_executed;  // kept for checks 9 and 10
   bool both_lowered = true;

@@ -76,7 +76,7 @@ struct RankDags {
   std::shared_ptr<std::vector<std::string>> op_ids;  // by slot
 
   RankDags(const JobSpec& job, int64_t rank, const PlanStage& stage)
-      : layer(build_layer_dags(job, rank)),
+      : layer(with_recompute(build_layer_dags(job, rank), job.parallel.recompute.granularity)),
         extras(build_stage_extras(job, rank, stage.embedding, stage.head_loss)) {
     layer_forward = DagView(layer.forward, 0);
     layer_backward = DagView(layer.backward, layer.forward.size());

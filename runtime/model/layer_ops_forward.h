@@ -34,7 +34,7 @@ std::optional<BasicBoundOp<B>> bind_forward_attention(const std::string& op,
   const LayerParameters<B>& p = c.params;
   if (op == "fwd.ln_attn") {
     return computation<B>([d, &s, gain = p.ln_attn.values](const typename B::Exec& e) {
-      B::rmsnorm_forward(e, d.rows, d.hidden, s.x, gain, kRmsNormEps, s.ln1_out, s.ln1_rstd);
+      B::rmsnorm_forward(e, d.rows, d.hidden, s.x, gain, d.norm_eps, s.ln1_out, s.ln1_rstd);
     });
   }
   if (op == "fwd.allgather_attn") {
@@ -77,7 +77,7 @@ std::optional<BasicBoundOp<B>> bind_forward_mlp(const std::string& op, const Lay
   const LayerParameters<B>& p = c.params;
   if (op == "fwd.ln_mlp") {
     return computation<B>([d, &s, gain = p.ln_mlp.values](const typename B::Exec& e) {
-      B::rmsnorm_forward(e, d.rows, d.hidden, s.h1, gain, kRmsNormEps, s.ln2_out, s.ln2_rstd);
+      B::rmsnorm_forward(e, d.rows, d.hidden, s.h1, gain, d.norm_eps, s.ln2_out, s.ln2_rstd);
     });
   }
   if (op == "fwd.allgather_mlp") {

@@ -144,7 +144,10 @@ Dims make_dims(const JobSpec& job, int64_t rank) {
   // check_supported has refused what the model cannot split.
   DHELIX_CHECK(job.model.ffn_hidden_size % job.parallel.tp == 0 && job.model.head_dim % 2 == 0 &&
                job.parallel.cp == 1);
-  return rank_shape(job, rank);
+  Dims dims{rank_shape(job, rank)};
+  dims.norm_eps = static_cast<float>(job.model.norm_epsilon());
+  dims.rope_base = job.model.rope_theta();
+  return dims;
 }
 
 bool is_embedding_op(const std::string& op) {

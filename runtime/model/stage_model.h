@@ -132,7 +132,9 @@ class BasicStageModel {
   /// model does not implement, Error(kInvalidInput) for a layer (or the embedding or head)
   /// this rank does not hold and for a comm op of another TP mode (e.g. an all-reduce op
   /// under sequence parallelism). fwd.allreduce_loss is bound as an all_gather of 3 fp32
-  /// values per token (see runtime/model/stage_ops.h).
+  /// values per token (see runtime/model/stage_ops.h). With the job's activation recompute,
+  /// bwd.recompute.<op> binds fwd.<op> over the layer's recompute buffers, which every
+  /// backward op then reads (docs/runtime.md, "Activation recompute").
   BoundOp bind(const OpRef& ref);
 
   /// Elements in one residual-stream buffer (rows of this rank x hidden).

@@ -42,6 +42,10 @@ struct BasicStageModel<B>::Impl {
   std::map<Key, A*> residuals, residual_grads;
   std::map<int64_t, model_detail::TokenBuffers<B>> tokens;
   std::map<Key, std::unique_ptr<model_detail::LayerState<B>>> layer_states;
+  // Activation recompute (the plan's bwd.recompute.* ops): the backward reads the
+  // recomputed activations from states of their own, never the forward's (see bind).
+  RecomputeGranularity recompute = RecomputeGranularity::kNone;
+  std::map<Key, std::unique_ptr<model_detail::LayerState<B>>> recompute_states;
   std::map<int64_t, std::unique_ptr<model_detail::EmbeddingState<B>>> embedding_states;
   std::map<int64_t, std::unique_ptr<model_detail::HeadState<B>>> head_states;
 
@@ -64,6 +68,8 @@ struct BasicStageModel<B>::Impl {
 
   model_detail::TokenBuffers<B>& token_buffers(int64_t mb);
   model_detail::LayerState<B>& layer_state(int64_t mb, int64_t layer);
+  model_detail::LayerState<B>& recompute_state(int64_t mb, int64_t layer);
+  void allocate_forward(model_detail::LayerState<B>& s);
   model_detail::EmbeddingState<B>& embedding_state(int64_t mb);
   model_detail::HeadState<B>& head_state(int64_t mb);
   BasicBoundOp<B> bind_extra_op(const OpRef& ref);
@@ -96,7 +102,30 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::layer_state(int64_t mb, i
   s.out = residual(mb, layer + 1);
   s.dout = residual_grad(mb, layer);
   s.dx = residual_grad(mb, layer - 1);
-  // Forward.
+  allocate_forward(s);
+  // Backward.
+  s.d_mlp_full = d.sp ? allocate(full) : s.dout;
+  s.d_act = allocate(t * d.ffn);
+  s.d_gate_up = allocate(t * 2 * d.ffn);
+  s.d_mlp_in = allocate(full);
+  s.d_ln2_out = d.sp ? allocate(res) : s.d_mlp_in;
+  s.d_h1 = allocate(res);
+  s.d_attn_full = d.sp ? allocate(full) : s.d_h1;
+  s.d_attn_out = allocate(t * d.q_width);
+  s.dq = allocate(t * d.q_width);
+  s.dk = allocate(t * d.kv_width);
+  s.dv = allocate(t * d.kv_width);
+  s.d_qkv = allocate(t * d.qkv_width);
+  s.d_attn_in = allocate(full);
+  s.d_ln1_out = d.sp ? allocate(res) : s.d_attn_in;
+  s.attn_delta = allocate_f32(d.micro_batch * d.heads * d.seq_shard);
+  return s;
+}
+
+template <class B>
+void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s) {
+  const model_detail::Dims& d = dims;
+  const int64_t res = d.residual_elements(), full = d.full_elements(), t = d.tokens;
   s.ln1_out = allocate(res);
   s.ln1_rstd = allocate_f32(d.rows);
   s.attn_in = d.sp ? allocate(full) : s.ln1_out;
@@ -116,22 +145,31 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::layer_state(int64_t mb, i
   s.act = allocate(t * d.ffn);
   s.fc2_out = allocate(full);
   s.mlp_branch = d.sp ? allocate(res) : s.fc2_out;
-  // Backward.
-  s.d_mlp_full = d.sp ? allocate(full) : s.dout;
-  s.d_act = allocate(t * d.ffn);
-  s.d_gate_up = allocate(t * 2 * d.ffn);
-  s.d_mlp_in = allocate(full);
-  s.d_ln2_out = d.sp ? allocate(res) : s.d_mlp_in;
-  s.d_h1 = allocate(res);
-  s.d_attn_full = d.sp ? allocate(full) : s.d_h1;
-  s.d_attn_out = allocate(t * d.q_width);
-  s.dq = allocate(t * d.q_width);
-  s.dk = allocate(t * d.kv_width);
-  s.dv = allocate(t * d.kv_width);
-  s.d_qkv = allocate(t * d.qkv_width);
-  s.d_attn_in = allocate(full);
-  s.d_ln1_out = d.sp ? allocate(res) : s.d_attn_in;
-  s.attn_delta = allocate_f32(d.micro_batch * d.heads * d.seq_shard);
+}
+
+// A copy of the stored state whose recomputed activations live in buffers of their own:
+// full recompute repeats every forward op of the layer, so every forward buffer is new
+// (the repeated bda_mlp writes a scratch copy of the layer's output, which the next layer
+// already consumed); selective recompute repeats the core attention (fwd.flash_attn:
+// split, RoPE, attention), so q, k, v, the output and lse are new. A backward that ran
+// without its recompute would read buffers no forward wrote.
+template <class B>
+model_detail::LayerState<B>& BasicStageModel<B>::Impl::recompute_state(int64_t mb, int64_t layer) {
+  std::unique_ptr<model_detail::LayerState<B>>& slot = recompute_states[{mb, layer}];
+  if (slot) return *slot;
+  slot = std::make_unique<model_detail::LayerState<B>>(layer_state(mb, layer));
+  model_detail::LayerState<B>& s = *slot;
+  const model_detail::Dims& d = dims;
+  if (recompute == RecomputeGranularity::kFull) {
+    allocate_forward(s);
+    s.out = allocate(d.residual_elements());
+  } else {
+    s.q = allocate(d.tokens * d.q_width);
+    s.k = allocate(d.tokens * d.kv_width);
+    s.v = allocate(d.tokens * d.kv_width);
+    s.attn_out = allocate(d.tokens * d.q_width);
+    s.lse = allocate_f32(d.micro_batch * d.heads * d.seq_shard);
+  }
   return s;
 }
 
@@ -214,6 +252,7 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
   using namespace model_detail;
   check_supported(job);
   Impl& m = *impl_;
+  m.recompute = job.parallel.recompute.granularity;
   m.dims = make_dims(job, rank);
   m.rank = rank;
   for (const auto& [first, count] : layer_ranges) {
@@ -227,7 +266,8 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
     m.final_norm = place_parameter<B>(m.memory, make_final_norm(m.dims));
     m.head = place_parameter<B>(m.memory, make_head(m.dims, seed));
   }
-  m.rope.emplace(m.memory.rope(cpu::make_rope_table(m.dims.seq_shard, m.dims.head_dim, kRopeBase)));
+  m.rope.emplace(
+      m.memory.rope(cpu::make_rope_table(m.dims.seq_shard, m.dims.head_dim, m.dims.rope_base)));
   m.loss_scale = 1.0f / static_cast<float>(m.dims.tokens);
   m.memory.synchronize();
 }
@@ -275,18 +315,27 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
         fmt::format("StageModel: op {}: micro-batch {} is negative", ref.op, ref.micro_batch));
   }
   if (ref.layer < 0) return m.bind_extra_op(ref);
-  if (!is_layer_op(ref.op)) throw_unknown_op(ref.op);
+  // bwd.recompute.X repeats fwd.X in the backward (lib/dag_builder_recompute.cc).
+  const std::string_view recompute_prefix = "bwd.recompute.";
+  const bool repeated = ref.op.starts_with(recompute_prefix);
+  const std::string op = repeated ? "fwd." + ref.op.substr(recompute_prefix.size()) : ref.op;
+  if (!is_layer_op(op) || (repeated && m.recompute == RecomputeGranularity::kNone)) {
+    throw_unknown_op(ref.op);
+  }
   auto params = m.layers.find(ref.layer);
   if (params == m.layers.end()) {
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("StageModel: rank {} does not hold layer {} (op {})", m.rank, ref.layer,
                             ref.op));
   }
+  // With recompute, the repeated forward ops and every backward op use the recompute state.
+  const bool forward = op.starts_with("fwd.");
+  const bool recomputing = m.recompute != RecomputeGranularity::kNone && (repeated || !forward);
   const LayerOpContext<B> context{m.dims, *m.rope, params->second,
-                                  m.layer_state(ref.micro_batch, ref.layer)};
-  std::optional<BasicBoundOp<B>> bound = ref.op.starts_with("fwd.")
-                                             ? bind_layer_forward(ref.op, context)
-                                             : bind_layer_backward(ref.op, context);
+                                  recomputing ? m.recompute_state(ref.micro_batch, ref.layer)
+                                              : m.layer_state(ref.micro_batch, ref.layer)};
+  std::optional<BasicBoundOp<B>> bound =
+      forward ? bind_layer_forward(op, context) : bind_layer_backward(op, context);
   DHELIX_CHECK(bound.has_value());
   return std::move(*bound);
 }

@@ -33,13 +33,12 @@
 
 namespace dhelix::rt::model_detail {
 
-/// RMSNorm epsilon (Llama 2's 1e-5; ModelSpec has no field for it).
-inline constexpr float kRmsNormEps = 1e-5f;
-/// RoPE base (Llama 1 and 2; ModelSpec has no field for it).
-inline constexpr double kRopeBase = 10000.0;
-
-/// This rank's sizes (lib/rank_shape.h). Rows are tokens of the micro-batch, b-major.
-using Dims = RankShape;
+/// This rank's sizes (lib/rank_shape.h; rows are tokens of the micro-batch, b-major) and
+/// the model's numeric constants the kernels take.
+struct Dims : RankShape {
+  float norm_eps = 1e-5f;  ///< ModelSpec::norm_epsilon(), as the fp32 kernels add it
+  double rope_base = 1e4;  ///< ModelSpec::rope_theta()
+};
 
 /// A parameter's initial values, computed on the host (parameter_init.cc).
 struct HostTensor {

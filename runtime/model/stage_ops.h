@@ -58,7 +58,7 @@ std::optional<BasicBoundOp<B>> bind_head_forward(const std::string& op, const Ex
   const TokenBuffers<B>* t = c.tokens;
   if (op == "fwd.final_norm") {
     return computation<B>([d, &s, gain = c.final_norm->values](const typename B::Exec& e) {
-      B::rmsnorm_forward(e, d.rows, d.hidden, s.x, gain, kRmsNormEps, s.norm_out, s.norm_rstd);
+      B::rmsnorm_forward(e, d.rows, d.hidden, s.x, gain, d.norm_eps, s.norm_out, s.norm_rstd);
     });
   }
   if (op == "fwd.allgather_head") {

@@ -60,13 +60,13 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file) {
                             plan_file, what));
   };
   if (p.cp > 1) refuse(fmt::format("context parallelism (cp = {})", p.cp));
-  if (p.ep > 1 || job.model.is_moe()) refuse("mixture-of-experts layers (ep, experts)");
-  // Recompute and uneven stages are planned (docs/pipeline.md) but not executed: the rank
-  // programs keep every activation and give each stage L/pp layers.
-  if (p.recompute.enabled()) {
-    refuse(fmt::format("activation recompute (recompute_granularity = {})",
-                       recompute_granularity_name(p.recompute.granularity)));
+  if (const auto& moe = job.model.moe) {
+    refuse(fmt::format("mixture-of-experts layers ({} experts, top-{}, ep = {})", moe->num_experts,
+                       moe->top_k, p.ep));
   }
+  if (p.ep > 1) refuse(fmt::format("expert parallelism (ep = {})", p.ep));
+  // Uneven stages are planned (docs/pipeline.md) but not executed: the rank programs give
+  // each stage L/pp layers.
   if (p.uneven_stages()) {
     refuse(
         fmt::format("uneven pipeline stages (decoder_first_pipeline_num_layers = {}, "

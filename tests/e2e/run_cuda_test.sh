@@ -2,7 +2,8 @@
 # dhelix-run --backend cuda end to end.
 #   * Without a GPU (this project's machines and CI): a clear error on every rank, exit
 #     status 4 (unsupported), no checkpoint written.
-#   * With 2 or more GPUs (a real cluster node): --verify on tiny-tp2 (2 ranks): the
+#   * With 2 or more GPUs (a real cluster node): --verify on tiny-tp2 and on
+#     tiny-tp2-recompute (full activation recompute; 2 ranks each): the
 #     co-executed schedule on the CUDA streams and the sequential one give bitwise-equal
 #     losses and gradients, with NCCL's algorithm and protocol pinned (docs/gpu.md) and
 #     random delays before every op (--jitter-us, so timing cannot hide a missing wait); the
@@ -67,7 +68,7 @@ fi
 
 # Bitwise --verify needs NCCL to reduce the same way in both schedules.
 export NCCL_ALGO=Ring NCCL_PROTO=Simple
-cases=("tiny-tp2 2")
+cases=("tiny-tp2 2" "tiny-tp2-recompute 2")
 # The last case sums DP gradients in many small buckets (--ddp-bucket-size).
 if [ "$gpus" -ge 4 ]; then
   cases+=("tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-dp2-tp2 4 --ddp-bucket-size 1000")

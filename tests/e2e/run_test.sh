@@ -6,8 +6,10 @@
 #      dependency (removing the cross-stream waits of the interpreter makes this fail);
 #   2. training on the shipped corpus lowers the loss;
 #   3. 6 steps in one run == 3 steps + a resume of 3 more, bit for bit;
-#   4. bad input (plan for another job, too few ranks, missing files, resume without a
-#      checkpoint, a corrupted plan the checker refuses) gives a clear error, a non-zero status and no checkpoint.
+#   4. activation recompute, full and selective: --verify, and the storing plan's losses;
+#   5. bad input (plan for another job, too few ranks, missing files, resume without a
+#      checkpoint, a corrupted plan the checker refuses, CP and MoE plans) gives a clear
+#      error, a non-zero status and no checkpoint.
 # Usage: run_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_test.sh BIN_DIR SOURCE_DIR}
@@ -76,7 +78,37 @@ fi
 [[ -f $work/ckpt/step-6/manifest.json && $(cat "$work/ckpt/latest") == step-6 ]] ||
   fail "no published checkpoint step-6"
 
-# 4. Bad input: clear errors, non-zero status, no checkpoint written.
+# 4. Activation recompute (the plan's bwd.recompute.* ops; the backward reads only the
+#    recomputed activations): --verify under jitter on TP2 x PP2, and on TP2 the losses of
+#    4 steps are bit for bit those of the storing plan, also when resumed after 2 steps.
+for granularity in full selective; do
+  for job in tiny-tp2-pp2 tiny-tp2; do
+    "$bin/dhelix-plan" "$src/examples/jobs/$job.json" --recompute-granularity "$granularity" \
+      -o "$work/$job-$granularity.json" >/dev/null || fail "planning $job with $granularity recompute"
+  done
+  if ! run 4 --plan "$work/tiny-tp2-pp2-$granularity.json" --steps 2 --verify --jitter-us 200 ||
+    [[ $(grep -c "bitwise equal on 4 ranks" "$work/out") != 2 ]]; then
+    fail "$granularity recompute --verify"
+    cat "$work/out"
+  fi
+  rc=$work/tiny-tp2-$granularity.json
+  [[ $granularity == full ]] && rc=$plans/tiny-tp2-recompute.json  # the shipped example
+  run 2 --plan "$plans/tiny-tp2.json" --steps 4 --loss-log "$work/stored-$granularity.log" ||
+    fail "4 storing steps"
+  run 2 --plan "$rc" --steps 4 --loss-log "$work/recomputed-$granularity.log" ||
+    fail "4 steps with $granularity recompute"
+  cmp -s "$work/stored-$granularity.log" "$work/recomputed-$granularity.log" ||
+    fail "$granularity recompute: losses differ from the storing plan's"
+  if [[ $granularity == full ]]; then
+    run 2 --plan "$rc" --steps 2 --checkpoint-dir "$work/rc-ckpt" --loss-log "$work/rc-resumed.log" &&
+      run 2 --plan "$rc" --steps 4 --checkpoint-dir "$work/rc-ckpt" --resume \
+        --loss-log "$work/rc-resumed.log" || fail "full recompute: 2 steps and a resume to 4"
+    cmp -s "$work/stored-full.log" "$work/rc-resumed.log" ||
+      fail "full recompute: resumed losses differ from the straight run"
+  fi
+done
+
+# 5. Bad input: clear errors, non-zero status, no checkpoint written.
 expect_failure 2 "the plan was made for another job than" --plan "$plans/tiny-tp2.json" \
   --job "$src/examples/jobs/tiny-dp2-tp2.json" --steps 1 --checkpoint-dir "$work/bad"
 expect_failure 2 "the plan needs 4 ranks (dp 1 x tp 2 x pp 2), mpirun started 2" \
@@ -98,15 +130,31 @@ json.dump(plan, open(sys.argv[2], "w"))
 PY
 expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produced" \
   --plan "$work/reordered.json" --steps 1 --checkpoint-dir "$work/bad"
-# Plans with activation recompute or uneven stages: planned, but not executed yet.
-"$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2.json" --recompute-granularity full \
-  -o "$work/recompute.json" >/dev/null || fail "planning tiny-tp2 with recompute"
-expect_failure 2 "dhelix-run does not run activation recompute (recompute_granularity = full) yet" \
-  --plan "$work/recompute.json" --steps 1 --checkpoint-dir "$work/bad"
+# Plans with uneven stages: planned, but not executed yet.
 "$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2-pp2.json" --decoder-first-pipeline-num-layers 2 \
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
+# Plans with context parallelism or MoE layers (llama-tiny with 4 experts, top-2; EP 2 and
+# EP 1): planned, refused by name on every rank before training.
+"$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2.json" --cp 2 -o "$work/cp.json" >/dev/null ||
+  fail "planning tiny-tp2 with cp 2"
+expect_failure 4 "dhelix-run does not run context parallelism (cp = 2) yet" \
+  --plan "$work/cp.json" --steps 1 --checkpoint-dir "$work/bad"
+python3 - "$src/examples/models/llama-tiny.json" "$work/moe-model.json" <<'PY'
+import json, sys
+model = json.load(open(sys.argv[1]))
+model.update(name="llama-tiny-moe", ffn_hidden_size=64,
+             moe={"num_experts": 4, "top_k": 2, "capacity_factor": 1.25,
+                  "expert_ffn_hidden_size": 64})
+json.dump(model, open(sys.argv[2], "w"))
+PY
+for ep in 2 1; do
+  "$bin/dhelix-plan" "$src/examples/jobs/tiny-dp2-tp2.json" --model "$work/moe-model.json" \
+    --ep "$ep" -o "$work/moe-ep$ep.json" >/dev/null || fail "planning the MoE job with ep $ep"
+  expect_failure 4 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = $ep) yet" \
+    --plan "$work/moe-ep$ep.json" --steps 1 --checkpoint-dir "$work/bad"
+done
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"
 
 if ((failures > 0)); then

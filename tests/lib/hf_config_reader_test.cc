@@ -51,7 +51,9 @@ TEST(HfConfigReader, Llama3_8b) {
   EXPECT_FALSE(m.linear_bias);
   EXPECT_EQ(m.dtype, DType::kBf16);
   EXPECT_FALSE(m.is_moe());
-  EXPECT_EQ(parameter_count(m), 8030261248);  // published count
+  EXPECT_EQ(parameter_count(m), 8030261248);   // published count
+  EXPECT_DOUBLE_EQ(m.norm_epsilon(), 1e-5);    // rms_norm_eps
+  EXPECT_DOUBLE_EQ(m.rope_theta(), 500000.0);  // rope_theta
 }
 
 TEST(HfConfigReader, Llama3_70b) {
@@ -75,6 +77,26 @@ TEST(HfConfigReader, Mixtral8x7b) {
   EXPECT_EQ(m.max_seq_length, 32768);
   EXPECT_EQ(parameter_count(m), 46702792704);         // "46.7B"
   EXPECT_EQ(active_parameter_count(m), 12879925248);  // "12.9B active"
+  EXPECT_DOUBLE_EQ(m.rope_theta(), 1e6);
+  EXPECT_DOUBLE_EQ(m.moe->aux_loss_weight(), 0.02);  // router_aux_loss_coef
+}
+
+TEST(HfConfigReader, NormEpsilonKeysOfEachFamily) {
+  EXPECT_DOUBLE_EQ(read_model_file(hf_example("qwen2.5-7b")).norm_epsilon(), 1e-6);
+  EXPECT_DOUBLE_EQ(read_model_file(hf_example("gpt2")).norm_epsilon(), 1e-5);
+  const ModelSpec neox = read_model_file(hf_example("gpt-neox-20b"));
+  EXPECT_DOUBLE_EQ(neox.norm_epsilon(), 1e-5);
+  EXPECT_DOUBLE_EQ(neox.rope_theta(), 10000.0);
+  EXPECT_DOUBLE_EQ(read_model_file(hf_example("qwen1.5-moe-a2.7b")).moe->aux_loss_weight(), 0.001);
+}
+
+TEST(HfConfigReader, BadRopeThetaIsNamed) {
+  Json json = Json::parse(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "vocab_size": 256, "rope_theta": -1, "rms_norm_eps": "small"})");
+  EXPECT_EQ(problems_of(json),
+            (Lines{"config.json: /rms_norm_eps: \"small\" is string, expected a number",
+                   "config.json: /rope_theta: -1 must be greater than 1"}));
 }
 
 TEST(HfConfigReader, Phi35Moe) {

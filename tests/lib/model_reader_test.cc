@@ -47,6 +47,55 @@ TEST(ModelReader, ValidModelHasDefaultsFilledIn) {
   EXPECT_EQ(parameter_count(m), 8030261248);
 }
 
+TEST(ModelReader, NormEpsAndRopeBaseDefaultToLlama2sValues) {
+  ProblemList problems;
+  const ModelSpec m = model_from_json(valid_model(), "m.json", problems);
+  EXPECT_FALSE(m.norm_eps.has_value());
+  EXPECT_FALSE(m.rope_base.has_value());
+  EXPECT_DOUBLE_EQ(m.norm_epsilon(), 1e-5);
+  EXPECT_DOUBLE_EQ(m.rope_theta(), 10000.0);
+}
+
+TEST(ModelReader, NormEpsRopeBaseAndAuxLossCoeffAreRead) {
+  Json json = valid_model();
+  json["norm_eps"] = 1e-6;
+  json["rope_base"] = 500000.0;
+  json["moe"] = Json::parse(
+      R"({"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 128, "aux_loss_coeff": 0.02})");
+  ProblemList problems;
+  const ModelSpec m = model_from_json(json, "m.json", problems);
+  EXPECT_TRUE(problems.empty());
+  EXPECT_DOUBLE_EQ(m.norm_epsilon(), 1e-6);
+  EXPECT_DOUBLE_EQ(m.rope_theta(), 500000.0);
+  EXPECT_DOUBLE_EQ(m.moe->aux_loss_weight(), 0.02);
+  json["moe"].erase("aux_loss_coeff");
+  EXPECT_DOUBLE_EQ(model_from_json(json, "m.json", problems).moe->aux_loss_weight(), 0.01);
+}
+
+TEST(ModelReader, NormEpsRopeBaseAndAuxLossCoeffOutOfRangeAreNamed) {
+  Json json = valid_model();
+  json["norm_eps"] = 0;
+  json["rope_base"] = 1;
+  json["moe"] = Json::parse(
+      R"({"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 128, "aux_loss_coeff": 2})");
+  EXPECT_EQ(problems_of(json), (Lines{"m.json: /norm_eps: 0 must be greater than 0",
+                                      "m.json: /rope_base: 1 must be greater than 1",
+                                      "m.json: /moe/aux_loss_coeff: 2 must be at most 1"}));
+}
+
+TEST(ModelReader, ModelWithoutTheNewKeysDumpsAsBefore) {
+  // Plans hash model_to_json: a model file without norm_eps, rope_base or aux_loss_coeff
+  // must dump without them so that its plans keep their hashes.
+  const std::string dump = model_to_json(read_model_file(example("llama-tiny"))).dump();
+  EXPECT_EQ(dump.find("norm_eps"), std::string::npos);
+  EXPECT_EQ(dump.find("rope_base"), std::string::npos);
+  Json json = valid_model();
+  json["rope_base"] = 500000.0;
+  ProblemList problems;
+  EXPECT_NE(model_to_json(model_from_json(json, "m.json", problems)).dump().find("\"rope_base\""),
+            std::string::npos);
+}
+
 TEST(ModelReader, WrongTypeIsReported) {
   Json json = valid_model();
   json["hidden_size"] = "4096";
@@ -275,7 +324,10 @@ void expect_same_model(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(a.moe->top_k, b.moe->top_k);
     EXPECT_DOUBLE_EQ(a.moe->capacity_factor, b.moe->capacity_factor);
     EXPECT_EQ(a.moe->expert_ffn_hidden_size, b.moe->expert_ffn_hidden_size);
+    EXPECT_EQ(a.moe->aux_loss_coeff, b.moe->aux_loss_coeff);
   }
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.rope_base, b.rope_base);
 }
 
 TEST(ModelReader, ModelToJsonRoundTrips) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 #include "lib/error.h"
@@ -69,6 +70,31 @@ TEST(RankProgram, EveryLayerOpRunsOncePerMicroBatch) {
         EXPECT_EQ(layer_ops, layers * 32 * l.plan.num_micro_batches) << name;
       }
     }
+  }
+}
+
+// A full-recompute plan (examples/plans/tiny-tp2-recompute.json): every layer's backward
+// repeats the layer's 14 forward ops (bwd.recompute.*) once per micro-batch, before any
+// other backward op of that layer and micro-batch.
+TEST(RankProgram, RecomputePlanRepeatsEveryForwardOpBeforeTheBackward) {
+  const Loaded l = load("tiny-tp2-recompute");
+  ASSERT_EQ(l.job.parallel.recompute.granularity, RecomputeGranularity::kFull);
+  for (ExecutionMode mode : {ExecutionMode::kCoExecuted, ExecutionMode::kSequential}) {
+    const RankProgram program = lower_rank_program(l.plan, l.job, 0, mode);
+    std::map<std::pair<int64_t, int64_t>, int> repeats;
+    std::map<std::pair<int64_t, int64_t>, bool> backward_started;
+    for (const Instruction& ins : program.instructions) {
+      if (ins.layer < 0 || !std::string_view(ins.op).starts_with("bwd.")) continue;
+      const std::pair<int64_t, int64_t> key{ins.micro_batch, ins.layer};
+      if (std::string_view(ins.op).starts_with("bwd.recompute.")) {
+        EXPECT_FALSE(backward_started[key]) << ins.op << " after the backward began";
+        ++repeats[key];
+      } else {
+        backward_started[key] = true;
+      }
+    }
+    EXPECT_EQ(static_cast<int64_t>(repeats.size()), 4 * l.plan.num_micro_batches);
+    for (const auto& [key, count] : repeats) EXPECT_EQ(count, 14);
   }
 }
 

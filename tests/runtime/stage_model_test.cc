@@ -81,6 +81,55 @@ TEST(StageModelTest, FreshLossIsNearUniformAndGradientsMatchFiniteDifferences) {
   EXPECT_EQ(checked, 2 * 9 + 3);
 }
 
+// The model file's norm_eps and rope_base reach the kernels: each changes the loss of the
+// same weights and tokens, and the defaults equal the values Llama 2 uses.
+TEST(StageModelTest, NormEpsAndRopeBaseOfTheModelAreUsed) {
+  auto loss_of = [](const JobSpec& job) {
+    TpGroup group(job, 7);
+    group.start_iteration(1);
+    group.set_tokens(0, random_tokens(32, 256, 11));
+    group.forward(0);
+    return group.model(0).micro_batch_losses().at(0);
+  };
+  JobSpec job = tiny_job(1, false);
+  const float by_default = loss_of(job);
+  job.model.norm_eps = 1e-5;
+  job.model.rope_base = 10000.0;
+  EXPECT_EQ(loss_of(job), by_default);
+  job.model.rope_base = 500000.0;
+  EXPECT_NE(loss_of(job), by_default);
+  job.model.rope_base.reset();
+  job.model.norm_eps = 0.5;  // large enough to move fp32 outputs of unit-scale inputs
+  EXPECT_NE(loss_of(job), by_default);
+}
+
+// Activation recompute: the backward reads only recomputed activations, which equal the
+// stored ones bit for bit, so the gradients equal those of a storing run; without the
+// repeated forward ops the backward reads buffers no forward wrote and they differ.
+TEST(StageModelTest, RecomputeGivesTheStoringRunsGradientsBitForBit) {
+  for (const bool sp : {false, true}) {
+    auto gradients = [sp](RecomputeGranularity granularity, bool skip_repeats) {
+      JobSpec job = tiny_job(2, sp);
+      job.parallel.recompute.granularity = granularity;
+      TpGroup group(job, 7);
+      group.start_iteration(1);
+      group.set_tokens(0, random_tokens(32, 256, 11));
+      group.forward(0);
+      group.backward(0, skip_repeats ? "bwd.recompute." : "");
+      std::vector<std::map<std::string, std::vector<float>>> all;
+      for (int64_t r = 0; r < group.size(); ++r) all.push_back(gradients_of(group.model(r)));
+      return all;
+    };
+    const auto stored = gradients(RecomputeGranularity::kNone, false);
+    for (const RecomputeGranularity g :
+         {RecomputeGranularity::kFull, RecomputeGranularity::kSelective}) {
+      SCOPED_TRACE(std::string(recompute_granularity_name(g)) + (sp ? " with SP" : ""));
+      EXPECT_EQ(gradients(g, false), stored);
+      EXPECT_NE(gradients(g, true), stored);
+    }
+  }
+}
+
 TEST(StageModelTest, EveryOpOfEveryVariantBinds) {
   for (const auto& [tp, sp] : {std::pair{1, false}, std::pair{2, false}, std::pair{2, true}}) {
     TpGroup group(tiny_job(tp, sp), 1);

@@ -93,7 +93,7 @@ class BasicTpGroup {
                                   embedding, head, seed, memory));
     }
     const int64_t rank = placement.rank_of(RankCoordinates{});
-    dags_ = build_layer_dags(job, rank);
+    dags_ = with_recompute(build_layer_dags(job, rank), job.parallel.recompute.granularity);
     extras_ = build_stage_extras(job, rank, true, true);
   }
 
@@ -141,10 +141,14 @@ class BasicTpGroup {
   }
 
   /// One micro-batch's backward: loss and head chain, layers from the last, embedding.
-  void backward(int64_t mb) {
+  /// Ops whose id starts with `skip` (when not empty) are left out.
+  void backward(int64_t mb, const std::string& skip = "") {
     if (head_) run_extras(extras_.backward, false, mb);
     for (int64_t layer = first_layer_ + layers_ - 1; layer >= first_layer_; --layer) {
-      for (int64_t i : dags_.backward.topological_order()) run(dags_.backward.op(i).id, layer, mb);
+      for (int64_t i : dags_.backward.topological_order()) {
+        const std::string& id = dags_.backward.op(i).id;
+        if (skip.empty() || !id.starts_with(skip)) run(id, layer, mb);
+      }
     }
     if (embedding_) run_extras(extras_.backward, true, mb);
   }
