@@ -158,7 +158,8 @@ OrderedJson other_data(const Plan& plan) {
                       {"num_micro_batches", plan.num_micro_batches}};
   OrderedJson schemes = OrderedJson::object();
   for (const PlanScheme& s : plan.schemes) {
-    schemes[s.scheme + " iteration_us"] = round_time_us(s.iteration_us);
+    schemes[std::string(pipeline_scheme_name(s.scheme)) + " iteration_us"] =
+        round_time_us(s.iteration_us);
   }
   data["schemes"] = std::move(schemes);
   data["note"] =

@@ -293,7 +293,7 @@ MeasuredDiff compare_measured(const Plan& plan, const Json& trace, const std::st
     predicted = sequential_iteration;
   } else {
     for (const PlanScheme& s : plan.schemes) {
-      if (s.scheme == "dhelix") predicted = s.iteration_us;
+      if (s.scheme == PipelineScheme::kDHelix) predicted = s.iteration_us;
     }
   }
   diff.iteration = {"iteration", predicted, median(per_step)};

@@ -105,7 +105,7 @@ std::vector<FieldChange> diff_inputs(const Plan& a, const Plan& b) {
 
 // ---- predicted figures -----------------------------------------------------------------
 
-const PlanCommTime* find_comm(const PlanScheme& scheme, const std::string& type) {
+const PlanCommTime* find_comm(const PlanScheme& scheme, ParallelDim type) {
   for (const PlanCommTime& comm : scheme.comm) {
     if (comm.type == type) return &comm;
   }
@@ -141,7 +141,8 @@ void diff_memory(const PlanScheme& a, const PlanScheme& b, double tol, SchemeDif
 SchemeDiff diff_scheme(const PlanScheme& a, const PlanScheme& b, double tol) {
   SchemeDiff out;
   out.scheme = a.scheme;
-  add_field(out.fields, "shape", a.shape, b.shape);
+  add_field(out.fields, "shape", std::string(pipeline_shape_name(a.shape)),
+            std::string(pipeline_shape_name(b.shape)));
   add_field(out.fields, "fits", a.fits, b.fits);
   const std::vector<std::pair<std::string, std::pair<double, double>>> figures = {
       {"iteration_us", {a.iteration_us, b.iteration_us}},
@@ -154,14 +155,14 @@ SchemeDiff diff_scheme(const PlanScheme& a, const PlanScheme& b, double tol) {
   for (const auto& [field, values] : figures) {
     out.figures.push_back(number_change(field, values.first, values.second, tol));
   }
-  for (const std::string& type : plan_comm_types()) {
+  for (ParallelDim type : kParallelDimNames.values()) {
     const PlanCommTime* ca = find_comm(a, type);
     const PlanCommTime* cb = find_comm(b, type);
     if (ca == nullptr || cb == nullptr) continue;
+    const std::string prefix = std::string("comm.") + parallel_dim_name(type);
     out.figures.push_back(
-        number_change("comm." + type + ".exposed_us", ca->exposed_us, cb->exposed_us, tol));
-    out.figures.push_back(
-        number_change("comm." + type + ".hidden_us", ca->hidden_us, cb->hidden_us, tol));
+        number_change(prefix + ".exposed_us", ca->exposed_us, cb->exposed_us, tol));
+    out.figures.push_back(number_change(prefix + ".hidden_us", ca->hidden_us, cb->hidden_us, tol));
   }
   out.figures.push_back(number_change("p2p_transfers", static_cast<double>(a.p2p_transfers),
                                       static_cast<double>(b.p2p_transfers), tol, true));
@@ -171,26 +172,10 @@ SchemeDiff diff_scheme(const PlanScheme& a, const PlanScheme& b, double tol) {
   return out;
 }
 
-// Known schemes in their order, then any other name of either plan, sorted.
-std::vector<std::string> scheme_order(const Plan& a, const Plan& b) {
-  std::vector<std::string> names = plan_scheme_names();
-  std::vector<std::string> others;
-  for (const Plan* plan : {&a, &b}) {
-    for (const PlanScheme& scheme : plan->schemes) {
-      if (std::find(names.begin(), names.end(), scheme.scheme) == names.end() &&
-          std::find(others.begin(), others.end(), scheme.scheme) == others.end()) {
-        others.push_back(scheme.scheme);
-      }
-    }
-  }
-  std::sort(others.begin(), others.end());
-  names.insert(names.end(), others.begin(), others.end());
-  return names;
-}
-
 std::vector<SchemeDiff> diff_schemes(const Plan& a, const Plan& b, double tol) {
   std::vector<SchemeDiff> out;
-  for (const std::string& name : scheme_order(a, b)) {
+  // Schemes in the order a plan lists them (the reader knows no others).
+  for (PipelineScheme name : kPipelineSchemeNames.values()) {
     const PlanScheme* sa = a.find_scheme(name);
     const PlanScheme* sb = b.find_scheme(name);
     if (sa == nullptr && sb == nullptr) continue;
@@ -207,7 +192,7 @@ std::vector<SchemeDiff> diff_schemes(const Plan& a, const Plan& b, double tol) {
   return out;
 }
 
-const SchemeDiff* find_scheme_diff(const PlanDiff& diff, const std::string& name) {
+const SchemeDiff* find_scheme_diff(const PlanDiff& diff, PipelineScheme name) {
   for (const SchemeDiff& scheme : diff.schemes) {
     if (scheme.scheme == name && scheme.in_a && scheme.in_b) return &scheme;
   }
@@ -344,7 +329,7 @@ std::vector<std::string> make_summary(const PlanDiff& diff) {
     out.push_back("The pairing and the predicted figures are the same.");
     return out;
   }
-  const SchemeDiff* dhelix = find_scheme_diff(diff, "dhelix");
+  const SchemeDiff* dhelix = find_scheme_diff(diff, PipelineScheme::kDHelix);
   const NumberChange* iteration = dhelix ? find_figure(*dhelix, "iteration_us") : nullptr;
   if (iteration != nullptr) out.push_back(speed_sentence(*iteration));
   if (dhelix != nullptr) {
@@ -359,7 +344,7 @@ std::vector<std::string> make_summary(const PlanDiff& diff) {
 std::vector<std::string> find_failures(const PlanDiff& diff, const DiffOptions& options) {
   std::vector<std::string> out;
   if (options.fail_if_slower_pct) {
-    const SchemeDiff* dhelix = find_scheme_diff(diff, "dhelix");
+    const SchemeDiff* dhelix = find_scheme_diff(diff, PipelineScheme::kDHelix);
     const NumberChange* iteration = dhelix ? find_figure(*dhelix, "iteration_us") : nullptr;
     if (iteration == nullptr) {
       out.push_back("--fail-if-slower: the dhelix scheme is missing from a plan");

@@ -113,7 +113,7 @@ struct PairingSection {
 
 /// The predicted figures of one scheme in A and B.
 struct SchemeDiff {
-  std::string scheme;  ///< "dhelix", ...
+  PipelineScheme scheme = PipelineScheme::kDHelix;
   bool in_a = true;
   bool in_b = true;
   std::vector<FieldChange> fields;    ///< shape, fits that differ
@@ -129,7 +129,7 @@ struct PlanDiff {
   double relative_tolerance = 1e-6;
   std::vector<FieldChange> inputs;  ///< provenance fields that differ
   PairingSection pairing;
-  std::vector<SchemeDiff> schemes;    ///< in plan_scheme_names() order, then others by name
+  std::vector<SchemeDiff> schemes;    ///< in the order a plan lists them
   std::vector<std::string> summary;   ///< a few human sentences
   std::vector<std::string> failures;  ///< the CI conditions met, one reason each
 

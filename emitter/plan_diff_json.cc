@@ -101,7 +101,7 @@ OrderedJson pairing_section_json(const PairingSection& section) {
 }
 
 OrderedJson scheme_json(const SchemeDiff& scheme) {
-  return {{"scheme", scheme.scheme},
+  return {{"scheme", pipeline_scheme_name(scheme.scheme)},
           {"in_a", scheme.in_a},
           {"in_b", scheme.in_b},
           {"fields", fields_json(scheme.fields)},

@@ -90,7 +90,8 @@ void append_pairing(const PairingDiff& diff, std::string& out) {
 
 void append_scheme(const SchemeDiff& scheme, std::string& out) {
   if (!scheme.in_a || !scheme.in_b) {
-    out += fmt::format("  {}: only in {}\n", scheme.scheme, scheme.in_a ? "A" : "B");
+    out += fmt::format("  {}: only in {}\n", pipeline_scheme_name(scheme.scheme),
+                       scheme.in_a ? "A" : "B");
     return;
   }
   int64_t unchanged = 0;
@@ -104,10 +105,12 @@ void append_scheme(const SchemeDiff& scheme, std::string& out) {
     }
   }
   if (lines.empty()) {
-    out += fmt::format("  {}: same\n", scheme.scheme);
+    out += fmt::format("  {}: same\n", pipeline_scheme_name(scheme.scheme));
     return;
   }
-  out += fmt::format("  {}: ({} figures unchanged)\n", scheme.scheme, unchanged) + lines;
+  out += fmt::format("  {}: ({} figures unchanged)\n", pipeline_scheme_name(scheme.scheme),
+                     unchanged) +
+         lines;
 }
 
 }  // namespace

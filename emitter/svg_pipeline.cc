@@ -87,7 +87,7 @@ double plan_end_us(const Plan& plan) {
   for (const PlanStage& stage : plan.stages) {
     if (!stage.tasks.empty()) end_us = std::max(end_us, stage.tasks.back().end_us);
   }
-  if (const PlanScheme* dhelix = plan.find_scheme("dhelix")) {
+  if (const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix)) {
     end_us = std::max(end_us, dhelix->iteration_us);
   }
   return end_us > 0 ? end_us : 1;
@@ -219,7 +219,7 @@ double draw_panel(SvgWriter& svg, const Plan& plan, const Window& w, double y) {
     draw_tasks(svg, w, stage, row_y);
     row_y += kRowHeight + kRowGap;
   }
-  if (const PlanScheme* dhelix = plan.find_scheme("dhelix")) {
+  if (const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix)) {
     draw_iteration_end(svg, plan, w, dhelix->iteration_us, y + kPanelTitleHeight, row_y - kRowGap);
   }
   draw_axis(svg, w, row_y - kRowGap + 4);
@@ -239,8 +239,8 @@ void legend_swatch(SvgWriter& svg, double& x, double y, const char* fill, const 
 }
 
 void draw_header(SvgWriter& svg, const Plan& plan) {
-  const PlanScheme* dhelix = plan.find_scheme("dhelix");
-  const PlanScheme* megatron = plan.find_scheme("megatron-1f1b");
+  const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix);
+  const PlanScheme* megatron = plan.find_scheme(PipelineScheme::kMegatron1F1B);
   std::string title =
       fmt::format("{}: W-shaped pipeline, {} stage{}, {} micro-batches", plan.job.name,
                   plan.stages.size(), plan.stages.size() == 1 ? "" : "s", plan.num_micro_batches);

@@ -26,21 +26,6 @@ OrderedJson stats_to_json(const TimeStats& t) {
   return json;
 }
 
-std::optional<StreamClass> parse_stream_class(const std::string& name) {
-  for (StreamClass s : {StreamClass::kCompute, StreamClass::kLocalComm, StreamClass::kCrossComm}) {
-    if (name == stream_class_name(s)) return s;
-  }
-  return std::nullopt;
-}
-
-std::vector<std::string> all_op_kind_names() {
-  std::vector<std::string> names;
-  for (int i = 0; i <= static_cast<int>(OpKind::kSendRecv); ++i) {
-    names.push_back(op_kind_name(static_cast<OpKind>(i)));
-  }
-  return names;
-}
-
 const RealRange kTimeRange{.min = 0};
 
 TimeStats read_stats(ObjectReader& reader) {
@@ -72,11 +57,8 @@ void read_op(const Json& value, const std::string& file, const std::string& poin
   const size_t before = problems.problems().size();
   ProfiledOp op;
   op.signature = reader.string("signature", Need::kRequired).value_or("");
-  const auto kind = reader.string("kind", Need::kRequired, all_op_kind_names());
-  const auto stream = reader.string(
-      "stream", Need::kRequired,
-      {stream_class_name(StreamClass::kCompute), stream_class_name(StreamClass::kLocalComm),
-       stream_class_name(StreamClass::kCrossComm)});
+  const auto kind = reader.string("kind", Need::kRequired, kOpKindNames.all());
+  const auto stream = reader.string("stream", Need::kRequired, kStreamClassNames.all());
   op.example_op_id = reader.string("example_op_id", Need::kRequired).value_or("");
   std::optional<ObjectReader> time = reader.object("time_us", Need::kRequired);
   if (time) op.time_us = read_stats(*time);
@@ -87,7 +69,7 @@ void read_op(const Json& value, const std::string& file, const std::string& poin
     return;
   }
   op.kind = *parse_op_kind(*kind);
-  op.stream = *parse_stream_class(*stream);
+  op.stream = *kStreamClassNames.parse(*stream);
   if (profile.find_op(op.signature) != nullptr) {
     reader.report("signature", json_value_text(Json(op.signature)), "appears twice in /ops");
     return;
@@ -166,23 +148,8 @@ OrderedJson read_opaque_object(ObjectReader& root, const std::string& key) {
 
 }  // namespace
 
-const char* profile_backend_name(ProfileBackend backend) {
-  switch (backend) {
-    case ProfileBackend::kModel:
-      return "model";
-    case ProfileBackend::kCpu:
-      return "cpu";
-    case ProfileBackend::kCuda:
-      return "cuda";
-  }
-  return "?";
-}
-
 std::optional<ProfileBackend> parse_profile_backend(const std::string& name) {
-  for (ProfileBackend b : {ProfileBackend::kModel, ProfileBackend::kCpu, ProfileBackend::kCuda}) {
-    if (name == profile_backend_name(b)) return b;
-  }
-  return std::nullopt;
+  return kProfileBackendNames.parse(name);
 }
 
 double quantize_profile_value(double value) { return std::round(value * 1e4) / 1e4; }

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lib/enum_names.h"
 #include "lib/json_reader.h"
 #include "lib/op_catalogue.h"
 
@@ -26,7 +27,11 @@ inline constexpr int kProfileSchemaMajor = 1;
 
 /// Which profiler backend produced a profile.
 enum class ProfileBackend { kModel, kCpu, kCuda };
-const char* profile_backend_name(ProfileBackend backend);  ///< "model", "cpu", "cuda"
+inline constexpr EnumNames<ProfileBackend, 3> kProfileBackendNames{{"model", "cpu", "cuda"}};
+/// "model", "cpu", "cuda".
+constexpr const char* profile_backend_name(ProfileBackend backend) {
+  return kProfileBackendNames.name(backend);
+}
 std::optional<ProfileBackend> parse_profile_backend(const std::string& name);
 
 /// Statistics of an op's measured (or modelled) solo time, microseconds. min <= p10 <=

@@ -183,12 +183,12 @@ void plan_candidate(const SearchRequest& request, PairingMemo& memo, Candidate& 
     const Plan plan = build_plan(plan_request).plan;
     out.status = ConfigStatus::kPlanned;
     for (const PlanScheme& scheme : plan.schemes) {
-      if (scheme.scheme == "dhelix") {
+      if (scheme.scheme == PipelineScheme::kDHelix) {
         out.dhelix = figures_of(scheme);
-      } else if (scheme.scheme == "megatron-1f1b") {
+      } else if (scheme.scheme == PipelineScheme::kMegatron1F1B) {
         out.megatron = figures_of(scheme);
       } else {
-        out.baselines.emplace_back(scheme.scheme, figures_of(scheme));
+        out.baselines.emplace_back(pipeline_scheme_name(scheme.scheme), figures_of(scheme));
       }
     }
   } catch (const Error& e) {

@@ -180,7 +180,7 @@ MemoryBudget memory_budget(const GpuSpec& gpu, const MemoryOptions& options) {
 }
 
 void check_fits(const std::vector<StageMemory>& stages, const MemoryBudget& budget,
-                const std::string& plan_name) {
+                PipelineScheme scheme) {
   std::string message;
   for (const StageMemory& m : stages) {
     if (m.total_bytes() <= budget.usable_bytes()) continue;
@@ -188,10 +188,10 @@ void check_fits(const std::vector<StageMemory>& stages, const MemoryBudget& budg
     message += fmt::format(
         "{}: stage {} needs {} GiB but {} GiB are usable on {} ({} GiB minus {} GiB reserve): "
         "weights {} + gradients {} + optimizer states {} + activations {} GiB",
-        plan_name, m.stage, gib_text(m.total_bytes()), gib_text(budget.usable_bytes()),
-        budget.gpu_name, gib_text(budget.capacity_bytes), gib_text(budget.reserve_bytes),
-        gib_text(m.weight_bytes), gib_text(m.gradient_bytes), gib_text(m.optimizer_bytes),
-        gib_text(m.activation_bytes));
+        pipeline_scheme_name(scheme), m.stage, gib_text(m.total_bytes()),
+        gib_text(budget.usable_bytes()), budget.gpu_name, gib_text(budget.capacity_bytes),
+        gib_text(budget.reserve_bytes), gib_text(m.weight_bytes), gib_text(m.gradient_bytes),
+        gib_text(m.optimizer_bytes), gib_text(m.activation_bytes));
   }
   if (!message.empty()) throw Error(ErrorCode::kInfeasible, message);
 }

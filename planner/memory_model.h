@@ -125,12 +125,12 @@ struct MemoryBudget {
 MemoryBudget memory_budget(const GpuSpec& gpu, const MemoryOptions& options = {});
 
 /// Throws Error(kInfeasible) when a stage needs more than the usable memory. The message
-/// names `plan_name` and, for every stage that does not fit, each term in GiB:
+/// names `scheme` and, for every stage that does not fit, each term in GiB:
 /// "dhelix: stage 0 needs 81.20 GiB but 73.00 GiB are usable on H100-SXM (80.00 GiB minus
 /// 7.00 GiB reserve): weights 10.00 + gradients 20.00 + optimizer states 30.00 +
 /// activations 21.20 GiB".
 void check_fits(const std::vector<StageMemory>& stages, const MemoryBudget& budget,
-                const std::string& plan_name);
+                PipelineScheme scheme);
 
 /// bytes / 2^30.
 double to_gib(int64_t bytes);

@@ -10,30 +10,6 @@
 
 namespace dhelix {
 
-const char* pipeline_shape_name(PipelineShape shape) {
-  switch (shape) {
-    case PipelineShape::kOneFOneB:
-      return "1f1b";
-    case PipelineShape::kW:
-      return "w";
-  }
-  return "?";
-}
-
-const char* pipeline_scheme_name(PipelineScheme scheme) {
-  switch (scheme) {
-    case PipelineScheme::kMegatron1F1B:
-      return "megatron-1f1b";
-    case PipelineScheme::kIntraBatch:
-      return "intra-batch";
-    case PipelineScheme::kWaveletPlus:
-      return "wavelet+";
-    case PipelineScheme::kDHelix:
-      return "dhelix";
-  }
-  return "?";
-}
-
 PipelineShape scheme_shape(PipelineScheme scheme) {
   return scheme == PipelineScheme::kMegatron1F1B || scheme == PipelineScheme::kIntraBatch
              ? PipelineShape::kOneFOneB

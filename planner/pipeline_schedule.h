@@ -64,18 +64,10 @@
 
 namespace dhelix {
 
-/// Which pipeline a schedule implements.
-enum class PipelineShape { kOneFOneB, kW };
-const char* pipeline_shape_name(PipelineShape shape);  ///< "1f1b", "w"
+// PipelineShape and PipelineScheme, with their name tables: lib/plan/plan_kinds.h (the plan
+// stores them).
 
-/// The schemes the planner compares; they share the cost model and differ in shape and in
-/// the per-chunk costs they are fed (docs/pipeline.md):
-/// Megatron 1F1B (solo chunk times), intra-batch overlap (1F1B with overlapped chunk
-/// times), Wavelet+ (the W with round-robin paired SI blocks), DHelix (the W with the exact
-/// pairing search's SI blocks).
-enum class PipelineScheme { kMegatron1F1B, kIntraBatch, kWaveletPlus, kDHelix };
-/// "megatron-1f1b", "intra-batch", "wavelet+", "dhelix"
-const char* pipeline_scheme_name(PipelineScheme scheme);
+/// The shape a scheme runs: the W for dhelix and wavelet+, 1F1B for the others.
 PipelineShape scheme_shape(PipelineScheme scheme);
 
 // TaskKind: lib/plan/plan_kinds.h (the plan stores it).

@@ -348,8 +348,8 @@ PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryB
   const IterationMetrics metrics = iteration_metrics(
       ctx.job->model, ctx.job->parallel, ctx.job->cluster.gpu.peak_bf16_tflops, sim.iteration_us);
   PlanScheme s;
-  s.scheme = pipeline_scheme_name(run.scheme);
-  s.shape = pipeline_shape_name(scheme_shape(run.scheme));
+  s.scheme = run.scheme;
+  s.shape = scheme_shape(run.scheme);
   s.iteration_us = sim.iteration_us;
   s.bubble_ratio = sim.bubble_ratio;
   s.tokens_per_second = metrics.tokens_per_second;
@@ -359,7 +359,7 @@ PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryB
   const double per_gpu = 1.0 / static_cast<double>(ctx.pp);
   for (ParallelDim dim :
        {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp, ParallelDim::kDp, ParallelDim::kPp}) {
-    s.comm.push_back({.type = parallel_dim_name(dim),
+    s.comm.push_back({.type = dim,
                       .hidden_us = sim.comm[dim].hidden_us * per_gpu,
                       .exposed_us = sim.comm[dim].exposed_us * per_gpu});
   }
@@ -530,13 +530,13 @@ PlanResult build_plan(const PlanRequest& request) {
   const MemoryBudget budget = memory_budget(request.job->cluster.gpu, request.memory);
   if (request.allow_oom) {
     try {
-      check_fits(runs.front().memory, budget, "dhelix");
+      check_fits(runs.front().memory, budget, PipelineScheme::kDHelix);
     } catch (const Error& error) {
       result.warnings.push_back(std::string(error.what()) +
                                 "\n(--allow-oom: the plan is written anyway)");
     }
   } else {
-    check_fits(runs.front().memory, budget, "dhelix");
+    check_fits(runs.front().memory, budget, PipelineScheme::kDHelix);
   }
   if (ctx.micro_batches <= ctx.pp) {
     result.warnings.push_back(fmt::format(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rewrites the pictures the docs show: the README's pipeline and pairing pictures (with the
-# README's own command) and docs/concepts.md's picture. The e2e_docs test fails when the
-# checked-in files differ from what these commands make.
+# README's own command), docs/concepts.md's picture and docs/design.md's layout. The e2e_docs
+# and docs_layout tests fail when the checked-in files differ from what these commands make.
 #
 #   scripts/regenerate-pictures.sh [build-dir]     (default build)
 set -euo pipefail
@@ -10,4 +10,5 @@ build=${1:-build}
 "$build/tools/dhelix-plan" examples/jobs/llama-39b-a40-dp4-tp8-pp2.json --gbs 48 \
   --svg docs/images/llama-39b-a40-pp2 >/dev/null
 python3 scripts/concepts-figure.py docs/images/concepts.svg
-echo "regenerated docs/images/llama-39b-a40-pp2-{pipeline,pairing}.svg and concepts.svg"
+python3 scripts/layout-figure.py docs/images/layout.svg
+echo "regenerated docs/images/llama-39b-a40-pp2-{pipeline,pairing}.svg, concepts.svg and layout.svg"

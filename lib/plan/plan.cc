@@ -2,22 +2,11 @@
 
 namespace dhelix {
 
-const PlanScheme* Plan::find_scheme(const std::string& name) const {
-  for (const PlanScheme& scheme : schemes) {
-    if (scheme.scheme == name) return &scheme;
+const PlanScheme* Plan::find_scheme(PipelineScheme scheme) const {
+  for (const PlanScheme& s : schemes) {
+    if (s.scheme == scheme) return &s;
   }
   return nullptr;
-}
-
-const std::vector<std::string>& plan_scheme_names() {
-  static const std::vector<std::string> kNames = {"dhelix", "wavelet+", "intra-batch",
-                                                  "megatron-1f1b"};
-  return kNames;
-}
-
-const std::vector<std::string>& plan_comm_types() {
-  static const std::vector<std::string> kTypes = {"tp", "cp", "ep", "dp", "pp"};
-  return kTypes;
 }
 
 }  // namespace dhelix

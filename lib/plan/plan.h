@@ -102,7 +102,7 @@ struct PlanBlock {
 
 /// Communication time of one type inside some work.
 struct PlanCommTime {
-  std::string type;  ///< "tp", "cp", "ep", "dp", "pp"
+  ParallelDim type = ParallelDim::kTp;  ///< "tp", "cp", "ep", "dp", "pp" in the file
   double hidden_us = 0;
   double exposed_us = 0;
 };
@@ -181,8 +181,8 @@ struct PlanStageMemory {
 
 /// The predicted figures of one scheme.
 struct PlanScheme {
-  std::string scheme;  ///< "dhelix", "wavelet+", "intra-batch", "megatron-1f1b"
-  std::string shape;   ///< "w" or "1f1b"
+  PipelineScheme scheme = PipelineScheme::kDHelix;
+  PipelineShape shape = PipelineShape::kW;
   double iteration_us = 0;
   double bubble_ratio = 0;
   double tokens_per_second = 0;
@@ -218,13 +218,8 @@ struct Plan {
   PlanMemoryBudget memory_budget;
   std::vector<PlanScheme> schemes;  ///< dhelix, wavelet+, intra-batch, megatron-1f1b
 
-  /// The scheme named `name`, or nullptr.
-  const PlanScheme* find_scheme(const std::string& name) const;
+  /// The figures of `scheme`, or nullptr when the plan lacks them.
+  const PlanScheme* find_scheme(PipelineScheme scheme) const;
 };
-
-/// The names of the schemes, in the order a plan lists them.
-const std::vector<std::string>& plan_scheme_names();
-/// The communication types, in the order a scheme lists them.
-const std::vector<std::string>& plan_comm_types();
 
 }  // namespace dhelix

@@ -360,7 +360,7 @@ int64_t check_transfers(const Plan& plan, const std::vector<RankProgram>& progra
 void check_memory(const Plan& plan, const std::string& plan_file, PlanCheckReport& report) {
   const int64_t usable = plan.memory_budget.usable_bytes;
   report.summary.usable_memory_bytes = usable;
-  const PlanScheme* scheme = plan.find_scheme("dhelix");
+  const PlanScheme* scheme = plan.find_scheme(PipelineScheme::kDHelix);
   if (scheme == nullptr) {
     report.problems.add(plan_file, "/schemes", "", "has no dhelix scheme to check memory of");
     return;

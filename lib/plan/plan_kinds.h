@@ -29,4 +29,26 @@ constexpr const char* chunk_side_name(ChunkSide side) { return kChunkSideNames.n
 enum class PairingScope { kLayer, kChunk };
 inline constexpr EnumNames<PairingScope, 2> kPairingScopeNames{{"layer", "chunk"}};
 
+/// Which pipeline a schedule implements (planner/pipeline_schedule.h): DHelix's folded W or
+/// Megatron-LM's unfolded 1F1B.
+enum class PipelineShape { kW, kOneFOneB };
+inline constexpr EnumNames<PipelineShape, 2> kPipelineShapeNames{{"w", "1f1b"}};
+/// "w", "1f1b".
+constexpr const char* pipeline_shape_name(PipelineShape shape) {
+  return kPipelineShapeNames.name(shape);
+}
+
+/// The schemes the planner compares, in the order a plan lists them; they share the cost
+/// model and differ in shape and in the per-chunk costs they are fed (docs/pipeline.md):
+/// DHelix (the W with the exact pairing search's SI blocks), Wavelet+ (the W with
+/// round-robin paired SI blocks), intra-batch overlap (1F1B with overlapped chunk times),
+/// Megatron 1F1B (solo chunk times).
+enum class PipelineScheme { kDHelix, kWaveletPlus, kIntraBatch, kMegatron1F1B };
+inline constexpr EnumNames<PipelineScheme, 4> kPipelineSchemeNames{
+    {"dhelix", "wavelet+", "intra-batch", "megatron-1f1b"}};
+/// "dhelix", "wavelet+", "intra-batch", "megatron-1f1b".
+constexpr const char* pipeline_scheme_name(PipelineScheme scheme) {
+  return kPipelineSchemeNames.name(scheme);
+}
+
 }  // namespace dhelix

@@ -235,8 +235,8 @@ PlanStage read_stage(ObjectReader& r) {
 
 PlanScheme read_scheme(ObjectReader& r) {
   PlanScheme s;
-  s.scheme = r.string("scheme", Need::kRequired, plan_scheme_names()).value_or("");
-  s.shape = r.string("shape", Need::kRequired, {"w", "1f1b"}).value_or("");
+  s.scheme = read_enum(r, "scheme", kPipelineSchemeNames, PipelineScheme::kDHelix);
+  s.shape = read_enum(r, "shape", kPipelineShapeNames, PipelineShape::kW);
   s.iteration_us = time_field(r, "iteration_us");
   s.bubble_ratio = r.real("bubble_ratio", Need::kRequired, {.min = 0, .max = 1}).value_or(0);
   s.tokens_per_second = time_field(r, "tokens_per_second");
@@ -244,8 +244,8 @@ PlanScheme read_scheme(ObjectReader& r) {
   s.mfu = time_field(r, "mfu");
   s.speedup_vs_megatron = time_field(r, "speedup_vs_megatron");
   with_object(r, "comm", [&](ObjectReader& c) {
-    for (const std::string& type : plan_comm_types()) {
-      with_object(c, type, [&](ObjectReader& o) {
+    for (ParallelDim type : kParallelDimNames.values()) {
+      with_object(c, parallel_dim_name(type), [&](ObjectReader& o) {
         s.comm.push_back({.type = type,
                           .hidden_us = time_field(o, "hidden_us"),
                           .exposed_us = time_field(o, "exposed_us")});

@@ -110,8 +110,8 @@ OrderedJson stage_json(const PlanStage& stage) {
 OrderedJson scheme_json(const PlanScheme& s) {
   OrderedJson comm = OrderedJson::object();
   for (const PlanCommTime& c : s.comm) {
-    comm[c.type] = OrderedJson{{"hidden_us", round_time_us(c.hidden_us)},
-                               {"exposed_us", round_time_us(c.exposed_us)}};
+    comm[parallel_dim_name(c.type)] = OrderedJson{{"hidden_us", round_time_us(c.hidden_us)},
+                                                  {"exposed_us", round_time_us(c.exposed_us)}};
   }
   OrderedJson memory = OrderedJson::array();
   for (const PlanStageMemory& m : s.memory) {
@@ -122,8 +122,8 @@ OrderedJson scheme_json(const PlanScheme& s) {
                                  {"activation_bytes", m.activation_bytes},
                                  {"total_bytes", m.total_bytes}});
   }
-  return OrderedJson{{"scheme", s.scheme},
-                     {"shape", s.shape},
+  return OrderedJson{{"scheme", pipeline_scheme_name(s.scheme)},
+                     {"shape", pipeline_shape_name(s.shape)},
                      {"iteration_us", round_time_us(s.iteration_us)},
                      {"bubble_ratio", round_ratio(s.bubble_ratio)},
                      {"tokens_per_second", round_time_us(s.tokens_per_second)},

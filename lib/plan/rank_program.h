@@ -51,10 +51,19 @@
 namespace dhelix {
 
 enum class ExecutionMode { kCoExecuted, kSequential };
-const char* execution_mode_name(ExecutionMode mode);  ///< "co-executed", "sequential"
+inline constexpr EnumNames<ExecutionMode, 2> kExecutionModeNames{{"co-executed", "sequential"}};
+/// "co-executed", "sequential".
+constexpr const char* execution_mode_name(ExecutionMode mode) {
+  return kExecutionModeNames.name(mode);
+}
 
 enum class InstructionKind { kCompute, kCollective, kSend, kRecv };
-const char* instruction_kind_name(InstructionKind kind);  ///< "compute", "collective", ...
+inline constexpr EnumNames<InstructionKind, 4> kInstructionKindNames{
+    {"compute", "collective", "send", "recv"}};
+/// "compute", "collective", "send", "recv".
+constexpr const char* instruction_kind_name(InstructionKind kind) {
+  return kInstructionKindNames.name(kind);
+}
 
 struct Instruction {
   InstructionKind kind = InstructionKind::kCompute;

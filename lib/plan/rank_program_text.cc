@@ -6,24 +6,6 @@
 
 namespace dhelix {
 
-const char* execution_mode_name(ExecutionMode mode) {
-  return mode == ExecutionMode::kCoExecuted ? "co-executed" : "sequential";
-}
-
-const char* instruction_kind_name(InstructionKind kind) {
-  switch (kind) {
-    case InstructionKind::kCompute:
-      return "compute";
-    case InstructionKind::kCollective:
-      return "collective";
-    case InstructionKind::kSend:
-      return "send";
-    case InstructionKind::kRecv:
-      return "recv";
-  }
-  return "?";
-}
-
 std::string describe_instruction(const Plan& plan, const RankProgram& program,
                                  const Instruction& instruction) {
   std::string task = fmt::format("task {}", instruction.task);

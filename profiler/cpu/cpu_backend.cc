@@ -11,6 +11,7 @@
 #include "lib/job_reader.h"
 #include "profiler/cpu/cpu_groups.h"
 #include "profiler/cpu/cpu_op_runner.h"
+#include "profiler/sampling.h"
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/cpu/kernels_cpu.h"
 
@@ -90,7 +91,7 @@ class CpuMeasurer {
     const std::vector<double> samples = cpu_profile::time_samples(
         options_.timing, [this] { groups_.world().barrier(); }, runnable.run,
         cpu_profile::steady_clock_us);
-    const TimeStats stats = cpu_profile::summarize_samples(samples).quantized();
+    const TimeStats stats = sampling::summarize(samples).quantized();
     tick();
     return profiled_op(op, stats, options_.timing.samples);
   }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "lib/error.h"
+#include "profiler/sampling.h"
 
 namespace dhelix::cpu_profile {
 namespace {
@@ -22,35 +23,11 @@ void run_guarded(const std::function<void()>& body, std::exception_ptr& error) {
   }
 }
 
-double median_of(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return quantile(values, 0.5);
-}
-
 }  // namespace
 
 double steady_clock_us() {
   using Micro = std::chrono::duration<double, std::micro>;
   return Micro(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double quantile(const std::vector<double>& sorted_us, double q) {
-  DHELIX_CHECK(!sorted_us.empty() && q >= 0 && q <= 1);
-  const double position = q * static_cast<double>(sorted_us.size() - 1);
-  const auto below = static_cast<size_t>(std::floor(position));
-  const size_t above = std::min(below + 1, sorted_us.size() - 1);
-  const double fraction = position - static_cast<double>(below);
-  return sorted_us[below] + fraction * (sorted_us[above] - sorted_us[below]);
-}
-
-TimeStats summarize_samples(std::vector<double> samples_us) {
-  DHELIX_CHECK(!samples_us.empty());
-  std::sort(samples_us.begin(), samples_us.end());
-  return {.median_us = quantile(samples_us, 0.5),
-          .p10_us = quantile(samples_us, 0.1),
-          .p90_us = quantile(samples_us, 0.9),
-          .min_us = samples_us.front(),
-          .max_us = samples_us.back()};
 }
 
 std::vector<double> time_samples(const TimingOptions& options,
@@ -120,8 +97,8 @@ ProfiledPair pair_from_samples(const std::string& a, const std::string& b, doubl
   // The reader recomputes the OEF from the quantized solo medians: work with those.
   const double t_a = quantize_profile_value(solo_a_us);
   const double t_b = quantize_profile_value(solo_b_us);
-  double f_a = quantize_profile_value(median_of(finish_a));
-  double f_b = quantize_profile_value(median_of(finish_b));
+  double f_a = quantize_profile_value(sampling::median(finish_a));
+  double f_b = quantize_profile_value(sampling::median(finish_b));
   if (f_a < t_a || f_b < t_b) applied = PairAdjustment::kRaisedToSolo;
   f_a = std::max(f_a, t_a);
   f_b = std::max(f_b, t_b);

@@ -1,16 +1,13 @@
 #pragma once
 // The timing harness of the cpu profiler backend: runs a body a few times to warm caches
 // and allocators, then times N samples, each after a caller-given synchronisation (an MPI
-// barrier, so that every rank starts a sample together), and summarises them.
+// barrier, so that every rank starts a sample together). It only produces samples; their
+// statistics are profiler/sampling.h's, shared with the cuda backend.
 //
 // Pairs: the two bodies run on two threads released together by a std::barrier after the
 // synchronisation; a sample is the two finish times measured from the earlier of the two
 // starts. Over samples, each finish time is summarised by its median separately (the pair
 // format stores one finish time per op, lib/profile.h).
-//
-// Statistics: percentiles interpolate linearly between order statistics (the "type 7"
-// definition of Hyndman and Fan, numpy's default): p-th percentile of sorted x[0..n-1] is at
-// position p * (n - 1). With samples {1, 2, 3, 4} the median is 2.5, p10 1.3, p90 3.7.
 
 #include <cstdint>
 #include <functional>
@@ -32,14 +29,6 @@ struct TimingOptions {
   int64_t warmup = 1;   ///< untimed runs first (>= 0)
   int64_t samples = 5;  ///< timed runs (>= 1)
 };
-
-/// Median, p10, p90, min and max of `samples_us` (non-empty; DHELIX_CHECKed), see the file
-/// comment for the percentile definition.
-TimeStats summarize_samples(std::vector<double> samples_us);
-
-/// The `q` quantile (0 <= q <= 1) of `sorted_us` (ascending, non-empty) by linear
-/// interpolation at position q * (n - 1).
-double quantile(const std::vector<double>& sorted_us, double q);
 
 /// Runs before_each then body, warmup + samples times; returns the samples' durations of
 /// body (before_each not included), in run order.

@@ -96,9 +96,9 @@ class CudaMeasurer {
     const std::vector<double> mine = sample_adaptively(run);
     const std::vector<double> pooled = gather(mine, MPI_COMM_WORLD, options_.world_rank, ranks());
     record_rank_spread(op, pooled, mine.size());
-    const cuda_profile::OutlierSplit split = cuda_profile::remove_outliers(pooled);
+    const sampling::OutlierSplit split = sampling::remove_outliers(pooled);
     counts_.outliers += split.outliers;
-    const TimeStats stats = cuda_profile::summarize(split.kept).quantized();
+    const TimeStats stats = sampling::summarize(split.kept).quantized();
     tick();
     return profiled_op(op, stats, static_cast<int64_t>(split.kept.size()));
   }
@@ -149,7 +149,7 @@ class CudaMeasurer {
     OrderedJson json = OrderedJson::object();
     json["backend"] = "cuda";
     json["ranks"] = options_.world_size;
-    const cuda_profile::SamplingPolicy& p = options_.sampling;
+    const sampling::SamplingPolicy& p = options_.sampling;
     json["warmup"] = p.warmup;
     json["min_samples"] = p.min_samples;
     json["max_samples"] = p.max_samples;
@@ -180,11 +180,11 @@ class CudaMeasurer {
   // returns one value per run. Returns the kept samples (warm-ups dropped).
   template <typename Run>
   std::vector<double> sample_adaptively(const Run& run) {
-    const cuda_profile::SamplingPolicy& policy = options_.sampling;
+    const sampling::SamplingPolicy& policy = options_.sampling;
     if (policy.warmup > 0) run(policy.warmup);
     std::vector<double> samples;
     while (true) {
-      int64_t more = cuda_profile::samples_to_add(samples, policy);
+      int64_t more = sampling::samples_to_add(samples, policy);
       // Collectives need every member: all ranks take the largest count any rank asks for.
       rt::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &more, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD),
                     "MPI_Allreduce");
@@ -208,9 +208,9 @@ class CudaMeasurer {
     for (size_t at = 0; at + per_rank <= pooled.size(); at += per_rank) {
       std::vector<double> own(pooled.begin() + static_cast<std::ptrdiff_t>(at),
                               pooled.begin() + static_cast<std::ptrdiff_t>(at + per_rank));
-      medians.push_back(cuda_profile::summarize(own).median_us);
+      medians.push_back(sampling::summarize(own).median_us);
     }
-    const cuda_profile::RankSpread spread = cuda_profile::rank_spread(medians);
+    const sampling::RankSpread spread = sampling::rank_spread(medians);
     OrderedJson entry = OrderedJson::object();
     entry["signature"] = op.signature();
     entry["min_us"] = quantize_profile_value(spread.min_us);
@@ -254,7 +254,7 @@ void check_cuda_device_present() { (void)cuda_profile::visible_device_count(); }
 
 Profile make_cuda_profile(const JobSpec& job, const OrderedJson& meta,
                           const CudaProfileOptions& options, const ProgressCallback& progress) {
-  cuda_profile::check_sampling_policy(options.sampling);
+  sampling::check_sampling_policy(options.sampling);
   cuda_profile::check_cuda_world_size(job, options.world_size);
   const ProfileSpace space = collect_profile_space(job);
   const cuda_profile::DeviceInfo device = prepare_rank(job, options);

@@ -10,10 +10,10 @@
 // links and NICs training will use, all groups of a dimension at once as in training.
 //
 // Every rank measures every op and pair (timing with CUDA events: cuda_timer.h); the
-// number of samples follows cuda_profile::SamplingPolicy, agreed on by all ranks after each
+// number of samples follows sampling::SamplingPolicy, agreed on by all ranks after each
 // round (an MPI_Allreduce), since collectives need every member. Rank 0 gathers all ranks'
 // samples: an op's time_us summarises the pooled samples of every rank (outliers removed,
-// timing_stats.h), so min and max span all GPUs; meta.measurement.rank_spread keeps the
+// profiler/sampling.h), so min and max span all GPUs; meta.measurement.rank_spread keeps the
 // min, median and max over ranks of each rank's own median and the slowest rank; a pair's
 // finish times are the medians of the pooled samples, fitted as the cpu backend fits them
 // (cpu_profile::pair_from_samples: never below the solo medians, OEF >= -1).
@@ -23,14 +23,14 @@
 #include "lib/job_spec.h"
 #include "lib/json_reader.h"
 #include "lib/profile.h"
-#include "profiler/cuda/timing_stats.h"
 #include "profiler/model_backend.h"
+#include "profiler/sampling.h"
 
 namespace dhelix {
 
 /// How the cuda backend measures, and where this process stands in the MPI job.
 struct CudaProfileOptions {
-  cuda_profile::SamplingPolicy sampling;
+  sampling::SamplingPolicy sampling;
   int64_t world_rank = 0;  ///< this process's rank in MPI_COMM_WORLD
   int64_t world_size = 1;  ///< ranks in MPI_COMM_WORLD
 };

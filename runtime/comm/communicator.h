@@ -49,6 +49,9 @@ class Communicator {
   virtual void all_reduce_sum(float* inout, int64_t count) = 0;
   /// Waits until every member has called barrier().
   virtual void barrier() = 0;
+  /// The largest of the members' `value`s, the same on every member: how ranks agree on
+  /// whether any of them failed, diverged or was signalled (runtime/train/rank_agreement.h).
+  virtual int64_t all_reduce_max(int64_t value) = 0;
 
   // Point-to-point (MpiCommunicator): any group's communicator accepts a member's world
   // rank as peer; a send matches only a receive posted on the same group and CommSlot at

@@ -16,13 +16,15 @@ namespace {
 
 // One group's rendezvous: staged inputs and a generation-counted barrier.
 struct Group {
-  explicit Group(int64_t n) : size(n), staged(static_cast<size_t>(n)) {}
+  explicit Group(int64_t n)
+      : size(n), staged(static_cast<size_t>(n)), staged_values(static_cast<size_t>(n)) {}
   const int64_t size;
   std::mutex mutex;
   std::condition_variable changed;
   int64_t arrived = 0;
   int64_t generation = 0;
   std::vector<std::vector<float>> staged;
+  std::vector<int64_t> staged_values;  // all_reduce_max
 
   void barrier(std::unique_lock<std::mutex>& lock) {
     const int64_t mine = generation;
@@ -119,6 +121,16 @@ class LoopbackCommunicator final : public Communicator {
   void barrier() override {
     std::unique_lock<std::mutex> lock(group_->mutex);
     group_->barrier(lock);
+  }
+
+  int64_t all_reduce_max(int64_t value) override {
+    std::unique_lock<std::mutex> lock(group_->mutex);
+    group_->staged_values[static_cast<size_t>(rank_)] = value;
+    group_->barrier(lock);
+    const int64_t largest =
+        *std::max_element(group_->staged_values.begin(), group_->staged_values.end());
+    group_->barrier(lock);  // nobody stages the next value before every member has read
+    return largest;
   }
 
   std::unique_ptr<TransferRequest> start_send(const float* data, int64_t count, int64_t peer,

@@ -145,6 +145,12 @@ void MpiCommunicator::all_reduce_sum(float* inout, int64_t count) {
   std::copy(padded_.begin(), padded_.begin() + count, inout);
 }
 
+int64_t MpiCommunicator::all_reduce_max(int64_t value) {
+  int64_t largest = value;
+  check_mpi(MPI_Allreduce(&value, &largest, 1, MPI_INT64_T, MPI_MAX, comm_), "MPI_Allreduce");
+  return largest;
+}
+
 void MpiCommunicator::barrier() {
   if (size_ == 1) return;
   if (mpi_wait_mode() == MpiWaitMode::kSpin) {

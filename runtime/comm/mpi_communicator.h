@@ -46,6 +46,7 @@ class MpiCommunicator final : public Communicator {
   /// exceeds INT_MAX elements.
   void all_reduce_sum(float* inout, int64_t count) override;
   void barrier() override;
+  int64_t all_reduce_max(int64_t value) override;
 
   /// Throws Error(kInternal) when `peer` is not a member of this group or
   /// when `tag` is outside [0, MPI_TAG_UB] (both bugs of the caller), and Error(kUnsupported)

@@ -233,12 +233,12 @@ class CudaEngine final : public TrainingEngine {
     if (tp_ > 1) {
       for (const CudaParameterView& p : params) {
         if (!p.sum_gradient_over_tp) continue;
-        last_used = &comms_->group("tp", DeviceStream::kCompute);
+        last_used = &comms_->group(ParallelDim::kTp, DeviceStream::kCompute);
         last_used->all_reduce_sum(p.gradient, p.count, DeviceDtype::kFloat32, compute);
       }
     }
     if (dp_ > 1) {
-      last_used = &comms_->group("dp", DeviceStream::kCompute);
+      last_used = &comms_->group(ParallelDim::kDp, DeviceStream::kCompute);
       for (const GradientBucket& bucket : buckets_) {
         sum_bucket(bucket, params, *last_used, compute);
       }

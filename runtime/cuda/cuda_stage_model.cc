@@ -5,9 +5,11 @@
 
 #include "runtime/model/stage_model_impl.h"
 
-namespace dhelix::rt {
+namespace dhelix::cuda {
+static_assert(rt::ModelBackend<CudaBackend>);
+}  // namespace dhelix::cuda
 
-static_assert(ModelBackend<cuda::CudaBackend>);
-template class BasicStageModel<cuda::CudaBackend>;
-
-}  // namespace dhelix::rt
+// In dhelix, the template's enclosing namespace (cuda_stage_model.h).
+namespace dhelix {
+template class rt::BasicStageModel<cuda::CudaBackend>;
+}  // namespace dhelix

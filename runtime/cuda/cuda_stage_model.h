@@ -6,10 +6,12 @@
 #include "runtime/cuda/cuda_model_backend.h"
 #include "runtime/model/stage_model.h"
 
-namespace dhelix::rt {
-extern template class BasicStageModel<cuda::CudaBackend>;
-}  // namespace dhelix::rt
-
 namespace dhelix::cuda {
 using CudaStageModel = rt::BasicStageModel<CudaBackend>;
 }  // namespace dhelix::cuda
+
+// An explicit instantiation must name its template from an enclosing namespace (dhelix),
+// not from dhelix::cuda: the one place this folder's code leaves its namespace.
+namespace dhelix {
+extern template class rt::BasicStageModel<cuda::CudaBackend>;
+}  // namespace dhelix

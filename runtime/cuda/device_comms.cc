@@ -129,7 +129,7 @@ void DeviceCommDirectory::create(DeviceCommPlan& plan) {
   };
   for (size_t i = 0; i < setup_.collectives.size(); ++i) {
     const CollectiveSlot& slot = setup_.collectives[i];
-    groups_[{parallel_dim_name(slot.dim), slot.stream}] = join(plan.collectives[i], 0);
+    groups_[{slot.dim, slot.stream}] = join(plan.collectives[i], 0);
   }
   for (size_t i = 0; i < channels_.size(); ++i) {
     if (!plan.channel_members[i]) continue;
@@ -186,13 +186,13 @@ void DeviceCommDirectory::warm_up() {
   }
 }
 
-DeviceCommunicator& DeviceCommDirectory::group(const std::string& dim, DeviceStream stream) {
+DeviceCommunicator& DeviceCommDirectory::group(ParallelDim dim, DeviceStream stream) {
   const auto it = groups_.find({dim, stream});
   if (it == groups_.end()) {
     throw Error(ErrorCode::kInternal,
                 fmt::format("no NCCL communicator for group {} on the {} stream (the device "
                             "setup created none)",
-                            dim, device_stream_name(stream)));
+                            parallel_dim_name(dim), device_stream_name(stream)));
   }
   return *it->second;
 }

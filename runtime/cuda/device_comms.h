@@ -128,9 +128,9 @@ class DeviceCommDirectory {
   DeviceCommDirectory(const DeviceCommDirectory&) = delete;
   DeviceCommDirectory& operator=(const DeviceCommDirectory&) = delete;
 
-  /// The communicator of dimension `dim` ("tp", ...) for `stream`; Error(kInternal) when
-  /// the setup did not create it.
-  DeviceCommunicator& group(const std::string& dim, DeviceStream stream);
+  /// The communicator of dimension `dim` for `stream`; Error(kInternal) when the setup did
+  /// not create it.
+  DeviceCommunicator& group(ParallelDim dim, DeviceStream stream);
   /// The channel this rank sends to `peer` on / receives from `peer` on; Error(kInternal)
   /// when there is none.
   DeviceCommunicator& channel_to(int64_t peer);
@@ -157,7 +157,7 @@ class DeviceCommDirectory {
   std::vector<ChannelPair> channels_;
   std::map<ExecutionMode, ReceiveOrders> receive_orders_;
   std::vector<std::unique_ptr<DeviceCommunicator>> created_;  // creation order = destroy order
-  std::map<std::pair<std::string, DeviceStream>, DeviceCommunicator*> groups_;
+  std::map<std::pair<ParallelDim, DeviceStream>, DeviceCommunicator*> groups_;
   std::map<int64_t, DeviceCommunicator*> to_;
   std::map<int64_t, DeviceCommunicator*> from_;
 };

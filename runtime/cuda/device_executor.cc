@@ -91,7 +91,7 @@ class DeviceExecution {
           switch (instruction.kind) {
             case InstructionKind::kCollective:
               if (!instruction.group) return nullptr;
-              return &comms_.group(parallel_dim_name(*instruction.group), stream_of_op[index]);
+              return &comms_.group(*instruction.group, stream_of_op[index]);
             case InstructionKind::kSend:
               return &comms_.channel_to(instruction.peer);
             case InstructionKind::kRecv:

@@ -22,20 +22,6 @@ void merge(Clock& into, const Clock& other) {
 
 }  // namespace
 
-const char* device_stream_name(DeviceStream stream) {
-  switch (stream) {
-    case DeviceStream::kCompute:
-      return "compute";
-    case DeviceStream::kLocalComm:
-      return "local_comm";
-    case DeviceStream::kCrossComm:
-      return "cross_comm";
-    case DeviceStream::kReceive:
-      return "receive";
-  }
-  return "?";
-}
-
 bool device_stream_high_priority(DeviceStream stream) { return stream != DeviceStream::kCompute; }
 
 DeviceStream stream_of(const Instruction& instruction) {

@@ -42,7 +42,12 @@ namespace dhelix::rt {
 /// The streams of one rank, in index order.
 enum class DeviceStream { kCompute = 0, kLocalComm = 1, kCrossComm = 2, kReceive = 3 };
 inline constexpr int kNumDeviceStreams = 4;
-const char* device_stream_name(DeviceStream stream);  ///< "compute", "local_comm", ...
+inline constexpr EnumNames<DeviceStream, kNumDeviceStreams> kDeviceStreamNames{
+    {"compute", "local_comm", "cross_comm", "receive"}};
+/// "compute", "local_comm", "cross_comm", "receive".
+constexpr const char* device_stream_name(DeviceStream stream) {
+  return kDeviceStreamNames.name(stream);
+}
 /// Whether the stream is created with the device's greatest priority (comm streams).
 bool device_stream_high_priority(DeviceStream stream);
 

@@ -24,11 +24,13 @@
 #include "lib/plan/plan_reader.h"
 #include "lib/plan/rank_program.h"
 #include "lib/provenance.h"
+#include "runtime/comm/mpi_communicator.h"
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/comm/mpi_wait.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/rank_agreement.h"
 #include "runtime/train/rank_comms.h"
 #include "runtime/train/run_guards.h"
 #include "runtime/train/run_trace.h"
@@ -145,7 +147,11 @@ class Trainer {
  public:
   Trainer(const TrainOptions& options, const MpiEnvironment& mpi, const EngineFactory& factory,
           std::ostream& out)
-      : options_(options), out_(out), rank_(mpi.world_rank()), world_size_(mpi.world_size()) {
+      : options_(options),
+        out_(out),
+        rank_(mpi.world_rank()),
+        world_size_(mpi.world_size()),
+        world_(std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world")) {
     // Reading inputs, lowering the program and building the model are local: any of them
     // may fail on some ranks only, so the ranks agree before their first collective.
     std::exception_ptr failure;
@@ -155,7 +161,7 @@ class Trainer {
     } catch (const Error&) {
       failure = std::current_exception();
     }
-    agree_on_setup(failure);
+    agree_on_setup(*world_, failure);
     compute_cpu_ = compute_cpu(options_.pin_compute);
     groups_ = std::make_unique<ProcessGroups>(*placement_, rank_);
     comms_ = std::make_unique<RankComms>(*groups_);
@@ -166,7 +172,6 @@ class Trainer {
 
  private:
   void read_inputs();
-  void agree_on_setup(std::exception_ptr failure);
   void build_engine(const EngineFactory& factory);
   int64_t micro_batches() const { return plan_.num_micro_batches; }
   int64_t global_tokens() const {
@@ -190,6 +195,9 @@ class Trainer {
   std::ostream& out_;
   int64_t rank_;
   int64_t world_size_;
+  // MPI_COMM_WORLD, for the agreements of rank_agreement.h on the main thread (the process
+  // groups do not exist yet at the first one).
+  std::unique_ptr<Communicator> world_;
   std::string plan_bytes_;
   Plan plan_;
   JobSpec job_;
@@ -250,23 +258,6 @@ void Trainer::read_inputs() {
   }
   tokens_ = std::make_unique<TokenSource>(load_tokens(options_, job_));
   coordinates_ = placement_->coordinates(rank_);
-}
-
-// One all-reduce over the world before any other communication: if any rank failed to
-// read its inputs, every rank stops here, and no rank is left waiting in a collective.
-void Trainer::agree_on_setup(std::exception_ptr failure) {
-  int failed = failure ? 1 : 0;
-  int any_failed = 0;
-  check_mpi(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
-            "MPI_Allreduce");
-  if (any_failed == 0) return;
-  if (!failure)
-    throw SetupFailure(ErrorCode::kInvalidInput, "stopped: another rank failed to start");
-  try {
-    std::rethrow_exception(failure);
-  } catch (const Error& error) {
-    throw SetupFailure(error.code(), error.what());
-  }
 }
 
 void Trainer::build_engine(const EngineFactory& factory) {
@@ -452,10 +443,7 @@ bool Trainer::stop_if_not_finite(int64_t step) {
       problem = *gradient + fmt::format(" after micro-batches 0..{}", micro_batches() - 1);
     }
   }
-  int bad = problem ? 1 : 0;
-  int any_bad = 0;
-  check_mpi(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
-  if (any_bad == 0) return false;
+  if (!any_rank(*world_, problem.has_value())) return false;
   if (problem) {
     std::cerr << fmt::format("dhelix-run: error: step {}: rank {}: {}\n", step + 1, rank_,
                              *problem);
@@ -480,10 +468,7 @@ bool Trainer::state_is_finite(int64_t completed_steps, const std::vector<NamedTe
       }
     }
   }
-  int bad = problem ? 1 : 0;
-  int any_bad = 0;
-  check_mpi(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
-  if (any_bad == 0) return true;
+  if (!any_rank(*world_, problem.has_value())) return true;
   if (problem) {
     std::cerr << fmt::format("dhelix-run: error: after step {}: rank {}: {}\n", completed_steps,
                              rank_, *problem);
@@ -537,10 +522,7 @@ std::string Trainer::set_aside_diverged_checkpoint(int64_t bad_step) {
 // After a completed step: whether any rank was sent SIGINT or SIGTERM. If so, every rank
 // writes a checkpoint (unless one was just written) and the run ends with 128 + signal.
 int Trainer::stop_for_signal(int64_t completed_steps, bool checkpointed) {
-  int signal = StopSignals::received();
-  int any_signal = 0;
-  check_mpi(MPI_Allreduce(&signal, &any_signal, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
-            "MPI_Allreduce");
+  const int any_signal = static_cast<int>(world_->all_reduce_max(StopSignals::received()));
   if (any_signal == 0) return 0;
   const bool saving = !options_.checkpoint_dir.empty();
   if (saving && !checkpointed) save_checkpoint(completed_steps, engine_->state());

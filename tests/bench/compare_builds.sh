@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the same benchmark binary of two builds alternately, ROUNDS times each (default 3),
-# and prints for every benchmark the median real time of each build and their ratio
-# (NEW / OLD: below 1 is faster). Alternating in one run keeps the two builds under the
-# same load, which a noisy shared machine otherwise makes incomparable.
+# and prints for every benchmark the median CPU time of each build and their ratio
+# (NEW / OLD: below 1 is faster). CPU time, not wall time: on a machine other jobs load,
+# waiting for a core is not the code's time. Alternating in one run keeps the two builds
+# under the same load (caches, frequency), which a noisy machine otherwise makes
+# incomparable.
 # Usage: compare_builds.sh OLD_BINARY NEW_BINARY [ROUNDS] [benchmark filter]
 #   e.g. tests/bench/compare_builds.sh ../base/build/tests/bench/dhelix_plan_bench \
 #          build/tests/bench/dhelix_plan_bench 3
@@ -24,10 +26,10 @@ def times(which):
     out = {}
     for r in range(rounds):
         for b in json.load(open(f"{scratch}/{which}.{r}.json"))["benchmarks"]:
-            out.setdefault(b["name"], []).append((b["real_time"], b["time_unit"]))
+            out.setdefault(b["name"], []).append((b["cpu_time"], b["time_unit"]))
     return out
 old, new = times("old"), times("new")
-print(f"{'benchmark':48} {'old':>12} {'new':>12} {'new/old':>8}")
+print(f"{'benchmark (median CPU time)':48} {'old':>12} {'new':>12} {'new/old':>8}")
 for name in old:
     if name not in new:
         continue

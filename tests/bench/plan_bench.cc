@@ -4,7 +4,7 @@
 //   - lowering of one rank of that plan, co-executed and sequential;
 //   - the whole check of the tiny TP2 + PP2 plan.
 // tests/bench/compare_builds.sh runs this benchmark of two builds (e.g. before and after a
-// change) alternately in one run and prints their ratios; docs/plan-check.md records them.
+// change) alternately in one run and prints their ratios; docs/design.md records them.
 // To compare with a build from before lib/plan/ existed, build a copy of this file there with
 // the headers' old paths (lib/plan_check.h, ...).
 #include <benchmark/benchmark.h>

@@ -137,13 +137,13 @@ inline Plan fixture_plan() {
   };
   plan.stages = {s0, s1};
   PlanScheme dhelix_scheme;
-  dhelix_scheme.scheme = "dhelix";
-  dhelix_scheme.shape = "w";
+  dhelix_scheme.scheme = PipelineScheme::kDHelix;
+  dhelix_scheme.shape = PipelineShape::kW;
   dhelix_scheme.iteration_us = 470;
   dhelix_scheme.speedup_vs_megatron = 520.0 / 470.0;
   PlanScheme megatron = dhelix_scheme;
-  megatron.scheme = "megatron-1f1b";
-  megatron.shape = "1f1b";
+  megatron.scheme = PipelineScheme::kMegatron1F1B;
+  megatron.shape = PipelineShape::kOneFOneB;
   megatron.iteration_us = 520;
   megatron.speedup_vs_megatron = 1;
   plan.schemes = {dhelix_scheme, megatron};

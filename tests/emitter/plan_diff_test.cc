@@ -18,15 +18,15 @@ PlanBlock block(std::vector<std::string> forward, std::vector<std::string> backw
   return out;
 }
 
-PlanScheme scheme(const std::string& name, double iteration_us) {
+PlanScheme scheme(PipelineScheme name, double iteration_us) {
   PlanScheme out;
   out.scheme = name;
-  out.shape = name == "megatron-1f1b" ? "1f1b" : "w";
+  out.shape = name == PipelineScheme::kMegatron1F1B ? PipelineShape::kOneFOneB : PipelineShape::kW;
   out.iteration_us = iteration_us;
   out.tflops_per_gpu = 100;
   out.mfu = 0.5;
-  for (const std::string& type : plan_comm_types()) out.comm.push_back({type, 0, 0});
-  out.comm[0] = {"tp", 10000, 4100};
+  for (ParallelDim type : kParallelDimNames.values()) out.comm.push_back({type, 0, 0});
+  out.comm[0] = {ParallelDim::kTp, 10000, 4100};
   out.memory.push_back({0, 1000, 2000, 3000, 4000, 10000});
   return out;
 }
@@ -48,8 +48,9 @@ Plan small_plan() {
   plan.pairings = {pairing};
   PlanStage stage;
   plan.stages = {stage};
-  plan.schemes = {scheme("dhelix", 100000), scheme("wavelet+", 110000),
-                  scheme("intra-batch", 120000), scheme("megatron-1f1b", 130000)};
+  plan.schemes = {
+      scheme(PipelineScheme::kDHelix, 100000), scheme(PipelineScheme::kWaveletPlus, 110000),
+      scheme(PipelineScheme::kIntraBatch, 120000), scheme(PipelineScheme::kMegatron1F1B, 130000)};
   return plan;
 }
 
@@ -82,7 +83,7 @@ TEST(PlanDiff, IdenticalPlansHaveNoDifferences) {
     EXPECT_EQ(b.index_a, b.index_b);
   }
   ASSERT_EQ(diff.schemes.size(), 4u);
-  EXPECT_EQ(diff.schemes[3].scheme, "megatron-1f1b");
+  EXPECT_EQ(diff.schemes[3].scheme, PipelineScheme::kMegatron1F1B);
 }
 
 std::string golden_plan(const std::string& name) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "emitter/plan_report_rows.h"
 #include "lib/error.h"
 #include "lib/plan/plan_reader.h"
 #include "tests/emitter/picture_fixture.h"
@@ -43,7 +44,11 @@ Plan report_plan() {
   dhelix.tflops_per_gpu = 100.5;
   dhelix.mfu = 0.5;
   dhelix.bubble_ratio = 0.1;
-  dhelix.comm = {{"tp", 8000, 2500}, {"cp", 0, 0}, {"ep", 0, 0}, {"dp", 0, 1500}, {"pp", 0, 0}};
+  dhelix.comm = {{ParallelDim::kTp, 8000, 2500},
+                 {ParallelDim::kCp, 0, 0},
+                 {ParallelDim::kEp, 0, 0},
+                 {ParallelDim::kDp, 0, 1500},
+                 {ParallelDim::kPp, 0, 0}};
   dhelix.memory = {stage_memory(0, 1024, 2048, 512, 1536), stage_memory(1, 1024, 2048, 512, 512)};
   PlanScheme& megatron = plan.schemes[1];
   megatron.iteration_us = 520000;
@@ -51,7 +56,11 @@ Plan report_plan() {
   megatron.mfu = 0.45;
   megatron.bubble_ratio = 0.25;
   megatron.fits = false;
-  megatron.comm = {{"tp", 0, 10500}, {"cp", 0, 0}, {"ep", 0, 0}, {"dp", 0, 0}, {"pp", 0, 0}};
+  megatron.comm = {{ParallelDim::kTp, 0, 10500},
+                   {ParallelDim::kCp, 0, 0},
+                   {ParallelDim::kEp, 0, 0},
+                   {ParallelDim::kDp, 0, 0},
+                   {ParallelDim::kPp, 0, 0}};
   megatron.memory = {stage_memory(0, 1024, 2048, 512, 2560), stage_memory(1, 1024, 2048, 512, 0)};
   return plan;
 }
@@ -75,6 +84,31 @@ TEST(PlanReport, ParsesFormatNames) {
   EXPECT_EQ(parse_report_format("JSON"), std::nullopt);
   EXPECT_EQ(parse_report_format(""), std::nullopt);
   EXPECT_STREQ(report_format_name(ReportFormat::kMarkdown), "markdown");
+}
+
+TEST(PlanReport, RowsHoldTheFiguresOnceForEveryForm) {
+  const report_detail::ReportRows rows = report_detail::report_rows(report_plan());
+  EXPECT_EQ(rows.gpus, 4);
+  EXPECT_EQ(rows.stages, 2);
+  ASSERT_EQ(rows.schemes.size(), 2u);
+  EXPECT_EQ(rows.schemes[0].scheme, PipelineScheme::kDHelix);
+  EXPECT_DOUBLE_EQ(rows.schemes[0].exposed_comm_us, 4000);  // tp 2500 + dp 1500
+  EXPECT_EQ(rows.schemes[1].scheme, PipelineScheme::kMegatron1F1B);
+  EXPECT_DOUBLE_EQ(rows.schemes[1].exposed_comm_us, 10500);
+  ASSERT_EQ(rows.pairings.size(), 1u);
+  EXPECT_EQ(rows.pairings[0].stages, (std::vector<int64_t>{0, 1}));
+  ASSERT_TRUE(rows.dhelix_memory.has_value());
+  EXPECT_EQ(rows.dhelix_memory->size(), 2u);
+  ASSERT_TRUE(rows.si.has_value());
+  EXPECT_EQ(rows.si->blocks.size(), 2u);
+  // Text and markdown show the same cells.
+  EXPECT_EQ(report_detail::scheme_cells(rows.schemes[0]),
+            (std::vector<std::string>{"dhelix", "0.470 s", "100.5", "50.0%", "10.0%", "4.0 ms",
+                                      "1.11x", "yes"}));
+  // Without the dhelix scheme there is no memory breakdown.
+  Plan plan = report_plan();
+  plan.schemes.erase(plan.schemes.begin());
+  EXPECT_FALSE(report_detail::report_rows(plan).dhelix_memory.has_value());
 }
 
 TEST(PlanReport, TextIsExact) {

@@ -15,7 +15,7 @@
 #include "profiler/cuda/cuda_device.h"
 #include "profiler/cuda/cuda_op_runner.h"
 #include "profiler/cuda/cuda_timer.h"
-#include "profiler/cuda/timing_stats.h"
+#include "profiler/sampling.h"
 #include "runtime/cuda/cuda_check.h"
 
 namespace dhelix::cuda_profile {
@@ -68,7 +68,7 @@ struct CopyOp {
   void* to_ = nullptr;
 };
 
-double median(std::vector<double> values) { return summarize(std::move(values)).median_us; }
+double median(std::vector<double> values) { return sampling::median(std::move(values)); }
 
 TEST(CudaProfilerDevice, SoloTimesGrowWithTheWork) {
   SKIP_WITHOUT_DEVICE();

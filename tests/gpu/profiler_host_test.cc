@@ -1,6 +1,6 @@
-// Host-side logic of the cuda profiler backend (profiler/cuda/): statistics, device choice,
-// node layout, NCCL set-up order, progress text, operand bytes and launch plans. Runs on
-// machines without a GPU.
+// Host-side logic of the cuda profiler backend (profiler/cuda/): device choice, node layout,
+// NCCL set-up order, progress text, operand bytes and launch plans. Runs on machines without
+// a GPU. Its statistics are profiler/sampling.h's: tests/profiler/sampling_test.cc.
 
 #include <gtest/gtest.h>
 
@@ -14,16 +14,9 @@
 #include "lib/job_reader.h"
 #include "profiler/cuda/cuda_op_plan.h"
 #include "profiler/cuda/cuda_setup.h"
-#include "profiler/cuda/timing_stats.h"
 
 namespace dhelix::cuda_profile {
 namespace {
-
-std::vector<double> one_to(int n) {
-  std::vector<double> values;
-  for (int i = 1; i <= n; ++i) values.push_back(i);
-  return values;
-}
 
 std::string error_text(const std::function<void()>& body) {
   try {
@@ -32,77 +25,6 @@ std::string error_text(const std::function<void()>& body) {
     return error.what();
   }
   return "<no error>";
-}
-
-TEST(CudaTimingStats, QuantilesInterpolateBetweenOrderStatistics) {
-  const std::vector<double> sorted = {1, 2, 3, 4};
-  EXPECT_DOUBLE_EQ(quantile(sorted, 0.5), 2.5);
-  EXPECT_DOUBLE_EQ(quantile(sorted, 0.1), 1.3);
-  EXPECT_DOUBLE_EQ(quantile(sorted, 0.9), 3.7);
-  EXPECT_DOUBLE_EQ(quantile(sorted, 0.0), 1);
-  EXPECT_DOUBLE_EQ(quantile(sorted, 1.0), 4);
-}
-
-TEST(CudaTimingStats, MedianIntervalUsesOrderStatistics) {
-  // n = 100: r = floor((100 - 19.6) / 2) = 40, s = ceil(1 + 119.6 / 2) = 61 (1-based).
-  const MedianInterval hundred = median_confidence_interval(one_to(100));
-  EXPECT_DOUBLE_EQ(hundred.low, 40);
-  EXPECT_DOUBLE_EQ(hundred.high, 61);
-  // n = 10: r = floor(1.90) = 1, s = ceil(9.10) = 10: the whole sample.
-  const MedianInterval ten = median_confidence_interval(one_to(10));
-  EXPECT_DOUBLE_EQ(ten.low, 1);
-  EXPECT_DOUBLE_EQ(ten.high, 10);
-  // n = 1: clamped to the one sample.
-  const MedianInterval one = median_confidence_interval({7});
-  EXPECT_DOUBLE_EQ(one.low, 7);
-  EXPECT_DOUBLE_EQ(one.high, 7);
-}
-
-TEST(CudaTimingStats, RelativeHalfWidth) {
-  // 1..100: median 50.5, interval [40, 61]: 21 / 101.
-  EXPECT_DOUBLE_EQ(relative_ci_half_width(one_to(100)), 21.0 / 101.0);
-  EXPECT_DOUBLE_EQ(relative_ci_half_width({0, 0, 0}), 0);
-}
-
-TEST(CudaTimingStats, SamplesToAddFollowsThePolicy) {
-  const SamplingPolicy policy{
-      .warmup = 2, .min_samples = 5, .max_samples = 12, .batch = 4, .target_relative_ci = 0.01};
-  EXPECT_EQ(samples_to_add({}, policy), 5);
-  EXPECT_EQ(samples_to_add({10, 10}, policy), 3);
-  // Five equal samples: interval of width 0, done.
-  EXPECT_EQ(samples_to_add({10, 10, 10, 10, 10}, policy), 0);
-  // Spread 1..10: half width 4.5 / 5.5, more needed, one batch.
-  EXPECT_EQ(samples_to_add(one_to(10), policy), 2);  // capped by max_samples - n = 2
-  EXPECT_EQ(samples_to_add(one_to(6), policy), 4);
-  EXPECT_EQ(samples_to_add(one_to(12), policy), 0);  // at the cap
-}
-
-TEST(CudaTimingStats, OutliersBeyondFiveScaledMads) {
-  // Median 10, MAD 1 (scaled 1.4826): limit 7.413 from the median.
-  const OutlierSplit split = remove_outliers({9, 10, 11, 10, 9, 11, 10, 10, 100, 17.5, 17.3});
-  EXPECT_EQ(split.outliers, 2);  // 100 and 17.5; 17.3 is 7.3 away and stays
-  EXPECT_EQ(split.kept, (std::vector<double>{9, 10, 11, 10, 9, 11, 10, 10, 17.3}));
-}
-
-TEST(CudaTimingStats, IdenticalSamplesKeepANearbyValue) {
-  // MAD 0 is floored at 1 % of the median: limit 5 x 1.4826 x 1 = 7.413.
-  const OutlierSplit split = remove_outliers({100, 100, 100, 100, 105, 108});
-  EXPECT_EQ(split.outliers, 1);
-  EXPECT_EQ(split.kept, (std::vector<double>{100, 100, 100, 100, 105}));
-}
-
-TEST(CudaTimingStats, SummaryAndRankSpread) {
-  const TimeStats stats = summarize({4, 1, 3, 2});
-  EXPECT_DOUBLE_EQ(stats.median_us, 2.5);
-  EXPECT_DOUBLE_EQ(stats.p10_us, 1.3);
-  EXPECT_DOUBLE_EQ(stats.p90_us, 3.7);
-  EXPECT_DOUBLE_EQ(stats.min_us, 1);
-  EXPECT_DOUBLE_EQ(stats.max_us, 4);
-  const RankSpread spread = rank_spread({10, 12, 11, 12});
-  EXPECT_DOUBLE_EQ(spread.min_us, 10);
-  EXPECT_DOUBLE_EQ(spread.median_us, 11.5);
-  EXPECT_DOUBLE_EQ(spread.max_us, 12);
-  EXPECT_EQ(spread.slowest_rank, 1);
 }
 
 TEST(CudaSetup, WorldSizeIsEveryGpuOfTheJob) {

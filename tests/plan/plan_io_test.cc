@@ -81,14 +81,16 @@ Plan small_plan() {
   plan.stages = {stage};
   plan.memory_budget = {
       .gpu = "A40", .capacity_bytes = 100, .reserve_bytes = 10, .usable_bytes = 90};
-  for (const std::string& name : plan_scheme_names()) {
+  for (PipelineScheme name : kPipelineSchemeNames.values()) {
     PlanScheme s;
     s.scheme = name;
-    s.shape = name == "dhelix" || name == "wavelet+" ? "w" : "1f1b";
+    s.shape = name == PipelineScheme::kDHelix || name == PipelineScheme::kWaveletPlus
+                  ? PipelineShape::kW
+                  : PipelineShape::kOneFOneB;
     s.iteration_us = 12;
     s.bubble_ratio = 0.1234567;
     s.speedup_vs_megatron = 1;
-    for (const std::string& type : plan_comm_types()) s.comm.push_back({.type = type});
+    for (ParallelDim type : kParallelDimNames.values()) s.comm.push_back({.type = type});
     s.memory = {{.stage = 0, .weight_bytes = 1, .total_bytes = 1}};
     plan.schemes.push_back(s);
   }

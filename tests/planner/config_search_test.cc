@@ -174,7 +174,7 @@ TEST(ConfigSearch, BestConfigurationPlansWithTheReportedFigures) {
   plan_request.profile = &profile;
   plan_request.unprofiled_op_time_us = [&job](const Op& op) { return op_time_us(job.cluster, op); };
   const Plan plan = build_plan(plan_request).plan;
-  EXPECT_EQ(plan.find_scheme("dhelix")->iteration_us, best->dhelix.iteration_us);
+  EXPECT_EQ(plan.find_scheme(PipelineScheme::kDHelix)->iteration_us, best->dhelix.iteration_us);
 }
 
 TEST(ConfigSearch, RefusesBadRequests) {

@@ -180,9 +180,9 @@ TEST(MemoryModel, CheckFitsListsEveryTerm) {
   StageMemory small = big;
   small.stage = 1;
   small.activation_bytes = 0;
-  check_fits({small}, budget, "dhelix");  // 60 GiB fits in 74
+  check_fits({small}, budget, PipelineScheme::kDHelix);  // 60 GiB fits in 74
   try {
-    check_fits({big, small}, budget, "dhelix");
+    check_fits({big, small}, budget, PipelineScheme::kDHelix);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInfeasible);

@@ -125,11 +125,11 @@ TEST(PlanBuilder, DhelixHidesAllTpCommunicationOfTheTinyJob) {
   const PlanPairing& pairing = result.plan.pairings[0];
   EXPECT_DOUBLE_EQ(pairing.layer_pair_us, 10.0 * static_cast<double>(compute));
   EXPECT_EQ(pairing.chunk_layers, 1);  // 2 layers folded over 1 stage: chunks of 1
-  const PlanScheme* dhelix = result.plan.find_scheme("dhelix");
-  const PlanScheme* megatron = result.plan.find_scheme("megatron-1f1b");
+  const PlanScheme* dhelix = result.plan.find_scheme(PipelineScheme::kDHelix);
+  const PlanScheme* megatron = result.plan.find_scheme(PipelineScheme::kMegatron1F1B);
   ASSERT_NE(dhelix, nullptr);
   ASSERT_NE(megatron, nullptr);
-  EXPECT_EQ(dhelix->comm[0].type, "tp");
+  EXPECT_EQ(dhelix->comm[0].type, ParallelDim::kTp);
   EXPECT_DOUBLE_EQ(dhelix->comm[0].exposed_us, 10.0);
   EXPECT_DOUBLE_EQ(megatron->comm[0].exposed_us, 4 * 10.0);
   EXPECT_GT(dhelix->comm[0].hidden_us, 0.0);
@@ -264,7 +264,7 @@ TEST(PlanBuilder, PlanThatDoesNotFitIsRefusedUnlessAllowed) {
   ASSERT_FALSE(result.warnings.empty());
   EXPECT_NE(result.warnings[0].find("(--allow-oom: the plan is written anyway)"),
             std::string::npos);
-  EXPECT_FALSE(result.plan.find_scheme("dhelix")->fits);
+  EXPECT_FALSE(result.plan.find_scheme(PipelineScheme::kDHelix)->fits);
   EXPECT_TRUE(result.plan.options.allow_oom);
 }
 

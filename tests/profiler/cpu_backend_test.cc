@@ -25,26 +25,7 @@ JobSpec example_job(const std::string& name) {
   return read_job_file(std::string(DHELIX_SOURCE_DIR) + "/examples/jobs/" + name);
 }
 
-// ---- statistics --------------------------------------------------------------------
-
-TEST(CpuTiming, QuantilesInterpolateBetweenOrderStatistics) {
-  const std::vector<double> sorted = {1, 2, 3, 4};
-  EXPECT_DOUBLE_EQ(quantile(sorted, 0.5), 2.5);
-  EXPECT_DOUBLE_EQ(quantile(sorted, 0.1), 1.3);
-  EXPECT_DOUBLE_EQ(quantile(sorted, 0.9), 3.7);
-  EXPECT_DOUBLE_EQ(quantile(sorted, 0.0), 1);
-  EXPECT_DOUBLE_EQ(quantile(sorted, 1.0), 4);
-  EXPECT_DOUBLE_EQ(quantile({7}, 0.9), 7);
-}
-
-TEST(CpuTiming, SummarySortsTheSamples) {
-  const TimeStats stats = summarize_samples({5, 1, 3});
-  EXPECT_DOUBLE_EQ(stats.median_us, 3);
-  EXPECT_DOUBLE_EQ(stats.p10_us, 1.4);  // 1 + 0.2 * (3 - 1)
-  EXPECT_DOUBLE_EQ(stats.p90_us, 4.6);  // 3 + 0.8 * (5 - 3)
-  EXPECT_DOUBLE_EQ(stats.min_us, 1);
-  EXPECT_DOUBLE_EQ(stats.max_us, 5);
-}
+// ---- sampling --------------------------------------------------------------------
 
 TEST(CpuTiming, SamplesTimeTheBodyOnlyAndDropTheWarmUp) {
   // A fake clock that the body advances by the next duration; before_each costs 100 us,
@@ -174,6 +155,7 @@ class RecordingCommunicator final : public rt::Communicator {
   }
   void all_reduce_sum(float*, int64_t count) override { record("all_reduce", count); }
   void barrier() override {}
+  int64_t all_reduce_max(int64_t value) override { return value; }
   std::unique_ptr<rt::TransferRequest> start_send(const float*, int64_t count, int64_t peer,
                                                   int64_t) override {
     record("send to " + std::to_string(peer), count);

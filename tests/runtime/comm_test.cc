@@ -170,6 +170,17 @@ TEST(CommCollectives, AllReduceHandlesCountsNotDivisibleBySizeAndBelowIt) {
   EXPECT_EQ(untouched[0], 5.0f);
 }
 
+TEST(CommCollectives, AllReduceMaxAgreesOnTheLargestValue) {
+  // What the trainer's agreements use (runtime/train/rank_agreement.h): the largest value,
+  // on every rank; values beyond 32 bits survive.
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  Communicator& world = groups.world(CommSlot::kMain);
+  const int64_t n = world.size(), r = world.rank();
+  EXPECT_EQ(world.all_reduce_max(r), n - 1);
+  EXPECT_EQ(world.all_reduce_max(r == 0 ? int64_t{1} << 40 : -r), int64_t{1} << 40);
+  EXPECT_EQ(world.all_reduce_max(0), 0);
+}
+
 TEST(CommCollectives, GroupOfOneCopiesWithoutMpi) {
   // tp = world size: the dp and pp groups hold one member.
   ProcessGroups groups(placement_of(world_size(), 1, 1), world_rank());

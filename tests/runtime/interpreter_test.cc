@@ -31,10 +31,11 @@ class LoopbackDirectory final : public CommunicatorDirectory {
       : world_(world), placement_(placement), rank_(rank), run_(run) {}
 
   Communicator& group(ParallelDim parsed, StreamClass stream_class) override {
-    const std::string dim = parallel_dim_name(parsed);
-    const std::string stream = stream_class_name(stream_class);
-    auto& slot = groups_[{dim, stream}];
+    auto& slot = groups_[{parsed, stream_class}];
     if (!slot) {
+      // The loopback world matches members by a key string: the group's identity.
+      const std::string dim = parallel_dim_name(parsed);
+      const std::string stream = stream_class_name(stream_class);
       const ProcessGroup g = placement_.group(parsed, rank_);
       slot = world_.communicator(run_ + dim + "/" + stream + "/" + std::to_string(g.ranks[0]),
                                  g.ranks, rank_, dim);
@@ -43,7 +44,7 @@ class LoopbackDirectory final : public CommunicatorDirectory {
   }
 
   Communicator& point_to_point(StreamClass stream_class) override {
-    auto& slot = worlds_[stream_class_name(stream_class)];
+    auto& slot = worlds_[stream_class];
     if (!slot) {
       std::vector<int64_t> all;
       for (int64_t r = 0; r < world_.size(); ++r) all.push_back(r);
@@ -58,8 +59,8 @@ class LoopbackDirectory final : public CommunicatorDirectory {
   const Placement& placement_;
   int64_t rank_;
   std::string run_;
-  std::map<std::pair<std::string, std::string>, std::unique_ptr<Communicator>> groups_;
-  std::map<std::string, std::unique_ptr<Communicator>> worlds_;
+  std::map<std::pair<ParallelDim, StreamClass>, std::unique_ptr<Communicator>> groups_;
+  std::map<StreamClass, std::unique_ptr<Communicator>> worlds_;
 };
 
 struct RankResult {

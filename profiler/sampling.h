@@ -1,35 +1,53 @@
 #pragma once
-// The statistics of the cuda profiler backend, pure host code tested on the CPU: how many
-// samples an op gets, which samples are outliers, and what a set of samples summarises to.
+// The statistics every measuring profiler backend shares (profiler/cpu, profiler/cuda): how
+// many samples an op gets, which samples are outliers, and what a set of samples summarises
+// to. Host code only, no CUDA header: the backends produce samples (microseconds per run)
+// and hand them here, so that the cpu and the cuda profile are summarised by the same math,
+// tested on any machine (tests/profiler/sampling_test.cc).
 //
-// Sampling: `warmup` untimed runs, then batches of samples until the median is known to
-// within ±target_relative_ci (95 % confidence) or `max_samples` is reached, never fewer
-// than `min_samples`. The confidence interval of the median is distribution-free: with n
-// sorted samples x(1) <= ... <= x(n), [x(r), x(s)] with r = floor((n - z sqrt(n)) / 2) and
-// s = ceil(1 + (n + z sqrt(n)) / 2), z = 1.96, clamped to [1, n] (the normal approximation
-// of the binomial order-statistic interval; Conover, "Practical Nonparametric Statistics",
-// section 3.2). For n = 100: [x(40), x(61)].
+// Percentiles interpolate linearly between order statistics (Hyndman and Fan type 7,
+// numpy's default): the q quantile of sorted x[0..n-1] is at position q (n - 1). Worked
+// example, samples {4, 1, 3, 2} sorted to {1, 2, 3, 4}:
+//     median  position 1.5  2 + 0.5 (3 - 2) = 2.5
+//     p10     position 0.3  1 + 0.3 (2 - 1) = 1.3
+//     p90     position 2.7  3 + 0.7 (4 - 3) = 3.7
+//
+// Sampling (the cuda backend): `warmup` untimed runs, then batches of samples until the
+// median is known to within ±target_relative_ci (95 % confidence) or `max_samples` is
+// reached, never fewer than `min_samples`. The confidence interval of the median is
+// distribution-free: with n sorted samples x(1) <= ... <= x(n), [x(r), x(s)] with
+// r = floor((n - z sqrt(n)) / 2) and s = ceil(1 + (n + z sqrt(n)) / 2), z = 1.96, clamped to
+// [1, n] (the normal approximation of the binomial order-statistic interval; Conover,
+// "Practical Nonparametric Statistics", section 3.2). For n = 100: [x(40), x(61)].
 //
 // Outliers: a sample further than kOutlierMads scaled MADs from the median (MAD scaled by
 // 1.4826 to estimate a normal standard deviation), with the MAD floored at 1 % of the
 // median so that a run of identical samples does not turn every other value into an
 // outlier. Outliers (a preempted host thread, an NCCL proxy hiccup) are counted and left out
 // of the summary; the median hardly moves, but min, max, p10 and p90 would.
-//
-// Percentiles interpolate linearly between order statistics (Hyndman and Fan type 7,
-// numpy's default): the q quantile of sorted x[0..n-1] is at position q (n - 1).
 
 #include <cstdint>
 #include <vector>
 
 #include "lib/profile.h"
 
-namespace dhelix::cuda_profile {
+namespace dhelix::sampling {
 
 /// Scaled MADs beyond which a sample is an outlier.
 inline constexpr double kOutlierMads = 5.0;
 /// Normal quantile of the two-sided 95 % confidence interval.
 inline constexpr double kZ95 = 1.959964;
+
+/// The `q` quantile (0 <= q <= 1) of `sorted` (ascending, non-empty; DHELIX_CHECKed), see
+/// the file comment.
+double quantile(const std::vector<double>& sorted, double q);
+
+/// The median of `values` (non-empty, unsorted).
+double median(std::vector<double> values);
+
+/// Median, p10, p90, min and max of `samples_us` (non-empty, unsorted), with no outlier
+/// removal and no rounding.
+TimeStats summarize(std::vector<double> samples_us);
 
 /// How many runs an op (or a pair) gets. Invariants (check_sampling_policy): warmup >= 0,
 /// 1 <= min_samples <= max_samples, batch >= 1, target_relative_ci > 0.
@@ -43,9 +61,6 @@ struct SamplingPolicy {
 
 /// DHELIX_CHECKs the SamplingPolicy invariants.
 void check_sampling_policy(const SamplingPolicy& policy);
-
-/// The `q` quantile (0 <= q <= 1) of `sorted` (ascending, non-empty), see the file comment.
-double quantile(const std::vector<double>& sorted, double q);
 
 /// 95 % confidence interval of the median, as values of `sorted` (ascending, non-empty).
 struct MedianInterval {
@@ -70,10 +85,6 @@ struct OutlierSplit {
 };
 OutlierSplit remove_outliers(const std::vector<double>& samples);
 
-/// Median, p10, p90, min and max of `samples` (non-empty, unsorted), with no outlier removal
-/// and no rounding.
-TimeStats summarize(std::vector<double> samples);
-
 /// Spread of one value over the ranks that measured it (each rank's own median).
 struct RankSpread {
   double min_us = 0, median_us = 0, max_us = 0;
@@ -82,4 +93,4 @@ struct RankSpread {
 /// `per_rank_us[r]` is rank r's value; non-empty.
 RankSpread rank_spread(const std::vector<double>& per_rank_us);
 
-}  // namespace dhelix::cuda_profile
+}  // namespace dhelix::sampling
