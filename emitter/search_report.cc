@@ -6,11 +6,15 @@
 
 #include "lib/json_reader.h"
 #include "lib/parallel_spec.h"
+#include "lib/plan/plan_kinds.h"
 
 namespace dhelix {
 namespace {
 
 constexpr const char* kSearchReportSchemaVersion = "1.0.0";
+// The two ranked schemes' keys: the plan's own names for them.
+const char* const kDHelix = pipeline_scheme_name(PipelineScheme::kDHelix);
+const char* const kMegatron = pipeline_scheme_name(PipelineScheme::kMegatron1F1B);
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
@@ -101,11 +105,11 @@ OrderedJson config_json(const ConfigOutcome& c) {
   j["status"] = config_status_name(c.status);
   if (!c.reason.empty()) j["reason"] = c.reason;
   if (c.bounds.least_us() > 0) {
-    j["lower_bound_us"] = {{"dhelix", c.bounds.dhelix_us}, {"megatron-1f1b", c.bounds.megatron_us}};
+    j["lower_bound_us"] = {{kDHelix, c.bounds.dhelix_us}, {kMegatron, c.bounds.megatron_us}};
   }
   if (c.status == ConfigStatus::kPlanned) {
-    j["dhelix"] = figures_json(c.dhelix);
-    j["megatron-1f1b"] = figures_json(c.megatron);
+    j[kDHelix] = figures_json(c.dhelix);
+    j[kMegatron] = figures_json(c.megatron);
     OrderedJson baselines = OrderedJson::object();
     for (const auto& [name, figures] : c.baselines) baselines[name] = figures_json(figures);
     j["baselines"] = baselines;
