@@ -209,13 +209,34 @@ DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& param
 
 // The stage's DP time after Megatron's overlap: under one micro-batch's backward (the last)
 // and forward (the next iteration's first) of every chunk the stage holds.
-void set_dp_time(const Context& ctx, const DpTimes& dp, double chunk_count, StageCosts& costs) {
+DpOverlap set_dp_time(const Context& ctx, const DpTimes& dp, double chunk_count,
+                      StageCosts& costs) {
   const ParallelSpec& par = ctx.job->parallel;
   const DpOverlap overlap = overlap_dp(
       dp.reduce_us, dp.gather_us, dp.buckets, costs.backward_chunk_us * chunk_count,
       costs.forward_chunk_us * chunk_count, par.overlap_grad_reduce, par.overlap_param_gather);
   costs.dp_reduce_us = overlap.exposed_us;
   costs.dp_hidden_us = overlap.hidden_us;
+  return overlap;
+}
+
+// What the plan records of a stage's time beside and after its tasks (PlanStagePhases).
+PlanStagePhases stage_phases(const Context& ctx, int64_t stage, const DpTimes& dp,
+                             const DpOverlap& overlap, const StageCosts& costs) {
+  const ParallelSpec& par = ctx.job->parallel;
+  const int64_t rank = ctx.shape_ranks[static_cast<size_t>(stage)];
+  const auto stream = [&](ParallelDim dim) {
+    return ctx.placement.group(dim, rank).scope == GroupScope::kLocal ? StreamClass::kLocalComm
+                                                                      : StreamClass::kCrossComm;
+  };
+  return {.p2p_us = costs.p2p_us,
+          .p2p_stream = stream(ParallelDim::kPp),
+          .dp_reduce_hidden_us = dp.reduce_us - overlap.reduce_exposed_us,
+          .dp_reduce_exposed_us = overlap.reduce_exposed_us,
+          .dp_gather_hidden_us = dp.gather_us - overlap.gather_exposed_us,
+          .dp_gather_exposed_us = overlap.gather_exposed_us,
+          .dp_stream = stream(par.dp > 1 ? ParallelDim::kDp : ParallelDim::kCp),
+          .optimizer_us = costs.optimizer_us};
 }
 
 // ----- the four schemes -----------------------------------------------------------------
@@ -284,8 +305,10 @@ StageCosts layer_chunk_costs(const Context& ctx, PipelineScheme scheme, int64_t 
   return costs;
 }
 
+// Every stage's costs under `scheme`, and what the plan records of each (PlanStagePhases).
 std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
-                                    const ExtraCosts& extras) {
+                                    const ExtraCosts& extras,
+                                    std::vector<PlanStagePhases>& phases) {
   const PipelineShape shape = scheme_shape(scheme);
   const ParallelSpec& par = ctx.job->parallel;
   std::vector<StageCosts> out;
@@ -307,8 +330,9 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
     const auto [layers, up_layers] = stage_chunk_layers(ctx, shape, stage);
     StageCosts costs = layer_chunk_costs(ctx, scheme, stage, layers, up_layers, base);
     // The W's stage holds a down and an up chunk (their sizes differ on an uneven stage 0).
-    set_dp_time(ctx, dp, static_cast<double>(layers + up_layers) / static_cast<double>(layers),
-                costs);
+    const DpOverlap overlap = set_dp_time(
+        ctx, dp, static_cast<double>(layers + up_layers) / static_cast<double>(layers), costs);
+    phases.push_back(stage_phases(ctx, stage, dp, overlap, costs));
     out.push_back(costs);
   }
   return out;
@@ -319,13 +343,14 @@ struct SchemeRun {
   PipelineSchedule schedule;
   PipelineSimulation simulation;
   std::vector<StageMemory> memory;
+  std::vector<PlanStagePhases> phases;  ///< per stage
 };
 
 SchemeRun run_scheme(const Context& ctx, PipelineScheme scheme, const ExtraCosts& extras) {
   SchemeRun run;
   run.scheme = scheme;
   run.schedule = make_schedule(scheme_shape(scheme), ctx.pp, ctx.micro_batches);
-  run.simulation = simulate_pipeline(run.schedule, stage_costs(ctx, scheme, extras));
+  run.simulation = simulate_pipeline(run.schedule, stage_costs(ctx, scheme, extras, run.phases));
   std::vector<int64_t> peaks;
   for (const StageSimulation& s : run.simulation.stages) peaks.push_back(s.peak_activation_bytes);
   run.memory = stage_memory(ctx.job->model, ctx.job->parallel, scheme_shape(scheme),
@@ -456,6 +481,7 @@ std::vector<PlanStage> stage_records(const Context& ctx, const SchemeRun& run) {
     stage.head_loss = s == ctx.folded.head_loss_stage;
     const int64_t n = static_cast<int64_t>(run.schedule.stages[static_cast<size_t>(s)].size());
     for (int64_t i = 0; i < n; ++i) stage.tasks.push_back(task_record(ctx, run, s, i, producer));
+    stage.phases = run.phases[static_cast<size_t>(s)];
     out.push_back(std::move(stage));
   }
   return out;
