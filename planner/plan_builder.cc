@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -102,7 +103,25 @@ std::string shape_key(const LayerDags& dags) {
   return key;
 }
 
-void analyze_stages(Context& ctx) {
+// Steps build_plan reports to PlanRequest::progress.
+class PlanProgress {
+ public:
+  PlanProgress(const PlanRequest& request, int64_t stages, int64_t schemes)
+      : report_(request.progress), total_(stages + schemes + 1) {
+    step(0);
+  }
+  void step(int64_t n = 1) {
+    done_ += n;
+    if (report_) report_(done_, total_);
+  }
+
+ private:
+  const std::function<void(int64_t, int64_t)>& report_;
+  int64_t total_;
+  int64_t done_ = 0;
+};
+
+void analyze_stages(Context& ctx, PlanProgress& progress) {
   std::map<std::string, int64_t> index_of_key;
   for (int64_t rank : ctx.shape_ranks) {
     const std::string key = shape_key(build_layer_dags(*ctx.job, rank));
@@ -118,6 +137,7 @@ void analyze_stages(Context& ctx) {
       }
     }
     ctx.analysis_of_stage.push_back(it->second);
+    progress.step();
   }
 }
 
@@ -541,13 +561,17 @@ PlanResult build_plan(const PlanRequest& request) {
   check_profile_covers(*request.profile, needed_ops(*request.job, ctx.shape_ranks),
                        request.profile_name);
   // 3. Layer-level searches per distinct stage shape.
-  analyze_stages(ctx);
+  constexpr PipelineScheme kSchemes[] = {PipelineScheme::kDHelix, PipelineScheme::kWaveletPlus,
+                                         PipelineScheme::kIntraBatch,
+                                         PipelineScheme::kMegatron1F1B};
+  PlanProgress progress(request, ctx.pp, std::size(kSchemes));
+  analyze_stages(ctx, progress);
   // 4. The four schemes through the pipeline simulator.
   const ExtraCosts extras = extra_costs(ctx);
   std::vector<SchemeRun> runs;
-  for (PipelineScheme scheme : {PipelineScheme::kDHelix, PipelineScheme::kWaveletPlus,
-                                PipelineScheme::kIntraBatch, PipelineScheme::kMegatron1F1B}) {
+  for (PipelineScheme scheme : kSchemes) {
     runs.push_back(run_scheme(ctx, scheme, extras));
+    progress.step();
   }
   // 5. Memory: the dhelix plan must fit.
   PlanResult result;
@@ -587,6 +611,7 @@ PlanResult build_plan(const PlanRequest& request) {
   for (const SchemeRun& run : runs) {
     plan.schemes.push_back(scheme_record(ctx, run, budget, megatron_us));
   }
+  progress.step();
   return result;
 }
 

@@ -50,6 +50,9 @@ struct PlanRequest {
   }();
   /// Segment bound of the cross-layer ("chunk") scope search.
   int64_t cross_layer_max_segment_ops = 8;
+  /// Called with (steps done, steps in all) as planning goes: one step per stage's layer
+  /// search, per scheme simulated, and for the task lists. May be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 /// A plan and what the user should know about it.
