@@ -25,10 +25,11 @@ int64_t stream_tid(StreamClass stream) { return 1 + static_cast<int64_t>(stream)
 bool has_sends(const PlanStage& stage) { return stage.phases && stage.phases->p2p_us > 0; }
 
 bool has_dp(const PlanStage& stage) {
-  return stage.phases && stage.phases->dp_reduce_hidden_us + stage.phases->dp_reduce_exposed_us +
-                                 stage.phases->dp_gather_hidden_us +
-                                 stage.phases->dp_gather_exposed_us >
-                             0;
+  if (!stage.phases) return false;
+  const PlanStagePhases& p = *stage.phases;
+  return p.dp_reduce_hidden_us + p.dp_reduce_exposed_us + p.dp_gather_hidden_us +
+             p.dp_gather_exposed_us >
+         0;
 }
 
 const char* strand_colour(const std::optional<Pass>& strand) {
