@@ -168,7 +168,7 @@ void add_phase_events(const PlanStage& stage, const TraceOptions& options, Order
     events.push_back(slice(phase.name, "iteration_end", pid, kTasksTid, t, t + phase.time_us,
                            phase.colour, args));
     if (std::string(phase.name) == "optimizer step") {
-      events.push_back(slice(phase.name, "extra", pid, stream_tid(StreamClass::kCompute), t,
+      events.push_back(slice(phase.name, "iteration_end", pid, stream_tid(StreamClass::kCompute), t,
                              t + phase.time_us, "olive", args));
     }
     t += phase.time_us;
