@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "emitter/task_expansion.h"
@@ -13,9 +14,23 @@ namespace dhelix {
 namespace {
 
 constexpr int64_t kTasksTid = 0;
+// A stage's pipeline sends and its DP reduction have rows of their own: they run beside the
+// layers' own communication on the same links.
+constexpr int64_t kSendsTid = 4;
+constexpr int64_t kDpTid = 5;
 
 // Thread ids: the task row, then the streams in their enum order.
 int64_t stream_tid(StreamClass stream) { return 1 + static_cast<int64_t>(stream); }
+
+bool has_sends(const PlanStage& stage) { return stage.phases && stage.phases->p2p_us > 0; }
+
+bool has_dp(const PlanStage& stage) {
+  if (!stage.phases) return false;
+  const PlanStagePhases& p = *stage.phases;
+  return p.dp_reduce_hidden_us + p.dp_reduce_exposed_us + p.dp_gather_hidden_us +
+             p.dp_gather_exposed_us >
+         0;
+}
 
 const char* strand_colour(const std::optional<Pass>& strand) {
   if (!strand) return "grey";
@@ -58,10 +73,17 @@ void add_stage_metadata(const PlanStage& stage, OrderedJson& events) {
   events.push_back(metadata("process_sort_index", pid, -1, {{"sort_index", pid}}));
   events.push_back(metadata("thread_name", pid, kTasksTid, {{"name", "tasks"}}));
   events.push_back(metadata("thread_sort_index", pid, kTasksTid, {{"sort_index", kTasksTid}}));
-  for (StreamClass stream : kStreamClassNames.values()) {
-    const int64_t tid = stream_tid(stream);
-    events.push_back(metadata("thread_name", pid, tid, {{"name", stream_title(stream)}}));
+  const auto thread = [&](int64_t tid, const std::string& name) {
+    events.push_back(metadata("thread_name", pid, tid, {{"name", name}}));
     events.push_back(metadata("thread_sort_index", pid, tid, {{"sort_index", tid}}));
+  };
+  for (StreamClass stream : kStreamClassNames.values())
+    thread(stream_tid(stream), stream_title(stream));
+  if (has_sends(stage)) {
+    thread(kSendsTid, fmt::format("{}: pipeline sends", stream_title(stage.phases->p2p_stream)));
+  }
+  if (has_dp(stage)) {
+    thread(kDpTid, fmt::format("{}: DP reduction", stream_title(stage.phases->dp_stream)));
   }
 }
 
@@ -72,7 +94,7 @@ OrderedJson slice(const std::string& name, const char* category, int64_t pid, in
           {"cat", category},
           {"ph", "X"},
           {"ts", ts},
-          {"dur", std::max(0.0, round_time_us(end_us) - ts)},
+          {"dur", round_time_us(std::max(0.0, round_time_us(end_us) - ts))},
           {"pid", pid},
           {"tid", tid},
           {"cname", colour},
@@ -97,7 +119,10 @@ OrderedJson op_args(const PlanTask& task, const ExpandedOp& op) {
   OrderedJson args = {{"task", task.label}, {"micro_batch", op.micro_batch}};
   if (op.layer >= 0) args["layer"] = op.layer;
   if (op.strand) args["strand"] = pass_name(*op.strand);
-  if (op.block >= 0) args["block"] = op.block;
+  if (op.block >= 0) {
+    args["block"] = op.block;
+    args["blocks"] = op.blocks;
+  }
   if (op.group) args["group"] = parallel_dim_name(*op.group);
   if (op.approximate) args["approximate"] = true;
   return args;
@@ -112,6 +137,107 @@ void add_task_events(const Plan& plan, const PlanStage& stage, const PlanTask& t
     events.push_back(slice(op.name, op.strand ? pass_name(*op.strand) : "extra", stage.stage,
                            stream_tid(op.stream), op.start_us, op.end_us, strand_colour(op.strand),
                            op_args(task, op)));
+  }
+}
+
+// ----- beside and after the tasks: DP reduction, optimizer step, pipeline sends ----------
+
+struct TailPhase {
+  const char* name;
+  double time_us;
+  const char* colour;
+};
+
+// After the stage's last task, on the task row (what lengthens the iteration): the exposed
+// DP reduction, the optimizer step (also on the compute row), the exposed parameter gather.
+// On the DP row the whole reduction, its hidden part under the last backwards, and the
+// gather's hidden part under the first forwards.
+void add_phase_events(const PlanStage& stage, const TraceOptions& options, OrderedJson& events) {
+  if (!stage.phases || stage.tasks.empty() || options.micro_batch_limit >= 0) return;
+  const PlanStagePhases& p = *stage.phases;
+  const double first_us = stage.tasks.front().start_us;
+  const double last_us = stage.tasks.back().end_us;
+  const int64_t pid = stage.stage;
+  double t = last_us;
+  for (const TailPhase& phase :
+       {TailPhase{"dp gradient reduction (exposed)", p.dp_reduce_exposed_us, "bad"},
+        TailPhase{"optimizer step", p.optimizer_us, "olive"},
+        TailPhase{"dp parameter gather (exposed)", p.dp_gather_exposed_us, "bad"}}) {
+    if (phase.time_us <= 0) continue;
+    OrderedJson args = {{"phase", phase.name}, {"time_us", round_time_us(phase.time_us)}};
+    events.push_back(slice(phase.name, "iteration_end", pid, kTasksTid, t, t + phase.time_us,
+                           phase.colour, args));
+    if (std::string(phase.name) == "optimizer step") {
+      events.push_back(slice(phase.name, "iteration_end", pid, stream_tid(StreamClass::kCompute), t,
+                             t + phase.time_us, "olive", args));
+    }
+    t += phase.time_us;
+  }
+  if (!has_dp(stage)) return;
+  const double reduce_start_us = last_us - p.dp_reduce_hidden_us;
+  if (p.dp_gather_hidden_us > 0) {
+    events.push_back(
+        slice("dp parameter gather (hidden)", "dp", pid, kDpTid, first_us,
+              std::min(first_us + p.dp_gather_hidden_us, reduce_start_us), "good",
+              {{"hidden_us", round_time_us(p.dp_gather_hidden_us)},
+               {"note", "the parameters of the step before, under the first forwards"}}));
+  }
+  const double reduce_us = p.dp_reduce_hidden_us + p.dp_reduce_exposed_us;
+  if (reduce_us > 0) {
+    events.push_back(slice("dp gradient reduction", "dp", pid, kDpTid, reduce_start_us,
+                           last_us + p.dp_reduce_exposed_us, "good",
+                           {{"hidden_us", round_time_us(p.dp_reduce_hidden_us)},
+                            {"exposed_us", round_time_us(p.dp_reduce_exposed_us)}}));
+  }
+  if (p.dp_gather_exposed_us > 0) {
+    const double at = last_us + p.dp_reduce_exposed_us + p.optimizer_us;
+    events.push_back(slice("dp parameter gather", "dp", pid, kDpTid, at,
+                           at + p.dp_gather_exposed_us, "bad",
+                           {{"exposed_us", round_time_us(p.dp_gather_exposed_us)}}));
+  }
+}
+
+const PlanTask* find_task(const Plan& plan, const PlanTaskRef& ref);
+
+// One slice per task whose results another stage waits for, from its end for the sender's
+// p2p time (the pipeline simulator's model), naming the receivers; a send that would start
+// before the previous one ended joins it, so that the row never overlaps itself.
+void add_sends(const Plan& plan, const TraceOptions& options, OrderedJson& events) {
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::string>> receivers;
+  for (const PlanStage& stage : plan.stages) {
+    for (const PlanTask& task : stage.tasks) {
+      if (!task_kept(task, options)) continue;
+      for (const PlanTaskRef& ref : task.waits_for) {
+        const PlanTask* producer = find_task(plan, ref);
+        if (producer == nullptr || !task_kept(*producer, options)) continue;
+        receivers[{ref.stage, ref.task}].push_back(
+            fmt::format("stage {} {}", stage.stage, task.label));
+      }
+    }
+  }
+  std::map<int64_t, std::vector<OrderedJson>> rows;
+  for (const auto& [ref, to] : receivers) {
+    const PlanStage& stage = plan.stages[static_cast<size_t>(ref.first)];
+    if (!has_sends(stage)) continue;
+    const PlanTask& task = stage.tasks[static_cast<size_t>(ref.second)];
+    std::vector<OrderedJson>& row = rows[stage.stage];
+    const double start = round_time_us(task.end_us);
+    const double end = round_time_us(task.end_us + stage.phases->p2p_us);
+    if (!row.empty()) {
+      OrderedJson& last = row.back();
+      const double last_end = last["ts"].get<double>() + last["dur"].get<double>();
+      if (start < last_end) {
+        last["dur"] = round_time_us(std::max(last_end, end) - last["ts"].get<double>());
+        for (const std::string& r : to) last["args"]["to"].push_back(r);
+        continue;
+      }
+    }
+    row.push_back(slice("p2p send", "p2p", stage.stage, kSendsTid, task.end_us,
+                        task.end_us + stage.phases->p2p_us, "generic_work",
+                        {{"task", task.label}, {"to", to}}));
+  }
+  for (auto& [stage, row] : rows) {
+    for (OrderedJson& e : row) events.push_back(std::move(e));
   }
 }
 
@@ -164,7 +290,11 @@ OrderedJson other_data(const Plan& plan) {
   data["schemes"] = std::move(schemes);
   data["note"] =
       "ops of forward-only and backward-only tasks (args.approximate) are laid out from solo "
-      "times; baselines have no timeline in a plan";
+      "times; after each stage's last task come its exposed DP reduction, optimizer step and "
+      "exposed parameter gather, ending at the dhelix iteration time on the slowest stage; "
+      "baselines have no timeline in a plan";
+  const PlanScheme* dhelix = plan.find_scheme("dhelix");
+  if (dhelix != nullptr) data["iteration_us"] = round_time_us(dhelix->iteration_us);
   return data;
 }
 
@@ -178,6 +308,8 @@ OrderedJson chrome_trace(const Plan& plan, const TraceOptions& options) {
       if (task_kept(task, options)) add_task_events(plan, stage, task, options, events);
     }
   }
+  for (const PlanStage& stage : plan.stages) add_phase_events(stage, options, events);
+  add_sends(plan, options, events);
   add_flows(plan, options, events);
   return {{"traceEvents", std::move(events)},
           {"displayTimeUnit", "ms"},

@@ -26,6 +26,7 @@ constexpr double kCaptionLine = 17;
 constexpr double kTableLine = 15;
 constexpr double kPanelGap = 18;
 constexpr double kOpLabelSize = 10;
+constexpr double kSmallLabelSize = 8;
 
 constexpr const char* kExposedFill = "#d62728";
 
@@ -147,10 +148,85 @@ void draw_op(SvgWriter& svg, const Panel& p, const OpLookup& lookup, const PlanB
       }
     }
   }
-  const std::string label = short_name(t.op);
-  if (text_width_estimate(label, kOpLabelSize) + 4 <= width) {
-    svg.text(x0 + width / 2, y + h / 2 + (compute ? 4 : -2), label, kOpLabelSize,
-             {{"fill", compute ? "white" : "#111"}, {"text-anchor", "middle"}});
+  // The op's name, smaller or without its "gemm_" prefix where the box is narrow; the
+  // hover title names every op.
+  const std::string name = short_name(t.op);
+  const std::string bare = name.starts_with("gemm_") ? name.substr(5) : name;
+  for (const auto& [label, size] : {std::pair{name, kOpLabelSize}, std::pair{name, kSmallLabelSize},
+                                    std::pair{bare, kSmallLabelSize}}) {
+    if (text_width_estimate(label, size) + 4 <= width) {
+      svg.text(x0 + width / 2, y + h / 2 + (compute ? 4 : -2), label, size,
+               {{"fill", compute ? "white" : "#111"}, {"text-anchor", "middle"}});
+      break;
+    }
+  }
+}
+
+// A run of adjacent blocks each narrower than kSliverPx is labelled as one group ("b2-b5"),
+// with its barriers drawn at the run's two edges only: barriers a pixel apart read as one
+// thick line, and a label per block would not fit. A hover box over the run lists each block
+// and its ops.
+constexpr double kSliverPx = 10;
+
+struct BlockGroup {
+  size_t first = 0;
+  size_t last = 0;  // inclusive
+  bool sliver = false;
+};
+
+std::vector<BlockGroup> block_groups(const Panel& p) {
+  std::vector<BlockGroup> out;
+  for (size_t i = 0; i < p.blocks->size(); ++i) {
+    const bool sliver = (*p.blocks)[i].time_us * p.scale < kSliverPx;
+    if (sliver && !out.empty() && out.back().sliver && out.back().last + 1 == i) {
+      out.back().last = i;
+    } else {
+      out.push_back({i, i, sliver});
+    }
+  }
+  return out;
+}
+
+std::string group_name(const BlockGroup& g) {
+  return g.first == g.last ? fmt::format("b{}", g.first) : fmt::format("b{}-b{}", g.first, g.last);
+}
+
+// The hover text of a sliver run: every block with its time and ops.
+std::string group_title(const Panel& p, const BlockGroup& g) {
+  std::string out = fmt::format("{}: {} block{} narrower than the picture can show apart",
+                                group_name(g), g.last - g.first + 1, g.first == g.last ? "" : "s");
+  for (size_t i = g.first; i <= g.last; ++i) {
+    const PlanBlock& block = (*p.blocks)[i];
+    std::string ops;
+    for (const PlanOpTiming& t : block.timings) ops += (ops.empty() ? "" : ", ") + t.op;
+    out += fmt::format("\nb{} ({}): {}", i, format_time_us(block.time_us), ops);
+  }
+  return out;
+}
+
+// Block names and times above the lanes, left to right; a label pushed right of the one
+// before it when they would overlap (a sliver run's label is wider than the run).
+void draw_block_labels(SvgWriter& svg, const Panel& p, const std::vector<BlockGroup>& groups,
+                       const std::vector<double>& starts_us, double top) {
+  double free_x = 0;
+  for (const BlockGroup& g : groups) {
+    const double a = p.x(starts_us[g.first]);
+    const double b = p.x(starts_us[g.last + 1]);
+    const std::string name = group_name(g);
+    const std::string time = format_time_us(starts_us[g.last + 1] - starts_us[g.first]);
+    const double width = std::max(text_width_estimate(name, 11), text_width_estimate(time, 10));
+    if (!g.sliver && width + 4 > b - a) {
+      // A normal block too narrow for its time: its name alone, or nothing (hover the ops).
+      if (text_width_estimate(name, 10) + 2 <= b - a && (a + b) / 2 >= free_x) {
+        svg.text((a + b) / 2, top + 12, name, 10, {{"fill", "#222"}, {"text-anchor", "middle"}});
+        free_x = b;
+      }
+      continue;
+    }
+    const double centre = std::max((a + b) / 2, free_x + width / 2 + 3);
+    svg.text(centre, top + 12, name, 11, {{"fill", "#222"}, {"text-anchor", "middle"}});
+    svg.text(centre, top + 25, time, 10, {{"fill", "#555"}, {"text-anchor", "middle"}});
+    free_x = centre + width / 2 + 3;
   }
 }
 
@@ -163,32 +239,32 @@ void draw_blocks(SvgWriter& svg, const Panel& p, const OpLookup& lookup, double 
     svg.text(kLeft - 8, y + kLaneHeight / 2 + 4, stream_title(stream), 12,
              {{"fill", "#222"}, {"text-anchor", "end"}});
   }
-  double t = 0;
+  std::vector<double> starts_us = {0};
+  for (const PlanBlock& block : *p.blocks) starts_us.push_back(starts_us.back() + block.time_us);
+  const std::vector<BlockGroup> groups = block_groups(p);
+  draw_block_labels(svg, p, groups, starts_us, top);
   for (size_t i = 0; i < p.blocks->size(); ++i) {
-    const PlanBlock& block = (*p.blocks)[i];
-    const double a = p.x(t);
-    const double b = p.x(t + block.time_us);
-    const std::string name = fmt::format("b{}", i + 1);
-    const std::string time = format_time_us(block.time_us);
-    if (text_width_estimate(time, 10) + 4 <= b - a) {
-      svg.text((a + b) / 2, top + 12, name, 11, {{"fill", "#222"}, {"text-anchor", "middle"}});
-      svg.text((a + b) / 2, top + 25, time, 10, {{"fill", "#555"}, {"text-anchor", "middle"}});
-    } else if (text_width_estimate(name, 10) + 2 <= b - a) {
-      svg.text((a + b) / 2, top + 12, name, 10, {{"fill", "#222"}, {"text-anchor", "middle"}});
+    for (const PlanOpTiming& timing : (*p.blocks)[i].timings) {
+      draw_op(svg, p, lookup, (*p.blocks)[i], starts_us[i], timing, lanes_top);
     }
-    for (const PlanOpTiming& timing : block.timings) {
-      draw_op(svg, p, lookup, block, t, timing, lanes_top);
-    }
-    t += block.time_us;
   }
-  // Barriers last, so that they stay visible over the ops.
-  t = 0;
-  for (size_t i = 0; i <= p.blocks->size(); ++i) {
-    const double x = p.x(t);
-    svg.line(x, top + 2, x, lanes_bottom + 2,
+  // Barriers and hover boxes last, so that they stay visible and reachable over the ops.
+  for (const BlockGroup& g : groups) {
+    const double a = p.x(starts_us[g.first]);
+    const double b = p.x(starts_us[g.last + 1]);
+    if (g.sliver) {
+      const double w = std::max(6.0, b - a);
+      svg.rect(
+          (a + b - w) / 2, top + 2, w, lanes_bottom - top,
+          {{"fill", "white"}, {"fill-opacity", "0"}, {"stroke", "#333"}, {"stroke-width", "0.5"}},
+          group_title(p, g));
+    }
+    svg.line(a, top + 2, a, lanes_bottom + 2,
              {{"stroke", "#333"}, {"stroke-width", "1"}, {"stroke-dasharray", "4,3"}});
-    if (i < p.blocks->size()) t += (*p.blocks)[i].time_us;
   }
+  const double end = p.x(starts_us.back());
+  svg.line(end, top + 2, end, lanes_bottom + 2,
+           {{"stroke", "#333"}, {"stroke-width", "1"}, {"stroke-dasharray", "4,3"}});
 }
 
 void draw_axis(SvgWriter& svg, const Panel& p, double y, double total_us) {
@@ -207,7 +283,7 @@ std::string overlap_line(const CommOverlap& o) {
   }
   if (o.hidden_under.size() > 3) under += fmt::format(" +{} more", o.hidden_under.size() - 3);
   return fmt::format("{} {} (b{}, {}): {}", o.strand == Pass::kForward ? "F" : "B",
-                     short_name(o.op), o.block + 1, format_time_us(o.time_us),
+                     short_name(o.op), o.block, format_time_us(o.time_us),
                      under.empty() ? "under no computation" : "under " + under);
 }
 

@@ -54,8 +54,11 @@ double expand_si_block(const PlanPairing& pairing, const OpIndex& index, const P
                     task_pointer(stage, task), forward.layers.count, backward_part.layers.count));
   }
   double block_start_us = start_us;
-  int64_t block_index = 0;
   for (const PlacedBlocks& placed : si_block_sequence(pairing, forward.layers.count)) {
+    const char* blocks = placed.blocks == &pairing.layer_blocks    ? "layer"
+                         : placed.blocks == &pairing.window_blocks ? "window"
+                                                                   : "remainder";
+    int64_t block_index = 0;
     for (const PlanBlock& block : *placed.blocks) {
       for (const PlanOpTiming& timing : block.timings) {
         const auto [k, id] = split_window_op_id(timing.op);
@@ -69,6 +72,7 @@ double expand_si_block(const PlanPairing& pairing, const OpIndex& index, const P
                        .micro_batch = part.micro_batch,
                        .layer = strand_layer(part, backward, placed.first_local_layer + k),
                        .block = block_index,
+                       .blocks = blocks,
                        .start_us = block_start_us + timing.start_us,
                        .end_us = block_start_us + timing.finish_us,
                        .approximate = false});
@@ -101,6 +105,7 @@ double expand_alone(const PlanPairing& pairing, const PlanTask& task, double sta
                      .micro_batch = part.micro_batch,
                      .layer = strand_layer(part, backward, j),
                      .block = -1,
+                     .blocks = "",
                      .start_us = t,
                      .end_us = end_us,
                      .approximate = true});
@@ -118,6 +123,7 @@ ExpandedOp extra_step(std::string name, int64_t micro_batch, double start_us, do
           .micro_batch = micro_batch,
           .layer = -1,
           .block = -1,
+          .blocks = "",
           .start_us = start_us,
           .end_us = end_us,
           .approximate = false};

@@ -43,9 +43,13 @@ struct ExpandedOp {
   std::optional<ParallelDim> group;  ///< communication group; none for compute and extras
   int64_t micro_batch = -1;          ///< -1 for an extra step that belongs to no one micro-batch
   int64_t layer = -1;                ///< absolute layer index; -1 for extra steps
-  int64_t block = -1;        ///< index of the SI block within the task; -1 outside SI blocks
-  double start_us = 0;       ///< absolute predicted start
-  double end_us = 0;         ///< absolute predicted end, >= start_us
+  /// The SI block's number in its template, counted from 0 as the report and the pairing
+  /// picture count them; -1 outside SI blocks.
+  int64_t block = -1;
+  const char* blocks =
+      "";               ///< the template: "layer", "window" or "remainder"; "" outside SI blocks
+  double start_us = 0;  ///< absolute predicted start
+  double end_us = 0;    ///< absolute predicted end, >= start_us
   bool approximate = false;  ///< laid out from solo times (no co-run timing in the plan)
 };
 

@@ -35,6 +35,8 @@ DpOverlap overlap_dp(double reduce_us, double gather_us, int64_t buckets, double
       overlap_grad_reduce ? exposed_after(reduce_us, buckets, backward_window_us) : reduce_us;
   const double gather_exposed =
       overlap_param_gather ? exposed_after(gather_us, buckets, forward_window_us) : gather_us;
+  out.reduce_exposed_us = reduce_exposed;
+  out.gather_exposed_us = gather_exposed;
   out.exposed_us = reduce_exposed + gather_exposed;
   out.hidden_us = reduce_us + gather_us - out.exposed_us;
   return out;

@@ -35,8 +35,10 @@ int64_t megatron_dp_buckets(int64_t parameters, int64_t dp_group_size);
 
 /// One stage's data-parallel time after overlap, microseconds.
 struct DpOverlap {
-  double exposed_us = 0;  ///< what lengthens the iteration
+  double exposed_us = 0;  ///< what lengthens the iteration: reduce_exposed_us + gather_exposed_us
   double hidden_us = 0;   ///< what runs under the backward / forward
+  double reduce_exposed_us = 0;  ///< the gradient reduction's part after the last backward
+  double gather_exposed_us = 0;  ///< the parameter gather's part before the first forward
 };
 
 /// What one stage pays for a gradient reduction of `reduce_us` and a parameter gather of

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -102,7 +103,25 @@ std::string shape_key(const LayerDags& dags) {
   return key;
 }
 
-void analyze_stages(Context& ctx) {
+// Steps build_plan reports to PlanRequest::progress.
+class PlanProgress {
+ public:
+  PlanProgress(const PlanRequest& request, int64_t stages, int64_t schemes)
+      : report_(request.progress), total_(stages + schemes + 1) {
+    step(0);
+  }
+  void step(int64_t n = 1) {
+    done_ += n;
+    if (report_) report_(done_, total_);
+  }
+
+ private:
+  const std::function<void(int64_t, int64_t)>& report_;
+  int64_t total_;
+  int64_t done_ = 0;
+};
+
+void analyze_stages(Context& ctx, PlanProgress& progress) {
   std::map<std::string, int64_t> index_of_key;
   for (int64_t rank : ctx.shape_ranks) {
     const std::string key = shape_key(build_layer_dags(*ctx.job, rank));
@@ -120,6 +139,7 @@ void analyze_stages(Context& ctx) {
       }
     }
     ctx.analysis_of_stage.push_back(it->second);
+    progress.step();
   }
 }
 
@@ -211,13 +231,34 @@ DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& param
 
 // The stage's DP time after Megatron's overlap: under one micro-batch's backward (the last)
 // and forward (the next iteration's first) of every chunk the stage holds.
-void set_dp_time(const Context& ctx, const DpTimes& dp, double chunk_count, StageCosts& costs) {
+DpOverlap set_dp_time(const Context& ctx, const DpTimes& dp, double chunk_count,
+                      StageCosts& costs) {
   const ParallelSpec& par = ctx.job->parallel;
   const DpOverlap overlap = overlap_dp(
       dp.reduce_us, dp.gather_us, dp.buckets, costs.backward_chunk_us * chunk_count,
       costs.forward_chunk_us * chunk_count, par.overlap_grad_reduce, par.overlap_param_gather);
   costs.dp_reduce_us = overlap.exposed_us;
   costs.dp_hidden_us = overlap.hidden_us;
+  return overlap;
+}
+
+// What the plan records of a stage's time beside and after its tasks (PlanStagePhases).
+PlanStagePhases stage_phases(const Context& ctx, int64_t stage, const DpTimes& dp,
+                             const DpOverlap& overlap, const StageCosts& costs) {
+  const ParallelSpec& par = ctx.job->parallel;
+  const int64_t rank = ctx.shape_ranks[static_cast<size_t>(stage)];
+  const auto stream = [&](ParallelDim dim) {
+    return ctx.placement.group(dim, rank).scope == GroupScope::kLocal ? StreamClass::kLocalComm
+                                                                      : StreamClass::kCrossComm;
+  };
+  return {.p2p_us = costs.p2p_us,
+          .p2p_stream = stream(ParallelDim::kPp),
+          .dp_reduce_hidden_us = dp.reduce_us - overlap.reduce_exposed_us,
+          .dp_reduce_exposed_us = overlap.reduce_exposed_us,
+          .dp_gather_hidden_us = dp.gather_us - overlap.gather_exposed_us,
+          .dp_gather_exposed_us = overlap.gather_exposed_us,
+          .dp_stream = stream(par.dp > 1 ? ParallelDim::kDp : ParallelDim::kCp),
+          .optimizer_us = costs.optimizer_us};
 }
 
 // ----- the four schemes -----------------------------------------------------------------
@@ -286,8 +327,10 @@ StageCosts layer_chunk_costs(const Context& ctx, PipelineScheme scheme, int64_t 
   return costs;
 }
 
+// Every stage's costs under `scheme`, and what the plan records of each (PlanStagePhases).
 std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
-                                    const ExtraCosts& extras) {
+                                    const ExtraCosts& extras,
+                                    std::vector<PlanStagePhases>& phases) {
   const PipelineShape shape = scheme_shape(scheme);
   const ParallelSpec& par = ctx.job->parallel;
   std::vector<StageCosts> out;
@@ -309,8 +352,9 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
     const auto [layers, up_layers] = stage_chunk_layers(ctx, shape, stage);
     StageCosts costs = layer_chunk_costs(ctx, scheme, stage, layers, up_layers, base);
     // The W's stage holds a down and an up chunk (their sizes differ on an uneven stage 0).
-    set_dp_time(ctx, dp, static_cast<double>(layers + up_layers) / static_cast<double>(layers),
-                costs);
+    const DpOverlap overlap = set_dp_time(
+        ctx, dp, static_cast<double>(layers + up_layers) / static_cast<double>(layers), costs);
+    phases.push_back(stage_phases(ctx, stage, dp, overlap, costs));
     out.push_back(costs);
   }
   return out;
@@ -321,13 +365,14 @@ struct SchemeRun {
   PipelineSchedule schedule;
   PipelineSimulation simulation;
   std::vector<StageMemory> memory;
+  std::vector<PlanStagePhases> phases;  ///< per stage
 };
 
 SchemeRun run_scheme(const Context& ctx, PipelineScheme scheme, const ExtraCosts& extras) {
   SchemeRun run;
   run.scheme = scheme;
   run.schedule = make_schedule(scheme_shape(scheme), ctx.pp, ctx.micro_batches);
-  run.simulation = simulate_pipeline(run.schedule, stage_costs(ctx, scheme, extras));
+  run.simulation = simulate_pipeline(run.schedule, stage_costs(ctx, scheme, extras, run.phases));
   std::vector<int64_t> peaks;
   for (const StageSimulation& s : run.simulation.stages) peaks.push_back(s.peak_activation_bytes);
   run.memory = stage_memory(ctx.job->model, ctx.job->parallel, scheme_shape(scheme),
@@ -458,6 +503,7 @@ std::vector<PlanStage> stage_records(const Context& ctx, const SchemeRun& run) {
     stage.head_loss = s == ctx.folded.head_loss_stage;
     const int64_t n = static_cast<int64_t>(run.schedule.stages[static_cast<size_t>(s)].size());
     for (int64_t i = 0; i < n; ++i) stage.tasks.push_back(task_record(ctx, run, s, i, producer));
+    stage.phases = run.phases[static_cast<size_t>(s)];
     out.push_back(std::move(stage));
   }
   return out;
@@ -517,13 +563,17 @@ PlanResult build_plan(const PlanRequest& request) {
   check_profile_covers(*request.profile, needed_ops(*request.job, ctx.shape_ranks),
                        request.profile_name);
   // 3. Layer-level searches per distinct stage shape.
-  analyze_stages(ctx);
+  constexpr PipelineScheme kSchemes[] = {PipelineScheme::kDHelix, PipelineScheme::kWaveletPlus,
+                                         PipelineScheme::kIntraBatch,
+                                         PipelineScheme::kMegatron1F1B};
+  PlanProgress progress(request, ctx.pp, std::size(kSchemes));
+  analyze_stages(ctx, progress);
   // 4. The four schemes through the pipeline simulator.
   const ExtraCosts extras = extra_costs(ctx);
   std::vector<SchemeRun> runs;
-  for (PipelineScheme scheme : {PipelineScheme::kDHelix, PipelineScheme::kWaveletPlus,
-                                PipelineScheme::kIntraBatch, PipelineScheme::kMegatron1F1B}) {
+  for (PipelineScheme scheme : kSchemes) {
     runs.push_back(run_scheme(ctx, scheme, extras));
+    progress.step();
   }
   // 5. Memory: the dhelix plan must fit.
   PlanResult result;
@@ -563,6 +613,7 @@ PlanResult build_plan(const PlanRequest& request) {
   for (const SchemeRun& run : runs) {
     plan.schemes.push_back(scheme_record(ctx, run, budget, megatron_us));
   }
+  progress.step();
   return result;
 }
 

@@ -54,6 +54,9 @@ struct PlanRequest {
   /// Pairing searches shared with other plans of the same cluster and profile generator
   /// (planner/pairing_memo.h; the configuration search sets it); nullptr: search afresh.
   PairingMemo* pairing_memo = nullptr;
+  /// Called with (steps done, steps in all) as planning goes: one step per stage's layer
+  /// search, per scheme simulated, and for the task lists. May be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 /// A plan and what the user should know about it.

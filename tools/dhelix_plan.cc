@@ -141,7 +141,9 @@ PlanRequest make_request(const JobSpec& job, const PlanOptions& options, Profile
   request.job = &job;
   request.meta = provenance_to_json(make_provenance(kToolName, options.argv, inputs));
   if (options.profile.empty()) {
-    profile = make_model_profile(job, request.meta);
+    ProgressBar bar("modelling the op times of " + job.name);  // on a terminal only
+    profile = make_model_profile(job, request.meta,
+                                 [&bar](int64_t done, int64_t total) { bar.update(done, total); });
     request.profile_name = "the generated model profile";
     request.profile_ref = {.name = "model", .sha256 = "generated:model"};
   } else {
@@ -267,8 +269,11 @@ int plan(const PlanOptions& options) {
   check_outputs(job, options);
   // 5. Read the profile, or model one for the job's cluster.
   Profile profile;
-  const PlanRequest request = make_request(job, options, profile);
-  // 6. Search, simulate the four schemes, check memory, lay out every stage's tasks.
+  PlanRequest request = make_request(job, options, profile);
+  // 6. Search, simulate the four schemes, check memory, lay out every stage's tasks (with a
+  //    progress bar on a terminal).
+  ProgressBar bar("planning " + job.name);
+  request.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
   const PlanResult result = build_plan(request);
   for (const std::string& warning : result.warnings) print_warning(kToolName, warning);
   // 7. Write the plan, trace and pictures together (all or none), then print the report.

@@ -24,6 +24,7 @@
 #include "runtime/comm/mpi_environment.h"
 #include "tools/job_cli.h"
 #include "tools/output_paths.h"
+#include "tools/progress_bar.h"
 #include "tools/tool_main.h"
 
 namespace dhelix {
@@ -83,17 +84,10 @@ void add_profile_options(CLI::App& app, ProfileOptions& options) {
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
 }
 
-// A one-line progress bar on stderr, drawn only when stderr is a terminal.
+// A one-line progress bar on stderr, drawn only when stderr is a terminal (tools/progress_bar.h).
 ProgressCallback progress_bar() {
-  if (isatty(STDERR_FILENO) == 0) return {};
-  return [](int64_t done, int64_t total) {
-    constexpr int kWidth = 40;
-    const int filled = total == 0 ? kWidth : static_cast<int>(kWidth * done / total);
-    std::fprintf(stderr, "\r%s [%-*s] %lld/%lld", kToolName, kWidth,
-                 std::string(static_cast<size_t>(filled), '#').c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total));
-    if (done == total) std::fputc('\n', stderr);
-  };
+  auto bar = std::make_shared<ProgressBar>(std::string(kToolName) + ": profiling");
+  return [bar](int64_t done, int64_t total) { bar->update(done, total); };
 }
 
 // Every rank measures; the profile holds rank 0's times.

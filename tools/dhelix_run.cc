@@ -5,8 +5,13 @@
 //   mpirun -np 8 dhelix-run --backend cuda --plan plan.json --data corpus.txt   (one GPU a rank)
 //
 // MPI is initialised before the command line is parsed (mpirun may add arguments of its
-// own, which MPI_Init removes). With several ranks, any error ends the whole job
-// (MPI_Abort): the other ranks may be waiting for this one in a collective.
+// own, which MPI_Init removes). Every message is printed once, not once per rank: rank 0
+// alone prints --help and command-line errors (every rank parses the same line); a failure
+// the ranks agree on (setup, resume, a checkpoint write: runtime/train/setup_failure.h) is
+// printed by the first rank that failed and ends every rank normally, with its status. Any
+// other error with several ranks ends the whole job (MPI_Abort, and OpenMPI's notice): the
+// other ranks may be waiting for this one in a collective. Rank 0 ends a finished run with
+// one summary line (steps, tokens/s, final loss, time, checkpoint).
 
 #include <fmt/format.h>
 
@@ -112,13 +117,19 @@ int main(int argc, char** argv) {
                                ? fmt::format("dhelix-run (rank {})", mpi->world_rank())
                                : "dhelix-run";
   auto options = std::make_shared<dhelix::rt::TrainOptions>();
-  bool agreed = false;
-  const int status = dhelix::run_tool(name, argc, argv, [&](CLI::App& app) {
-    app.description(
-        "Trains with a plan on MPI ranks (CPU or CUDA backend). Launch one rank per GPU or "
-        "CPU process of the plan: mpirun -np N dhelix-run --plan PLAN ... (or srun -n N), N "
-        "being the plan's world size; as root OpenMPI also needs --allow-run-as-root.");
-    app.footer(R"(
+  // Until training starts, every rank does the same (parses the same command line): a failure
+  // there is agreed.
+  bool agreed = true;
+  const int status = dhelix::run_tool(
+      name, argc, argv,
+      [&](CLI::App& app) {
+        app.description(
+            "Trains with a plan on MPI ranks (CPU or CUDA backend). Launch one rank per GPU or "
+            "CPU process of the plan: mpirun -np N dhelix-run --plan PLAN ... (or srun -n N), N "
+            "being the plan's world size; as root OpenMPI also needs --allow-run-as-root. An "
+            "error is printed once, by one rank; mpirun -q leaves out OpenMPI's own notice that "
+            "a rank exited with an error.");
+        app.footer(R"(
 Exit statuses:
   0   training finished (with --verify: both schedules agree bit for bit)
   1   --verify found a difference between the co-executed and the sequential schedule
@@ -129,23 +140,27 @@ Exit statuses:
   6   the job cannot run as asked
   70  internal error (a bug in dhelix)
 )");
-    add_options(app, *options);
-    return [&]() -> int {
-      try {
-        const int result =
-            dhelix::rt::run_training(*options, *mpi, engine_factory(*options), std::cout);
-        // A status returned, not thrown, is one every rank reached together (a --verify
-        // difference, divergence, a stop signal): no rank waits for another.
-        agreed = result != 0;
-        return result;
-      } catch (const dhelix::rt::SetupFailure&) {
-        agreed = true;
-        throw;
-      }
-    };
-  });
+        add_options(app, *options);
+        return [&]() -> int {
+          agreed = false;
+          try {
+            const int result =
+                dhelix::rt::run_training(*options, *mpi, engine_factory(*options), std::cout);
+            // A status returned, not thrown, is one every rank reached together (a --verify
+            // difference, divergence, a stop signal): no rank waits for another.
+            agreed = result != 0;
+            return result;
+          } catch (const dhelix::rt::SetupFailure& failure) {
+            agreed = true;
+            if (failure.reported_elsewhere()) return dhelix::exit_status(failure.code());
+            throw;
+          }
+        };
+      },
+      /*quiet_command_line=*/several && mpi->world_rank() > 0);
   // A rank that failed alone would leave the others waiting for it. Failures every rank
-  // agreed on (setup, a --verify mismatch, divergence, a stop signal) end every rank normally.
+  // agreed on (the command line, setup, a --verify mismatch, divergence, a stop signal) end
+  // every rank normally.
   if (status > 1 && several && !agreed) dhelix::rt::abort_world(status);
   return status;
 }

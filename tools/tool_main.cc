@@ -126,7 +126,8 @@ std::vector<std::string> tool_argv(const std::string& tool_name, int argc, char*
   return args;
 }
 
-int run_tool(const std::string& tool_name, int argc, char** argv, const ToolSetup& setup) {
+int run_tool(const std::string& tool_name, int argc, char** argv, const ToolSetup& setup,
+             bool quiet_command_line) {
   const std::string error_prefix = tool_name + ": error: ";
   try {
     CLI::App app;
@@ -138,6 +139,9 @@ int run_tool(const std::string& tool_name, int argc, char** argv, const ToolSetu
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& error) {
+      if (quiet_command_line) {
+        return error.get_exit_code() == 0 ? 0 : exit_status(ErrorCode::kInvalidInput);
+      }
       if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
       std::string message = error.what();
       if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {

@@ -19,7 +19,10 @@ using ToolSetup = std::function<std::function<int()>(CLI::App& app)>;
 /// (a parse error prints the reason and a --help hint and returns 2), runs the work and
 /// maps a thrown Error to `<tool>: error: <message>` on stderr (every line of a multi-line
 /// message prefixed) and exit_status(code). Other exceptions are internal errors (70).
-int run_tool(const std::string& tool_name, int argc, char** argv, const ToolSetup& setup);
+/// `quiet_command_line`: print nothing for --help, --version or a parse error, only return
+/// the status (an MPI rank other than 0, whose output would repeat rank 0's).
+int run_tool(const std::string& tool_name, int argc, char** argv, const ToolSetup& setup,
+             bool quiet_command_line = false);
 
 /// Prints "<tool>: warning: <line>" for every line of `message` on stderr.
 void print_warning(const std::string& tool_name, const std::string& message);

@@ -15,7 +15,8 @@
 //   options:  allow_oom, distributed_optimizer, cross_layer_max_segment_ops
 //   num_micro_batches
 //   pairings: distinct layer pairings, referred to by stages[i].pairing
-//   stages:   ranks, down/up layer ranges, embedding/head_loss, task list
+//   stages:   ranks, down/up layer ranges, embedding/head_loss, task list, phases (p2p
+//             transfers, DP reduction, optimizer step)
 //   memory_budget: the GPU's capacity, reserve and usable bytes
 //   schemes:  one per scheme: iteration time, bubble, throughput, communication, memory
 //
@@ -40,7 +41,7 @@
 namespace dhelix {
 
 /// Version of the plan format this dhelix writes; readers accept major 1 only.
-inline constexpr const char* kPlanSchemaVersion = "1.0.0";
+inline constexpr const char* kPlanSchemaVersion = "1.1.0";
 inline constexpr int kPlanSchemaMajor = 1;
 
 /// An input the plan was made for, named and hashed. For the profile, `name` is the
@@ -156,6 +157,26 @@ struct PlanTask {
   std::vector<PlanTaskRef> waits_for;
 };
 
+/// What a stage does beside and after its task list: the pipeline transfers it sends, the
+/// data-parallel gradient reduction and parameter gather as Megatron overlaps them
+/// (planner/dp_overlap.h), and the optimizer step. The stage's iteration ends at its last
+/// task's end + dp_reduce_exposed_us + optimizer_us + dp_gather_exposed_us (the gather's
+/// exposed part delays the next iteration's first forward; it is counted in this one); the
+/// dhelix scheme's iteration_us is the latest such end over the stages.
+struct PlanStagePhases {
+  double p2p_us = 0;  ///< one activation or gradient sent to a neighbour stage; 0 when pp = 1
+  StreamClass p2p_stream = StreamClass::kCrossComm;  ///< local_comm within a node
+  double dp_reduce_hidden_us = 0;   ///< gradient reduction under the last backwards
+  double dp_reduce_exposed_us = 0;  ///< gradient reduction after the stage's last task
+  double dp_gather_hidden_us = 0;   ///< parameter gather under the first forwards
+  double dp_gather_exposed_us = 0;  ///< parameter gather the first forward waits for
+  StreamClass dp_stream = StreamClass::kCrossComm;  ///< local_comm within a node
+  double optimizer_us = 0;                          ///< Adam step over the optimizer shard
+
+  /// The stage's time after its last task: exposed reduction, optimizer step, exposed gather.
+  double tail_us() const { return dp_reduce_exposed_us + optimizer_us + dp_gather_exposed_us; }
+};
+
 /// One pipeline stage of the dhelix (W) plan.
 struct PlanStage {
   int64_t stage = 0;
@@ -167,6 +188,8 @@ struct PlanStage {
   bool embedding = false;
   bool head_loss = false;
   std::vector<PlanTask> tasks;
+  /// Transfers, DP reduction and optimizer step; absent in plans written before 1.1.0.
+  std::optional<PlanStagePhases> phases;
 };
 
 /// One GPU's memory on one stage under one scheme, bytes.

@@ -217,6 +217,25 @@ PlanTask read_task(ObjectReader& r) {
   return t;
 }
 
+StreamClass read_comm_stream(ObjectReader& r, const std::string& key) {
+  const std::vector<std::string> allowed = {stream_class_name(StreamClass::kLocalComm),
+                                            stream_class_name(StreamClass::kCrossComm)};
+  const std::optional<std::string> text = r.string(key, Need::kRequired, allowed);
+  return text ? kStreamClassNames.parse(*text).value_or(StreamClass::kCrossComm)
+              : StreamClass::kCrossComm;
+}
+
+PlanStagePhases read_phases(ObjectReader& r) {
+  return {.p2p_us = time_field(r, "p2p_us"),
+          .p2p_stream = read_comm_stream(r, "p2p_stream"),
+          .dp_reduce_hidden_us = time_field(r, "dp_reduce_hidden_us"),
+          .dp_reduce_exposed_us = time_field(r, "dp_reduce_exposed_us"),
+          .dp_gather_hidden_us = time_field(r, "dp_gather_hidden_us"),
+          .dp_gather_exposed_us = time_field(r, "dp_gather_exposed_us"),
+          .dp_stream = read_comm_stream(r, "dp_stream"),
+          .optimizer_us = time_field(r, "optimizer_us")};
+}
+
 PlanStage read_stage(ObjectReader& r) {
   PlanStage s;
   s.stage = count_field(r, "stage");
@@ -230,6 +249,11 @@ PlanStage read_stage(ObjectReader& r) {
   for_each_element(r, "tasks", [&](const Json& e, const std::string& pointer) {
     with_element(r, e, pointer, [&](ObjectReader& o) { s.tasks.push_back(read_task(o)); });
   });
+  // Plans before 1.1.0 lack it.
+  if (std::optional<ObjectReader> phases = r.object("phases", Need::kOptional)) {
+    s.phases = read_phases(*phases);
+    phases->finish();
+  }
   return s;
 }
 

@@ -93,18 +93,31 @@ OrderedJson task_json(const PlanTask& task) {
                      {"waits_for", waits}};
 }
 
+OrderedJson phases_json(const PlanStagePhases& p) {
+  return OrderedJson{{"p2p_us", round_time_us(p.p2p_us)},
+                     {"p2p_stream", stream_class_name(p.p2p_stream)},
+                     {"dp_reduce_hidden_us", round_time_us(p.dp_reduce_hidden_us)},
+                     {"dp_reduce_exposed_us", round_time_us(p.dp_reduce_exposed_us)},
+                     {"dp_gather_hidden_us", round_time_us(p.dp_gather_hidden_us)},
+                     {"dp_gather_exposed_us", round_time_us(p.dp_gather_exposed_us)},
+                     {"dp_stream", stream_class_name(p.dp_stream)},
+                     {"optimizer_us", round_time_us(p.optimizer_us)}};
+}
+
 OrderedJson stage_json(const PlanStage& stage) {
   OrderedJson tasks = OrderedJson::array();
   for (const PlanTask& task : stage.tasks) tasks.push_back(task_json(task));
-  return OrderedJson{{"stage", stage.stage},
-                     {"ranks", stage.ranks},
-                     {"shape_rank", stage.shape_rank},
-                     {"pairing", stage.pairing},
-                     {"down_layers", range_json(stage.down_layers)},
-                     {"up_layers", range_json(stage.up_layers)},
-                     {"embedding", stage.embedding},
-                     {"head_loss", stage.head_loss},
-                     {"tasks", tasks}};
+  OrderedJson out{{"stage", stage.stage},
+                  {"ranks", stage.ranks},
+                  {"shape_rank", stage.shape_rank},
+                  {"pairing", stage.pairing},
+                  {"down_layers", range_json(stage.down_layers)},
+                  {"up_layers", range_json(stage.up_layers)},
+                  {"embedding", stage.embedding},
+                  {"head_loss", stage.head_loss},
+                  {"tasks", tasks}};
+  if (stage.phases) out["phases"] = phases_json(*stage.phases);
+  return out;
 }
 
 OrderedJson scheme_json(const PlanScheme& s) {

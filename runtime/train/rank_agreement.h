@@ -17,9 +17,10 @@ namespace dhelix::rt {
 bool any_rank(Communicator& world, bool mine);
 
 /// The setup agreement: returns when no rank failed (`failure` null everywhere). Otherwise
-/// throws SetupFailure on every rank: the failing rank's own error (code and message kept)
-/// where `failure` holds an Error, "stopped: another rank failed to start"
-/// (kInvalidInput) on the others. Collective.
+/// throws SetupFailure on every rank with the code of the first (lowest) rank that failed:
+/// that rank gets its own error's message (where `failure` holds an Error), every other
+/// rank "stopped: rank N failed" marked reported_elsewhere, so that the message is printed
+/// once. Collective.
 void agree_on_setup(Communicator& world, std::exception_ptr failure);
 
 }  // namespace dhelix::rt

@@ -172,6 +172,10 @@ class Trainer {
 
  private:
   void read_inputs();
+  template <typename Work>
+  void agreed(Work work);
+  int64_t start_training();
+  void print_summary(int64_t first_step, double seconds, float loss) const;
   void build_engine(const EngineFactory& factory);
   int64_t micro_batches() const { return plan_.num_micro_batches; }
   int64_t global_tokens() const {
@@ -258,6 +262,20 @@ void Trainer::read_inputs() {
   }
   tokens_ = std::make_unique<TokenSource>(load_tokens(options_, job_));
   coordinates_ = placement_->coordinates(rank_);
+}
+
+// `work`, local to this rank; then every rank learns whether any rank's work failed.
+template <typename Work>
+void Trainer::agreed(Work work) {
+  std::exception_ptr failure;
+  try {
+    work();
+  } catch (const SetupFailure&) {
+    throw;  // agreed already
+  } catch (const Error&) {
+    failure = std::current_exception();
+  }
+  agree_on_setup(*world_, failure);
 }
 
 void Trainer::build_engine(const EngineFactory& factory) {
@@ -360,16 +378,42 @@ void Trainer::report(int64_t step, float loss, double step_seconds) {
   }
 }
 
+// Resume and open the loss log: a failure on any rank stops every rank, reported once.
+int64_t Trainer::start_training() {
+  int64_t first_step = 0;
+  agreed([&] {
+    first_step = options_.resume ? restore_checkpoint() : 0;
+    if (rank_ == 0 && !options_.loss_log.empty()) {
+      loss_log_.open(options_.loss_log, std::ios::app);
+      if (!loss_log_) {
+        throw Error(ErrorCode::kIo, fmt::format("{}: cannot be opened for appending the losses",
+                                                options_.loss_log));
+      }
+    }
+  });
+  return first_step;
+}
+
+// Rank 0's last line: what the run did.
+void Trainer::print_summary(int64_t first_step, double seconds, float loss) const {
+  if (rank_ != 0) return;
+  const int64_t steps = options_.steps - first_step;
+  const std::string checkpoint =
+      options_.checkpoint_dir.empty()
+          ? "no checkpoint written (no --checkpoint-dir)"
+          : fmt::format("checkpoint {} written", step_dir(options_.checkpoint_dir, options_.steps));
+  out_ << fmt::format(
+      "dhelix-run: done: {} step{} ({}..{}) in {:.2f} s, {:.0f} tokens/s, final loss {:.4f}, {}\n",
+      steps, steps == 1 ? "" : "s", first_step + 1, options_.steps, seconds,
+      seconds > 0 ? static_cast<double>(steps * global_tokens()) / seconds : 0.0, loss, checkpoint);
+  out_.flush();
+}
+
 int Trainer::run() {
   const StopSignals signals;
-  int64_t first_step = options_.resume ? restore_checkpoint() : 0;
-  if (rank_ == 0 && !options_.loss_log.empty()) {
-    loss_log_.open(options_.loss_log, std::ios::app);
-    if (!loss_log_) {
-      throw Error(ErrorCode::kIo,
-                  fmt::format("{}: cannot be opened for appending the losses", options_.loss_log));
-    }
-  }
+  const int64_t first_step = start_training();
+  const Clock::time_point started = Clock::now();
+  float loss = std::nanf("");
   if (rank_ == 0) {
     out_ << fmt::format(
         "dhelix-run: {} on {} ranks (dp {} x tp {} x pp {}, {} backend), {} micro-batches of {} "
@@ -403,7 +447,7 @@ int Trainer::run() {
     // Before the update: a diverged step leaves the model and checkpoints as they were.
     if (stop_if_not_finite(step)) return kExitTrainingCheckFailed;
     update(step, record);
-    const float loss = global_loss();
+    loss = global_loss();
     report(step, loss, std::chrono::duration<double>(Clock::now() - start).count());
     const bool last = step + 1 == options_.steps;
     const bool due = options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0;
@@ -422,6 +466,7 @@ int Trainer::run() {
     trace->write(options_.trace_file, plan_, job_);
     if (rank_ == 0) out_ << fmt::format("dhelix-run: wrote {}\n", options_.trace_file);
   }
+  print_summary(first_step, std::chrono::duration<double>(Clock::now() - started).count(), loss);
   return 0;
 }
 
@@ -539,10 +584,12 @@ int Trainer::stop_for_signal(int64_t completed_steps, bool checkpointed) {
 // ----- checkpoints (protocol in runtime/train/checkpoint.h) -------------------------------
 
 void Trainer::save_checkpoint(int64_t completed_steps, const std::vector<NamedTensor>& state) {
-  Communicator& world = comms_->main_world();
   const std::string& dir = options_.checkpoint_dir;
-  if (rank_ == 0) prepare_temporary_step_dir(dir, completed_steps);
-  world.barrier();
+  // Each phase is local work, then an agreement (also the barrier the protocol needs): a
+  // disk that fails on one rank stops every rank, with one message.
+  agreed([&] {
+    if (rank_ == 0) prepare_temporary_step_dir(dir, completed_steps);
+  });
   RankShardView shard{.rank = rank_,
                       .step = completed_steps,
                       .data_position = static_cast<uint64_t>(completed_steps),
@@ -553,24 +600,23 @@ void Trainer::save_checkpoint(int64_t completed_steps, const std::vector<NamedTe
         {tensor.name, tensor.values.data(), static_cast<int64_t>(tensor.values.size())});
   }
   const std::string tmp = temporary_step_dir(dir, completed_steps);
-  write_rank_shard(tmp, shard);
-  world.barrier();
-  if (rank_ == 0) {
+  agreed([&] { write_rank_shard(tmp, shard); });
+  agreed([&] {
+    if (rank_ != 0) return;
     write_manifest(
         tmp, make_manifest(tmp, job_.name, completed_steps, world_size_, sha256_hex(plan_bytes_)));
     publish_step(dir, completed_steps);
     out_ << fmt::format("checkpoint: {} (step {})\n", step_dir(dir, completed_steps),
                         completed_steps);
-  }
-  world.barrier();
+  });
 }
 
 int64_t Trainer::restore_checkpoint() {
   const std::string& dir = options_.checkpoint_dir;
   if (dir.empty()) throw Error(ErrorCode::kInvalidInput, "--resume needs --checkpoint-dir");
-  Communicator& world = comms_->main_world();
-  if (rank_ == 0) remove_stale_temporaries(dir);
-  world.barrier();
+  agreed([&] {  // and a barrier: rank 0 cleans up before anyone reads
+    if (rank_ == 0) remove_stale_temporaries(dir);
+  });
   const std::optional<int64_t> step = latest_step(dir);
   if (!step) {
     throw Error(ErrorCode::kInvalidInput,

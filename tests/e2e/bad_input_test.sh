@@ -292,7 +292,7 @@ profile cluster directory 3 directory.json: is a directory, expected a file
 profile cluster empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 profile cluster garbage 2 not valid JSON: syntax error while parsing value - invalid literal
 profile cluster deep 2 arrays and objects nest more than 512 deep
-diff plan truncated 2 not valid JSON: syntax error while parsing object key - invalid string: missing closing quote
+diff plan truncated 2 not valid JSON: syntax error while parsing object key - unexpected end of input; expected string literal
 diff plan wrong-type 2 plan-wrong-type.json: /num_micro_batches: "4" is string, expected an integer
 diff plan huge-number 2 plan-huge-number.json: not valid JSON: number overflow parsing '1e400'
 diff plan int64-max 0 -

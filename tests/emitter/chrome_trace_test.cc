@@ -34,11 +34,13 @@ TEST(TaskExpansion, SiBlockRepeatsTheLayerBlocks) {
   const auto ops = expand_task(plan, plan.stages[0], plan.stages[0].tasks[4]);
   ASSERT_EQ(ops.size(), 14u);  // 7 timings x 2 layer pairs, no extra time
   // Pair 1: forward layer 1 (down 0-1 upwards), backward layer 6 (up 6-7 downwards); its
-  // block 1 starts at 250 + 22 + 16 + 22 = 310.
+  // block 1 starts at 250 + 22 + 16 + 22 = 310. Blocks are numbered in their template, as
+  // the report and the pairing picture number them.
   const ExpandedOp& fb = find_op(ops, "f.b", 1);
   EXPECT_DOUBLE_EQ(fb.start_us, 312);
   EXPECT_DOUBLE_EQ(fb.end_us, 318);
-  EXPECT_EQ(fb.block, 3);
+  EXPECT_EQ(fb.block, 1);
+  EXPECT_STREQ(fb.blocks, "layer");
   EXPECT_EQ(fb.micro_batch, 2);
   EXPECT_EQ(fb.strand, Pass::kForward);
   EXPECT_FALSE(fb.approximate);
@@ -121,9 +123,11 @@ TEST(TaskExpansion, ChunkScopeRunsWindowsThenTheRemainder) {
   // The window's L1 pairs forward layer 1 with backward layer 6; the remainder's L0 (the
   // task's third pair) forward layer 2 with backward layer 5.
   EXPECT_EQ(find_op(ops, "f.a", 1).block, 2);
+  EXPECT_STREQ(find_op(ops, "f.a", 1).blocks, "window");
   EXPECT_DOUBLE_EQ(find_op(ops, "f.a", 1).start_us, 288);
   EXPECT_DOUBLE_EQ(find_op(ops, "b.x", 6).start_us, 298);
-  EXPECT_EQ(find_op(ops, "f.a", 2).block, 4);
+  EXPECT_EQ(find_op(ops, "f.a", 2).block, 0);
+  EXPECT_STREQ(find_op(ops, "f.a", 2).blocks, "remainder");
   EXPECT_DOUBLE_EQ(find_op(ops, "b.kv", 5).start_us, 348);
   EXPECT_DOUBLE_EQ(ops.back().end_us, 364);
 }
@@ -190,7 +194,9 @@ int64_t check_trace_structure(const Plan& plan, const OrderedJson& trace) {
     const auto tid = e.at("tid").get<int64_t>();
     EXPECT_TRUE(named_threads.count({pid, tid})) << e.dump();
     by_thread[{pid, tid}].push_back({e.at("ts").get<double>(), e.at("dur").get<double>()});
-    if (tid == 0) continue;
+    // The task row, and the phases beside and after the tasks, are not ops.
+    const std::string category = e.at("cat");
+    if (tid == 0 || category == "iteration_end" || category == "dp" || category == "p2p") continue;
     ++op_slices;
     const auto& args = e.at("args");
     if (!args.contains("layer")) continue;
@@ -272,6 +278,7 @@ TEST(ChromeTrace, SiBlockOpsCarryTheirBlock) {
         e["args"]["layer"] == 7) {
       EXPECT_EQ(e["tid"], 2);  // local comm
       EXPECT_EQ(e["args"]["block"], 1);
+      EXPECT_EQ(e["args"]["blocks"], "layer");
       EXPECT_EQ(e["args"]["group"], "tp");
       EXPECT_EQ(e["cname"], "thread_state_iowait");
       EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 272);
@@ -279,6 +286,79 @@ TEST(ChromeTrace, SiBlockOpsCarryTheirBlock) {
     }
   }
   EXPECT_EQ(found, 1);
+}
+
+// The fixture with what its stages do beside and after their tasks: stage 0 ends its tasks
+// at 460 us, then 4 us of exposed reduction, a 5 us optimizer step and 1 us of exposed gather
+// end it at 470 us, the plan's iteration; stage 1 ends at 442 + 8 + 5 + 2 = 457 us.
+Plan fixture_with_phases() {
+  Plan plan = fixture_plan();
+  const auto phases = [](double reduce_exposed_us, double gather_exposed_us) {
+    return PlanStagePhases{.p2p_us = 6,
+                           .p2p_stream = StreamClass::kLocalComm,
+                           .dp_reduce_hidden_us = 30,
+                           .dp_reduce_exposed_us = reduce_exposed_us,
+                           .dp_gather_hidden_us = 3,
+                           .dp_gather_exposed_us = gather_exposed_us,
+                           .dp_stream = StreamClass::kCrossComm,
+                           .optimizer_us = 5};
+  };
+  plan.stages[0].phases = phases(4, 1);
+  plan.stages[1].phases = phases(8, 2);
+  return plan;
+}
+
+// name -> (ts, dur) of the X slices on one thread.
+std::map<std::string, std::pair<double, double>> slices_of(const OrderedJson& trace, int64_t pid,
+                                                           int64_t tid) {
+  std::map<std::string, std::pair<double, double>> out;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid) {
+      out[e["name"].get<std::string>() + "@" + std::to_string(e["ts"].get<double>())] = {
+          e["ts"].get<double>(), e["dur"].get<double>()};
+    }
+  }
+  return out;
+}
+
+TEST(ChromeTrace, PhasesAfterTheTasksEndAtTheIteration) {
+  const Plan plan = fixture_with_phases();
+  const OrderedJson trace = chrome_trace(plan, {});
+  check_trace_structure(plan, trace);
+  const auto tasks0 = slices_of(trace, 0, 0);
+  EXPECT_EQ(tasks0.at("dp gradient reduction (exposed)@460.000000"), std::make_pair(460.0, 4.0));
+  EXPECT_EQ(tasks0.at("optimizer step@464.000000"), std::make_pair(464.0, 5.0));
+  EXPECT_EQ(tasks0.at("dp parameter gather (exposed)@469.000000"), std::make_pair(469.0, 1.0));
+  EXPECT_EQ(slices_of(trace, 0, 1).at("optimizer step@464.000000"), std::make_pair(464.0, 5.0));
+  // The DP row: the gather under the first forward, the reduction from 30 us before the last
+  // task's end to its exposed end, then the exposed gather.
+  const auto dp0 = slices_of(trace, 0, 5);
+  EXPECT_EQ(dp0.at("dp parameter gather (hidden)@0.000000"), std::make_pair(0.0, 3.0));
+  EXPECT_EQ(dp0.at("dp gradient reduction@430.000000"), std::make_pair(430.0, 34.0));
+  EXPECT_EQ(dp0.at("dp parameter gather@469.000000"), std::make_pair(469.0, 1.0));
+  // Stage 1 ends at 457 us.
+  EXPECT_EQ(slices_of(trace, 1, 0).at("dp parameter gather (exposed)@455.000000"),
+            std::make_pair(455.0, 2.0));
+  // Sends: stage 0's F0d (ends 45) and F2d+B0u (326), stage 1's F0u (130) and B0d (442).
+  const auto sends0 = slices_of(trace, 0, 4);
+  EXPECT_EQ(sends0.size(), 2u);
+  EXPECT_EQ(sends0.at("p2p send@45.000000"), std::make_pair(45.0, 6.0));
+  EXPECT_EQ(sends0.at("p2p send@326.000000"), std::make_pair(326.0, 6.0));
+  EXPECT_EQ(slices_of(trace, 1, 4).size(), 2u);
+  std::set<std::string> thread_names;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["name"] == "thread_name" && e["pid"] == 0) thread_names.insert(e["args"]["name"]);
+  }
+  EXPECT_TRUE(thread_names.count("local comm: pipeline sends"));
+  EXPECT_TRUE(thread_names.count("cross comm: DP reduction"));
+  EXPECT_EQ(trace["otherData"]["iteration_us"], 470.0);
+}
+
+TEST(ChromeTrace, APlanWithoutPhasesHasNoPhaseRows) {
+  const OrderedJson trace = chrome_trace(fixture_plan(), {});
+  EXPECT_TRUE(slices_of(trace, 0, 4).empty());
+  EXPECT_TRUE(slices_of(trace, 0, 5).empty());
+  for (const auto& e : trace["traceEvents"]) EXPECT_NE(e["name"], "optimizer step");
 }
 
 TEST(ChromeTrace, TaskSlicesOnlyAndMicroBatchLimit) {

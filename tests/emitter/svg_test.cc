@@ -185,7 +185,7 @@ TEST(SvgPairing, FixturePictureShowsBlocksAndExposedComm) {
                      "20.8 %)"),
             std::string::npos);
   EXPECT_NE(svg.find("communication 12 us: hidden 8 us, exposed 4 us"), std::string::npos);
-  EXPECT_NE(svg.find("B rs (b2, 5 us): under b"), std::string::npos);
+  EXPECT_NE(svg.find("B rs (b1, 5 us): under b"), std::string::npos);  // from 0, as the report
   EXPECT_NE(svg.find("exposed 2 us"), std::string::npos);
   EXPECT_NE(svg.find("fill=\"url(#hidden-fwd)\""), std::string::npos);
   EXPECT_NE(svg.find("<title>b.rs exposed for 2 us</title>"), std::string::npos);
@@ -196,6 +196,44 @@ TEST(SvgPairing, FixturePictureShowsBlocksAndExposedComm) {
     ++barriers;
   }
   EXPECT_EQ(barriers, 3u + 1u);  // + the legend's sample
+}
+
+TEST(SvgPairing, EveryOpHasAHoverTitleAndBlocksCountFromZero) {
+  const Plan plan = fixture_plan();
+  const std::string svg = pairing_svg(plan, 0);
+  for (const PlanBlock& block : plan.pairings[0].layer_blocks) {
+    for (const PlanOpTiming& t : block.timings) {
+      EXPECT_NE(svg.find("<title>" + t.op + " ("), std::string::npos) << t.op;
+    }
+  }
+  EXPECT_NE(svg.find(">b0</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">b1</text>"), std::string::npos);
+  EXPECT_EQ(svg.find(">b2</text>"), std::string::npos);
+}
+
+TEST(SvgPairing, SliverBlocksAreLabelledAsOneGroup) {
+  Plan plan = fixture_plan();
+  std::vector<PlanBlock>& blocks = plan.pairings[0].layer_blocks;
+  // Three 0.05 us blocks between the two real ones: a few hundredths of a pixel each.
+  const auto sliver = [](Pass strand, const char* op) {
+    return PlanBlock{
+        .time_us = 0.05, .forward_ops = {}, .backward_ops = {}, .timings = {{strand, op, 0, 0.05}}};
+  };
+  blocks.insert(blocks.begin() + 1, {sliver(Pass::kForward, "f.b"), sliver(Pass::kBackward, "b.y"),
+                                     sliver(Pass::kForward, "f.a")});
+  const std::string svg = pairing_svg(plan, 0);
+  EXPECT_EQ(xml_fault(svg), "");
+  EXPECT_NE(svg.find(">b1-b3</text>"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("<title>b1-b3: 3 blocks narrower than the picture can show apart\nb1 ("),
+            std::string::npos);
+  EXPECT_NE(svg.find(">b4</text>"), std::string::npos);
+  // Barriers at the group's edges only: b0 | b1-b3 | b4 |, and the legend's sample.
+  size_t barriers = 0;
+  for (size_t at = svg.find("stroke-dasharray=\"4,3\""); at != std::string::npos;
+       at = svg.find("stroke-dasharray=\"4,3\"", at + 1)) {
+    ++barriers;
+  }
+  EXPECT_EQ(barriers, 4u + 1u);
 }
 
 TEST(SvgPairing, RefusesAMissingPairing) {

@@ -158,6 +158,33 @@ TEST(PlanIo, WrongValuesAreNamedByPointer) {
             "plan.json: /stages/0/pairing: 3 must name one of the 1 pairings");
 }
 
+TEST(PlanIo, StagePhasesRoundTripAndOlderPlansLackThem) {
+  Plan plan = small_plan();
+  const std::string without = plan_to_text(plan);
+  EXPECT_EQ(without.find("\"phases\""), std::string::npos);
+  EXPECT_FALSE(plan_from_json(Json::parse(without), "p").stages[0].phases.has_value());
+  plan.stages[0].phases = PlanStagePhases{.p2p_us = 1.5,
+                                          .p2p_stream = StreamClass::kLocalComm,
+                                          .dp_reduce_hidden_us = 2,
+                                          .dp_reduce_exposed_us = 3.0004,
+                                          .dp_gather_hidden_us = 4,
+                                          .dp_gather_exposed_us = 5,
+                                          .dp_stream = StreamClass::kCrossComm,
+                                          .optimizer_us = 6};
+  const std::string text = plan_to_text(plan);
+  const Plan read = plan_from_json(Json::parse(text), "p");
+  ASSERT_TRUE(read.stages[0].phases.has_value());
+  EXPECT_EQ(read.stages[0].phases->p2p_stream, StreamClass::kLocalComm);
+  EXPECT_EQ(read.stages[0].phases->dp_reduce_exposed_us, 3.0);
+  EXPECT_DOUBLE_EQ(read.stages[0].phases->tail_us(), 3 + 6 + 5);
+  EXPECT_EQ(plan_to_json(read)["stages"][0]["phases"], plan_to_json(plan)["stages"][0]["phases"]);
+  Json json = Json::parse(text);
+  json["stages"][0]["phases"]["dp_stream"] = "compute";
+  EXPECT_NE(error_of(json.dump()).find("plan.json: /stages/0/phases/dp_stream: \"compute\""),
+            std::string::npos)
+      << error_of(json.dump());
+}
+
 TEST(PlanIo, OtherMajorVersionIsRefused) {
   Json json = Json::parse(plan_to_text(small_plan()));
   json["schema_version"] = "2.0.0";

@@ -19,6 +19,8 @@ TEST(DpOverlap, WorkedExampleOfTheHeader) {
   const DpOverlap o = overlap_dp(12'000, 6'000, 4, 10'000, 5'000, true, true);
   EXPECT_DOUBLE_EQ(o.exposed_us, 4'500);
   EXPECT_DOUBLE_EQ(o.hidden_us, 13'500);
+  EXPECT_DOUBLE_EQ(o.reduce_exposed_us, 3'000);
+  EXPECT_DOUBLE_EQ(o.gather_exposed_us, 1'500);
 }
 
 TEST(DpOverlap, ATooShortWindowExposesTheRest) {

@@ -72,10 +72,30 @@ TEST(RankAgreement, SetupStopsEveryRankWhenOneFailed) {
         return setup_outcome(w, r == 1, "plan.json: cannot be read");
       });
   const std::string io = std::to_string(static_cast<int>(ErrorCode::kIo));
-  const std::string invalid = std::to_string(static_cast<int>(ErrorCode::kInvalidInput));
-  EXPECT_EQ(got[0], invalid + " stopped: another rank failed to start");
+  EXPECT_EQ(got[0], io + " stopped: rank 1 failed");
   EXPECT_EQ(got[1], io + " plan.json: cannot be read");
-  EXPECT_EQ(got[2], invalid + " stopped: another rank failed to start");
+  EXPECT_EQ(got[2], io + " stopped: rank 1 failed");
+}
+
+// Two ranks fail: the lower one reports (once), everyone exits with its status.
+TEST(RankAgreement, TheFirstFailingRankReports) {
+  const std::vector<std::string> got =
+      on_every_rank<std::string>(4, [](Communicator& w, int64_t r) {
+        std::exception_ptr failure;
+        if (r == 3) failure = std::make_exception_ptr(Error(ErrorCode::kIo, "three"));
+        if (r == 2) failure = std::make_exception_ptr(Error(ErrorCode::kInvalidInput, "two"));
+        try {
+          agree_on_setup(w, failure);
+        } catch (const SetupFailure& error) {
+          return std::to_string(static_cast<int>(error.code())) + " " + error.what() +
+                 (error.reported_elsewhere() ? " (silent)" : "");
+        }
+        return std::string();
+      });
+  const std::string invalid = std::to_string(static_cast<int>(ErrorCode::kInvalidInput));
+  EXPECT_EQ(got[0], invalid + " stopped: rank 2 failed (silent)");
+  EXPECT_EQ(got[2], invalid + " two");
+  EXPECT_EQ(got[3], invalid + " stopped: rank 2 failed (silent)");
 }
 
 TEST(RankAgreement, SetupPassesWhenNoRankFailed) {
