@@ -161,9 +161,12 @@ OrderedJson other_data(const Plan& plan) {
     schemes[s.scheme + " iteration_us"] = round_time_us(s.iteration_us);
   }
   data["schemes"] = std::move(schemes);
+  if (const PlanScheme* best = plan.best_baseline()) {
+    data["best_baseline"] = best->scheme;  // the fastest other scheme that fits in memory
+  }
   data["note"] =
       "ops of forward-only and backward-only tasks (args.approximate) are laid out from solo "
-      "times; baselines have no timeline in a plan";
+      "times; baselines have no timeline in a plan (dhelix-plan --svg draws them)";
   return data;
 }
 

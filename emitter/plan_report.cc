@@ -186,17 +186,35 @@ std::string si_footer(const SiTable& t) {
 // ---------------------------------------------------------------------------------------
 // Text.
 
+// The sentence under the scheme table: the fastest baseline that fits in memory and dhelix's
+// gain over it, beside the gain over plain 1F1B (speedup_vs_megatron).
+std::string best_baseline_sentence(const Plan& plan) {
+  const PlanScheme* dhelix = plan.find_scheme("dhelix");
+  const PlanScheme* best = plan.best_baseline();
+  std::string out;
+  if (const PlanScheme* interleaved = plan.find_scheme("megatron-interleaved")) {
+    out += fmt::format("megatron-interleaved runs {} model chunks per stage{}; ",
+                       interleaved->chunks_per_stage,
+                       interleaved->chunks_per_stage == 1 ? " (it cannot interleave here)" : "");
+  }
+  if (best == nullptr) return out + "no baseline fits in memory";
+  out += fmt::format("best baseline that fits: {} ({})", best->scheme, seconds(best->iteration_us));
+  if (dhelix == nullptr || !(dhelix->iteration_us > 0)) return out;
+  return out + fmt::format("; dhelix {:.2f}x over it, {:.2f}x over megatron-1f1b",
+                           best->iteration_us / dhelix->iteration_us, dhelix->speedup_vs_megatron);
+}
+
 std::string comparison_table(const Plan& plan) {
   std::string out =
-      fmt::format("{:<15} {:>11} {:>11} {:>7} {:>7} {:>13} {:>9} {:>5}\n", "scheme", "iteration",
+      fmt::format("{:<20} {:>11} {:>11} {:>7} {:>7} {:>13} {:>9} {:>5}\n", "scheme", "iteration",
                   "TFLOPS/GPU", "MFU", "bubble", "exposed comm", "speed-up", "fits");
   for (const PlanScheme& s : plan.schemes) {
-    out += fmt::format("{:<15} {:>11} {:>11.1f} {:>6.1f}% {:>6.1f}% {:>13} {:>8.2f}x {:>5}\n",
+    out += fmt::format("{:<20} {:>11} {:>11.1f} {:>6.1f}% {:>6.1f}% {:>13} {:>8.2f}x {:>5}\n",
                        s.scheme, seconds(s.iteration_us), s.tflops_per_gpu, 100 * s.mfu,
                        100 * s.bubble_ratio, millis(exposed_us(s)), s.speedup_vs_megatron,
                        s.fits ? "yes" : "NO");
   }
-  return out;
+  return out + best_baseline_sentence(plan) + "\n";
 }
 
 std::string exposed_by_type(const Plan& plan) {
@@ -207,7 +225,7 @@ std::string exposed_by_type(const Plan& plan) {
       if (c.hidden_us == 0 && c.exposed_us == 0) continue;
       parts += fmt::format("  {} {} / {}", c.type, millis(c.hidden_us), millis(c.exposed_us));
     }
-    out += fmt::format("  {:<15}{}\n", s.scheme, parts.empty() ? "  none" : parts);
+    out += fmt::format("  {:<20}{}\n", s.scheme, parts.empty() ? "  none" : parts);
   }
   return out;
 }
@@ -219,7 +237,7 @@ std::string peak_memory(const Plan& plan) {
     for (const PlanStageMemory& m : s.memory) {
       parts += fmt::format("  stage {} {:.2f} GiB", m.stage, m.total_bytes / kGiB);
     }
-    out += fmt::format("  {:<15}{}\n", s.scheme, parts.empty() ? "  unknown" : parts);
+    out += fmt::format("  {:<20}{}\n", s.scheme, parts.empty() ? "  unknown" : parts);
   }
   return out;
 }
@@ -332,7 +350,7 @@ std::string md_comparison(const Plan& plan) {
                    fmt::format("{:.1f}%", 100 * s.bubble_ratio), millis(exposed_us(s)),
                    fmt::format("{:.2f}x", s.speedup_vs_megatron), s.fits ? "yes" : "NO"});
   }
-  return out;
+  return out + "\n" + md_escape(best_baseline_sentence(plan)) + ".\n";
 }
 
 std::string md_comm(const Plan& plan) {
@@ -457,6 +475,7 @@ OrderedJson scheme_json(const PlanScheme& s) {
                       {"activation_bytes", m.activation_bytes}});
   }
   return {{"scheme", s.scheme},
+          {"chunks_per_stage", s.chunks_per_stage},
           {"iteration_us", us(s.iteration_us)},
           {"tflops_per_gpu", ratio(s.tflops_per_gpu)},
           {"mfu", ratio(s.mfu)},
@@ -520,6 +539,18 @@ OrderedJson si_json(const Plan& plan) {
           {"blocks", blocks}};
 }
 
+// The fastest baseline that fits and dhelix's speed-up over it; null when none fits.
+OrderedJson best_baseline_json(const Plan& plan) {
+  const PlanScheme* best = plan.best_baseline();
+  const PlanScheme* dhelix = plan.find_scheme("dhelix");
+  if (best == nullptr) return nullptr;
+  const double gain =
+      dhelix != nullptr && dhelix->iteration_us > 0 ? best->iteration_us / dhelix->iteration_us : 0;
+  return {{"scheme", best->scheme},
+          {"iteration_us", us(best->iteration_us)},
+          {"dhelix_speedup", ratio(gain)}};
+}
+
 std::string json(const Plan& plan) {
   OrderedJson schemes = OrderedJson::array();
   for (const PlanScheme& s : plan.schemes) schemes.push_back(scheme_json(s));
@@ -534,6 +565,7 @@ std::string json(const Plan& plan) {
                              {"reserve_bytes", plan.memory_budget.reserve_bytes},
                              {"usable_bytes", plan.memory_budget.usable_bytes}}},
                            {"schemes", schemes},
+                           {"best_baseline", best_baseline_json(plan)},
                            {"pairings", pairings_json(plan)},
                            {"si_pairing", si_json(plan)}};
   return out.dump(2) + "\n";

@@ -16,6 +16,7 @@
 #include "lib/model_reader.h"
 #include "lib/placement.h"
 #include "lib/provenance.h"
+#include "planner/baseline_schedules.h"
 #include "planner/dp_overlap.h"
 #include "planner/folding.h"
 #include "planner/iteration_metrics.h"
@@ -40,7 +41,8 @@ struct Context {
   UnfoldedLayout unfolded;
   int64_t pp = 1;
   int64_t micro_batches = 1;
-  std::vector<int64_t> shape_ranks;                      ///< per stage
+  int64_t virtual_pipeline = 1;      ///< interleaved 1F1B's model chunks per stage
+  std::vector<int64_t> shape_ranks;  ///< per stage
   std::vector<std::unique_ptr<LayerAnalysis>> analyses;  ///< distinct stage shapes
   std::vector<int64_t> analysis_of_stage;                ///< index into analyses
   /// Block recompute only: the same shapes without recompute (the layers block leaves
@@ -67,6 +69,7 @@ LayerCosts mix(const LayerCosts& a, const LayerCosts& b, double share) {
   out.forward_us = share * a.forward_us + rest * b.forward_us;
   out.backward_us = share * a.backward_us + rest * b.backward_us;
   out.si_pair_us = share * a.si_pair_us + rest * b.si_pair_us;
+  out.backward_weight_us = share * a.backward_weight_us + rest * b.backward_weight_us;
   out.forward_comm = a.forward_comm.scaled(share);
   out.forward_comm += b.forward_comm.scaled(rest);
   out.backward_comm = a.backward_comm.scaled(share);
@@ -218,12 +221,22 @@ void set_dp_time(const Context& ctx, const DpTimes& dp, double chunk_count, Stag
   costs.dp_hidden_us = overlap.hidden_us;
 }
 
-// ----- the four schemes -----------------------------------------------------------------
+// ----- the schemes ----------------------------------------------------------------------
+
+// DualPipeV's overlapped forward-backward pairs cost what DHelix's search gives an SI block.
+bool uses_pairing_search(PipelineScheme scheme) {
+  return scheme == PipelineScheme::kDHelix || scheme == PipelineScheme::kDualPipeV;
+}
 
 const LayerCosts& scheme_layer(const LayerAnalysis& a, PipelineScheme scheme) {
   switch (scheme) {
     case PipelineScheme::kMegatron1F1B:
+    case PipelineScheme::kMegatronInterleaved:
+    case PipelineScheme::kZeroBubbleH1:
+    case PipelineScheme::kZeroBubbleV:
       return a.megatron;
+    case PipelineScheme::kDualPipeV:
+      return a.dhelix_layer;
     case PipelineScheme::kIntraBatch:
       return a.intra_batch;
     case PipelineScheme::kWaveletPlus:
@@ -234,11 +247,15 @@ const LayerCosts& scheme_layer(const LayerAnalysis& a, PipelineScheme scheme) {
   return a.megatron;
 }
 
-// Layers of a stage's first chunk (down for the W, whole for 1F1B) and of its up chunk.
+// Layers of a stage's first chunk (down for the W and the V, whole for 1F1B, one model
+// chunk for interleaved 1F1B) and of its up chunk.
 std::pair<int64_t, int64_t> stage_chunk_layers(const Context& ctx, PipelineShape shape,
                                                int64_t stage) {
   const size_t s = static_cast<size_t>(stage);
   if (shape == PipelineShape::kOneFOneB) return {ctx.unfolded.stages[s].count, 0};
+  if (shape == PipelineShape::kInterleaved) {
+    return {ctx.unfolded.stages[s].count / ctx.virtual_pipeline, 0};
+  }
   return {ctx.folded.stages[s].down.count, ctx.folded.stages[s].up.count};
 }
 
@@ -266,7 +283,7 @@ StageCosts layer_chunk_costs(const Context& ctx, PipelineScheme scheme, int64_t 
   const int64_t kept = chunk_activation_bytes(model, par, layers, ctx.request->memory);
   layer.activation_bytes = ceil_div(kept, layers);
   StageCosts costs = chunk_costs(layer, layers, base);
-  if (scheme == PipelineScheme::kDHelix) {
+  if (uses_pairing_search(scheme)) {
     // The search's SI block is for chunks of a.chunk_layers layers; another size scales it.
     const bool same = layers == a.chunk_layers;
     const double scale = static_cast<double>(layers) / static_cast<double>(a.chunk_layers);
@@ -306,9 +323,14 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
     base.head_loss_transient_bytes = head_loss_transient_bytes(ctx.job->model, par);
     const auto [layers, up_layers] = stage_chunk_layers(ctx, shape, stage);
     StageCosts costs = layer_chunk_costs(ctx, scheme, stage, layers, up_layers, base);
-    // The W's stage holds a down and an up chunk (their sizes differ on an uneven stage 0).
-    set_dp_time(ctx, dp, static_cast<double>(layers + up_layers) / static_cast<double>(layers),
-                costs);
+    // The W's stage holds a down and an up chunk (their sizes differ on an uneven stage 0),
+    // the interleaved stage v chunks.
+    const double chunks =
+        shape == PipelineShape::kInterleaved
+            ? static_cast<double>(ctx.virtual_pipeline)
+            : static_cast<double>(layers + up_layers) / static_cast<double>(layers);
+    set_dp_time(ctx, dp, chunks, costs);
+    costs.si_block_holds_whole_forward = scheme == PipelineScheme::kDualPipeV;
     out.push_back(costs);
   }
   return out;
@@ -321,11 +343,51 @@ struct SchemeRun {
   std::vector<StageMemory> memory;
 };
 
+// ZB-V's greedy order is built on the stages' own chunk times, as the paper builds its
+// schedules from profiled F, B and W times (planner/baseline_schedules.h).
+std::vector<GreedyStageTimes> greedy_times(const std::vector<StageCosts>& costs) {
+  std::vector<GreedyStageTimes> out;
+  for (size_t s = 0; s < costs.size(); ++s) {
+    const StageCosts& c = costs[s];
+    const double up = static_cast<double>(c.chunk_layers(ChunkSide::kUp)) /
+                      static_cast<double>(c.layers_per_chunk);
+    const double input = c.backward_chunk_us - c.backward_weight_chunk_us;
+    const double embedding_forward = s == 0 ? c.embedding_forward_us : 0;
+    const double embedding_backward = s == 0 ? c.embedding_backward_us : 0;
+    out.push_back({.forward_down_us = c.forward_chunk_us + embedding_forward,
+                   .forward_up_us = c.forward_chunk_us * up,
+                   .input_down_us = input + embedding_backward,
+                   .input_up_us = input * up,
+                   .weight_down_us = c.backward_weight_chunk_us,
+                   .weight_up_us = c.backward_weight_chunk_us * up,
+                   .head_loss_us = c.head_loss_forward_us + c.head_loss_backward_us,
+                   .p2p_us = c.p2p_us});
+  }
+  return out;
+}
+
+PipelineSchedule scheme_schedule(const Context& ctx, PipelineScheme scheme,
+                                 const std::vector<StageCosts>& costs) {
+  switch (scheme) {
+    case PipelineScheme::kMegatronInterleaved:
+      return make_interleaved_schedule(ctx.pp, ctx.micro_batches, ctx.virtual_pipeline);
+    case PipelineScheme::kZeroBubbleH1:
+      return make_zb_h1_schedule(ctx.pp, ctx.micro_batches);
+    case PipelineScheme::kZeroBubbleV:
+      return make_zb_v_schedule(ctx.pp, ctx.micro_batches, greedy_times(costs));
+    case PipelineScheme::kDualPipeV:
+      return make_dualpipev_schedule(ctx.pp, ctx.micro_batches);
+    default:
+      return make_schedule(scheme_shape(scheme), ctx.pp, ctx.micro_batches);
+  }
+}
+
 SchemeRun run_scheme(const Context& ctx, PipelineScheme scheme, const ExtraCosts& extras) {
   SchemeRun run;
   run.scheme = scheme;
-  run.schedule = make_schedule(scheme_shape(scheme), ctx.pp, ctx.micro_batches);
-  run.simulation = simulate_pipeline(run.schedule, stage_costs(ctx, scheme, extras));
+  const std::vector<StageCosts> costs = stage_costs(ctx, scheme, extras);
+  run.schedule = scheme_schedule(ctx, scheme, costs);
+  run.simulation = simulate_pipeline(run.schedule, costs);
   std::vector<int64_t> peaks;
   for (const StageSimulation& s : run.simulation.stages) peaks.push_back(s.peak_activation_bytes);
   run.memory = stage_memory(ctx.job->model, ctx.job->parallel, scheme_shape(scheme),
@@ -348,6 +410,7 @@ PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryB
   PlanScheme s;
   s.scheme = pipeline_scheme_name(run.scheme);
   s.shape = pipeline_shape_name(scheme_shape(run.scheme));
+  s.chunks_per_stage = run.schedule.model_chunks * (folded_shape(run.schedule.shape) ? 2 : 1);
   s.iteration_us = sim.iteration_us;
   s.bubble_ratio = sim.bubble_ratio;
   s.tokens_per_second = metrics.tokens_per_second;
@@ -373,6 +436,46 @@ PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryB
                         .total_bytes = m.total_bytes()});
   }
   return s;
+}
+
+TimelineBoxKind box_kind(const PipelineTask& task) {
+  switch (task.kind) {
+    case TaskKind::kForward:
+      return TimelineBoxKind::kForward;
+    case TaskKind::kSiBlock:
+      return TimelineBoxKind::kSiBlock;
+    case TaskKind::kHeadLoss:
+      return TimelineBoxKind::kHeadLoss;
+    case TaskKind::kBackward:
+      break;
+  }
+  switch (task.backward_split) {
+    case BackwardSplit::kInput:
+      return TimelineBoxKind::kInputGradient;
+    case BackwardSplit::kWeight:
+      return TimelineBoxKind::kWeightGradient;
+    case BackwardSplit::kWhole:
+      break;
+  }
+  return TimelineBoxKind::kBackward;
+}
+
+SchemeTimeline scheme_timeline(const SchemeRun& run) {
+  SchemeTimeline out;
+  out.scheme = pipeline_scheme_name(run.scheme);
+  out.iteration_us = run.simulation.iteration_us;
+  out.bubble_ratio = run.simulation.bubble_ratio;
+  for (const StageSimulation& stage : run.simulation.stages) {
+    std::vector<TimelineBox> boxes;
+    for (const TimelineEntry& e : stage.timeline) {
+      boxes.push_back({.label = e.task.label(),
+                       .kind = box_kind(e.task),
+                       .start_us = e.start_us,
+                       .end_us = e.end_us});
+    }
+    out.stages.push_back(std::move(boxes));
+  }
+  return out;
 }
 
 // ----- the dhelix plan's stages and task lists ------------------------------------------
@@ -473,6 +576,23 @@ void fill_job(const JobSpec& job, Plan& plan) {
   plan.job = {.name = job.name, .model = model, .cluster = cluster, .parallel = parallel};
 }
 
+// Interleaved 1F1B's v: the user's (checked as Megatron checks it) or the default.
+int64_t virtual_pipeline_size(const JobSpec& job, int64_t micro_batches, int64_t requested) {
+  const ParallelSpec& par = job.parallel;
+  const int64_t per_stage =
+      par.uneven_stages() || job.model.num_layers % par.pp != 0 ? 0 : job.model.num_layers / par.pp;
+  if (requested == 0) return default_virtual_pipeline_size(per_stage, par.pp, micro_batches);
+  if (requested < 1 || (requested > 1 && (per_stage == 0 || per_stage % requested != 0 ||
+                                          micro_batches % par.pp != 0))) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("--virtual-pipeline-model-parallel-size {}: it must be >= 1, divide "
+                            "the layers per stage ({}) of even stages, and the micro-batches "
+                            "({}) must be a multiple of pp ({}), as Megatron requires",
+                            requested, per_stage, micro_batches, par.pp));
+  }
+  return requested;
+}
+
 Context make_context(const PlanRequest& request) {
   const JobSpec& job = *request.job;
   Context ctx{
@@ -494,6 +614,8 @@ Context make_context(const PlanRequest& request) {
   for (int64_t stage = 0; stage < ctx.pp; ++stage) {
     ctx.shape_ranks.push_back(ctx.placement.rank_of({.pp = stage}));
   }
+  ctx.virtual_pipeline =
+      virtual_pipeline_size(job, ctx.micro_batches, request.virtual_pipeline_size);
   return ctx;
 }
 
@@ -516,11 +638,16 @@ PlanResult build_plan(const PlanRequest& request) {
                        request.profile_name);
   // 3. Layer-level searches per distinct stage shape.
   analyze_stages(ctx);
-  // 4. The four schemes through the pipeline simulator.
+  // 4. Every scheme through the pipeline simulator (DualPipeV needs m >= 2·pp).
   const ExtraCosts extras = extra_costs(ctx);
   std::vector<SchemeRun> runs;
-  for (PipelineScheme scheme : {PipelineScheme::kDHelix, PipelineScheme::kWaveletPlus,
-                                PipelineScheme::kIntraBatch, PipelineScheme::kMegatron1F1B}) {
+  for (PipelineScheme scheme :
+       {PipelineScheme::kDHelix, PipelineScheme::kWaveletPlus, PipelineScheme::kIntraBatch,
+        PipelineScheme::kMegatron1F1B, PipelineScheme::kMegatronInterleaved,
+        PipelineScheme::kZeroBubbleH1, PipelineScheme::kZeroBubbleV, PipelineScheme::kDualPipeV}) {
+    if (scheme == PipelineScheme::kDualPipeV && !dualpipev_applies(ctx.pp, ctx.micro_batches)) {
+      continue;
+    }
     runs.push_back(run_scheme(ctx, scheme, extras));
   }
   // 5. Memory: the dhelix plan must fit.
@@ -557,9 +684,10 @@ PlanResult build_plan(const PlanRequest& request) {
                         .capacity_bytes = budget.capacity_bytes,
                         .reserve_bytes = budget.reserve_bytes,
                         .usable_bytes = budget.usable_bytes()};
-  const double megatron_us = runs.back().simulation.iteration_us;
+  const double megatron_us = runs[3].simulation.iteration_us;  // megatron-1f1b
   for (const SchemeRun& run : runs) {
     plan.schemes.push_back(scheme_record(ctx, run, budget, megatron_us));
+    if (request.keep_timelines) result.timelines.push_back(scheme_timeline(run));
   }
   return result;
 }

@@ -3,8 +3,9 @@
 // the runtime (dhelix-run) can execute and dhelix-diff can compare. It is self-contained:
 // it carries the job (model, cluster, parallel settings) it was made for, hashes of those
 // inputs and of the profile, the layer pairings (the SI block templates), every stage's
-// ordered task list with predicted times, and the predicted figures of the four schemes
-// dhelix compares (dhelix, wavelet+, intra-batch, megatron-1f1b).
+// ordered task list with predicted times, and the predicted figures of the schemes dhelix
+// compares (dhelix, wavelet+, intra-batch, megatron-1f1b, megatron-interleaved, zb-h1, zb-v
+// and, with at least 2·pp micro-batches, dualpipev).
 //
 // Shape of the file (key order as written; lib/plan/plan_writer.h):
 //
@@ -40,7 +41,10 @@
 namespace dhelix {
 
 /// Version of the plan format this dhelix writes; readers accept major 1 only.
-inline constexpr const char* kPlanSchemaVersion = "1.0.0";
+/// 1.1.0 added the schemes megatron-interleaved, zb-h1, zb-v, dualpipev, the shapes
+/// "interleaved" and "v", and chunks_per_stage; 1.0.0 plans still read (chunks_per_stage
+/// then comes from the shape).
+inline constexpr const char* kPlanSchemaVersion = "1.1.0";
 inline constexpr int kPlanSchemaMajor = 1;
 
 /// An input the plan was made for, named and hashed. For the profile, `name` is the
@@ -181,8 +185,11 @@ struct PlanStageMemory {
 
 /// The predicted figures of one scheme.
 struct PlanScheme {
-  std::string scheme;  ///< "dhelix", "wavelet+", "intra-batch", "megatron-1f1b"
-  std::string shape;   ///< "w" or "1f1b"
+  std::string scheme;  ///< one of plan_scheme_names()
+  std::string shape;   ///< "w", "1f1b", "interleaved" or "v"
+  /// Model chunks one stage holds: 1 (1f1b), 2 (w, v), Megatron's virtual pipeline size v
+  /// (interleaved).
+  int64_t chunks_per_stage = 1;
   double iteration_us = 0;
   double bubble_ratio = 0;
   double tokens_per_second = 0;
@@ -216,14 +223,18 @@ struct Plan {
   std::vector<PlanPairing> pairings;
   std::vector<PlanStage> stages;
   PlanMemoryBudget memory_budget;
-  std::vector<PlanScheme> schemes;  ///< dhelix, wavelet+, intra-batch, megatron-1f1b
+  std::vector<PlanScheme> schemes;  ///< in plan_scheme_names() order; dualpipev may be absent
 
   /// The scheme named `name`, or nullptr.
   const PlanScheme* find_scheme(const std::string& name) const;
+  /// The fastest scheme other than dhelix that fits in memory, or nullptr (none fits).
+  const PlanScheme* best_baseline() const;
 };
 
 /// The names of the schemes, in the order a plan lists them.
 const std::vector<std::string>& plan_scheme_names();
+/// The pipeline shapes a scheme may have.
+const std::vector<std::string>& plan_scheme_shapes();
 /// The communication types, in the order a scheme lists them.
 const std::vector<std::string>& plan_comm_types();
 
