@@ -353,8 +353,9 @@ std::string best_baseline_sentence(const Plan& a, const Plan& b) {
   const double gain_a = gain(a, best_a);
   const double gain_b = gain(b, best_b);
   if (name_a == name_b && std::abs(gain_a - gain_b) < 0.005) return "";
-  return fmt::format("Best baseline that fits: {} -> {}; dhelix's gain over it {:.2f}x -> {:.2f}x.",
-                     name_a, name_b, gain_a, gain_b);
+  const std::string names = name_a == name_b ? name_a : name_a + " -> " + name_b;
+  return fmt::format("Best baseline that fits: {}; dhelix's gain over it {:.2f}x -> {:.2f}x.",
+                     names, gain_a, gain_b);
 }
 
 std::vector<std::string> make_summary(const PlanDiff& diff) {

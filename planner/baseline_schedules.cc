@@ -137,9 +137,10 @@ std::vector<PipelineTask> zb_h1_stage(int64_t pp, int64_t m, int64_t p) {
 // when every work item ended.
 class VGreedy {
  public:
-  VGreedy(int64_t pp, int64_t m, std::vector<GreedyStageTimes> times)
+  VGreedy(int64_t pp, int64_t m, std::vector<GreedyStageTimes> times, int64_t max_live)
       : pp_(pp),
         m_(m),
+        max_live_(max_live),
         times_(std::move(times)),
         schedule_(empty_schedule(PipelineShape::kV, pp, m)) {
     if (times_.empty()) times_.assign(static_cast<size_t>(pp), GreedyStageTimes{});
@@ -225,9 +226,9 @@ class VGreedy {
   bool step(int64_t s, double t) {
     const auto si = static_cast<size_t>(s);
     const GreedyStageTimes& time = times_[si];
-    const bool room = live_[si] < 2 * pp_;
+    const bool room = live_[si] < max_live_;
     int64_t& up_f = next_forward_[side(s, ChunkSide::kUp)];
-    if (room && up_f < m_ && forward_ready(s, ChunkSide::kUp, up_f, t)) {
+    const auto run_up_forward = [&] {
       emit(s, forward(up_f, ChunkSide::kUp), {WorkPass::kForward, up_f, ChunkSide::kUp, s}, t,
            time.forward_up_us);
       live_[si] += 1;
@@ -237,7 +238,9 @@ class VGreedy {
       }
       up_f += 1;
       return true;
-    }
+    };
+    const bool up_ready = up_f < m_ && forward_ready(s, ChunkSide::kUp, up_f, t);
+    if (room && up_ready) return run_up_forward();
     for (ChunkSide c : {ChunkSide::kUp, ChunkSide::kDown}) {
       int64_t& mb = next_input_[side(s, c)];
       if (mb < m_ && input_ready(s, c, mb, t)) {
@@ -264,11 +267,15 @@ class VGreedy {
       down_f += 1;
       return true;
     }
+    // Nothing else can run: an up-chunk forward completes a micro-batch whose down chunk
+    // already holds memory here; holding it back for room could deadlock.
+    if (up_ready) return run_up_forward();
     return false;
   }
 
   int64_t pp_;
   int64_t m_;
+  int64_t max_live_;  // chunk activations a down-chunk forward may find live
   std::vector<GreedyStageTimes> times_;
   PipelineSchedule schedule_;
   std::map<Key, double> end_;
@@ -406,13 +413,18 @@ PipelineSchedule make_zb_h1_schedule(int64_t pp, int64_t num_micro_batches) {
 }
 
 PipelineSchedule make_zb_v_schedule(int64_t pp, int64_t num_micro_batches,
-                                    const std::vector<GreedyStageTimes>& times) {
+                                    const std::vector<GreedyStageTimes>& times,
+                                    int64_t extra_chunks) {
   check_sizes("zb-v", pp, num_micro_batches);
+  if (extra_chunks < 0) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("zb-v schedule: extra chunks {} must be >= 0", extra_chunks));
+  }
   if (!times.empty() && static_cast<int64_t>(times.size()) != pp) {
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("zb-v schedule: {} stage times for pp = {}", times.size(), pp));
   }
-  return VGreedy(pp, num_micro_batches, times).run();
+  return VGreedy(pp, num_micro_batches, times, 2 * pp + extra_chunks).run();
 }
 
 bool dualpipev_applies(int64_t pp, int64_t num_micro_batches) {

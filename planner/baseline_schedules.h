@@ -36,12 +36,15 @@
 // own; unit times by default), as the paper builds its schedules from profiled F/B/W times:
 // whenever a stage is free it runs, in this priority, a ready forward of the
 // up chunk, a ready I of the up chunk, a ready I of the down chunk, the oldest pending W, and
-// a forward of the down chunk, forwards only while fewer than 2·pp chunk activations are
-// live (1F1B's peak: pp micro-batches of a whole stage). With T_F = T_I = T_W every stage is
-// busy from its first task to the iteration's end: the idle is the unavoidable (pp-1)
-// forward-chunk ramp, bubble (pp-1)/(6m + pp-1). The paper's "zero bubble" counts each stage
-// from its own start (its optimizer post-validation lets the next iteration start early);
-// dhelix's iteration ends with a synchronous optimizer step, so the ramp stays.
+// a forward of the down chunk, the last only while fewer than 2·pp chunk activations are live
+// (1F1B's peak: pp micro-batches of a whole stage); forwards of the up chunk too, unless
+// nothing else can run (holding them back then could deadlock: uneven times may go over). The
+// planner allows one chunk more (kZbVPlannerExtraChunks), which its greedy needs on real times: its
+// ZB-V keeps 2·pp + 1 chunks, one more than the paper's. With T_F = T_I = T_W every stage is busy
+// from its first task to the iteration's end: the idle is the unavoidable (pp-1) forward-chunk
+// ramp, bubble (pp-1)/(6m + pp-1). The paper's "zero bubble" counts each stage from its own start
+// (its optimizer post-validation lets the next iteration start early); dhelix's iteration ends with
+// a synchronous optimizer step, so the ramp stays.
 //
 // DualPipeV (DeepSeek, 2025: the V-shaped "cut-in-half" DualPipe). The same V, with pairs of
 // one micro-batch's forward chunk and another's backward chunk overlapped: an SI block, costed
@@ -80,9 +83,16 @@ struct GreedyStageTimes {
 };
 
 /// ZB-V for pp >= 1, m >= 1: the greedy order of the file comment on `times` (one per stage;
-/// empty: unit chunk times, no head-loss or transfer time).
+/// empty: unit chunk times, no head-loss or transfer time), down-chunk forwards allowed while
+/// fewer than 2·pp + extra_chunks chunk activations are live (0: the paper's ZB-V memory).
 PipelineSchedule make_zb_v_schedule(int64_t pp, int64_t num_micro_batches,
-                                    const std::vector<GreedyStageTimes>& times = {});
+                                    const std::vector<GreedyStageTimes>& times = {},
+                                    int64_t extra_chunks = 0);
+
+/// The slack the planner gives ZB-V's greedy on real, uneven times: one chunk (2·pp + 1
+/// chunks, DualPipeV's PP+1). Without it the greedy on real times leaves a bubble twice
+/// 1F1B's on the shipped jobs (the fill waits for room the head-loss step delays).
+inline constexpr int64_t kZbVPlannerExtraChunks = 1;
 
 /// DualPipeV for pp >= 1 and m >= 2·pp (Error(kInvalidInput) otherwise).
 PipelineSchedule make_dualpipev_schedule(int64_t pp, int64_t num_micro_batches);

@@ -374,7 +374,8 @@ PipelineSchedule scheme_schedule(const Context& ctx, PipelineScheme scheme,
     case PipelineScheme::kZeroBubbleH1:
       return make_zb_h1_schedule(ctx.pp, ctx.micro_batches);
     case PipelineScheme::kZeroBubbleV:
-      return make_zb_v_schedule(ctx.pp, ctx.micro_batches, greedy_times(costs));
+      return make_zb_v_schedule(ctx.pp, ctx.micro_batches, greedy_times(costs),
+                                kZbVPlannerExtraChunks);
     case PipelineScheme::kDualPipeV:
       return make_dualpipev_schedule(ctx.pp, ctx.micro_batches);
     default:

@@ -125,7 +125,7 @@ TEST(PlanReport, NamesTheBestBaselineThatFits) {
   plan.schemes.push_back(zb);
   ASSERT_EQ(plan.best_baseline(), &plan.schemes[3]);
   const std::string text = render_plan_report(plan, ReportFormat::kText);
-  EXPECT_NE(text.find("megatron-interleaved runs 4 model chunks per stage; best baseline that "
+  EXPECT_NE(text.find("megatron-interleaved: virtual pipeline size 4; best baseline that "
                       "fits: zb-v (0.500 s); dhelix 1.06x over it, 1.11x over megatron-1f1b\n"),
             std::string::npos)
       << text;
