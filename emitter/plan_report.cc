@@ -193,9 +193,11 @@ std::string best_baseline_sentence(const Plan& plan) {
   const PlanScheme* best = plan.best_baseline();
   std::string out;
   if (const PlanScheme* interleaved = plan.find_scheme("megatron-interleaved")) {
-    out += fmt::format(
-        "megatron-interleaved: virtual pipeline size {}{}; ", interleaved->chunks_per_stage,
-        interleaved->chunks_per_stage == 1 ? " (Megatron cannot interleave here)" : "");
+    out += fmt::format("megatron-interleaved: virtual pipeline size {}{}; ",
+                       interleaved->chunks_per_stage,
+                       interleaved->chunks_per_stage > 1 ? ""
+                       : plan.stages.size() <= 1         ? " (one stage: nothing to interleave)"
+                                                         : " (Megatron cannot interleave here)");
   }
   if (best == nullptr) return out + "no baseline fits in memory";
   out += fmt::format("best baseline that fits: {} ({})", best->scheme, seconds(best->iteration_us));
