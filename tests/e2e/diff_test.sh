@@ -102,7 +102,7 @@ expect "one plan only" 2 "" "$a"
 expect "missing file" 3 "$scratch/missing.json" "$a" "$scratch/missing.json"
 
 # --- 5: another major schema version --------------------------------------------------------
-sed '0,/"schema_version": "1.0.0"/s//"schema_version": "2.0.0"/' "$a" >"$scratch/v2.json"
+sed -E '0,/"schema_version": "1\.[0-9]+\.[0-9]+"/s//"schema_version": "2.0.0"/' "$a" >"$scratch/v2.json"
 expect "major version 2" 5 \
   "v2.json: /schema_version: \"2.0.0\" has major version 2, this dhelix reads major version 1 only" \
   "$scratch/v2.json" "$a"
