@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
-#include <map>
 #include <optional>
 #include <queue>
 #include <tuple>
@@ -150,6 +149,7 @@ class VGreedy {
     next_forward_.assign(static_cast<size_t>(2 * pp), 0);
     next_input_.assign(static_cast<size_t>(2 * pp), 0);
     pending_weight_.resize(static_cast<size_t>(pp));
+    end_.assign(static_cast<size_t>(pp * 4 * 3 * m), -1.0);
   }
 
   PipelineSchedule run() {
@@ -186,11 +186,18 @@ class VGreedy {
   // Whether `key`'s result is on stage `at` by time t (a transfer from another stage adds the
   // sender's p2p time).
   bool arrived(const Key& key, int64_t at, double t) const {
-    const auto it = end_.find(key);
-    if (it == end_.end()) return false;
+    const double end = end_[index(key)];
+    if (end < 0) return false;
     const int64_t from = std::get<3>(key);
     const double p2p = from == at ? 0.0 : times_[static_cast<size_t>(from)].p2p_us;
-    return it->second + p2p <= t;
+    return end + p2p <= t;
+  }
+
+  // Position of a work item's end time in end_ (stage, pass, chunk side, micro-batch).
+  size_t index(const Key& key) const {
+    const auto [pass, mb, chunk, stage] = key;
+    return static_cast<size_t>(
+        ((stage * 4 + static_cast<int64_t>(pass)) * 3 + static_cast<int64_t>(chunk)) * m_ + mb);
   }
 
   bool forward_ready(int64_t s, ChunkSide c, int64_t mb, double t) const {
@@ -212,7 +219,7 @@ class VGreedy {
   void emit(int64_t s, const PipelineTask& task, const Key& key, double t, double duration) {
     schedule_.stages[static_cast<size_t>(s)].push_back(task);
     const double end = std::max(t, free_[static_cast<size_t>(s)]) + duration;
-    end_[key] = end;
+    end_[index(key)] = end;
     events_.push(end);
     events_.push(end + times_[static_cast<size_t>(s)].p2p_us);
     free_[static_cast<size_t>(s)] = end;
@@ -278,7 +285,7 @@ class VGreedy {
   int64_t max_live_;  // chunk activations a down-chunk forward may find live
   std::vector<GreedyStageTimes> times_;
   PipelineSchedule schedule_;
-  std::map<Key, double> end_;
+  std::vector<double> end_;  // by index(); -1: not run yet
   // Task ends and arrivals (ends plus the p2p time), earliest first.
   std::priority_queue<double, std::vector<double>, std::greater<>> events_;
   std::vector<int64_t> next_forward_;  // per stage and side (side())
