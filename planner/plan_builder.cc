@@ -24,6 +24,7 @@
 #include "planner/pipeline_schedule.h"
 #include "planner/pipeline_simulator.h"
 #include "planner/profile_co_run.h"
+#include "planner/scheme_timeline.h"
 
 namespace dhelix {
 namespace {
@@ -343,29 +344,6 @@ struct SchemeRun {
   std::vector<StageMemory> memory;
 };
 
-// ZB-V's greedy order is built on the stages' own chunk times, as the paper builds its
-// schedules from profiled F, B and W times (planner/baseline_schedules.h).
-std::vector<GreedyStageTimes> greedy_times(const std::vector<StageCosts>& costs) {
-  std::vector<GreedyStageTimes> out;
-  for (size_t s = 0; s < costs.size(); ++s) {
-    const StageCosts& c = costs[s];
-    const double up = static_cast<double>(c.chunk_layers(ChunkSide::kUp)) /
-                      static_cast<double>(c.layers_per_chunk);
-    const double input = c.backward_chunk_us - c.backward_weight_chunk_us;
-    const double embedding_forward = s == 0 ? c.embedding_forward_us : 0;
-    const double embedding_backward = s == 0 ? c.embedding_backward_us : 0;
-    out.push_back({.forward_down_us = c.forward_chunk_us + embedding_forward,
-                   .forward_up_us = c.forward_chunk_us * up,
-                   .input_down_us = input + embedding_backward,
-                   .input_up_us = input * up,
-                   .weight_down_us = c.backward_weight_chunk_us,
-                   .weight_up_us = c.backward_weight_chunk_us * up,
-                   .head_loss_us = c.head_loss_forward_us + c.head_loss_backward_us,
-                   .p2p_us = c.p2p_us});
-  }
-  return out;
-}
-
 PipelineSchedule scheme_schedule(const Context& ctx, PipelineScheme scheme,
                                  const std::vector<StageCosts>& costs) {
   switch (scheme) {
@@ -374,7 +352,7 @@ PipelineSchedule scheme_schedule(const Context& ctx, PipelineScheme scheme,
     case PipelineScheme::kZeroBubbleH1:
       return make_zb_h1_schedule(ctx.pp, ctx.micro_batches);
     case PipelineScheme::kZeroBubbleV:
-      return make_zb_v_schedule(ctx.pp, ctx.micro_batches, greedy_times(costs),
+      return make_zb_v_schedule(ctx.pp, ctx.micro_batches, greedy_stage_times(costs),
                                 kZbVPlannerExtraChunks);
     case PipelineScheme::kDualPipeV:
       return make_dualpipev_schedule(ctx.pp, ctx.micro_batches);
@@ -437,46 +415,6 @@ PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryB
                         .total_bytes = m.total_bytes()});
   }
   return s;
-}
-
-TimelineBoxKind box_kind(const PipelineTask& task) {
-  switch (task.kind) {
-    case TaskKind::kForward:
-      return TimelineBoxKind::kForward;
-    case TaskKind::kSiBlock:
-      return TimelineBoxKind::kSiBlock;
-    case TaskKind::kHeadLoss:
-      return TimelineBoxKind::kHeadLoss;
-    case TaskKind::kBackward:
-      break;
-  }
-  switch (task.backward_split) {
-    case BackwardSplit::kInput:
-      return TimelineBoxKind::kInputGradient;
-    case BackwardSplit::kWeight:
-      return TimelineBoxKind::kWeightGradient;
-    case BackwardSplit::kWhole:
-      break;
-  }
-  return TimelineBoxKind::kBackward;
-}
-
-SchemeTimeline scheme_timeline(const SchemeRun& run) {
-  SchemeTimeline out;
-  out.scheme = pipeline_scheme_name(run.scheme);
-  out.iteration_us = run.simulation.iteration_us;
-  out.bubble_ratio = run.simulation.bubble_ratio;
-  for (const StageSimulation& stage : run.simulation.stages) {
-    std::vector<TimelineBox> boxes;
-    for (const TimelineEntry& e : stage.timeline) {
-      boxes.push_back({.label = e.task.label(),
-                       .kind = box_kind(e.task),
-                       .start_us = e.start_us,
-                       .end_us = e.end_us});
-    }
-    out.stages.push_back(std::move(boxes));
-  }
-  return out;
 }
 
 // ----- the dhelix plan's stages and task lists ------------------------------------------
@@ -688,7 +626,10 @@ PlanResult build_plan(const PlanRequest& request) {
   const double megatron_us = runs[3].simulation.iteration_us;  // megatron-1f1b
   for (const SchemeRun& run : runs) {
     plan.schemes.push_back(scheme_record(ctx, run, budget, megatron_us));
-    if (request.keep_timelines) result.timelines.push_back(scheme_timeline(run));
+    if (request.keep_timelines) {
+      result.timelines.push_back(
+          scheme_timeline(pipeline_scheme_name(run.scheme), run.schedule, run.simulation));
+    }
   }
   return result;
 }
