@@ -288,12 +288,16 @@ OrderedJson other_data(const Plan& plan) {
         round_time_us(s.iteration_us);
   }
   data["schemes"] = std::move(schemes);
+  if (const PlanScheme* best = plan.best_baseline()) {
+    // the fastest other scheme that fits in memory
+    data["best_baseline"] = pipeline_scheme_name(best->scheme);
+  }
   data["note"] =
       "ops of forward-only and backward-only tasks (args.approximate) are laid out from solo "
       "times; after each stage's last task come its exposed DP reduction, optimizer step and "
       "exposed parameter gather, ending at the dhelix iteration time on the slowest stage; "
-      "baselines have no timeline in a plan";
-  const PlanScheme* dhelix = plan.find_scheme("dhelix");
+      "baselines have no timeline in a plan (dhelix-plan --svg draws them)";
+  const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix);
   if (dhelix != nullptr) data["iteration_us"] = round_time_us(dhelix->iteration_us);
   return data;
 }

@@ -143,6 +143,7 @@ SchemeDiff diff_scheme(const PlanScheme& a, const PlanScheme& b, double tol) {
   out.scheme = a.scheme;
   add_field(out.fields, "shape", std::string(pipeline_shape_name(a.shape)),
             std::string(pipeline_shape_name(b.shape)));
+  add_field(out.fields, "chunks_per_stage", a.chunks_per_stage, b.chunks_per_stage);
   add_field(out.fields, "fits", a.fits, b.fits);
   const std::vector<std::pair<std::string, std::pair<double, double>>> figures = {
       {"iteration_us", {a.iteration_us, b.iteration_us}},
@@ -321,6 +322,27 @@ std::string memory_sentence(const SchemeDiff& dhelix) {
                      peak_b < peak_a ? "fell" : "rose", peak_a / kGiB, peak_b / kGiB);
 }
 
+// The fastest baseline that fits (Plan::best_baseline) and dhelix's gain over it, when
+// either changed from A to B.
+std::string best_baseline_sentence(const Plan& a, const Plan& b) {
+  const auto gain = [](const Plan& plan, const PlanScheme* best) {
+    const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix);
+    return best != nullptr && dhelix != nullptr && dhelix->iteration_us > 0
+               ? best->iteration_us / dhelix->iteration_us
+               : 0.0;
+  };
+  const PlanScheme* best_a = a.best_baseline();
+  const PlanScheme* best_b = b.best_baseline();
+  const std::string name_a = best_a ? pipeline_scheme_name(best_a->scheme) : "none";
+  const std::string name_b = best_b ? pipeline_scheme_name(best_b->scheme) : "none";
+  const double gain_a = gain(a, best_a);
+  const double gain_b = gain(b, best_b);
+  if (name_a == name_b && std::abs(gain_a - gain_b) < 0.005) return "";
+  const std::string names = name_a == name_b ? name_a : name_a + " -> " + name_b;
+  return fmt::format("Best baseline that fits: {}; dhelix's gain over it {:.2f}x -> {:.2f}x.",
+                     names, gain_a, gain_b);
+}
+
 std::vector<std::string> make_summary(const PlanDiff& diff) {
   if (diff.identical()) return {"The plans are identical."};
   std::vector<std::string> out;
@@ -430,6 +452,10 @@ PlanDiff diff_plans(const Plan& a, const Plan& b, const DiffOptions& options) {
   diff.pairing = diff_detail::diff_pairing_section(a, b, options.relative_tolerance);
   diff.schemes = diff_schemes(a, b, options.relative_tolerance);
   diff.summary = make_summary(diff);
+  if (std::string sentence = best_baseline_sentence(a, b);
+      !sentence.empty() && diff.plan_changed()) {
+    diff.summary.push_back(std::move(sentence));
+  }
   diff.failures = find_failures(diff, options);
   return diff;
 }

@@ -5,8 +5,9 @@
 //
 //   llama-25b-a40-dp8-tp8: 128 micro-batches, 1 stage, 64 GPUs (A40)
 //   scheme            iteration  TFLOPS/GPU     MFU  bubble  exposed comm  speed-up  fits
-//   dhelix            238.585 s        94.8   63.3%    0.0%     18343.0 ms     1.36x   yes
+//   dhelix                 238.585 s        94.8   63.3%    0.0%     18343.0 ms     1.36x   yes
 //   ...
+//   best baseline that fits: zb-h1 (...); dhelix 1.30x over it, 1.36x over megatron-1f1b
 //   SI pairing of one layer (pairing 0, layer scope): ...
 //   block  forward compute  backward compute  communication                      time
 //   0      ln_attn          bda_mlp           allgather_attn (fwd, tp): hidden   24.314 ms
@@ -26,7 +27,8 @@
 namespace dhelix {
 
 /// Version of the JSON report's shape (render_plan_report with ReportFormat::kJson).
-inline constexpr const char* kPlanReportSchemaVersion = "1.0.0";
+/// 1.1.0: best_baseline and each scheme's chunks_per_stage.
+inline constexpr const char* kPlanReportSchemaVersion = "1.1.0";
 
 /// The forms a plan report can take.
 enum class ReportFormat { kText, kMarkdown, kJson };

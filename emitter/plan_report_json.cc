@@ -30,6 +30,7 @@ OrderedJson scheme_json(const SchemeRow& s) {
                       {"activation_bytes", m.activation_bytes}});
   }
   return {{"scheme", pipeline_scheme_name(s.scheme)},
+          {"chunks_per_stage", s.chunks_per_stage},
           {"iteration_us", us(s.iteration_us)},
           {"tflops_per_gpu", ratio(s.tflops_per_gpu)},
           {"mfu", ratio(s.mfu)},
@@ -88,6 +89,14 @@ OrderedJson si_json(const ReportRows& rows) {
           {"blocks", blocks}};
 }
 
+// The fastest baseline that fits and dhelix's speed-up over it; null when none fits.
+OrderedJson best_baseline_json(const ReportRows& rows) {
+  if (!rows.best_baseline) return nullptr;
+  return {{"scheme", pipeline_scheme_name(rows.best_baseline->scheme)},
+          {"iteration_us", us(rows.best_baseline->iteration_us)},
+          {"dhelix_speedup", ratio(rows.best_baseline->dhelix_speedup)}};
+}
+
 }  // namespace
 
 std::string render_report_json(const ReportRows& rows) {
@@ -104,6 +113,7 @@ std::string render_report_json(const ReportRows& rows) {
                              {"reserve_bytes", rows.budget.reserve_bytes},
                              {"usable_bytes", rows.budget.usable_bytes}}},
                            {"schemes", schemes},
+                           {"best_baseline", best_baseline_json(rows)},
                            {"pairings", pairings_json(rows)},
                            {"si_pairing", si_json(rows)}};
   return out.dump(2) + "\n";

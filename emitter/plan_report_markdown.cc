@@ -47,7 +47,7 @@ std::string md_comparison(const ReportRows& rows) {
     cells[0] = md_escape(cells[0]);
     out += md_row(cells);
   }
-  return out;
+  return out + "\n" + md_escape(best_baseline_sentence(rows)) + ".\n";
 }
 
 std::string md_comm(const ReportRows& rows) {

@@ -15,6 +15,7 @@ constexpr double kExposedEpsilonUs = 1e-6;
 
 SchemeRow scheme_row(const PlanScheme& s) {
   SchemeRow row{.scheme = s.scheme,
+                .chunks_per_stage = s.chunks_per_stage,
                 .iteration_us = s.iteration_us,
                 .tflops_per_gpu = s.tflops_per_gpu,
                 .mfu = s.mfu,
@@ -128,7 +129,34 @@ ReportRows report_rows(const Plan& plan) {
     rows.dhelix_memory = dhelix->memory;
   }
   rows.si = si_table(plan);
+  const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix);
+  if (const PlanScheme* best = plan.best_baseline()) {
+    const bool timed = dhelix != nullptr && dhelix->iteration_us > 0;
+    rows.best_baseline = BestBaselineRow{
+        .scheme = best->scheme,
+        .iteration_us = best->iteration_us,
+        .dhelix_speedup = timed ? best->iteration_us / dhelix->iteration_us : 0,
+        .dhelix_speedup_vs_1f1b = timed ? dhelix->speedup_vs_megatron : 0};
+  }
+  if (const PlanScheme* interleaved = plan.find_scheme(PipelineScheme::kMegatronInterleaved)) {
+    const int64_t v = interleaved->chunks_per_stage;
+    rows.interleaving = fmt::format("megatron-interleaved: virtual pipeline size {}{}", v,
+                                    v > 1                     ? ""
+                                    : plan.stages.size() <= 1 ? " (one stage: nothing to interleave)"
+                                                              : " (Megatron cannot interleave here)");
+  }
   return rows;
+}
+
+std::string best_baseline_sentence(const ReportRows& rows) {
+  std::string out = rows.interleaving ? *rows.interleaving + "; " : "";
+  if (!rows.best_baseline) return out + "no baseline fits in memory";
+  const BestBaselineRow& best = *rows.best_baseline;
+  out += fmt::format("best baseline that fits: {} ({:.3f} s)", pipeline_scheme_name(best.scheme),
+                     best.iteration_us / 1e6);
+  if (best.dhelix_speedup <= 0) return out;
+  return out + fmt::format("; dhelix {:.2f}x over it, {:.2f}x over megatron-1f1b",
+                           best.dhelix_speedup, best.dhelix_speedup_vs_1f1b);
 }
 
 std::string headline(const ReportRows& rows) {

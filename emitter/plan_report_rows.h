@@ -26,6 +26,7 @@ inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 /// One scheme of the comparison.
 struct SchemeRow {
   PipelineScheme scheme = PipelineScheme::kDHelix;
+  int64_t chunks_per_stage = 1;  ///< model chunks a stage holds (interleaved: v)
   double iteration_us = 0;
   double tflops_per_gpu = 0;
   double mfu = 0;
@@ -76,6 +77,14 @@ struct SiTable {
   std::vector<SiBlock> blocks;
 };
 
+/// The best baseline that fits in memory.
+struct BestBaselineRow {
+  PipelineScheme scheme = PipelineScheme::kMegatron1F1B;
+  double iteration_us = 0;
+  double dhelix_speedup = 0;           ///< its time over dhelix's
+  double dhelix_speedup_vs_1f1b = 0;   ///< dhelix's speedup_vs_megatron
+};
+
 /// Everything a report shows, in the order it shows it.
 struct ReportRows {
   std::string job;
@@ -88,6 +97,12 @@ struct ReportRows {
   /// The dhelix scheme's memory per stage; nullopt when the plan lacks the scheme.
   std::optional<std::vector<PlanStageMemory>> dhelix_memory;
   std::optional<SiTable> si;  ///< nullopt when the plan has no pairing
+  /// The fastest scheme other than dhelix that fits in memory (Plan::best_baseline), with
+  /// dhelix's speed-up over it (0 without a dhelix time); nullopt when none fits.
+  std::optional<BestBaselineRow> best_baseline;
+  /// Megatron's virtual pipeline size, and why it is 1 where it is; nullopt without the
+  /// megatron-interleaved scheme.
+  std::optional<std::string> interleaving;
 };
 
 /// The rows of `plan`; Error(kInvalidInput) when a block of the first pairing names an op
@@ -98,6 +113,9 @@ ReportRows report_rows(const Plan& plan);
 
 /// "llama-25b-a40-dp8-tp8: 128 micro-batches, 1 stage, 64 GPUs (A40)".
 std::string headline(const ReportRows& rows);
+/// The sentence under the scheme table: Megatron's virtual pipeline size, the fastest
+/// baseline that fits and dhelix's gain over it and over plain 1F1B.
+std::string best_baseline_sentence(const ReportRows& rows);
 /// scheme, iteration, TFLOPS/GPU, MFU, bubble, exposed comm, speed-up, fits.
 std::vector<std::string> scheme_cells(const SchemeRow& row);
 /// "12.3 ms / 4.5 ms": hidden / exposed.

@@ -68,6 +68,12 @@ const char* gemm_role_name(GemmRole role) {
   return "?";
 }
 
+BackwardWork backward_work(const Op& op) {
+  if (op.pass != Pass::kBackward) return BackwardWork::kNone;
+  return op.gemm_role == GemmRole::kWgrad ? BackwardWork::kWeightGradient
+                                          : BackwardWork::kInputGradient;
+}
+
 bool is_communication(OpKind kind) {
   switch (kind) {
     case OpKind::kAllGather:

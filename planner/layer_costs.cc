@@ -101,6 +101,17 @@ LayerCosts alone_from(const PairingResult& result, const StrandKinds& f, const S
   return costs;
 }
 
+// The weight-gradient work W of one layer's backward (backward_work): its ops' solo times.
+double weight_gradient_us(const StrandGraph& backward, const LayerDag& dag) {
+  double total = 0;
+  for (const StrandOp& s : backward.ops()) {
+    if (backward_work(dag.op(*dag.find(s.id))) == BackwardWork::kWeightGradient) {
+      total += s.solo_time_us;
+    }
+  }
+  return total;
+}
+
 std::string timed_op_id(const StrandGraph& layer, int64_t index, bool window) {
   const int64_t n = layer.size();
   const std::string& id = layer.op(index % n).id;
@@ -185,6 +196,7 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   options.memo = memo;
   a.dhelix = search_chunk_pairing(a.forward, a.backward, co_run, options);
   a.megatron = alone_from(a.dhelix.per_layer, fk, bk);
+  a.megatron.backward_weight_us = weight_gradient_us(a.backward, a.dags.backward);
   a.dhelix_layer = a.megatron;
   a.dhelix_layer.si_pair_us = a.dhelix.per_layer.total_time_us;
   a.dhelix_layer.si_pair_comm = blocks_comm(a.dhelix.per_layer.blocks, fk, bk);

@@ -1,6 +1,6 @@
 #pragma once
-// One stage's layer-level costs for the four schemes, from its layer DAGs, a profile's solo
-// times and a co-run model:
+// One stage's layer-level costs for the schemes, from its layer DAGs, a profile's solo times
+// and a co-run model:
 //
 //   megatron-1f1b  each strand alone: the best single-strand schedule of the layer's
 //                  forward and of its backward (search_single_strand; ops of different
@@ -12,6 +12,11 @@
 //   wavelet+       one layer's forward against one layer's backward, paired round-robin in
 //                  their default topological orders (planner/layer_baselines.h)
 //   dhelix         the exact pairing search, both scopes (chunk_pairing.h); the better one
+//
+// The baselines of baseline_schedules.h reuse these: interleaved 1F1B, ZB-H1 and ZB-V the
+// megatron figures, with the backward's weight-gradient part (backward_weight_us: the solo
+// times of its BackwardWork::kWeightGradient ops, lib/op_catalogue.h) for the split into I
+// and W; DualPipeV the megatron figures and dhelix's SI block for its overlapped pairs.
 //
 // Hidden and exposed communication. Inside a simulated block, the wall time of a
 // communication op (start to finish, slowdowns included) is "hidden" for the part of it

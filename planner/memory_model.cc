@@ -113,7 +113,7 @@ int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& pa
 int64_t stage_layer_count(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,
                           int64_t stage) {
   if (!parallel.uneven_stages()) return model.num_layers / parallel.pp;
-  if (shape == PipelineShape::kW) {
+  if (folded_shape(shape)) {
     return fold_layers(model.num_layers, parallel.pp, parallel.first_stage_layers,
                        parallel.last_stage_layers)
         .stage_layers(stage);
@@ -136,7 +136,7 @@ StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& par
   const int64_t layers = stage_layer_count(model, parallel, shape, stage);
   StageParameters params{layer.dense * layers, layer.expert * layers};
   const int64_t embedding_stage = 0;
-  const int64_t head_stage = shape == PipelineShape::kW ? 0 : parallel.pp - 1;
+  const int64_t head_stage = folded_shape(shape) ? 0 : parallel.pp - 1;
   const int64_t vocab_shard = ceil_div(model.vocab_size, parallel.tp) * model.hidden_size;
   if (stage == embedding_stage) {
     params.dense += vocab_shard;

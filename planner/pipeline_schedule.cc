@@ -10,10 +10,26 @@
 
 namespace dhelix {
 
+bool folded_shape(PipelineShape shape) {
+  return shape == PipelineShape::kW || shape == PipelineShape::kV;
+}
+
 PipelineShape scheme_shape(PipelineScheme scheme) {
-  return scheme == PipelineScheme::kMegatron1F1B || scheme == PipelineScheme::kIntraBatch
-             ? PipelineShape::kOneFOneB
-             : PipelineShape::kW;
+  switch (scheme) {
+    case PipelineScheme::kMegatron1F1B:
+    case PipelineScheme::kIntraBatch:
+    case PipelineScheme::kZeroBubbleH1:
+      return PipelineShape::kOneFOneB;
+    case PipelineScheme::kWaveletPlus:
+    case PipelineScheme::kDHelix:
+      return PipelineShape::kW;
+    case PipelineScheme::kMegatronInterleaved:
+      return PipelineShape::kInterleaved;
+    case PipelineScheme::kZeroBubbleV:
+    case PipelineScheme::kDualPipeV:
+      return PipelineShape::kV;
+  }
+  return PipelineShape::kW;
 }
 
 namespace {
@@ -123,15 +139,41 @@ std::vector<PipelineTask> one_f_one_b_stage_tasks(int64_t pp, int64_t m, int64_t
 
 }  // namespace
 
+namespace {
+
+// ".c" after an interleaved chunk's micro-batch; nothing for other shapes.
+std::string model_chunk_suffix(const PipelineTask& task, int64_t chunk) {
+  return task.numbered_chunks ? fmt::format(".{}", chunk) : "";
+}
+
+const char* backward_letter(BackwardSplit split) {
+  switch (split) {
+    case BackwardSplit::kWhole:
+      return "B";
+    case BackwardSplit::kInput:
+      return "I";
+    case BackwardSplit::kWeight:
+      return "W";
+  }
+  return "?";
+}
+
+}  // namespace
+
 std::string PipelineTask::label() const {
+  const std::string forward =
+      fmt::format("F{}{}{}", forward_micro_batch, chunk_suffix(forward_chunk),
+                  model_chunk_suffix(*this, forward_model_chunk));
+  const std::string backward =
+      fmt::format("{}{}{}{}", backward_letter(backward_split), backward_micro_batch,
+                  chunk_suffix(backward_chunk), model_chunk_suffix(*this, backward_model_chunk));
   switch (kind) {
     case TaskKind::kForward:
-      return fmt::format("F{}{}", forward_micro_batch, chunk_suffix(forward_chunk));
+      return forward;
     case TaskKind::kBackward:
-      return fmt::format("B{}{}", backward_micro_batch, chunk_suffix(backward_chunk));
+      return backward;
     case TaskKind::kSiBlock:
-      return fmt::format("F{}{}+B{}{}", forward_micro_batch, chunk_suffix(forward_chunk),
-                         backward_micro_batch, chunk_suffix(backward_chunk));
+      return forward + "+" + backward;
     case TaskKind::kHeadLoss:
       return fmt::format("H{}", forward_micro_batch);
   }
@@ -177,22 +219,36 @@ PipelineSchedule make_one_f_one_b_schedule(int64_t pp, int64_t num_micro_batches
 }
 
 PipelineSchedule make_schedule(PipelineShape shape, int64_t pp, int64_t num_micro_batches) {
-  return shape == PipelineShape::kW ? make_w_schedule(pp, num_micro_batches)
-                                    : make_one_f_one_b_schedule(pp, num_micro_batches);
+  switch (shape) {
+    case PipelineShape::kW:
+      return make_w_schedule(pp, num_micro_batches);
+    case PipelineShape::kOneFOneB:
+      return make_one_f_one_b_schedule(pp, num_micro_batches);
+    case PipelineShape::kInterleaved:
+    case PipelineShape::kV:
+      break;
+  }
+  throw Error(ErrorCode::kInvalidInput,
+              fmt::format("make_schedule: the {} shape needs its scheme's generator "
+                          "(baseline_schedules.h)",
+                          pipeline_shape_name(shape)));
 }
 
 std::vector<WorkItem> task_work(const PipelineTask& task, int64_t stage) {
   if (task.kind == TaskKind::kHeadLoss) {
-    return {WorkItem{WorkPass::kHeadLoss, task.forward_micro_batch, task.forward_chunk, stage}};
+    return {WorkItem{WorkPass::kHeadLoss, task.forward_micro_batch, task.forward_chunk, stage,
+                     task.forward_model_chunk}};
   }
   std::vector<WorkItem> items;
   if (task.has_forward()) {
-    items.push_back(
-        WorkItem{WorkPass::kForward, task.forward_micro_batch, task.forward_chunk, stage});
+    items.push_back(WorkItem{WorkPass::kForward, task.forward_micro_batch, task.forward_chunk,
+                             stage, task.forward_model_chunk});
   }
   if (task.has_backward()) {
-    items.push_back(
-        WorkItem{WorkPass::kBackward, task.backward_micro_batch, task.backward_chunk, stage});
+    const WorkPass pass =
+        task.backward_split == BackwardSplit::kWeight ? WorkPass::kWeightGrad : WorkPass::kBackward;
+    items.push_back(WorkItem{pass, task.backward_micro_batch, task.backward_chunk, stage,
+                             task.backward_model_chunk});
   }
   return items;
 }
@@ -222,6 +278,8 @@ std::vector<WorkItem> w_inputs(const PipelineSchedule& s, const WorkItem& item) 
       if (p == last) return {WorkItem{WorkPass::kBackward, mb, ChunkSide::kUp, p}, own};
       return {WorkItem{WorkPass::kBackward, mb, ChunkSide::kDown, p + 1}, own};
     }
+    case WorkPass::kWeightGrad:
+      return {WorkItem{WorkPass::kBackward, mb, item.chunk, p}};
   }
   return {};
 }
@@ -241,6 +299,34 @@ std::vector<WorkItem> one_f_one_b_inputs(const PipelineSchedule& s, const WorkIt
       if (p == last) return {WorkItem{WorkPass::kHeadLoss, mb, ChunkSide::kWhole, p}, own};
       return {WorkItem{WorkPass::kBackward, mb, ChunkSide::kWhole, p + 1}, own};
     }
+    case WorkPass::kWeightGrad:
+      return {WorkItem{WorkPass::kBackward, mb, ChunkSide::kWhole, p}};
+  }
+  return {};
+}
+
+// Interleaved: chunk c of stage p is virtual stage c·pp + p; the forward walks the virtual
+// stages upwards, the backward downwards, the head-loss step follows the last one.
+std::vector<WorkItem> interleaved_inputs(const PipelineSchedule& s, const WorkItem& item) {
+  const int64_t mb = item.micro_batch;
+  const int64_t virtual_stage = item.model_chunk * s.pp + item.stage;
+  const int64_t last = s.model_chunks * s.pp - 1;
+  const auto at = [&](WorkPass pass, int64_t v) {
+    return WorkItem{pass, mb, ChunkSide::kWhole, v % s.pp, v / s.pp};
+  };
+  switch (item.pass) {
+    case WorkPass::kForward:
+      if (virtual_stage == 0) return {};
+      return {at(WorkPass::kForward, virtual_stage - 1)};
+    case WorkPass::kHeadLoss:
+      return {at(WorkPass::kForward, last)};
+    case WorkPass::kBackward: {
+      const WorkItem own = at(WorkPass::kForward, virtual_stage);
+      if (virtual_stage == last) return {at(WorkPass::kHeadLoss, last), own};
+      return {at(WorkPass::kBackward, virtual_stage + 1), own};
+    }
+    case WorkPass::kWeightGrad:
+      return {at(WorkPass::kBackward, virtual_stage)};
   }
   return {};
 }
@@ -248,8 +334,16 @@ std::vector<WorkItem> one_f_one_b_inputs(const PipelineSchedule& s, const WorkIt
 }  // namespace
 
 std::vector<WorkItem> work_inputs(const PipelineSchedule& schedule, const WorkItem& item) {
-  return schedule.shape == PipelineShape::kW ? w_inputs(schedule, item)
-                                             : one_f_one_b_inputs(schedule, item);
+  switch (schedule.shape) {
+    case PipelineShape::kW:
+    case PipelineShape::kV:
+      return w_inputs(schedule, item);
+    case PipelineShape::kOneFOneB:
+      return one_f_one_b_inputs(schedule, item);
+    case PipelineShape::kInterleaved:
+      return interleaved_inputs(schedule, item);
+  }
+  return {};
 }
 
 }  // namespace dhelix

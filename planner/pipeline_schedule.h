@@ -55,6 +55,13 @@
 // 1F1B (Megatron-LM, unfolded): stage p runs min(pp-1-p, m) warm-up forwards, then
 // alternates forward(warm-up + i) and backward(i), then the remaining backwards; the last
 // stage runs the head-loss step between each forward and its backward.
+//
+// The baselines people run today (interleaved 1F1B, ZB-H1, ZB-V, DualPipeV) are generated
+// in baseline_schedules.h with the same task and work-item vocabulary: interleaved 1F1B
+// numbers a stage's model chunks (forward_model_chunk), the zero-bubble schedules split a
+// backward into its input-gradient half I and weight-gradient half W (backward_split), and
+// ZB-V and DualPipeV place the layers in the V that the W's folding already uses (shape kV:
+// the same dependencies as kW, one micro-batch at a time instead of paired strands).
 
 #include <cstdint>
 #include <string>
@@ -67,8 +74,18 @@ namespace dhelix {
 // PipelineShape and PipelineScheme, with their name tables: lib/plan/plan_kinds.h (the plan
 // stores them).
 
-/// The shape a scheme runs: the W for dhelix and wavelet+, 1F1B for the others.
+/// Whether the shape uses the folded layout (embedding, head and loss on stage 0).
+bool folded_shape(PipelineShape shape);
+
+/// The shape a scheme runs: the W for dhelix and wavelet+, 1F1B for Megatron, intra-batch
+/// and ZB-H1, the interleaved pipeline for Megatron's virtual stages, the V for ZB-V and
+/// DualPipeV.
 PipelineShape scheme_shape(PipelineScheme scheme);
+
+/// A backward half's share of the chunk's backward: all of it, or one half of the
+/// zero-bubble split (BackwardWork, lib/op_catalogue.h): the input gradient I, which the
+/// previous stage waits for, or the weight gradient W, which only the optimizer reads.
+enum class BackwardSplit { kWhole, kInput, kWeight };
 
 // TaskKind: lib/plan/plan_kinds.h (the plan stores it).
 
@@ -82,10 +99,19 @@ struct PipelineTask {
   ChunkSide forward_chunk = ChunkSide::kWhole;
   int64_t backward_micro_batch = -1;
   ChunkSide backward_chunk = ChunkSide::kWhole;
+  /// Interleaved 1F1B: which of the stage's model chunks (0 .. model_chunks-1) each half
+  /// runs (a head-loss step: the last); 0 for every other shape.
+  int64_t forward_model_chunk = 0;
+  int64_t backward_model_chunk = 0;
+  bool numbered_chunks = false;  ///< interleaved: the label names the model chunks
+  BackwardSplit backward_split = BackwardSplit::kWhole;  ///< the backward half's share
 
   bool has_forward() const { return kind == TaskKind::kForward || kind == TaskKind::kSiBlock; }
   bool has_backward() const { return kind == TaskKind::kBackward || kind == TaskKind::kSiBlock; }
   /// "F3d", "B1u", "F5d+B1u", "H3", "F2" (whole chunk): for traces, tests and messages.
+  /// Interleaved chunks add ".c" ("F3.1": micro-batch 3 on model chunk 1); a split backward
+  /// reads "I1u" (input gradient) or "W1u" (weight gradient), as PyTorch's pipeline action
+  /// IR spells them.
   std::string label() const;
 };
 
@@ -98,6 +124,7 @@ struct PipelineSchedule {
   int64_t head_loss_stage = 0;
   ChunkSide first_chunk = ChunkSide::kDown;       ///< chunk holding layer 0 (with the embedding)
   ChunkSide last_chunk = ChunkSide::kUp;          ///< chunk holding layer L-1 (before the head)
+  int64_t model_chunks = 1;                       ///< interleaved 1F1B's v; 1 for every other shape
   std::vector<std::vector<PipelineTask>> stages;  ///< size pp
 
   /// SI blocks on one stage.
@@ -114,7 +141,9 @@ PipelineSchedule make_one_f_one_b_schedule(int64_t pp, int64_t num_micro_batches
 PipelineSchedule make_schedule(PipelineShape shape, int64_t pp, int64_t num_micro_batches);
 
 /// What one piece of work does: a forward or backward of one chunk, or a head-loss step.
-enum class WorkPass { kForward, kBackward, kHeadLoss };
+/// (kBackward: a whole backward, or the input-gradient half of a split one; kWeightGrad: the
+/// weight-gradient half.)
+enum class WorkPass { kForward, kBackward, kHeadLoss, kWeightGrad };
 
 /// One micro-batch's pass through one chunk of one stage; the unit dependencies join.
 struct WorkItem {
@@ -122,6 +151,7 @@ struct WorkItem {
   int64_t micro_batch = 0;
   ChunkSide chunk = ChunkSide::kWhole;
   int64_t stage = 0;
+  int64_t model_chunk = 0;  ///< interleaved 1F1B only
 
   bool operator==(const WorkItem& other) const = default;
 };
@@ -131,8 +161,9 @@ std::vector<WorkItem> task_work(const PipelineTask& task, int64_t stage);
 
 /// The work items whose results `item` consumes: the activation (forward), the output
 /// gradient (backward), the last chunk's forward (head-loss). A backward also consumes its
-/// own forward's saved activations (same stage). An input on another stage arrives by a
-/// point-to-point transfer; one on the same stage needs none.
+/// own forward's saved activations (same stage); a weight-gradient half its input-gradient
+/// half. An input on another stage arrives by a point-to-point transfer; one on the same
+/// stage needs none.
 std::vector<WorkItem> work_inputs(const PipelineSchedule& schedule, const WorkItem& item);
 
 }  // namespace dhelix

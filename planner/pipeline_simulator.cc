@@ -44,6 +44,7 @@ StageCosts chunk_costs(const LayerCosts& layer, int64_t layers_per_chunk, StageC
   const auto n = static_cast<double>(layers_per_chunk);
   extras.forward_chunk_us = layer.forward_us * n;
   extras.backward_chunk_us = layer.backward_us * n;
+  extras.backward_weight_chunk_us = std::min(layer.backward_weight_us, layer.backward_us) * n;
   extras.si_block_us = layer.si_pair_us * n;
   extras.forward_comm = layer.forward_comm.scaled(n);
   extras.backward_comm = layer.backward_comm.scaled(n);
@@ -63,20 +64,25 @@ namespace {
 
 constexpr double kNotDone = -1.0;
 
-// End times of every work item, indexed by (stage, pass, chunk, micro-batch).
+// End times of every work item, indexed by (stage, pass, chunk side, model chunk,
+// micro-batch).
 class EndTimes {
  public:
-  EndTimes(int64_t pp, int64_t m) : m_(m), ends_(static_cast<size_t>(pp * 3 * 3 * m), kNotDone) {}
+  EndTimes(int64_t pp, int64_t m, int64_t model_chunks)
+      : m_(m),
+        chunks_(model_chunks),
+        ends_(static_cast<size_t>(pp * 4 * 3 * model_chunks * m), kNotDone) {}
   double& at(const WorkItem& item) {
-    const int64_t index = ((item.stage * 3 + static_cast<int64_t>(item.pass)) * 3 +
-                           static_cast<int64_t>(item.chunk)) *
-                              m_ +
-                          item.micro_batch;
+    const int64_t slot = static_cast<int64_t>(item.chunk) * chunks_ + item.model_chunk;
+    const int64_t index =
+        ((item.stage * 4 + static_cast<int64_t>(item.pass)) * 3 * chunks_ + slot) * m_ +
+        item.micro_batch;
     return ends_.at(static_cast<size_t>(index));
   }
 
  private:
   int64_t m_;
+  int64_t chunks_;
   std::vector<double> ends_;
 };
 
@@ -88,11 +94,11 @@ void check_costs(const PipelineSchedule& schedule, const std::vector<StageCosts>
   }
   for (size_t p = 0; p < costs.size(); ++p) {
     const StageCosts& c = costs[p];
-    const double times[] = {c.forward_chunk_us,      c.backward_chunk_us,
-                            c.si_block_us,           c.embedding_forward_us,
-                            c.embedding_backward_us, c.head_loss_forward_us,
-                            c.head_loss_backward_us, c.p2p_us,
-                            c.dp_reduce_us,          c.optimizer_us};
+    const double times[] = {
+        c.forward_chunk_us,     c.backward_chunk_us,     c.backward_weight_chunk_us,
+        c.si_block_us,          c.embedding_forward_us,  c.embedding_backward_us,
+        c.head_loss_forward_us, c.head_loss_backward_us, c.p2p_us,
+        c.dp_reduce_us,         c.optimizer_us};
     for (double t : times) {
       if (!(std::isfinite(t) && t >= 0)) {
         throw Error(ErrorCode::kInvalidInput,
@@ -100,6 +106,12 @@ void check_costs(const PipelineSchedule& schedule, const std::vector<StageCosts>
                                 "must be finite and non-negative",
                                 p, t));
       }
+    }
+    if (c.backward_weight_chunk_us > c.backward_chunk_us) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("pipeline simulation: stage {}: the weight-gradient part {} us "
+                              "exceeds the whole backward {} us",
+                              p, c.backward_weight_chunk_us, c.backward_chunk_us));
     }
     if (c.layers_per_chunk < 1 || c.up_layers < 0) {
       throw Error(ErrorCode::kInvalidInput,
@@ -136,10 +148,13 @@ double si_block_time_us(const StageCosts& c, int64_t nf, int64_t nb, CommBreakdo
 double task_time_us(const PipelineSchedule& schedule, const StageCosts& c, int64_t stage,
                     const PipelineTask& task, CommBreakdown& comm) {
   const bool embedding_stage = stage == schedule.embedding_stage;
-  const bool forward_embedding =
-      embedding_stage && task.has_forward() && task.forward_chunk == schedule.first_chunk;
+  // The embedding's backward goes with the input-gradient half (or the whole backward).
+  const bool forward_embedding = embedding_stage && task.has_forward() &&
+                                 task.forward_chunk == schedule.first_chunk &&
+                                 task.forward_model_chunk == 0;
   const bool backward_embedding =
-      embedding_stage && task.has_backward() && task.backward_chunk == schedule.first_chunk;
+      embedding_stage && task.has_backward() && task.backward_chunk == schedule.first_chunk &&
+      task.backward_model_chunk == 0 && task.backward_split != BackwardSplit::kWeight;
   const int64_t nf = c.chunk_layers(task.forward_chunk);
   const int64_t nb = c.chunk_layers(task.backward_chunk);
   double time = 0;
@@ -149,8 +164,19 @@ double task_time_us(const PipelineSchedule& schedule, const StageCosts& c, int64
       comm += scaled_comm(c.forward_comm, c, nf);
       break;
     case TaskKind::kBackward:
-      time = scaled_us(c.backward_chunk_us, c, nb);
-      comm += scaled_comm(c.backward_comm, c, nb);
+      switch (task.backward_split) {
+        case BackwardSplit::kWhole:
+          time = scaled_us(c.backward_chunk_us, c, nb);
+          comm += scaled_comm(c.backward_comm, c, nb);
+          break;
+        case BackwardSplit::kInput:  // the communication is the input gradient's
+          time = scaled_us(c.backward_chunk_us - c.backward_weight_chunk_us, c, nb);
+          comm += scaled_comm(c.backward_comm, c, nb);
+          break;
+        case BackwardSplit::kWeight:
+          time = scaled_us(c.backward_weight_chunk_us, c, nb);
+          break;
+      }
       break;
     case TaskKind::kSiBlock:
       time = si_block_time_us(c, nf, nb, comm);
@@ -171,7 +197,8 @@ class ActivationTracker {
         up_bytes_(kept_bytes(costs, ChunkSide::kUp, costs.up_chunk_activation_bytes)),
         layer_bytes_(costs.activation_bytes_per_layer),
         transient_bytes_(costs.backward_transient_bytes),
-        head_loss_bytes_(costs.head_loss_transient_bytes) {}
+        head_loss_bytes_(costs.head_loss_transient_bytes),
+        whole_forward_(costs.si_block_holds_whole_forward) {}
 
   void run(StageSimulation& stage, const TimelineEntry& entry) {
     const PipelineTask& task = entry.task;
@@ -181,13 +208,19 @@ class ActivationTracker {
         record(stage, entry.start_us, live_);
         break;
       case TaskKind::kBackward:
-        if (transient_bytes_ > 0) record(stage, entry.start_us, live_ + transient_bytes_);
-        live_ -= bytes(task.backward_chunk);
+        // A split backward keeps the chunk's activations until its weight gradient (the
+        // wgrad GEMMs read the saved inputs) and holds the recompute group during I.
+        if (transient_bytes_ > 0 && task.backward_split != BackwardSplit::kWeight) {
+          record(stage, entry.start_us, live_ + transient_bytes_);
+        }
+        if (task.backward_split != BackwardSplit::kInput) live_ -= bytes(task.backward_chunk);
         record(stage, entry.end_us, live_);
         break;
-      case TaskKind::kSiBlock: {  // +one layer at the worst layer pair
+      case TaskKind::kSiBlock: {  // +one layer at the worst layer pair (or a whole chunk)
         const int64_t after = live_ + bytes(task.forward_chunk) - bytes(task.backward_chunk);
-        record(stage, entry.start_us, std::max(live_, after) + layer_bytes_ + transient_bytes_);
+        const int64_t peak = whole_forward_ ? live_ + bytes(task.forward_chunk)
+                                            : std::max(live_, after) + layer_bytes_;
+        record(stage, entry.start_us, peak + transient_bytes_);
         live_ = after;
         record(stage, entry.end_us, live_);
         break;
@@ -219,6 +252,7 @@ class ActivationTracker {
   int64_t layer_bytes_;
   int64_t transient_bytes_;
   int64_t head_loss_bytes_;
+  bool whole_forward_;
   int64_t live_ = 0;
 };
 
@@ -312,7 +346,7 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& schedule,
   const auto pp = static_cast<size_t>(schedule.pp);
   SimState s{schedule,
              costs,
-             EndTimes(schedule.pp, schedule.num_micro_batches),
+             EndTimes(schedule.pp, schedule.num_micro_batches, schedule.model_chunks),
              std::vector<size_t>(pp, 0),
              std::vector<double>(pp, 0.0),
              {},

@@ -21,7 +21,8 @@
 // block the pairing alternates layer pairs of the stage's two equal chunks, so at its worst
 // moment the stage holds one more layer's activations than at the block's start and at its
 // end as many as at its start; the head-loss step holds its transient (logits) while it
-// runs.
+// runs. A split backward (baseline_schedules.h) frees the chunk's activations when its
+// weight-gradient half W ends, not after the input-gradient half I: the wgrads read them.
 //
 // Uneven stages. A stage's chunks may hold different layer counts (the folded stage 0 with
 // Megatron's first/last-stage layer counts, docs/pipeline.md): a chunk's forward and
@@ -69,6 +70,9 @@ struct CommBreakdown {
 struct StageCosts {
   double forward_chunk_us = 0;   ///< forward of one chunk
   double backward_chunk_us = 0;  ///< backward of one chunk (dgrad and wgrad)
+  /// The weight-gradient part W of backward_chunk_us (BackwardWork, lib/op_catalogue.h):
+  /// a split backward runs B = backward_chunk_us - this (with backward_comm) and W apart.
+  double backward_weight_chunk_us = 0;
   /// The forward of one chunk co-run with the backward of another (same layer count): the
   /// pairing search's time of a layer pair times the layers per chunk.
   double si_block_us = 0;
@@ -101,6 +105,9 @@ struct StageCosts {
   /// Live on top of the kept bytes while a backward (or an SI block) runs: one recompute
   /// group's activations.
   int64_t backward_transient_bytes = 0;
+  /// An SI block holds its forward's whole chunk on top of what it started with (DualPipeV's
+  /// count, PP+1 chunks), instead of DHelix's one extra layer of a layer-by-layer pairing.
+  bool si_block_holds_whole_forward = false;
 
   /// Layers of the chunk on `side`.
   int64_t chunk_layers(ChunkSide side) const {
@@ -113,6 +120,9 @@ struct LayerCosts {
   double forward_us = 0;
   double backward_us = 0;
   double si_pair_us = 0;  ///< one layer's forward co-run with one layer's backward
+  /// The weight-gradient GEMMs of backward_us: their solo times summed (they are compute
+  /// ops on one stream, so a backward without them is shorter by about this much).
+  double backward_weight_us = 0;
   CommBreakdown forward_comm;
   CommBreakdown backward_comm;
   CommBreakdown si_pair_comm;

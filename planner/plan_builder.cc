@@ -17,6 +17,7 @@
 #include "lib/model_reader.h"
 #include "lib/placement.h"
 #include "lib/provenance.h"
+#include "planner/baseline_schedules.h"
 #include "planner/dp_overlap.h"
 #include "planner/folding.h"
 #include "planner/iteration_metrics.h"
@@ -24,6 +25,7 @@
 #include "planner/pipeline_schedule.h"
 #include "planner/pipeline_simulator.h"
 #include "planner/profile_co_run.h"
+#include "planner/scheme_timeline.h"
 
 namespace dhelix {
 namespace {
@@ -41,7 +43,8 @@ struct Context {
   UnfoldedLayout unfolded;
   int64_t pp = 1;
   int64_t micro_batches = 1;
-  std::vector<int64_t> shape_ranks;                      ///< per stage
+  int64_t virtual_pipeline = 1;      ///< interleaved 1F1B's model chunks per stage
+  std::vector<int64_t> shape_ranks;  ///< per stage
   std::vector<std::unique_ptr<LayerAnalysis>> analyses;  ///< distinct stage shapes
   std::vector<int64_t> analysis_of_stage;                ///< index into analyses
   /// Block recompute only: the same shapes without recompute (the layers block leaves
@@ -68,6 +71,7 @@ LayerCosts mix(const LayerCosts& a, const LayerCosts& b, double share) {
   out.forward_us = share * a.forward_us + rest * b.forward_us;
   out.backward_us = share * a.backward_us + rest * b.backward_us;
   out.si_pair_us = share * a.si_pair_us + rest * b.si_pair_us;
+  out.backward_weight_us = share * a.backward_weight_us + rest * b.backward_weight_us;
   out.forward_comm = a.forward_comm.scaled(share);
   out.forward_comm += b.forward_comm.scaled(rest);
   out.backward_comm = a.backward_comm.scaled(share);
@@ -261,12 +265,22 @@ PlanStagePhases stage_phases(const Context& ctx, int64_t stage, const DpTimes& d
           .optimizer_us = costs.optimizer_us};
 }
 
-// ----- the four schemes -----------------------------------------------------------------
+// ----- the schemes ----------------------------------------------------------------------
+
+// DualPipeV's overlapped forward-backward pairs cost what DHelix's search gives an SI block.
+bool uses_pairing_search(PipelineScheme scheme) {
+  return scheme == PipelineScheme::kDHelix || scheme == PipelineScheme::kDualPipeV;
+}
 
 const LayerCosts& scheme_layer(const LayerAnalysis& a, PipelineScheme scheme) {
   switch (scheme) {
     case PipelineScheme::kMegatron1F1B:
+    case PipelineScheme::kMegatronInterleaved:
+    case PipelineScheme::kZeroBubbleH1:
+    case PipelineScheme::kZeroBubbleV:
       return a.megatron;
+    case PipelineScheme::kDualPipeV:
+      return a.dhelix_layer;
     case PipelineScheme::kIntraBatch:
       return a.intra_batch;
     case PipelineScheme::kWaveletPlus:
@@ -277,11 +291,15 @@ const LayerCosts& scheme_layer(const LayerAnalysis& a, PipelineScheme scheme) {
   return a.megatron;
 }
 
-// Layers of a stage's first chunk (down for the W, whole for 1F1B) and of its up chunk.
+// Layers of a stage's first chunk (down for the W and the V, whole for 1F1B, one model
+// chunk for interleaved 1F1B) and of its up chunk.
 std::pair<int64_t, int64_t> stage_chunk_layers(const Context& ctx, PipelineShape shape,
                                                int64_t stage) {
   const size_t s = static_cast<size_t>(stage);
   if (shape == PipelineShape::kOneFOneB) return {ctx.unfolded.stages[s].count, 0};
+  if (shape == PipelineShape::kInterleaved) {
+    return {ctx.unfolded.stages[s].count / ctx.virtual_pipeline, 0};
+  }
   return {ctx.folded.stages[s].down.count, ctx.folded.stages[s].up.count};
 }
 
@@ -309,7 +327,7 @@ StageCosts layer_chunk_costs(const Context& ctx, PipelineScheme scheme, int64_t 
   const int64_t kept = chunk_activation_bytes(model, par, layers, ctx.request->memory);
   layer.activation_bytes = ceil_div(kept, layers);
   StageCosts costs = chunk_costs(layer, layers, base);
-  if (scheme == PipelineScheme::kDHelix) {
+  if (uses_pairing_search(scheme)) {
     // The search's SI block is for chunks of a.chunk_layers layers; another size scales it.
     const bool same = layers == a.chunk_layers;
     const double scale = static_cast<double>(layers) / static_cast<double>(a.chunk_layers);
@@ -351,10 +369,15 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
     base.head_loss_transient_bytes = head_loss_transient_bytes(ctx.job->model, par);
     const auto [layers, up_layers] = stage_chunk_layers(ctx, shape, stage);
     StageCosts costs = layer_chunk_costs(ctx, scheme, stage, layers, up_layers, base);
-    // The W's stage holds a down and an up chunk (their sizes differ on an uneven stage 0).
-    const DpOverlap overlap = set_dp_time(
-        ctx, dp, static_cast<double>(layers + up_layers) / static_cast<double>(layers), costs);
+    // The W's stage holds a down and an up chunk (their sizes differ on an uneven stage 0),
+    // the interleaved stage v chunks.
+    const double chunks =
+        shape == PipelineShape::kInterleaved
+            ? static_cast<double>(ctx.virtual_pipeline)
+            : static_cast<double>(layers + up_layers) / static_cast<double>(layers);
+    const DpOverlap overlap = set_dp_time(ctx, dp, chunks, costs);
     phases.push_back(stage_phases(ctx, stage, dp, overlap, costs));
+    costs.si_block_holds_whole_forward = scheme == PipelineScheme::kDualPipeV;
     out.push_back(costs);
   }
   return out;
@@ -368,11 +391,29 @@ struct SchemeRun {
   std::vector<PlanStagePhases> phases;  ///< per stage
 };
 
+PipelineSchedule scheme_schedule(const Context& ctx, PipelineScheme scheme,
+                                 const std::vector<StageCosts>& costs) {
+  switch (scheme) {
+    case PipelineScheme::kMegatronInterleaved:
+      return make_interleaved_schedule(ctx.pp, ctx.micro_batches, ctx.virtual_pipeline);
+    case PipelineScheme::kZeroBubbleH1:
+      return make_zb_h1_schedule(ctx.pp, ctx.micro_batches);
+    case PipelineScheme::kZeroBubbleV:
+      return make_zb_v_schedule(ctx.pp, ctx.micro_batches, greedy_stage_times(costs),
+                                kZbVPlannerExtraChunks);
+    case PipelineScheme::kDualPipeV:
+      return make_dualpipev_schedule(ctx.pp, ctx.micro_batches);
+    default:
+      return make_schedule(scheme_shape(scheme), ctx.pp, ctx.micro_batches);
+  }
+}
+
 SchemeRun run_scheme(const Context& ctx, PipelineScheme scheme, const ExtraCosts& extras) {
   SchemeRun run;
   run.scheme = scheme;
-  run.schedule = make_schedule(scheme_shape(scheme), ctx.pp, ctx.micro_batches);
-  run.simulation = simulate_pipeline(run.schedule, stage_costs(ctx, scheme, extras, run.phases));
+  const std::vector<StageCosts> costs = stage_costs(ctx, scheme, extras, run.phases);
+  run.schedule = scheme_schedule(ctx, scheme, costs);
+  run.simulation = simulate_pipeline(run.schedule, costs);
   std::vector<int64_t> peaks;
   for (const StageSimulation& s : run.simulation.stages) peaks.push_back(s.peak_activation_bytes);
   run.memory = stage_memory(ctx.job->model, ctx.job->parallel, scheme_shape(scheme),
@@ -395,6 +436,7 @@ PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryB
   PlanScheme s;
   s.scheme = run.scheme;
   s.shape = scheme_shape(run.scheme);
+  s.chunks_per_stage = run.schedule.model_chunks * (folded_shape(run.schedule.shape) ? 2 : 1);
   s.iteration_us = sim.iteration_us;
   s.bubble_ratio = sim.bubble_ratio;
   s.tokens_per_second = metrics.tokens_per_second;
@@ -521,6 +563,23 @@ void fill_job(const JobSpec& job, Plan& plan) {
   plan.job = {.name = job.name, .model = model, .cluster = cluster, .parallel = parallel};
 }
 
+// Interleaved 1F1B's v: the user's (checked as Megatron checks it) or the default.
+int64_t virtual_pipeline_size(const JobSpec& job, int64_t micro_batches, int64_t requested) {
+  const ParallelSpec& par = job.parallel;
+  const int64_t per_stage =
+      par.uneven_stages() || job.model.num_layers % par.pp != 0 ? 0 : job.model.num_layers / par.pp;
+  if (requested == 0) return default_virtual_pipeline_size(per_stage, par.pp, micro_batches);
+  if (requested < 1 || (requested > 1 && (per_stage == 0 || per_stage % requested != 0 ||
+                                          micro_batches % par.pp != 0))) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("--virtual-pipeline-model-parallel-size {}: it must be >= 1, divide "
+                            "the layers per stage ({}) of even stages, and the micro-batches "
+                            "({}) must be a multiple of pp ({}), as Megatron requires",
+                            requested, per_stage, micro_batches, par.pp));
+  }
+  return requested;
+}
+
 Context make_context(const PlanRequest& request) {
   const JobSpec& job = *request.job;
   Context ctx{
@@ -542,6 +601,8 @@ Context make_context(const PlanRequest& request) {
   for (int64_t stage = 0; stage < ctx.pp; ++stage) {
     ctx.shape_ranks.push_back(ctx.placement.rank_of({.pp = stage}));
   }
+  ctx.virtual_pipeline =
+      virtual_pipeline_size(job, ctx.micro_batches, request.virtual_pipeline_size);
   return ctx;
 }
 
@@ -563,15 +624,21 @@ PlanResult build_plan(const PlanRequest& request) {
   check_profile_covers(*request.profile, needed_ops(*request.job, ctx.shape_ranks),
                        request.profile_name);
   // 3. Layer-level searches per distinct stage shape.
-  constexpr PipelineScheme kSchemes[] = {PipelineScheme::kDHelix, PipelineScheme::kWaveletPlus,
-                                         PipelineScheme::kIntraBatch,
-                                         PipelineScheme::kMegatron1F1B};
+  constexpr PipelineScheme kSchemes[] = {
+      PipelineScheme::kDHelix,        PipelineScheme::kWaveletPlus,
+      PipelineScheme::kIntraBatch,    PipelineScheme::kMegatron1F1B,
+      PipelineScheme::kMegatronInterleaved, PipelineScheme::kZeroBubbleH1,
+      PipelineScheme::kZeroBubbleV,   PipelineScheme::kDualPipeV};
   PlanProgress progress(request, ctx.pp, std::size(kSchemes));
   analyze_stages(ctx, progress);
-  // 4. The four schemes through the pipeline simulator.
+  // 4. Every scheme through the pipeline simulator (DualPipeV needs m >= 2·pp).
   const ExtraCosts extras = extra_costs(ctx);
   std::vector<SchemeRun> runs;
   for (PipelineScheme scheme : kSchemes) {
+    if (scheme == PipelineScheme::kDualPipeV && !dualpipev_applies(ctx.pp, ctx.micro_batches)) {
+      progress.step();
+      continue;
+    }
     runs.push_back(run_scheme(ctx, scheme, extras));
     progress.step();
   }
@@ -609,9 +676,13 @@ PlanResult build_plan(const PlanRequest& request) {
                         .capacity_bytes = budget.capacity_bytes,
                         .reserve_bytes = budget.reserve_bytes,
                         .usable_bytes = budget.usable_bytes()};
-  const double megatron_us = runs.back().simulation.iteration_us;
+  const double megatron_us = runs[3].simulation.iteration_us;  // megatron-1f1b
   for (const SchemeRun& run : runs) {
     plan.schemes.push_back(scheme_record(ctx, run, budget, megatron_us));
+    if (request.keep_timelines) {
+      result.timelines.push_back(
+          scheme_timeline(run.scheme, run.schedule, run.simulation));
+    }
   }
   progress.step();
   return result;

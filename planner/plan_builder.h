@@ -4,8 +4,8 @@
 //   1. check that the profile covers every op the job needs (profile_co_run.h)
 //   2. fold the layers (W) and unfold them (1F1B); each stage's DAG shapes are those of the
 //      first rank of its pipeline coordinate
-//   3. per distinct stage shape: the layer-level searches of all four schemes
-//      (layer_costs.h), one pairing record each
+//   3. per distinct stage shape: the layer-level searches of the schemes (layer_costs.h),
+//      one pairing record each
 //   4. per scheme: stage costs (chunks, SI blocks, embedding, head and loss, p2p, DP
 //      gradient reduction, optimizer step), the pipeline simulation, memory and metrics
 //   5. the dhelix plan must fit in memory: Error(kInfeasible) naming every term, unless
@@ -25,6 +25,7 @@
 
 #include "lib/job_spec.h"
 #include "lib/plan/plan.h"
+#include "lib/plan/scheme_timeline.h"
 #include "lib/profile.h"
 #include "planner/memory_model.h"
 #include "planner/pairing_memo.h"
@@ -57,12 +58,20 @@ struct PlanRequest {
   /// Called with (steps done, steps in all) as planning goes: one step per stage's layer
   /// search, per scheme simulated, and for the task lists. May be empty.
   std::function<void(int64_t done, int64_t total)> progress;
+  /// Megatron's --virtual-pipeline-model-parallel-size for the interleaved 1F1B baseline; 0:
+  /// default_virtual_pipeline_size (planner/baseline_schedules.h). It must divide the layers
+  /// per stage, and m must be a multiple of pp (Error(kInvalidInput) otherwise).
+  int64_t virtual_pipeline_size = 0;
+  /// Return every scheme's simulated timeline (PlanResult::timelines), for pictures; off by
+  /// default, since the configuration search builds thousands of plans.
+  bool keep_timelines = false;
 };
 
 /// A plan and what the user should know about it.
 struct PlanResult {
   Plan plan;
   std::vector<std::string> warnings;
+  std::vector<SchemeTimeline> timelines;  ///< in plan.schemes order, with keep_timelines
 };
 
 /// Builds the plan (see the file comment). Errors: kInvalidInput (profile lacks ops, layers

@@ -34,6 +34,49 @@ def job_rows(plans):
     return out
 
 
+BASELINES = ["megatron-1f1b", "megatron-interleaved", "zb-h1", "zb-v", "dualpipev"]
+
+
+def baseline_cell(scheme):
+    """TFLOPS/GPU and bubble of one baseline, "-" when the plan lacks it, "(OOM)" when it
+    does not fit."""
+    if scheme is None:
+        return "-"
+    oom = "" if scheme["fits"] else " (OOM)"
+    return f"{scheme['tflops_per_gpu']:.1f} / {100 * scheme['bubble_ratio']:.1f} %{oom}"
+
+
+def baseline_rows(plans):
+    """The pipelines people run beside DHelix: the fastest that fits and DHelix's gain over
+    it (docs/pipeline.md, "The baselines people run")."""
+    out = ["| job | pp x m | 1F1B | interleaved (v) | ZB-H1 | ZB-V | DualPipeV | best baseline that "
+           "fits | DHelix over it | DHelix over the best of 1F1B, interleaved, ZB-H1, ZB-V | DHelix over 1F1B |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in plans.items():
+        plan = s["_plan"]
+        pp = len(plan["stages"])
+        cells = []
+        for k in BASELINES:
+            cell = baseline_cell(s.get(k))
+            if k == "megatron-interleaved" and k in s:
+                cell += f" (v {s[k].get('chunks_per_stage', 1)})"
+            cells.append(cell)
+        fitting = [s[k] for k in ORDER[:3] + BASELINES[1:] if k in s and s[k]["fits"]]
+        best = min(fitting, key=lambda x: x["iteration_us"]) if fitting else None
+        d = s["dhelix"]
+        gain = f"{best['iteration_us'] / d['iteration_us']:.2f}x" if best else "-"
+        # The schedules without a co-run overlap of their own (DualPipeV is priced with
+        # DHelix's pairing cost): what DHelix's pairing adds on top of a modern schedule.
+        plain = [s[k] for k in BASELINES[:4] if k in s and s[k]["fits"]]
+        plain_best = min(plain, key=lambda x: x["iteration_us"]) if plain else None
+        plain_gain = (f"{plain_best['iteration_us'] / d['iteration_us']:.2f}x ({plain_best['scheme']})"
+                      if plain_best else "-")
+        out.append(f"| `{name}` | {pp} x {plan['num_micro_batches']} | " + " | ".join(cells) +
+                   f" | {best['scheme'] if best else 'none'} | {gain} | {plain_gain} | "
+                   f"{d['speedup_vs_megatron']:.2f}x |")
+    return out
+
+
 def speedup(job, scheme):
     return lambda p: p[job][scheme]["speedup_vs_megatron"]
 
@@ -148,6 +191,10 @@ def figure_rows(plans):
 def main():
     plans = load(sys.argv[1])
     print("\n".join(job_rows(plans)))
+    print()
+    print("TFLOPS/GPU and bubble of the pipelines people run, under the same costs:")
+    print()
+    print("\n".join(baseline_rows(plans)))
     print()
     print("\n".join(figure_rows(plans)))
 

@@ -3,6 +3,7 @@
 //
 //   dhelix-plan JOB [--profile P] [-o plan.json] [--allow-oom]   plan, print the report
 //       [--report text|markdown|json] [--trace T.json] [--svg PREFIX]
+//       [--virtual-pipeline-model-parallel-size V | --num-layers-per-virtual-pipeline-stage K]
 //   dhelix-plan JOB --validate-only [--json]                     check and summarise the job
 //   dhelix-plan dag JOB [--format dot|json]                      stage 0's layer DAGs
 //   dhelix-plan --check PLAN                                     prove a plan safe to run
@@ -14,11 +15,15 @@
 #include <cstdio>
 #include <memory>
 
+#include <fmt/format.h>
+
 #include "emitter/chrome_trace.h"
 #include "emitter/plan_pictures.h"
 #include "emitter/plan_report.h"
+#include "emitter/svg_schemes.h"
 #include "lib/dag_builder.h"
 #include "lib/dag_export.h"
+#include "lib/error.h"
 #include "lib/job_summary.h"
 #include "lib/job_validation.h"
 #include "lib/placement.h"
@@ -52,6 +57,8 @@ struct PlanOptions {
   std::string trace;
   std::string svg_prefix;
   bool allow_oom = false;
+  int64_t virtual_pipeline_size = 0;  // Megatron's flags for the interleaved baseline
+  int64_t layers_per_virtual_stage = 0;
   std::string check;  // --check PLAN
   SearchCliOptions search;
   // `dag` subcommand
@@ -66,8 +73,14 @@ struct PlanOptions {
 const std::vector<std::string> kJobFlags = {
     "JOB",  "--model", "--cluster", "--dp",  "--tp",  "--pp",  "--cp",
     "--ep", "--sp",    "--no-sp",   "--mbs", "--gbs", "--seq", "--rank-order"};
-const std::vector<std::string> kPlanningFlags = {"-o",        "--trace",  "--svg",
-                                                 "--profile", "--report", "--allow-oom"};
+const std::vector<std::string> kPlanningFlags = {"-o",
+                                                 "--trace",
+                                                 "--svg",
+                                                 "--profile",
+                                                 "--report",
+                                                 "--allow-oom",
+                                                 "--virtual-pipeline-model-parallel-size",
+                                                 "--num-layers-per-virtual-pipeline-stage"};
 
 void add_plan_options(CLI::App& app, PlanOptions& options) {
   app.description(
@@ -95,11 +108,22 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
                  "Chrome trace of the predicted iteration (open in Perfetto or chrome://tracing)")
       ->type_name("FILE");
   app.add_option("--svg", options.svg_prefix,
-                 "Pictures: PREFIX-pipeline.svg (the W pipeline) and PREFIX-pairing.svg (one "
-                 "layer's pairing)")
+                 "Pictures: PREFIX-pipeline.svg (the W pipeline), PREFIX-pairing.svg (one "
+                 "layer's pairing) and PREFIX-schemes.svg (every scheme's pipeline)")
       ->type_name("PREFIX");
   app.add_flag("--allow-oom", options.allow_oom,
                "Write a plan that does not fit in GPU memory (with a warning)");
+  CLI::Option* vp =
+      app.add_option("--virtual-pipeline-model-parallel-size", options.virtual_pipeline_size,
+                     "Model chunks per stage of the interleaved 1F1B baseline, as Megatron's flag "
+                     "(default: the largest divisor of the layers per stage up to 8)")
+          ->type_name("V")
+          ->check(CLI::PositiveNumber);
+  app.add_option("--num-layers-per-virtual-pipeline-stage", options.layers_per_virtual_stage,
+                 "The same choice as Megatron's other flag: layers per model chunk")
+      ->type_name("K")
+      ->check(CLI::PositiveNumber)
+      ->excludes(vp);
   app.add_option("--check", options.check,
                  "Check a plan: collectives, transfers, deadlock, memory (exit 2 on a problem)")
       ->type_name("PLAN");
@@ -157,8 +181,25 @@ PlanRequest make_request(const JobSpec& job, const PlanOptions& options, Profile
   const ClusterSpec cluster = job.cluster;
   request.unprofiled_op_time_us = [cluster](const Op& op) { return op_time_us(cluster, op); };
   request.allow_oom = options.allow_oom;
+  request.keep_timelines = !options.svg_prefix.empty();
+  request.virtual_pipeline_size = options.virtual_pipeline_size;
+  if (options.layers_per_virtual_stage > 0) {
+    const int64_t per_stage = job.model.num_layers / job.parallel.pp;
+    if (job.model.num_layers % job.parallel.pp != 0 ||
+        per_stage % options.layers_per_virtual_stage != 0) {
+      throw Error(
+          ErrorCode::kInvalidInput,
+          fmt::format("--num-layers-per-virtual-pipeline-stage {}: it must divide the "
+                      "layers per stage ({} layers over pp = {})",
+                      options.layers_per_virtual_stage, job.model.num_layers, job.parallel.pp));
+    }
+    request.virtual_pipeline_size = per_stage / options.layers_per_virtual_stage;
+  }
   return request;
 }
+
+// --svg's third picture: every scheme's pipeline (emitter/svg_schemes.h).
+std::string schemes_svg_name(const std::string& prefix) { return prefix + "-schemes.svg"; }
 
 // Where the outputs went, on standard output after the report (not in JSON reports,
 // which stay parseable).
@@ -166,8 +207,8 @@ void print_written_files(const PlanOptions& options) {
   if (!options.output.empty()) std::printf("plan written to %s\n", options.output.c_str());
   if (!options.trace.empty()) std::printf("trace written to %s\n", options.trace.c_str());
   if (!options.svg_prefix.empty()) {
-    std::printf("pictures written to %s-pipeline.svg and %s-pairing.svg\n",
-                options.svg_prefix.c_str(), options.svg_prefix.c_str());
+    std::printf("pictures written to %s-pipeline.svg, %s-pairing.svg and %s-schemes.svg\n",
+                options.svg_prefix.c_str(), options.svg_prefix.c_str(), options.svg_prefix.c_str());
   }
 }
 
@@ -191,8 +232,15 @@ void check_flag_combinations(const PlanOptions& options) {
     return;
   }
   if (options.search.search) {
-    std::vector<std::string> flags = {"--trace", "--svg",           "--profile", "--allow-oom",
-                                      "--check", "--validate-only", "--json"};
+    std::vector<std::string> flags = {"--trace",
+                                      "--svg",
+                                      "--profile",
+                                      "--allow-oom",
+                                      "--check",
+                                      "--validate-only",
+                                      "--json",
+                                      "--virtual-pipeline-model-parallel-size",
+                                      "--num-layers-per-virtual-pipeline-stage"};
     refuse_flags_with(app, "--search", "plans every configuration with the model profile", flags,
                       "plan the configuration it finds with `dhelix-plan JOB ...`");
     if (options.report == "markdown") {
@@ -220,6 +268,7 @@ void check_outputs(const JobSpec& job, const PlanOptions& options) {
     for (const std::string& name : svg_file_names(options.svg_prefix)) {
       outputs.push_back({"--svg", name});
     }
+    outputs.push_back({"--svg", schemes_svg_name(options.svg_prefix)});
   }
   std::vector<NamedPath> inputs = {{"--profile", options.profile}};
   for (const std::string& file : job_input_files(job)) inputs.push_back({"the job's input", file});
@@ -227,11 +276,16 @@ void check_outputs(const JobSpec& job, const PlanOptions& options) {
 }
 
 // Every output of the run, written together: all of them or none (lib/atomic_file.h).
-void write_outputs(const Plan& plan, const PlanOptions& options) {
+void write_outputs(const PlanResult& result, const PlanOptions& options) {
+  const Plan& plan = result.plan;
   OutputFiles files;
   if (!options.output.empty()) files.add(options.output, plan_to_text(plan));
   if (!options.trace.empty()) files.add(options.trace, chrome_trace_text(plan, TraceOptions{}));
-  if (!options.svg_prefix.empty()) add_svg_files(plan, options.svg_prefix, files);
+  if (!options.svg_prefix.empty()) {
+    add_svg_files(plan, options.svg_prefix, files);
+    files.add(schemes_svg_name(options.svg_prefix),
+              schemes_svg(result.timelines, plan.job.name + ": every scheme, one iteration"));
+  }
   files.commit();
 }
 
@@ -270,14 +324,14 @@ int plan(const PlanOptions& options) {
   // 5. Read the profile, or model one for the job's cluster.
   Profile profile;
   PlanRequest request = make_request(job, options, profile);
-  // 6. Search, simulate the four schemes, check memory, lay out every stage's tasks (with a
+  // 6. Search, simulate every scheme, check memory, lay out every stage's tasks (with a
   //    progress bar on a terminal).
   ProgressBar bar("planning " + job.name);
   request.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
   const PlanResult result = build_plan(request);
   for (const std::string& warning : result.warnings) print_warning(kToolName, warning);
   // 7. Write the plan, trace and pictures together (all or none), then print the report.
-  write_outputs(result.plan, options);
+  write_outputs(result, options);
   const ReportFormat format = parse_report_format(options.report).value_or(ReportFormat::kText);
   std::fputs(render_plan_report(result.plan, format).c_str(), stdout);
   if (format != ReportFormat::kJson) print_written_files(options);

@@ -9,4 +9,13 @@ const PlanScheme* Plan::find_scheme(PipelineScheme scheme) const {
   return nullptr;
 }
 
+const PlanScheme* Plan::best_baseline() const {
+  const PlanScheme* best = nullptr;
+  for (const PlanScheme& s : schemes) {
+    if (s.scheme == PipelineScheme::kDHelix || !s.fits || !(s.iteration_us > 0)) continue;
+    if (best == nullptr || s.iteration_us < best->iteration_us) best = &s;
+  }
+  return best;
+}
+
 }  // namespace dhelix

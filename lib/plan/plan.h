@@ -3,8 +3,9 @@
 // the runtime (dhelix-run) can execute and dhelix-diff can compare. It is self-contained:
 // it carries the job (model, cluster, parallel settings) it was made for, hashes of those
 // inputs and of the profile, the layer pairings (the SI block templates), every stage's
-// ordered task list with predicted times, and the predicted figures of the four schemes
-// dhelix compares (dhelix, wavelet+, intra-batch, megatron-1f1b).
+// ordered task list with predicted times, and the predicted figures of the schemes dhelix
+// compares (dhelix, wavelet+, intra-batch, megatron-1f1b, megatron-interleaved, zb-h1, zb-v
+// and, with at least 2·pp micro-batches, dualpipev).
 //
 // Shape of the file (key order as written; lib/plan/plan_writer.h):
 //
@@ -41,6 +42,9 @@
 namespace dhelix {
 
 /// Version of the plan format this dhelix writes; readers accept major 1 only.
+/// 1.1.0 added the schemes megatron-interleaved, zb-h1, zb-v, dualpipev, the shapes
+/// "interleaved" and "v", chunks_per_stage, and each stage's optional "phases"; 1.0.0 plans
+/// still read (chunks_per_stage then comes from the shape, and traces have no phase rows).
 inline constexpr const char* kPlanSchemaVersion = "1.1.0";
 inline constexpr int kPlanSchemaMajor = 1;
 
@@ -206,6 +210,9 @@ struct PlanStageMemory {
 struct PlanScheme {
   PipelineScheme scheme = PipelineScheme::kDHelix;
   PipelineShape shape = PipelineShape::kW;
+  /// Model chunks one stage holds: 1 (1f1b), 2 (w, v), Megatron's virtual pipeline size v
+  /// (interleaved).
+  int64_t chunks_per_stage = 1;
   double iteration_us = 0;
   double bubble_ratio = 0;
   double tokens_per_second = 0;
@@ -239,10 +246,12 @@ struct Plan {
   std::vector<PlanPairing> pairings;
   std::vector<PlanStage> stages;
   PlanMemoryBudget memory_budget;
-  std::vector<PlanScheme> schemes;  ///< dhelix, wavelet+, intra-batch, megatron-1f1b
+  std::vector<PlanScheme> schemes;  ///< in PipelineScheme order; dualpipev may be absent
 
   /// The figures of `scheme`, or nullptr when the plan lacks them.
   const PlanScheme* find_scheme(PipelineScheme scheme) const;
+  /// The fastest scheme other than dhelix that fits in memory, or nullptr (none fits).
+  const PlanScheme* best_baseline() const;
 };
 
 }  // namespace dhelix

@@ -29,11 +29,15 @@ constexpr const char* chunk_side_name(ChunkSide side) { return kChunkSideNames.n
 enum class PairingScope { kLayer, kChunk };
 inline constexpr EnumNames<PairingScope, 2> kPairingScopeNames{{"layer", "chunk"}};
 
-/// Which pipeline a schedule implements (planner/pipeline_schedule.h): DHelix's folded W or
-/// Megatron-LM's unfolded 1F1B.
-enum class PipelineShape { kW, kOneFOneB };
-inline constexpr EnumNames<PipelineShape, 2> kPipelineShapeNames{{"w", "1f1b"}};
-/// "w", "1f1b".
+/// Which pipeline a schedule implements (planner/pipeline_schedule.h): how layers sit on
+/// stages and work items depend on each other. kW: DHelix's folded U (down and up chunk),
+/// paired strands; kOneFOneB: Megatron-LM's one whole chunk per stage; kInterleaved: v model
+/// chunks per stage, chunk c of stage p is virtual stage c·pp + p; kV: the folded U walked
+/// by one micro-batch at a time (ZB-V, DualPipeV).
+enum class PipelineShape { kW, kOneFOneB, kInterleaved, kV };
+inline constexpr EnumNames<PipelineShape, 4> kPipelineShapeNames{
+    {"w", "1f1b", "interleaved", "v"}};
+/// "w", "1f1b", "interleaved", "v".
 constexpr const char* pipeline_shape_name(PipelineShape shape) {
   return kPipelineShapeNames.name(shape);
 }
@@ -42,11 +46,25 @@ constexpr const char* pipeline_shape_name(PipelineShape shape) {
 /// model and differ in shape and in the per-chunk costs they are fed (docs/pipeline.md):
 /// DHelix (the W with the exact pairing search's SI blocks), Wavelet+ (the W with
 /// round-robin paired SI blocks), intra-batch overlap (1F1B with overlapped chunk times),
-/// Megatron 1F1B (solo chunk times).
-enum class PipelineScheme { kDHelix, kWaveletPlus, kIntraBatch, kMegatron1F1B };
-inline constexpr EnumNames<PipelineScheme, 4> kPipelineSchemeNames{
-    {"dhelix", "wavelet+", "intra-batch", "megatron-1f1b"}};
-/// "dhelix", "wavelet+", "intra-batch", "megatron-1f1b".
+/// Megatron 1F1B (solo chunk times); then the schedules of the last years
+/// (planner/baseline_schedules.h), all with solo chunk times except DualPipeV's overlapped
+/// forward-backward pairs, which cost what the pairing search gives DHelix's SI blocks (the
+/// most generous reading of its hand-written overlap).
+enum class PipelineScheme {
+  kDHelix,
+  kWaveletPlus,
+  kIntraBatch,
+  kMegatron1F1B,
+  kMegatronInterleaved,
+  kZeroBubbleH1,
+  kZeroBubbleV,
+  kDualPipeV
+};
+inline constexpr EnumNames<PipelineScheme, 8> kPipelineSchemeNames{
+    {"dhelix", "wavelet+", "intra-batch", "megatron-1f1b", "megatron-interleaved", "zb-h1",
+     "zb-v", "dualpipev"}};
+/// "dhelix", "wavelet+", "intra-batch", "megatron-1f1b", "megatron-interleaved", "zb-h1",
+/// "zb-v", "dualpipev".
 constexpr const char* pipeline_scheme_name(PipelineScheme scheme) {
   return kPipelineSchemeNames.name(scheme);
 }

@@ -261,6 +261,9 @@ PlanScheme read_scheme(ObjectReader& r) {
   PlanScheme s;
   s.scheme = read_enum(r, "scheme", kPipelineSchemeNames, PipelineScheme::kDHelix);
   s.shape = read_enum(r, "shape", kPipelineShapeNames, PipelineShape::kW);
+  // Absent from 1.0.0 plans: their shapes were w (2 chunks) and 1f1b (1).
+  s.chunks_per_stage = r.integer("chunks_per_stage", Need::kOptional, {.min = 1})
+                           .value_or(s.shape == PipelineShape::kW ? 2 : 1);
   s.iteration_us = time_field(r, "iteration_us");
   s.bubble_ratio = r.real("bubble_ratio", Need::kRequired, {.min = 0, .max = 1}).value_or(0);
   s.tokens_per_second = time_field(r, "tokens_per_second");

@@ -137,6 +137,7 @@ OrderedJson scheme_json(const PlanScheme& s) {
   }
   return OrderedJson{{"scheme", pipeline_scheme_name(s.scheme)},
                      {"shape", pipeline_shape_name(s.shape)},
+                     {"chunks_per_stage", s.chunks_per_stage},
                      {"iteration_us", round_time_us(s.iteration_us)},
                      {"bubble_ratio", round_ratio(s.bubble_ratio)},
                      {"tokens_per_second", round_time_us(s.tokens_per_second)},

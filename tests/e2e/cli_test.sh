@@ -208,5 +208,17 @@ expect "a job file without a model and no --model" 2 \
 run "$plan" "$examples/jobs/llama-8b-a40-dp16-tp4.json"
 expect "planning prints the report (tests/e2e/plan_test.sh covers the rest)" 0 --out "megatron-1f1b"
 
+# Megatron's virtual pipeline flags for the interleaved baseline (docs/pipeline.md).
+job70=$examples/jobs/llama-3-70b-h100-dp2-tp4-cp2-pp4.json
+run "$plan" "$job70" --num-layers-per-virtual-pipeline-stage 2
+expect "--num-layers-per-virtual-pipeline-stage sets v" 0 \
+  --out "megatron-interleaved: virtual pipeline size 10; best baseline that fits:"
+run "$plan" "$job70" --virtual-pipeline-model-parallel-size 3
+expect "a virtual pipeline size that does not divide the stage's layers" 2 \
+  --err "--virtual-pipeline-model-parallel-size 3: it must be >= 1, divide the layers per stage (20)"
+run "$plan" "$job70" --num-layers-per-virtual-pipeline-stage 3
+expect "layers per virtual stage that do not divide the stage's layers" 2 \
+  --err "--num-layers-per-virtual-pipeline-stage 3: it must divide the layers per stage"
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -114,15 +114,16 @@ TEST(PlanReport, RowsHoldTheFiguresOnceForEveryForm) {
 TEST(PlanReport, TextIsExact) {
   const std::string expected =
       "fixture: 3 micro-batches, 2 stages, 4 GPUs (A40)\n"
-      "scheme            iteration  TFLOPS/GPU     MFU  bubble  exposed comm  speed-up  fits\n"
-      "dhelix              0.470 s       100.5   50.0%   10.0%        4.0 ms     1.11x   yes\n"
-      "megatron-1f1b       0.520 s        90.4   45.0%   25.0%       10.5 ms     1.00x    NO\n"
+      "scheme                 iteration  TFLOPS/GPU     MFU  bubble  exposed comm  speed-up  fits\n"
+      "dhelix                   0.470 s       100.5   50.0%   10.0%        4.0 ms     1.11x   yes\n"
+      "megatron-1f1b            0.520 s        90.4   45.0%   25.0%       10.5 ms     1.00x    NO\n"
+      "no baseline fits in memory\n"
       "communication per GPU and iteration, hidden / exposed:\n"
-      "  dhelix           tp 8.0 ms / 2.5 ms  dp 0.0 ms / 1.5 ms\n"
-      "  megatron-1f1b    tp 0.0 ms / 10.5 ms\n"
+      "  dhelix                tp 8.0 ms / 2.5 ms  dp 0.0 ms / 1.5 ms\n"
+      "  megatron-1f1b         tp 0.0 ms / 10.5 ms\n"
       "peak memory per GPU by stage:\n"
-      "  dhelix           stage 0 5.00 GiB  stage 1 4.00 GiB\n"
-      "  megatron-1f1b    stage 0 6.00 GiB  stage 1 3.50 GiB\n"
+      "  dhelix                stage 0 5.00 GiB  stage 1 4.00 GiB\n"
+      "  megatron-1f1b         stage 0 6.00 GiB  stage 1 3.50 GiB\n"
       "pairing 0 (stages 0,1): scope layer; SI block of 2 layers: layer scope 0.1 ms, chunk "
       "scope (1-layer windows) 0.1 ms, strands one after the other 0.1 ms\n"
       "dhelix memory per GPU (46.00 GiB usable on A40):\n"
@@ -138,6 +139,35 @@ TEST(PlanReport, TextIsExact) {
       "0.012 ms: 0.008 ms hidden, 0.004 ms exposed\n";
   EXPECT_EQ(render_plan_report(report_plan(), ReportFormat::kText), expected);
   EXPECT_EQ(plan_report_text(report_plan()), expected);
+}
+
+// The best baseline is the fastest other scheme that fits, not the fastest one.
+TEST(PlanReport, NamesTheBestBaselineThatFits) {
+  Plan plan = report_plan();
+  PlanScheme zb = plan.schemes[1];
+  zb.scheme = "zb-v";
+  zb.shape = "v";
+  zb.chunks_per_stage = 2;
+  zb.iteration_us = 500000;
+  zb.fits = true;
+  PlanScheme interleaved = plan.schemes[1];
+  interleaved.scheme = "megatron-interleaved";
+  interleaved.shape = "interleaved";
+  interleaved.chunks_per_stage = 4;
+  interleaved.iteration_us = 480000;  // faster, but does not fit
+  plan.schemes.push_back(interleaved);
+  plan.schemes.push_back(zb);
+  ASSERT_EQ(plan.best_baseline(), &plan.schemes[3]);
+  const std::string text = render_plan_report(plan, ReportFormat::kText);
+  EXPECT_NE(text.find("megatron-interleaved: virtual pipeline size 4; best baseline that "
+                      "fits: zb-v (0.500 s); dhelix 1.06x over it, 1.11x over megatron-1f1b\n"),
+            std::string::npos)
+      << text;
+  const Json j = Json::parse(render_plan_report(plan, ReportFormat::kJson));
+  EXPECT_EQ(j.at("best_baseline").at("scheme"), "zb-v");
+  EXPECT_NEAR(j.at("best_baseline").at("dhelix_speedup").get<double>(), 500.0 / 470.0, 1e-6);
+  EXPECT_NE(render_plan_report(plan, ReportFormat::kMarkdown).find("best baseline that fits: zb-v"),
+            std::string::npos);
 }
 
 TEST(PlanReport, MarkdownHasOneTableRowPerSchemeStageAndBlock) {

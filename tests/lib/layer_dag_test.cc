@@ -229,6 +229,41 @@ TEST(LayerDags, MovableSinksAreExactlyTheWeightGradients) {
   }
 }
 
+TEST(LayerDags, BackwardSplitsIntoInputAndWeightGradientWork) {
+  // The zero-bubble split (backward_work): W is every wgrad, one per weighted forward GEMM
+  // (router and grouped expert GEMMs included), and nothing of B waits for any of it.
+  for (const Config& c : configurations()) {
+    SCOPED_TRACE(c.name);
+    const LayerDags dags = build_layer_dags(c.job, c.rank);
+    int64_t weighted_forward = 0;
+    for (int64_t i = 0; i < dags.forward.size(); ++i) {
+      const Op& op = dags.forward.op(i);
+      EXPECT_EQ(backward_work(op), BackwardWork::kNone) << op.id;
+      const bool gemm = op.kind == OpKind::kGemm || op.kind == OpKind::kGroupedGemm;
+      if ((gemm && op.gemm_role == GemmRole::kForward) || op.kind == OpKind::kRouter) {
+        weighted_forward += 1;
+      }
+    }
+    int64_t weight_work = 0;
+    for (int64_t i = 0; i < dags.backward.size(); ++i) {
+      const Op& op = dags.backward.op(i);
+      const BackwardWork work = backward_work(op);
+      ASSERT_NE(work, BackwardWork::kNone) << op.id;
+      if (work == BackwardWork::kInputGradient) {
+        for (const int64_t pred : dags.backward.predecessors(i)) {
+          EXPECT_NE(backward_work(dags.backward.op(pred)), BackwardWork::kWeightGradient)
+              << op.id << " waits for " << dags.backward.op(pred).id;
+        }
+        continue;
+      }
+      weight_work += 1;
+      EXPECT_TRUE(op.kind == OpKind::kGemm || op.kind == OpKind::kGroupedGemm) << op.id;
+      EXPECT_NE(op.id.find("_wgrad"), std::string::npos) << op.id;
+    }
+    EXPECT_EQ(weight_work, weighted_forward);
+  }
+}
+
 TEST(LayerDags, EveryRankIssuesTheSameOpsInTheSameOrder) {
   // Ranks of one communicator must issue the same collectives in the same order; every rank
   // builds the same DAG, with groups only as far apart as placement makes them.

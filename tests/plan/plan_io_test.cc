@@ -185,6 +185,32 @@ TEST(PlanIo, StagePhasesRoundTripAndOlderPlansLackThem) {
       << error_of(json.dump());
 }
 
+TEST(PlanIo, OlderMinorVersionWithoutChunksPerStageReads) {
+  // 1.0.0 plans had no chunks_per_stage and no baseline schemes: the shape gives the chunks.
+  Json json = Json::parse(plan_to_text(small_plan()));
+  json["schema_version"] = "1.0.0";
+  for (Json& scheme : json["schemes"]) scheme.erase("chunks_per_stage");
+  const Plan plan = plan_from_json(json, "old.json");
+  ASSERT_FALSE(plan.schemes.empty());
+  for (const PlanScheme& s : plan.schemes) {
+    EXPECT_EQ(s.chunks_per_stage, s.shape == PipelineShape::kW ? 2 : 1)
+        << pipeline_scheme_name(s.scheme);
+  }
+  EXPECT_EQ(plan.schema_version, "1.0.0");
+}
+
+TEST(PlanIo, NewSchemesAndShapesRead) {
+  Json json = Json::parse(plan_to_text(small_plan()));
+  json["schemes"][1]["scheme"] = "megatron-interleaved";
+  json["schemes"][1]["shape"] = "interleaved";
+  json["schemes"][1]["chunks_per_stage"] = 5;
+  const Plan plan = plan_from_json(json, "plan.json");
+  ASSERT_NE(plan.find_scheme(PipelineScheme::kMegatronInterleaved), nullptr);
+  EXPECT_EQ(plan.find_scheme(PipelineScheme::kMegatronInterleaved)->chunks_per_stage, 5);
+  json["schemes"][1]["shape"] = "zigzag";
+  EXPECT_NE(error_of(json.dump()).find("/schemes/1/shape"), std::string::npos);
+}
+
 TEST(PlanIo, OtherMajorVersionIsRefused) {
   Json json = Json::parse(plan_to_text(small_plan()));
   json["schema_version"] = "2.0.0";
