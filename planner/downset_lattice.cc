@@ -227,36 +227,45 @@ PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forwa
   constexpr int64_t kMaxDenseEntries = int64_t{1} << 22;
   const int64_t entries = static_cast<int64_t>(forward.pieces.size()) * num_backward_;
   if (entries <= kMaxDenseEntries) {
-    dense_.assign(static_cast<size_t>(entries), -1.0);
+    dense_.assign(static_cast<size_t>(entries), -0.0);
   } else {
     sparse_.assign(size_t{1} << 16, Entry{});
   }
 }
 
-double PieceCostTable::simulate(int64_t forward_piece, int64_t backward_piece) {
+double PieceCostTable::simulate(int64_t forward_piece, int64_t backward_piece, double give_up_us) {
   ++simulations_;
-  return model_->cost_us(forward_->piece_sides[static_cast<size_t>(forward_piece)],
-                         backward_->piece_sides[static_cast<size_t>(backward_piece)]);
+  bool exact = true;
+  const double cost = model_->bounded_cost_us(
+      forward_->piece_sides[static_cast<size_t>(forward_piece)],
+      backward_->piece_sides[static_cast<size_t>(backward_piece)], give_up_us, &exact);
+  return exact ? cost : -cost;
 }
 
-double PieceCostTable::sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece) {
+double PieceCostTable::sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece,
+                                      double give_up_us) {
   const size_t mask = sparse_.size() - 1;
   uint64_t h = key * 0x9E3779B97F4A7C15ULL;
   const size_t home = static_cast<size_t>(h ^ (h >> 29)) & mask;
   for (size_t i = home;; i = (i + 1) & mask) {
     Entry& e = sparse_[i];
-    if (e.key == key) return e.cost_us;
+    if (e.key == key) {
+      if (std::signbit(e.cost_us) && -e.cost_us < give_up_us) {
+        e.cost_us = simulate(forward_piece, backward_piece, give_up_us);
+      }
+      return std::abs(e.cost_us);
+    }
     if (e.key == ~uint64_t{0}) {
       // A full table at its largest size replaces the entry in the key's home slot (the
       // search asks again mostly for blocks it met recently); probe chains stay intact.
       if (stored_ * 2 >= static_cast<int64_t>(sparse_.size()) &&
           sparse_.size() >= kMaxSparseSlots) {
-        sparse_[home] = Entry{key, simulate(forward_piece, backward_piece)};
-        return sparse_[home].cost_us;
+        sparse_[home] = Entry{key, simulate(forward_piece, backward_piece, give_up_us)};
+        return std::abs(sparse_[home].cost_us);
       }
       e.key = key;
-      e.cost_us = simulate(forward_piece, backward_piece);
-      const double cost = e.cost_us;
+      e.cost_us = simulate(forward_piece, backward_piece, give_up_us);
+      const double cost = std::abs(e.cost_us);
       if (++stored_ * 2 > static_cast<int64_t>(sparse_.size()) &&
           sparse_.size() < kMaxSparseSlots) {
         grow();

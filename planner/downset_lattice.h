@@ -23,6 +23,7 @@
 // before the storage it sizes is allocated, and refused with Error(kUnsupported).
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -75,36 +76,45 @@ void build_lattice_steps(const BlockCostModel& model, const PairingOptions& opti
 
 /// Block costs by (forward piece, backward piece), each simulated on its first request:
 /// a dense table while the two piece counts' product is small, else a hash table of at
-/// most kMaxSparseSlots slots.
+/// most kMaxSparseSlots slots. A request may say below which cost it cares
+/// (BlockCostModel::bounded_cost_us); a simulation given up early leaves a lower bound in
+/// the table, which answers later requests that care less and is simulated again for one
+/// that cares more. Entries: P >= 0 (+0.0 included) exact, -x a lower bound x (-0.0: none
+/// known yet), told apart by the sign bit.
 class PieceCostTable {
  public:
   PieceCostTable(const BlockCostModel& model, const Lattice& forward, const Lattice& backward);
-  /// P(forward piece, backward piece) in us.
-  double cost_us(int64_t forward_piece, int64_t backward_piece) {
+  /// P(forward piece, backward piece) in us when it is below give_up_us; otherwise P or a
+  /// lower bound on it, either >= give_up_us.
+  double cost_us(int64_t forward_piece, int64_t backward_piece,
+                 double give_up_us = BlockCostModel::kNoGiveUp) {
     const uint64_t key = static_cast<uint64_t>(forward_piece * num_backward_ + backward_piece);
     if (!dense_.empty()) {
       double& slot = dense_[key];
-      if (slot < 0) slot = simulate(forward_piece, backward_piece);
-      return slot;
+      if (!std::signbit(slot) || -slot >= give_up_us) return std::abs(slot);
+      slot = simulate(forward_piece, backward_piece, give_up_us);
+      return std::abs(slot);
     }
-    return sparse_cost_us(key, forward_piece, backward_piece);
+    return sparse_cost_us(key, forward_piece, backward_piece, give_up_us);
   }
-  /// Distinct blocks simulated so far.
+  /// Blocks simulated so far (given up early or not; a block simulated again counts again).
   int64_t simulations() const { return simulations_; }
 
  private:
-  double simulate(int64_t forward_piece, int64_t backward_piece);
-  double sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece);
+  /// An entry: P, or -(lower bound) when given up.
+  double simulate(int64_t forward_piece, int64_t backward_piece, double give_up_us);
+  double sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece,
+                        double give_up_us);
   void grow();
 
   const BlockCostModel* model_;
   const Lattice* forward_;
   const Lattice* backward_;
   int64_t num_backward_ = 0;
-  std::vector<double> dense_;  ///< < 0: not simulated yet
+  std::vector<double> dense_;  ///< entries as above
   struct Entry {
     uint64_t key = ~uint64_t{0};  ///< all ones: empty slot
-    double cost_us = 0;
+    double cost_us = 0;           ///< an entry as above
   };
   /// The hash table's largest size (64 MB): the memo is a cache, and past this size a
   /// miss replaces the entry in its key's home slot instead of taking more memory (the

@@ -126,10 +126,11 @@ void solve_strands_alone(PieceCostTable& table, const BlockCostModel& model, con
 
 // Pruning 1 (pairing_search.h): rates are <= 1, so a block lasts at least its busiest
 // stream's solo work and its longest solo path on either side.
-double block_lower_bound_us(const StepBound& sf, const StepBound& sb) {
-  double bound = std::max(sf.path_us, sb.path_us);
-  for (int s = 0; s < kNumStreams; ++s) bound = std::max(bound, sf.load_us[s] + sb.load_us[s]);
-  return bound;
+double block_lower_bound_us(const CoRunLoadBound& load_bound, const StepBound& sf,
+                            const StepBound& sb) {
+  std::array<double, kNumStreams> load;
+  for (int s = 0; s < kNumStreams; ++s) load[s] = sf.load_us[s] + sb.load_us[s];
+  return std::max({sf.path_us, sb.path_us, load_bound.bound_us(load)});
 }
 
 // The DP over downset pairs (pairing_search.h). State (i, j), forward downset i with
@@ -137,9 +138,10 @@ double block_lower_bound_us(const StepBound& sf, const StepBound& sb) {
 // transition reads the lattices, the table and the incumbent, and updates the latter two.
 class JointSearch {
  public:
-  JointSearch(PieceCostTable& table, const Lattice& lf, const Lattice& lb,
-              const PairingOptions& options, PairingStats* stats)
+  JointSearch(PieceCostTable& table, const CoRunLoadBound& load_bound, const Lattice& lf,
+              const Lattice& lb, const PairingOptions& options, PairingStats* stats)
       : table_(table),
+        load_bound_(load_bound),
         lf_(lf),
         lb_(lb),
         options_(options),
@@ -193,11 +195,12 @@ class JointSearch {
   // Pruning 2: after state (i, j) every stream still owes its remaining solo work and
   // each strand its longest remaining path.
   double remaining_bound_us(int64_t i, int64_t j) const {
-    double bound = std::max(lf_.remaining_path_us[i], lb_.remaining_path_us[j]);
+    std::array<double, kNumStreams> load;
     for (int s = 0; s < kNumStreams; ++s) {
-      bound = std::max(bound, total_load_us_[s] - lf_.load_us[i][s] - lb_.load_us[j][s]);
+      load[s] = total_load_us_[s] - lf_.load_us[i][s] - lb_.load_us[j][s];
     }
-    return bound;
+    return std::max(
+        {lf_.remaining_path_us[i], lb_.remaining_path_us[j], load_bound_.bound_us(load)});
   }
 
   // Every transition from state (i, j), reached at time t: one block per pair of steps,
@@ -216,19 +219,36 @@ class JointSearch {
   }
 
   // Pruning 3 before simulating: the block cannot improve its target, or no plan through
-  // it can beat the incumbent. Then the usual DP relaxation.
+  // it can beat the incumbent. The same two tests, on the block's simulated time instead
+  // of its bound, give the cost past which the simulation may stop (pruning 4). Then the
+  // usual DP relaxation.
   void relax(int64_t state, double t, const StepBound& sf, const StepBound& sb) {
     const int64_t target = sf.target * nb_ + sb.target;
+    double give_up_us = BlockCostModel::kNoGiveUp;
     if (options_.prune) {
-      const double block_bound = block_lower_bound_us(sf, sb);
-      if (t + block_bound >= value_[target] * (1 + kPruneSlack) ||
-          t + block_bound + remaining_bound_us(sf.target, sb.target) >
-              upper_us_ * (1 + kPruneSlack)) {
+      const double block_bound = block_lower_bound_us(load_bound_, sf, sb);
+      if (t + block_bound >= value_[target] * (1 + kPruneSlack)) {
         ++stats_.transitions_pruned;
         return;
       }
+      const double remaining = remaining_bound_us(sf.target, sb.target);
+      if (t + block_bound + remaining > upper_us_ * (1 + kPruneSlack)) {
+        ++stats_.transitions_pruned;
+        return;
+      }
+      // Past it, t + P >= value_[target] (1 + slack) or t + P + remaining > upper_us_ (1 +
+      // slack): the tests above with P for the bound. The margin below keeps rounding in
+      // this subtraction on the side of simulating.
+      give_up_us = std::min(value_[target] * (1 + kPruneSlack) - t,
+                            upper_us_ * (1 + kPruneSlack) - remaining - t) *
+                   (1 + kPruneSlack);
     }
-    const double candidate = t + table_.cost_us(sf.piece, sb.piece);
+    const double cost = table_.cost_us(sf.piece, sb.piece, give_up_us);
+    if (cost >= give_up_us) {
+      ++stats_.transitions_given_up;
+      return;
+    }
+    const double candidate = t + cost;
     if (candidate < value_[target]) {
       value_[target] = candidate;
       parent_[target] = static_cast<int32_t>(state);
@@ -237,6 +257,7 @@ class JointSearch {
   }
 
   PieceCostTable& table_;
+  const CoRunLoadBound& load_bound_;
   const Lattice& lf_;
   const Lattice& lb_;
   const PairingOptions& options_;
@@ -299,7 +320,7 @@ PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& 
   PairingResult result;
   // Both alone first: their sum seeds the branch and bound, and their blocks warm the memo.
   solve_strands_alone(table, model, lf, lb, options, &result);
-  JointSearch search(table, lf, lb, options, &result.stats);
+  JointSearch search(table, model.load_bound(), lf, lb, options, &result.stats);
   search.run(options.prune ? result.sequential_time_us : kInfinity);
   result.stats.block_simulations = table.simulations();
   result.blocks = blocks_from_chain(model, search.chain());

@@ -80,11 +80,12 @@ struct PairingBlock {
 struct PairingStats {
   int64_t forward_downsets = 0;
   int64_t backward_downsets = 0;
-  int64_t states = 0;              ///< forward_downsets x backward_downsets
-  int64_t states_expanded = 0;     ///< states whose transitions were scanned
-  int64_t transitions = 0;         ///< (state, superset state) pairs scanned
-  int64_t transitions_pruned = 0;  ///< skipped by a lower bound
-  int64_t block_simulations = 0;   ///< distinct blocks simulated (memo misses)
+  int64_t states = 0;                ///< forward_downsets x backward_downsets
+  int64_t states_expanded = 0;       ///< states whose transitions were scanned
+  int64_t transitions = 0;           ///< (state, superset state) pairs scanned
+  int64_t transitions_pruned = 0;    ///< skipped by a lower bound
+  int64_t transitions_given_up = 0;  ///< simulated (or memo) cost proved too high, pruning 4
+  int64_t block_simulations = 0;     ///< distinct blocks simulated (memo misses)
 };
 
 /// The optimum and the strands' sequential schedule for comparison.
