@@ -251,7 +251,7 @@ double PieceCostTable::sparse_cost_us(uint64_t key, int64_t forward_piece, int64
     Entry& e = sparse_[i];
     if (e.key == key) {
       if (std::signbit(e.cost_us) && -e.cost_us < give_up_us) {
-        e.cost_us = simulate(forward_piece, backward_piece, give_up_us);
+        e.cost_us = simulate(forward_piece, backward_piece, BlockCostModel::kNoGiveUp);
       }
       return std::abs(e.cost_us);
     }

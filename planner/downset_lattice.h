@@ -78,9 +78,10 @@ void build_lattice_steps(const BlockCostModel& model, const PairingOptions& opti
 /// a dense table while the two piece counts' product is small, else a hash table of at
 /// most kMaxSparseSlots slots. A request may say below which cost it cares
 /// (BlockCostModel::bounded_cost_us); a simulation given up early leaves a lower bound in
-/// the table, which answers later requests that care less and is simulated again for one
-/// that cares more. Entries: P >= 0 (+0.0 included) exact, -x a lower bound x (-0.0: none
-/// known yet), told apart by the sign bit.
+/// the table, which answers later requests that care less; one that cares more simulates
+/// the block to the end (so no block is simulated more than twice: windows ask for one
+/// block from many states at many thresholds). Entries: P >= 0 (+0.0 included) exact, -x a lower
+/// bound x (-0.0: none known yet), told apart by the sign bit.
 class PieceCostTable {
  public:
   PieceCostTable(const BlockCostModel& model, const Lattice& forward, const Lattice& backward);
@@ -92,7 +93,9 @@ class PieceCostTable {
     if (!dense_.empty()) {
       double& slot = dense_[key];
       if (!std::signbit(slot) || -slot >= give_up_us) return std::abs(slot);
-      slot = simulate(forward_piece, backward_piece, give_up_us);
+      // A block stopped early once is simulated to the end the second time.
+      slot = simulate(forward_piece, backward_piece,
+                      slot == 0 ? give_up_us : BlockCostModel::kNoGiveUp);
       return std::abs(slot);
     }
     return sparse_cost_us(key, forward_piece, backward_piece, give_up_us);
