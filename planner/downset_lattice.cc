@@ -206,15 +206,6 @@ void build_lattice_steps(const BlockCostModel& model, const PairingOptions& opti
     }
     lattice->step_begin.push_back(static_cast<int64_t>(lattice->steps.size()));
   }
-
-  // Sides last: the priority pool no longer moves once sized.
-  const size_t width = static_cast<size_t>(std::max<int64_t>(graph.size(), 1));
-  lattice->piece_priorities.assign(lattice->pieces.size() * width, 0.0);
-  lattice->piece_sides.reserve(lattice->pieces.size());
-  for (size_t p = 0; p < lattice->pieces.size(); ++p) {
-    lattice->piece_sides.push_back(model.prepare_side(
-        lattice->strand, lattice->pieces[p], lattice->piece_priorities.data() + p * width));
-  }
 }
 
 PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forward,
@@ -223,6 +214,8 @@ PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forwa
       forward_(&forward),
       backward_(&backward),
       num_backward_(static_cast<int64_t>(backward.pieces.size())) {
+  sides_[0].resize(forward.pieces.size());
+  sides_[1].resize(backward.pieces.size());
   // A dense table up to 4M entries (32 MB); beyond, only the blocks asked for are stored.
   constexpr int64_t kMaxDenseEntries = int64_t{1} << 22;
   const int64_t entries = static_cast<int64_t>(forward.pieces.size()) * num_backward_;
@@ -233,12 +226,25 @@ PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forwa
   }
 }
 
+const BlockSide& PieceCostTable::side(int k, int64_t piece) {
+  BlockSide& side = sides_[static_cast<size_t>(k)][static_cast<size_t>(piece)];
+  if (side.priority == nullptr) {
+    const Lattice& lattice = k == 0 ? *forward_ : *backward_;
+    const auto width =
+        static_cast<size_t>(std::max<int64_t>(model_->graph(lattice.strand).size(), 1));
+    auto& pool = priorities_[static_cast<size_t>(k)];
+    pool.push_back(std::make_unique<double[]>(width));
+    side = model_->prepare_side(lattice.strand, lattice.pieces[static_cast<size_t>(piece)],
+                                pool.back().get());
+  }
+  return side;
+}
+
 double PieceCostTable::simulate(int64_t forward_piece, int64_t backward_piece, double give_up_us) {
   ++simulations_;
   bool exact = true;
-  const double cost = model_->bounded_cost_us(
-      forward_->piece_sides[static_cast<size_t>(forward_piece)],
-      backward_->piece_sides[static_cast<size_t>(backward_piece)], give_up_us, &exact);
+  const double cost =
+      model_->bounded_cost_us(side(0, forward_piece), side(1, backward_piece), give_up_us, &exact);
   return exact ? cost : -cost;
 }
 

@@ -25,6 +25,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,11 +55,10 @@ struct Lattice {
   std::vector<int64_t> step_begin;
   std::vector<LatticeStep> steps;
   /// Pieces: distinct differences (shifted to their representative), with their longest
-  /// solo-time path and their prepared block side. pieces[0] is the empty set.
+  /// solo-time path. pieces[0] is the empty set. (Their block sides are prepared by
+  /// PieceCostTable when first simulated: most pieces of a wide strand never are.)
   std::vector<OpMask> pieces;
   std::vector<double> piece_path_us;
-  std::vector<BlockSide> piece_sides;
-  std::vector<double> piece_priorities;  ///< pieces x strand size, read through piece_sides
 
   int64_t size() const { return static_cast<int64_t>(downsets.size()); }
   int64_t empty_piece() const { return 0; }
@@ -106,6 +106,8 @@ class PieceCostTable {
  private:
   /// An entry: P, or -(lower bound) when given up.
   double simulate(int64_t forward_piece, int64_t backward_piece, double give_up_us);
+  /// The prepared side of a piece of lattice k (0 forward, 1 backward), prepared once.
+  const BlockSide& side(int k, int64_t piece);
   double sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece,
                         double give_up_us);
   void grow();
@@ -114,6 +116,10 @@ class PieceCostTable {
   const Lattice* forward_;
   const Lattice* backward_;
   int64_t num_backward_ = 0;
+  /// Per lattice: each piece's side (priority null: not prepared yet) and the priority
+  /// arrays the prepared ones point into.
+  std::array<std::vector<BlockSide>, 2> sides_;
+  std::array<std::vector<std::unique_ptr<double[]>>, 2> priorities_;
   std::vector<double> dense_;  ///< entries as above
   struct Entry {
     uint64_t key = ~uint64_t{0};  ///< all ones: empty slot

@@ -322,7 +322,6 @@ Lattice empty_lattice(Strand strand) {
   lattice.downsets = {0};
   lattice.pieces = {0};
   lattice.piece_path_us = {0};
-  lattice.piece_sides = {BlockSide{}};
   return lattice;
 }
 
