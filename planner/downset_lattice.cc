@@ -107,10 +107,11 @@ std::array<double, kNumStreamClasses> stream_loads(const StrandGraph& graph, OpM
 }
 
 double longest_path_within(const StrandGraph& graph, OpMask mask) {
-  std::array<double, kMaxStrandOps> tail{};
+  std::array<double, kMaxStrandOps> tail;  // read only where written: successors come first
   double longest = 0;
-  for (int64_t i = graph.size() - 1; i >= 0; --i) {
-    if (((mask >> i) & 1) == 0) continue;
+  for (OpMask m = mask; m != 0;) {  // the ops of `mask` from the highest index down
+    const int i = 63 - __builtin_clzll(m);
+    m &= ~(OpMask{1} << i);
     double next = 0;
     for (OpMask s = graph.successor_mask(i) & mask; s != 0; s &= s - 1) {
       next = std::max(next, tail[__builtin_ctzll(s)]);
