@@ -161,14 +161,27 @@ void check_plan_fields(const Plan& plan, const JobSpec& job, const std::string& 
 void check_same_ops(const Plan& plan, const std::vector<RankProgram>& co_executed,
                     const std::vector<RankProgram>& sequential, const std::string& plan_file,
                     ProblemList& problems) {
+  // Two sorted lists of (op, layer, micro-batch) walked side by side: the first key whose
+  // counts differ, in key order. (A map of counts gave the same answer at 30 % of a
+  // 64-rank check's time: one tree node per key and rank.)
   using Key = std::tuple<std::string_view, int64_t, int64_t>;  // op, layer, micro-batch
+  const auto keys = [](const RankProgram& program) {
+    std::vector<Key> out;
+    out.reserve(program.instructions.size());
+    for (const Instruction& i : program.instructions)
+      out.emplace_back(i.op, i.layer, i.micro_batch);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
   for (size_t r = 0; r < co_executed.size() && r < sequential.size(); ++r) {
-    std::map<Key, int64_t> balance;
-    for (const Instruction& i : co_executed[r].instructions)
-      ++balance[{i.op, i.layer, i.micro_batch}];
-    for (const Instruction& i : sequential[r].instructions)
-      --balance[{i.op, i.layer, i.micro_batch}];
-    for (const auto& [key, count] : balance) {
+    const std::vector<Key> co = keys(co_executed[r]);
+    const std::vector<Key> seq = keys(sequential[r]);
+    size_t a = 0, b = 0;
+    while (a < co.size() || b < seq.size()) {
+      const Key& key = b == seq.size() || (a < co.size() && co[a] < seq[b]) ? co[a] : seq[b];
+      int64_t count = 0;
+      for (; a < co.size() && co[a] == key; ++a) ++count;
+      for (; b < seq.size() && seq[b] == key; ++b) --count;
       if (count == 0) continue;
       const auto& [op, layer, mb] = key;
       problems.add(plan_file, fmt::format("/stages/{}", co_executed[r].stage),
