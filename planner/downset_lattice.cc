@@ -107,10 +107,11 @@ std::array<double, kNumStreamClasses> stream_loads(const StrandGraph& graph, OpM
 }
 
 double longest_path_within(const StrandGraph& graph, OpMask mask) {
-  std::array<double, kMaxStrandOps> tail{};
+  std::array<double, kMaxStrandOps> tail;  // read only where written: successors come first
   double longest = 0;
-  for (int64_t i = graph.size() - 1; i >= 0; --i) {
-    if (((mask >> i) & 1) == 0) continue;
+  for (OpMask m = mask; m != 0;) {  // the ops of `mask` from the highest index down
+    const int i = 63 - __builtin_clzll(m);
+    m &= ~(OpMask{1} << i);
     double next = 0;
     for (OpMask s = graph.successor_mask(i) & mask; s != 0; s &= s - 1) {
       next = std::max(next, tail[__builtin_ctzll(s)]);
@@ -206,15 +207,6 @@ void build_lattice_steps(const BlockCostModel& model, const PairingOptions& opti
     }
     lattice->step_begin.push_back(static_cast<int64_t>(lattice->steps.size()));
   }
-
-  // Sides last: the priority pool no longer moves once sized.
-  const size_t width = static_cast<size_t>(std::max<int64_t>(graph.size(), 1));
-  lattice->piece_priorities.assign(lattice->pieces.size() * width, 0.0);
-  lattice->piece_sides.reserve(lattice->pieces.size());
-  for (size_t p = 0; p < lattice->pieces.size(); ++p) {
-    lattice->piece_sides.push_back(model.prepare_side(
-        lattice->strand, lattice->pieces[p], lattice->piece_priorities.data() + p * width));
-  }
 }
 
 PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forward,
@@ -223,40 +215,64 @@ PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forwa
       forward_(&forward),
       backward_(&backward),
       num_backward_(static_cast<int64_t>(backward.pieces.size())) {
+  sides_[0].resize(forward.pieces.size());
+  sides_[1].resize(backward.pieces.size());
   // A dense table up to 4M entries (32 MB); beyond, only the blocks asked for are stored.
   constexpr int64_t kMaxDenseEntries = int64_t{1} << 22;
   const int64_t entries = static_cast<int64_t>(forward.pieces.size()) * num_backward_;
   if (entries <= kMaxDenseEntries) {
-    dense_.assign(static_cast<size_t>(entries), -1.0);
+    dense_.assign(static_cast<size_t>(entries), -0.0);
   } else {
     sparse_.assign(size_t{1} << 16, Entry{});
   }
 }
 
-double PieceCostTable::simulate(int64_t forward_piece, int64_t backward_piece) {
-  ++simulations_;
-  return model_->cost_us(forward_->piece_sides[static_cast<size_t>(forward_piece)],
-                         backward_->piece_sides[static_cast<size_t>(backward_piece)]);
+const BlockSide& PieceCostTable::side(int k, int64_t piece) {
+  BlockSide& side = sides_[static_cast<size_t>(k)][static_cast<size_t>(piece)];
+  if (side.priority == nullptr) {
+    const Lattice& lattice = k == 0 ? *forward_ : *backward_;
+    const auto width =
+        static_cast<size_t>(std::max<int64_t>(model_->graph(lattice.strand).size(), 1));
+    auto& pool = priorities_[static_cast<size_t>(k)];
+    pool.push_back(std::make_unique<double[]>(width));
+    side = model_->prepare_side(lattice.strand, lattice.pieces[static_cast<size_t>(piece)],
+                                pool.back().get());
+  }
+  return side;
 }
 
-double PieceCostTable::sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece) {
+double PieceCostTable::simulate(int64_t forward_piece, int64_t backward_piece, double give_up_us) {
+  ++simulations_;
+  bool exact = true;
+  const double cost =
+      model_->bounded_cost_us(side(0, forward_piece), side(1, backward_piece), give_up_us, &exact);
+  return exact ? cost : -cost;
+}
+
+double PieceCostTable::sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece,
+                                      double give_up_us) {
   const size_t mask = sparse_.size() - 1;
   uint64_t h = key * 0x9E3779B97F4A7C15ULL;
   const size_t home = static_cast<size_t>(h ^ (h >> 29)) & mask;
   for (size_t i = home;; i = (i + 1) & mask) {
     Entry& e = sparse_[i];
-    if (e.key == key) return e.cost_us;
+    if (e.key == key) {
+      if (std::signbit(e.cost_us) && -e.cost_us < give_up_us) {
+        e.cost_us = simulate(forward_piece, backward_piece, BlockCostModel::kNoGiveUp);
+      }
+      return std::abs(e.cost_us);
+    }
     if (e.key == ~uint64_t{0}) {
       // A full table at its largest size replaces the entry in the key's home slot (the
       // search asks again mostly for blocks it met recently); probe chains stay intact.
       if (stored_ * 2 >= static_cast<int64_t>(sparse_.size()) &&
           sparse_.size() >= kMaxSparseSlots) {
-        sparse_[home] = Entry{key, simulate(forward_piece, backward_piece)};
-        return sparse_[home].cost_us;
+        sparse_[home] = Entry{key, simulate(forward_piece, backward_piece, give_up_us)};
+        return std::abs(sparse_[home].cost_us);
       }
       e.key = key;
-      e.cost_us = simulate(forward_piece, backward_piece);
-      const double cost = e.cost_us;
+      e.cost_us = simulate(forward_piece, backward_piece, give_up_us);
+      const double cost = std::abs(e.cost_us);
       if (++stored_ * 2 > static_cast<int64_t>(sparse_.size()) &&
           sparse_.size() < kMaxSparseSlots) {
         grow();

@@ -23,7 +23,9 @@
 // before the storage it sizes is allocated, and refused with Error(kUnsupported).
 
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,11 +55,10 @@ struct Lattice {
   std::vector<int64_t> step_begin;
   std::vector<LatticeStep> steps;
   /// Pieces: distinct differences (shifted to their representative), with their longest
-  /// solo-time path and their prepared block side. pieces[0] is the empty set.
+  /// solo-time path. pieces[0] is the empty set. (Their block sides are prepared by
+  /// PieceCostTable when first simulated: most pieces of a wide strand never are.)
   std::vector<OpMask> pieces;
   std::vector<double> piece_path_us;
-  std::vector<BlockSide> piece_sides;
-  std::vector<double> piece_priorities;  ///< pieces x strand size, read through piece_sides
 
   int64_t size() const { return static_cast<int64_t>(downsets.size()); }
   int64_t empty_piece() const { return 0; }
@@ -75,36 +76,54 @@ void build_lattice_steps(const BlockCostModel& model, const PairingOptions& opti
 
 /// Block costs by (forward piece, backward piece), each simulated on its first request:
 /// a dense table while the two piece counts' product is small, else a hash table of at
-/// most kMaxSparseSlots slots.
+/// most kMaxSparseSlots slots. A request may say below which cost it cares
+/// (BlockCostModel::bounded_cost_us); a simulation given up early leaves a lower bound in
+/// the table, which answers later requests that care less; one that cares more simulates
+/// the block to the end (so no block is simulated more than twice: windows ask for one
+/// block from many states at many thresholds). Entries: P >= 0 (+0.0 included) exact, -x a lower
+/// bound x (-0.0: none known yet), told apart by the sign bit.
 class PieceCostTable {
  public:
   PieceCostTable(const BlockCostModel& model, const Lattice& forward, const Lattice& backward);
-  /// P(forward piece, backward piece) in us.
-  double cost_us(int64_t forward_piece, int64_t backward_piece) {
+  /// P(forward piece, backward piece) in us when it is below give_up_us; otherwise P or a
+  /// lower bound on it, either >= give_up_us.
+  double cost_us(int64_t forward_piece, int64_t backward_piece,
+                 double give_up_us = BlockCostModel::kNoGiveUp) {
     const uint64_t key = static_cast<uint64_t>(forward_piece * num_backward_ + backward_piece);
     if (!dense_.empty()) {
       double& slot = dense_[key];
-      if (slot < 0) slot = simulate(forward_piece, backward_piece);
-      return slot;
+      if (!std::signbit(slot) || -slot >= give_up_us) return std::abs(slot);
+      // A block stopped early once is simulated to the end the second time.
+      slot = simulate(forward_piece, backward_piece,
+                      slot == 0 ? give_up_us : BlockCostModel::kNoGiveUp);
+      return std::abs(slot);
     }
-    return sparse_cost_us(key, forward_piece, backward_piece);
+    return sparse_cost_us(key, forward_piece, backward_piece, give_up_us);
   }
-  /// Distinct blocks simulated so far.
+  /// Blocks simulated so far (given up early or not; a block simulated again counts again).
   int64_t simulations() const { return simulations_; }
 
  private:
-  double simulate(int64_t forward_piece, int64_t backward_piece);
-  double sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece);
+  /// An entry: P, or -(lower bound) when given up.
+  double simulate(int64_t forward_piece, int64_t backward_piece, double give_up_us);
+  /// The prepared side of a piece of lattice k (0 forward, 1 backward), prepared once.
+  const BlockSide& side(int k, int64_t piece);
+  double sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece,
+                        double give_up_us);
   void grow();
 
   const BlockCostModel* model_;
   const Lattice* forward_;
   const Lattice* backward_;
   int64_t num_backward_ = 0;
-  std::vector<double> dense_;  ///< < 0: not simulated yet
+  /// Per lattice: each piece's side (priority null: not prepared yet) and the priority
+  /// arrays the prepared ones point into.
+  std::array<std::vector<BlockSide>, 2> sides_;
+  std::array<std::vector<std::unique_ptr<double[]>>, 2> priorities_;
+  std::vector<double> dense_;  ///< entries as above
   struct Entry {
     uint64_t key = ~uint64_t{0};  ///< all ones: empty slot
-    double cost_us = 0;
+    double cost_us = 0;           ///< an entry as above
   };
   /// The hash table's largest size (64 MB): the memo is a cache, and past this size a
   /// miss replaces the entry in its key's home slot instead of taking more memory (the

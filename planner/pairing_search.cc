@@ -126,10 +126,21 @@ void solve_strands_alone(PieceCostTable& table, const BlockCostModel& model, con
 
 // Pruning 1 (pairing_search.h): rates are <= 1, so a block lasts at least its busiest
 // stream's solo work and its longest solo path on either side.
-double block_lower_bound_us(const StepBound& sf, const StepBound& sb) {
+// Pruning 1 (pairing_search.h), in two steps since most transitions fail the first:
+// rates are <= 1, so a block lasts at least its longest solo path on either side and its
+// busiest stream's solo work (`plain_block_bound_us`), and at least the slow-down aware
+// bound of its loads (`block_lower_bound_us`, never below the plain one).
+double plain_block_bound_us(const StepBound& sf, const StepBound& sb) {
   double bound = std::max(sf.path_us, sb.path_us);
   for (int s = 0; s < kNumStreams; ++s) bound = std::max(bound, sf.load_us[s] + sb.load_us[s]);
   return bound;
+}
+
+double block_lower_bound_us(const CoRunLoadBound& load_bound, const StepBound& sf,
+                            const StepBound& sb) {
+  std::array<double, kNumStreams> load;
+  for (int s = 0; s < kNumStreams; ++s) load[s] = sf.load_us[s] + sb.load_us[s];
+  return std::max(std::max(sf.path_us, sb.path_us), load_bound.bound_us(load));
 }
 
 // The DP over downset pairs (pairing_search.h). State (i, j), forward downset i with
@@ -137,15 +148,17 @@ double block_lower_bound_us(const StepBound& sf, const StepBound& sb) {
 // transition reads the lattices, the table and the incumbent, and updates the latter two.
 class JointSearch {
  public:
-  JointSearch(PieceCostTable& table, const Lattice& lf, const Lattice& lb,
-              const PairingOptions& options, PairingStats* stats)
+  JointSearch(PieceCostTable& table, const CoRunLoadBound& load_bound, const Lattice& lf,
+              const Lattice& lb, const PairingOptions& options, PairingStats* stats)
       : table_(table),
+        load_bound_(load_bound),
         lf_(lf),
         lb_(lb),
         options_(options),
         stats_(*stats),
         nb_(lb.size()),
         last_(lf.size() * lb.size() - 1),
+        bounded_(options.max_segment_ops == 0),
         value_(lf.size() * lb.size(), kInfinity),
         parent_(lf.size() * lb.size(), -1) {
     value_[0] = 0;
@@ -193,11 +206,21 @@ class JointSearch {
   // Pruning 2: after state (i, j) every stream still owes its remaining solo work and
   // each strand its longest remaining path.
   double remaining_bound_us(int64_t i, int64_t j) const {
-    double bound = std::max(lf_.remaining_path_us[i], lb_.remaining_path_us[j]);
+    return std::max(std::max(lf_.remaining_path_us[i], lb_.remaining_path_us[j]),
+                    load_bound_.bound_us(remaining_load_us(i, j)));
+  }
+  // The same without slow-downs: the longest remaining path and the busiest stream's work.
+  double plain_remaining_bound_us(int64_t i, int64_t j) const {
+    const std::array<double, kNumStreams> load = remaining_load_us(i, j);
+    return std::max(std::max(lf_.remaining_path_us[i], lb_.remaining_path_us[j]),
+                    std::max(std::max(load[0], load[1]), load[2]));
+  }
+  std::array<double, kNumStreams> remaining_load_us(int64_t i, int64_t j) const {
+    std::array<double, kNumStreams> load;
     for (int s = 0; s < kNumStreams; ++s) {
-      bound = std::max(bound, total_load_us_[s] - lf_.load_us[i][s] - lb_.load_us[j][s]);
+      load[s] = total_load_us_[s] - lf_.load_us[i][s] - lb_.load_us[j][s];
     }
-    return bound;
+    return load;
   }
 
   // Every transition from state (i, j), reached at time t: one block per pair of steps,
@@ -210,25 +233,61 @@ class JointSearch {
       for (const StepBound& sb : backward_steps_) {
         if (sf.target == i && sb.target == j) continue;
         ++stats_.transitions;
-        relax(state, t, sf, sb);
+        if (bounded_) {
+          relax<true>(state, t, sf, sb);
+        } else {
+          relax<false>(state, t, sf, sb);
+        }
       }
     }
   }
 
   // Pruning 3 before simulating: the block cannot improve its target, or no plan through
-  // it can beat the incumbent. Then the usual DP relaxation.
+  // it can beat the incumbent. The same two tests, on the block's simulated time instead
+  // of its bound, give the cost past which the simulation may stop (pruning 4). Then the
+  // usual DP relaxation.
+  template <bool kBounded>
   void relax(int64_t state, double t, const StepBound& sf, const StepBound& sb) {
     const int64_t target = sf.target * nb_ + sb.target;
+    double give_up_us = BlockCostModel::kNoGiveUp;
     if (options_.prune) {
-      const double block_bound = block_lower_bound_us(sf, sb);
-      if (t + block_bound >= value_[target] * (1 + kPruneSlack) ||
-          t + block_bound + remaining_bound_us(sf.target, sb.target) >
-              upper_us_ * (1 + kPruneSlack)) {
-        ++stats_.transitions_pruned;
-        return;
+      const double limit_us = value_[target] * (1 + kPruneSlack);
+      const double upper_limit_us = upper_us_ * (1 + kPruneSlack);
+      if (!kBounded) {
+        const double block_bound = plain_block_bound_us(sf, sb);
+        if (t + block_bound >= limit_us ||
+            t + block_bound + plain_remaining_bound_us(sf.target, sb.target) > upper_limit_us) {
+          ++stats_.transitions_pruned;
+          return;
+        }
+      } else {
+        if (t + plain_block_bound_us(sf, sb) >= limit_us) {
+          ++stats_.transitions_pruned;
+          return;
+        }
+        const double block_bound = block_lower_bound_us(load_bound_, sf, sb);
+        if (t + block_bound >= limit_us ||
+            t + block_bound + plain_remaining_bound_us(sf.target, sb.target) > upper_limit_us) {
+          ++stats_.transitions_pruned;
+          return;
+        }
+        const double remaining = remaining_bound_us(sf.target, sb.target);
+        if (t + block_bound + remaining > upper_limit_us) {
+          ++stats_.transitions_pruned;
+          return;
+        }
+        // Past it, t + P >= value_[target] (1 + slack) or t + P + remaining > upper_us_ (1 +
+        // slack): the tests above with P for the bound. The margin below keeps rounding in
+        // this subtraction on the side of simulating.
+        give_up_us = std::min(limit_us - t, upper_limit_us - remaining - t) * (1 + kPruneSlack);
       }
     }
-    const double candidate = t + table_.cost_us(sf.piece, sb.piece);
+    const double cost = table_.cost_us(sf.piece, sb.piece, give_up_us);
+    if (kBounded && cost >= give_up_us) {
+      ++stats_.transitions_given_up;
+      return;
+    }
+    const double candidate = t + cost;
     if (candidate < value_[target]) {
       value_[target] = candidate;
       parent_[target] = static_cast<int32_t>(state);
@@ -237,12 +296,17 @@ class JointSearch {
   }
 
   PieceCostTable& table_;
+  const CoRunLoadBound& load_bound_;
   const Lattice& lf_;
   const Lattice& lb_;
   const PairingOptions& options_;
   PairingStats& stats_;
   const int64_t nb_;
   const int64_t last_;
+  // Pruning 4 and the slow-down aware bound per transition: they pay in the per-layer
+  // search (unbounded segments: large blocks, 1.2x) and cost in the windows (segments of
+  // at most 8 ops: small blocks, whose simulations are cheap; 1.4x slower with them).
+  const bool bounded_;
   std::vector<double> value_;    // best known time from ({}, {}) to each state
   std::vector<int32_t> parent_;  // the state that value_ came from; -1 when unreached
   std::array<double, kNumStreams> total_load_us_{};  // both strands' solo work per stream
@@ -258,7 +322,6 @@ Lattice empty_lattice(Strand strand) {
   lattice.downsets = {0};
   lattice.pieces = {0};
   lattice.piece_path_us = {0};
-  lattice.piece_sides = {BlockSide{}};
   return lattice;
 }
 
@@ -299,7 +362,7 @@ PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& 
   PairingResult result;
   // Both alone first: their sum seeds the branch and bound, and their blocks warm the memo.
   solve_strands_alone(table, model, lf, lb, options, &result);
-  JointSearch search(table, lf, lb, options, &result.stats);
+  JointSearch search(table, model.load_bound(), lf, lb, options, &result.stats);
   search.run(options.prune ? result.sequential_time_us : kInfinity);
   result.stats.block_simulations = table.simulations();
   result.blocks = blocks_from_chain(model, search.chain());

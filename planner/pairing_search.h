@@ -30,15 +30,20 @@
 // conflict the barrier-separated plan and the single block differ, which the DP weighs.
 //
 // Speed. States are |downsets(F)| x |downsets(B)|; a state's successors are all pairs of
-// supersets, so the plain DP simulates one block per comparable pair of states. Three
+// supersets, so the plain DP simulates one block per comparable pair of states. Four
 // exact prunings cut that down (docs/planner.md proves each):
-//  1. a block costs at least its busiest stream's solo work and at least the longest
-//     solo-time path inside either side (rates are <= 1);
-//  2. what is left after a state costs at least the busiest stream's remaining solo work
-//     and the longest remaining path of either strand;
+//  1. a block costs at least the longest solo-time path inside either side (rates are
+//     <= 1) and at least a bound from its solo work per stream that counts the slow-downs
+//     the streams must suffer to overlap (co_run_bound.h; at least the busiest stream's
+//     work);
+//  2. what is left after a state costs at least the same bound of the remaining work and
+//     the longest remaining path of either strand;
 //  3. branch and bound: a transition whose value plus (1) plus (2) cannot beat the best
 //     complete plan known (first the strands one after the other, then whatever the DP
-//     reaches) is skipped, and so is one that cannot beat its target state's value.
+//     reaches) is skipped, and so is one that cannot beat its target state's value;
+//  4. the same two tests during the block's simulation, with the time simulated so far
+//     plus (1) of the work left: the simulation stops as soon as they fail
+//     (BlockCostModel::bounded_cost_us), and the memo keeps the lower bound it proved.
 // Block costs are memoized by piece pair: each strand's distinct differences of downsets
 // are numbered once (downset_lattice.h); in a window of identical layers a difference is
 // first shifted down to the first layer (segment_cost.h, LayerPeriods), since a block
@@ -80,11 +85,12 @@ struct PairingBlock {
 struct PairingStats {
   int64_t forward_downsets = 0;
   int64_t backward_downsets = 0;
-  int64_t states = 0;              ///< forward_downsets x backward_downsets
-  int64_t states_expanded = 0;     ///< states whose transitions were scanned
-  int64_t transitions = 0;         ///< (state, superset state) pairs scanned
-  int64_t transitions_pruned = 0;  ///< skipped by a lower bound
-  int64_t block_simulations = 0;   ///< distinct blocks simulated (memo misses)
+  int64_t states = 0;                ///< forward_downsets x backward_downsets
+  int64_t states_expanded = 0;       ///< states whose transitions were scanned
+  int64_t transitions = 0;           ///< (state, superset state) pairs scanned
+  int64_t transitions_pruned = 0;    ///< skipped by a lower bound
+  int64_t transitions_given_up = 0;  ///< simulated (or memo) cost proved too high, pruning 4
+  int64_t block_simulations = 0;     ///< distinct blocks simulated (memo misses)
 };
 
 /// The optimum and the strands' sequential schedule for comparison.

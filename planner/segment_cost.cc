@@ -85,6 +85,7 @@ BlockCostModel::BlockCostModel(const StrandGraph& forward, const StrandGraph& ba
     predecessors_.push_back(g.predecessor_mask(i));
   }
   if (is_periodic(periods)) period_ = {periods.forward_ops, periods.backward_ops};
+  load_bound_ = CoRunLoadBound(stream_pair_max_rates());
 }
 
 // Exact comparison on purpose: the symmetry must hold bit for bit, or costs could differ.
@@ -128,6 +129,19 @@ double BlockCostModel::pair_rate(Strand sa, int64_t a, Strand sb, int64_t b) con
   return ua == ub ? 1.0 : rates_[ua * num_ops_ + ub];
 }
 
+std::array<std::array<double, 3>, 3> BlockCostModel::stream_pair_max_rates() const {
+  std::array<std::array<double, 3>, 3> r{};
+  for (int s = 0; s < kNumStreams; ++s) r[s][s] = 1;
+  for (int64_t a = 0; a < num_ops_; ++a) {
+    if (solo_us_[a] <= 0) continue;
+    for (int64_t b = 0; b < num_ops_; ++b) {
+      if (b == a || solo_us_[b] <= 0 || stream_[a] == stream_[b]) continue;
+      r[stream_[a]][stream_[b]] = std::max(r[stream_[a]][stream_[b]], rates_[a * num_ops_ + b]);
+    }
+  }
+  return r;
+}
+
 // Longest solo-time path from each op of `ops` to the block's end, through ops of `ops`
 // only. Indices are topological, so one sweep from the highest index suffices.
 BlockSide BlockCostModel::prepare_side(Strand strand, OpMask ops, double* priority) const {
@@ -147,6 +161,10 @@ BlockSide BlockCostModel::prepare_side(Strand strand, OpMask ops, double* priori
     priority[i] = solo_us_[u] + longest_successor;
     if ((predecessors_[u] & ops) == 0) side.ready[stream_[u]] |= OpMask{1} << i;
   }
+  for (OpMask m = ops; m != 0; m &= m - 1) {  // in index order, as the lattice sums loads
+    const int64_t u = base + __builtin_ctzll(m);
+    side.load_us[stream_[u]] += solo_us_[u];
+  }
   return side;
 }
 
@@ -158,6 +176,11 @@ double BlockCostModel::cost_us(OpMask forward_ops, OpMask backward_ops) const {
 
 double BlockCostModel::cost_us(const BlockSide& forward, const BlockSide& backward) const {
   return run(forward, backward, nullptr, nullptr);
+}
+
+double BlockCostModel::bounded_cost_us(const BlockSide& forward, const BlockSide& backward,
+                                       double give_up_us, bool* exact) const {
+  return run(forward, backward, nullptr, nullptr, give_up_us, exact);
 }
 
 namespace {
@@ -194,9 +217,19 @@ BlockSimulation BlockCostModel::simulate_in_order(OpMask forward_ops, OpMask bac
 // Event simulation. Combined op index u: forward op i is u = i, backward op j is
 // u = nf + j. Between two events the set of running ops, hence every rate, is constant,
 // so the next event is the earliest finish at the current rates. An op becomes ready when
-// its last predecessor inside the block finishes.
+// its last predecessor inside the block finishes. With a finite give_up_us, `left_us`
+// tracks each stream's work still to do, and after each event the block's time is bounded
+// below by the time so far plus load_bound_ of that work (the bound holds for any stretch
+// of a block): once that reaches give_up_us the rest need not be simulated.
 double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
-                           const int64_t* issue_rank, BlockSimulation* out) const {
+                           const int64_t* issue_rank, BlockSimulation* out, double give_up_us,
+                           bool* exact) const {
+  if (exact != nullptr) *exact = true;
+  const bool may_give_up = give_up_us < kNoGiveUp;
+  std::array<double, kNumStreams> left_us{};
+  if (may_give_up) {
+    for (int s = 0; s < kNumStreams; ++s) left_us[s] = forward.load_us[s] + backward.load_us[s];
+  }
   const int64_t nf = num_forward_;
   const OpMask masks[2] = {forward.ops, backward.ops};
   const double* const priority[2] = {forward.priority, backward.priority};
@@ -257,6 +290,11 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
     }
     DHELIX_CHECK_MSG(first >= 0, "block simulation stalled: ops left but none ready");
     now_us += step_us;
+    if (may_give_up) {
+      for (int s = 0; s < kNumStreams; ++s) {
+        if (running[s] >= 0) left_us[s] -= rate[s] * step_us;
+      }
+    }
 
     for (int s = 0; s < kNumStreams; ++s) {
       const int64_t u = running[s];
@@ -276,6 +314,13 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
       if (out != nullptr) {
         out->ops.push_back(
             OpTiming{k == 0 ? Strand::kForward : Strand::kBackward, i, start_us[u], now_us});
+      }
+    }
+    if (may_give_up && (unfinished[0] | unfinished[1]) != 0) {
+      const double bound_us = now_us + load_bound_.bound_us(left_us);
+      if (bound_us >= give_up_us) {
+        *exact = false;
+        return bound_us;
       }
     }
   }

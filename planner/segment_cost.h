@@ -23,8 +23,10 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "planner/co_run_bound.h"
 #include "planner/co_run_model.h"
 #include "planner/strand_graph.h"
 
@@ -52,7 +54,8 @@ struct BlockSimulation {
 /// `ops` are never read).
 struct BlockSide {
   OpMask ops = 0;
-  std::array<OpMask, 3> ready{};  ///< by StreamClass
+  std::array<OpMask, 3> ready{};    ///< by StreamClass
+  std::array<double, 3> load_us{};  ///< solo work per StreamClass, in us
   const double* priority = nullptr;
 };
 
@@ -81,8 +84,19 @@ class BlockCostModel {
   /// P(F, B) in us. Only the sets matter (see above). F and B need not be downsets: a
   /// predecessor outside the block counts as finished before it.
   double cost_us(OpMask forward_ops, OpMask backward_ops) const;
-  /// The same cost from prepared sides (prepare_side): what the search calls.
+  /// The same cost from prepared sides (prepare_side).
   double cost_us(const BlockSide& forward, const BlockSide& backward) const;
+  /// give_up_us for "simulate to the end".
+  static constexpr double kNoGiveUp = std::numeric_limits<double>::infinity();
+  /// What the search calls: P, or, as soon as the simulation proves P >= give_up_us (the
+  /// time simulated so far plus load_bound() of the work left), that lower bound instead,
+  /// with `*exact` false. Either way a result >= give_up_us means P >= give_up_us (up to
+  /// rounding, relative 1e-12), and a result below it is P itself.
+  double bounded_cost_us(const BlockSide& forward, const BlockSide& backward, double give_up_us,
+                         bool* exact) const;
+  /// The slow-down aware lower bound on any block's time from its loads (co_run_bound.h),
+  /// built from this model's rates.
+  const CoRunLoadBound& load_bound() const { return load_bound_; }
   /// The side of op set `ops` of `strand`; writes the priorities of its ops to
   /// `priority[i]` (an array of graph(strand).size() doubles that must outlive the side).
   BlockSide prepare_side(Strand strand, OpMask ops, double* priority) const;
@@ -106,11 +120,17 @@ class BlockCostModel {
                                     const std::vector<int64_t>& issue_rank) const;
   /// Rate of op a (of strand sa) while op b (of strand sb) runs, as read from the model.
   double pair_rate(Strand sa, int64_t a, Strand sb, int64_t b) const;
+  /// R[s][o]: the largest rate of an op of stream s beside an op of stream o != s, over
+  /// every pair of ops of both strands with non-zero solo times (0 where there is none);
+  /// an upper bound on any op's rate in any block (co_run_bound.h). R[s][s] = 1.
+  std::array<std::array<double, 3>, 3> stream_pair_max_rates() const;
 
  private:
   /// The event simulation; `issue_rank` null: list scheduling by priority, else in order.
+  /// Stops early (`*exact` false) once P >= give_up_us is proven (see bounded_cost_us).
   double run(const BlockSide& forward, const BlockSide& backward, const int64_t* issue_rank,
-             BlockSimulation* out) const;
+             BlockSimulation* out, double give_up_us = kNoGiveUp, bool* exact = nullptr) const;
+
   /// Whether shifting each strand by its period leaves ops, edges and rates unchanged.
   bool is_periodic(LayerPeriods periods) const;
 
@@ -125,6 +145,7 @@ class BlockCostModel {
   std::vector<OpMask> successors_;    ///< within the op's own strand
   std::vector<OpMask> predecessors_;  ///< within the op's own strand
   std::array<int64_t, 2> period_{};   ///< verified LayerPeriods, 0 = none
+  CoRunLoadBound load_bound_;         ///< from stream_pair_max_rates()
 };
 
 /// P memoized by the two masks (open addressing; the search asks for the same block from

@@ -22,6 +22,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "lib/plan/plan_blocks.h"
 #include "lib/plan/plan_check.h"
@@ -161,21 +162,46 @@ void check_plan_fields(const Plan& plan, const JobSpec& job, const std::string& 
 void check_same_ops(const Plan& plan, const std::vector<RankProgram>& co_executed,
                     const std::vector<RankProgram>& sequential, const std::string& plan_file,
                     ProblemList& problems) {
-  using Key = std::tuple<std::string_view, int64_t, int64_t>;  // op, layer, micro-batch
+  // Two sorted lists of (op, layer, micro-batch) walked side by side: the first key whose
+  // counts differ, in key order. Op names are numbered in name order first, so that the
+  // sort compares integers. (A map of counts gave the same answer at 30 % of a 64-rank
+  // check's time: one tree node per key and rank; sorting the names themselves, 19 %.)
+  using Key = std::tuple<int32_t, int64_t, int64_t>;  // op number, layer, micro-batch
   for (size_t r = 0; r < co_executed.size() && r < sequential.size(); ++r) {
-    std::map<Key, int64_t> balance;
-    for (const Instruction& i : co_executed[r].instructions)
-      ++balance[{i.op, i.layer, i.micro_batch}];
-    for (const Instruction& i : sequential[r].instructions)
-      --balance[{i.op, i.layer, i.micro_batch}];
-    for (const auto& [key, count] : balance) {
+    std::unordered_map<std::string_view, int32_t> number;
+    for (const RankProgram* program : {&co_executed[r], &sequential[r]}) {
+      for (const Instruction& i : program->instructions) number.emplace(i.op, 0);
+    }
+    std::vector<std::string_view> names;
+    names.reserve(number.size());
+    for (const auto& [name, n] : number) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    for (size_t k = 0; k < names.size(); ++k) number[names[k]] = static_cast<int32_t>(k);
+    const auto keys = [&number](const RankProgram& program) {
+      std::vector<Key> out;
+      out.reserve(program.instructions.size());
+      for (const Instruction& i : program.instructions) {
+        out.emplace_back(number.at(i.op), i.layer, i.micro_batch);
+      }
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+    const std::vector<Key> co = keys(co_executed[r]);
+    const std::vector<Key> seq = keys(sequential[r]);
+    size_t a = 0, b = 0;
+    while (a < co.size() || b < seq.size()) {
+      const Key& key = b == seq.size() || (a < co.size() && co[a] < seq[b]) ? co[a] : seq[b];
+      int64_t count = 0;
+      for (; a < co.size() && co[a] == key; ++a) ++count;
+      for (; b < seq.size() && seq[b] == key; ++b) --count;
       if (count == 0) continue;
       const auto& [op, layer, mb] = key;
       problems.add(plan_file, fmt::format("/stages/{}", co_executed[r].stage),
                    fmt::format("rank {}", co_executed[r].rank),
                    fmt::format("the co-executed program runs {} of layer {} micro-batch {} {} "
                                "the sequential one: the pairing's blocks {} an op",
-                               op, layer, mb, count > 0 ? "more often than" : "less often than",
+                               names[static_cast<size_t>(op)], layer, mb,
+                               count > 0 ? "more often than" : "less often than",
                                count > 0 ? "repeat" : "leave out"));
       return;  // one rank's first difference says enough
     }

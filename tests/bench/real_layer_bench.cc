@@ -61,6 +61,9 @@ void report(benchmark::State& state, const PairingResult& result) {
   state.counters["sequential_us"] = result.sequential_time_us;
   state.counters["states"] = static_cast<double>(result.stats.states);
   state.counters["simulated"] = static_cast<double>(result.stats.block_simulations);
+  state.counters["transitions"] = static_cast<double>(result.stats.transitions);
+  state.counters["pruned"] = static_cast<double>(result.stats.transitions_pruned);
+  state.counters["given_up"] = static_cast<double>(result.stats.transitions_given_up);
 }
 
 void search_real_layer(benchmark::State& state, const JobSpec& job) {

@@ -412,6 +412,8 @@ TEST(PlanCheckFields, AnOpDroppedFromABlockIsRefused) {
     }
   });
   EXPECT_NE(problems.find("less often than the sequential one"), std::string::npos) << problems;
+  // The first differing op in (op, layer, micro-batch) order is the one named.
+  EXPECT_NE(problems.find("runs bwd.fc1_wgrad of layer"), std::string::npos) << problems;
 }
 
 TEST(PlanCheckFields, ShippedPlansPassTheNewChecks) {
