@@ -145,14 +145,14 @@ TEST(PlanReport, TextIsExact) {
 TEST(PlanReport, NamesTheBestBaselineThatFits) {
   Plan plan = report_plan();
   PlanScheme zb = plan.schemes[1];
-  zb.scheme = "zb-v";
-  zb.shape = "v";
+  zb.scheme = PipelineScheme::kZeroBubbleV;
+  zb.shape = PipelineShape::kV;
   zb.chunks_per_stage = 2;
   zb.iteration_us = 500000;
   zb.fits = true;
   PlanScheme interleaved = plan.schemes[1];
-  interleaved.scheme = "megatron-interleaved";
-  interleaved.shape = "interleaved";
+  interleaved.scheme = PipelineScheme::kMegatronInterleaved;
+  interleaved.shape = PipelineShape::kInterleaved;
   interleaved.chunks_per_stage = 4;
   interleaved.iteration_us = 480000;  // faster, but does not fit
   plan.schemes.push_back(interleaved);
