@@ -27,6 +27,7 @@
 // of the summary; the median hardly moves, but min, max, p10 and p90 would.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lib/profile.h"
@@ -92,5 +93,28 @@ struct RankSpread {
 };
 /// `per_rank_us[r]` is rank r's value; non-empty.
 RankSpread rank_spread(const std::vector<double>& per_rank_us);
+
+/// One run of two ops started together: when each finished, in us from the start.
+struct PairSample {
+  double finish_a_us = 0;
+  double finish_b_us = 0;
+};
+
+/// How a pair's measured finish times were fitted into what a profile can hold.
+enum class PairAdjustment {
+  kNone,
+  kRaisedToSolo,         ///< a finish time below the op's solo median (noise) was raised to it
+  kCappedAtOefMinusOne,  ///< makespan beyond T_max + 2 T_min (OEF < -1) was capped there
+};
+
+/// The profile entry of pair (a, b) from its samples and the ops. solo medians (>= 0):
+/// finish times are the samples' medians, each raised to at least its op's solo median;
+/// a makespan beyond max(T) + 2 min(T) (an OEF below -1, which profiles cannot hold) is
+/// capped there. Values are quantized (quantize_profile_value) and the OEF follows from
+/// the quantized numbers, as the profile reader checks. `adjustment` (may be null) says
+/// which correction applied (capping wins when both did).
+ProfiledPair pair_from_samples(const std::string& a, const std::string& b, double solo_a_us,
+                               double solo_b_us, const std::vector<PairSample>& samples,
+                               PairAdjustment* adjustment);
 
 }  // namespace dhelix::sampling

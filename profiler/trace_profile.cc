@@ -10,8 +10,8 @@
 #include "lib/dag_builder.h"
 #include "lib/error.h"
 #include "lib/placement.h"
-#include "profiler/cpu/cpu_timing.h"
 #include "profiler/model_backend.h"
+#include "profiler/sampling.h"
 
 namespace dhelix {
 namespace {
@@ -42,22 +42,8 @@ struct Slice {
 // (pid, step, task, block) -> slices of one SI block.
 using BlockKey = std::tuple<int64_t, int64_t, std::string, int64_t>;
 
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double at = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(at));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (at - static_cast<double>(lo));
-}
-
-TimeStats stats_of(const std::vector<double>& v) {
-  return TimeStats{.median_us = quantile(v, 0.5),
-                   .p10_us = quantile(v, 0.1),
-                   .p90_us = quantile(v, 0.9),
-                   .min_us = *std::min_element(v.begin(), v.end()),
-                   .max_us = *std::max_element(v.begin(), v.end())}
-      .quantized();
-}
+// Summary of one op's measured durations, as the cpu backend summarizes its samples.
+TimeStats stats_of(const std::vector<double>& v) { return sampling::summarize(v).quantized(); }
 
 struct Samples {
   std::map<std::string, std::vector<double>> solo;  // signature -> durations
@@ -172,7 +158,7 @@ Profile profile_from_traces(const JobSpec& job, const std::vector<NamedTrace>& t
     const std::string b = space.ops[static_cast<size_t>(j)].signature();
     const auto key = a <= b ? std::make_pair(a, b) : std::make_pair(b, a);
     const auto it = samples.pairs.find(key);
-    std::vector<cpu_profile::PairSample> runs;
+    std::vector<sampling::PairSample> runs;
     if (it != samples.pairs.end()) {
       for (const auto& [x, y] : it->second) runs.push_back({x, y});
       ++pairs_from_trace;
@@ -183,7 +169,7 @@ Profile profile_from_traces(const JobSpec& job, const std::vector<NamedTrace>& t
     if (!runs.empty()) {
       // The cpu backend's fit: finish times raised to the solo medians, OEF >= -1, and the
       // OEF recomputed from this profile's solo medians (lib/profile.h checks it).
-      profile.add_pair(cpu_profile::pair_from_samples(
+      profile.add_pair(sampling::pair_from_samples(
           key.first, key.second, profile.find_op(key.first)->time_us.median_us,
           profile.find_op(key.second)->time_us.median_us, runs, nullptr));
     } else {

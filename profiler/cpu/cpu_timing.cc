@@ -84,39 +84,4 @@ std::vector<PairSample> time_pair_samples(const TimingOptions& options,
   return samples;
 }
 
-ProfiledPair pair_from_samples(const std::string& a, const std::string& b, double solo_a_us,
-                               double solo_b_us, const std::vector<PairSample>& samples,
-                               PairAdjustment* adjustment) {
-  DHELIX_CHECK(!samples.empty() && solo_a_us >= 0 && solo_b_us >= 0);
-  std::vector<double> finish_a, finish_b;
-  for (const PairSample& s : samples) {
-    finish_a.push_back(s.finish_a_us);
-    finish_b.push_back(s.finish_b_us);
-  }
-  PairAdjustment applied = PairAdjustment::kNone;
-  // The reader recomputes the OEF from the quantized solo medians: work with those.
-  const double t_a = quantize_profile_value(solo_a_us);
-  const double t_b = quantize_profile_value(solo_b_us);
-  double f_a = quantize_profile_value(sampling::median(finish_a));
-  double f_b = quantize_profile_value(sampling::median(finish_b));
-  if (f_a < t_a || f_b < t_b) applied = PairAdjustment::kRaisedToSolo;
-  f_a = std::max(f_a, t_a);
-  f_b = std::max(f_b, t_b);
-  const double cap = quantize_profile_value(std::max(t_a, t_b) + 2 * std::min(t_a, t_b));
-  if (std::max(f_a, f_b) > cap) {
-    applied = PairAdjustment::kCappedAtOefMinusOne;
-    f_a = std::min(f_a, cap);
-    f_b = std::min(f_b, cap);
-  }
-  if (adjustment != nullptr) *adjustment = applied;
-  const double makespan = std::max(f_a, f_b);
-  const double oef = std::clamp(overlap_effectiveness(t_a, t_b, makespan), -1.0, 1.0);
-  return {.a = a,
-          .b = b,
-          .finish_a_us = f_a,
-          .finish_b_us = f_b,
-          .makespan_us = makespan,
-          .oef = quantize_profile_value(oef)};
-}
-
 }  // namespace dhelix::cpu_profile

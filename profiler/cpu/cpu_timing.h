@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lib/profile.h"
+#include "profiler/sampling.h"
 
 namespace dhelix::cpu_profile {
 
@@ -37,10 +38,7 @@ std::vector<double> time_samples(const TimingOptions& options,
                                  const std::function<void()>& body, const ClockUs& clock);
 
 /// One co-run: when each body ended, microseconds after the earlier of the two starts.
-struct PairSample {
-  double finish_a_us = 0;
-  double finish_b_us = 0;
-};
+using sampling::PairSample;  // profiler/sampling.h
 
 /// Runs before_each on the calling thread, then body_a on the calling thread and body_b on
 /// a second thread started together, warmup + samples times. Returns the kept samples in
@@ -52,21 +50,8 @@ std::vector<PairSample> time_pair_samples(const TimingOptions& options,
                                           const std::function<void()>& body_b,
                                           const ClockUs& clock);
 
-/// How a pair's measured finish times were fitted into what a profile can hold.
-enum class PairAdjustment {
-  kNone,
-  kRaisedToSolo,         ///< a finish time below the op's solo median (noise) was raised to it
-  kCappedAtOefMinusOne,  ///< makespan beyond T_max + 2 T_min (OEF < -1) was capped there
-};
-
-/// The profile entry of pair (a, b) from its samples and the ops. solo medians (>= 0):
-/// finish times are the samples' medians, each raised to at least its op's solo median;
-/// a makespan beyond max(T) + 2 min(T) (an OEF below -1, which profiles cannot hold) is
-/// capped there. Values are quantized (quantize_profile_value) and the OEF follows from
-/// the quantized numbers, as the profile reader checks. `adjustment` (may be null) says
-/// which correction applied (capping wins when both did).
-ProfiledPair pair_from_samples(const std::string& a, const std::string& b, double solo_a_us,
-                               double solo_b_us, const std::vector<PairSample>& samples,
-                               PairAdjustment* adjustment);
+// Pairs of finish times into a profile entry: sampling::pair_from_samples.
+using sampling::pair_from_samples;
+using sampling::PairAdjustment;
 
 }  // namespace dhelix::cpu_profile
