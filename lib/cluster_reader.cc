@@ -143,7 +143,8 @@ ClusterSpec read_cluster(const std::string& preset_or_path) {
   // A bare word that is no file is a misspelt preset, not a missing file.
   const bool looks_like_name = preset_or_path.find('/') == std::string::npos &&
                                preset_or_path.find('.') == std::string::npos;
-  if (looks_like_name && !std::filesystem::exists(preset_or_path)) {
+  std::error_code ignored;  // a name the file system refuses (too long) is no file
+  if (looks_like_name && !std::filesystem::exists(preset_or_path, ignored)) {
     return cluster_preset(preset_or_path);  // throws with "did you mean"
   }
   const Json json = read_json_file(preset_or_path);

@@ -207,8 +207,12 @@ ClusterSpec cluster_from_reference(const std::string& preset_or_path, const std:
     return cluster_preset(preset_or_path);
   }
   const std::string path = resolve_path(base_dir, preset_or_path);
+  // The error_code form: a name the file system refuses (too long, say) is no file, not a
+  // crash.
+  std::error_code ignored;
   const bool looks_like_path = preset_or_path.find('/') != std::string::npos ||
-                               preset_or_path.ends_with(".json") || std::filesystem::exists(path);
+                               preset_or_path.ends_with(".json") ||
+                               std::filesystem::exists(path, ignored);
   if (looks_like_path) return read_cluster(path);
   throw Error(ErrorCode::kInvalidInput,
               fmt::format("{}: {}: \"{}\" is neither a cluster preset ({}) nor a cluster file{}",

@@ -34,6 +34,13 @@ std::string error_of(const std::string& preset_or_path) {
 
 using Lines = std::vector<std::string>;
 
+// A name longer than the file system allows is a misspelt preset, not a crash (found by
+// the job fuzzer: std::filesystem::exists threw on it).
+TEST(ClusterPresets, OverlongNameIsAnUnknownPreset) {
+  const std::string name(5000, 'h');
+  EXPECT_NE(error_of(name).find("cluster preset"), std::string::npos) << error_of(name);
+}
+
 TEST(ClusterPresets, NamesAreStable) {
   EXPECT_EQ(cluster_preset_names(), (Lines{"a40", "a800", "h100", "h200"}));
 }
