@@ -14,6 +14,7 @@
 #include "planner/plan_builder.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
+#include "profiler/model_search.h"
 #include "tools/output_paths.h"
 #include "tools/progress_bar.h"
 
@@ -126,15 +127,7 @@ int run_search(const SearchCliOptions& search, const JobOptions& job_options,
   request.constraints = constraints_from(search, job_options);
   request.top_k = search.top_k;
   request.threads = thread_count(search);
-  request.make_profile = [](const JobSpec& job) {
-    return make_model_profile(job, OrderedJson::object());
-  };
-  request.unprofiled_op_time_us = [](const ClusterSpec& cluster, const Op& op) {
-    return op_time_us(cluster, op);
-  };
-  request.solo_time_us = [](const ClusterSpec& cluster, const Op& op) {
-    return quantize_profile_value(op_time_us(cluster, op));  // as make_model_profile stores it
-  };
+  use_model_profiles(request);
   ProgressBar bar("searching configurations");  // on a terminal only
   request.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
   const SearchResult result = search_configurations(request);

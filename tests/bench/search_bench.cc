@@ -19,6 +19,7 @@
 #include "planner/config_search.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
+#include "profiler/model_search.h"
 
 namespace dhelix::bench {
 namespace {
@@ -32,15 +33,7 @@ SearchRequest request_for(const char* hf_config, int64_t gpus, int64_t gbs, int6
   r.base.parallel.seq_length = seq;
   r.base.name = r.base.model.name;
   r.gpus = gpus;
-  r.make_profile = [](const JobSpec& job) {
-    return make_model_profile(job, OrderedJson::object());
-  };
-  r.unprofiled_op_time_us = [](const ClusterSpec& cluster, const Op& op) {
-    return op_time_us(cluster, op);
-  };
-  r.solo_time_us = [](const ClusterSpec& cluster, const Op& op) {
-    return quantize_profile_value(op_time_us(cluster, op));
-  };
+  use_model_profiles(r);
   return r;
 }
 

@@ -15,6 +15,7 @@
 #include "planner/plan_builder.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
+#include "profiler/model_search.h"
 
 namespace dhelix {
 namespace {
@@ -40,15 +41,7 @@ SearchRequest model_request(const JobSpec& base, int64_t gpus, SearchConstraints
   r.base = base;
   r.gpus = gpus;
   r.constraints = constraints;
-  r.make_profile = [](const JobSpec& job) {
-    return make_model_profile(job, OrderedJson::object());
-  };
-  r.unprofiled_op_time_us = [](const ClusterSpec& cluster, const Op& op) {
-    return op_time_us(cluster, op);
-  };
-  r.solo_time_us = [](const ClusterSpec& cluster, const Op& op) {
-    return quantize_profile_value(op_time_us(cluster, op));
-  };
+  use_model_profiles(r);
   return r;
 }
 
