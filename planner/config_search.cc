@@ -25,6 +25,12 @@ namespace {
 constexpr const char* kNoMemoryReason =
     "weights, gradients and optimizer states alone exceed the usable memory";
 
+// The planner's refusals of a configuration (a rule of the DAG builder or the folding that
+// validate_job does not state): the configuration is invalid, the search goes on.
+bool planner_refusal(const Error& e) {
+  return e.code() == ErrorCode::kUnsupported || e.code() == ErrorCode::kInvalidInput;
+}
+
 // The memory options dhelix-plan plans with (plan_builder.h's default).
 MemoryOptions search_memory_options() { return PlanRequest{}.memory; }
 
@@ -192,7 +198,7 @@ void plan_candidate(const SearchRequest& request, PairingMemo& memo, Candidate& 
       }
     }
   } catch (const Error& e) {
-    if (e.code() != ErrorCode::kUnsupported && e.code() != ErrorCode::kInvalidInput) throw;
+    if (!planner_refusal(e)) throw;
     out.status = ConfigStatus::kInvalid;
     out.reason = std::string("planner: ") + e.what();
   }
@@ -282,9 +288,16 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
       out.reason = kNoMemoryReason;
       return;
     }
+    try {
+      out.bounds = lower_bounds(job, request);  // builds the layer DAGs, which may refuse
+    } catch (const Error& e) {
+      if (!planner_refusal(e)) throw;
+      out.status = ConfigStatus::kInvalid;
+      out.reason = std::string("planner: ") + e.what();
+      return;
+    }
     Candidate& c = candidates[static_cast<size_t>(i)];
     c.index = i;
-    out.bounds = lower_bounds(job, request);
     c.job = std::move(job);
     kept[static_cast<size_t>(i)] = 1;
   });

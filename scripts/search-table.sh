@@ -4,6 +4,7 @@
 # each scheme makes of the other's choice, and the search's counts and CPU time. Takes
 # minutes to hours on two cores (the 405B space is the longest); run by hand, not by tests.
 # Usage: scripts/search-table.sh [build-dir] [space-name...]
+#   SEARCH_ARGS="--no-cp --mbs 1" narrows every space alike (the table then says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 plan=${1:-build}/tools/dhelix-plan
@@ -31,9 +32,11 @@ for entry in "${spaces[@]}"; do
   if [[ ${#wanted[@]} -gt 0 && ! " ${wanted[*]} " =~ " $name " ]]; then continue; fi
   # shellcheck disable=SC2086  # the arguments are words on purpose
   /usr/bin/time -f '%U %S %e' -o "$scratch/$name.time" \
-    "$plan" $args --search --report json >"$scratch/$name.json"
+    "$plan" $args ${SEARCH_ARGS:-} --search --report json >"$scratch/$name.json"
 done
 
+echo "dhelix-plan --search ${SEARCH_ARGS:-(every constraint off)}; $(nproc) CPUs"
+echo
 exec /usr/bin/python3 - "$scratch" <<'PY'
 import json, os, sys
 

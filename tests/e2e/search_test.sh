@@ -121,7 +121,14 @@ else
   fail "-o onto the model" "the model file changed"
 fi
 
-# 6. Nothing fits: the report says so and -o writes nothing (exit 6, infeasible).
+# 6. A rule only the planner states (MoE with TP needs SP) makes configurations invalid,
+#    with the planner's words; the search goes on.
+expect "planner refusals are invalid configurations" 0 "" \
+  examples/jobs/phi-31b-a40-dp16-ep8-pp4.json --search --tp 2 --no-sp --max-pp 1 --mbs 1 \
+  --no-cp --no-recompute-search
+stdout_has "planner refusal: its reason" "need sequence parallelism"
+
+# 7. Nothing fits: the report says so and -o writes nothing (exit 6, infeasible).
 expect "nothing fits" 6 "no configuration fits" --model examples/models/hf/llama-3.1-405b.config.json \
   --cluster a40 --gpus 2 --gbs 2 --seq 4096 --no-cp --no-recompute-search --search \
   -o "$scratch/none.json"
