@@ -132,18 +132,19 @@ ReportRows report_rows(const Plan& plan) {
   const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix);
   if (const PlanScheme* best = plan.best_baseline()) {
     const bool timed = dhelix != nullptr && dhelix->iteration_us > 0;
-    rows.best_baseline = BestBaselineRow{
-        .scheme = best->scheme,
-        .iteration_us = best->iteration_us,
-        .dhelix_speedup = timed ? best->iteration_us / dhelix->iteration_us : 0,
-        .dhelix_speedup_vs_1f1b = timed ? dhelix->speedup_vs_megatron : 0};
+    rows.best_baseline =
+        BestBaselineRow{.scheme = best->scheme,
+                        .iteration_us = best->iteration_us,
+                        .dhelix_speedup = timed ? best->iteration_us / dhelix->iteration_us : 0,
+                        .dhelix_speedup_vs_1f1b = timed ? dhelix->speedup_vs_megatron : 0};
   }
   if (const PlanScheme* interleaved = plan.find_scheme(PipelineScheme::kMegatronInterleaved)) {
     const int64_t v = interleaved->chunks_per_stage;
-    rows.interleaving = fmt::format("megatron-interleaved: virtual pipeline size {}{}", v,
-                                    v > 1                     ? ""
-                                    : plan.stages.size() <= 1 ? " (one stage: nothing to interleave)"
-                                                              : " (Megatron cannot interleave here)");
+    rows.interleaving =
+        fmt::format("megatron-interleaved: virtual pipeline size {}{}", v,
+                    v > 1                     ? ""
+                    : plan.stages.size() <= 1 ? " (one stage: nothing to interleave)"
+                                              : " (Megatron cannot interleave here)");
   }
   return rows;
 }

@@ -81,8 +81,8 @@ struct SiTable {
 struct BestBaselineRow {
   PipelineScheme scheme = PipelineScheme::kMegatron1F1B;
   double iteration_us = 0;
-  double dhelix_speedup = 0;           ///< its time over dhelix's
-  double dhelix_speedup_vs_1f1b = 0;   ///< dhelix's speedup_vs_megatron
+  double dhelix_speedup = 0;          ///< its time over dhelix's
+  double dhelix_speedup_vs_1f1b = 0;  ///< dhelix's speedup_vs_megatron
 };
 
 /// Everything a report shows, in the order it shows it.

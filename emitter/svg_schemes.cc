@@ -86,8 +86,8 @@ void draw_run(SvgWriter& svg, const std::vector<TimelineBox>& boxes, size_t firs
 
 void draw_panel(SvgWriter& svg, const SchemeTimeline& t, const Scale& scale, double y) {
   svg.text(8, y - 8,
-           fmt::format("{}: {}, bubble {:.1f} %", pipeline_scheme_name(t.scheme), format_time_us(t.iteration_us),
-                       100 * t.bubble_ratio),
+           fmt::format("{}: {}, bubble {:.1f} %", pipeline_scheme_name(t.scheme),
+                       format_time_us(t.iteration_us), 100 * t.bubble_ratio),
            12, {{"fill", "#222"}, {"font-weight", "bold"}});
   for (size_t s = 0; s < t.stages.size(); ++s) {
     const double row = y + static_cast<double>(s) * kRowHeight;

@@ -624,11 +624,14 @@ PlanResult build_plan(const PlanRequest& request) {
   check_profile_covers(*request.profile, needed_ops(*request.job, ctx.shape_ranks),
                        request.profile_name);
   // 3. Layer-level searches per distinct stage shape.
-  constexpr PipelineScheme kSchemes[] = {
-      PipelineScheme::kDHelix,        PipelineScheme::kWaveletPlus,
-      PipelineScheme::kIntraBatch,    PipelineScheme::kMegatron1F1B,
-      PipelineScheme::kMegatronInterleaved, PipelineScheme::kZeroBubbleH1,
-      PipelineScheme::kZeroBubbleV,   PipelineScheme::kDualPipeV};
+  constexpr PipelineScheme kSchemes[] = {PipelineScheme::kDHelix,
+                                         PipelineScheme::kWaveletPlus,
+                                         PipelineScheme::kIntraBatch,
+                                         PipelineScheme::kMegatron1F1B,
+                                         PipelineScheme::kMegatronInterleaved,
+                                         PipelineScheme::kZeroBubbleH1,
+                                         PipelineScheme::kZeroBubbleV,
+                                         PipelineScheme::kDualPipeV};
   PlanProgress progress(request, ctx.pp, std::size(kSchemes));
   analyze_stages(ctx, progress);
   // 4. Every scheme through the pipeline simulator (DualPipeV needs m >= 2·pp).
@@ -680,8 +683,7 @@ PlanResult build_plan(const PlanRequest& request) {
   for (const SchemeRun& run : runs) {
     plan.schemes.push_back(scheme_record(ctx, run, budget, megatron_us));
     if (request.keep_timelines) {
-      result.timelines.push_back(
-          scheme_timeline(run.scheme, run.schedule, run.simulation));
+      result.timelines.push_back(scheme_timeline(run.scheme, run.schedule, run.simulation));
     }
   }
   progress.step();

@@ -35,8 +35,7 @@ inline constexpr EnumNames<PairingScope, 2> kPairingScopeNames{{"layer", "chunk"
 /// chunks per stage, chunk c of stage p is virtual stage c·pp + p; kV: the folded U walked
 /// by one micro-batch at a time (ZB-V, DualPipeV).
 enum class PipelineShape { kW, kOneFOneB, kInterleaved, kV };
-inline constexpr EnumNames<PipelineShape, 4> kPipelineShapeNames{
-    {"w", "1f1b", "interleaved", "v"}};
+inline constexpr EnumNames<PipelineShape, 4> kPipelineShapeNames{{"w", "1f1b", "interleaved", "v"}};
 /// "w", "1f1b", "interleaved", "v".
 constexpr const char* pipeline_shape_name(PipelineShape shape) {
   return kPipelineShapeNames.name(shape);
@@ -61,8 +60,8 @@ enum class PipelineScheme {
   kDualPipeV
 };
 inline constexpr EnumNames<PipelineScheme, 8> kPipelineSchemeNames{
-    {"dhelix", "wavelet+", "intra-batch", "megatron-1f1b", "megatron-interleaved", "zb-h1",
-     "zb-v", "dualpipev"}};
+    {"dhelix", "wavelet+", "intra-batch", "megatron-1f1b", "megatron-interleaved", "zb-h1", "zb-v",
+     "dualpipev"}};
 /// "dhelix", "wavelet+", "intra-batch", "megatron-1f1b", "megatron-interleaved", "zb-h1",
 /// "zb-v", "dualpipev".
 constexpr const char* pipeline_scheme_name(PipelineScheme scheme) {
