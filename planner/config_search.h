@@ -14,25 +14,7 @@
 //              found so far: not planned
 //   planned    build_plan ran; the plan says whether each scheme fits
 //
-// The lower bounds. Nothing in a plan runs faster than its ops alone: each stream (compute,
-// local and cross-node communication) runs one op at a time, co-running only slows ops
-// down, and a strand's ops follow their dependencies. So one layer's forward alone takes at
-// least F = max(its busiest stream's solo work, its longest dependency chain at solo
-// times), its backward at least B likewise, and a forward beside a backward (dhelix's SI
-// pair) at least P = the busiest stream's work of both. A stage runs its layers for every
-// one of the m = gbs / (dp · mbs) micro-batches, and the first micro-batch's forward must
-// first pass the `before` layers of the stages ahead of it, as the last one's backward
-// must pass them after it:
-//
-//   Megatron-LM 1F1B   max over stages of  before · (F + B) + m · layers · (F + B)
-//   dhelix (W)         max over stages of  before · (F + B) + m · layers · P
-//
-// with each layout's own layers per stage and `before` (the W's stage s comes after the
-// s down chunks ahead of it). Embedding, head, exposed communication, bubbles beyond the
-// ramp, DP and optimizer time only add. The recomputed forward ops count when every layer
-// recomputes. Worked example: F = 4 ms, B = 8 ms, P = 10 ms, 80 layers on pp 4 (1F1B: 20
-// layers a stage; W: 10 + 10, stage 3 after 30 layers), m 16: Megatron 60 · 12 + 16 · 20
-// · 12 = 4.56 s; dhelix 30 · 12 + 16 · 20 · 10 = 3.56 s.
+// The lower bounds: planner/search_bounds.h.
 //
 // Order and determinism. The candidates that survive the first two tests are sorted by
 // (smaller bound, enumeration index) and planned in fixed batches (SearchRequest::batch), the
@@ -52,15 +34,9 @@
 #include "lib/job_spec.h"
 #include "lib/profile.h"
 #include "planner/config_space.h"
+#include "planner/search_bounds.h"
 
 namespace dhelix {
-
-/// Lower bounds of a configuration's iteration time under each scheme, in us (see above).
-struct SchemeBounds {
-  double dhelix_us = 0;
-  double megatron_us = 0;
-  double least_us() const { return dhelix_us < megatron_us ? dhelix_us : megatron_us; }
-};
 
 enum class ConfigStatus { kInvalid, kNoMemory, kPruned, kPlanned };
 const char* config_status_name(ConfigStatus status);  ///< "invalid", "no-memory", ...
@@ -106,7 +82,7 @@ struct SearchRequest {
   std::function<Profile(const JobSpec&)> make_profile;
   std::function<double(const ClusterSpec&, const Op&)> unprofiled_op_time_us;
   /// An op's solo time exactly as make_profile's profiles hold it, in us (the lower bound).
-  std::function<double(const ClusterSpec&, const Op&)> solo_time_us;
+  SoloTime solo_time_us;
   /// Called after each batch with (configurations decided, candidates); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
 };

@@ -1,0 +1,46 @@
+#pragma once
+// What no plan of a configuration can beat, under DHelix and under Megatron-LM 1F1B: the
+// configuration search (config_search.h) prunes with these without planning.
+//
+// Nothing in a plan runs faster than its ops alone: each stream (compute,
+// local and cross-node communication) runs one op at a time, co-running only slows ops
+// down, and a strand's ops follow their dependencies. So one layer's forward alone takes at
+// least F = max(its busiest stream's solo work, its longest dependency chain at solo
+// times), its backward at least B likewise, and a forward beside a backward (dhelix's SI
+// pair) at least P = the busiest stream's work of both. A stage runs its layers for every
+// one of the m = gbs / (dp · mbs) micro-batches, and the first micro-batch's forward must
+// first pass the `before` layers of the stages ahead of it, as the last one's backward
+// must pass them after it:
+//
+//   Megatron-LM 1F1B   max over stages of  before · (F + B) + m · layers · (F + B)
+//   dhelix (W)         max over stages of  before · (F + B) + m · layers · P
+//
+// with each layout's own layers per stage and `before` (the W's stage s comes after the
+// s down chunks ahead of it). Embedding, head, exposed communication, bubbles beyond the
+// ramp, DP and optimizer time only add. The recomputed forward ops count when every layer
+// recomputes. Worked example: F = 4 ms, B = 8 ms, P = 10 ms, 80 layers on pp 4 (1F1B: 20
+// layers a stage; W: 10 + 10, stage 3 after 30 layers), m 16: Megatron 60 · 12 + 16 · 20
+// · 12 = 4.56 s; dhelix 30 · 12 + 16 · 20 · 10 = 3.56 s.
+
+#include <functional>
+
+#include "lib/job_spec.h"
+#include "lib/op_catalogue.h"
+
+namespace dhelix {
+
+/// An op's solo time exactly as the search's profiles hold it, in us.
+using SoloTime = std::function<double(const ClusterSpec&, const Op&)>;
+
+/// Lower bounds of a configuration's iteration time under each scheme, in us.
+struct SchemeBounds {
+  double dhelix_us = 0;
+  double megatron_us = 0;
+  double least_us() const { return dhelix_us < megatron_us ? dhelix_us : megatron_us; }
+};
+
+/// The bounds of `job` (validated: its stages split) from its ops' solo times (see the file
+/// comment). Errors: those of build_layer_dags (the DAG builder may refuse the job).
+SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us);
+
+}  // namespace dhelix
