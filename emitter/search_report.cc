@@ -25,9 +25,9 @@ std::string heading(const SearchReportContext& c) {
 
 std::string counts_text(const SearchCounts& n) {
   return fmt::format(
-      "configurations: {} enumerated, {} refused by the job's rules, {} without memory for "
-      "their weights and optimizer states, {} pruned by their lower bound, {} planned ({} fit "
-      "under dhelix, {} under Megatron-LM 1F1B)\n",
+      "configurations: {} enumerated, {} refused by the job's rules, {} without the memory "
+      "they need, {} pruned by their lower bound, {} planned ({} fit under dhelix, {} under "
+      "Megatron-LM 1F1B)\n",
       n.enumerated, n.invalid, n.no_memory, n.pruned, n.planned, n.dhelix_fits, n.megatron_fits);
 }
 
@@ -106,6 +106,10 @@ OrderedJson config_json(const ConfigOutcome& c) {
   if (!c.reason.empty()) j["reason"] = c.reason;
   if (c.bounds.least_us() > 0) {
     j["lower_bound_us"] = {{kDHelix, c.bounds.dhelix_us}, {kMegatron, c.bounds.megatron_us}};
+  }
+  if (c.status == ConfigStatus::kNoMemory && c.dhelix.peak_memory_bytes > 0) {
+    j["peak_memory_bytes"] = {{kDHelix, c.dhelix.peak_memory_bytes},
+                              {kMegatron, c.megatron.peak_memory_bytes}};
   }
   if (c.status == ConfigStatus::kPlanned) {
     j[kDHelix] = figures_json(c.dhelix);

@@ -17,6 +17,7 @@
 #include "planner/pairing_memo.h"
 #include "planner/plan_builder.h"
 #include "planner/profile_co_run.h"
+#include "planner/scheme_memory.h"
 #include "planner/search_bounds.h"
 
 namespace dhelix {
@@ -24,6 +25,8 @@ namespace {
 
 constexpr const char* kNoMemoryReason =
     "weights, gradients and optimizer states alone exceed the usable memory";
+constexpr const char* kNoActivationMemoryReason =
+    "with the activations of the micro-batches in flight, no stage fits under either scheme";
 
 // The planner's refusals of a configuration (a rule of the DAG builder or the folding that
 // validate_job does not state): the configuration is invalid, the search goes on.
@@ -59,6 +62,15 @@ bool static_memory_fits(const JobSpec& job) {
   return false;
 }
 
+// The largest stage's memory of `scheme`'s plan, known before the plan (scheme_memory.h).
+int64_t planned_peak_bytes(const JobSpec& job, PipelineScheme scheme) {
+  int64_t peak = 0;
+  for (const StageMemory& stage : scheme_memory(job, scheme, search_memory_options())) {
+    peak = std::max(peak, stage.total_bytes());
+  }
+  return peak;
+}
+
 SearchSchemeFigures figures_of(const PlanScheme& scheme) {
   SearchSchemeFigures f;
   f.iteration_us = scheme.iteration_us;
@@ -79,6 +91,13 @@ SearchSchemeFigures figures_of(const PlanScheme& scheme) {
 struct Candidate {
   int64_t index = 0;
   JobSpec job;
+  bool dhelix_fits = true;    ///< its dhelix plan will fit in memory (scheme_memory.h)
+  bool megatron_fits = true;  ///< ... its Megatron-LM 1F1B plan
+  /// The smaller bound among the schemes that fit: the candidates' order.
+  double order_us(const SchemeBounds& b) const {
+    const double inf = std::numeric_limits<double>::infinity();
+    return std::min(dhelix_fits ? b.dhelix_us : inf, megatron_fits ? b.megatron_us : inf);
+  }
 };
 
 // Plans one candidate into its outcome (planner refusals become "invalid").
@@ -199,6 +218,17 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
       out.reason = kNoMemoryReason;
       return;
     }
+    const int64_t usable = memory_budget(job.cluster.gpu, search_memory_options()).usable_bytes();
+    out.dhelix.peak_memory_bytes = planned_peak_bytes(job, PipelineScheme::kDHelix);
+    out.megatron.peak_memory_bytes = planned_peak_bytes(job, PipelineScheme::kMegatron1F1B);
+    Candidate& c = candidates[static_cast<size_t>(i)];
+    c.dhelix_fits = out.dhelix.peak_memory_bytes <= usable;
+    c.megatron_fits = out.megatron.peak_memory_bytes <= usable;
+    if (!c.dhelix_fits && !c.megatron_fits) {
+      out.status = ConfigStatus::kNoMemory;
+      out.reason = kNoActivationMemoryReason;
+      return;
+    }
     try {
       out.bounds =
           lower_bounds(job, request.solo_time_us);  // builds the layer DAGs, which may refuse
@@ -208,7 +238,6 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
       out.reason = std::string("planner: ") + e.what();
       return;
     }
-    Candidate& c = candidates[static_cast<size_t>(i)];
     c.index = i;
     c.job = std::move(job);
     kept[static_cast<size_t>(i)] = 1;
@@ -218,9 +247,21 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
     if (kept[i]) survivors.push_back(std::move(candidates[i]));
   }
   std::stable_sort(survivors.begin(), survivors.end(), [&](const Candidate& a, const Candidate& b) {
-    return configs[a.index].bounds.least_us() < configs[b.index].bounds.least_us();
+    return a.order_us(configs[a.index].bounds) < b.order_us(configs[b.index].bounds);
   });
   return survivors;
+}
+
+// Why a candidate was not planned: each scheme's bound above that scheme's top k, or its
+// plan out of memory.
+std::string pruned_reason(const Candidate& c, const SchemeBounds& b, int64_t top_k) {
+  const auto part = [](bool fits, double bound_us, const char* scheme) {
+    return fits ? fmt::format("lower bound {:.1f} ms ({})", bound_us / 1000, scheme)
+                : fmt::format("no memory under {}", scheme);
+  };
+  return fmt::format("{} and {}: neither can enter the top {} of its scheme",
+                     part(c.dhelix_fits, b.dhelix_us, "dhelix"),
+                     part(c.megatron_fits, b.megatron_us, "Megatron-LM 1F1B"), top_k);
 }
 
 // Plans the sorted candidates batch by batch, pruning against the k-th best times.
@@ -234,14 +275,12 @@ void plan_in_batches(const SearchRequest& request, std::vector<Candidate>& candi
     const int64_t end = std::min(n, start + request.batch);
     std::vector<int64_t> to_plan;
     for (int64_t i = start; i < end; ++i) {
-      ConfigOutcome& out = configs[candidates[i].index];
-      if (request.prune && out.bounds.dhelix_us > dhelix_bar &&
-          out.bounds.megatron_us > megatron_bar) {
+      const Candidate& c = candidates[i];
+      ConfigOutcome& out = configs[c.index];
+      if (request.prune && (!c.dhelix_fits || out.bounds.dhelix_us > dhelix_bar) &&
+          (!c.megatron_fits || out.bounds.megatron_us > megatron_bar)) {
         out.status = ConfigStatus::kPruned;
-        out.reason = fmt::format(
-            "lower bounds {:.1f} ms (dhelix) and {:.1f} ms (Megatron-LM 1F1B) above the top {} "
-            "of each",
-            out.bounds.dhelix_us / 1000, out.bounds.megatron_us / 1000, request.top_k);
+        out.reason = pruned_reason(c, out.bounds, request.top_k);
       } else {
         to_plan.push_back(i);
       }

@@ -370,4 +370,17 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& schedule,
   return s.result;
 }
 
+std::vector<int64_t> activation_peaks(const PipelineSchedule& schedule,
+                                      const std::vector<StageCosts>& costs) {
+  check_costs(schedule, costs);
+  std::vector<int64_t> peaks;
+  for (size_t p = 0; p < costs.size(); ++p) {
+    ActivationTracker tracker(costs[p]);
+    StageSimulation stage;
+    for (const PipelineTask& task : schedule.stages[p]) tracker.run(stage, {task, 0.0, 0.0});
+    peaks.push_back(stage.peak_activation_bytes);
+  }
+  return peaks;
+}
+
 }  // namespace dhelix

@@ -175,4 +175,13 @@ struct PipelineSimulation {
 PipelineSimulation simulate_pipeline(const PipelineSchedule& schedule,
                                      const std::vector<StageCosts>& costs);
 
+/// Each stage's peak_activation_bytes exactly as simulate_pipeline finds it, without the
+/// times: a stage runs its tasks in the schedule's order, and its live bytes change at
+/// each task's start and end only, so the peak depends on that order and the byte fields
+/// of `costs`, never on a duration. The configuration search uses it to reject a
+/// configuration that cannot fit before its pairing search runs. Errors as simulate_pipeline
+/// (a size mismatch; no deadlock check: the order alone decides).
+std::vector<int64_t> activation_peaks(const PipelineSchedule& schedule,
+                                      const std::vector<StageCosts>& costs);
+
 }  // namespace dhelix

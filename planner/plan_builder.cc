@@ -25,6 +25,7 @@
 #include "planner/pipeline_schedule.h"
 #include "planner/pipeline_simulator.h"
 #include "planner/profile_co_run.h"
+#include "planner/scheme_memory.h"
 #include "planner/scheme_timeline.h"
 
 namespace dhelix {
@@ -324,23 +325,14 @@ StageCosts layer_chunk_costs(const Context& ctx, PipelineScheme scheme, int64_t 
     chunk_si_comm = a.chunk_si_block_comm.scaled(share);
     chunk_si_comm += plain.chunk_si_block_comm.scaled(1 - share);
   }
-  const int64_t kept = chunk_activation_bytes(model, par, layers, ctx.request->memory);
-  layer.activation_bytes = ceil_div(kept, layers);
   StageCosts costs = chunk_costs(layer, layers, base);
+  set_chunk_memory(model, par, layers, up_layers, ctx.request->memory, costs);
   if (uses_pairing_search(scheme)) {
     // The search's SI block is for chunks of a.chunk_layers layers; another size scales it.
     const bool same = layers == a.chunk_layers;
     const double scale = static_cast<double>(layers) / static_cast<double>(a.chunk_layers);
     costs.si_block_us = same ? chunk_si_us : chunk_si_us * scale;
     costs.si_block_comm = same ? chunk_si_comm : chunk_si_comm.scaled(scale);
-  }
-  if (up_layers > 0 && up_layers != layers) costs.up_layers = up_layers;
-  if (par.recompute.enabled() || costs.up_layers > 0) {
-    costs.chunk_activation_bytes = kept;
-    costs.up_chunk_activation_bytes =
-        up_layers > 0 ? chunk_activation_bytes(model, par, up_layers, ctx.request->memory) : kept;
-    costs.backward_transient_bytes =
-        recompute_transient_bytes(model, par, std::max(layers, up_layers), ctx.request->memory);
   }
   return costs;
 }

@@ -61,17 +61,48 @@ double pair_floor_us(const StrandFloor& f, const StrandFloor& b) {
   return busiest;
 }
 
-// The bound of one pipeline layout: for each stage, the first micro-batch's forward through
-// the `before` layers ahead of it, the stage's own `layers` for every micro-batch at
-// `per_layer_us` each, and the last micro-batch's backward back through the `before` layers
-// (see search_bounds.h).
-double layout_bound_us(const std::vector<int64_t>& before, const std::vector<int64_t>& layers,
-                       int64_t micro_batches, double per_layer_us, const StrandFloor& f,
-                       const StrandFloor& b) {
+// What a micro-batch's embedding and head-loss steps take at least, forward and backward
+// alone each (build_stage_extras's two chains), in us.
+struct StageExtrasFloor {
+  double embedding_us = 0;
+  double head_us = 0;
+};
+
+StageExtrasFloor extras_floor(const JobSpec& job, const SoloTime& solo_time_us) {
+  const LayerDags embedding = build_stage_extras(job, 0, true, false);
+  const LayerDags head = build_stage_extras(job, 0, false, true);
+  const auto alone = [&](const LayerDags& dags) {
+    return strand_floor(dags.forward, solo_time_us, job.cluster).alone_us() +
+           strand_floor(dags.backward, solo_time_us, job.cluster).alone_us();
+  };
+  return {.embedding_us = alone(embedding), .head_us = alone(head)};
+}
+
+// One pipeline layout: its layers per stage, the layers ahead of each stage, and which
+// stages run the embedding and the head-loss steps.
+struct LayoutShape {
+  std::vector<int64_t> before;
+  std::vector<int64_t> layers;
+  size_t embedding_stage = 0;
+  size_t head_stage = 0;
+};
+
+// The bound of one pipeline layout: for each stage, the first micro-batch's embedding and
+// forward through the `before` layers ahead of it, the stage's own `layers` for every
+// micro-batch at `per_layer_us` each with its embedding and head-loss steps, and the last
+// micro-batch's backward back through the `before` layers and the embedding (see
+// search_bounds.h).
+double layout_bound_us(const LayoutShape& layout, int64_t micro_batches, double per_layer_us,
+                       const StrandFloor& f, const StrandFloor& b, const StageExtrasFloor& extras) {
+  const auto m = static_cast<double>(micro_batches);
   double bound = 0;
-  for (size_t s = 0; s < layers.size(); ++s) {
-    const double ramp = static_cast<double>(before[s]) * (f.alone_us() + b.alone_us());
-    bound = std::max(bound, ramp + static_cast<double>(micro_batches * layers[s]) * per_layer_us);
+  for (size_t s = 0; s < layout.layers.size(); ++s) {
+    const bool embeds = s == layout.embedding_stage;
+    double stage_us = static_cast<double>(layout.before[s]) * (f.alone_us() + b.alone_us()) +
+                      m * static_cast<double>(layout.layers[s]) * per_layer_us;
+    stage_us += embeds ? m * extras.embedding_us : extras.embedding_us;
+    if (s == layout.head_stage) stage_us += m * extras.head_us;
+    bound = std::max(bound, stage_us);
   }
   return bound;
 }
@@ -89,18 +120,25 @@ SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us) {
   const StrandFloor b = strand_floor(dags.backward, solo_time_us, job.cluster);
   const int64_t micro_batches = p.global_batch_size / (p.dp * p.micro_batch_size);
   const size_t pp = static_cast<size_t>(p.pp);
-  std::vector<int64_t> unfolded_before(pp, 0), folded_before(pp, 0), folded_layers(pp, 0);
+  LayoutShape unfolded{.before = std::vector<int64_t>(pp, 0),
+                       .layers = split->unfolded,
+                       .embedding_stage = 0,
+                       .head_stage = pp - 1};
+  LayoutShape folded{.before = std::vector<int64_t>(pp, 0),
+                     .layers = std::vector<int64_t>(pp, 0),
+                     .embedding_stage = 0,
+                     .head_stage = 0};  // stage 0's up chunk holds the last layer
   for (size_t s = 0; s < pp; ++s) {
     if (s > 0) {
-      unfolded_before[s] = unfolded_before[s - 1] + split->unfolded[s - 1];
-      folded_before[s] = folded_before[s - 1] + split->chunks[s - 1];
+      unfolded.before[s] = unfolded.before[s - 1] + split->unfolded[s - 1];
+      folded.before[s] = folded.before[s - 1] + split->chunks[s - 1];
     }
-    folded_layers[s] = split->chunks[s] + split->chunks[2 * pp - 1 - s];
+    folded.layers[s] = split->chunks[s] + split->chunks[2 * pp - 1 - s];
   }
-  return {.dhelix_us = layout_bound_us(folded_before, folded_layers, micro_batches,
-                                       pair_floor_us(f, b), f, b),
-          .megatron_us = layout_bound_us(unfolded_before, split->unfolded, micro_batches,
-                                         f.alone_us() + b.alone_us(), f, b)};
+  const StageExtrasFloor extras = extras_floor(job, solo_time_us);
+  return {.dhelix_us = layout_bound_us(folded, micro_batches, pair_floor_us(f, b), f, b, extras),
+          .megatron_us =
+              layout_bound_us(unfolded, micro_batches, f.alone_us() + b.alone_us(), f, b, extras)};
 }
 
 }  // namespace dhelix

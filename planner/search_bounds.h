@@ -9,18 +9,25 @@
 // times), its backward at least B likewise, and a forward beside a backward (dhelix's SI
 // pair) at least P = the busiest stream's work of both. A stage runs its layers for every
 // one of the m = gbs / (dp · mbs) micro-batches, and the first micro-batch's forward must
-// first pass the `before` layers of the stages ahead of it, as the last one's backward
-// must pass them after it:
+// first pass the embedding E (forward and backward alone, each at least its busiest
+// stream or its chain, as above) and the `before` layers of the stages ahead of it, as the
+// last one's backward must pass them after it. The stage that embeds runs E for every
+// micro-batch instead, and the stage with the head runs the head-loss step H (final norm,
+// head, loss, forward and backward) for every micro-batch:
 //
-//   Megatron-LM 1F1B   max over stages of  before · (F + B) + m · layers · (F + B)
-//   dhelix (W)         max over stages of  before · (F + B) + m · layers · P
+//   Megatron-LM 1F1B   max over stages of  ramp + m · layers · (F + B) + m · (E on stage 0, H on
+//   the last) dhelix (W)         max over stages of  ramp + m · layers · P       + m · (E and H on
+//   stage 0) ramp               before · (F + B) + E, or 0 on the stage that embeds
 //
 // with each layout's own layers per stage and `before` (the W's stage s comes after the
-// s down chunks ahead of it). Embedding, head, exposed communication, bubbles beyond the
-// ramp, DP and optimizer time only add. The recomputed forward ops count when every layer
-// recomputes. Worked example: F = 4 ms, B = 8 ms, P = 10 ms, 80 layers on pp 4 (1F1B: 20
-// layers a stage; W: 10 + 10, stage 3 after 30 layers), m 16: Megatron 60 · 12 + 16 · 20
-// · 12 = 4.56 s; dhelix 30 · 12 + 16 · 20 · 10 = 3.56 s.
+// s down chunks ahead of it). Exposed communication, bubbles beyond the ramp, DP and
+// optimizer time only add. The recomputed forward ops count when every layer recomputes.
+// The head matters: Llama-3-70B's head over 128k tokens of vocabulary costs about one
+// layer, 10 % of an 8-stage pipeline's last stage. Worked example: F = 4 ms, B = 8 ms,
+// P = 10 ms, E = 1 ms, H = 12 ms, 80 layers on pp 4 (1F1B: 20 layers a stage; W: 10 + 10,
+// stage 3 after 30 layers), m 16: Megatron's last stage 60 · 12 + 1 + 16 · 20 · 12 + 16 ·
+// 12 = 4.753 s; dhelix's stage 0 16 · 20 · 10 + 16 · (1 + 12) = 3.408 s, its stage 3 30 ·
+// 12 + 1 + 16 · 20 · 10 = 3.561 s, so 3.561 s.
 
 #include <functional>
 

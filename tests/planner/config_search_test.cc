@@ -170,6 +170,41 @@ TEST(ConfigSearch, BestConfigurationPlansWithTheReportedFigures) {
   EXPECT_EQ(plan.find_scheme(PipelineScheme::kDHelix)->iteration_us, best->dhelix.iteration_us);
 }
 
+// A configuration rejected for its activations before planning is one whose plans would
+// not fit under either scheme, with the peaks the report gives.
+TEST(ConfigSearch, ActivationMemoryRejectionsAreThePlansVerdict) {
+  SearchConstraints constraints;
+  constraints.allow_cp = false;
+  constraints.search_recompute = false;
+  const SearchRequest request = model_request(base_job(4, 64, 32768), 8, constraints);
+  const SearchResult result = search_configurations(request);
+  int64_t rejected = 0;
+  for (const ConfigOutcome& c : result.configs) {
+    if (c.status != ConfigStatus::kNoMemory || c.dhelix.peak_memory_bytes == 0) continue;
+    ++rejected;
+    const JobSpec job = configuration_job(request.base, c.parallel);
+    const Profile profile = request.make_profile(job);
+    PlanRequest plan_request;
+    plan_request.job = &job;
+    plan_request.profile = &profile;
+    plan_request.unprofiled_op_time_us = [&job](const Op& op) {
+      return op_time_us(job.cluster, op);
+    };
+    plan_request.allow_oom = true;
+    const Plan plan = build_plan(plan_request).plan;
+    for (PipelineScheme scheme : {PipelineScheme::kDHelix, PipelineScheme::kMegatron1F1B}) {
+      const PlanScheme& planned = *plan.find_scheme(scheme);
+      EXPECT_FALSE(planned.fits) << c.label;
+      int64_t peak = 0;
+      for (const PlanStageMemory& stage : planned.memory) peak = std::max(peak, stage.total_bytes);
+      const SearchSchemeFigures& reported =
+          scheme == PipelineScheme::kDHelix ? c.dhelix : c.megatron;
+      EXPECT_EQ(peak, reported.peak_memory_bytes) << c.label;
+    }
+  }
+  EXPECT_GE(rejected, 3);
+}
+
 TEST(ConfigSearch, RefusesBadRequests) {
   SearchRequest r = small_request(1);
   r.threads = 0;
