@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -100,14 +101,47 @@ struct Candidate {
   }
 };
 
-// Plans one candidate into its outcome (planner refusals become "invalid").
-void plan_candidate(const SearchRequest& request, PairingMemo& memo, Candidate& candidate,
-                    ConfigOutcome& out) {
+// Each scheme's k-th best fitting time among the configurations planned so far.
+struct Bars {
+  double dhelix_us = 0;
+  double megatron_us = 0;
+};
+
+// True when neither scheme of the candidate can enter its top k: its plan would not fit,
+// or its bound exceeds that scheme's bar.
+bool beyond_bars(const Candidate& c, const SchemeBounds& bounds, const Bars& bars) {
+  return (!c.dhelix_fits || bounds.dhelix_us > bars.dhelix_us) &&
+         (!c.megatron_fits || bounds.megatron_us > bars.megatron_us);
+}
+
+// Why a candidate was not planned: each scheme's bound above that scheme's top k, or its
+// plan out of memory.
+std::string pruned_reason(const Candidate& c, const SchemeBounds& b, int64_t top_k) {
+  const auto part = [](bool fits, double bound_us, const char* scheme) {
+    return fits ? fmt::format("lower bound {:.1f} ms ({})", bound_us / 1000, scheme)
+                : fmt::format("no memory under {}", scheme);
+  };
+  return fmt::format("{} and {}: neither can enter the top {} of its scheme",
+                     part(c.dhelix_fits, b.dhelix_us, "dhelix"),
+                     part(c.megatron_fits, b.megatron_us, "Megatron-LM 1F1B"), top_k);
+}
+
+// Plans one candidate into its outcome (planner refusals become "invalid"). Its profile
+// first sharpens dhelix's bound with the co-run slow-downs (search_bounds.h), which may
+// still prune it.
+void plan_candidate(const SearchRequest& request, PairingMemo& memo, const Bars& bars,
+                    Candidate& candidate, ConfigOutcome& out) {
   try {
+    const Profile profile = request.make_profile(candidate.job);
+    out.bounds = lower_bounds(candidate.job, request.solo_time_us, &profile);
+    if (request.prune && beyond_bars(candidate, out.bounds, bars)) {
+      out.status = ConfigStatus::kPruned;
+      out.reason = pruned_reason(candidate, out.bounds, request.top_k);
+      return;
+    }
     PlanRequest plan_request;
     plan_request.job = &candidate.job;
     plan_request.pairing_memo = &memo;
-    const Profile profile = request.make_profile(candidate.job);
     plan_request.profile = &profile;
     plan_request.profile_name = "the generated model profile";
     plan_request.profile_ref = {.name = "model", .sha256 = "generated:model"};
@@ -252,16 +286,29 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
   return survivors;
 }
 
-// Why a candidate was not planned: each scheme's bound above that scheme's top k, or its
-// plan out of memory.
-std::string pruned_reason(const Candidate& c, const SchemeBounds& b, int64_t top_k) {
-  const auto part = [](bool fits, double bound_us, const char* scheme) {
-    return fits ? fmt::format("lower bound {:.1f} ms ({})", bound_us / 1000, scheme)
-                : fmt::format("no memory under {}", scheme);
-  };
-  return fmt::format("{} and {}: neither can enter the top {} of its scheme",
-                     part(c.dhelix_fits, b.dhelix_us, "dhelix"),
-                     part(c.megatron_fits, b.megatron_us, "Megatron-LM 1F1B"), top_k);
+// `to_plan` reordered so that configurations of different layers come first: those with
+// the same layers wait on one pairing search (the memo), so threads given distinct layers
+// at the start of a batch work instead of waiting. Each configuration's plan does not
+// depend on the order, so neither does the result.
+std::vector<int64_t> spread_by_layers(const std::vector<Candidate>& candidates,
+                                      const std::vector<int64_t>& to_plan) {
+  std::vector<std::vector<int64_t>> groups;
+  std::map<std::tuple<int64_t, bool, int64_t, int64_t, int64_t, int64_t, int>, size_t> group_of;
+  for (int64_t i : to_plan) {
+    const ParallelSpec& p = candidates[static_cast<size_t>(i)].job.parallel;
+    const auto key = std::make_tuple(p.tp, p.sp, p.cp, p.ep, p.expert_tp, p.micro_batch_size,
+                                     static_cast<int>(p.recompute.granularity));
+    const auto [it, added] = group_of.emplace(key, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  std::vector<int64_t> spread;
+  for (size_t round = 0; spread.size() < to_plan.size(); ++round) {
+    for (const std::vector<int64_t>& group : groups) {
+      if (round < group.size()) spread.push_back(group[round]);
+    }
+  }
+  return spread;
 }
 
 // Plans the sorted candidates batch by batch, pruning against the k-th best times.
@@ -270,24 +317,24 @@ void plan_in_batches(const SearchRequest& request, std::vector<Candidate>& candi
   PairingMemo memo;  // configurations that share layers share their pairing searches
   const int64_t n = static_cast<int64_t>(candidates.size());
   for (int64_t start = 0; start < n; start += request.batch) {
-    const double dhelix_bar = kth_best_us(configs, request.top_k, &ConfigOutcome::dhelix);
-    const double megatron_bar = kth_best_us(configs, request.top_k, &ConfigOutcome::megatron);
+    const Bars bars{.dhelix_us = kth_best_us(configs, request.top_k, &ConfigOutcome::dhelix),
+                    .megatron_us = kth_best_us(configs, request.top_k, &ConfigOutcome::megatron)};
     const int64_t end = std::min(n, start + request.batch);
     std::vector<int64_t> to_plan;
     for (int64_t i = start; i < end; ++i) {
       const Candidate& c = candidates[i];
       ConfigOutcome& out = configs[c.index];
-      if (request.prune && (!c.dhelix_fits || out.bounds.dhelix_us > dhelix_bar) &&
-          (!c.megatron_fits || out.bounds.megatron_us > megatron_bar)) {
+      if (request.prune && beyond_bars(c, out.bounds, bars)) {
         out.status = ConfigStatus::kPruned;
         out.reason = pruned_reason(c, out.bounds, request.top_k);
       } else {
         to_plan.push_back(i);
       }
     }
+    to_plan = spread_by_layers(candidates, to_plan);
     parallel_for(static_cast<int64_t>(to_plan.size()), request.threads, [&](int64_t j) {
       Candidate& c = candidates[to_plan[j]];
-      plan_candidate(request, memo, c, configs[c.index]);
+      plan_candidate(request, memo, bars, c, configs[c.index]);
     });
     if (request.progress) request.progress(end, n);
   }

@@ -9,9 +9,11 @@
 //
 //   invalid    the job's rules refuse it (lib/job_validation.h), reason = the first rule
 //   no-memory  weights, gradients and optimizer states alone exceed the usable memory on
-//              some stage under both layouts (no activation could fit): not planned
+//              some stage under both layouts (no activation could fit), or with the
+//              activations in flight neither scheme's plan would fit (planner/scheme_memory.h:
+//              exact, known before planning): not planned
 //   pruned     neither scheme's lower bound beats that scheme's k-th best iteration
-//              found so far: not planned
+//              found so far (a scheme whose plan would not fit cannot): not planned
 //   planned    build_plan ran; the plan says whether each scheme fits
 //
 // The lower bounds: planner/search_bounds.h.
@@ -60,6 +62,8 @@ struct ConfigOutcome {
   ConfigStatus status = ConfigStatus::kInvalid;
   std::string reason;            ///< why invalid / no-memory / pruned; "" when planned
   SchemeBounds bounds;           ///< zeros when not computed (invalid, no-memory)
+  // dhelix / megatron: a no-memory configuration rejected for its activations has each
+  // scheme's peak_memory_bytes (its largest stage) set, and nothing else.
   SearchSchemeFigures dhelix;    ///< planned only
   SearchSchemeFigures megatron;  ///< planned only
   /// The plan's other schemes (Wavelet+, intra-batch, ...) by name, in the plan's order;

@@ -9,6 +9,9 @@
 #include "lib/dag_builder.h"
 #include "lib/error.h"
 #include "lib/stage_split.h"
+#include "planner/profile_co_run.h"
+#include "planner/segment_cost.h"
+#include "planner/strand_graph.h"
 
 namespace dhelix {
 namespace {
@@ -87,6 +90,23 @@ struct LayoutShape {
   size_t head_stage = 0;
 };
 
+// P with slow-downs: both strands' solo work per stream under the co-run load bound of the
+// profile's rates (co_run_bound.h), as the pairing search's BlockCostModel derives it.
+double co_run_pair_floor_us(const LayerDags& dags, const Profile& profile) {
+  const auto solo = [&profile](const Op& op) { return profile_solo_time_us(profile, op); };
+  const StrandGraph forward = from_layer_dag(dags.forward, solo);
+  const StrandGraph backward = from_layer_dag(dags.backward, solo);
+  const PairTimesCoRunModel co_run = profile_co_run_model(profile);
+  const BlockCostModel model(forward, backward, co_run);
+  std::array<double, 3> load_us{};
+  for (const StrandGraph* graph : {&forward, &backward}) {
+    for (int64_t i = 0; i < graph->size(); ++i) {
+      load_us[static_cast<size_t>(graph->op(i).stream)] += graph->op(i).solo_time_us;
+    }
+  }
+  return model.load_bound().bound_us(load_us);
+}
+
 // The bound of one pipeline layout: for each stage, the first micro-batch's embedding and
 // forward through the `before` layers ahead of it, the stage's own `layers` for every
 // micro-batch at `per_layer_us` each with its embedding and head-loss steps, and the last
@@ -109,7 +129,8 @@ double layout_bound_us(const LayoutShape& layout, int64_t micro_batches, double 
 
 }  // namespace
 
-SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us) {
+SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us,
+                          const Profile* profile) {
   const ParallelSpec& p = job.parallel;
   std::string why;
   const std::optional<StageSplit> split =
@@ -136,7 +157,9 @@ SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us) {
     folded.layers[s] = split->chunks[s] + split->chunks[2 * pp - 1 - s];
   }
   const StageExtrasFloor extras = extras_floor(job, solo_time_us);
-  return {.dhelix_us = layout_bound_us(folded, micro_batches, pair_floor_us(f, b), f, b, extras),
+  double pair_us = pair_floor_us(f, b);
+  if (profile != nullptr) pair_us = std::max(pair_us, co_run_pair_floor_us(dags, *profile));
+  return {.dhelix_us = layout_bound_us(folded, micro_batches, pair_us, f, b, extras),
           .megatron_us =
               layout_bound_us(unfolded, micro_batches, f.alone_us() + b.alone_us(), f, b, extras)};
 }

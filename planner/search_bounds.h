@@ -33,6 +33,7 @@
 
 #include "lib/job_spec.h"
 #include "lib/op_catalogue.h"
+#include "lib/profile.h"
 
 namespace dhelix {
 
@@ -47,7 +48,12 @@ struct SchemeBounds {
 };
 
 /// The bounds of `job` (validated: its stages split) from its ops' solo times (see the file
-/// comment). Errors: those of build_layer_dags (the DAG builder may refuse the job).
-SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us);
+/// comment). With `profile` (the one the job will be planned with), dhelix's P also counts
+/// the slow-downs of co-running ops: at least the co-run load bound (planner/co_run_bound.h)
+/// of both strands' work under the profile's rates, which holds for any sequence of blocks
+/// and so for the pairing search's chunk of layers. Errors: those of build_layer_dags (the
+/// DAG builder may refuse the job) and from_layer_dag.
+SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us,
+                          const Profile* profile = nullptr);
 
 }  // namespace dhelix
