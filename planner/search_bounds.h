@@ -22,6 +22,9 @@
 // with each layout's own layers per stage and `before` (the W's stage s comes after the
 // s down chunks ahead of it). Exposed communication, bubbles beyond the ramp, DP and
 // optimizer time only add. The recomputed forward ops count when every layer recomputes.
+// With the candidate's profile, P is also at least the co-run load bound of both strands'
+// work (planner/co_run_bound.h): co-running ops slow each other down, so hiding
+// communication costs the computation part of its speed.
 // The head matters: Llama-3-70B's head over 128k tokens of vocabulary costs about one
 // layer, 10 % of an 8-stage pipeline's last stage. Worked example: F = 4 ms, B = 8 ms,
 // P = 10 ms, E = 1 ms, H = 12 ms, 80 layers on pp 4 (1F1B: 20 layers a stage; W: 10 + 10,
