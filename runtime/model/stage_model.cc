@@ -144,23 +144,16 @@ void check_supported(const JobSpec& job) {
   problems.throw_if_any(ErrorCode::kUnsupported);
 }
 
-// Context parallelism runs with the load-balanced split (2·cp chunks of every sequence) and
-// without activation recompute (its ring state is not repeated yet).
+// Context parallelism runs with the load-balanced split (2·cp chunks of every sequence).
 void check_context_parallel_supported(const JobSpec& job, ProblemList& problems) {
   const ParallelSpec& p = job.parallel;
   if (p.cp == 1) return;
-  const FieldOrigin cp = job.origin_of("parallel.cp");
   if (p.seq_length % (2 * p.cp) != 0) {
     const FieldOrigin seq = job.origin_of("parallel.seq_length");
     problems.add(seq.file, seq.pointer, std::to_string(p.seq_length),
                  fmt::format("is not a multiple of 2 x cp = {}: context parallelism gives each "
                              "CP rank two chunks of every sequence",
                              2 * p.cp));
-  }
-  if (p.recompute.granularity != RecomputeGranularity::kNone) {
-    problems.add(cp.file, cp.pointer, std::to_string(p.cp),
-                 "is not run with activation recompute by the runtime yet (cp > 1 without "
-                 "recompute only)");
   }
 }
 

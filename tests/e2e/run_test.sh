@@ -9,9 +9,11 @@
 #   4. activation recompute, full and selective: --verify, and the storing plan's losses;
 #   5. context parallelism (tiny-cp2-tp2, CP 2 x TP 2 on 4 ranks; --verify in 1.): the
 #      losses of 30 steps equal tiny-tp2's (CP 1) within 1e-5 and fall; resume is exact;
+#      with full and selective recompute --verify holds and the losses are the storing
+#      plan's bit for bit;
 #   6. bad input (plan for another job, too few ranks, missing files, resume without a
-#      checkpoint, a corrupted plan the checker refuses, CP on the CUDA backend or with
-#      recompute, MoE plans) gives a clear error, a non-zero status and no checkpoint.
+#      checkpoint, a corrupted plan the checker refuses, CP on the CUDA backend, MoE plans)
+#      gives a clear error, a non-zero status and no checkpoint.
 # Usage: run_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_test.sh BIN_DIR SOURCE_DIR}
@@ -131,6 +133,20 @@ run 4 --plan "$cp2" --steps 2 --checkpoint-dir "$work/cp2-ckpt" --loss-log "$wor
     --loss-log "$work/cp2-resumed.log" || fail "CP 2: 2 steps and a resume to 4"
 cmp -s "$work/cp2-straight.log" "$work/cp2-resumed.log" ||
   fail "CP 2: resumed losses differ from the straight run"
+# With recompute (the ring repeated in the backward): --verify under jitter, and the losses
+# of the storing plan bit for bit.
+for granularity in full selective; do
+  "$bin/dhelix-plan" "$src/examples/jobs/tiny-cp2-tp2.json" --recompute-granularity "$granularity" \
+    -o "$work/cp2-$granularity.json" >/dev/null || fail "planning tiny-cp2-tp2 with $granularity recompute"
+  if ! run 4 --plan "$work/cp2-$granularity.json" --steps 4 --verify --jitter-us 200 \
+    --loss-log "$work/cp2-$granularity.log" ||
+    [[ $(grep -c "bitwise equal on 4 ranks" "$work/out") != 4 ]]; then
+    fail "CP 2 with $granularity recompute --verify"
+    cat "$work/out"
+  fi
+  cmp -s "$work/cp2-straight.log" "$work/cp2-$granularity.log" ||
+    fail "CP 2 with $granularity recompute: losses differ from the storing plan's"
+done
 
 # 6. Bad input: clear errors, non-zero status, no checkpoint written.
 expect_failure 2 "the plan was made for another job than" --plan "$plans/tiny-tp2.json" \
@@ -159,14 +175,10 @@ expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produce
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
-# Context parallelism on the CUDA backend or with recompute, and MoE layers (llama-tiny with
-# 4 experts, top-2; EP 2 and EP 1): planned, refused by name on every rank before training.
+# Context parallelism on the CUDA backend, and MoE layers (llama-tiny with 4 experts, top-2;
+# EP 2 and EP 1): planned, refused by name on every rank before training.
 expect_failure 4 "dhelix-run does not run context parallelism (cp = 2) on the cuda backend yet" \
   --plan "$cp2" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
-"$bin/dhelix-plan" "$src/examples/jobs/tiny-cp2-tp2.json" --recompute-granularity selective \
-  -o "$work/cp-recompute.json" >/dev/null || fail "planning tiny-cp2-tp2 with recompute"
-expect_failure 4 "/parallel/cp: 2 is not run with activation recompute by the runtime yet" \
-  --plan "$work/cp-recompute.json" --steps 1 --checkpoint-dir "$work/bad"
 python3 - "$src/examples/models/llama-tiny.json" "$work/moe-model.json" <<'PY'
 import json, sys
 model = json.load(open(sys.argv[1]))
