@@ -133,6 +133,29 @@ run 4 --plan "$cp2" --steps 2 --checkpoint-dir "$work/cp2-ckpt" --loss-log "$wor
     --loss-log "$work/cp2-resumed.log" || fail "CP 2: 2 steps and a resume to 4"
 cmp -s "$work/cp2-straight.log" "$work/cp2-resumed.log" ||
   fail "CP 2: resumed losses differ from the straight run"
+# CP 4 (messages carrying a K/V block and a dK/dV partial at once) and DP 2 x CP 2 (the
+# gradients summed over DP x CP), 4 ranks with tp 1: --verify under jitter, and 10 steps'
+# losses within 1e-5 of the same job planned with cp 1.
+for case in "cp4 1 --cp 4" "dp2-cp2 2 --dp 2 --cp 2"; do
+  read -r name ref_ranks flags <<<"$case"
+  # shellcheck disable=SC2086  # the flags are words; the reference drops the last two
+  "$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2.json" --tp 1 --no-sp $flags \
+    -o "$work/$name.json" >/dev/null 2>&1 &&
+    "$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2.json" --tp 1 --no-sp ${flags%--cp *} \
+      -o "$work/$name-ref.json" >/dev/null 2>&1 || fail "planning $name"
+  if run 4 --plan "$work/$name.json" --steps 10 --verify --jitter-us 200 \
+    --loss-log "$work/$name.log" && [[ $(grep -c "bitwise equal on 4 ranks" "$work/out") == 10 ]] &&
+    run "$ref_ranks" --plan "$work/$name-ref.json" --steps 10 --loss-log "$work/$name-ref.log"; then
+    python3 - "$work/$name.log" "$work/$name-ref.log" <<'PY' || fail "$name: losses differ from cp 1's"
+import json, sys
+a, b = ([json.loads(line)["loss"] for line in open(path)] for path in sys.argv[1:3])
+sys.exit(0 if len(a) == len(b) == 10 and max(abs(x - y) / y for x, y in zip(a, b)) <= 1e-5 else 1)
+PY
+  else
+    fail "$name: --verify or the cp 1 run"
+    cat "$work/out"
+  fi
+done
 # With recompute (the ring repeated in the backward): --verify under jitter, and the losses
 # of the storing plan bit for bit.
 for granularity in full selective; do
