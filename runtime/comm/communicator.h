@@ -36,7 +36,7 @@ class Communicator {
   virtual int64_t size() const = 0;
   /// This process's index in the group, 0 <= rank() < size().
   virtual int64_t rank() const = 0;
-  /// What the group is for ("tp", "dp", "pp", "world"), for messages.
+  /// What the group is for ("tp", "cp", "dp", "pp", "world", ...), for messages.
   virtual const std::string& name() const = 0;
 
   /// out[size() * count] = every member's in[count], in group-rank order.

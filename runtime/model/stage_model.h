@@ -124,8 +124,9 @@ class BasicStageModel {
   /// depends only on (seed, tensor, global index): every TP layout of one model starts
   /// from the same full weights. `memory` says where buffers live (B::MemoryConfig).
   /// Throws Error(kUnsupported) for models or settings the runtime does not run (MoE,
-  /// cp > 1, ep > 1, linear biases, non-RMSNorm, non-SwiGLU, non-RoPE positions, tied
-  /// embeddings), listing every such setting.
+  /// ep > 1, linear biases, non-RMSNorm, non-SwiGLU, non-RoPE positions, tied embeddings,
+  /// a sequence cp > 1 cannot cut into 2·cp chunks), listing every such setting, and for
+  /// cp > 1 on a backend without the ring kernels (runtime/model/layer_ops_cp.h).
   BasicStageModel(const JobSpec& job, int64_t rank,
                   std::vector<std::pair<int64_t, int64_t>> layer_ranges, bool embedding, bool head,
                   uint64_t seed, typename B::MemoryConfig memory = {});
