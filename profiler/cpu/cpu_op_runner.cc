@@ -220,17 +220,12 @@ RunnableOp comm_runner(const Op& op, const CommBinding& binding) {
       return finish(buffers, [buffers, comm, inout, total] { comm->all_reduce_sum(inout, total); });
     }
     case OpKind::kSendRecv: {
-      const int64_t me = comm->rank();
-      const int64_t next = binding.world_ranks.at(static_cast<size_t>((me + 1) % n));
-      const int64_t previous = binding.world_ranks.at(static_cast<size_t>((me + n - 1) % n));
+      // The runtime's own ring step (runtime/comm/communicator.h): to the next member, from
+      // the previous one.
       const float* out = buffers->add_zeros(total);
       float* in = buffers->add_zeros(total);
-      return finish(buffers, [buffers, comm, out, in, total, next, previous] {
-        auto receive = comm->start_recv(in, total, previous, 0);
-        auto send = comm->start_send(out, total, next, 0);
-        receive->wait();
-        send->wait();
-      });
+      return finish(buffers,
+                    [buffers, comm, out, in, total] { comm->ring_exchange(out, in, total); });
     }
     case OpKind::kAllToAll: {
       const float* out = buffers->add_zeros(block * n);

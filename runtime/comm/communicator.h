@@ -36,7 +36,7 @@ class Communicator {
   virtual int64_t size() const = 0;
   /// This process's index in the group, 0 <= rank() < size().
   virtual int64_t rank() const = 0;
-  /// What the group is for ("tp", "dp", "pp", "world"), for messages.
+  /// What the group is for ("tp", "cp", "dp", "pp", "world", ...), for messages.
   virtual const std::string& name() const = 0;
 
   /// out[size() * count] = every member's in[count], in group-rank order.
@@ -49,6 +49,13 @@ class Communicator {
   virtual void all_reduce_sum(float* inout, int64_t count) = 0;
   /// Waits until every member has called barrier().
   virtual void barrier() = 0;
+  /// One step of the context-parallel ring (runtime/model/layer_ops_cp.h): sends
+  /// send[count] to the next member, group rank (rank() + 1) mod size(), and receives
+  /// count elements from the previous one into recv (not overlapping send). Every member
+  /// calls it with the same count; successive calls on one communicator match in call
+  /// order, apart from the point-to-point transfers below. A group of one copies send
+  /// to recv.
+  virtual void ring_exchange(const float* send, float* recv, int64_t count) = 0;
   /// The largest of the members' `value`s, the same on every member: how ranks agree on
   /// whether any of them failed, diverged or was signalled (runtime/train/rank_agreement.h).
   virtual int64_t all_reduce_max(int64_t value) = 0;

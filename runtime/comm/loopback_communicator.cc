@@ -25,6 +25,9 @@ struct Group {
   int64_t generation = 0;
   std::vector<std::vector<float>> staged;
   std::vector<int64_t> staged_values;  // all_reduce_max
+  // ring_exchange: messages by (sender, receiver) group rank, in sending order. Per group,
+  // so that the rings of two streams' communicators never mix.
+  std::map<std::pair<int64_t, int64_t>, std::deque<std::vector<float>>> ring;
 
   void barrier(std::unique_lock<std::mutex>& lock) {
     const int64_t mine = generation;
@@ -131,6 +134,26 @@ class LoopbackCommunicator final : public Communicator {
         *std::max_element(group_->staged_values.begin(), group_->staged_values.end());
     group_->barrier(lock);  // nobody stages the next value before every member has read
     return largest;
+  }
+
+  // Buffered like the sends below: the message is queued, then the previous member's is
+  // awaited.
+  void ring_exchange(const float* send, float* recv, int64_t count) override {
+    const int64_t n = size();
+    std::unique_lock<std::mutex> lock(group_->mutex);
+    group_->ring[{rank_, (rank_ + 1) % n}].emplace_back(send, send + count);
+    group_->changed.notify_all();
+    std::deque<std::vector<float>>& inbox = group_->ring[{(rank_ + n - 1) % n, rank_}];
+    group_->changed.wait(lock, [&] { return !inbox.empty(); });
+    std::vector<float> message = std::move(inbox.front());
+    inbox.pop_front();
+    lock.unlock();
+    if (static_cast<int64_t>(message.size()) != count) {
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("loopback: {}: ring_exchange of {} elements met one of {}", name_,
+                              count, message.size()));
+    }
+    std::copy(message.begin(), message.end(), recv);
   }
 
   std::unique_ptr<TransferRequest> start_send(const float* data, int64_t count, int64_t peer,

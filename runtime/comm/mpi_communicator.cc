@@ -162,6 +162,34 @@ void MpiCommunicator::barrier() {
   wait_for(request, "MPI_Ibarrier");
 }
 
+void MpiCommunicator::ring_exchange(const float* send, float* recv, int64_t count) {
+  const int n = count_as_int(count, "ring_exchange");
+  if (count == 0) return;
+  if (size_ == 1) {
+    std::memmove(recv, send, static_cast<size_t>(count) * sizeof(float));
+    return;
+  }
+  const int next = static_cast<int>((rank_ + 1) % size_);
+  const int previous = static_cast<int>((rank_ + size_ - 1) % size_);
+  if (mpi_wait_mode() == MpiWaitMode::kSpin) {
+    check_mpi(MPI_Sendrecv(send, n, MPI_FLOAT, next, kRingTag, recv, n, MPI_FLOAT, previous,
+                           kRingTag, comm_, MPI_STATUS_IGNORE),
+              "MPI_Sendrecv");
+    return;
+  }
+  // The receive is posted first, so that the neighbour's send finds it waiting.
+  MPI_Request receive = MPI_REQUEST_NULL, transmit = MPI_REQUEST_NULL;
+  check_mpi(MPI_Irecv(recv, n, MPI_FLOAT, previous, kRingTag, comm_, &receive), "MPI_Irecv");
+  const int rc = MPI_Isend(send, n, MPI_FLOAT, next, kRingTag, comm_, &transmit);
+  if (rc != MPI_SUCCESS) {
+    MPI_Cancel(&receive);
+    MPI_Request_free(&receive);
+    check_mpi(rc, "MPI_Isend");
+  }
+  wait_for(receive, "MPI_Irecv");
+  wait_for(transmit, "MPI_Isend");
+}
+
 int MpiCommunicator::group_rank_of_world_rank(int64_t peer) const {
   const auto found = std::find(world_ranks_.begin(), world_ranks_.end(), peer);
   if (found == world_ranks_.end()) {

@@ -47,6 +47,9 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_sum(float* inout, int64_t count) override;
   void barrier() override;
   int64_t all_reduce_max(int64_t value) override;
+  /// MPI_Isend to the next member and MPI_Irecv from the previous one on this
+  /// communicator with tag kRingTag, waited as mpi_wait.h's mode says.
+  void ring_exchange(const float* send, float* recv, int64_t count) override;
 
   /// Throws Error(kInternal) when `peer` is not a member of this group or
   /// when `tag` is outside [0, MPI_TAG_UB] (both bugs of the caller), and Error(kUnsupported)
@@ -64,6 +67,9 @@ class MpiCommunicator final : public Communicator {
   int64_t tag_upper_bound() const { return tag_upper_bound_; }
   /// The underlying MPI communicator, still owned by this object.
   MPI_Comm handle() const { return comm_; }
+  /// The tag of ring_exchange's messages. Point-to-point transfers on the same
+  /// communicator use other tags or other communicators (process_groups.h).
+  static constexpr int kRingTag = 0;
 
  private:
   int count_as_int(int64_t count, const char* operation) const;

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "lib/error.h"
 #include "runtime/comm/mpi_environment.h"
@@ -22,6 +23,20 @@ std::string shape_text(const Placement& placement) {
   if (cp > 1) text += " x cp " + std::to_string(cp);
   return text + " x pp " + std::to_string(dim_size(placement, ParallelDim::kPp));
 }
+
+}  // namespace
+
+std::vector<int64_t> dp_cp_members(const Placement& placement, int64_t rank) {
+  const RankCoordinates own = placement.coordinates(rank);
+  std::vector<int64_t> members;
+  for (int64_t r = 0; r < placement.world_size(); ++r) {
+    const RankCoordinates c = placement.coordinates(r);
+    if (c.tp == own.tp && c.pp == own.pp) members.push_back(r);
+  }
+  return members;
+}
+
+namespace {
 
 int world_size_of_mpi() {
   int size = 0;
@@ -59,10 +74,6 @@ ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank)
                 "the plan needs " + std::to_string(placement.world_size()) + " ranks (" +
                     shape_text(placement) + "), mpirun started " + std::to_string(mpi_size));
   }
-  if (dim_size(placement, ParallelDim::kCp) > 1) {
-    throw Error(ErrorCode::kUnsupported,
-                "context parallelism (cp > 1) is not supported by the runtime yet");
-  }
   int mpi_rank = 0;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank), "MPI_Comm_rank");
   DHELIX_CHECK_MSG(mpi_rank == world_rank, "world_rank differs from MPI_Comm_rank");
@@ -74,6 +85,10 @@ ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank)
     for (auto& slot : groups_[d]) slot = split_world(colour, key, parallel_dim_name(kDims[d]));
   }
   for (auto& slot : worlds_) slot = split_world(0, key, "world");
+  if (dim_size(placement, ParallelDim::kCp) > 1) {
+    const std::vector<int64_t> members = dp_cp_members(placement, world_rank);
+    dp_cp_ = split_world(static_cast<int>(members.front()), key, "dp x cp");
+  }
 }
 
 Communicator& ProcessGroups::group(ParallelDim dim, CommSlot slot) {
@@ -82,7 +97,11 @@ Communicator& ProcessGroups::group(ParallelDim dim, CommSlot slot) {
   }
   throw Error(ErrorCode::kUnsupported, std::string("no communicator for the ") +
                                            parallel_dim_name(dim) +
-                                           " dimension (the runtime has tp, dp and pp)");
+                                           " dimension (the runtime has tp, cp, dp and pp)");
+}
+
+Communicator& ProcessGroups::gradient_group() {
+  return dp_cp_ ? *dp_cp_ : group(ParallelDim::kDp, CommSlot::kMain);
 }
 
 Communicator& ProcessGroups::world(CommSlot slot) { return *worlds_[static_cast<size_t>(slot)]; }

@@ -1,18 +1,25 @@
 #pragma once
-// Every communicator one rank needs: for each of its tp, dp and pp groups and for the world,
+// Every communicator one rank needs: for each of its tp, cp, dp and pp groups and for the world,
 // one communicator per thread that may use it (CommSlot). MPI allows several threads to call
 // collectives at the same time only on different communicators, and the runtime runs the
 // compute thread and two communication-stream threads side by side (DHelix's two strands
 // overlap one strand's collectives with the other's), so each gets its own.
 //
 // Creation is collective: every rank of the world splits MPI_COMM_WORLD in the same fixed
-// order (dims tp, dp, pp; within each, slots main, local, cross; then the world per slot),
-// with the group's lowest world rank as colour and the world rank as key, so group rank i
-// is the i-th lowest world rank of the group, as in Placement::group().
+// order (dims tp, cp, dp, pp; within each, slots main, local, cross; then the world per
+// slot; then, with cp > 1, the DP x CP group), with the group's lowest world rank as colour
+// and the world rank as key, so group rank i is the i-th lowest world rank of the group, as
+// in Placement::group(): a CP group's rank i is CP coordinate i, the ring order of
+// runtime/kernels/context_parallel.h.
+//
+// Dense gradients are summed over DP x CP: the ranks of one TP coordinate and one pipeline
+// stage hold the same weights, each CP rank having seen its share of every sequence
+// (gradient_group).
 
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "lib/parallel_spec.h"
 #include "lib/placement.h"
@@ -27,31 +34,38 @@ enum class CommSlot { kMain, kLocalComm, kCrossComm };
 inline constexpr int kNumCommSlots = 3;
 const char* comm_slot_name(CommSlot slot);  ///< "main", "local-comm", "cross-comm"
 
+/// The world ranks dense gradients are summed over with `rank`'s: those of its TP
+/// coordinate and stage (every DP and CP coordinate), ascending.
+std::vector<int64_t> dp_cp_members(const Placement& placement, int64_t rank);
+
 /// The communicators of one rank for one job shape.
 class ProcessGroups {
  public:
   /// Collective over MPI_COMM_WORLD. Throws Error(kInvalidInput) "the plan needs 4 ranks
   /// (dp 1 x tp 2 x pp 2), mpirun started 2" when the world's size differs from the
-  /// placement's (on every rank alike, before any collective), and Error(kUnsupported) when
-  /// the placement uses cp > 1 (no communicator for it yet). world_rank must be this
+  /// placement's (on every rank alike, before any collective). world_rank must be this
   /// process's rank in MPI_COMM_WORLD.
   ProcessGroups(const Placement& placement, int64_t world_rank);
 
-  /// This rank's group of `dim` (tp, dp or pp) for the thread of `slot`; throws
+  /// This rank's group of `dim` (tp, cp, dp or pp) for the thread of `slot`; throws
   /// Error(kUnsupported) for another dimension.
   Communicator& group(ParallelDim dim, CommSlot slot);
   /// A duplicate of MPI_COMM_WORLD for the thread of `slot` (point-to-point transfers).
   Communicator& world(CommSlot slot);
+  /// The main thread's group that dense gradients are summed over: DP x CP, the ranks
+  /// with this rank's TP coordinate and stage, ascending (the DP group when cp = 1).
+  Communicator& gradient_group();
 
   int64_t world_rank() const { return world_rank_; }
 
  private:
-  static constexpr std::array<ParallelDim, 3> kDims = {ParallelDim::kTp, ParallelDim::kDp,
-                                                       ParallelDim::kPp};
+  static constexpr std::array<ParallelDim, 4> kDims = {ParallelDim::kTp, ParallelDim::kCp,
+                                                       ParallelDim::kDp, ParallelDim::kPp};
   int64_t world_rank_;
   // [dim index in kDims][slot]
   std::array<std::array<std::unique_ptr<MpiCommunicator>, kNumCommSlots>, kDims.size()> groups_;
   std::array<std::unique_ptr<MpiCommunicator>, kNumCommSlots> worlds_;
+  std::unique_ptr<MpiCommunicator> dp_cp_;  // cp > 1 only
 };
 
 }  // namespace dhelix::rt

@@ -81,8 +81,9 @@ std::vector<BoundInstruction<typename Model::BoundOp, Comm>> bind_program(
 }
 
 /// The one switch over collective kinds: calls comm.all_gather(request),
-/// comm.reduce_scatter_sum(request) or comm.all_reduce_sum(request) with `extra` after it
-/// (the device executor's stream).
+/// comm.reduce_scatter_sum(request), comm.all_reduce_sum(request) or
+/// comm.ring_exchange(request) with `extra` after it (the device executor's stream). A
+/// Comm without ring_exchange throws Error(kUnsupported) for the CP ring's step.
 template <class Comm, class... Extra>
 void run_collective(const CollectiveRequest& request, Comm& comm, Extra&&... extra) {
   switch (request.kind) {
@@ -95,6 +96,14 @@ void run_collective(const CollectiveRequest& request, Comm& comm, Extra&&... ext
     case CollectiveKind::kAllReduce:
       comm.all_reduce_sum(request, std::forward<Extra>(extra)...);
       return;
+    case CollectiveKind::kRingExchange:
+      if constexpr (requires { comm.ring_exchange(request, std::forward<Extra>(extra)...); }) {
+        comm.ring_exchange(request, std::forward<Extra>(extra)...);
+        return;
+      } else {
+        throw Error(ErrorCode::kUnsupported,
+                    "the context-parallel ring's step is not run by this backend yet");
+      }
   }
 }
 

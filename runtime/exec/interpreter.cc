@@ -38,6 +38,9 @@ struct CpuCollectives {
     comm.reduce_scatter_sum(r.in_f32(), r.count, r.out_f32());
   }
   void all_reduce_sum(const CollectiveRequest& r) { comm.all_reduce_sum(r.out_f32(), r.count); }
+  void ring_exchange(const CollectiveRequest& r) {
+    comm.ring_exchange(r.in_f32(), r.out_f32(), r.count);
+  }
 };
 
 // Everything an execution holds: bound work, posted receives, started sends.
@@ -124,7 +127,8 @@ class Execution {
         return [compute = std::move(bound.op.compute)] { compute(CpuBackend::Exec{}); };
       case InstructionKind::kCollective:
         return [request = *bound.op.collective, after = std::move(bound.op.after_collective),
-                comm = bound.comm] {
+                before = std::move(bound.op.before_collective), comm = bound.comm] {
+          if (before) before(CpuBackend::Exec{});
           CpuCollectives collectives{*comm};
           run_collective(request, collectives);
           if (after) after(CpuBackend::Exec{});

@@ -34,7 +34,7 @@ namespace dhelix::rt {
 
 /// Where the interpreter finds its communicators. `stream` is compute (the calling thread,
 /// sequential mode), local_comm or cross_comm; each stream gets communicators
-/// of its own. `dim` is a parallel dimension name ("tp", "dp", "pp").
+/// of its own. `dim` is a parallel dimension (tp, cp, dp, pp).
 class CommunicatorDirectory {
  public:
   virtual ~CommunicatorDirectory() = default;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/cpu/kernels_cpu.h"
+#include "runtime/cpu/ring_attention_cpu.h"
 #include "runtime/model/element_type.h"
 
 namespace dhelix::rt {
@@ -138,6 +139,50 @@ struct CpuBackend {
     cpu::vocab_parallel_backward(rows, vocab_local, vocab_begin, logits, targets, lse, dloss,
                                  dlogits);
   }
+
+  // Context parallelism's ring attention (runtime/model/layer_ops_cp.h, the
+  // RingAttentionBackend concept): runtime/cpu/ring_attention_cpu.h.
+  static void ring_forward_start(const Exec&, const kernels::AttentionShape& shape,
+                                 cpu::RingForwardState& state) {
+    state.reset(shape);
+  }
+  static void ring_forward_step(const Exec&, const kernels::AttentionShape& shape,
+                                const cpu::RingStep& step, const float* q, const float* k,
+                                const float* v, cpu::RingForwardState& state) {
+    cpu::ring_attention_forward_step(shape, step, q, k, v, state);
+  }
+  static void ring_forward_finish(const Exec&, const kernels::AttentionShape& shape,
+                                  cpu::RingForwardState& state, float* out, float* lse) {
+    cpu::ring_attention_forward_finish(shape, state, out, lse);
+  }
+  static void ring_backward_delta(const Exec&, const kernels::AttentionShape& shape,
+                                  const float* out, const float* dout, float* delta) {
+    cpu::ring_attention_backward_delta(shape, out, dout, delta);
+  }
+  static void ring_backward_step(const Exec&, const kernels::AttentionShape& shape,
+                                 const cpu::RingStep& step, const float* q, const float* dout,
+                                 const float* lse, const float* delta, const float* k,
+                                 const float* v, float* dq_unscaled, float* dk_unscaled,
+                                 float* dv) {
+    cpu::ring_attention_backward_step(shape, step, q, dout, lse, delta, k, v, dq_unscaled,
+                                      dk_unscaled, dv);
+  }
+  static void ring_scale(const Exec&, const kernels::AttentionShape& shape, int64_t count,
+                         float* values) {
+    cpu::ring_attention_scale(shape, count, values);
+  }
+  static void rope_forward_cp(const Exec&, const Rope& table, int64_t batch, int64_t cp,
+                              int64_t rank, int64_t chunk, int64_t heads, float* x) {
+    cpu::rope_forward_cp(table, batch, cp, rank, chunk, heads, x);
+  }
+  static void rope_backward_cp(const Exec&, const Rope& table, int64_t batch, int64_t cp,
+                               int64_t rank, int64_t chunk, int64_t heads, float* dy) {
+    cpu::rope_backward_cp(table, batch, cp, rank, chunk, heads, dy);
+  }
+  static void copy_tensor(const Exec&, int64_t count, const float* in, float* out) {
+    std::copy_n(in, count, out);
+  }
+  static void zero_tensor(const Exec&, int64_t count, float* x) { std::fill_n(x, count, 0.0f); }
 };
 
 }  // namespace dhelix::rt

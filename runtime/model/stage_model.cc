@@ -9,6 +9,7 @@
 #include <array>
 
 #include "lib/error.h"
+#include "lib/placement.h"
 #include "runtime/model/stage_model_internal.h"
 
 namespace dhelix::rt {
@@ -21,6 +22,8 @@ const char* collective_kind_name(CollectiveKind kind) {
       return "reduce_scatter";
     case CollectiveKind::kAllReduce:
       return "all_reduce";
+    case CollectiveKind::kRingExchange:
+      return "ring_exchange";
   }
   return "?";
 }
@@ -104,6 +107,8 @@ bool is_layer_op(const std::string& op) {
               fmt::format("StageModel: op {} is not implemented by the runtime's model", op));
 }
 
+void check_context_parallel_supported(const JobSpec& job, ProblemList& problems);
+
 // Settings the runtime does not run, as one Error(kUnsupported) listing all of them.
 void check_supported(const JobSpec& job) {
   const ModelSpec& m = job.model;
@@ -131,22 +136,35 @@ void check_supported(const JobSpec& job) {
   if (m.head_dim % 2 != 0) {
     problems.add(file, "/head_dim", std::to_string(m.head_dim), yet + " (RoPE needs it even)");
   }
-  for (const auto& [field, value] :
-       {std::pair{"parallel.cp", job.parallel.cp}, std::pair{"parallel.ep", job.parallel.ep}}) {
-    if (value == 1) continue;
-    const FieldOrigin origin = job.origin_of(field);
-    problems.add(origin.file, origin.pointer, std::to_string(value), yet + " (1 only)");
+  if (job.parallel.ep != 1) {
+    const FieldOrigin origin = job.origin_of("parallel.ep");
+    problems.add(origin.file, origin.pointer, std::to_string(job.parallel.ep), yet + " (1 only)");
   }
+  check_context_parallel_supported(job, problems);
   problems.throw_if_any(ErrorCode::kUnsupported);
+}
+
+// Context parallelism runs with the load-balanced split (2·cp chunks of every sequence).
+void check_context_parallel_supported(const JobSpec& job, ProblemList& problems) {
+  const ParallelSpec& p = job.parallel;
+  if (p.cp == 1) return;
+  if (p.seq_length % (2 * p.cp) != 0) {
+    const FieldOrigin seq = job.origin_of("parallel.seq_length");
+    problems.add(seq.file, seq.pointer, std::to_string(p.seq_length),
+                 fmt::format("is not a multiple of 2 x cp = {}: context parallelism gives each "
+                             "CP rank two chunks of every sequence",
+                             2 * p.cp));
+  }
 }
 
 Dims make_dims(const JobSpec& job, int64_t rank) {
   // check_supported has refused what the model cannot split.
   DHELIX_CHECK(job.model.ffn_hidden_size % job.parallel.tp == 0 && job.model.head_dim % 2 == 0 &&
-               job.parallel.cp == 1);
+               job.parallel.seq_length % (2 * job.parallel.cp) == 0);
   Dims dims{rank_shape(job, rank)};
   dims.norm_eps = static_cast<float>(job.model.norm_epsilon());
   dims.rope_base = job.model.rope_theta();
+  dims.cp_rank = Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).cp;
   return dims;
 }
 

@@ -48,16 +48,22 @@
 
 namespace dhelix::rt {
 
-enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce };
+/// kRingExchange: the context-parallel ring's step (Communicator::ring_exchange).
+enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce, kRingExchange };
 const char* collective_kind_name(CollectiveKind kind);  ///< "all_gather", ...
 
-/// A collective over the tensor-parallel group, with its buffers (owned by the model).
+/// A collective over the op's group (tensor-parallel; the CP ring's steps over the
+/// context-parallel group), with its buffers (owned by the model).
 struct CollectiveRequest {
   CollectiveKind kind = CollectiveKind::kAllGather;
   ElementType element = ElementType::kFloat32;
-  const void* in = nullptr;  ///< all_gather: count; reduce_scatter: tp * count; all_reduce: unused
-  void* out = nullptr;       ///< all_gather: tp * count; reduce_scatter: count; all_reduce: in/out
-  int64_t count = 0;         ///< see Communicator
+  /// all_gather: count; reduce_scatter: tp * count; all_reduce: unused; ring_exchange: the
+  /// count elements sent to the next CP rank
+  const void* in = nullptr;
+  /// all_gather: tp * count; reduce_scatter: count; all_reduce: in/out; ring_exchange: the
+  /// count elements received from the previous CP rank
+  void* out = nullptr;
+  int64_t count = 0;  ///< see Communicator
 
   /// The buffers as fp32 (the CPU communicators' type); Error(kInternal) for another type.
   const float* in_f32() const;
@@ -71,6 +77,9 @@ struct BasicBoundOp {
   Task compute;                                 ///< compute ops; empty for communication
   std::optional<CollectiveRequest> collective;  ///< communication ops
   Task after_collective;                        ///< optional local step after it
+  /// Optional local step before it, on the communication stream (the CP ring's backward
+  /// adds this rank's dK, dV share to the one it forwards: runtime/model/layer_ops_cp.h).
+  Task before_collective;
 };
 
 /// Which op, of which layer, for which micro-batch.
@@ -115,8 +124,9 @@ class BasicStageModel {
   /// depends only on (seed, tensor, global index): every TP layout of one model starts
   /// from the same full weights. `memory` says where buffers live (B::MemoryConfig).
   /// Throws Error(kUnsupported) for models or settings the runtime does not run (MoE,
-  /// cp > 1, ep > 1, linear biases, non-RMSNorm, non-SwiGLU, non-RoPE positions, tied
-  /// embeddings), listing every such setting.
+  /// ep > 1, linear biases, non-RMSNorm, non-SwiGLU, non-RoPE positions, tied embeddings,
+  /// a sequence cp > 1 cannot cut into 2·cp chunks), listing every such setting, and for
+  /// cp > 1 on a backend without the ring kernels (runtime/model/layer_ops_cp.h).
   BasicStageModel(const JobSpec& job, int64_t rank,
                   std::vector<std::pair<int64_t, int64_t>> layer_ranges, bool embedding, bool head,
                   uint64_t seed, typename B::MemoryConfig memory = {});

@@ -16,6 +16,7 @@
 
 #include "lib/error.h"
 #include "runtime/model/layer_ops_backward.h"
+#include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/layer_ops_forward.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/model/stage_model_internal.h"
@@ -48,6 +49,9 @@ struct BasicStageModel<B>::Impl {
   std::map<Key, std::unique_ptr<model_detail::LayerState<B>>> recompute_states;
   std::map<int64_t, std::unique_ptr<model_detail::EmbeddingState<B>>> embedding_states;
   std::map<int64_t, std::unique_ptr<model_detail::HeadState<B>>> head_states;
+  // Context parallelism (cp > 1): each layer's ring buffers (layer_ops_cp.h), and with
+  // recompute a second set the repeated ring and the backward use (see cp_state).
+  std::map<Key, std::unique_ptr<model_detail::CpLayerState<B>>> cp_states, recompute_cp_states;
 
   A* boundary(std::map<Key, A*>& buffers, int64_t micro_batch, int64_t layer) {
     DHELIX_CHECK(micro_batch >= 0);
@@ -71,6 +75,7 @@ struct BasicStageModel<B>::Impl {
   model_detail::LayerState<B>& recompute_state(int64_t mb, int64_t layer);
   void allocate_forward(model_detail::LayerState<B>& s);
   model_detail::EmbeddingState<B>& embedding_state(int64_t mb);
+  model_detail::CpLayerState<B>& cp_state(int64_t mb, int64_t layer, bool recomputing);
   model_detail::HeadState<B>& head_state(int64_t mb);
   BasicBoundOp<B> bind_extra_op(const OpRef& ref);
   void mark_loss_slot(int64_t mb) {
@@ -164,13 +169,30 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::recompute_state(int64_t m
     allocate_forward(s);
     s.out = allocate(d.residual_elements());
   } else {
-    s.q = allocate(d.tokens * d.q_width);
+    // Under CP, q is split and rotated by fwd.gemm_qkv, which selective recompute keeps.
+    if (d.cp == 1) s.q = allocate(d.tokens * d.q_width);
     s.k = allocate(d.tokens * d.kv_width);
     s.v = allocate(d.tokens * d.kv_width);
     s.attn_out = allocate(d.tokens * d.q_width);
     s.lse = allocate_f32(d.micro_batch * d.heads * d.seq_shard);
   }
   return s;
+}
+
+// The ring's buffers of a CP layer. The recomputing state (the repeated ring's and the
+// backward's) is a set of its own; under selective recompute fwd.gemm_qkv is not repeated,
+// so its rotated K, V block (kv[0]) is the forward's, as its q is (recompute_state).
+template <class B>
+model_detail::CpLayerState<B>& BasicStageModel<B>::Impl::cp_state(int64_t mb, int64_t layer,
+                                                                  bool recomputing) {
+  std::unique_ptr<model_detail::CpLayerState<B>>& slot =
+      (recomputing ? recompute_cp_states : cp_states)[{mb, layer}];
+  if (slot) return *slot;
+  slot = model_detail::make_cp_state<B>(memory, dims);
+  if (recomputing && recompute == RecomputeGranularity::kSelective) {
+    slot->kv[0] = cp_state(mb, layer, false).kv[0];
+  }
+  return *slot;
 }
 
 template <class B>
@@ -266,8 +288,17 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
     m.final_norm = place_parameter<B>(m.memory, make_final_norm(m.dims));
     m.head = place_parameter<B>(m.memory, make_head(m.dims, seed));
   }
-  m.rope.emplace(
-      m.memory.rope(cpu::make_rope_table(m.dims.seq_shard, m.dims.head_dim, m.dims.rope_base)));
+  if constexpr (!model_detail::RingAttentionBackend<B>) {
+    if (m.dims.cp > 1) {
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("StageModel: context parallelism (cp = {}) is not run by this "
+                              "backend yet",
+                              m.dims.cp));
+    }
+  }
+  // The whole sequence's positions: a CP rank's chunks rotate at their global positions.
+  m.rope.emplace(m.memory.rope(
+      cpu::make_rope_table(m.dims.seq_shard * m.dims.cp, m.dims.head_dim, m.dims.rope_base)));
   m.loss_scale = 1.0f / static_cast<float>(m.dims.tokens);
   m.memory.synchronize();
 }
@@ -319,7 +350,8 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
   const std::string_view recompute_prefix = "bwd.recompute.";
   const bool repeated = ref.op.starts_with(recompute_prefix);
   const std::string op = repeated ? "fwd." + ref.op.substr(recompute_prefix.size()) : ref.op;
-  if (!is_layer_op(op) || (repeated && m.recompute == RecomputeGranularity::kNone)) {
+  const bool cp_op = m.dims.cp > 1 && (is_cp_op(op) || op == "fwd.gemm_qkv");
+  if ((!is_layer_op(op) && !cp_op) || (repeated && m.recompute == RecomputeGranularity::kNone)) {
     throw_unknown_op(ref.op);
   }
   auto params = m.layers.find(ref.layer);
@@ -328,14 +360,29 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
                 fmt::format("StageModel: rank {} does not hold layer {} (op {})", m.rank, ref.layer,
                             ref.op));
   }
-  // With recompute, the repeated forward ops and every backward op use the recompute state.
+  // With recompute, the repeated forward ops and every backward op use the recompute state,
+  // except the output projection's weight gradient under selective recompute: the plan
+  // repeats the core attention for the attention backward only (lib/dag_builder_recompute.cc
+  // gives bwd.proj_wgrad no edge from the repeated ops), so it reads the attention output
+  // the forward kept, as Megatron's linear_proj keeps its input.
   const bool forward = op.starts_with("fwd.");
-  const bool recomputing = m.recompute != RecomputeGranularity::kNone && (repeated || !forward);
+  const bool kept_output =
+      m.recompute == RecomputeGranularity::kSelective && op == "bwd.proj_wgrad";
+  const bool recomputing =
+      m.recompute != RecomputeGranularity::kNone && (repeated || !forward) && !kept_output;
   const LayerOpContext<B> context{m.dims, *m.rope, params->second,
                                   recomputing ? m.recompute_state(ref.micro_batch, ref.layer)
                                               : m.layer_state(ref.micro_batch, ref.layer)};
-  std::optional<BasicBoundOp<B>> bound =
-      forward ? bind_layer_forward(op, context) : bind_layer_backward(op, context);
+  std::optional<BasicBoundOp<B>> bound;
+  if (cp_op) {
+    if constexpr (RingAttentionBackend<B>) {
+      bound = bind_cp_op(
+          op, CpOpContext<B>{context, m.cp_state(ref.micro_batch, ref.layer, recomputing)});
+    }
+    if (!bound) throw_unknown_op(ref.op);  // an index beyond the ring
+  } else {
+    bound = forward ? bind_layer_forward(op, context) : bind_layer_backward(op, context);
+  }
   DHELIX_CHECK(bound.has_value());
   return std::move(*bound);
 }

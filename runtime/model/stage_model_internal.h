@@ -38,6 +38,7 @@ namespace dhelix::rt::model_detail {
 struct Dims : RankShape {
   float norm_eps = 1e-5f;  ///< ModelSpec::norm_epsilon(), as the fp32 kernels add it
   double rope_base = 1e4;  ///< ModelSpec::rope_theta()
+  int64_t cp_rank = 0;     ///< this rank's CP coordinate (its chunks: layer_ops_cp.h)
 };
 
 /// A parameter's initial values, computed on the host (parameter_init.cc).

@@ -49,8 +49,7 @@ class CpuEngine final : public TrainingEngine {
 
   void update(int64_t t, const AdamWSettings& settings) override {
     const std::vector<ParameterView> params = model_.parameters();
-    synchronise_gradients(params, comms_->main_group(ParallelDim::kTp),
-                          comms_->main_group(ParallelDim::kDp));
+    synchronise_gradients(params, comms_->main_group(ParallelDim::kTp), comms_->gradient_group());
     sync_end_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::steady_clock::now().time_since_epoch())
                        .count();

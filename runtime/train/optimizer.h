@@ -26,7 +26,8 @@ struct AdamWSettings {
   float weight_decay = 0.0f;
 };
 
-/// Sums gradients over `tp` where the model asks for it and over `dp` (when dp > 1).
+/// Sums gradients over `tp` where the model asks for it and over `dp` (when it has more
+/// than one member): the DP x CP group of the ranks holding the same weights.
 void synchronise_gradients(const std::vector<ParameterView>& params, Communicator& tp,
                            Communicator& dp);
 

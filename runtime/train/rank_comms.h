@@ -16,6 +16,8 @@ class RankComms final : public CommunicatorDirectory {
   Communicator& point_to_point(StreamClass stream) override;
   /// The group of `dim` for the calling (main) thread.
   Communicator& main_group(ParallelDim dim) { return groups_.group(dim, CommSlot::kMain); }
+  /// The group dense gradients are summed over (DP x CP), for the calling (main) thread.
+  Communicator& gradient_group() { return groups_.gradient_group(); }
   /// Every rank, for the calling (main) thread.
   Communicator& main_world() { return groups_.world(CommSlot::kMain); }
 

@@ -30,6 +30,7 @@
 #include "runtime/comm/process_groups.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/context_split.h"
 #include "runtime/train/rank_agreement.h"
 #include "runtime/train/rank_comms.h"
 #include "runtime/train/run_guards.h"
@@ -54,14 +55,18 @@ std::string read_bytes(const std::string& path) {
 }
 
 // The runtime runs dense TP/SP/PP/DP plans; the rest waits for its own issue.
-void refuse_unsupported(const JobSpec& job, const std::string& plan_file) {
+void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
+                        const std::string& backend) {
   const ParallelSpec& p = job.parallel;
   auto refuse = [&](const std::string& what) {
     throw Error(ErrorCode::kUnsupported,
                 fmt::format("{}: dhelix-run does not run {} yet; plan the job without it",
                             plan_file, what));
   };
-  if (p.cp > 1) refuse(fmt::format("context parallelism (cp = {})", p.cp));
+  // Context parallelism runs on the CPU backend (runtime/model/layer_ops_cp.h).
+  if (p.cp > 1 && backend != "cpu") {
+    refuse(fmt::format("context parallelism (cp = {}) on the {} backend", p.cp, backend));
+  }
   if (const auto& moe = job.model.moe) {
     refuse(fmt::format("mixture-of-experts layers ({} experts, top-{}, ep = {})", moe->num_experts,
                        moe->top_k, p.ep));
@@ -75,6 +80,12 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file) {
                     "decoder_last_pipeline_num_layers = {})",
                     p.first_stage_layers, p.last_stage_layers));
   }
+}
+
+// "dp 1 x tp 2 x pp 2", with "x cp 2" after tp when cp > 1.
+std::string shape_text(const ParallelSpec& p) {
+  const std::string cp = p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "";
+  return fmt::format("dp {} x tp {}{} x pp {}", p.dp, p.tp, cp, p.pp);
 }
 
 TokenSource load_tokens(const TrainOptions& options, const JobSpec& job) {
@@ -248,17 +259,16 @@ void Trainer::read_inputs() {
     check_plan_matches_job(plan_, options_.plan_file, read_job_file(options_.job_file),
                            options_.job_file);
   }
-  refuse_unsupported(job_, options_.plan_file);
+  refuse_unsupported(job_, options_.plan_file, options_.backend);
   // The whole-world check lowers every rank's program: rank 0 does it for everyone, and the
   // setup agreement below stops every rank when it fails.
   if (options_.check_plan && rank_ == 0) require_valid_plan(plan_, options_.plan_file);
   placement_ = std::make_unique<Placement>(job_.parallel, job_.cluster.gpus_per_node);
   if (world_size_ != placement_->world_size()) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("{}: the plan needs {} ranks (dp {} x tp {} x pp {}), mpirun "
-                            "started {}",
-                            options_.plan_file, placement_->world_size(), job_.parallel.dp,
-                            job_.parallel.tp, job_.parallel.pp, world_size_));
+    throw Error(
+        ErrorCode::kInvalidInput,
+        fmt::format("{}: the plan needs {} ranks ({}), mpirun started {}", options_.plan_file,
+                    placement_->world_size(), shape_text(job_.parallel), world_size_));
   }
   tokens_ = std::make_unique<TokenSource>(load_tokens(options_, job_));
   coordinates_ = placement_->coordinates(rank_);
@@ -305,6 +315,10 @@ void Trainer::start_iteration(int64_t step) {
     MicroBatchTokens& batch = batches[static_cast<size_t>(mb)];
     fill_micro_batch(*tokens_, step, coordinates_.dp, p.dp, mb, micro_batches(), p.micro_batch_size,
                      p.seq_length, batch.tokens, batch.targets);
+    if (p.cp > 1) {
+      batch =
+          context_parallel_share(batch, p.micro_batch_size, p.seq_length, p.cp, coordinates_.cp);
+    }
   }
   engine_->start_iteration(std::move(batches), 1.0f / static_cast<float>(global_tokens()));
 }
@@ -357,7 +371,8 @@ float Trainer::global_loss() {
     }
   }
   comms_->main_world().all_reduce_sum(&sum, 1);
-  return sum / static_cast<float>(micro_batches() * job_.parallel.dp);
+  // Each CP rank's loss is the mean over its equal share of the tokens.
+  return sum / static_cast<float>(micro_batches() * job_.parallel.dp * job_.parallel.cp);
 }
 
 void Trainer::report(int64_t step, float loss, double step_seconds) {
@@ -416,10 +431,10 @@ int Trainer::run() {
   float loss = std::nanf("");
   if (rank_ == 0) {
     out_ << fmt::format(
-        "dhelix-run: {} on {} ranks (dp {} x tp {} x pp {}, {} backend), {} micro-batches of {} "
+        "dhelix-run: {} on {} ranks ({}, {} backend), {} micro-batches of {} "
         "x {} tokens, {} schedule, steps {}..{}\n",
-        job_.name, world_size_, job_.parallel.dp, job_.parallel.tp, job_.parallel.pp,
-        options_.backend, micro_batches(), job_.parallel.micro_batch_size, job_.parallel.seq_length,
+        job_.name, world_size_, shape_text(job_.parallel), options_.backend, micro_batches(),
+        job_.parallel.micro_batch_size, job_.parallel.seq_length,
         options_.sequential ? "sequential" : "co-executed (plan)", first_step + 1, options_.steps);
   }
   // Collective (a barrier): every rank builds it or none does.

@@ -5,7 +5,9 @@
 #   2. mpirun -np 2 dhelix-profile --backend cpu tiny-tp2.json -o p.json succeeds and
 #      p.json is valid against schemas/profile.schema.json, says backend "cpu", has a
 #      positive median for every op and 2 ranks in meta.measurement;
-#   3. dhelix-plan tiny-tp2.json --profile p.json -o plan.json succeeds.
+#   3. dhelix-plan tiny-tp2.json --profile p.json -o plan.json succeeds, and
+#   4. dhelix-run --verify trains that plan;
+#   5. the same chain for tiny-cp2-tp2 (the CP ring's send/recv measured; 4 ranks train).
 # The last line is "N passed, M failed"; the exit status is non-zero when anything failed.
 set -u
 
@@ -98,6 +100,21 @@ if [ -s "$scratch/plan.json" ]; then
   else
     fail "dhelix-run --verify on the measured plan" "$(head -c 2000 "$scratch/stderr")"
   fi
+fi
+
+# --- 5. context parallelism: the ring's send/recv measured, planned, trained (4 ranks) -------
+cp_job="$src_dir/examples/jobs/tiny-cp2-tp2.json"
+if "$mpirun" --oversubscribe -np 2 "$profile" --backend cpu "$cp_job" -o "$scratch/cp.json" \
+  >"$scratch/stdout" 2>"$scratch/stderr" &&
+  grep -q '"send_recv:fp32:bytes=8192:cp2:local"' "$scratch/cp.json" &&
+  "$plan" "$cp_job" --profile "$scratch/cp.json" -o "$scratch/cp-plan.json" >"$scratch/stdout" \
+    2>"$scratch/stderr" &&
+  "$mpirun" --oversubscribe -np 4 "$bin_dir/dhelix-run" --plan "$scratch/cp-plan.json" \
+    --data "$src_dir/examples/data/corpus.txt" --steps 1 --verify >"$scratch/stdout" \
+    2>"$scratch/stderr" && grep -q "bitwise equal on 4 ranks" "$scratch/stdout"; then
+  pass "tiny-cp2-tp2: cpu profile (ring send/recv measured) -> plan -> dhelix-run --verify"
+else
+  fail "tiny-cp2-tp2 profile -> plan -> run" "$(head -c 2000 "$scratch/stderr")"
 fi
 
 echo "$passed passed, $failed failed"

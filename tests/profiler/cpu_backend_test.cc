@@ -155,6 +155,9 @@ class RecordingCommunicator final : public rt::Communicator {
   }
   void all_reduce_sum(float*, int64_t count) override { record("all_reduce", count); }
   void barrier() override {}
+  void ring_exchange(const float*, float*, int64_t count) override {
+    record("ring_exchange", count);
+  }
   int64_t all_reduce_max(int64_t value) override { return value; }
   std::unique_ptr<rt::TransferRequest> start_send(const float*, int64_t count, int64_t peer,
                                                   int64_t) override {
@@ -221,8 +224,7 @@ TEST(CpuOpRunner, CollectivesMoveTheOpsBytesAsFloats) {
       {"all_gather", 4096},      // 32768 bytes = 8192 floats, 1/2 per member
       {"reduce_scatter", 4096},  // 8192 floats in, 4096 out
       {"all_reduce", 384},       // 1536 bytes
-      {"send to 1", 4096},       // ring step of 16384 bytes to the next member
-      {"recv from 1", 4096},     // and from the previous one (the same of two)
+      {"ring_exchange", 4096},   // ring step of 16384 bytes to the next member and back
   };
   EXPECT_EQ(comm.calls, expected);
 }

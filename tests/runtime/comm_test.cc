@@ -262,14 +262,82 @@ TEST(CommGroups, TpAndPpGroupsFollowThePlacement) {
   EXPECT_EQ(
       dynamic_cast<MpiCommunicator&>(groups.group(ParallelDim::kTp, CommSlot::kMain)).world_ranks(),
       (std::vector<int64_t>{tp_members[0] == 0.0f ? 0 : 2, tp_members[0] == 0.0f ? 1 : 3}));
+  EXPECT_EQ(groups.group(ParallelDim::kCp, CommSlot::kMain).size(), 1);
   try {
-    groups.group(ParallelDim::kCp, CommSlot::kMain);
+    groups.group(ParallelDim::kEp, CommSlot::kMain);
     FAIL() << "no error";
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
     EXPECT_STREQ(error.what(),
-                 "no communicator for the cp dimension (the runtime has tp, dp and pp)");
+                 "no communicator for the ep dimension (the runtime has tp, cp, dp and pp)");
   }
+}
+
+Placement placement_with_cp(int64_t tp, int64_t cp, int64_t dp) {
+  ParallelSpec parallel;
+  parallel.tp = tp;
+  parallel.cp = cp;
+  parallel.dp = dp;
+  return Placement(parallel, /*gpus_per_node=*/4);
+}
+
+// The CP ring (runtime/model/layer_ops_cp.h): each member receives its predecessor's block,
+// successive exchanges match in call order, in both wait modes, on every slot.
+TEST(CommRing, RingExchangeReceivesThePreviousMembersBlockInCallOrder) {
+  const int64_t n = world_size(), r = world_rank();
+  ASSERT_TRUE(n == 2 || n == 4) << "run under 2 or 4 ranks";
+  // tp = 2 when there are 4 ranks: rank = tp + 2 cp, CP groups {0, 2} and {1, 3}.
+  const int64_t tp = n == 4 ? 2 : 1, cp = n / tp;
+  ProcessGroups groups(placement_with_cp(tp, cp, 1), r);
+  for (MpiWaitMode mode : {MpiWaitMode::kSpin, MpiWaitMode::kBackoff}) {
+    set_mpi_wait_mode(mode);
+    for (CommSlot slot : {CommSlot::kMain, CommSlot::kLocalComm, CommSlot::kCrossComm}) {
+      SCOPED_TRACE(comm_slot_name(slot));
+      Communicator& ring = groups.group(ParallelDim::kCp, slot);
+      ASSERT_EQ(ring.size(), cp);
+      EXPECT_EQ(ring.rank(), r / tp);
+      const int64_t previous = (ring.rank() + cp - 1) % cp * tp + r % tp;  // world rank
+      // Three exchanges of different sizes; the i-th receives the i-th of the previous.
+      for (int64_t count : {int64_t{5}, int64_t{1}, int64_t{3000}}) {
+        std::vector<float> sent(static_cast<size_t>(count)), got(sent.size(), -1.0f);
+        for (int64_t i = 0; i < count; ++i) sent[static_cast<size_t>(i)] = 1000.0f * r + i + count;
+        ring.ring_exchange(sent.data(), got.data(), count);
+        EXPECT_EQ(got.front(), 1000.0f * previous + count);
+        EXPECT_EQ(got.back(), 1000.0f * previous + 2 * count - 1);
+      }
+    }
+  }
+  set_mpi_wait_mode(MpiWaitMode::kBackoff);
+  // A group of one copies.
+  ProcessGroups single(placement_with_cp(n, 1, 1), r);
+  const float one = 7.0f;
+  float back = 0.0f;
+  single.group(ParallelDim::kCp, CommSlot::kMain).ring_exchange(&one, &back, 1);
+  EXPECT_EQ(back, 7.0f);
+}
+
+// Dense gradients are summed over DP x CP: the ranks of one TP coordinate and stage.
+TEST(CommGroups, GradientGroupIsDpTimesCp) {
+  const int64_t n = world_size(), r = world_rank();
+  ASSERT_TRUE(n == 2 || n == 4) << "run under 2 or 4 ranks";
+  // n = 4: tp 1 x cp 2 x dp 2, every rank; n = 2: tp 1 x cp 2, both.
+  ProcessGroups all(placement_with_cp(1, 2, n / 2), r);
+  const float own = static_cast<float>(r);
+  std::vector<float> members(static_cast<size_t>(all.gradient_group().size()), -1.0f);
+  all.gradient_group().all_gather(&own, 1, members.data());
+  EXPECT_EQ(members, n == 4 ? (std::vector<float>{0, 1, 2, 3}) : (std::vector<float>{0, 1}));
+  if (n == 4) {
+    // tp 2 x cp 2: {0, 2} and {1, 3}, as dp_cp_members says.
+    ProcessGroups pairs(placement_with_cp(2, 2, 1), r);
+    members.assign(2, -1.0f);
+    pairs.gradient_group().all_gather(&own, 1, members.data());
+    EXPECT_EQ(members, (std::vector<float>{r % 2 + 0.0f, r % 2 + 2.0f}));
+    EXPECT_EQ(dp_cp_members(placement_with_cp(2, 2, 1), r),
+              (std::vector<int64_t>{r % 2, r % 2 + 2}));
+  }
+  // cp = 1: the DP group itself.
+  ProcessGroups plain(placement_of(1, n, 1), r);
+  EXPECT_EQ(&plain.gradient_group(), &plain.group(ParallelDim::kDp, CommSlot::kMain));
 }
 
 TEST(CommGroups, WorldSizeMismatchNamesBothCounts) {

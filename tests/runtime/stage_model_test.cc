@@ -346,6 +346,7 @@ TEST(StageModelTest, RejectsSettingsTheRuntimeDoesNotRun) {
   job.model.ffn_hidden_size = 129;
   job.model.head_dim = 15;
   job.parallel.cp = 2;
+  job.parallel.seq_length = 18;  // not 2 x cp chunks
   job.parallel.ep = 2;
   const std::string yet = " is not run by the runtime yet";
   EXPECT_EQ(error_of(
@@ -361,8 +362,9 @@ TEST(StageModelTest, RejectsSettingsTheRuntimeDoesNotRun) {
                 "model.json: /tied_embeddings: true" + yet + " (untied embeddings only)\n" +
                 "model.json: /ffn_hidden_size: 129" + yet + " with tp = 2 (tp must divide it)\n" +
                 "model.json: /head_dim: 15" + yet + " (RoPE needs it even)\n" +
-                "job.json: /parallel/cp: 2" + yet + " (1 only)\n" + "job.json: /parallel/ep: 2" +
-                yet + " (1 only)");
+                "job.json: /parallel/ep: 2" + yet + " (1 only)\n" +
+                "job.json: /parallel/seq_length: 18 is not a multiple of 2 x cp = 4: context "
+                "parallelism gives each CP rank two chunks of every sequence");
 }
 
 }  // namespace

@@ -197,6 +197,11 @@ class BasicTpGroup {
               results[r][static_cast<size_t>(i)] += q.out_f32()[i];
           }
           break;
+        case rt::CollectiveKind::kRingExchange: {  // from the previous member
+          const float* in = requests[(r + n - 1) % n].in_f32();
+          results[r].assign(in, in + count);
+          break;
+        }
       }
     }
     for (size_t r = 0; r < n; ++r)
