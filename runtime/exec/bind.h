@@ -81,7 +81,8 @@ std::vector<BoundInstruction<typename Model::BoundOp, Comm>> bind_program(
 }
 
 /// The one switch over collective kinds: calls comm.all_gather(request),
-/// comm.reduce_scatter_sum(request) or comm.all_reduce_sum(request) with `extra` after it
+/// comm.reduce_scatter_sum(request), comm.all_reduce_sum(request) or
+/// comm.all_to_all_v(request) with `extra` after it
 /// (the device executor's stream).
 template <class Comm, class... Extra>
 void run_collective(const CollectiveRequest& request, Comm& comm, Extra&&... extra) {
@@ -94,6 +95,9 @@ void run_collective(const CollectiveRequest& request, Comm& comm, Extra&&... ext
       return;
     case CollectiveKind::kAllReduce:
       comm.all_reduce_sum(request, std::forward<Extra>(extra)...);
+      return;
+    case CollectiveKind::kAllToAllV:
+      comm.all_to_all_v(request, std::forward<Extra>(extra)...);
       return;
   }
 }

@@ -38,6 +38,9 @@ struct CpuCollectives {
     comm.reduce_scatter_sum(r.in_f32(), r.count, r.out_f32());
   }
   void all_reduce_sum(const CollectiveRequest& r) { comm.all_reduce_sum(r.out_f32(), r.count); }
+  void all_to_all_v(const CollectiveRequest& r) {
+    comm.all_to_all_v(r.in_f32(), r.send_counts, r.chunks, r.out_f32(), r.recv_counts, r.count);
+  }
 };
 
 // Everything an execution holds: bound work, posted receives, started sends.

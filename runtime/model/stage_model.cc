@@ -21,6 +21,8 @@ const char* collective_kind_name(CollectiveKind kind) {
       return "reduce_scatter";
     case CollectiveKind::kAllReduce:
       return "all_reduce";
+    case CollectiveKind::kAllToAllV:
+      return "all_to_all_v";
   }
   return "?";
 }
@@ -104,13 +106,38 @@ bool is_layer_op(const std::string& op) {
               fmt::format("StageModel: op {} is not implemented by the runtime's model", op));
 }
 
+// The MoE layers' limits on the CPU backend (moe_layers_cpu.h).
+void check_moe_supported(const JobSpec& job, ProblemList& problems) {
+  const ModelSpec& m = job.model;
+  const std::string yet = "is not run by the runtime yet";
+  if (m.moe->has_shared_expert()) {
+    problems.add(m.source_file, "/moe/shared_expert_ffn_hidden_size",
+                 std::to_string(m.moe->shared_expert_ffn_hidden_size),
+                 yet + " (MoE layers without a shared expert only)");
+  }
+  if (job.parallel.tp > 1) {
+    const FieldOrigin origin = job.origin_of("parallel.tp");
+    problems.add(origin.file, origin.pointer, std::to_string(job.parallel.tp),
+                 yet + " with MoE layers (tp = 1 only: no expert tensor parallelism yet)");
+  }
+  if (job.parallel.recompute.granularity != RecomputeGranularity::kNone) {
+    const FieldOrigin origin = job.origin_of("parallel.recompute_granularity");
+    problems.add(origin.file, origin.pointer,
+                 recompute_granularity_name(job.parallel.recompute.granularity),
+                 yet + " with MoE layers (no recompute only)");
+  }
+}
+
 // Settings the runtime does not run, as one Error(kUnsupported) listing all of them.
-void check_supported(const JobSpec& job) {
+void check_supported(const JobSpec& job, bool runs_moe) {
   const ModelSpec& m = job.model;
   const std::string& file = m.source_file;
   ProblemList problems;
   const std::string yet = "is not run by the runtime yet";
-  if (m.is_moe()) problems.add(file, "/moe", "mixture-of-experts", yet + " (dense MLPs only)");
+  if (m.is_moe() && !runs_moe) {
+    problems.add(file, "/moe", "mixture-of-experts", yet + " on this backend (the CPU's only)");
+  }
+  if (m.is_moe() && runs_moe) check_moe_supported(job, problems);
   if (m.norm != NormKind::kRmsNorm) {
     problems.add(file, "/norm", norm_kind_name(m.norm), yet + " (rmsnorm only)");
   }
@@ -133,7 +160,7 @@ void check_supported(const JobSpec& job) {
   }
   for (const auto& [field, value] :
        {std::pair{"parallel.cp", job.parallel.cp}, std::pair{"parallel.ep", job.parallel.ep}}) {
-    if (value == 1) continue;
+    if (value == 1 || (field == std::string("parallel.ep") && m.is_moe() && runs_moe)) continue;
     const FieldOrigin origin = job.origin_of(field);
     problems.add(origin.file, origin.pointer, std::to_string(value), yet + " (1 only)");
   }

@@ -26,9 +26,11 @@ struct AdamWSettings {
   float weight_decay = 0.0f;
 };
 
-/// Sums gradients over `tp` where the model asks for it and over `dp` (when dp > 1).
+/// Sums gradients over `tp` where the model asks for it and over `dp` (when dp > 1); MoE
+/// experts' gradients (ParameterView::expert) over `expert_dp` instead, the
+/// expert-data-parallel group (runtime/comm/process_groups.h; required when any is).
 void synchronise_gradients(const std::vector<ParameterView>& params, Communicator& tp,
-                           Communicator& dp);
+                           Communicator& dp, Communicator* expert_dp = nullptr);
 
 /// AdamW moments of every parameter of a rank, in StageModel::parameters() order.
 class AdamW {

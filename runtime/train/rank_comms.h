@@ -16,6 +16,8 @@ class RankComms final : public CommunicatorDirectory {
   Communicator& point_to_point(StreamClass stream) override;
   /// The group of `dim` for the calling (main) thread.
   Communicator& main_group(ParallelDim dim) { return groups_.group(dim, CommSlot::kMain); }
+  /// The expert-data-parallel group (MoE experts' gradients), for the main thread.
+  Communicator& main_expert_data_parallel() { return groups_.expert_data_parallel(); }
   /// Every rank, for the calling (main) thread.
   Communicator& main_world() { return groups_.world(CommSlot::kMain); }
 

@@ -30,6 +30,7 @@
 #include "runtime/comm/process_groups.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/moe_support.h"
 #include "runtime/train/rank_agreement.h"
 #include "runtime/train/rank_comms.h"
 #include "runtime/train/run_guards.h"
@@ -53,8 +54,10 @@ std::string read_bytes(const std::string& path) {
   return bytes.str();
 }
 
-// The runtime runs dense TP/SP/PP/DP plans; the rest waits for its own issue.
-void refuse_unsupported(const JobSpec& job, const std::string& plan_file) {
+// The runtime runs dense TP/SP/PP/DP plans and MoE with EP on the CPU backend
+// (moe_support.h); the rest waits for its own issue.
+void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
+                        const std::string& backend) {
   const ParallelSpec& p = job.parallel;
   auto refuse = [&](const std::string& what) {
     throw Error(ErrorCode::kUnsupported,
@@ -62,11 +65,7 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file) {
                             plan_file, what));
   };
   if (p.cp > 1) refuse(fmt::format("context parallelism (cp = {})", p.cp));
-  if (const auto& moe = job.model.moe) {
-    refuse(fmt::format("mixture-of-experts layers ({} experts, top-{}, ep = {})", moe->num_experts,
-                       moe->top_k, p.ep));
-  }
-  if (p.ep > 1) refuse(fmt::format("expert parallelism (ep = {})", p.ep));
+  refuse_unsupported_moe(job, plan_file, backend);
   // Uneven stages are planned (docs/pipeline.md) but not executed: the rank programs give
   // each stage L/pp layers.
   if (p.uneven_stages()) {
@@ -248,7 +247,7 @@ void Trainer::read_inputs() {
     check_plan_matches_job(plan_, options_.plan_file, read_job_file(options_.job_file),
                            options_.job_file);
   }
-  refuse_unsupported(job_, options_.plan_file);
+  refuse_unsupported(job_, options_.plan_file, options_.backend);
   // The whole-world check lowers every rank's program: rank 0 does it for everyone, and the
   // setup agreement below stops every rank when it fails.
   if (options_.check_plan && rank_ == 0) require_valid_plan(plan_, options_.plan_file);
@@ -355,6 +354,7 @@ float Trainer::global_loss() {
     for (float loss : engine_->micro_batch_losses()) {
       if (!std::isnan(loss)) sum += loss;
     }
+    sum += engine_->moe_aux_loss_sum();  // MoE: the load-balancing losses, 0 otherwise
   }
   comms_->main_world().all_reduce_sum(&sum, 1);
   return sum / static_cast<float>(micro_batches() * job_.parallel.dp);
