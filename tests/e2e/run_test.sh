@@ -7,9 +7,11 @@
 #   2. training on the shipped corpus lowers the loss;
 #   3. 6 steps in one run == 3 steps + a resume of 3 more, bit for bit;
 #   4. activation recompute, full and selective: --verify, and the storing plan's losses;
-#   5. bad input (plan for another job, too few ranks, missing files, resume without a
-#      checkpoint, a corrupted plan the checker refuses, CP and MoE plans) gives a clear
-#      error, a non-zero status and no checkpoint.
+#   5. MoE with expert parallelism (tiny-moe-ep2, tiny-moe-ep2-pp2; --verify in 1): the loss
+#      falls, resume is exact, EP 2 trains the model EP 1 trains, and capacity drops tokens;
+#   6. bad input (plan for another job, too few ranks, missing files, resume without a
+#      checkpoint, a corrupted plan the checker refuses, CP plans, MoE plans the runtime
+#      does not run) gives a clear error, a non-zero status and no checkpoint.
 # Usage: run_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_test.sh BIN_DIR SOURCE_DIR}
@@ -39,7 +41,7 @@ expect_failure() { # expect_failure RANKS FRAGMENT ARGS...
 }
 
 # 1. Equivalence of the schedules.
-for case in "tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-tp2 2"; do
+for case in "tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-tp2 2" "tiny-moe-ep2 2" "tiny-moe-ep2-pp2 4"; do
   read -r plan ranks <<<"$case"
   if ! run "$ranks" --plan "$plans/$plan.json" --steps 2 --verify --jitter-us 200; then
     fail "$plan --verify"
@@ -108,7 +110,71 @@ for granularity in full selective; do
   fi
 done
 
-# 5. Bad input: clear errors, non-zero status, no checkpoint written.
+# 5. MoE with expert parallelism.
+# The loss falls: 30 steps of EP 2 on the corpus (the reported loss includes the
+# load-balancing loss).
+if run 2 --plan "$plans/tiny-moe-ep2.json" --steps 30 --loss-log "$work/moe-loss.log"; then
+  python3 - "$work/moe-loss.log" <<'PY' || fail "tiny-moe-ep2: the loss did not fall enough"
+import json, sys
+losses = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+print(f"tiny-moe-ep2: loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps")
+sys.exit(0 if len(losses) == 30 and losses[-1] < 0.75 * losses[0] else 1)
+PY
+else
+  fail "training tiny-moe-ep2"
+  cat "$work/out"
+fi
+# Resume: EP 2 x PP 2, 6 steps == 3 steps + resume to 6, bit for bit.
+moepp=$plans/tiny-moe-ep2-pp2.json
+run 4 --plan "$moepp" --steps 6 --loss-log "$work/moe-straight.log" || fail "moe: 6 straight steps"
+run 4 --plan "$moepp" --steps 3 --checkpoint-dir "$work/moe-ckpt" --loss-log "$work/moe-resumed.log" &&
+  run 4 --plan "$moepp" --steps 6 --checkpoint-dir "$work/moe-ckpt" --resume \
+    --loss-log "$work/moe-resumed.log" || fail "moe: 3 steps and a resume to 6"
+cmp -s "$work/moe-straight.log" "$work/moe-resumed.log" ||
+  fail "tiny-moe-ep2-pp2: resumed losses differ from the straight run"
+# EP 2 (each rank 2 of the 4 experts, tokens exchanged by all-to-all) trains the same model
+# as EP 1 (every rank all 4 experts, no exchange) from the same data: equal losses over 4
+# steps, to 1e-5 relative (measured bitwise equal; the expert weight gradients sum the
+# rows of the two ranks in another order). A misrouted token or an expert gradient summed
+# over the wrong group changes the loss at once. Then the same with capacity factor 0
+# (dropless): the losses must differ from the first step, since capacity 1.0 drops token
+# copies (the routing of the untrained router is unbalanced).
+moe_job() { # moe_job EP CAPACITY_FACTOR OUT
+  python3 - "$src/examples/jobs/tiny-moe-ep2.json" "$src/examples/models/llama-tiny-moe.json" "$@" <<'PY'
+import json, os, sys
+job, model = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+model["moe"]["capacity_factor"] = float(sys.argv[4])
+cluster = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), job["cluster"])
+job.update(name=f"tiny-moe-ep{sys.argv[3]}-cf{sys.argv[4]}", model=model, cluster=cluster)
+job["parallel"]["ep"] = int(sys.argv[3])
+json.dump(job, open(sys.argv[5], "w"))
+PY
+}
+for variant in "1 1.0" "2 0" "1 0"; do
+  read -r ep cf <<<"$variant"
+  moe_job "$ep" "$cf" "$work/moe-ep$ep-cf$cf-job.json" &&
+    "$bin/dhelix-plan" "$work/moe-ep$ep-cf$cf-job.json" -o "$work/moe-ep$ep-cf$cf.json" >/dev/null &&
+    run 2 --plan "$work/moe-ep$ep-cf$cf.json" --steps 4 --loss-log "$work/moe-ep$ep-cf$cf.log" ||
+    fail "moe: 4 steps with ep $ep, capacity factor $cf"
+done
+run 2 --plan "$plans/tiny-moe-ep2.json" --steps 4 --loss-log "$work/moe-ep2-cf1.0.log" ||
+  fail "moe: 4 steps of tiny-moe-ep2"
+python3 - "$work" <<'PY' || fail "moe: EP 1 vs EP 2 or capacity dropping"
+import json, sys
+def losses(name):
+    return [json.loads(line)["loss"] for line in open(f"{sys.argv[1]}/{name}.log")]
+ok = True
+for cf in ("1.0", "0"):
+    ep1, ep2 = losses(f"moe-ep1-cf{cf}"), losses(f"moe-ep2-cf{cf}")
+    close = len(ep1) == len(ep2) == 4 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ep1, ep2))
+    print(f"capacity factor {cf}: ep 1 {ep1}, ep 2 {ep2}")
+    ok = ok and close
+dropping, dropless = losses("moe-ep2-cf1.0"), losses("moe-ep2-cf0")
+print(f"first loss with capacity 1.0 {dropping[0]!r}, dropless {dropless[0]!r}")
+sys.exit(0 if ok and dropping[0] != dropless[0] else 1)
+PY
+
+# 6. Bad input: clear errors, non-zero status, no checkpoint written.
 expect_failure 2 "the plan was made for another job than" --plan "$plans/tiny-tp2.json" \
   --job "$src/examples/jobs/tiny-dp2-tp2.json" --steps 1 --checkpoint-dir "$work/bad"
 expect_failure 2 "the plan needs 4 ranks (dp 1 x tp 2 x pp 2), mpirun started 2" \
@@ -135,8 +201,9 @@ expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produce
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
-# Plans with context parallelism or MoE layers (llama-tiny with 4 experts, top-2; EP 2 and
-# EP 1): planned, refused by name on every rank before training.
+# Plans with context parallelism, and MoE plans with tp 2 (no expert tensor parallelism
+# yet; llama-tiny with 4 experts, top-2; EP 2 and EP 1) or on the CUDA backend: planned,
+# refused by name on every rank before training.
 "$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2.json" --cp 2 -o "$work/cp.json" >/dev/null ||
   fail "planning tiny-tp2 with cp 2"
 expect_failure 4 "dhelix-run does not run context parallelism (cp = 2) yet" \
@@ -152,9 +219,11 @@ PY
 for ep in 2 1; do
   "$bin/dhelix-plan" "$src/examples/jobs/tiny-dp2-tp2.json" --model "$work/moe-model.json" \
     --ep "$ep" -o "$work/moe-ep$ep.json" >/dev/null || fail "planning the MoE job with ep $ep"
-  expect_failure 4 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = $ep) yet" \
+  expect_failure 4 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = $ep) with tensor parallelism (tp = 2, expert tensor parallelism 2) yet; plan the job with tp 1" \
     --plan "$work/moe-ep$ep.json" --steps 1 --checkpoint-dir "$work/bad"
 done
+expect_failure 2 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) on the cuda backend yet; use --backend cpu" \
+  --plan "$plans/tiny-moe-ep2.json" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"
 
 if ((failures > 0)); then
