@@ -8,7 +8,8 @@
 #   3. 6 steps in one run == 3 steps + a resume of 3 more, bit for bit;
 #   4. activation recompute, full and selective: --verify, and the storing plan's losses;
 #   5. MoE with expert parallelism (tiny-moe-ep2, tiny-moe-ep2-pp2; --verify in 1): the loss
-#      falls, resume is exact, EP 2 trains the model EP 1 trains, and capacity drops tokens;
+#      falls, resume is exact, EP 2 trains the model EP 1 trains (DP 2 and DP 4, where the
+#      expert-data-parallel groups sum the experts' gradients), and capacity drops tokens;
 #   6. bad input (plan for another job, too few ranks, missing files, resume without a
 #      checkpoint, a corrupted plan the checker refuses, CP plans, MoE plans the runtime
 #      does not run) gives a clear error, a non-zero status and no checkpoint.
@@ -139,7 +140,7 @@ cmp -s "$work/moe-straight.log" "$work/moe-resumed.log" ||
 # over the wrong group changes the loss at once. Then the same with capacity factor 0
 # (dropless): the losses must differ from the first step, since capacity 1.0 drops token
 # copies (the routing of the untrained router is unbalanced).
-moe_job() { # moe_job EP CAPACITY_FACTOR OUT
+moe_job() { # moe_job EP CAPACITY_FACTOR OUT [DP]
   python3 - "$src/examples/jobs/tiny-moe-ep2.json" "$src/examples/models/llama-tiny-moe.json" "$@" <<'PY'
 import json, os, sys
 job, model = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
@@ -147,6 +148,7 @@ model["moe"]["capacity_factor"] = float(sys.argv[4])
 cluster = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), job["cluster"])
 job.update(name=f"tiny-moe-ep{sys.argv[3]}-cf{sys.argv[4]}", model=model, cluster=cluster)
 job["parallel"]["ep"] = int(sys.argv[3])
+job["parallel"]["dp"] = int(sys.argv[6]) if len(sys.argv) > 6 else 2
 json.dump(job, open(sys.argv[5], "w"))
 PY
 }
@@ -172,6 +174,20 @@ for cf in ("1.0", "0"):
 dropping, dropless = losses("moe-ep2-cf1.0"), losses("moe-ep2-cf0")
 print(f"first loss with capacity 1.0 {dropping[0]!r}, dropless {dropless[0]!r}")
 sys.exit(0 if ok and dropping[0] != dropless[0] else 1)
+PY
+# DP 4 with EP 2: the expert-data-parallel groups {0, 2} and {1, 3} sum the experts'
+# gradients (with DP 2 x EP 2 they have one member); the same losses as DP 4 with EP 1.
+for ep in 1 2; do
+  moe_job "$ep" 1.0 "$work/moe-dp4-ep$ep-job.json" 4 &&
+    "$bin/dhelix-plan" "$work/moe-dp4-ep$ep-job.json" -o "$work/moe-dp4-ep$ep.json" >/dev/null &&
+    run 4 --plan "$work/moe-dp4-ep$ep.json" --steps 3 --loss-log "$work/moe-dp4-ep$ep.log" ||
+    fail "moe: 3 steps with dp 4, ep $ep"
+done
+python3 - "$work/moe-dp4-ep1.log" "$work/moe-dp4-ep2.log" <<'PY' || fail "moe: DP 4 x EP 2 differs from DP 4 x EP 1"
+import json, sys
+ep1, ep2 = ([json.loads(line)["loss"] for line in open(name)] for name in sys.argv[1:])
+print(f"dp 4: ep 1 {ep1}, ep 2 {ep2}")
+sys.exit(0 if len(ep1) == len(ep2) == 3 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ep1, ep2)) else 1)
 PY
 
 # 6. Bad input: clear errors, non-zero status, no checkpoint written.
