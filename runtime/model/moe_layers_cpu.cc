@@ -51,8 +51,9 @@ struct MoeLayersCpu::State {
 
 namespace {
 
-// The ops of a MoE layer's MLP (lib/dag_builder_moe.cc), fwd.swiglu and bwd.swiglu included.
-constexpr std::array<const char*, 21> kMoeOps = {
+// The ops of a MoE layer's MLP (lib/dag_builder_moe.cc), fwd.swiglu and bwd.swiglu included;
+// the etp_ ones (expert tensor parallelism, tp > 1) are refused by name when bound.
+constexpr std::array<const char*, 23> kMoeOps = {
     "fwd.router",
     "fwd.permute",
     "fwd.dispatch_a2a",
@@ -74,6 +75,8 @@ constexpr std::array<const char*, 21> kMoeOps = {
     "bwd.router_wgrad",
     "fwd.etp_allgather",
     "bwd.etp_allgather",
+    "fwd.etp_reduce_scatter",
+    "bwd.etp_reduce_scatter",
 };
 
 size_t to_size(int64_t n) { return static_cast<size_t>(n); }
@@ -212,7 +215,7 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
   State& s = state(micro_batch, layer);
   Weights& w = *weights_.at(layer);
   const cpu::MoeLayerShape sh = shape_;
-  const int64_t h = sh.hidden, f = sh.ffn, ep = ep_, local = local_, first = ep_rank_ * local_;
+  const int64_t h = sh.hidden, f = sh.ffn, ep = ep_, local = local_;
   const int64_t arrived_capacity = ep * sh.tokens * sh.top_k * h;
   const int64_t copies_capacity = sh.tokens * sh.top_k * h;
   // An all-to-all over the EP group with L chunks per member.
@@ -406,7 +409,6 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
       cpu::linear_wgrad_accumulate(sh.tokens, sh.hidden, sh.experts, s.dz.data(), x, dwr);
     });
   }
-  static_cast<void>(first);
   return std::nullopt;
 }
 
