@@ -9,12 +9,16 @@
 #include "lib/error.h"
 #include "lib/placement.h"
 #include "runtime/cpu/kernels_cpu.h"
+#include "runtime/kernels/swiglu.h"
 #include "runtime/model/stage_model_internal.h"
 
 namespace dhelix::rt {
 
 struct MoeLayersCpu::Weights {
   std::vector<float> router, fc1, fc2;  // [E, h], [L, 2F, h], [L, h, F]
+  // The shared expert (empty without one): gate [h], fc1 [2Fs, h], fc2 [h, Fs].
+  std::vector<float> shared_gate, shared_fc1, shared_fc2;
+  std::vector<float> d_shared_gate, d_shared_fc1, d_shared_fc2;
   std::vector<float> d_router, d_fc1, d_fc2;
 };
 
@@ -42,6 +46,12 @@ struct MoeLayersCpu::State {
   std::vector<float> d_expert_in_src;    // [ep T k, h] source-major
   std::vector<float> d_permuted;         // [T k, h] rank layout
   std::vector<float> d_from_permute, d_from_router, dz;  // [T, h], [T, h], [T, E]
+  // The shared expert: fc1 output [T, 2Fs], activation [T, Fs], output before the gate
+  // [T, h], gate logit and gate per token [T]; backward: d of each, d(logit) [T], the
+  // gate-scaled output gradient (dgrad's [T, h] and wgrad's own copy [T, h]), and the two
+  // input gradients [T, h] (through fc1, through the gate).
+  std::vector<float> s_fc1, s_act, s_out, s_logit, s_gate;
+  std::vector<float> s_d_act, s_d_fc1, s_d_logit, s_d_out, s_d_out_w, d_from_shared, d_from_gate;
   // Without EP the all-to-alls are absent and these alias the buffers on their other side.
   float* experts_read = nullptr;    // expert_in or permuted
   float* unpermute_read = nullptr;  // combined or expert_out
@@ -77,6 +87,12 @@ constexpr std::array<const char*, 23> kMoeOps = {
     "bwd.etp_allgather",
     "fwd.etp_reduce_scatter",
     "bwd.etp_reduce_scatter",
+};
+
+// The shared expert's ops with tp = 1 (lib/dag_builder_shared_expert.cc).
+constexpr std::array<const char*, 8> kSharedOps = {
+    "fwd.shared_fc1",       "fwd.shared_swiglu", "fwd.shared_fc2",       "bwd.shared_fc2_dgrad",
+    "bwd.shared_fc2_wgrad", "bwd.shared_swiglu", "bwd.shared_fc1_dgrad", "bwd.shared_fc1_wgrad",
 };
 
 size_t to_size(int64_t n) { return static_cast<size_t>(n); }
@@ -123,6 +139,7 @@ MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<i
                               .capacity_factor = moe.capacity_factor,
                               .aux_loss_coeff = moe.aux_loss_weight()};
   ep_ = job.parallel.ep;
+  shared_ffn_ = moe.shared_expert_ffn_hidden_size;
   DHELIX_CHECK(moe.num_experts % ep_ == 0);
   local_ = moe.num_experts / ep_;
   ep_rank_ = Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).ep;
@@ -149,6 +166,22 @@ MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<i
     };
     w->fc1 = experts("experts_fc1", 2 * f * h, router_bound);
     w->fc2 = experts("experts_fc2", h * f, 1.0f / std::sqrt(static_cast<float>(f)));
+    if (shared_ffn_ > 0) {
+      const int64_t fs = shared_ffn_;
+      auto full = [&](const std::string& name, int64_t size, float bound) {
+        std::vector<float> values(to_size(size));
+        for (int64_t i = 0; i < size; ++i) {
+          values[to_size(i)] = model_detail::init_uniform(seed, prefix + name, i, bound);
+        }
+        return values;
+      };
+      w->shared_gate = full("shared_gate", h, router_bound);
+      w->shared_fc1 = full("shared_fc1", 2 * fs * h, router_bound);
+      w->shared_fc2 = full("shared_fc2", h * fs, 1.0f / std::sqrt(static_cast<float>(fs)));
+      w->d_shared_gate.assign(w->shared_gate.size(), 0.0f);
+      w->d_shared_fc1.assign(w->shared_fc1.size(), 0.0f);
+      w->d_shared_fc2.assign(w->shared_fc2.size(), 0.0f);
+    }
     w->d_router.assign(w->router.size(), 0.0f);
     w->d_fc1.assign(w->fc1.size(), 0.0f);
     w->d_fc2.assign(w->fc2.size(), 0.0f);
@@ -159,7 +192,8 @@ MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<i
 MoeLayersCpu::~MoeLayersCpu() = default;
 
 bool MoeLayersCpu::handles(const std::string& op) {
-  return std::find(kMoeOps.begin(), kMoeOps.end(), op) != kMoeOps.end();
+  return std::find(kMoeOps.begin(), kMoeOps.end(), op) != kMoeOps.end() ||
+         std::find(kSharedOps.begin(), kSharedOps.end(), op) != kSharedOps.end();
 }
 
 MoeLayersCpu::State& MoeLayersCpu::state(int64_t micro_batch, int64_t layer) {
@@ -191,6 +225,20 @@ MoeLayersCpu::State& MoeLayersCpu::state(int64_t micro_batch, int64_t layer) {
   s.d_from_permute.assign(to_size(t * h), 0.0f);
   s.d_from_router.assign(to_size(t * h), 0.0f);
   s.dz.assign(to_size(t * shape_.experts), 0.0f);
+  if (shared_ffn_ > 0) {
+    const size_t rows = to_size(t), fs = to_size(shared_ffn_);
+    s.s_fc1.assign(rows * 2 * fs, 0.0f);
+    s.s_d_fc1.assign(rows * 2 * fs, 0.0f);
+    s.s_act.assign(rows * fs, 0.0f);
+    s.s_d_act.assign(rows * fs, 0.0f);
+    for (std::vector<float>* buffer :
+         {&s.s_out, &s.s_d_out, &s.s_d_out_w, &s.d_from_shared, &s.d_from_gate}) {
+      buffer->assign(rows * to_size(h), 0.0f);
+    }
+    for (std::vector<float>* buffer : {&s.s_logit, &s.s_gate, &s.s_d_logit}) {
+      buffer->assign(rows, 0.0f);
+    }
+  }
   const bool ep = ep_ > 1;
   s.experts_read = ep ? s.expert_in.data() : s.permuted.data();
   s.unpermute_read = ep ? s.combined.data() : s.expert_out.data();
@@ -203,6 +251,7 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
                                           const MoeLayerIo& io) {
   using model_detail::computation;
   if (!handles(op)) return std::nullopt;
+  if (op.find(".shared_") != std::string::npos) return bind_shared(op, layer, micro_batch, io);
   if (op.find("etp_") != std::string::npos) {
     throw Error(ErrorCode::kUnsupported,
                 fmt::format("StageModel: op {}: expert tensor parallelism is not run yet", op));
@@ -412,11 +461,97 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
   return std::nullopt;
 }
 
+// The shared expert (Qwen2-MoE): y += sigmoid(x w_g) * fc2(swiglu(fc1(x))), per token.
+//   backward  dg = <dy, out>, dlogit = dg g (1 - g); d out = g dy; dx += fc1's dx + dlogit w_g
+std::optional<BoundOp> MoeLayersCpu::bind_shared(const std::string& op, int64_t layer,
+                                                 int64_t micro_batch, const MoeLayerIo& io) {
+  using model_detail::computation;
+  if (shared_ffn_ == 0) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("StageModel: op {}: the model has no shared expert", op));
+  }
+  State& s = state(micro_batch, layer);
+  Weights& w = *weights_.at(layer);
+  const int64_t t = shape_.tokens, h = shape_.hidden, fs = shared_ffn_;
+  if (op == "fwd.shared_fc1") {
+    return computation<CpuBackend>([&s, t, h, fs, x = io.x, w1 = w.shared_fc1.data()](const auto&) {
+      cpu::linear_forward(t, h, 2 * fs, x, w1, s.s_fc1.data());
+    });
+  }
+  if (op == "fwd.shared_swiglu") {
+    return computation<CpuBackend>(
+        [&s, t, fs](const auto&) { cpu::swiglu_forward(t, fs, s.s_fc1.data(), s.s_act.data()); });
+  }
+  if (op == "fwd.shared_fc2") {
+    return computation<CpuBackend>([&s, t, h, fs, x = io.x, y = io.y, w2 = w.shared_fc2.data(),
+                                    wg = w.shared_gate.data()](const auto&) {
+      cpu::linear_forward(t, fs, h, s.s_act.data(), w2, s.s_out.data());
+      cpu::linear_forward(t, h, 1, x, wg, s.s_logit.data());
+      for (int64_t r = 0; r < t; ++r) {
+        const float g = kernels::sigmoid(s.s_logit[to_size(r)]);
+        s.s_gate[to_size(r)] = g;
+        for (int64_t i = 0; i < h; ++i) y[r * h + i] += g * s.s_out[to_size(r * h + i)];
+      }
+    });
+  }
+  if (op == "bwd.shared_fc2_dgrad") {
+    return computation<CpuBackend>([&s, t, h, fs, x = io.x, dy = io.dy, w2 = w.shared_fc2.data(),
+                                    wg = w.shared_gate.data(),
+                                    dwg = w.d_shared_gate.data()](const auto&) {
+      for (int64_t r = 0; r < t; ++r) {
+        const float g = s.s_gate[to_size(r)];
+        float dg = 0.0f;
+        for (int64_t i = 0; i < h; ++i) {
+          dg += dy[r * h + i] * s.s_out[to_size(r * h + i)];
+          s.s_d_out[to_size(r * h + i)] = g * dy[r * h + i];
+        }
+        s.s_d_logit[to_size(r)] = dg * g * (1.0f - g);
+      }
+      cpu::linear_dgrad(t, fs, h, s.s_d_out.data(), w2, s.s_d_act.data());
+      cpu::linear_dgrad(t, h, 1, s.s_d_logit.data(), wg, s.d_from_gate.data());
+      cpu::linear_wgrad_accumulate(t, h, 1, s.s_d_logit.data(), x, dwg);
+    });
+  }
+  if (op == "bwd.shared_fc2_wgrad") {  // may run before the dgrad: scales dy itself
+    return computation<CpuBackend>(
+        [&s, t, h, fs, dy = io.dy, dw2 = w.d_shared_fc2.data()](const auto&) {
+          for (int64_t r = 0; r < t; ++r) {
+            for (int64_t i = 0; i < h; ++i) {
+              s.s_d_out_w[to_size(r * h + i)] = s.s_gate[to_size(r)] * dy[r * h + i];
+            }
+          }
+          cpu::linear_wgrad_accumulate(t, fs, h, s.s_d_out_w.data(), s.s_act.data(), dw2);
+        });
+  }
+  if (op == "bwd.shared_swiglu") {
+    return computation<CpuBackend>([&s, t, fs](const auto&) {
+      cpu::swiglu_backward(t, fs, s.s_fc1.data(), s.s_d_act.data(), s.s_d_fc1.data());
+    });
+  }
+  if (op == "bwd.shared_fc1_dgrad") {
+    return computation<CpuBackend>([&s, t, h, fs, w1 = w.shared_fc1.data()](const auto&) {
+      cpu::linear_dgrad(t, h, 2 * fs, s.s_d_fc1.data(), w1, s.d_from_shared.data());
+    });
+  }
+  if (op == "bwd.shared_fc1_wgrad") {
+    return computation<CpuBackend>(
+        [&s, t, h, fs, x = io.x, dw1 = w.d_shared_fc1.data()](const auto&) {
+          cpu::linear_wgrad_accumulate(t, h, 2 * fs, s.s_d_fc1.data(), x, dw1);
+        });
+  }
+  return std::nullopt;
+}
+
 BoundOp::Task MoeLayersCpu::sum_input_gradient(int64_t layer, int64_t micro_batch,
                                                const MoeLayerIo& io) {
   State& s = state(micro_batch, layer);
-  return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden](const CpuBackend::Exec&) {
+  return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden,
+          shared = shared_ffn_ > 0](const CpuBackend::Exec&) {
     cpu::add_tensors(n, s.d_from_permute.data(), s.d_from_router.data(), dx);
+    if (shared) {
+      cpu::add_tensors(n, dx, s.d_from_shared.data(), dx);
+      cpu::add_tensors(n, dx, s.d_from_gate.data(), dx);
+    }
   };
 }
 
@@ -434,9 +569,15 @@ std::vector<ParameterView> MoeLayersCpu::parameters(int64_t layer) {
     v.expert = expert;
     return v;
   };
-  return {view(prefix + "router", w.router, w.d_router, false),
-          view(prefix + "experts_fc1", w.fc1, w.d_fc1, true),
-          view(prefix + "experts_fc2", w.fc2, w.d_fc2, true)};
+  std::vector<ParameterView> views = {view(prefix + "router", w.router, w.d_router, false),
+                                      view(prefix + "experts_fc1", w.fc1, w.d_fc1, true),
+                                      view(prefix + "experts_fc2", w.fc2, w.d_fc2, true)};
+  if (shared_ffn_ > 0) {
+    views.push_back(view(prefix + "shared_gate", w.shared_gate, w.d_shared_gate, false));
+    views.push_back(view(prefix + "shared_fc1", w.shared_fc1, w.d_shared_fc1, false));
+    views.push_back(view(prefix + "shared_fc2", w.shared_fc2, w.d_shared_fc2, false));
+  }
+  return views;
 }
 
 float MoeLayersCpu::aux_loss_sum(int64_t micro_batches) const {

@@ -36,8 +36,14 @@
 // mean cross-entropy: its gradient is scaled by loss_scale x T (loss_scale = 1 / tokens of
 // the global batch) and aux_loss_sum() adds it to the reported loss.
 //
+// The shared expert (Qwen2-MoE, ModelSpec's shared_expert_ffn_hidden_size): a dense SwiGLU
+// MLP every token passes, its output scaled by a per-token sigmoid gate sigmoid(x w_g) and
+// added to the routed experts' in fwd.shared_fc2 (the planner leaves the h -> 1 gate GEMM
+// out of its costs; here it runs inside shared_fc2 and its backward inside
+// shared_fc2_dgrad). Its weights are dense: gate [h], fc1 [2Fs, h], fc2 [h, Fs].
+//
 // Limits (refused before training, runtime/train/moe_support.h): tp = 1 (the MoE layer
-// under TP needs SP and expert tensor parallelism), no shared experts, no recompute.
+// under TP needs SP and expert tensor parallelism), no recompute.
 
 #include <cstdint>
 #include <map>
@@ -78,11 +84,13 @@ class MoeLayersCpu {
   /// all-to-all op with ep = 1 is Error(kInvalidInput) (the planner writes none).
   std::optional<BoundOp> bind(const std::string& op, int64_t layer, int64_t micro_batch,
                               const MoeLayerIo& io);
-  /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients.
+  /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients
+  /// (+ the shared expert's through its fc1, + through its gate, in that order).
   BoundOp::Task sum_input_gradient(int64_t layer, int64_t micro_batch, const MoeLayerIo& io);
 
   /// `layer`'s router, experts' fc1 and fc2, named "layers.<l>.router", ".experts_fc1",
-  /// ".experts_fc2"; the experts' marked expert.
+  /// ".experts_fc2" (the experts' marked expert), then the shared expert's ".shared_gate",
+  /// ".shared_fc1", ".shared_fc2" when the model has one.
   std::vector<ParameterView> parameters(int64_t layer);
   /// Sum of the load-balancing losses of micro-batches [0, micro_batches) over this rank's
   /// layers (each micro-batch's own mean, as the cross-entropy), from the last forward.
@@ -94,11 +102,14 @@ class MoeLayersCpu {
   struct Weights;
   struct State;
   State& state(int64_t micro_batch, int64_t layer);
+  std::optional<BoundOp> bind_shared(const std::string& op, int64_t layer, int64_t micro_batch,
+                                     const MoeLayerIo& io);
 
   cpu::MoeLayerShape shape_;
-  int64_t ep_ = 1;       // EP group size
-  int64_t ep_rank_ = 0;  // this rank's index in it
-  int64_t local_ = 0;    // L: experts held here
+  int64_t ep_ = 1;          // EP group size
+  int64_t ep_rank_ = 0;     // this rank's index in it
+  int64_t local_ = 0;       // L: experts held here
+  int64_t shared_ffn_ = 0;  // Fs: the shared expert's FFN width (0: none)
   const float* loss_scale_;
   std::map<int64_t, std::unique_ptr<Weights>> weights_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)

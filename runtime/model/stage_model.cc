@@ -108,13 +108,7 @@ bool is_layer_op(const std::string& op) {
 
 // The MoE layers' limits on the CPU backend (moe_layers_cpu.h).
 void check_moe_supported(const JobSpec& job, ProblemList& problems) {
-  const ModelSpec& m = job.model;
   const std::string yet = "is not run by the runtime yet";
-  if (m.moe->has_shared_expert()) {
-    problems.add(m.source_file, "/moe/shared_expert_ffn_hidden_size",
-                 std::to_string(m.moe->shared_expert_ffn_hidden_size),
-                 yet + " (MoE layers without a shared expert only)");
-  }
   if (job.parallel.tp > 1) {
     const FieldOrigin origin = job.origin_of("parallel.tp");
     problems.add(origin.file, origin.pointer, std::to_string(job.parallel.tp),

@@ -129,7 +129,7 @@ class BasicStageModel {
   /// depends only on (seed, tensor, global index): every TP layout of one model starts
   /// from the same full weights. `memory` says where buffers live (B::MemoryConfig).
   /// Throws Error(kUnsupported) for models or settings the runtime does not run (MoE on
-  /// another backend than the CPU's, and there with tp > 1, shared experts or recompute;
+  /// another backend than the CPU's, and there with tp > 1 or recompute;
   /// cp > 1, linear biases, non-RMSNorm, non-SwiGLU, non-RoPE positions, tied
   /// embeddings), listing every such setting.
   BasicStageModel(const JobSpec& job, int64_t rank,

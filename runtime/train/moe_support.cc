@@ -29,11 +29,6 @@ void refuse_unsupported_moe(const JobSpec& job, const std::string& plan_file,
                        p.tp, p.expert_tp_size()),
            "plan the job with tp 1");
   }
-  if (moe->has_shared_expert()) {
-    refuse(fmt::format("{} with a shared expert (shared_expert_ffn_hidden_size = {})", layers,
-                       moe->shared_expert_ffn_hidden_size),
-           "plan the job without it");
-  }
   if (p.recompute.granularity != RecomputeGranularity::kNone) {
     refuse(fmt::format("{} with activation recompute ({})", layers,
                        recompute_granularity_name(p.recompute.granularity)),

@@ -9,7 +9,8 @@
 #   4. activation recompute, full and selective: --verify, and the storing plan's losses;
 #   5. MoE with expert parallelism (tiny-moe-ep2, tiny-moe-ep2-pp2; --verify in 1): the loss
 #      falls, resume is exact, EP 2 trains the model EP 1 trains (DP 2 and DP 4, where the
-#      expert-data-parallel groups sum the experts' gradients), and capacity drops tokens;
+#      expert-data-parallel groups sum the experts' gradients; with a shared expert), and
+#      capacity drops tokens;
 #   6. bad input (plan for another job, too few ranks, missing files, resume without a
 #      checkpoint, a corrupted plan the checker refuses, CP plans, MoE plans the runtime
 #      does not run) gives a clear error, a non-zero status and no checkpoint.
@@ -140,7 +141,7 @@ cmp -s "$work/moe-straight.log" "$work/moe-resumed.log" ||
 # over the wrong group changes the loss at once. Then the same with capacity factor 0
 # (dropless): the losses must differ from the first step, since capacity 1.0 drops token
 # copies (the routing of the untrained router is unbalanced).
-moe_job() { # moe_job EP CAPACITY_FACTOR OUT [DP]
+moe_job() { # moe_job EP CAPACITY_FACTOR OUT [DP [SHARED_EXPERT_FFN]]
   python3 - "$src/examples/jobs/tiny-moe-ep2.json" "$src/examples/models/llama-tiny-moe.json" "$@" <<'PY'
 import json, os, sys
 job, model = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
@@ -149,6 +150,8 @@ cluster = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), job["clust
 job.update(name=f"tiny-moe-ep{sys.argv[3]}-cf{sys.argv[4]}", model=model, cluster=cluster)
 job["parallel"]["ep"] = int(sys.argv[3])
 job["parallel"]["dp"] = int(sys.argv[6]) if len(sys.argv) > 6 else 2
+if len(sys.argv) > 7:
+    model["moe"]["shared_expert_ffn_hidden_size"] = int(sys.argv[7])
 json.dump(job, open(sys.argv[5], "w"))
 PY
 }
@@ -187,6 +190,25 @@ python3 - "$work/moe-dp4-ep1.log" "$work/moe-dp4-ep2.log" <<'PY' || fail "moe: D
 import json, sys
 ep1, ep2 = ([json.loads(line)["loss"] for line in open(name)] for name in sys.argv[1:])
 print(f"dp 4: ep 1 {ep1}, ep 2 {ep2}")
+sys.exit(0 if len(ep1) == len(ep2) == 3 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ep1, ep2)) else 1)
+PY
+# A shared expert (Qwen2-MoE, with its sigmoid gate; width 64): --verify under jitter with
+# EP 2, and EP 2 equals EP 1 over 3 steps.
+for ep in 1 2; do
+  moe_job "$ep" 1.0 "$work/moe-shared-ep$ep-job.json" 2 64 &&
+    "$bin/dhelix-plan" "$work/moe-shared-ep$ep-job.json" -o "$work/moe-shared-ep$ep.json" >/dev/null &&
+    run 2 --plan "$work/moe-shared-ep$ep.json" --steps 3 --loss-log "$work/moe-shared-ep$ep.log" ||
+    fail "moe: 3 steps with a shared expert, ep $ep"
+done
+if ! run 2 --plan "$work/moe-shared-ep2.json" --steps 2 --verify --jitter-us 200 ||
+  [[ $(grep -c "bitwise equal on 2 ranks" "$work/out") != 2 ]]; then
+  fail "moe with a shared expert: --verify"
+  cat "$work/out"
+fi
+python3 - "$work/moe-shared-ep1.log" "$work/moe-shared-ep2.log" <<'PY' || fail "moe: shared expert, EP 2 differs from EP 1"
+import json, sys
+ep1, ep2 = ([json.loads(line)["loss"] for line in open(name)] for name in sys.argv[1:])
+print(f"shared expert: ep 1 {ep1}, ep 2 {ep2}")
 sys.exit(0 if len(ep1) == len(ep2) == 3 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ep1, ep2)) else 1)
 PY
 

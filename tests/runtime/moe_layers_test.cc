@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -121,6 +122,72 @@ TEST(MoeLayersCpu, BoundOpsComputeWhatTheMoeFunctionsComputeWithTokensDropped) {
     EXPECT_STREQ(error.what(), "StageModel: op fwd.dispatch_a2a does not occur with ep = 1");
   }
   EXPECT_FALSE(moe.bind("fwd.gemm_fc1", 0, 0, io).has_value());
+}
+
+// With a shared expert (its sigmoid gate included) and no capacity limit nor aux loss (so
+// that the loss is smooth where it is probed): L = <y, dy>; the bound backward's input
+// gradient and the shared expert's weight gradients match central differences.
+TEST(MoeLayersCpu, SharedExpertGradientsMatchFiniteDifferences) {
+  JobSpec job = test::tiny_job(/*tp=*/1, /*sp=*/false);
+  job.model.moe = MoeSpec{.num_experts = 4,
+                          .top_k = 2,
+                          .capacity_factor = 0.0,
+                          .expert_ffn_hidden_size = 16,
+                          .shared_expert_ffn_hidden_size = 24,
+                          .aux_loss_coeff = 0.0};
+  const int64_t t = 32, h = 64;
+  const float loss_scale = 1.0f / static_cast<float>(t);
+  MoeLayersCpu moe(job, 0, {0}, 11, &loss_scale);
+  const std::vector<ParameterView> params = moe.parameters(0);
+  ASSERT_EQ(params.size(), 6u);
+  EXPECT_EQ(params[3].name, "layers.0.shared_gate");
+  EXPECT_EQ(params[4].count, 2 * 24 * h);
+  std::vector<float> x = random_values(t * h, 3);
+  const std::vector<float> dy = random_values(t * h, 4);
+  std::vector<float> y(x.size()), dx(x.size());
+  const MoeLayerIo io{.x = x.data(), .y = y.data(), .dy = dy.data(), .dx = dx.data()};
+  const std::vector<std::string> forward = {
+      "fwd.router",    "fwd.permute",    "fwd.grouped_fc1",   "fwd.swiglu",    "fwd.grouped_fc2",
+      "fwd.unpermute", "fwd.shared_fc1", "fwd.shared_swiglu", "fwd.shared_fc2"};
+  std::vector<BoundOp> bound;
+  for (const std::string& op : forward) bound.push_back(*moe.bind(op, 0, 0, io));
+  auto loss = [&] {
+    for (BoundOp& op : bound) op.compute(CpuBackend::Exec{});
+    double sum = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) sum += static_cast<double>(y[i]) * dy[i];
+    return sum;
+  };
+  loss();
+  for (const char* op :
+       {"bwd.shared_fc2_wgrad", "bwd.shared_fc2_dgrad", "bwd.shared_swiglu", "bwd.shared_fc1_dgrad",
+        "bwd.shared_fc1_wgrad", "bwd.unpermute", "bwd.grouped_fc2_dgrad", "bwd.grouped_fc2_wgrad",
+        "bwd.swiglu", "bwd.grouped_fc1_dgrad", "bwd.grouped_fc1_wgrad", "bwd.permute", "bwd.router",
+        "bwd.router_wgrad"}) {
+    run(moe, op, io);
+  }
+  moe.sum_input_gradient(0, 0, io)(CpuBackend::Exec{});
+  // d L / d v by central differences for element i of `values`.
+  auto numeric = [&](float* values, int64_t i) {
+    const float keep = values[i], eps = 1e-2f;
+    values[i] = keep + eps;
+    const double up = loss();
+    values[i] = keep - eps;
+    const double down = loss();
+    values[i] = keep;
+    return (up - down) / (2.0 * eps);
+  };
+  auto expect_close = [](double numeric_grad, float analytic, const std::string& what) {
+    EXPECT_NEAR(analytic, numeric_grad, 2e-2 * std::abs(numeric_grad) + 2e-3) << what;
+  };
+  for (int64_t i : {0, 5, 130, 1000, 2047}) {
+    expect_close(numeric(x.data(), i), dx[static_cast<size_t>(i)], "dx " + std::to_string(i));
+  }
+  for (size_t p = 3; p < 6; ++p) {
+    for (int64_t i : {int64_t{0}, int64_t{7}, params[p].count - 1}) {
+      expect_close(numeric(params[p].values, i), params[p].gradient[i],
+                   params[p].name + " " + std::to_string(i));
+    }
+  }
 }
 
 }  // namespace
