@@ -228,19 +228,13 @@ RunnableOp comm_runner(const Op& op, const CommBinding& binding) {
                     [buffers, comm, out, in, total] { comm->ring_exchange(out, in, total); });
     }
     case OpKind::kAllToAll: {
+      // The runtime's expert dispatch: counts first, then the blocks (all_to_all_v).
       const float* out = buffers->add_zeros(block * n);
       float* in = buffers->add_zeros(block * n);
-      return finish(buffers, [buffers, comm, out, in, block, n, peers = binding.world_ranks] {
-        const int64_t me = comm->rank();
-        std::vector<std::unique_ptr<rt::TransferRequest>> requests;
-        for (int64_t p = 0; p < n; ++p) {
-          if (p == me) continue;
-          const int64_t peer = peers.at(static_cast<size_t>(p));
-          requests.push_back(comm->start_recv(in + p * block, block, peer, 1));
-          requests.push_back(comm->start_send(out + p * block, block, peer, 1));
-        }
-        std::copy(out + me * block, out + (me + 1) * block, in + me * block);
-        for (auto& request : requests) request->wait();
+      return finish(buffers, [buffers, comm, out, in, block, n] {
+        const std::vector<int64_t> counts(static_cast<size_t>(n), block);
+        std::vector<int64_t> received(static_cast<size_t>(n));
+        comm->all_to_all_v(out, counts.data(), 1, in, received.data(), block * n);
       });
     }
     default:

@@ -19,7 +19,8 @@
 //   all_reduce                comm_bytes / 4 floats
 //   send_recv                 comm_bytes / 4 floats sent to the next member of the group and
 //                             received from the previous one (a ring step)
-//   all_to_all                comm_bytes / 4 floats split into n blocks, exchanged pairwise
+//   all_to_all                comm_bytes / 4 floats split into n blocks, exchanged by
+//                             Communicator::all_to_all_v (counts first), as the run does
 // Every kernel runs in fp32 whatever the op's dtype (the CPU backend's only type); a
 // communication op moves its byte count as fp32 values.
 

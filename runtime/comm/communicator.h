@@ -56,6 +56,16 @@ class Communicator {
   /// order, apart from the point-to-point transfers below. A group of one copies send
   /// to recv.
   virtual void ring_exchange(const float* send, float* recv, int64_t count) = 0;
+  /// All-to-all with per-member counts (expert parallelism's dispatch and combine): member
+  /// r's `in` holds one block per member j, in group-rank order, each block `chunks`
+  /// contiguous chunks of send_counts[j * chunks + c] elements. The counts go first (an
+  /// all-to-all of `chunks` int64 per member), so recv_counts[j * chunks + c] returns member
+  /// j's counts for this rank; then out receives the members' blocks for this rank in
+  /// group-rank order, contiguous. `out_capacity` is out's size; a total above it is
+  /// Error(kInternal) (before any data moves). in and out must not overlap. No arithmetic:
+  /// the elements arrive as sent.
+  virtual void all_to_all_v(const float* in, const int64_t* send_counts, int64_t chunks, float* out,
+                            int64_t* recv_counts, int64_t out_capacity) = 0;
   /// The largest of the members' `value`s, the same on every member: how ranks agree on
   /// whether any of them failed, diverged or was signalled (runtime/train/rank_agreement.h).
   virtual int64_t all_reduce_max(int64_t value) = 0;

@@ -17,17 +17,21 @@ namespace {
 // One group's rendezvous: staged inputs and a generation-counted barrier.
 struct Group {
   explicit Group(int64_t n)
-      : size(n), staged(static_cast<size_t>(n)), staged_values(static_cast<size_t>(n)) {}
+      : size(n),
+        staged(static_cast<size_t>(n)),
+        staged_values(static_cast<size_t>(n)),
+        staged_counts(static_cast<size_t>(n)) {}
   const int64_t size;
   std::mutex mutex;
   std::condition_variable changed;
   int64_t arrived = 0;
   int64_t generation = 0;
   std::vector<std::vector<float>> staged;
-  std::vector<int64_t> staged_values;  // all_reduce_max
   // ring_exchange: messages by (sender, receiver) group rank, in sending order. Per group,
   // so that the rings of two streams' communicators never mix.
   std::map<std::pair<int64_t, int64_t>, std::deque<std::vector<float>>> ring;
+  std::vector<int64_t> staged_values;         // all_reduce_max
+  std::vector<const int64_t*> staged_counts;  // all_to_all_v: each member's send_counts
 
   void barrier(std::unique_lock<std::mutex>& lock) {
     const int64_t mine = generation;
@@ -154,6 +158,51 @@ class LoopbackCommunicator final : public Communicator {
                               count, message.size()));
     }
     std::copy(message.begin(), message.end(), recv);
+  // Every member stages its whole input and its counts; each then copies its own block out
+  // of every member's input, in group-rank order.
+  void all_to_all_v(const float* in, const int64_t* send_counts, int64_t chunks, float* out,
+                    int64_t* recv_counts, int64_t out_capacity) override {
+    DHELIX_CHECK(chunks >= 1);
+    const int64_t n = size();
+    int64_t total_in = 0;
+    for (int64_t i = 0; i < n * chunks; ++i) total_in += send_counts[i];
+    std::unique_ptr<Error> failure;
+    {
+      std::unique_lock<std::mutex> lock(group_->mutex);
+      group_->staged[static_cast<size_t>(rank_)].assign(in, in + total_in);
+      group_->staged_counts[static_cast<size_t>(rank_)] = send_counts;
+      group_->barrier(lock);
+    }
+    // Where member j's block for this rank starts in its input, and its size.
+    std::vector<int64_t> offset(static_cast<size_t>(n), 0), block(static_cast<size_t>(n), 0);
+    int64_t received = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t* counts = group_->staged_counts[static_cast<size_t>(j)];
+      for (int64_t i = 0; i < rank_ * chunks; ++i) offset[static_cast<size_t>(j)] += counts[i];
+      for (int64_t c = 0; c < chunks; ++c) {
+        recv_counts[j * chunks + c] = counts[rank_ * chunks + c];
+        block[static_cast<size_t>(j)] += counts[rank_ * chunks + c];
+      }
+      received += block[static_cast<size_t>(j)];
+    }
+    if (received > out_capacity) {
+      failure = std::make_unique<Error>(
+          ErrorCode::kInternal,
+          fmt::format("{}: all_to_all_v receives {} elements into a buffer of {}", name_, received,
+                      out_capacity));
+    } else {
+      float* at = out;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* source =
+            group_->staged[static_cast<size_t>(j)].data() + offset[static_cast<size_t>(j)];
+        at = std::copy(source, source + block[static_cast<size_t>(j)], at);
+      }
+    }
+    {
+      std::unique_lock<std::mutex> lock(group_->mutex);
+      group_->barrier(lock);  // nobody restages before every member has copied
+    }
+    if (failure) throw *failure;
   }
 
   std::unique_ptr<TransferRequest> start_send(const float* data, int64_t count, int64_t peer,

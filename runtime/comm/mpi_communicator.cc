@@ -145,6 +145,58 @@ void MpiCommunicator::all_reduce_sum(float* inout, int64_t count) {
   std::copy(padded_.begin(), padded_.begin() + count, inout);
 }
 
+void MpiCommunicator::all_to_all_v(const float* in, const int64_t* send_counts, int64_t chunks,
+                                   float* out, int64_t* recv_counts, int64_t out_capacity) {
+  DHELIX_CHECK(chunks >= 1);
+  const auto n = static_cast<size_t>(size_);
+  const int per_member = count_as_int(chunks, "all_to_all_v counts");
+  // 1. The counts: chunks int64 per member, both ways.
+  if (mpi_wait_mode() == MpiWaitMode::kSpin) {
+    check_mpi(MPI_Alltoall(send_counts, per_member, MPI_INT64_T, recv_counts, per_member,
+                           MPI_INT64_T, comm_),
+              "MPI_Alltoall");
+  } else {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(MPI_Ialltoall(send_counts, per_member, MPI_INT64_T, recv_counts, per_member,
+                            MPI_INT64_T, comm_, &request),
+              "MPI_Ialltoall");
+    wait_for(request, "MPI_Ialltoall");
+  }
+  // 2. Block sizes and offsets in MPI's int, checked before any data moves.
+  std::vector<int> send_n(n), send_at(n), recv_n(n), recv_at(n);
+  int64_t sent = 0, received = 0;
+  for (size_t j = 0; j < n; ++j) {
+    int64_t send_block = 0, recv_block = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      send_block += send_counts[static_cast<int64_t>(j) * chunks + c];
+      recv_block += recv_counts[static_cast<int64_t>(j) * chunks + c];
+    }
+    send_at[j] = count_as_int(sent, "all_to_all_v offset");
+    recv_at[j] = count_as_int(received, "all_to_all_v offset");
+    send_n[j] = count_as_int(send_block, "all_to_all_v");
+    recv_n[j] = count_as_int(recv_block, "all_to_all_v");
+    sent += send_block;
+    received += recv_block;
+  }
+  if (received > out_capacity) {
+    throw Error(ErrorCode::kInternal, name_ + ": all_to_all_v receives " +
+                                          std::to_string(received) + " elements into a buffer of " +
+                                          std::to_string(out_capacity));
+  }
+  // 3. The data.
+  if (mpi_wait_mode() == MpiWaitMode::kSpin) {
+    check_mpi(MPI_Alltoallv(in, send_n.data(), send_at.data(), MPI_FLOAT, out, recv_n.data(),
+                            recv_at.data(), MPI_FLOAT, comm_),
+              "MPI_Alltoallv");
+    return;
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ialltoallv(in, send_n.data(), send_at.data(), MPI_FLOAT, out, recv_n.data(),
+                           recv_at.data(), MPI_FLOAT, comm_, &request),
+            "MPI_Ialltoallv");
+  wait_for(request, "MPI_Ialltoallv");
+}
+
 int64_t MpiCommunicator::all_reduce_max(int64_t value) {
   int64_t largest = value;
   check_mpi(MPI_Allreduce(&value, &largest, 1, MPI_INT64_T, MPI_MAX, comm_), "MPI_Allreduce");

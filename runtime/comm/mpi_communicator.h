@@ -46,6 +46,9 @@ class MpiCommunicator final : public Communicator {
   /// exceeds INT_MAX elements.
   void all_reduce_sum(float* inout, int64_t count) override;
   void barrier() override;
+  /// Throws Error(kUnsupported) when a block or an offset exceeds INT_MAX elements.
+  void all_to_all_v(const float* in, const int64_t* send_counts, int64_t chunks, float* out,
+                    int64_t* recv_counts, int64_t out_capacity) override;
   int64_t all_reduce_max(int64_t value) override;
   /// MPI_Isend to the next member and MPI_Irecv from the previous one on this
   /// communicator with tag kRingTag, waited as mpi_wait.h's mode says.

@@ -89,6 +89,19 @@ ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank)
     const std::vector<int64_t> members = dp_cp_members(placement, world_rank);
     dp_cp_ = split_world(static_cast<int>(members.front()), key, "dp x cp");
   }
+  const std::vector<int64_t> expert_dp = expert_data_parallel_ranks(placement, world_rank);
+  expert_dp_ = split_world(static_cast<int>(expert_dp.front()), key, "expert-dp");
+}
+
+std::vector<int64_t> ProcessGroups::expert_data_parallel_ranks(const Placement& placement,
+                                                               int64_t world_rank) {
+  const RankCoordinates own = placement.coordinates(world_rank);
+  std::vector<int64_t> ranks;
+  for (int64_t rank = 0; rank < placement.world_size(); ++rank) {
+    const RankCoordinates c = placement.coordinates(rank);
+    if (c.tp == own.tp && c.pp == own.pp && c.ep == own.ep) ranks.push_back(rank);
+  }
+  return ranks;
 }
 
 Communicator& ProcessGroups::group(ParallelDim dim, CommSlot slot) {
@@ -97,7 +110,7 @@ Communicator& ProcessGroups::group(ParallelDim dim, CommSlot slot) {
   }
   throw Error(ErrorCode::kUnsupported, std::string("no communicator for the ") +
                                            parallel_dim_name(dim) +
-                                           " dimension (the runtime has tp, cp, dp and pp)");
+                                           " dimension (the runtime has tp, cp, dp, pp and ep)");
 }
 
 Communicator& ProcessGroups::gradient_group() {

@@ -1,20 +1,32 @@
 #pragma once
-// Every communicator one rank needs: for each of its tp, cp, dp and pp groups and for the world,
+// Every communicator one rank needs: for each of its tp, cp, dp, pp and ep groups and for the world,
 // one communicator per thread that may use it (CommSlot). MPI allows several threads to call
 // collectives at the same time only on different communicators, and the runtime runs the
 // compute thread and two communication-stream threads side by side (DHelix's two strands
 // overlap one strand's collectives with the other's), so each gets its own.
 //
 // Creation is collective: every rank of the world splits MPI_COMM_WORLD in the same fixed
-// order (dims tp, cp, dp, pp; within each, slots main, local, cross; then the world per
-// slot; then, with cp > 1, the DP x CP group), with the group's lowest world rank as colour
-// and the world rank as key, so group rank i is the i-th lowest world rank of the group, as
-// in Placement::group(): a CP group's rank i is CP coordinate i, the ring order of
-// runtime/kernels/context_parallel.h.
+// order (dims tp, cp, dp, pp, ep; within each, slots main, local, cross; then the world per
+// slot; then, with cp > 1, the DP x CP group; then the expert-data-parallel group), with the
+// group's lowest world rank as colour and the world rank as key, so group rank i is the i-th
+// lowest world rank of the group, as in Placement::group(): a CP group's rank i is CP
+// coordinate i, the ring order of runtime/kernels/context_parallel.h.
 //
 // Dense gradients are summed over DP x CP: the ranks of one TP coordinate and one pipeline
 // stage hold the same weights, each CP rank having seen its share of every sequence
 // (gradient_group).
+//
+// Expert parallelism (MoE), as Megatron-Core: EP adds no ranks, its groups are runs of ep
+// consecutive members of the cp·dp block (lib/placement.h). Gradients are summed so that
+// every weight sees every token of the global batch exactly once:
+//   dense weights (attention, norms, router, embedding, head): over the dp group (the whole
+//     cp·dp block, EP members included), as without EP;
+//   expert weights: over the expert-data-parallel group only, the ranks with the same tp,
+//     pp and EP index (dp·cp / ep of them): the EP members hold different experts, and the
+//     dispatch all-to-all already brought every EP member's tokens to the expert.
+// Both are sums of gradients of the one global loss (the trainer scales by 1 / tokens of
+// the global batch), the semantics of Megatron-Core's DDP where dense and expert gradients
+// are both scaled by 1 / (dp·cp) and reduced over dp·cp and the expert-dp group.
 
 #include <array>
 #include <cstdint>
@@ -47,9 +59,15 @@ class ProcessGroups {
   /// process's rank in MPI_COMM_WORLD.
   ProcessGroups(const Placement& placement, int64_t world_rank);
 
-  /// This rank's group of `dim` (tp, cp, dp or pp) for the thread of `slot`; throws
+  /// This rank's group of `dim` (tp, cp, dp, pp or ep) for the thread of `slot`; throws
   /// Error(kUnsupported) for another dimension.
   Communicator& group(ParallelDim dim, CommSlot slot);
+  /// The expert-data-parallel group (see the file comment), for the main thread: where
+  /// expert weights' gradients are summed; the dp group's members when ep = 1.
+  Communicator& expert_data_parallel() { return *expert_dp_; }
+  /// The world ranks of `world_rank`'s expert-data-parallel group, ascending.
+  static std::vector<int64_t> expert_data_parallel_ranks(const Placement& placement,
+                                                         int64_t world_rank);
   /// A duplicate of MPI_COMM_WORLD for the thread of `slot` (point-to-point transfers).
   Communicator& world(CommSlot slot);
   /// The main thread's group that dense gradients are summed over: DP x CP, the ranks
@@ -59,13 +77,15 @@ class ProcessGroups {
   int64_t world_rank() const { return world_rank_; }
 
  private:
-  static constexpr std::array<ParallelDim, 4> kDims = {ParallelDim::kTp, ParallelDim::kCp,
-                                                       ParallelDim::kDp, ParallelDim::kPp};
+  static constexpr std::array<ParallelDim, 5> kDims = {ParallelDim::kTp, ParallelDim::kCp,
+                                                       ParallelDim::kDp, ParallelDim::kPp,
+                                                       ParallelDim::kEp};
   int64_t world_rank_;
   // [dim index in kDims][slot]
   std::array<std::array<std::unique_ptr<MpiCommunicator>, kNumCommSlots>, kDims.size()> groups_;
   std::array<std::unique_ptr<MpiCommunicator>, kNumCommSlots> worlds_;
   std::unique_ptr<MpiCommunicator> dp_cp_;  // cp > 1 only
+  std::unique_ptr<MpiCommunicator> expert_dp_;
 };
 
 }  // namespace dhelix::rt

@@ -155,6 +155,17 @@ void moe_permute_backward(const MoeLayerShape& s, const MoeRouting& r, const flo
 void moe_router_backward(const MoeLayerShape& s, const MoeRouting& r, const float* x,
                          const float* w_router, const float* dgate, float aux_dloss, float* dx,
                          float* dw_router) {
+  const int64_t t_count = s.tokens, e_count = s.experts;
+  std::vector<float> dz(static_cast<size_t>(t_count * e_count));
+  moe_router_logits_backward(s, r, dgate, aux_dloss, dz.data());
+  std::vector<float> dx_router(static_cast<size_t>(t_count * s.hidden));
+  linear_dgrad(t_count, s.hidden, e_count, dz.data(), w_router, dx_router.data());
+  add_tensors(t_count * s.hidden, dx, dx_router.data(), dx);
+  linear_wgrad_accumulate(t_count, s.hidden, e_count, dz.data(), x, dw_router);
+}
+
+void moe_router_logits_backward(const MoeLayerShape& s, const MoeRouting& r, const float* dgate,
+                                float aux_dloss, float* dz) {
   const int64_t t_count = s.tokens, e_count = s.experts, k = s.top_k;
   std::vector<float> dp(static_cast<size_t>(e_count));
   const bool aux = s.aux_loss_coeff > 0.0 && aux_dloss != 0.0f;
@@ -162,16 +173,11 @@ void moe_router_backward(const MoeLayerShape& s, const MoeRouting& r, const floa
     kernels::load_balancing_gradient(t_count, k, e_count, s.aux_loss_coeff, r.routed.data(),
                                      aux_dloss, dp.data());
   }
-  std::vector<float> dz(static_cast<size_t>(t_count * e_count));
   for (int64_t t = 0; t < t_count; ++t) {
     kernels::router_backward_row(e_count, k, r.chosen.data() + t * k, r.gate.data() + t * k,
                                  dgate + t * k, r.probs.data() + t * e_count,
-                                 aux ? dp.data() : nullptr, dz.data() + t * e_count);
+                                 aux ? dp.data() : nullptr, dz + t * e_count);
   }
-  std::vector<float> dx_router(static_cast<size_t>(t_count * s.hidden));
-  linear_dgrad(t_count, s.hidden, e_count, dz.data(), w_router, dx_router.data());
-  add_tensors(t_count * s.hidden, dx, dx_router.data(), dx);
-  linear_wgrad_accumulate(t_count, s.hidden, e_count, dz.data(), x, dw_router);
 }
 
 }  // namespace dhelix::cpu

@@ -83,6 +83,12 @@ void moe_experts_backward(const MoeLayerShape& s, const std::vector<int64_t>& ro
 void moe_permute_backward(const MoeLayerShape& s, const MoeRouting& r, const float* d_permuted,
                           float* dx);
 
+/// The router's logit gradient dz[T, E] (overwritten) from dgate and the load-balancing
+/// loss weighted by aux_dloss: the first half of moe_router_backward, which the runtime runs
+/// as the plan's bwd.router (dz W_r) and bwd.router_wgrad (dz^T x) ops.
+void moe_router_logits_backward(const MoeLayerShape& s, const MoeRouting& r, const float* dgate,
+                                float aux_dloss, float* dz);
+
 /// Router backward: dx[T, h] += dz W_r; dw_router += dz^T x. dz comes from dgate and the
 /// load-balancing loss weighted by aux_dloss (the weight the trainer gives it).
 void moe_router_backward(const MoeLayerShape& s, const MoeRouting& r, const float* x,

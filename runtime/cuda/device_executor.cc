@@ -34,6 +34,13 @@ struct DeviceCollectives {
   void all_reduce_sum(const rt::CollectiveRequest& r, StreamHandle stream) {
     comm.all_reduce_sum(r.out, r.count, device_dtype_of(r.element), stream);
   }
+  // Expert parallelism runs on the CPU backend only so far; dhelix-run refuses MoE plans on
+  // this backend before any op is bound (runtime/train/moe_support.cc).
+  void all_to_all_v(const rt::CollectiveRequest& r, StreamHandle /*stream*/) {
+    throw Error(
+        ErrorCode::kUnsupported,
+        fmt::format("the CUDA backend does not run all_to_all_v ({} elements) yet", r.count));
+  }
 };
 
 class DeviceExecution {

@@ -82,8 +82,9 @@ std::vector<BoundInstruction<typename Model::BoundOp, Comm>> bind_program(
 
 /// The one switch over collective kinds: calls comm.all_gather(request),
 /// comm.reduce_scatter_sum(request), comm.all_reduce_sum(request) or
-/// comm.ring_exchange(request) with `extra` after it (the device executor's stream). A
-/// Comm without ring_exchange throws Error(kUnsupported) for the CP ring's step.
+/// comm.ring_exchange(request) or comm.all_to_all_v(request) with `extra` after it (the
+/// device executor's stream). A Comm without ring_exchange throws Error(kUnsupported) for
+/// the CP ring's step.
 template <class Comm, class... Extra>
 void run_collective(const CollectiveRequest& request, Comm& comm, Extra&&... extra) {
   switch (request.kind) {
@@ -104,6 +105,9 @@ void run_collective(const CollectiveRequest& request, Comm& comm, Extra&&... ext
         throw Error(ErrorCode::kUnsupported,
                     "the context-parallel ring's step is not run by this backend yet");
       }
+    case CollectiveKind::kAllToAllV:
+      comm.all_to_all_v(request, std::forward<Extra>(extra)...);
+      return;
   }
 }
 

@@ -41,6 +41,9 @@ struct CpuCollectives {
   void ring_exchange(const CollectiveRequest& r) {
     comm.ring_exchange(r.in_f32(), r.out_f32(), r.count);
   }
+  void all_to_all_v(const CollectiveRequest& r) {
+    comm.all_to_all_v(r.in_f32(), r.send_counts, r.chunks, r.out_f32(), r.recv_counts, r.count);
+  }
 };
 
 // Everything an execution holds: bound work, posted receives, started sends.

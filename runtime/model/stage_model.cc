@@ -24,6 +24,8 @@ const char* collective_kind_name(CollectiveKind kind) {
       return "all_reduce";
     case CollectiveKind::kRingExchange:
       return "ring_exchange";
+    case CollectiveKind::kAllToAllV:
+      return "all_to_all_v";
   }
   return "?";
 }
@@ -108,14 +110,37 @@ bool is_layer_op(const std::string& op) {
 }
 
 void check_context_parallel_supported(const JobSpec& job, ProblemList& problems);
+// The MoE layers' limits on the CPU backend (moe_layers_cpu.h).
+void check_moe_supported(const JobSpec& job, ProblemList& problems) {
+  const std::string yet = "is not run by the runtime yet";
+  if (job.parallel.tp > 1) {
+    const FieldOrigin origin = job.origin_of("parallel.tp");
+    problems.add(origin.file, origin.pointer, std::to_string(job.parallel.tp),
+                 yet + " with MoE layers (tp = 1 only: no expert tensor parallelism yet)");
+  }
+  if (job.parallel.recompute.granularity != RecomputeGranularity::kNone) {
+    const FieldOrigin origin = job.origin_of("parallel.recompute_granularity");
+    problems.add(origin.file, origin.pointer,
+                 recompute_granularity_name(job.parallel.recompute.granularity),
+                 yet + " with MoE layers (no recompute only)");
+  }
+  if (job.parallel.cp > 1) {
+    const FieldOrigin origin = job.origin_of("parallel.cp");
+    problems.add(origin.file, origin.pointer, std::to_string(job.parallel.cp),
+                 yet + " with MoE layers (cp = 1 only)");
+  }
+}
 
 // Settings the runtime does not run, as one Error(kUnsupported) listing all of them.
-void check_supported(const JobSpec& job) {
+void check_supported(const JobSpec& job, bool runs_moe) {
   const ModelSpec& m = job.model;
   const std::string& file = m.source_file;
   ProblemList problems;
   const std::string yet = "is not run by the runtime yet";
-  if (m.is_moe()) problems.add(file, "/moe", "mixture-of-experts", yet + " (dense MLPs only)");
+  if (m.is_moe() && !runs_moe) {
+    problems.add(file, "/moe", "mixture-of-experts", yet + " on this backend (the CPU's only)");
+  }
+  if (m.is_moe() && runs_moe) check_moe_supported(job, problems);
   if (m.norm != NormKind::kRmsNorm) {
     problems.add(file, "/norm", norm_kind_name(m.norm), yet + " (rmsnorm only)");
   }
@@ -136,7 +161,7 @@ void check_supported(const JobSpec& job) {
   if (m.head_dim % 2 != 0) {
     problems.add(file, "/head_dim", std::to_string(m.head_dim), yet + " (RoPE needs it even)");
   }
-  if (job.parallel.ep != 1) {
+  if (job.parallel.ep != 1 && !(m.is_moe() && runs_moe)) {
     const FieldOrigin origin = job.origin_of("parallel.ep");
     problems.add(origin.file, origin.pointer, std::to_string(job.parallel.ep), yet + " (1 only)");
   }

@@ -48,12 +48,18 @@
 
 namespace dhelix::rt {
 
-/// kRingExchange: the context-parallel ring's step (Communicator::ring_exchange).
-enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce, kRingExchange };
+enum class CollectiveKind {
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kRingExchange,  ///< the context-parallel ring's step (Communicator::ring_exchange)
+  kAllToAllV,     ///< expert parallelism's dispatch and combine (Communicator::all_to_all_v)
+};
 const char* collective_kind_name(CollectiveKind kind);  ///< "all_gather", ...
 
 /// A collective over the op's group (tensor-parallel; the CP ring's steps over the
-/// context-parallel group), with its buffers (owned by the model).
+/// context-parallel group; all_to_all_v over the expert-parallel group), with its buffers
+/// (owned by the model).
 struct CollectiveRequest {
   CollectiveKind kind = CollectiveKind::kAllGather;
   ElementType element = ElementType::kFloat32;
@@ -63,7 +69,12 @@ struct CollectiveRequest {
   /// all_gather: tp * count; reduce_scatter: count; all_reduce: in/out; ring_exchange: the
   /// count elements received from the previous CP rank
   void* out = nullptr;
-  int64_t count = 0;  ///< see Communicator
+  int64_t count = 0;  ///< see Communicator; all_to_all_v: out's capacity
+  /// all_to_all_v only: `chunks` element counts per member, read when the collective runs
+  /// (an op before it writes them), and where the members' counts for this rank go.
+  const int64_t* send_counts = nullptr;
+  int64_t* recv_counts = nullptr;
+  int64_t chunks = 1;
 
   /// The buffers as fp32 (the CPU communicators' type); Error(kInternal) for another type.
   const float* in_f32() const;
@@ -102,6 +113,9 @@ struct BasicParameterView {
   /// True for weights every TP rank holds whole (norm gains) whose gradient each rank only
   /// partly computes under sequence parallelism: the trainer all-reduces it over TP.
   bool sum_gradient_over_tp = false;
+  /// True for MoE experts' weights (EP-sharded): the trainer sums their gradient over the
+  /// expert-data-parallel group instead of dp (runtime/comm/process_groups.h).
+  bool expert = false;
 };
 
 /// Tokens of one micro-batch: batch sequences of seq tokens, row-major, and their targets
@@ -123,10 +137,11 @@ class BasicStageModel {
   /// loss when `head`. Parameters are initialised from `seed` so that a weight's value
   /// depends only on (seed, tensor, global index): every TP layout of one model starts
   /// from the same full weights. `memory` says where buffers live (B::MemoryConfig).
-  /// Throws Error(kUnsupported) for models or settings the runtime does not run (MoE,
-  /// ep > 1, linear biases, non-RMSNorm, non-SwiGLU, non-RoPE positions, tied embeddings,
-  /// a sequence cp > 1 cannot cut into 2·cp chunks), listing every such setting, and for
-  /// cp > 1 on a backend without the ring kernels (runtime/model/layer_ops_cp.h).
+  /// Throws Error(kUnsupported) for models or settings the runtime does not run (MoE on
+  /// another backend than the CPU's, and there with tp > 1 or recompute; linear biases,
+  /// non-RMSNorm, non-SwiGLU, non-RoPE positions, tied embeddings, a sequence cp > 1
+  /// cannot cut into 2·cp chunks), listing every such setting, and for cp > 1 on a
+  /// backend without the ring kernels (runtime/model/layer_ops_cp.h).
   BasicStageModel(const JobSpec& job, int64_t rank,
                   std::vector<std::pair<int64_t, int64_t>> layer_ranges, bool embedding, bool head,
                   uint64_t seed, typename B::MemoryConfig memory = {});
@@ -165,8 +180,14 @@ class BasicStageModel {
   /// Until then it is 1 / (tokens per micro-batch): the gradient of one micro-batch's mean.
   void set_loss_scale(float scale);
 
-  /// Every parameter of this rank, in a fixed order (layers ascending, then extras).
+  /// Every parameter of this rank, in a fixed order (layers ascending, each with its MoE
+  /// router and experts after its dense tensors; then extras).
   std::vector<ParameterView> parameters();
+  /// MoE models: the sum over this rank's layers and micro-batches [0, micro_batches) of
+  /// the load-balancing loss of the last forward (0 without MoE; moe_layers_cpu.h), and the
+  /// token copies dropped over capacity in it.
+  float moe_aux_loss_sum(int64_t micro_batches) const;
+  int64_t moe_dropped_copies() const;
   /// Rewrites the compute copies from the master weights (nothing where they are one).
   void refresh_compute_copies();
   /// Zeroes every gradient and forgets every micro-batch's losses (NaN, num_micro_batches
@@ -175,6 +196,7 @@ class BasicStageModel {
 
  private:
   struct Impl;
+  BoundOp bind_moe(const OpRef& ref);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "runtime/model/layer_ops_backward.h"
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/layer_ops_forward.h"
+#include "runtime/model/moe_layers_cpu.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/model/stage_model_internal.h"
 #include "runtime/model/stage_ops.h"
@@ -52,6 +54,9 @@ struct BasicStageModel<B>::Impl {
   // Context parallelism (cp > 1): each layer's ring buffers (layer_ops_cp.h), and with
   // recompute a second set the repeated ring and the backward use (see cp_state).
   std::map<Key, std::unique_ptr<model_detail::CpLayerState<B>>> cp_states, recompute_cp_states;
+  // The MoE MLPs of a mixture-of-experts model (CPU backend only; moe_layers_cpu.h).
+  static constexpr bool kRunsMoe = std::is_same_v<B, CpuBackend>;
+  std::unique_ptr<MoeLayersCpu> moe;
 
   A* boundary(std::map<Key, A*>& buffers, int64_t micro_batch, int64_t layer) {
     DHELIX_CHECK(micro_batch >= 0);
@@ -272,7 +277,7 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
                                     typename B::MemoryConfig memory)
     : impl_(std::make_unique<Impl>(memory)) {
   using namespace model_detail;
-  check_supported(job);
+  check_supported(job, Impl::kRunsMoe);
   Impl& m = *impl_;
   m.recompute = job.parallel.recompute.granularity;
   m.dims = make_dims(job, rank);
@@ -281,6 +286,13 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
     DHELIX_CHECK(first >= 0 && count >= 0 && first + count <= m.dims.num_layers);
     for (int64_t layer = first; layer < first + count; ++layer) {
       m.layers.emplace(layer, place_layer<B>(m.memory, make_layer_parameters(m.dims, layer, seed)));
+    }
+  }
+  if constexpr (Impl::kRunsMoe) {
+    if (job.model.is_moe()) {
+      std::vector<int64_t> moe_layers;
+      for (const auto& [layer, parameters] : m.layers) moe_layers.push_back(layer);
+      m.moe = std::make_unique<MoeLayersCpu>(job, rank, moe_layers, seed, &m.loss_scale);
     }
   }
   if (embedding) m.embedding = place_parameter<B>(m.memory, make_embedding(m.dims, seed));
@@ -350,6 +362,9 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
   const std::string_view recompute_prefix = "bwd.recompute.";
   const bool repeated = ref.op.starts_with(recompute_prefix);
   const std::string op = repeated ? "fwd." + ref.op.substr(recompute_prefix.size()) : ref.op;
+  if constexpr (Impl::kRunsMoe) {
+    if (m.moe && (MoeLayersCpu::handles(op) || op == "bwd.ln_mlp")) return bind_moe(ref);
+  }
   const bool cp_op = m.dims.cp > 1 && (is_cp_op(op) || op == "fwd.gemm_qkv");
   if ((!is_layer_op(op) && !cp_op) || (repeated && m.recompute == RecomputeGranularity::kNone)) {
     throw_unknown_op(ref.op);
@@ -387,6 +402,40 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
   return std::move(*bound);
 }
 
+// A MoE layer's MLP op (CPU): the experts' ops, and ln_mlp's backward preceded by the sum
+// of the two input gradients the MoE backward leaves (permute's and the router's).
+template <class B>
+BasicBoundOp<B> BasicStageModel<B>::bind_moe(const OpRef& ref) {
+  using namespace model_detail;
+  Impl& m = *impl_;
+  if constexpr (!Impl::kRunsMoe) {
+    throw_unknown_op(ref.op);  // check_supported refused MoE on this backend
+  } else {
+    auto params = m.layers.find(ref.layer);
+    if (params == m.layers.end()) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("StageModel: rank {} does not hold layer {} (op {})", m.rank,
+                              ref.layer, ref.op));
+    }
+    LayerState<B>& s = m.layer_state(ref.micro_batch, ref.layer);
+    const MoeLayerIo io{.x = s.mlp_in, .y = s.mlp_branch, .dy = s.d_mlp_full, .dx = s.d_ln2_out};
+    if (ref.op == "bwd.ln_mlp") {
+      const LayerOpContext<B> context{m.dims, *m.rope, params->second, s};
+      std::optional<BasicBoundOp<B>> norm = bind_layer_backward(ref.op, context);
+      DHELIX_CHECK(norm.has_value());
+      norm->compute = [sum = m.moe->sum_input_gradient(ref.layer, ref.micro_batch, io),
+                       norm_backward = std::move(norm->compute)](const typename B::Exec& e) {
+        sum(e);
+        norm_backward(e);
+      };
+      return std::move(*norm);
+    }
+    std::optional<BasicBoundOp<B>> bound = m.moe->bind(ref.op, ref.layer, ref.micro_batch, io);
+    DHELIX_CHECK(bound.has_value());
+    return std::move(*bound);
+  }
+}
+
 template <class B>
 int64_t BasicStageModel<B>::boundary_elements() const {
   return impl_->dims.residual_elements();
@@ -417,6 +466,22 @@ std::vector<float> BasicStageModel<B>::micro_batch_losses() {
 }
 
 template <class B>
+float BasicStageModel<B>::moe_aux_loss_sum(int64_t micro_batches) const {
+  if constexpr (Impl::kRunsMoe) {
+    if (impl_->moe) return impl_->moe->aux_loss_sum(micro_batches);
+  }
+  return 0.0f;
+}
+
+template <class B>
+int64_t BasicStageModel<B>::moe_dropped_copies() const {
+  if constexpr (Impl::kRunsMoe) {
+    if (impl_->moe) return impl_->moe->dropped_copies();
+  }
+  return 0;
+}
+
+template <class B>
 void BasicStageModel<B>::set_loss_scale(float scale) {
   impl_->loss_scale = scale;
 }
@@ -425,13 +490,19 @@ template <class B>
 std::vector<BasicParameterView<B>> BasicStageModel<B>::parameters() {
   std::vector<ParameterView> views;
   auto add = [&views](model_detail::Parameter<B>& p) {
-    views.push_back(
-        ParameterView{p.name, p.values, p.gradient, p.compute, p.count, p.sum_gradient_over_tp});
+    if (p.count == 0) return;  // a MoE model's dense MLP (no ffn_hidden_size)
+    views.push_back(ParameterView{p.name, p.values, p.gradient, p.compute, p.count,
+                                  p.sum_gradient_over_tp, false});
   };
   for (auto& [layer, p] : impl_->layers) {
     for (model_detail::Parameter<B>* tensor :
          {&p.ln_attn, &p.w_qkv, &p.w_proj, &p.ln_mlp, &p.w_fc1, &p.w_fc2}) {
       add(*tensor);
+    }
+    if constexpr (Impl::kRunsMoe) {
+      if (impl_->moe) {
+        for (const ParameterView& view : impl_->moe->parameters(layer)) views.push_back(view);
+      }
     }
   }
   if (impl_->embedding) add(*impl_->embedding);

@@ -223,8 +223,9 @@ inline kernels::AttentionShape attention_shape(const Dims& d) {
 [[noreturn]] void throw_wrong_mode(const std::string& op, const Dims& dims);
 /// Throws Error(kUnsupported) naming an op the runtime's model does not implement.
 [[noreturn]] void throw_unknown_op(const std::string& op);
-/// Throws Error(kUnsupported) listing every setting of `job` the runtime does not run.
-void check_supported(const JobSpec& job);
+/// Throws Error(kUnsupported) listing every setting of `job` the runtime does not run;
+/// `runs_moe`: the backend binds MoE layers (the CPU's; moe_layers_cpu.h), with their limits.
+void check_supported(const JobSpec& job, bool runs_moe);
 /// This rank's sizes.
 Dims make_dims(const JobSpec& job, int64_t rank);
 /// Mean of loss over the tokens whose target is not negative (0 when none is).

@@ -24,7 +24,8 @@ class CpuEngine final : public TrainingEngine {
   }
 
   void start_iteration(std::vector<MicroBatchTokens> micro_batches, float loss_scale) override {
-    model_.start_iteration(static_cast<int64_t>(micro_batches.size()));
+    micro_batches_ = static_cast<int64_t>(micro_batches.size());
+    model_.start_iteration(micro_batches_);
     model_.set_loss_scale(loss_scale);
     for (size_t mb = 0; mb < micro_batches.size(); ++mb) {
       model_.set_tokens(static_cast<int64_t>(mb), std::move(micro_batches[mb]));
@@ -38,6 +39,8 @@ class CpuEngine final : public TrainingEngine {
 
   std::vector<float> micro_batch_losses() override { return model_.micro_batch_losses(); }
 
+  float moe_aux_loss_sum() override { return model_.moe_aux_loss_sum(micro_batches_); }
+
   IterationSnapshot snapshot() override { return take_snapshot(model_); }
 
   bool gradients_finite() override {
@@ -49,7 +52,8 @@ class CpuEngine final : public TrainingEngine {
 
   void update(int64_t t, const AdamWSettings& settings) override {
     const std::vector<ParameterView> params = model_.parameters();
-    synchronise_gradients(params, comms_->main_group(ParallelDim::kTp), comms_->gradient_group());
+    synchronise_gradients(params, comms_->main_group(ParallelDim::kTp), comms_->gradient_group(),
+                          &comms_->main_expert_data_parallel());
     sync_end_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::steady_clock::now().time_since_epoch())
                        .count();
@@ -85,6 +89,7 @@ class CpuEngine final : public TrainingEngine {
   AdamW adamw_;
   std::unique_ptr<RankComms> comms_;
   int64_t sync_end_ns_ = 0;
+  int64_t micro_batches_ = 0;
 };
 
 }  // namespace

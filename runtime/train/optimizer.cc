@@ -6,10 +6,12 @@
 namespace dhelix::rt {
 
 void synchronise_gradients(const std::vector<ParameterView>& params, Communicator& tp,
-                           Communicator& dp) {
+                           Communicator& dp, Communicator* expert_dp) {
   for (const ParameterView& param : params) {
     if (param.sum_gradient_over_tp && tp.size() > 1) tp.all_reduce_sum(param.gradient, param.count);
-    if (dp.size() > 1) dp.all_reduce_sum(param.gradient, param.count);
+    DHELIX_CHECK(!param.expert || expert_dp != nullptr);
+    Communicator& replicas = param.expert ? *expert_dp : dp;
+    if (replicas.size() > 1) replicas.all_reduce_sum(param.gradient, param.count);
   }
 }
 

@@ -27,9 +27,11 @@ struct AdamWSettings {
 };
 
 /// Sums gradients over `tp` where the model asks for it and over `dp` (when it has more
-/// than one member): the DP x CP group of the ranks holding the same weights.
+/// than one member): the DP x CP group of the ranks holding the same weights. MoE experts'
+/// gradients (ParameterView::expert) go over `expert_dp` instead, the expert-data-parallel
+/// group (runtime/comm/process_groups.h; required when any is).
 void synchronise_gradients(const std::vector<ParameterView>& params, Communicator& tp,
-                           Communicator& dp);
+                           Communicator& dp, Communicator* expert_dp = nullptr);
 
 /// AdamW moments of every parameter of a rank, in StageModel::parameters() order.
 class AdamW {

@@ -18,6 +18,8 @@ class RankComms final : public CommunicatorDirectory {
   Communicator& main_group(ParallelDim dim) { return groups_.group(dim, CommSlot::kMain); }
   /// The group dense gradients are summed over (DP x CP), for the calling (main) thread.
   Communicator& gradient_group() { return groups_.gradient_group(); }
+  /// The expert-data-parallel group (MoE experts' gradients), for the main thread.
+  Communicator& main_expert_data_parallel() { return groups_.expert_data_parallel(); }
   /// Every rank, for the calling (main) thread.
   Communicator& main_world() { return groups_.world(CommSlot::kMain); }
 

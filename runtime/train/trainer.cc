@@ -31,6 +31,7 @@
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/context_split.h"
+#include "runtime/train/moe_support.h"
 #include "runtime/train/rank_agreement.h"
 #include "runtime/train/rank_comms.h"
 #include "runtime/train/run_guards.h"
@@ -54,7 +55,8 @@ std::string read_bytes(const std::string& path) {
   return bytes.str();
 }
 
-// The runtime runs dense TP/SP/PP/DP plans; the rest waits for its own issue.
+// The runtime runs dense TP/SP/PP/DP plans, and CP and MoE with EP on the CPU backend
+// (runtime/model/layer_ops_cp.h, moe_support.h); the rest waits for its own issue.
 void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
                         const std::string& backend) {
   const ParallelSpec& p = job.parallel;
@@ -67,11 +69,7 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   if (p.cp > 1 && backend != "cpu") {
     refuse(fmt::format("context parallelism (cp = {}) on the {} backend", p.cp, backend));
   }
-  if (const auto& moe = job.model.moe) {
-    refuse(fmt::format("mixture-of-experts layers ({} experts, top-{}, ep = {})", moe->num_experts,
-                       moe->top_k, p.ep));
-  }
-  if (p.ep > 1) refuse(fmt::format("expert parallelism (ep = {})", p.ep));
+  refuse_unsupported_moe(job, plan_file, backend);
   // Uneven stages are planned (docs/pipeline.md) but not executed: the rank programs give
   // each stage L/pp layers.
   if (p.uneven_stages()) {
@@ -369,6 +367,7 @@ float Trainer::global_loss() {
     for (float loss : engine_->micro_batch_losses()) {
       if (!std::isnan(loss)) sum += loss;
     }
+    sum += engine_->moe_aux_loss_sum();  // MoE: the load-balancing losses, 0 otherwise
   }
   comms_->main_world().all_reduce_sum(&sum, 1);
   // Each CP rank's loss is the mean over its equal share of the tokens.

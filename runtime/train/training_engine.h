@@ -55,6 +55,9 @@ class TrainingEngine {
                          ExecutionOptions options) = 0;
   /// Per micro-batch mean losses of the last iteration (NaN where not computed here).
   virtual std::vector<float> micro_batch_losses() = 0;
+  /// MoE: the sum of this rank's load-balancing losses of the last iteration over its
+  /// layers and micro-batches (runtime/model/moe_layers_cpu.h); 0 without MoE layers.
+  virtual float moe_aux_loss_sum() { return 0.0f; }
   /// Losses and local gradients (before synchronisation), on the host.
   virtual IterationSnapshot snapshot() = 0;
   /// Whether every local gradient (before synchronisation) is finite, tested where the

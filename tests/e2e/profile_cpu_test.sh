@@ -5,9 +5,11 @@
 #   2. mpirun -np 2 dhelix-profile --backend cpu tiny-tp2.json -o p.json succeeds and
 #      p.json is valid against schemas/profile.schema.json, says backend "cpu", has a
 #      positive median for every op and 2 ranks in meta.measurement;
-#   3. dhelix-plan tiny-tp2.json --profile p.json -o plan.json succeeds, and
+#   3. dhelix-plan tiny-tp2.json --profile p.json -o plan.json succeeds;
 #   4. dhelix-run --verify trains that plan;
-#   5. the same chain for tiny-cp2-tp2 (the CP ring's send/recv measured; 4 ranks train).
+#   5. the same chain for tiny-cp2-tp2 (the CP ring's send/recv measured; 4 ranks train);
+#   6. the same chain for the MoE job tiny-moe-ep2 (router, permutations, grouped GEMMs and
+#      the EP all-to-all measured as the run does them): profile, plan, --verify.
 # The last line is "N passed, M failed"; the exit status is non-zero when anything failed.
 set -u
 
@@ -115,6 +117,32 @@ if "$mpirun" --oversubscribe -np 2 "$profile" --backend cpu "$cp_job" -o "$scrat
   pass "tiny-cp2-tp2: cpu profile (ring send/recv measured) -> plan -> dhelix-run --verify"
 else
   fail "tiny-cp2-tp2 profile -> plan -> run" "$(head -c 2000 "$scratch/stderr")"
+fi
+
+# --- 6. the MoE chain: EP 2 on 2 ranks, profile -> plan -> run ------------------------------
+moe_job="$src_dir/examples/jobs/tiny-moe-ep2.json"
+if ! "$mpirun" --oversubscribe -np 2 "$profile" --backend cpu "$moe_job" -o "$scratch/moe.json" \
+  >"$scratch/stdout" 2>"$scratch/stderr"; then
+  fail "moe: mpirun -np 2 dhelix-profile --backend cpu" "$(head -c 2000 "$scratch/stderr")"
+elif ! /usr/bin/python3 - "$scratch/moe.json" <<'PY'; then
+import json, sys
+ops = json.load(open(sys.argv[1]))["ops"]
+kinds = {op["signature"].split(":")[0] for op in ops}
+missing = [k for k in ("router", "permute", "unpermute", "grouped_gemm", "all_to_all")
+           if not any(k in s for s in kinds)]
+print("missing", missing, "in", sorted(kinds)) if missing else None
+sys.exit(1 if missing else 0)
+PY
+  fail "moe profile" "not every MoE op kind measured (see above)"
+elif ! "$plan" "$moe_job" --profile "$scratch/moe.json" -o "$scratch/moe-plan.json" \
+  >"$scratch/stdout" 2>"$scratch/stderr"; then
+  fail "moe: dhelix-plan --profile" "$(head -c 2000 "$scratch/stderr")"
+elif "$mpirun" --oversubscribe -np 2 "$bin_dir/dhelix-run" --plan "$scratch/moe-plan.json" \
+  --data "$src_dir/examples/data/corpus.txt" --steps 1 --verify >"$scratch/stdout" \
+  2>"$scratch/stderr" && grep -q "bitwise equal on 2 ranks" "$scratch/stdout"; then
+  pass "moe: profile -> plan -> dhelix-run --verify (tiny-moe-ep2)"
+else
+  fail "moe: dhelix-run --verify on the measured plan" "$(head -c 2000 "$scratch/stderr")"
 fi
 
 echo "$passed passed, $failed failed"

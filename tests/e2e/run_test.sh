@@ -11,9 +11,13 @@
 #      losses of 30 steps equal tiny-tp2's (CP 1) within 1e-5 and fall; resume is exact;
 #      with full and selective recompute --verify holds and the losses are the storing
 #      plan's bit for bit;
-#   6. bad input (plan for another job, too few ranks, missing files, resume without a
-#      checkpoint, a corrupted plan the checker refuses, CP on the CUDA backend, MoE plans)
-#      gives a clear error, a non-zero status and no checkpoint.
+#   6. MoE with expert parallelism (tiny-moe-ep2, tiny-moe-ep2-pp2; --verify in 1): the loss
+#      falls, resume is exact, EP 2 trains the model EP 1 trains (DP 2 and DP 4, where the
+#      expert-data-parallel groups sum the experts' gradients; with a shared expert), and
+#      capacity drops tokens;
+#   7. bad input (plan for another job, too few ranks, missing files, resume without a
+#      checkpoint, a corrupted plan the checker refuses, CP on the CUDA backend, MoE plans
+#      the runtime does not run) gives a clear error, a non-zero status and no checkpoint.
 # Usage: run_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_test.sh BIN_DIR SOURCE_DIR}
@@ -43,7 +47,8 @@ expect_failure() { # expect_failure RANKS FRAGMENT ARGS...
 }
 
 # 1. Equivalence of the schedules.
-for case in "tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-tp2 2" "tiny-cp2-tp2 4"; do
+for case in "tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-tp2 2" "tiny-cp2-tp2 4" "tiny-moe-ep2 2" \
+  "tiny-moe-ep2-pp2 4"; do
   read -r plan ranks <<<"$case"
   if ! run "$ranks" --plan "$plans/$plan.json" --steps 2 --verify --jitter-us 200; then
     fail "$plan --verify"
@@ -170,8 +175,107 @@ for granularity in full selective; do
   cmp -s "$work/cp2-straight.log" "$work/cp2-$granularity.log" ||
     fail "CP 2 with $granularity recompute: losses differ from the storing plan's"
 done
+# 6. MoE with expert parallelism.
+# The loss falls: 30 steps of EP 2 on the corpus (the reported loss includes the
+# load-balancing loss).
+if run 2 --plan "$plans/tiny-moe-ep2.json" --steps 30 --loss-log "$work/moe-loss.log"; then
+  python3 - "$work/moe-loss.log" <<'PY' || fail "tiny-moe-ep2: the loss did not fall enough"
+import json, sys
+losses = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+print(f"tiny-moe-ep2: loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps")
+sys.exit(0 if len(losses) == 30 and losses[-1] < 0.75 * losses[0] else 1)
+PY
+else
+  fail "training tiny-moe-ep2"
+  cat "$work/out"
+fi
+# Resume: EP 2 x PP 2, 6 steps == 3 steps + resume to 6, bit for bit.
+moepp=$plans/tiny-moe-ep2-pp2.json
+run 4 --plan "$moepp" --steps 6 --loss-log "$work/moe-straight.log" || fail "moe: 6 straight steps"
+run 4 --plan "$moepp" --steps 3 --checkpoint-dir "$work/moe-ckpt" --loss-log "$work/moe-resumed.log" &&
+  run 4 --plan "$moepp" --steps 6 --checkpoint-dir "$work/moe-ckpt" --resume \
+    --loss-log "$work/moe-resumed.log" || fail "moe: 3 steps and a resume to 6"
+cmp -s "$work/moe-straight.log" "$work/moe-resumed.log" ||
+  fail "tiny-moe-ep2-pp2: resumed losses differ from the straight run"
+# EP 2 (each rank 2 of the 4 experts, tokens exchanged by all-to-all) trains the same model
+# as EP 1 (every rank all 4 experts, no exchange) from the same data: equal losses over 4
+# steps, to 1e-5 relative (measured bitwise equal; the expert weight gradients sum the
+# rows of the two ranks in another order). A misrouted token or an expert gradient summed
+# over the wrong group changes the loss at once. Then the same with capacity factor 0
+# (dropless): the losses must differ from the first step, since capacity 1.0 drops token
+# copies (the routing of the untrained router is unbalanced).
+moe_job() { # moe_job EP CAPACITY_FACTOR OUT [DP [SHARED_EXPERT_FFN]]
+  python3 - "$src/examples/jobs/tiny-moe-ep2.json" "$src/examples/models/llama-tiny-moe.json" "$@" <<'PY'
+import json, os, sys
+job, model = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+model["moe"]["capacity_factor"] = float(sys.argv[4])
+cluster = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), job["cluster"])
+job.update(name=f"tiny-moe-ep{sys.argv[3]}-cf{sys.argv[4]}", model=model, cluster=cluster)
+job["parallel"]["ep"] = int(sys.argv[3])
+job["parallel"]["dp"] = int(sys.argv[6]) if len(sys.argv) > 6 else 2
+if len(sys.argv) > 7:
+    model["moe"]["shared_expert_ffn_hidden_size"] = int(sys.argv[7])
+json.dump(job, open(sys.argv[5], "w"))
+PY
+}
+for variant in "1 1.0" "2 0" "1 0"; do
+  read -r ep cf <<<"$variant"
+  moe_job "$ep" "$cf" "$work/moe-ep$ep-cf$cf-job.json" &&
+    "$bin/dhelix-plan" "$work/moe-ep$ep-cf$cf-job.json" -o "$work/moe-ep$ep-cf$cf.json" >/dev/null &&
+    run 2 --plan "$work/moe-ep$ep-cf$cf.json" --steps 4 --loss-log "$work/moe-ep$ep-cf$cf.log" ||
+    fail "moe: 4 steps with ep $ep, capacity factor $cf"
+done
+run 2 --plan "$plans/tiny-moe-ep2.json" --steps 4 --loss-log "$work/moe-ep2-cf1.0.log" ||
+  fail "moe: 4 steps of tiny-moe-ep2"
+python3 - "$work" <<'PY' || fail "moe: EP 1 vs EP 2 or capacity dropping"
+import json, sys
+def losses(name):
+    return [json.loads(line)["loss"] for line in open(f"{sys.argv[1]}/{name}.log")]
+ok = True
+for cf in ("1.0", "0"):
+    ep1, ep2 = losses(f"moe-ep1-cf{cf}"), losses(f"moe-ep2-cf{cf}")
+    close = len(ep1) == len(ep2) == 4 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ep1, ep2))
+    print(f"capacity factor {cf}: ep 1 {ep1}, ep 2 {ep2}")
+    ok = ok and close
+dropping, dropless = losses("moe-ep2-cf1.0"), losses("moe-ep2-cf0")
+print(f"first loss with capacity 1.0 {dropping[0]!r}, dropless {dropless[0]!r}")
+sys.exit(0 if ok and dropping[0] != dropless[0] else 1)
+PY
+# DP 4 with EP 2: the expert-data-parallel groups {0, 2} and {1, 3} sum the experts'
+# gradients (with DP 2 x EP 2 they have one member); the same losses as DP 4 with EP 1.
+for ep in 1 2; do
+  moe_job "$ep" 1.0 "$work/moe-dp4-ep$ep-job.json" 4 &&
+    "$bin/dhelix-plan" "$work/moe-dp4-ep$ep-job.json" -o "$work/moe-dp4-ep$ep.json" >/dev/null &&
+    run 4 --plan "$work/moe-dp4-ep$ep.json" --steps 3 --loss-log "$work/moe-dp4-ep$ep.log" ||
+    fail "moe: 3 steps with dp 4, ep $ep"
+done
+python3 - "$work/moe-dp4-ep1.log" "$work/moe-dp4-ep2.log" <<'PY' || fail "moe: DP 4 x EP 2 differs from DP 4 x EP 1"
+import json, sys
+ep1, ep2 = ([json.loads(line)["loss"] for line in open(name)] for name in sys.argv[1:])
+print(f"dp 4: ep 1 {ep1}, ep 2 {ep2}")
+sys.exit(0 if len(ep1) == len(ep2) == 3 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ep1, ep2)) else 1)
+PY
+# A shared expert (Qwen2-MoE, with its sigmoid gate; width 64): --verify under jitter with
+# EP 2, and EP 2 equals EP 1 over 3 steps.
+for ep in 1 2; do
+  moe_job "$ep" 1.0 "$work/moe-shared-ep$ep-job.json" 2 64 &&
+    "$bin/dhelix-plan" "$work/moe-shared-ep$ep-job.json" -o "$work/moe-shared-ep$ep.json" >/dev/null &&
+    run 2 --plan "$work/moe-shared-ep$ep.json" --steps 3 --loss-log "$work/moe-shared-ep$ep.log" ||
+    fail "moe: 3 steps with a shared expert, ep $ep"
+done
+if ! run 2 --plan "$work/moe-shared-ep2.json" --steps 2 --verify --jitter-us 200 ||
+  [[ $(grep -c "bitwise equal on 2 ranks" "$work/out") != 2 ]]; then
+  fail "moe with a shared expert: --verify"
+  cat "$work/out"
+fi
+python3 - "$work/moe-shared-ep1.log" "$work/moe-shared-ep2.log" <<'PY' || fail "moe: shared expert, EP 2 differs from EP 1"
+import json, sys
+ep1, ep2 = ([json.loads(line)["loss"] for line in open(name)] for name in sys.argv[1:])
+print(f"shared expert: ep 1 {ep1}, ep 2 {ep2}")
+sys.exit(0 if len(ep1) == len(ep2) == 3 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ep1, ep2)) else 1)
+PY
 
-# 6. Bad input: clear errors, non-zero status, no checkpoint written.
+# 7. Bad input: clear errors, non-zero status, no checkpoint written.
 expect_failure 2 "the plan was made for another job than" --plan "$plans/tiny-tp2.json" \
   --job "$src/examples/jobs/tiny-dp2-tp2.json" --steps 1 --checkpoint-dir "$work/bad"
 expect_failure 2 "the plan needs 4 ranks (dp 1 x tp 2 x pp 2), mpirun started 2" \
@@ -198,8 +302,9 @@ expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produce
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
-# Context parallelism on the CUDA backend, and MoE layers (llama-tiny with 4 experts, top-2;
-# EP 2 and EP 1): planned, refused by name on every rank before training.
+# Context parallelism on the CUDA backend, and MoE plans with tp 2 (no expert tensor
+# parallelism yet; llama-tiny with 4 experts, top-2; EP 2 and EP 1) or on the CUDA backend:
+# planned, refused by name on every rank before training.
 expect_failure 4 "dhelix-run does not run context parallelism (cp = 2) on the cuda backend yet" \
   --plan "$cp2" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
 python3 - "$src/examples/models/llama-tiny.json" "$work/moe-model.json" <<'PY'
@@ -213,9 +318,11 @@ PY
 for ep in 2 1; do
   "$bin/dhelix-plan" "$src/examples/jobs/tiny-dp2-tp2.json" --model "$work/moe-model.json" \
     --ep "$ep" -o "$work/moe-ep$ep.json" >/dev/null || fail "planning the MoE job with ep $ep"
-  expect_failure 4 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = $ep) yet" \
+  expect_failure 4 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = $ep) with tensor parallelism (tp = 2, expert tensor parallelism 2) yet; plan the job with tp 1" \
     --plan "$work/moe-ep$ep.json" --steps 1 --checkpoint-dir "$work/bad"
 done
+expect_failure 2 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) on the cuda backend yet; use --backend cpu" \
+  --plan "$plans/tiny-moe-ep2.json" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"
 
 if ((failures > 0)); then

@@ -159,6 +159,13 @@ class RecordingCommunicator final : public rt::Communicator {
     record("ring_exchange", count);
   }
   int64_t all_reduce_max(int64_t value) override { return value; }
+  void all_to_all_v(const float*, const int64_t* send_counts, int64_t chunks, float*,
+                    int64_t* recv_counts, int64_t) override {
+    int64_t count = 0;
+    for (int64_t i = 0; i < size_ * chunks; ++i) count += send_counts[i];
+    std::copy(send_counts, send_counts + size_ * chunks, recv_counts);
+    record("all_to_all_v", count);
+  }
   std::unique_ptr<rt::TransferRequest> start_send(const float*, int64_t count, int64_t peer,
                                                   int64_t) override {
     record("send to " + std::to_string(peer), count);

@@ -23,6 +23,7 @@
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/comm/mpi_wait.h"
 #include "runtime/comm/process_groups.h"
+#include "tests/runtime/all_to_all_pattern.h"
 
 namespace dhelix::rt {
 namespace {
@@ -151,6 +152,41 @@ TEST(CommWaitModes, SpinAndBackoffGiveTheSameBits) {
   EXPECT_EQ(parse_mpi_wait_mode("busy"), std::nullopt);
 }
 
+TEST(CommCollectives, AllToAllVMovesBlocksOfVaryingCountsInBothWaitModes) {
+  ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
+  Communicator& world = groups.world(CommSlot::kLocalComm);
+  const int64_t n = world.size(), r = world.rank();
+  for (MpiWaitMode mode : {MpiWaitMode::kSpin, MpiWaitMode::kBackoff}) {
+    set_mpi_wait_mode(mode);
+    for (int64_t chunks : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << mpi_wait_mode_name(mode) << " chunks " << chunks);
+      const test::PatternSend send = test::pattern_send(r, n, chunks);
+      const test::PatternSend want = test::pattern_expected(r, n, chunks);
+      std::vector<float> out(static_cast<size_t>(2 * n * chunks), -1.0f);
+      std::vector<int64_t> counts(static_cast<size_t>(n * chunks), -1);
+      world.all_to_all_v(send.data.data(), send.counts.data(), chunks, out.data(), counts.data(),
+                         static_cast<int64_t>(out.size()));
+      EXPECT_EQ(counts, want.counts);
+      EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + want.data.size()), want.data);
+      for (size_t i = want.data.size(); i < out.size(); ++i) EXPECT_EQ(out[i], -1.0f);
+    }
+  }
+  set_mpi_wait_mode(MpiWaitMode::kBackoff);
+  // An output too small is refused before any data moves, on every rank alike here.
+  const std::vector<int64_t> counts(static_cast<size_t>(n), 3);
+  const std::vector<float> in(static_cast<size_t>(3 * n), 1.0f);
+  std::vector<float> out(2);
+  std::vector<int64_t> received(static_cast<size_t>(n));
+  try {
+    world.all_to_all_v(in.data(), counts.data(), 1, out.data(), received.data(), 2);
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInternal);
+    EXPECT_EQ(std::string(error.what()), "world: all_to_all_v receives " + std::to_string(3 * n) +
+                                             " elements into a buffer of 2");
+  }
+}
+
 TEST(CommCollectives, AllReduceHandlesCountsNotDivisibleBySizeAndBelowIt) {
   ProcessGroups groups(placement_of(1, world_size(), 1), world_rank());
   Communicator& world = groups.world(CommSlot::kMain);
@@ -263,14 +299,7 @@ TEST(CommGroups, TpAndPpGroupsFollowThePlacement) {
       dynamic_cast<MpiCommunicator&>(groups.group(ParallelDim::kTp, CommSlot::kMain)).world_ranks(),
       (std::vector<int64_t>{tp_members[0] == 0.0f ? 0 : 2, tp_members[0] == 0.0f ? 1 : 3}));
   EXPECT_EQ(groups.group(ParallelDim::kCp, CommSlot::kMain).size(), 1);
-  try {
-    groups.group(ParallelDim::kEp, CommSlot::kMain);
-    FAIL() << "no error";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
-    EXPECT_STREQ(error.what(),
-                 "no communicator for the ep dimension (the runtime has tp, cp, dp and pp)");
-  }
+  EXPECT_EQ(groups.group(ParallelDim::kEp, CommSlot::kMain).size(), 1);
 }
 
 Placement placement_with_cp(int64_t tp, int64_t cp, int64_t dp) {
@@ -338,6 +367,37 @@ TEST(CommGroups, GradientGroupIsDpTimesCp) {
   // cp = 1: the DP group itself.
   ProcessGroups plain(placement_of(1, n, 1), r);
   EXPECT_EQ(&plain.gradient_group(), &plain.group(ParallelDim::kDp, CommSlot::kMain));
+}
+
+TEST(CommGroups, EpGroupsSplitTheDpBlockAndExpertDataParallelGroupsCrossThem) {
+  // dp = n, ep = 2: EP groups {0,1} {2,3}; expert-dp groups {0,2} {1,3} (n = 4) or {r} (n = 2).
+  const int64_t n = world_size(), r = world_rank();
+  ASSERT_TRUE(n == 2 || n == 4) << "run under 2 or 4 ranks";
+  ParallelSpec parallel;
+  parallel.dp = n;
+  parallel.ep = 2;
+  const Placement placement(parallel, /*gpus_per_node=*/4);
+  ProcessGroups groups(placement, r);
+  const std::vector<int64_t> expert_dp = ProcessGroups::expert_data_parallel_ranks(placement, r);
+  const std::vector<int64_t> want_expert_dp =
+      n == 4 ? std::vector<int64_t>{r % 2, r % 2 + 2} : std::vector<int64_t>{r};
+  EXPECT_EQ(expert_dp, want_expert_dp);
+  for (CommSlot slot : {CommSlot::kMain, CommSlot::kLocalComm, CommSlot::kCrossComm}) {
+    Communicator& ep = groups.group(ParallelDim::kEp, slot);
+    EXPECT_EQ(ep.name(), "ep");
+    EXPECT_EQ(ep.size(), 2);
+    EXPECT_EQ(ep.rank(), r % 2);
+    EXPECT_EQ(groups.group(ParallelDim::kDp, slot).size(), n);
+  }
+  Communicator& edp = groups.expert_data_parallel();
+  EXPECT_EQ(edp.name(), "expert-dp");
+  EXPECT_EQ(edp.size(), n / 2);
+  float own = static_cast<float>(r);
+  std::vector<float> gathered(static_cast<size_t>(edp.size()));
+  edp.all_gather(&own, 1, gathered.data());
+  const std::vector<float> want_gathered =
+      n == 4 ? std::vector<float>{r % 2 + 0.0f, r % 2 + 2.0f} : std::vector<float>{own};
+  EXPECT_EQ(gathered, want_gathered);
 }
 
 TEST(CommGroups, WorldSizeMismatchNamesBothCounts) {

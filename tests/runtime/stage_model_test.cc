@@ -11,6 +11,7 @@
 #include <string>
 
 #include "lib/error.h"
+#include "runtime/model/stage_model_internal.h"
 #include "tests/runtime/stage_model_test_util.h"
 
 namespace dhelix::test {
@@ -354,7 +355,9 @@ TEST(StageModelTest, RejectsSettingsTheRuntimeDoesNotRun) {
                   rt::StageModel model(job, 0, {{0, 2}}, true, true, 1);
                 },
                 ErrorCode::kUnsupported),
-            "model.json: /moe: mixture-of-experts" + yet + " (dense MLPs only)\n" +
+            "job.json: /parallel/tp: 2" + yet +
+                " with MoE layers (tp = 1 only: no expert tensor parallelism yet)\n" +
+                "job.json: /parallel/cp: 2" + yet + " with MoE layers (cp = 1 only)\n" +
                 "model.json: /norm: layernorm" + yet + " (rmsnorm only)\n" +
                 "model.json: /activation: gelu" + yet + " (swiglu only)\n" +
                 "model.json: /position: learned" + yet + " (rope only)\n" +
@@ -362,9 +365,17 @@ TEST(StageModelTest, RejectsSettingsTheRuntimeDoesNotRun) {
                 "model.json: /tied_embeddings: true" + yet + " (untied embeddings only)\n" +
                 "model.json: /ffn_hidden_size: 129" + yet + " with tp = 2 (tp must divide it)\n" +
                 "model.json: /head_dim: 15" + yet + " (RoPE needs it even)\n" +
-                "job.json: /parallel/ep: 2" + yet + " (1 only)\n" +
                 "job.json: /parallel/seq_length: 18 is not a multiple of 2 x cp = 4: context "
                 "parallelism gives each CP rank two chunks of every sequence");
+  // A backend without MoE layers (CUDA) refuses the model itself, and ep with it.
+  const std::string refusal = error_of(
+      [&] { rt::model_detail::check_supported(job, /*runs_moe=*/false); }, ErrorCode::kUnsupported);
+  EXPECT_NE(refusal.find("model.json: /moe: mixture-of-experts" + yet +
+                         " on this backend (the CPU's only)\n"),
+            std::string::npos)
+      << refusal;
+  EXPECT_NE(refusal.find("job.json: /parallel/ep: 2" + yet + " (1 only)"), std::string::npos)
+      << refusal;
 }
 
 }  // namespace

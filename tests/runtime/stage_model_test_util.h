@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -190,6 +191,8 @@ class BasicTpGroup {
             }
           }
           break;
+        case rt::CollectiveKind::kAllToAllV:  // expert parallelism: not in the TP harness
+          throw std::logic_error("all_to_all_v in the tensor-parallel test harness");
         case rt::CollectiveKind::kAllReduce:
           results[r].assign(static_cast<size_t>(count), 0.0f);
           for (const rt::CollectiveRequest& q : requests) {

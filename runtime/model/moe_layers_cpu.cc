@@ -1,0 +1,597 @@
+#include "runtime/model/moe_layers_cpu.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "lib/error.h"
+#include "lib/placement.h"
+#include "runtime/cpu/kernels_cpu.h"
+#include "runtime/kernels/swiglu.h"
+#include "runtime/model/stage_model_internal.h"
+
+namespace dhelix::rt {
+
+struct MoeLayersCpu::Weights {
+  std::vector<float> router, fc1, fc2;  // [E, h], [L, 2F, h], [L, h, F]
+  // The shared expert (empty without one): gate [h], fc1 [2Fs, h], fc2 [h, Fs].
+  std::vector<float> shared_gate, shared_fc1, shared_fc2;
+  std::vector<float> d_shared_gate, d_shared_fc1, d_shared_fc2;
+  std::vector<float> d_router, d_fc1, d_fc2;
+};
+
+// One (micro-batch, layer)'s buffers, sized at their bounds once (closures keep pointers).
+// "Rank layout" is permute's order of this rank's kept copies; "expert-major" groups the
+// copies that arrived by local expert, then by source; "source-major" by source, then expert.
+struct MoeLayersCpu::State {
+  cpu::MoeRouting routing;
+  std::vector<int64_t> send_counts;      // [ep, L] elements of this rank's copies per expert
+  std::vector<int64_t> recv_counts;      // [ep, L] elements arriving per (source, local expert)
+  std::vector<int64_t> scratch_counts;   // [ep, L] the counts the other exchanges return
+  std::vector<int64_t> local_rows;       // [L] rows per local expert (all sources)
+  std::vector<float> permuted;           // [T k, h] rank layout
+  std::vector<float> received;           // [ep T k, h] source-major
+  std::vector<float> expert_in;          // [ep T k, h] expert-major
+  std::vector<float> fc1_out, act;       // [ep T k, 2F], [ep T k, F]
+  std::vector<float> expert_out;         // [ep T k, h] expert-major
+  std::vector<float> expert_out_src;     // [ep T k, h] source-major
+  std::vector<float> combined;           // [T k, h] rank layout
+  std::vector<float> d_combined, dgate;  // [T k, h], [T k]
+  std::vector<float> d_expert_out_src;   // [ep T k, h]
+  std::vector<float> d_expert_out;       // [ep T k, h]
+  std::vector<float> d_act, d_fc1;       // [ep T k, F], [ep T k, 2F]
+  std::vector<float> d_expert_in;        // [ep T k, h] expert-major
+  std::vector<float> d_expert_in_src;    // [ep T k, h] source-major
+  std::vector<float> d_permuted;         // [T k, h] rank layout
+  std::vector<float> d_from_permute, d_from_router, dz;  // [T, h], [T, h], [T, E]
+  // The shared expert: fc1 output [T, 2Fs], activation [T, Fs], output before the gate
+  // [T, h], gate logit and gate per token [T]; backward: d of each, d(logit) [T], the
+  // gate-scaled output gradient (dgrad's [T, h] and wgrad's own copy [T, h]), and the two
+  // input gradients [T, h] (through fc1, through the gate).
+  std::vector<float> s_fc1, s_act, s_out, s_logit, s_gate;
+  std::vector<float> s_d_act, s_d_fc1, s_d_logit, s_d_out, s_d_out_w, d_from_shared, d_from_gate;
+  // Without EP the all-to-alls are absent and these alias the buffers on their other side.
+  float* experts_read = nullptr;    // expert_in or permuted
+  float* unpermute_read = nullptr;  // combined or expert_out
+  float* experts_grad = nullptr;    // d_expert_out or d_combined
+  float* permute_grad = nullptr;    // d_permuted or d_expert_in
+};
+
+namespace {
+
+// The ops of a MoE layer's MLP (lib/dag_builder_moe.cc), fwd.swiglu and bwd.swiglu included;
+// the etp_ ones (expert tensor parallelism, tp > 1) are refused by name when bound.
+constexpr std::array<const char*, 23> kMoeOps = {
+    "fwd.router",
+    "fwd.permute",
+    "fwd.dispatch_a2a",
+    "fwd.grouped_fc1",
+    "fwd.swiglu",
+    "fwd.grouped_fc2",
+    "fwd.combine_a2a",
+    "fwd.unpermute",
+    "bwd.unpermute",
+    "bwd.combine_a2a",
+    "bwd.grouped_fc2_dgrad",
+    "bwd.grouped_fc2_wgrad",
+    "bwd.swiglu",
+    "bwd.grouped_fc1_dgrad",
+    "bwd.grouped_fc1_wgrad",
+    "bwd.dispatch_a2a",
+    "bwd.permute",
+    "bwd.router",
+    "bwd.router_wgrad",
+    "fwd.etp_allgather",
+    "bwd.etp_allgather",
+    "fwd.etp_reduce_scatter",
+    "bwd.etp_reduce_scatter",
+};
+
+// The shared expert's ops with tp = 1 (lib/dag_builder_shared_expert.cc).
+constexpr std::array<const char*, 8> kSharedOps = {
+    "fwd.shared_fc1",       "fwd.shared_swiglu", "fwd.shared_fc2",       "bwd.shared_fc2_dgrad",
+    "bwd.shared_fc2_wgrad", "bwd.shared_swiglu", "bwd.shared_fc1_dgrad", "bwd.shared_fc1_wgrad",
+};
+
+size_t to_size(int64_t n) { return static_cast<size_t>(n); }
+
+// Copies rows between the source-major and expert-major orders of the copies that arrived:
+// counts[src * L + e] rows of (source src, local expert e), h elements each. `to_expert`:
+// source-major -> expert-major, else back.
+void regroup(int64_t ep, int64_t local, const std::vector<int64_t>& rows, int64_t h,
+             const float* from, float* to, bool to_expert) {
+  // Row offsets of each (src, e) block in both orders.
+  std::vector<int64_t> src_at(to_size(ep * local)), exp_at(to_size(ep * local));
+  int64_t at = 0;
+  for (int64_t i = 0; i < ep * local; ++i) {
+    src_at[to_size(i)] = at;
+    at += rows[to_size(i)];
+  }
+  at = 0;
+  for (int64_t e = 0; e < local; ++e) {
+    for (int64_t src = 0; src < ep; ++src) {
+      exp_at[to_size(src * local + e)] = at;
+      at += rows[to_size(src * local + e)];
+    }
+  }
+  for (int64_t i = 0; i < ep * local; ++i) {
+    const int64_t n = rows[to_size(i)] * h;
+    const float* in = from + (to_expert ? src_at : exp_at)[to_size(i)] * h;
+    std::copy(in, in + n, to + (to_expert ? exp_at : src_at)[to_size(i)] * h);
+  }
+}
+
+}  // namespace
+
+MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<int64_t>& layers,
+                           uint64_t seed, const float* loss_scale)
+    : loss_scale_(loss_scale) {
+  const MoeSpec& moe = *job.model.moe;
+  const RankShape dims = rank_shape(job, rank);
+  DHELIX_CHECK(dims.tp == 1);  // moe_support.h refuses MoE with tp > 1
+  shape_ = cpu::MoeLayerShape{.tokens = dims.tokens,
+                              .hidden = dims.hidden,
+                              .experts = moe.num_experts,
+                              .top_k = moe.top_k,
+                              .ffn = moe.expert_ffn_hidden_size,
+                              .capacity_factor = moe.capacity_factor,
+                              .aux_loss_coeff = moe.aux_loss_weight()};
+  ep_ = job.parallel.ep;
+  shared_ffn_ = moe.shared_expert_ffn_hidden_size;
+  DHELIX_CHECK(moe.num_experts % ep_ == 0);
+  local_ = moe.num_experts / ep_;
+  ep_rank_ = Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).ep;
+  const int64_t h = shape_.hidden, f = shape_.ffn, e_all = shape_.experts;
+  const int64_t first = ep_rank_ * local_;
+  for (int64_t layer : layers) {
+    const std::string prefix = "layers." + std::to_string(layer) + ".";
+    auto w = std::make_unique<Weights>();
+    w->router.resize(to_size(e_all * h));
+    const float router_bound = 1.0f / std::sqrt(static_cast<float>(h));
+    for (int64_t i = 0; i < e_all * h; ++i) {
+      w->router[to_size(i)] = model_detail::init_uniform(seed, prefix + "router", i, router_bound);
+    }
+    // Element i of local expert e is element (first + e) * size + i of the full tensor.
+    auto experts = [&](const std::string& name, int64_t size, float bound) {
+      std::vector<float> values(to_size(local_ * size));
+      for (int64_t e = 0; e < local_; ++e) {
+        for (int64_t i = 0; i < size; ++i) {
+          values[to_size(e * size + i)] =
+              model_detail::init_uniform(seed, prefix + name, (first + e) * size + i, bound);
+        }
+      }
+      return values;
+    };
+    w->fc1 = experts("experts_fc1", 2 * f * h, router_bound);
+    w->fc2 = experts("experts_fc2", h * f, 1.0f / std::sqrt(static_cast<float>(f)));
+    if (shared_ffn_ > 0) {
+      const int64_t fs = shared_ffn_;
+      auto full = [&](const std::string& name, int64_t size, float bound) {
+        std::vector<float> values(to_size(size));
+        for (int64_t i = 0; i < size; ++i) {
+          values[to_size(i)] = model_detail::init_uniform(seed, prefix + name, i, bound);
+        }
+        return values;
+      };
+      w->shared_gate = full("shared_gate", h, router_bound);
+      w->shared_fc1 = full("shared_fc1", 2 * fs * h, router_bound);
+      w->shared_fc2 = full("shared_fc2", h * fs, 1.0f / std::sqrt(static_cast<float>(fs)));
+      w->d_shared_gate.assign(w->shared_gate.size(), 0.0f);
+      w->d_shared_fc1.assign(w->shared_fc1.size(), 0.0f);
+      w->d_shared_fc2.assign(w->shared_fc2.size(), 0.0f);
+    }
+    w->d_router.assign(w->router.size(), 0.0f);
+    w->d_fc1.assign(w->fc1.size(), 0.0f);
+    w->d_fc2.assign(w->fc2.size(), 0.0f);
+    weights_.emplace(layer, std::move(w));
+  }
+}
+
+MoeLayersCpu::~MoeLayersCpu() = default;
+
+bool MoeLayersCpu::handles(const std::string& op) {
+  return std::find(kMoeOps.begin(), kMoeOps.end(), op) != kMoeOps.end() ||
+         std::find(kSharedOps.begin(), kSharedOps.end(), op) != kSharedOps.end();
+}
+
+MoeLayersCpu::State& MoeLayersCpu::state(int64_t micro_batch, int64_t layer) {
+  std::unique_ptr<State>& slot = states_[{micro_batch, layer}];
+  if (slot) return *slot;
+  slot = std::make_unique<State>();
+  State& s = *slot;
+  const int64_t t = shape_.tokens, h = shape_.hidden, f = shape_.ffn, k = shape_.top_k;
+  const size_t copies = to_size(t * k), arrived = to_size(ep_ * t * k),
+               counts = to_size(ep_ * local_);
+  s.send_counts.assign(counts, 0);
+  s.recv_counts.assign(counts, 0);
+  s.scratch_counts.assign(counts, 0);
+  s.local_rows.assign(to_size(local_), 0);
+  s.permuted.assign(copies * to_size(h), 0.0f);
+  s.combined.assign(copies * to_size(h), 0.0f);
+  s.d_combined.assign(copies * to_size(h), 0.0f);
+  s.d_permuted.assign(copies * to_size(h), 0.0f);
+  s.dgate.assign(copies, 0.0f);
+  for (std::vector<float>* buffer :
+       {&s.received, &s.expert_in, &s.expert_out, &s.expert_out_src, &s.d_expert_out_src,
+        &s.d_expert_out, &s.d_expert_in, &s.d_expert_in_src}) {
+    buffer->assign(arrived * to_size(h), 0.0f);
+  }
+  s.fc1_out.assign(arrived * to_size(2 * f), 0.0f);
+  s.d_fc1.assign(arrived * to_size(2 * f), 0.0f);
+  s.act.assign(arrived * to_size(f), 0.0f);
+  s.d_act.assign(arrived * to_size(f), 0.0f);
+  s.d_from_permute.assign(to_size(t * h), 0.0f);
+  s.d_from_router.assign(to_size(t * h), 0.0f);
+  s.dz.assign(to_size(t * shape_.experts), 0.0f);
+  if (shared_ffn_ > 0) {
+    const size_t rows = to_size(t), fs = to_size(shared_ffn_);
+    s.s_fc1.assign(rows * 2 * fs, 0.0f);
+    s.s_d_fc1.assign(rows * 2 * fs, 0.0f);
+    s.s_act.assign(rows * fs, 0.0f);
+    s.s_d_act.assign(rows * fs, 0.0f);
+    for (std::vector<float>* buffer :
+         {&s.s_out, &s.s_d_out, &s.s_d_out_w, &s.d_from_shared, &s.d_from_gate}) {
+      buffer->assign(rows * to_size(h), 0.0f);
+    }
+    for (std::vector<float>* buffer : {&s.s_logit, &s.s_gate, &s.s_d_logit}) {
+      buffer->assign(rows, 0.0f);
+    }
+  }
+  const bool ep = ep_ > 1;
+  s.experts_read = ep ? s.expert_in.data() : s.permuted.data();
+  s.unpermute_read = ep ? s.combined.data() : s.expert_out.data();
+  s.experts_grad = ep ? s.d_expert_out.data() : s.d_combined.data();
+  s.permute_grad = ep ? s.d_permuted.data() : s.d_expert_in.data();
+  return s;
+}
+
+std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, int64_t micro_batch,
+                                          const MoeLayerIo& io) {
+  using model_detail::computation;
+  if (!handles(op)) return std::nullopt;
+  if (op.find(".shared_") != std::string::npos) return bind_shared(op, layer, micro_batch, io);
+  if (op.find("etp_") != std::string::npos) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("StageModel: op {}: expert tensor parallelism is not run yet", op));
+  }
+  const bool exchange = op.ends_with("_a2a");
+  if (exchange && ep_ == 1) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("StageModel: op {} does not occur with ep = 1", op));
+  }
+  State& s = state(micro_batch, layer);
+  Weights& w = *weights_.at(layer);
+  const cpu::MoeLayerShape sh = shape_;
+  const int64_t h = sh.hidden, f = sh.ffn, ep = ep_, local = local_;
+  const int64_t arrived_capacity = ep * sh.tokens * sh.top_k * h;
+  const int64_t copies_capacity = sh.tokens * sh.top_k * h;
+  // An all-to-all over the EP group with L chunks per member.
+  auto all_to_all = [&](const float* in, const std::vector<int64_t>& send, float* out,
+                        std::vector<int64_t>& recv, int64_t capacity) {
+    BoundOp bound;
+    CollectiveRequest request =
+        model_detail::collective(CollectiveKind::kAllToAllV, in, out, capacity);
+    request.send_counts = send.data();
+    request.recv_counts = recv.data();
+    request.chunks = local;
+    bound.collective = request;
+    return bound;
+  };
+  // Per local expert e: fn(e, first row, rows).
+  auto per_expert = [&s, local](auto&& fn) {
+    int64_t row = 0;
+    for (int64_t e = 0; e < local; ++e) {
+      fn(e, row, s.local_rows[to_size(e)]);
+      row += s.local_rows[to_size(e)];
+    }
+  };
+  auto total_rows = [&s] {
+    int64_t rows = 0;
+    for (int64_t n : s.local_rows) rows += n;
+    return rows;
+  };
+
+  // ---- forward ----
+  if (op == "fwd.router") {
+    return computation<CpuBackend>([&s, sh, x = io.x, wr = w.router.data()](const auto&) {
+      cpu::moe_route(sh, x, wr, s.routing);
+    });
+  }
+  if (op == "fwd.permute") {
+    return computation<CpuBackend>([&s, sh, x = io.x, h, ep, local](const auto&) {
+      cpu::moe_permute(sh, s.routing, x, s.permuted.data());
+      for (int64_t i = 0; i < ep * local; ++i) {
+        s.send_counts[to_size(i)] = s.routing.expert_rows[to_size(i)] * h;
+      }
+      if (ep == 1) {  // no dispatch: the local experts read the rank's own copies
+        s.recv_counts = s.send_counts;
+        for (int64_t e = 0; e < local; ++e)
+          s.local_rows[to_size(e)] = s.send_counts[to_size(e)] / h;
+      }
+    });
+  }
+  if (op == "fwd.dispatch_a2a") {
+    BoundOp bound = all_to_all(s.permuted.data(), s.send_counts, s.received.data(), s.recv_counts,
+                               arrived_capacity);
+    bound.after_collective = [&s, h, ep, local](const auto&) {
+      std::vector<int64_t> rows(s.recv_counts.size());
+      for (size_t i = 0; i < rows.size(); ++i) rows[i] = s.recv_counts[i] / h;
+      for (int64_t e = 0; e < local; ++e) {
+        s.local_rows[to_size(e)] = 0;
+        for (int64_t src = 0; src < ep; ++src)
+          s.local_rows[to_size(e)] += rows[to_size(src * local + e)];
+      }
+      regroup(ep, local, rows, h, s.received.data(), s.expert_in.data(), true);
+    };
+    return bound;
+  }
+  if (op == "fwd.grouped_fc1") {
+    return computation<CpuBackend>([&s, per_expert, h, f, w1 = w.fc1.data()](const auto&) {
+      per_expert([&](int64_t e, int64_t row, int64_t n) {
+        if (n > 0) {
+          cpu::linear_forward(n, h, 2 * f, s.experts_read + row * h, w1 + e * 2 * f * h,
+                              s.fc1_out.data() + row * 2 * f);
+        }
+      });
+    });
+  }
+  if (op == "fwd.swiglu") {
+    return computation<CpuBackend>([&s, total_rows, f](const auto&) {
+      cpu::swiglu_forward(total_rows(), f, s.fc1_out.data(), s.act.data());
+    });
+  }
+  if (op == "fwd.grouped_fc2") {
+    return computation<CpuBackend>(
+        [&s, per_expert, h, f, ep, local, w2 = w.fc2.data()](const auto&) {
+          per_expert([&](int64_t e, int64_t row, int64_t n) {
+            if (n > 0) {
+              cpu::linear_forward(n, f, h, s.act.data() + row * f, w2 + e * h * f,
+                                  s.expert_out.data() + row * h);
+            }
+          });
+          if (ep > 1) {  // back to source-major for the combine
+            std::vector<int64_t> rows(s.recv_counts.size());
+            for (size_t i = 0; i < rows.size(); ++i) rows[i] = s.recv_counts[i] / h;
+            regroup(ep, local, rows, h, s.expert_out.data(), s.expert_out_src.data(), false);
+          }
+        });
+  }
+  if (op == "fwd.combine_a2a") {
+    return all_to_all(s.expert_out_src.data(), s.recv_counts, s.combined.data(), s.scratch_counts,
+                      copies_capacity);
+  }
+  if (op == "fwd.unpermute") {
+    return computation<CpuBackend>([&s, sh, y = io.y](const auto&) {
+      cpu::moe_unpermute(sh, s.routing, s.unpermute_read, y);
+    });
+  }
+  // ---- backward ----
+  if (op == "bwd.unpermute") {
+    return computation<CpuBackend>([&s, sh, dy = io.dy](const auto&) {
+      cpu::moe_unpermute_backward(sh, s.routing, dy, s.unpermute_read, s.d_combined.data(),
+                                  s.dgate.data());
+    });
+  }
+  if (op == "bwd.combine_a2a") {
+    BoundOp bound = all_to_all(s.d_combined.data(), s.send_counts, s.d_expert_out_src.data(),
+                               s.scratch_counts, arrived_capacity);
+    bound.after_collective = [&s, h, ep, local](const auto&) {
+      std::vector<int64_t> rows(s.recv_counts.size());
+      for (size_t i = 0; i < rows.size(); ++i) rows[i] = s.recv_counts[i] / h;
+      regroup(ep, local, rows, h, s.d_expert_out_src.data(), s.d_expert_out.data(), true);
+    };
+    return bound;
+  }
+  if (op == "bwd.grouped_fc2_dgrad") {
+    return computation<CpuBackend>([&s, per_expert, h, f, w2 = w.fc2.data()](const auto&) {
+      per_expert([&](int64_t e, int64_t row, int64_t n) {
+        if (n > 0) {
+          cpu::linear_dgrad(n, f, h, s.experts_grad + row * h, w2 + e * h * f,
+                            s.d_act.data() + row * f);
+        }
+      });
+    });
+  }
+  if (op == "bwd.grouped_fc2_wgrad") {
+    return computation<CpuBackend>([&s, per_expert, h, f, dw2 = w.d_fc2.data()](const auto&) {
+      per_expert([&](int64_t e, int64_t row, int64_t n) {
+        if (n > 0) {
+          cpu::linear_wgrad_accumulate(n, f, h, s.experts_grad + row * h, s.act.data() + row * f,
+                                       dw2 + e * h * f);
+        }
+      });
+    });
+  }
+  if (op == "bwd.swiglu") {
+    return computation<CpuBackend>([&s, total_rows, f](const auto&) {
+      cpu::swiglu_backward(total_rows(), f, s.fc1_out.data(), s.d_act.data(), s.d_fc1.data());
+    });
+  }
+  if (op == "bwd.grouped_fc1_dgrad") {
+    return computation<CpuBackend>(
+        [&s, per_expert, h, f, ep, local, w1 = w.fc1.data()](const auto&) {
+          per_expert([&](int64_t e, int64_t row, int64_t n) {
+            if (n > 0) {
+              cpu::linear_dgrad(n, h, 2 * f, s.d_fc1.data() + row * 2 * f, w1 + e * 2 * f * h,
+                                s.d_expert_in.data() + row * h);
+            }
+          });
+          if (ep > 1) {
+            std::vector<int64_t> rows(s.recv_counts.size());
+            for (size_t i = 0; i < rows.size(); ++i) rows[i] = s.recv_counts[i] / h;
+            regroup(ep, local, rows, h, s.d_expert_in.data(), s.d_expert_in_src.data(), false);
+          }
+        });
+  }
+  if (op == "bwd.grouped_fc1_wgrad") {
+    return computation<CpuBackend>([&s, per_expert, h, f, dw1 = w.d_fc1.data()](const auto&) {
+      per_expert([&](int64_t e, int64_t row, int64_t n) {
+        if (n > 0) {
+          cpu::linear_wgrad_accumulate(n, h, 2 * f, s.d_fc1.data() + row * 2 * f,
+                                       s.experts_read + row * h, dw1 + e * 2 * f * h);
+        }
+      });
+    });
+  }
+  if (op == "bwd.dispatch_a2a") {
+    return all_to_all(s.d_expert_in_src.data(), s.recv_counts, s.d_permuted.data(),
+                      s.scratch_counts, copies_capacity);
+  }
+  if (op == "bwd.permute") {
+    return computation<CpuBackend>([&s, sh](const auto&) {
+      cpu::moe_permute_backward(sh, s.routing, s.permute_grad, s.d_from_permute.data());
+    });
+  }
+  if (op == "bwd.router") {
+    return computation<CpuBackend>([&s, sh, wr = w.router.data(),
+                                    scale = loss_scale_](const auto&) {
+      // This micro-batch's aux loss has the weight of its mean cross-entropy.
+      const float aux_dloss = *scale * static_cast<float>(sh.tokens);
+      cpu::moe_router_logits_backward(sh, s.routing, s.dgate.data(), aux_dloss, s.dz.data());
+      cpu::linear_dgrad(sh.tokens, sh.hidden, sh.experts, s.dz.data(), wr, s.d_from_router.data());
+    });
+  }
+  if (op == "bwd.router_wgrad") {
+    return computation<CpuBackend>([&s, sh, x = io.x, dwr = w.d_router.data()](const auto&) {
+      cpu::linear_wgrad_accumulate(sh.tokens, sh.hidden, sh.experts, s.dz.data(), x, dwr);
+    });
+  }
+  return std::nullopt;
+}
+
+// The shared expert (Qwen2-MoE): y += sigmoid(x w_g) * fc2(swiglu(fc1(x))), per token.
+//   backward  dg = <dy, out>, dlogit = dg g (1 - g); d out = g dy; dx += fc1's dx + dlogit w_g
+std::optional<BoundOp> MoeLayersCpu::bind_shared(const std::string& op, int64_t layer,
+                                                 int64_t micro_batch, const MoeLayerIo& io) {
+  using model_detail::computation;
+  if (shared_ffn_ == 0) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("StageModel: op {}: the model has no shared expert", op));
+  }
+  State& s = state(micro_batch, layer);
+  Weights& w = *weights_.at(layer);
+  const int64_t t = shape_.tokens, h = shape_.hidden, fs = shared_ffn_;
+  if (op == "fwd.shared_fc1") {
+    return computation<CpuBackend>([&s, t, h, fs, x = io.x, w1 = w.shared_fc1.data()](const auto&) {
+      cpu::linear_forward(t, h, 2 * fs, x, w1, s.s_fc1.data());
+    });
+  }
+  if (op == "fwd.shared_swiglu") {
+    return computation<CpuBackend>(
+        [&s, t, fs](const auto&) { cpu::swiglu_forward(t, fs, s.s_fc1.data(), s.s_act.data()); });
+  }
+  if (op == "fwd.shared_fc2") {
+    return computation<CpuBackend>([&s, t, h, fs, x = io.x, y = io.y, w2 = w.shared_fc2.data(),
+                                    wg = w.shared_gate.data()](const auto&) {
+      cpu::linear_forward(t, fs, h, s.s_act.data(), w2, s.s_out.data());
+      cpu::linear_forward(t, h, 1, x, wg, s.s_logit.data());
+      for (int64_t r = 0; r < t; ++r) {
+        const float g = kernels::sigmoid(s.s_logit[to_size(r)]);
+        s.s_gate[to_size(r)] = g;
+        for (int64_t i = 0; i < h; ++i) y[r * h + i] += g * s.s_out[to_size(r * h + i)];
+      }
+    });
+  }
+  if (op == "bwd.shared_fc2_dgrad") {
+    return computation<CpuBackend>([&s, t, h, fs, x = io.x, dy = io.dy, w2 = w.shared_fc2.data(),
+                                    wg = w.shared_gate.data(),
+                                    dwg = w.d_shared_gate.data()](const auto&) {
+      for (int64_t r = 0; r < t; ++r) {
+        const float g = s.s_gate[to_size(r)];
+        float dg = 0.0f;
+        for (int64_t i = 0; i < h; ++i) {
+          dg += dy[r * h + i] * s.s_out[to_size(r * h + i)];
+          s.s_d_out[to_size(r * h + i)] = g * dy[r * h + i];
+        }
+        s.s_d_logit[to_size(r)] = dg * g * (1.0f - g);
+      }
+      cpu::linear_dgrad(t, fs, h, s.s_d_out.data(), w2, s.s_d_act.data());
+      cpu::linear_dgrad(t, h, 1, s.s_d_logit.data(), wg, s.d_from_gate.data());
+      cpu::linear_wgrad_accumulate(t, h, 1, s.s_d_logit.data(), x, dwg);
+    });
+  }
+  if (op == "bwd.shared_fc2_wgrad") {  // may run before the dgrad: scales dy itself
+    return computation<CpuBackend>(
+        [&s, t, h, fs, dy = io.dy, dw2 = w.d_shared_fc2.data()](const auto&) {
+          for (int64_t r = 0; r < t; ++r) {
+            for (int64_t i = 0; i < h; ++i) {
+              s.s_d_out_w[to_size(r * h + i)] = s.s_gate[to_size(r)] * dy[r * h + i];
+            }
+          }
+          cpu::linear_wgrad_accumulate(t, fs, h, s.s_d_out_w.data(), s.s_act.data(), dw2);
+        });
+  }
+  if (op == "bwd.shared_swiglu") {
+    return computation<CpuBackend>([&s, t, fs](const auto&) {
+      cpu::swiglu_backward(t, fs, s.s_fc1.data(), s.s_d_act.data(), s.s_d_fc1.data());
+    });
+  }
+  if (op == "bwd.shared_fc1_dgrad") {
+    return computation<CpuBackend>([&s, t, h, fs, w1 = w.shared_fc1.data()](const auto&) {
+      cpu::linear_dgrad(t, h, 2 * fs, s.s_d_fc1.data(), w1, s.d_from_shared.data());
+    });
+  }
+  if (op == "bwd.shared_fc1_wgrad") {
+    return computation<CpuBackend>(
+        [&s, t, h, fs, x = io.x, dw1 = w.d_shared_fc1.data()](const auto&) {
+          cpu::linear_wgrad_accumulate(t, h, 2 * fs, s.s_d_fc1.data(), x, dw1);
+        });
+  }
+  return std::nullopt;
+}
+
+BoundOp::Task MoeLayersCpu::sum_input_gradient(int64_t layer, int64_t micro_batch,
+                                               const MoeLayerIo& io) {
+  State& s = state(micro_batch, layer);
+  return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden,
+          shared = shared_ffn_ > 0](const CpuBackend::Exec&) {
+    cpu::add_tensors(n, s.d_from_permute.data(), s.d_from_router.data(), dx);
+    if (shared) {
+      cpu::add_tensors(n, dx, s.d_from_shared.data(), dx);
+      cpu::add_tensors(n, dx, s.d_from_gate.data(), dx);
+    }
+  };
+}
+
+std::vector<ParameterView> MoeLayersCpu::parameters(int64_t layer) {
+  Weights& w = *weights_.at(layer);
+  const std::string prefix = "layers." + std::to_string(layer) + ".";
+  auto view = [](std::string name, std::vector<float>& values, std::vector<float>& gradient,
+                 bool expert) {
+    ParameterView v;
+    v.name = std::move(name);
+    v.values = values.data();
+    v.gradient = gradient.data();
+    v.compute = values.data();
+    v.count = static_cast<int64_t>(values.size());
+    v.expert = expert;
+    return v;
+  };
+  std::vector<ParameterView> views = {view(prefix + "router", w.router, w.d_router, false),
+                                      view(prefix + "experts_fc1", w.fc1, w.d_fc1, true),
+                                      view(prefix + "experts_fc2", w.fc2, w.d_fc2, true)};
+  if (shared_ffn_ > 0) {
+    views.push_back(view(prefix + "shared_gate", w.shared_gate, w.d_shared_gate, false));
+    views.push_back(view(prefix + "shared_fc1", w.shared_fc1, w.d_shared_fc1, false));
+    views.push_back(view(prefix + "shared_fc2", w.shared_fc2, w.d_shared_fc2, false));
+  }
+  return views;
+}
+
+float MoeLayersCpu::aux_loss_sum(int64_t micro_batches) const {
+  float sum = 0.0f;
+  for (const auto& [key, s] : states_) {
+    if (key.first < micro_batches) sum += s->routing.aux_loss;
+  }
+  return sum;
+}
+
+int64_t MoeLayersCpu::dropped_copies() const {
+  int64_t dropped = 0;
+  for (const auto& [key, s] : states_) dropped += s->routing.dropped;
+  return dropped;
+}
+
+}  // namespace dhelix::rt

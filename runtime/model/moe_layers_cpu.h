@@ -1,0 +1,118 @@
+#pragma once
+// The MoE MLP of every layer of a CPU stage model, bound to the plan's ops
+// (lib/dag_builder_moe.cc) with the math of runtime/cpu/moe_cpu.h and expert parallelism
+// over the EP group (Megatron-Core's all-to-all token dispatcher):
+//
+//   forward   router ─ permute ─ dispatch_a2a ─ grouped_fc1 ─ swiglu ─ grouped_fc2 ─
+//             combine_a2a ─ unpermute                              (ln_mlp before, bda_mlp after)
+//   backward  unpermute ─ combine_a2a ─ grouped_fc2_dgrad / _wgrad ─ swiglu ─
+//             grouped_fc1_dgrad / _wgrad ─ dispatch_a2a ─ permute;  unpermute ─ router ─
+//             router_wgrad;  ln_mlp sums permute's and router's input gradients
+//
+// Experts: E in all, L = E / ep on each EP rank, EP rank j holding [j L, (j + 1) L). The
+// rank's kept token copies leave permute grouped by expert (ascending), so the block for
+// EP rank j is contiguous; the dispatch sends, per destination, L chunks (one per expert)
+// whose counts travel first (Communicator::all_to_all_v). What arrives is source-major
+// (EP rank 0's copies for each local expert, then rank 1's...); the dispatch's local step
+// regroups it expert-major for the grouped GEMMs, and grouped_fc2 writes its output back
+// source-major for the combine, which returns every copy to the rank it came from, in its
+// permuted order. The backward moves gradients the same way reversed. Without EP (ep = 1)
+// the plan has no all-to-all and the experts read permute's buffer directly.
+//
+// Per micro-batch state. The number of kept copies varies with the routing, so every
+// buffer is allocated at its bound when a (micro-batch, layer) pair is first bound and the
+// counts of this iteration live beside them (the collectives read them when they run):
+// T k copies leave a rank, at most ep T k arrive.
+//
+// Weights, as Mixtral's: router [E, h]; experts' fc1 [L, 2F, h] (gate rows, then up rows)
+// and fc2 [L, h, F] for the local experts only. Their initial values are those of the full
+// tensors of all E experts (element index by global expert), so an EP 2 run starts from the
+// same model as an EP 1 run. The router's gradient is summed over the dp group like the
+// other dense weights; the experts' over the expert-data-parallel group (ParameterView::
+// expert, runtime/comm/process_groups.h).
+//
+// The auxiliary load-balancing loss of a layer and micro-batch (moe_capacity.h) enters the
+// training objective with weight 1 / (micro-batches x dp), the weight of one micro-batch's
+// mean cross-entropy: its gradient is scaled by loss_scale x T (loss_scale = 1 / tokens of
+// the global batch) and aux_loss_sum() adds it to the reported loss.
+//
+// The shared expert (Qwen2-MoE, ModelSpec's shared_expert_ffn_hidden_size): a dense SwiGLU
+// MLP every token passes, its output scaled by a per-token sigmoid gate sigmoid(x w_g) and
+// added to the routed experts' in fwd.shared_fc2 (the planner leaves the h -> 1 gate GEMM
+// out of its costs; here it runs inside shared_fc2 and its backward inside
+// shared_fc2_dgrad). Its weights are dense: gate [h], fc1 [2Fs, h], fc2 [h, Fs].
+//
+// Limits (refused before training, runtime/train/moe_support.h): tp = 1 (the MoE layer
+// under TP needs SP and expert tensor parallelism), no recompute.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/job_spec.h"
+#include "runtime/cpu/moe_cpu.h"
+#include "runtime/model/stage_model.h"
+
+namespace dhelix::rt {
+
+/// The buffers of the dense layer the MoE MLP connects to, for one (micro-batch, layer).
+struct MoeLayerIo {
+  const float* x = nullptr;   ///< the MLP's input [T, h] (ln_mlp's output)
+  float* y = nullptr;         ///< the MLP's output [T, h] (what bda_mlp adds)
+  const float* dy = nullptr;  ///< d y [T, h]
+  float* dx = nullptr;        ///< d x [T, h] (what ln_mlp's backward reads)
+};
+
+class MoeLayersCpu {
+ public:
+  /// The MoE MLPs of `layers` (absolute indices) on world rank `rank` of `job`.
+  /// `loss_scale` is read when the router's backward runs.
+  MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<int64_t>& layers, uint64_t seed,
+               const float* loss_scale);
+  ~MoeLayersCpu();
+  MoeLayersCpu(const MoeLayersCpu&) = delete;
+  MoeLayersCpu& operator=(const MoeLayersCpu&) = delete;
+
+  /// True for the op ids this class binds (fwd.swiglu and bwd.swiglu included: in a MoE
+  /// layer they are the experts').
+  static bool handles(const std::string& op);
+  /// Binds `op` of (micro_batch, layer); nullopt when `op` is not one of handles(). An
+  /// all-to-all op with ep = 1 is Error(kInvalidInput) (the planner writes none).
+  std::optional<BoundOp> bind(const std::string& op, int64_t layer, int64_t micro_batch,
+                              const MoeLayerIo& io);
+  /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients
+  /// (+ the shared expert's through its fc1, + through its gate, in that order).
+  BoundOp::Task sum_input_gradient(int64_t layer, int64_t micro_batch, const MoeLayerIo& io);
+
+  /// `layer`'s router, experts' fc1 and fc2, named "layers.<l>.router", ".experts_fc1",
+  /// ".experts_fc2" (the experts' marked expert), then the shared expert's ".shared_gate",
+  /// ".shared_fc1", ".shared_fc2" when the model has one.
+  std::vector<ParameterView> parameters(int64_t layer);
+  /// Sum of the load-balancing losses of micro-batches [0, micro_batches) over this rank's
+  /// layers (each micro-batch's own mean, as the cross-entropy), from the last forward.
+  float aux_loss_sum(int64_t micro_batches) const;
+  /// Token copies dropped over capacity in the last forward, over micro-batches and layers.
+  int64_t dropped_copies() const;
+
+ private:
+  struct Weights;
+  struct State;
+  State& state(int64_t micro_batch, int64_t layer);
+  std::optional<BoundOp> bind_shared(const std::string& op, int64_t layer, int64_t micro_batch,
+                                     const MoeLayerIo& io);
+
+  cpu::MoeLayerShape shape_;
+  int64_t ep_ = 1;          // EP group size
+  int64_t ep_rank_ = 0;     // this rank's index in it
+  int64_t local_ = 0;       // L: experts held here
+  int64_t shared_ffn_ = 0;  // Fs: the shared expert's FFN width (0: none)
+  const float* loss_scale_;
+  std::map<int64_t, std::unique_ptr<Weights>> weights_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)
+};
+
+}  // namespace dhelix::rt

@@ -1,0 +1,39 @@
+#include "runtime/train/moe_support.h"
+
+#include <fmt/format.h>
+
+#include "lib/error.h"
+
+namespace dhelix::rt {
+
+void refuse_unsupported_moe(const JobSpec& job, const std::string& plan_file,
+                            const std::string& backend) {
+  const ParallelSpec& p = job.parallel;
+  auto refuse = [&](const std::string& what, const std::string& advice) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("{}: dhelix-run does not run {} yet; {}", plan_file, what, advice));
+  };
+  const auto& moe = job.model.moe;
+  if (!moe) {
+    if (p.ep > 1)
+      refuse(fmt::format("expert parallelism (ep = {})", p.ep), "plan the job without it");
+    return;
+  }
+  const std::string layers = fmt::format("mixture-of-experts layers ({} experts, top-{}, ep = {})",
+                                         moe->num_experts, moe->top_k, p.ep);
+  if (backend != "cpu") {
+    refuse(fmt::format("{} on the {} backend", layers, backend), "use --backend cpu");
+  }
+  if (p.tp > 1) {
+    refuse(fmt::format("{} with tensor parallelism (tp = {}, expert tensor parallelism {})", layers,
+                       p.tp, p.expert_tp_size()),
+           "plan the job with tp 1");
+  }
+  if (p.recompute.granularity != RecomputeGranularity::kNone) {
+    refuse(fmt::format("{} with activation recompute ({})", layers,
+                       recompute_granularity_name(p.recompute.granularity)),
+           "plan the job without recompute");
+  }
+}
+
+}  // namespace dhelix::rt

@@ -1,0 +1,18 @@
+#pragma once
+// Which mixture-of-experts plans dhelix-run executes (runtime/model/moe_layers_cpu.h):
+// on the CPU backend, MoE layers (with or without a shared expert) with any ep that
+// divides the experts, tp = 1, no recompute. Everything else is refused by name before any
+// rank trains.
+
+#include <string>
+
+#include "lib/job_spec.h"
+
+namespace dhelix::rt {
+
+/// Throws Error(kUnsupported) "PLAN: dhelix-run does not run <what> yet; <advice>" when the
+/// job's MoE layers (or ep > 1) cannot run on `backend` ("cpu", "cuda"); returns otherwise.
+void refuse_unsupported_moe(const JobSpec& job, const std::string& plan_file,
+                            const std::string& backend);
+
+}  // namespace dhelix::rt
