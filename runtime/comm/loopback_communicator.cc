@@ -27,11 +27,11 @@ struct Group {
   int64_t arrived = 0;
   int64_t generation = 0;
   std::vector<std::vector<float>> staged;
+  std::vector<int64_t> staged_values;         // all_reduce_max
+  std::vector<const int64_t*> staged_counts;  // all_to_all_v: each member's send_counts
   // ring_exchange: messages by (sender, receiver) group rank, in sending order. Per group,
   // so that the rings of two streams' communicators never mix.
   std::map<std::pair<int64_t, int64_t>, std::deque<std::vector<float>>> ring;
-  std::vector<int64_t> staged_values;         // all_reduce_max
-  std::vector<const int64_t*> staged_counts;  // all_to_all_v: each member's send_counts
 
   void barrier(std::unique_lock<std::mutex>& lock) {
     const int64_t mine = generation;
@@ -140,24 +140,6 @@ class LoopbackCommunicator final : public Communicator {
     return largest;
   }
 
-  // Buffered like the sends below: the message is queued, then the previous member's is
-  // awaited.
-  void ring_exchange(const float* send, float* recv, int64_t count) override {
-    const int64_t n = size();
-    std::unique_lock<std::mutex> lock(group_->mutex);
-    group_->ring[{rank_, (rank_ + 1) % n}].emplace_back(send, send + count);
-    group_->changed.notify_all();
-    std::deque<std::vector<float>>& inbox = group_->ring[{(rank_ + n - 1) % n, rank_}];
-    group_->changed.wait(lock, [&] { return !inbox.empty(); });
-    std::vector<float> message = std::move(inbox.front());
-    inbox.pop_front();
-    lock.unlock();
-    if (static_cast<int64_t>(message.size()) != count) {
-      throw Error(ErrorCode::kInternal,
-                  fmt::format("loopback: {}: ring_exchange of {} elements met one of {}", name_,
-                              count, message.size()));
-    }
-    std::copy(message.begin(), message.end(), recv);
   // Every member stages its whole input and its counts; each then copies its own block out
   // of every member's input, in group-rank order.
   void all_to_all_v(const float* in, const int64_t* send_counts, int64_t chunks, float* out,
@@ -203,6 +185,26 @@ class LoopbackCommunicator final : public Communicator {
       group_->barrier(lock);  // nobody restages before every member has copied
     }
     if (failure) throw *failure;
+  }
+
+  // Buffered like the sends below: the message is queued, then the previous member's is
+  // awaited.
+  void ring_exchange(const float* send, float* recv, int64_t count) override {
+    const int64_t n = size();
+    std::unique_lock<std::mutex> lock(group_->mutex);
+    group_->ring[{rank_, (rank_ + 1) % n}].emplace_back(send, send + count);
+    group_->changed.notify_all();
+    std::deque<std::vector<float>>& inbox = group_->ring[{(rank_ + n - 1) % n, rank_}];
+    group_->changed.wait(lock, [&] { return !inbox.empty(); });
+    std::vector<float> message = std::move(inbox.front());
+    inbox.pop_front();
+    lock.unlock();
+    if (static_cast<int64_t>(message.size()) != count) {
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("loopback: {}: ring_exchange of {} elements met one of {}", name_,
+                              count, message.size()));
+    }
+    std::copy(message.begin(), message.end(), recv);
   }
 
   std::unique_ptr<TransferRequest> start_send(const float* data, int64_t count, int64_t peer,
