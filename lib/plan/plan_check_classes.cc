@@ -212,7 +212,10 @@ std::optional<QuotientGroups> make_quotient(World& world, size_t mode) {
     for (int64_t stage : peer_stages) {  // (a)
       coordinates.pp = stage;
       const int64_t peer = world.placement.rank_of(coordinates);
-      if (peer < 0 || peer >= ranks) return std::nullopt;
+      // A peer stage outside the job would alias another rank's coordinates.
+      if (peer < 0 || peer >= ranks || world.placement.coordinates(peer).pp != stage) {
+        return std::nullopt;
+      }
       const auto peer_c = static_cast<int64_t>(world.class_of[static_cast<size_t>(peer)]);
       if (peer_class.try_emplace({c, stage}, peer_c).first->second != peer_c) return std::nullopt;
     }
