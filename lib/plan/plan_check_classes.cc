@@ -174,9 +174,8 @@ std::optional<int64_t> consistent_collectives(const World& world, size_t mode) {
 
 // Every rank's transfers, relabelled, as programs of their own (checks 3 and 10).
 std::vector<RankProgram> transfer_programs(const World& world, size_t mode) {
-  std::vector<RankProgram> out;
-  for (int64_t rank = 0; rank < world.placement.world_size(); ++rank) {
-    const RankProgram& program = world.programs[mode][world.class_of[static_cast<size_t>(rank)]];
+  std::vector<RankProgram> by_class;  // each class's transfers, once
+  for (const RankProgram& program : world.programs[mode]) {
     RankProgram transfers;
     transfers.stage = program.stage;
     transfers.mode = program.mode;
@@ -186,7 +185,12 @@ std::vector<RankProgram> transfer_programs(const World& world, size_t mode) {
       transfers.instructions.push_back(ins);
       transfers.instructions.back().deps.clear();
     }
-    out.push_back(relabel_stage_program(std::move(transfers), world.placement, rank));
+    by_class.push_back(std::move(transfers));
+  }
+  std::vector<RankProgram> out;
+  for (int64_t rank = 0; rank < world.placement.world_size(); ++rank) {
+    out.push_back(relabel_stage_program(by_class[world.class_of[static_cast<size_t>(rank)]],
+                                        world.placement, rank));
   }
   return out;
 }
@@ -199,17 +203,20 @@ using QuotientGroups = std::map<std::pair<int64_t, ParallelDim>, std::vector<int
 std::optional<QuotientGroups> make_quotient(World& world, size_t mode) {
   QuotientGroups members;
   std::map<std::pair<size_t, int64_t>, int64_t> peer_class;  // class, peer stage -> class
+  // Per class: the stages of its peers, the dimensions of its groups.
+  std::vector<std::set<int64_t>> peer_stages(world.classes.size());
+  std::vector<std::set<ParallelDim>> dims(world.classes.size());
+  for (size_t c = 0; c < world.classes.size(); ++c) {
+    for (const Instruction& ins : world.programs[mode][c].instructions) {
+      if (is_transfer(ins)) peer_stages[c].insert(ins.peer_stage);
+      if (ins.kind == InstructionKind::kCollective && ins.group) dims[c].insert(*ins.group);
+    }
+  }
   const int64_t ranks = world.placement.world_size();
   for (int64_t rank = 0; rank < ranks; ++rank) {
     const size_t c = world.class_of[static_cast<size_t>(rank)];
     RankCoordinates coordinates = world.placement.coordinates(rank);
-    std::set<int64_t> peer_stages;
-    std::set<ParallelDim> dims;
-    for (const Instruction& ins : world.programs[mode][c].instructions) {
-      if (is_transfer(ins)) peer_stages.insert(ins.peer_stage);
-      if (ins.kind == InstructionKind::kCollective && ins.group) dims.insert(*ins.group);
-    }
-    for (int64_t stage : peer_stages) {  // (a)
+    for (int64_t stage : peer_stages[c]) {  // (a)
       coordinates.pp = stage;
       const int64_t peer = world.placement.rank_of(coordinates);
       // A peer stage outside the job would alias another rank's coordinates.
@@ -219,7 +226,7 @@ std::optional<QuotientGroups> make_quotient(World& world, size_t mode) {
       const auto peer_c = static_cast<int64_t>(world.class_of[static_cast<size_t>(peer)]);
       if (peer_class.try_emplace({c, stage}, peer_c).first->second != peer_c) return std::nullopt;
     }
-    for (ParallelDim dim : dims) {  // (b)
+    for (ParallelDim dim : dims[c]) {  // (b)
       std::set<int64_t> classes;
       for (int64_t m : world.placement.group(dim, rank).ranks) {
         classes.insert(static_cast<int64_t>(world.class_of[static_cast<size_t>(m)]));
