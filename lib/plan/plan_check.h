@@ -36,7 +36,13 @@
 //   plan.json: /stages/1/tasks/3: co-executed: tp group [2, 3] on stream local_comm:
 //   collective 5 differs: rank 2 ...: fwd.ag_qkv ... all_gather of 4096 bytes; rank 3 ...
 //
-// Cost: O(instructions + dependencies) per mode after lowering, which dominates.
+// Checks 1 to 4, 9 and 10 run first on one program per class of ranks that run the same
+// program but for rank numbers (check_rank_classes, lib/plan/plan_check_classes.cc, which
+// states why that stands for every rank); only when that cannot tell are every rank's
+// programs lowered and checked, which is where the messages come from.
+//
+// Cost: O(instructions + dependencies) per mode after lowering, which dominates; with the
+// classes, the instructions of one program per class (docs/plan-check.md has figures).
 
 #include <cstdint>
 #include <functional>
