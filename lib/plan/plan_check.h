@@ -96,10 +96,13 @@ PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
 /// checking every rank would find no problem; nullopt when it cannot tell (a problem, a
 /// rank that does not lower, a world without the symmetry it needs), with the reason in
 /// `why_not` when given ("co-executed: check 4 (no deadlock)"). Reports no problem.
+/// `class_per_rank` (tests): every rank a class of its own, so that the paths for classes
+/// that differ (communicators and quotient groups over several classes) run on any plan.
 std::optional<PlanCheckSummary> check_rank_classes(const Plan& plan, const JobSpec& job,
                                                    const std::string& plan_file,
                                                    const PlanCheckProgress& progress,
-                                                   std::string* why_not = nullptr);
+                                                   std::string* why_not = nullptr,
+                                                   bool class_per_rank = false);
 
 /// check_plan, then throws Error(kInvalidInput) listing every problem (one per line).
 /// Returns the report of a plan that passes (warnings, summary). For dhelix-run.

@@ -75,13 +75,16 @@ bool is_transfer(const Instruction& ins) {
 }
 
 // The classes of the job's ranks; nullopt when some rank has no input (it does not lower).
-std::optional<World> classify(const Plan& plan, const JobSpec& job) {
+std::optional<World> classify(const Plan& plan, const JobSpec& job, bool class_per_rank) {
   World world{Placement(job.parallel, job.cluster.gpus_per_node), {}, {}, {}};
   for (int64_t rank = 0; rank < world.placement.world_size(); ++rank) {
     try {
       RankLoweringInput input(plan, job, rank);
       size_t c = 0;
-      while (c < world.classes.size() && !(world.classes[c].input == input)) ++c;
+      while (!class_per_rank && c < world.classes.size() && !(world.classes[c].input == input)) {
+        ++c;
+      }
+      if (class_per_rank) c = world.classes.size();
       if (c == world.classes.size()) world.classes.push_back({std::move(input), {}});
       world.classes[c].ranks.push_back(rank);
       world.class_of.push_back(c);
@@ -292,12 +295,12 @@ std::string check_mode(const Plan& plan, World& world, size_t mode, const std::s
 std::optional<PlanCheckSummary> check_rank_classes(const Plan& plan, const JobSpec& job,
                                                    const std::string& plan_file,
                                                    const PlanCheckProgress& progress,
-                                                   std::string* why_not) {
+                                                   std::string* why_not, bool class_per_rank) {
   const auto cannot_tell = [why_not](const std::string& why) {
     if (why_not != nullptr) *why_not = why;
     return std::nullopt;
   };
-  std::optional<World> world = classify(plan, job);
+  std::optional<World> world = classify(plan, job, class_per_rank);
   if (!world || world->classes.empty()) return cannot_tell("a rank has no stage program");
   // Steps: per mode, one per class lowered and one for that mode's checks.
   const auto n = static_cast<int64_t>(world->classes.size());

@@ -113,12 +113,31 @@ TEST(RankClasses, PassWithTheSummaryOfEveryRank) {
   }
 }
 
+TEST(RankClasses, OneClassPerRankGivesTheSameSummary) {
+  // Every rank a class: collectives compared across classes, quotient groups of several
+  // classes, peers in other classes; the quotient is then the world itself.
+  for (const std::string& name : kTinyPlans) {
+    const Plan plan = read_plan(plan_path(name));
+    const JobSpec job = job_from_plan(plan, name);
+    std::string why;
+    const std::optional<PlanCheckSummary> split =
+        check_rank_classes(plan, job, "p.json", {}, &why, true);
+    ASSERT_TRUE(split.has_value()) << name << ": " << why;
+    const PlanCheckSummary all = every_rank_summary(plan, job);
+    EXPECT_EQ(split->instructions, all.instructions) << name;
+    EXPECT_EQ(split->collective_groups, all.collective_groups) << name;
+    EXPECT_EQ(split->collectives, all.collectives) << name;
+    EXPECT_EQ(split->transfers, all.transfers) << name;
+  }
+}
+
 // ----- broken plans: the classes cannot tell, and every rank is checked ------------------
 
 // Why the classes cannot tell; "" when they pass.
-std::string why_not(const Plan& plan) {
+std::string why_not(const Plan& plan, bool class_per_rank = false) {
   std::string why;
-  const auto summary = check_rank_classes(plan, job_from_plan(plan, "p.json"), "p.json", {}, &why);
+  const auto summary =
+      check_rank_classes(plan, job_from_plan(plan, "p.json"), "p.json", {}, &why, class_per_rank);
   EXPECT_EQ(summary.has_value(), why.empty());
   return why;
 }
@@ -130,6 +149,7 @@ TEST(RankClasses, WaitCycleIsNotPassed) {
   std::vector<PlanTask>& s1 = plan.stages[1].tasks;
   std::rotate(s1.begin(), s1.begin() + 2, s1.begin() + 4);
   EXPECT_EQ(why_not(plan), "co-executed: check 4 (no deadlock)");
+  EXPECT_EQ(why_not(plan, true), "co-executed: check 4 (no deadlock)");
   const PlanCheckReport report = check_plan(plan, "cycle.json");
   bool cycle = false;
   for (const Problem& p : report.problems.problems()) {
