@@ -5,7 +5,10 @@
 // and the sends and receives between stages, paired by their tags
 // (lib/plan/transfer_tags.h). When a layer's input lives on another stage, a receive is
 // emitted right before its first consumer; when this stage produces a boundary another
-// stage consumes, a send follows the producer at once. Internal to lib/plan/.
+// stage consumes, a send follows the producer at once. A transfer names its peer's stage
+// (Instruction::peer_stage), not its rank: the program is the same for every rank of the
+// stage, and relabel_stage_program (lib/plan/rank_program.h) fills in the peer rank.
+// Internal to lib/plan/.
 
 #include <cstdint>
 #include <map>
@@ -13,21 +16,31 @@
 #include <vector>
 
 #include "lib/job_spec.h"
-#include "lib/placement.h"
 #include "lib/plan/plan.h"
 #include "lib/plan/program_builder.h"
 
 namespace dhelix {
 
+/// Which stage holds each layer, the embedding and the head.
+struct StageOwners {
+  std::vector<int64_t> layer_owner;  ///< by layer
+  int64_t embedding_stage = -1;
+  int64_t head_stage = -1;
+};
+
+/// Throws Error(kInvalidInput) when a stage holds a layer outside the model, no stage
+/// holds some layer, or none holds the embedding or the head.
+StageOwners stage_owners(const Plan& plan, const JobSpec& job);
+
 class PipelineTransfers {
  public:
-  /// Throws Error(kInvalidInput) when a stage holds a layer outside the model, no stage
-  /// holds some layer, or none holds the embedding or the head.
-  PipelineTransfers(const Plan& plan, const JobSpec& job, const Placement& placement,
-                    const RankCoordinates& coordinates, ProgramBuilder& program);
+  /// Throws as stage_owners does.
+  PipelineTransfers(const Plan& plan, const JobSpec& job, ProgramBuilder& program);
 
   /// The stage that holds `layer` (0 <= layer < num_layers).
-  int64_t owner_of_layer(int64_t layer) const { return layer_owner_[static_cast<size_t>(layer)]; }
+  int64_t owner_of_layer(int64_t layer) const {
+    return owners_.layer_owner[static_cast<size_t>(layer)];
+  }
 
   /// The instruction that produced the residual entering `layer` (num_layers: the head's
   /// input) for `micro_batch`, receiving it first when another stage produces it.
@@ -43,20 +56,15 @@ class PipelineTransfers {
  private:
   using Boundary = std::pair<int64_t, int64_t>;  // micro-batch, layer
 
-  int64_t peer_rank(int64_t stage) const;
   Instruction transfer(InstructionKind kind, int64_t micro_batch, int64_t layer, bool gradient,
                        int64_t other_stage) const;
   int64_t receive(int64_t micro_batch, int64_t layer, bool gradient, int64_t from_stage);
   void send(int64_t producer, int64_t micro_batch, int64_t layer, bool gradient, int64_t to_stage);
 
-  const Placement& placement_;
-  RankCoordinates coordinates_;
   ProgramBuilder& program_;
   int64_t num_layers_ = 0;
   int64_t boundary_bytes_ = 0;
-  std::vector<int64_t> layer_owner_;
-  int64_t embedding_stage_ = -1;
-  int64_t head_stage_ = -1;
+  StageOwners owners_;
   std::map<Boundary, int64_t> input_of_;     // producer of residual(mb, layer)
   std::map<Boundary, int64_t> gradient_of_;  // producer of residual_grad(mb, layer)
 };

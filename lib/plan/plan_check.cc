@@ -420,11 +420,12 @@ void check_programs(const Plan& plan, const JobSpec& job, const std::vector<Rank
   summary.transfers = transfers;
 }
 
-PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
-                           const PlanCheckProgress& progress) {
-  PlanCheckReport report;
-  const JobSpec job = job_from_plan(plan, plan_file);
-  check_plan_fields(plan, job, plan_file, report.problems);
+namespace {
+
+// Checks 1 to 4, 9 and 10 on every rank's programs, lowered and held for the whole world
+// (one mode at a time): the checker's messages.
+void check_every_rank(const Plan& plan, const JobSpec& job, const std::string& plan_file,
+                      PlanCheckReport& report, const PlanCheckProgress& progress) {
   std::vector<RankProgram> co_executed;  // kept for checks 9 and 10
   bool both_lowered = true;
   // Steps: per mode, one per rank lowered and one for that mode's checks.
@@ -455,6 +456,32 @@ PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
     }
     report.summary.checking_ms += elapsed_ms(checked);
     advance_to(mode_start + world + 1);
+  }
+}
+
+}  // namespace
+
+PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
+                           const PlanCheckProgress& progress) {
+  PlanCheckReport report;
+  const JobSpec job = job_from_plan(plan, plan_file);
+  check_plan_fields(plan, job, plan_file, report.problems);
+  // The classes of ranks first (lib/plan/plan_check_classes.cc): when they pass, every
+  // rank passes. Otherwise every rank is checked, after the classes' steps.
+  int64_t class_steps = 0;
+  const Clock::time_point start = Clock::now();
+  const std::optional<PlanCheckSummary> summary =
+      check_rank_classes(plan, job, plan_file, [&](int64_t done, int64_t total) {
+        class_steps = total;
+        if (progress) progress(done, total);
+      });
+  if (summary) {
+    report.summary = *summary;
+    report.summary.checking_ms = elapsed_ms(start);
+  } else {
+    check_every_rank(plan, job, plan_file, report, [&](int64_t done, int64_t total) {
+      if (progress) progress(class_steps + done, class_steps + total);
+    });
   }
   check_memory(plan, plan_file, report);
   return report;

@@ -36,10 +36,17 @@
 //   plan.json: /stages/1/tasks/3: co-executed: tp group [2, 3] on stream local_comm:
 //   collective 5 differs: rank 2 ...: fwd.ag_qkv ... all_gather of 4096 bytes; rank 3 ...
 //
-// Cost: O(instructions + dependencies) per mode after lowering, which dominates.
+// Checks 1 to 4, 9 and 10 run first on one program per class of ranks that run the same
+// program but for rank numbers (check_rank_classes, lib/plan/plan_check_classes.cc, which
+// states why that stands for every rank); only when that cannot tell are every rank's
+// programs lowered and checked, which is where the messages come from.
+//
+// Cost: O(instructions + dependencies) per mode after lowering, which dominates; with the
+// classes, the instructions of one program per class (docs/plan-check.md has figures).
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +91,19 @@ using PlanCheckProgress = std::function<void(int64_t done, int64_t total)>;
 PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
                            const PlanCheckProgress& progress = {});
 
+/// Checks 1 to 4, 9 and 10 on one program per class of ranks (ranks with equal
+/// RankLoweringInput), lib/plan/plan_check_classes.cc. Returns the summary's counts when
+/// checking every rank would find no problem; nullopt when it cannot tell (a problem, a
+/// rank that does not lower, a world without the symmetry it needs), with the reason in
+/// `why_not` when given ("co-executed: check 4 (no deadlock)"). Reports no problem.
+/// `class_per_rank` (tests): every rank a class of its own, so that the paths for classes
+/// that differ (communicators and quotient groups over several classes) run on any plan.
+std::optional<PlanCheckSummary> check_rank_classes(const Plan& plan, const JobSpec& job,
+                                                   const std::string& plan_file,
+                                                   const PlanCheckProgress& progress,
+                                                   std::string* why_not = nullptr,
+                                                   bool class_per_rank = false);
+
 /// check_plan, then throws Error(kInvalidInput) listing every problem (one per line).
 /// Returns the report of a plan that passes (warnings, summary). For dhelix-run.
 PlanCheckReport require_valid_plan(const Plan& plan, const std::string& plan_file);
@@ -118,6 +138,15 @@ enum class SimulatedOrder { kStreams, kProgramOrder };
 /// rank ran; otherwise adds the wait cycles (or waits that can never end) it found.
 bool check_no_deadlock(const Plan& plan, const JobSpec& job,
                        const std::vector<RankProgram>& programs, SimulatedOrder order,
+                       const std::string& plan_file, ProblemList& problems);
+
+/// The members (ascending) of the process group of `dim` that holds `rank`.
+using GroupMembers = std::function<std::vector<int64_t>(ParallelDim dim, int64_t rank)>;
+
+/// Check 4 on programs whose process groups `members` gives (check_no_deadlock above:
+/// the job's placement; lib/plan/plan_check_classes.cc: classes of ranks as ranks).
+bool check_no_deadlock(const Plan& plan, const std::vector<RankProgram>& programs,
+                       const GroupMembers& members, SimulatedOrder order,
                        const std::string& plan_file, ProblemList& problems);
 
 /// Checks 6 to 8 (lib/plan_check_fields.cc): num_micro_batches against the job and each

@@ -51,8 +51,8 @@ struct Wait {
 
 class WorldSimulation {
  public:
-  WorldSimulation(const Plan& plan, const JobSpec& job, const std::vector<RankProgram>& programs,
-                  SimulatedOrder order);
+  WorldSimulation(const Plan& plan, const std::vector<RankProgram>& programs,
+                  const GroupMembers& members, SimulatedOrder order);
   /// True when every instruction ran.
   bool run();
   void report_stuck(const std::string& plan_file, ProblemList& problems) const;
@@ -64,7 +64,7 @@ class WorldSimulation {
   }
   std::string describe(int64_t g) const;
   void index_streams_and_deps();
-  void index_collectives(const JobSpec& job);
+  void index_collectives(const GroupMembers& group_members);
   void index_transfers();
   void try_start(int64_t g);
   void complete(int64_t g);
@@ -98,8 +98,8 @@ class WorldSimulation {
   int64_t done_count_ = 0;
 };
 
-WorldSimulation::WorldSimulation(const Plan& plan, const JobSpec& job,
-                                 const std::vector<RankProgram>& programs, SimulatedOrder order)
+WorldSimulation::WorldSimulation(const Plan& plan, const std::vector<RankProgram>& programs,
+                                 const GroupMembers& members, SimulatedOrder order)
     : plan_(plan), programs_(programs), order_(order) {
   for (size_t r = 0; r < programs.size(); ++r) {
     offset_.push_back(total_);
@@ -108,7 +108,7 @@ WorldSimulation::WorldSimulation(const Plan& plan, const JobSpec& job,
   }
   state_.assign(static_cast<size_t>(total_), State::kIdle);
   index_streams_and_deps();
-  index_collectives(job);
+  index_collectives(members);
   index_transfers();
 }
 
@@ -163,8 +163,7 @@ void WorldSimulation::index_streams_and_deps() {
   }
 }
 
-void WorldSimulation::index_collectives(const JobSpec& job) {
-  const Placement placement(job.parallel, job.cluster.gpus_per_node);
+void WorldSimulation::index_collectives(const GroupMembers& group_members) {
   comm_of_.assign(static_cast<size_t>(total_), -1);
   position_of_.assign(static_cast<size_t>(total_), -1);
   // Collectives without a group (check 2 reports them) form one-member communicators.
@@ -174,9 +173,8 @@ void WorldSimulation::index_collectives(const JobSpec& job) {
     for (size_t i = 0; i < program.instructions.size(); ++i) {
       const Instruction& ins = program.instructions[i];
       if (ins.kind != InstructionKind::kCollective) continue;
-      const std::vector<int64_t> members = ins.group
-                                               ? placement.group(*ins.group, program.rank).ranks
-                                               : std::vector<int64_t>{program.rank};
+      const std::vector<int64_t> members =
+          ins.group ? group_members(*ins.group, program.rank) : std::vector<int64_t>{program.rank};
       const StreamClass stream = communicator_stream(program, ins);
       auto [it, added] = index.try_emplace({ins.group, members.front(), stream},
                                            static_cast<int64_t>(comms_.size()));
@@ -381,8 +379,18 @@ void WorldSimulation::report_stuck(const std::string& plan_file, ProblemList& pr
 bool check_no_deadlock(const Plan& plan, const JobSpec& job,
                        const std::vector<RankProgram>& programs, SimulatedOrder order,
                        const std::string& plan_file, ProblemList& problems) {
+  const Placement placement(job.parallel, job.cluster.gpus_per_node);
+  return check_no_deadlock(
+      plan, programs,
+      [&placement](ParallelDim dim, int64_t rank) { return placement.group(dim, rank).ranks; },
+      order, plan_file, problems);
+}
+
+bool check_no_deadlock(const Plan& plan, const std::vector<RankProgram>& programs,
+                       const GroupMembers& members, SimulatedOrder order,
+                       const std::string& plan_file, ProblemList& problems) {
   if (programs.empty()) return true;
-  WorldSimulation world(plan, job, programs, order);
+  WorldSimulation world(plan, programs, members, order);
   if (world.run()) return true;
   world.report_stuck(plan_file, problems);
   return false;

@@ -10,51 +10,15 @@
 #include <unordered_map>
 #include <utility>
 
-#include "lib/dag_builder.h"
 #include "lib/error.h"
 #include "lib/placement.h"
 #include "lib/plan/pipeline_transfers.h"
 #include "lib/plan/plan_blocks.h"
 #include "lib/plan/program_builder.h"
+#include "lib/plan/rank_dags.h"
 
 namespace dhelix {
 namespace {
-
-// The op of a DAG part whose result leaves it: the one sink that is not a movable sink (a
-// weight gradient nothing waits for). -1 for an empty part.
-int64_t output_op(const LayerDag& dag, OpPart part) {
-  int64_t found = -1;
-  for (int64_t i = 0; i < dag.size(); ++i) {
-    const Op& op = dag.op(i);
-    if (op.part != part || op.movable_sink || !dag.successors(i).empty()) continue;
-    DHELIX_CHECK(found < 0);  // the DAG builder gives every part one output
-    found = i;
-  }
-  return found;
-}
-
-// One DAG as lowering reads it, many times per micro-batch and layer: its predecessor lists
-// and topological order computed once, and where its ops start in the table of producers
-// (and in the program's op ids).
-struct DagView {
-  const LayerDag* dag = nullptr;
-  int64_t slot_offset = 0;
-  std::vector<std::vector<int64_t>> predecessors;
-  std::vector<int64_t> order;
-
-  DagView() = default;
-  DagView(const LayerDag& d, int64_t offset) : dag(&d), slot_offset(offset) {
-    for (int64_t i = 0; i < d.size(); ++i) predecessors.push_back(d.predecessors(i));
-    order = d.topological_order();
-  }
-  std::vector<int64_t> ordered(OpPart part) const {
-    std::vector<int64_t> out;
-    for (int64_t i : order) {
-      if (dag->op(i).part == part) out.push_back(i);
-    }
-    return out;
-  }
-};
 
 // One op of a template block, resolved against the layer DAGs once per block.
 struct ResolvedTiming {
@@ -63,57 +27,13 @@ struct ResolvedTiming {
   int64_t index = 0;  // in the strand's layer DAG
 };
 
-// The rank's four DAGs (layer and stage extras, forward and backward), read once.
-struct RankDags {
-  LayerDags layer;
-  LayerDags extras;
-  DagView layer_forward, layer_backward, extras_forward, extras_backward;
-  int64_t layer_forward_output = -1, layer_backward_output = -1;
-  int64_t embedding_forward_output = -1, head_forward_output = -1, head_backward_output = -1;
-  std::vector<int64_t> embedding_forward_order, embedding_backward_order;
-  std::vector<int64_t> head_forward_order, head_backward_order;
-  int64_t slots = 0;  // ops of all four DAGs: the producer table's row width
-  std::shared_ptr<std::vector<std::string>> op_ids;  // by slot
-
-  RankDags(const JobSpec& job, int64_t rank, const PlanStage& stage)
-      : layer(with_recompute(build_layer_dags(job, rank), job.parallel.recompute.granularity)),
-        extras(build_stage_extras(job, rank, stage.embedding, stage.head_loss)) {
-    layer_forward = DagView(layer.forward, 0);
-    layer_backward = DagView(layer.backward, layer.forward.size());
-    extras_forward = DagView(extras.forward, layer_backward.slot_offset + layer.backward.size());
-    extras_backward = DagView(extras.backward, extras_forward.slot_offset + extras.forward.size());
-    slots = extras_backward.slot_offset + extras.backward.size();
-    op_ids = std::make_shared<std::vector<std::string>>();
-    op_ids->reserve(static_cast<size_t>(slots));
-    for (const LayerDag* dag :
-         {&layer.forward, &layer.backward, &extras.forward, &extras.backward}) {
-      for (int64_t i = 0; i < dag->size(); ++i) op_ids->push_back(dag->op(i).id);
-    }
-    layer_forward_output = output_op(layer.forward, OpPart::kLayer);
-    layer_backward_output = output_op(layer.backward, OpPart::kLayer);
-    embedding_forward_output = output_op(extras.forward, OpPart::kEmbedding);
-    head_forward_output = output_op(extras.forward, OpPart::kHead);
-    head_backward_output = output_op(extras.backward, OpPart::kHead);
-    embedding_forward_order = extras_forward.ordered(OpPart::kEmbedding);
-    embedding_backward_order = extras_backward.ordered(OpPart::kEmbedding);
-    head_forward_order = extras_forward.ordered(OpPart::kHead);
-    head_backward_order = extras_backward.ordered(OpPart::kHead);
-  }
-  std::string_view id(const DagView& view, int64_t index) const {
-    return (*op_ids)[static_cast<size_t>(view.slot_offset + index)];
-  }
-};
-
 class Lowering {
  public:
-  Lowering(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode);
+  Lowering(const Plan& plan, const JobSpec& job, const RankLoweringInput& input,
+           ExecutionMode mode);
   RankProgram run();
 
  private:
-  [[noreturn]] void fail_setup(const std::string& what) const;
-  const PlanStage& find_stage(int64_t rank) const;
-  const PlanPairing& find_pairing() const;
-
   Instruction from_op(const DagView& view, int64_t index, int64_t micro_batch, int64_t layer) const;
   int64_t& produced(int64_t micro_batch, int64_t layer, const DagView& view, int64_t index);
   const std::vector<ResolvedTiming>& resolve(const PlanBlock& block);
@@ -130,14 +50,12 @@ class Lowering {
                                         int64_t layer);
 
   const Plan& plan_;
-  Placement placement_;
-  RankCoordinates coordinates_;
   const PlanStage& stage_;
   const PlanPairing& pairing_;
   int64_t num_layers_ = 0;
   ProgramBuilder program_;
   PipelineTransfers transfers_;
-  RankDags dags_;
+  const RankDags& dags_;
   std::unordered_map<const PlanBlock*, std::vector<ResolvedTiming>> resolved_;
   // The instruction that produced each (micro-batch, layer + 1, DAG slot); -1: not yet.
   std::vector<int64_t> produced_;
@@ -154,47 +72,41 @@ Placement checked_placement(const JobSpec& job, int64_t rank) {
   return placement;
 }
 
-Lowering::Lowering(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode)
-    : plan_(plan),
-      placement_(checked_placement(job, rank)),
-      coordinates_(placement_.coordinates(rank)),
-      stage_(find_stage(rank)),
-      pairing_(find_pairing()),
-      num_layers_(job.model.num_layers),
-      program_(rank, stage_.stage, mode),
-      transfers_(plan, job, placement_, coordinates_, program_),
-      dags_(job, rank, stage_) {
-  const int64_t micro_batches = std::max<int64_t>(plan_.num_micro_batches, 0);
-  produced_.assign(static_cast<size_t>(micro_batches * (num_layers_ + 1) * dags_.slots), -1);
-}
-
-void Lowering::fail_setup(const std::string& what) const {
-  throw Error(ErrorCode::kInvalidInput,
-              fmt::format("plan: stage {} task -1: {}", coordinates_.pp, what));
-}
-
-const PlanStage& Lowering::find_stage(int64_t rank) const {
-  const PlanStage* found = nullptr;
-  for (const PlanStage& stage : plan_.stages) {
-    if (stage.stage == coordinates_.pp) found = &stage;
+// The index in plan.stages of the (last) stage numbered `pp`, which must list `rank`.
+size_t find_stage(const Plan& plan, int64_t pp, int64_t rank) {
+  std::optional<size_t> found;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    if (plan.stages[s].stage == pp) found = s;
   }
-  if (found == nullptr) {
+  if (!found) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("plan: stage -1 task -1: no stage {} for rank {}", pp, rank));
+  }
+  const PlanStage& stage = plan.stages[*found];
+  if (std::find(stage.ranks.begin(), stage.ranks.end(), rank) == stage.ranks.end()) {
     throw Error(
         ErrorCode::kInvalidInput,
-        fmt::format("plan: stage -1 task -1: no stage {} for rank {}", coordinates_.pp, rank));
+        fmt::format("plan: stage {} task -1: rank {} is not among the stage's ranks", pp, rank));
   }
-  if (std::find(found->ranks.begin(), found->ranks.end(), rank) == found->ranks.end()) {
-    fail_setup(fmt::format("rank {} is not among the stage's ranks", rank));
+  if (stage.pairing < 0 || stage.pairing >= static_cast<int64_t>(plan.pairings.size())) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("plan: stage {} task -1: pairing {} does not exist ({} pairings)", pp,
+                            stage.pairing, plan.pairings.size()));
   }
   return *found;
 }
 
-const PlanPairing& Lowering::find_pairing() const {
-  if (stage_.pairing < 0 || stage_.pairing >= static_cast<int64_t>(plan_.pairings.size())) {
-    fail_setup(fmt::format("pairing {} does not exist ({} pairings)", stage_.pairing,
-                           plan_.pairings.size()));
-  }
-  return plan_.pairings[static_cast<size_t>(stage_.pairing)];
+Lowering::Lowering(const Plan& plan, const JobSpec& job, const RankLoweringInput& input,
+                   ExecutionMode mode)
+    : plan_(plan),
+      stage_(plan.stages[input.stage_index()]),
+      pairing_(plan.pairings[static_cast<size_t>(stage_.pairing)]),
+      num_layers_(job.model.num_layers),
+      program_(-1, stage_.stage, mode),
+      transfers_(plan, job, program_),
+      dags_(input.dags()) {
+  const int64_t micro_batches = std::max<int64_t>(plan_.num_micro_batches, 0);
+  produced_.assign(static_cast<size_t>(micro_batches * (num_layers_ + 1) * dags_.slots), -1);
 }
 
 int64_t& Lowering::produced(int64_t micro_batch, int64_t layer, const DagView& view,
@@ -213,7 +125,7 @@ const std::vector<ResolvedTiming>& Lowering::resolve(const PlanBlock& block) {
   for (const PlanOpTiming& timing : block.timings) {
     const auto [k, id] = split_window_op_id(timing.op);
     const bool backward = timing.strand == Pass::kBackward;
-    const auto index = (backward ? dags_.layer.backward : dags_.layer.forward).find(id);
+    const auto index = (backward ? dags_.layer_backward : dags_.layer_forward).find(id);
     if (!index)
       program_.fail(fmt::format("block op '{}' is not in this job's layer DAG", timing.op));
     it->second.push_back({k, backward, *index});
@@ -223,7 +135,7 @@ const std::vector<ResolvedTiming>& Lowering::resolve(const PlanBlock& block) {
 
 Instruction Lowering::from_op(const DagView& view, int64_t index, int64_t micro_batch,
                               int64_t layer) const {
-  const Op& op = view.dag->op(index);
+  const LoweredOp& op = view.ops[static_cast<size_t>(index)];
   Instruction out;
   const bool comm = is_communication(op.kind);
   out.kind = comm ? InstructionKind::kCollective : InstructionKind::kCompute;
@@ -329,7 +241,8 @@ std::vector<int64_t> Lowering::predecessor_deps(const DagView& view, int64_t ind
     const int64_t producer = produced(micro_batch, layer, view, p);
     if (producer < 0) {
       program_.fail(fmt::format("{} runs before its input {} (layer {}, micro-batch {})",
-                                view.dag->op(index).id, view.dag->op(p).id, layer, micro_batch));
+                                view.ops[static_cast<size_t>(index)].id,
+                                view.ops[static_cast<size_t>(p)].id, layer, micro_batch));
     }
     deps.push_back(producer);
   }
@@ -342,8 +255,8 @@ void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, 
   }
   const DagView& view = backward ? dags_.layer_backward : dags_.layer_forward;
   if (produced(micro_batch, layer, view, index) >= 0) {
-    program_.fail(fmt::format("{} of layer {} micro-batch {} runs twice", view.dag->op(index).id,
-                              layer, micro_batch));
+    program_.fail(fmt::format("{} of layer {} micro-batch {} runs twice",
+                              view.ops[static_cast<size_t>(index)].id, layer, micro_batch));
   }
   Instruction instruction = from_op(view, index, micro_batch, layer);
   instruction.deps = predecessor_deps(view, index, micro_batch, layer);
@@ -373,7 +286,7 @@ void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, 
 
 void Lowering::emit_extra_op(bool backward, int64_t index, int64_t micro_batch) {
   const DagView& view = backward ? dags_.extras_backward : dags_.extras_forward;
-  const bool embedding = view.dag->op(index).part == OpPart::kEmbedding;
+  const bool embedding = view.ops[static_cast<size_t>(index)].part == OpPart::kEmbedding;
   Instruction instruction = from_op(view, index, micro_batch, -1);
   instruction.deps = predecessor_deps(view, index, micro_batch, -1);
   if (view.predecessors[static_cast<size_t>(index)].empty()) {
@@ -403,9 +316,41 @@ void Lowering::emit_extra_op(bool backward, int64_t index, int64_t micro_batch) 
 
 }  // namespace
 
+RankLoweringInput::RankLoweringInput(const Plan& plan, const JobSpec& job, int64_t rank) {
+  const Placement placement = checked_placement(job, rank);
+  stage_index_ = find_stage(plan, placement.coordinates(rank).pp, rank);
+  stage_owners(plan, job);  // refuses a plan whose stages do not hold every layer
+  dags_ = std::make_shared<const RankDags>(job, rank, plan.stages[stage_index_]);
+}
+
+bool RankLoweringInput::operator==(const RankLoweringInput& other) const {
+  return stage_index_ == other.stage_index_ && (dags_ == other.dags_ || *dags_ == *other.dags_);
+}
+
+RankProgram lower_stage_program(const Plan& plan, const JobSpec& job,
+                                const RankLoweringInput& input, ExecutionMode mode) {
+  return Lowering(plan, job, input, mode).run();
+}
+
+RankProgram relabel_stage_program(RankProgram program, const Placement& placement, int64_t rank) {
+  program.rank = rank;
+  const RankCoordinates coordinates = placement.coordinates(rank);
+  for (Instruction& instruction : program.instructions) {
+    if (instruction.kind != InstructionKind::kSend && instruction.kind != InstructionKind::kRecv) {
+      continue;
+    }
+    RankCoordinates peer = coordinates;
+    peer.pp = instruction.peer_stage;
+    instruction.peer = placement.rank_of(peer);
+  }
+  return program;
+}
+
 RankProgram lower_rank_program(const Plan& plan, const JobSpec& job, int64_t rank,
                                ExecutionMode mode) {
-  return Lowering(plan, job, rank, mode).run();
+  const RankLoweringInput input(plan, job, rank);
+  return relabel_stage_program(lower_stage_program(plan, job, input, mode),
+                               Placement(job.parallel, job.cluster.gpus_per_node), rank);
 }
 
 }  // namespace dhelix

@@ -33,6 +33,15 @@
 // (lib/plan/rank_program_text.cc). lib/plan/program_builder.h appends instructions with
 // their barriers.
 //
+// Ranks of one stage: a rank's program depends on the rank only through its stage, what
+// the lowering reads of its DAGs (lib/plan/rank_dags.h: the rank's shapes are not read), and
+// the world ranks of its transfers' peers. The lowering is therefore split so that this is
+// true by construction: lower_stage_program sees a RankLoweringInput (stage and DAGs, no
+// rank) and names each transfer's peer by its stage; relabel_stage_program then sets the
+// rank and each peer (the rank with the same coordinates on the peer's stage).
+// lower_rank_program is the two in a row, so ranks with equal inputs run programs that are
+// equal but for `rank` and `peer`; the plan checker relies on it (lib/plan/plan_check.h).
+//
 // Sequential mode (the reference of dhelix-run --verify) lowers the same tasks in the same
 // order, but runs an SI block's forward part to the end before its backward part, each
 // layer in topological order, and chains every instruction to the one before it.
@@ -45,6 +54,7 @@
 #include <vector>
 
 #include "lib/job_spec.h"
+#include "lib/placement.h"
 #include "lib/plan/plan.h"
 #include "lib/plan/transfer_tags.h"
 
@@ -77,6 +87,7 @@ struct Instruction {
   std::optional<OpKind> collective;  ///< collectives: the op's kind (all_gather, ...)
   int64_t bytes = 0;                 ///< collectives: the op's comm_bytes; transfers: message bytes
   int64_t peer = -1;                 ///< transfers: world rank at the other end
+  int64_t peer_stage = -1;           ///< transfers: the stage of `peer`
   int64_t tag = -1;                  ///< transfers: message tag (transfer_tag)
   /// Transfers: the buffer moved. Activation: the input of `layer` (the residual stream
   /// entering it; layer == num_layers is the head's input). Gradient: the gradient of
@@ -96,6 +107,37 @@ struct RankProgram {
   /// one string per op of the rank's DAGs instead of one per instruction.
   std::shared_ptr<const std::vector<std::string>> op_ids;
 };
+
+struct RankDags;
+
+/// Everything a rank's program depends on but the rank itself: its stage and what the
+/// lowering reads of its DAGs. Copies share the DAGs.
+class RankLoweringInput {
+ public:
+  /// Checks that `rank` exists, has a stage that lists it and a pairing, and that stages
+  /// hold every layer, then builds its DAGs. Throws Error(kInvalidInput) (kUnsupported from
+  /// the DAG builder) with the words of lower_rank_program, in the same order.
+  RankLoweringInput(const Plan& plan, const JobSpec& job, int64_t rank);
+
+  /// Index in plan.stages of the rank's stage.
+  size_t stage_index() const { return stage_index_; }
+  const RankDags& dags() const { return *dags_; }
+  /// Equal inputs lower to equal stage programs (lower_stage_program is a function of them).
+  bool operator==(const RankLoweringInput& other) const;
+
+ private:
+  size_t stage_index_ = 0;
+  std::shared_ptr<const RankDags> dags_;
+};
+
+/// The program of every rank whose input is `input`: `rank` -1, and each transfer's `peer`
+/// -1 with its `peer_stage` set. Throws Error(kInvalidInput) as lower_rank_program does.
+RankProgram lower_stage_program(const Plan& plan, const JobSpec& job,
+                                const RankLoweringInput& input, ExecutionMode mode);
+
+/// A stage program made rank `rank`'s: `rank` set, and each transfer's `peer` the world rank
+/// with `rank`'s coordinates on the transfer's peer_stage.
+RankProgram relabel_stage_program(RankProgram program, const Placement& placement, int64_t rank);
 
 /// Lowers `plan` for world rank `rank` (see the file comment). `job` is the plan's job
 /// (lib/plan/plan_job.h). Throws Error(kInvalidInput) naming the stage, task, block and op when
