@@ -11,16 +11,15 @@
 //             MPI_Test in a loop that gives the core away between tests: first
 //             kYieldTests tests separated by sched_yield (a message that is about to arrive
 //             costs no sleep), then sleeps doubling from 1 us up to the longest sleep
-//             (mpi_max_sleep_us, default kDefaultMaxSleepUs; dhelix-run
-//             --comm-max-sleep-us), with the
-//             thread's timer slack set to 1 ns so that a sleep lasts what it says (Linux's
-//             default 50 us slack made every sleep 50 us longer). The data
-//             moved and the order of additions are the same, so results are bitwise equal
-//             in both modes.
+//             (mpi_max_sleep_us: kDefaultMaxSleepUs, or dhelix-run --comm-max-sleep-us),
+//             with the thread's timer slack set to 1 ns so that a sleep lasts what it says
+//             (Linux's default 50 us slack made every sleep 50 us longer). The data moved
+//             and the order of additions are the same, so results are bitwise equal in
+//             both modes.
 //
 // Over TCP the OpenMPI progress engine only moves data inside MPI calls: a rank that
 // sleeps the longest sleep between tests lets at most that long pass with a socket buffer
-// drained, which at 1 Gbit/s is 6 KB, well below the kernel's socket buffers.
+// drained, which at 1 Gbit/s and 50 us is 6 KB, below the kernel's socket buffers.
 //
 // The mode is process-wide (every communicator of the rank waits the same way) and is set
 // once, before any communication, by dhelix-run --comm-wait.
