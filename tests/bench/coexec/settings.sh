@@ -57,8 +57,8 @@ steps, cpu = collections.defaultdict(list), collections.defaultdict(list)
 for line in open(sys.argv[1]):
     schedule, name, what, value = line.split()
     (steps if what == "step" else cpu)[(schedule, name)].append(float(value))
-print(f"{'schedule':<12} {'setting':<14} {'median step s':>13} {'steps':>5} {'median cpu s':>12}")
+print(f"{'schedule':<12} {'setting':<17} {'median step s':>13} {'steps':>5} {'median cpu s':>12}")
 for key in steps:
-    print(f"{key[0]:<12} {key[1]:<14} {statistics.median(steps[key]):>13.3f} "
+    print(f"{key[0]:<12} {key[1]:<17} {statistics.median(steps[key]):>13.3f} "
           f"{len(steps[key]):>5} {statistics.median(cpu[key]):>12.2f}")
 PY
