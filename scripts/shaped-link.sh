@@ -69,6 +69,8 @@ if [[ $inside == 0 ]]; then
   args=(--rate "$rate" --burst "$burst" --mtu "$mtu" -np "$ranks")
   [[ -n $delay ]] && args+=(--delay "$delay")
   [[ $stats == 1 ]] && args+=(--stats)
+  unshare --net --mount -- true 2>/dev/null ||
+    skip "cannot create network and mount namespaces (unshare --net --mount: a container without CAP_SYS_ADMIN?)"
   # The namespaces live as long as this one process: nothing to clean up after it. The
   # mount namespace keeps the per-rank namespaces' names (a tmpfs on /run/netns) private.
   exec unshare --net --mount -- "$0" --inside "${args[@]}" -- "$@"
@@ -76,7 +78,7 @@ fi
 
 # In the new namespaces: the switch, then one namespace and shaped link per rank.
 mkdir -p /run/netns
-mount -t tmpfs dhelix-shaped-link /run/netns
+mount -t tmpfs dhelix-shaped-link /run/netns || skip "cannot mount a tmpfs on /run/netns"
 ip link set lo up
 ip link add switch type bridge 2>/dev/null || skip "cannot create a bridge (kernel module bridge)"
 ip link set switch mtu "$mtu" up
@@ -96,7 +98,7 @@ shape() { # shape DEV [ip -n NS]: tbf (and netem) on DEV's outgoing queue
 }
 for ((r = 0; r < ranks; ++r)); do
   ns=rank$r
-  ip netns add "$ns"
+  ip netns add "$ns" || skip "cannot create the network namespace of rank $r (ip netns add)"
   ip link add "port$r" type veth peer name eth0 netns "$ns" 2>/dev/null ||
     skip "cannot create a veth pair (kernel module veth)"
   ip link set "port$r" mtu "$mtu" master switch up
