@@ -98,6 +98,10 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
                  "spin (MPI's blocking calls)")
       ->capture_default_str()
       ->check(CLI::IsMember({"backoff", "spin"}));
+  app.add_option("--comm-max-sleep-us", o.comm_max_sleep_us,
+                 "Longest sleep between two MPI tests with --comm-wait backoff, us (default 50; "
+                 "shorter: faster MPI progress over TCP, more CPU time)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   app.add_flag("--pin-compute", o.pin_compute,
                "Pin each rank's compute stream to CPU (local rank mod CPUs)");
 }

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -102,13 +103,19 @@ class CpuMeasurer {
     const bool swap = is_communication(a.kind) && !is_communication(b.kind);
     const Op& first = swap ? b : a;
     const Op& second = swap ? a : b;
+    const double solo_first_us = swap ? solo_b_us : solo_a_us;
+    const double solo_second_us = swap ? solo_a_us : solo_b_us;
     const RunnableOp run_first = cpu_profile::make_runnable_op(first, binding(first, 0));
     const RunnableOp run_second = cpu_profile::make_runnable_op(second, binding(second, 1));
+    const cpu_profile::PairRepeats repeats = agreed_repeats(solo_first_us, solo_second_us);
     std::vector<cpu_profile::PairSample> samples = cpu_profile::time_pair_samples(
-        options_.timing, [this] { groups_.world().barrier(); }, run_first.run, run_second.run,
-        cpu_profile::steady_clock_us);
-    if (swap) {
-      for (auto& s : samples) std::swap(s.finish_a_us, s.finish_b_us);
+        options_.timing, [this] { groups_.world().barrier(); }, repeated(run_first, repeats.a),
+        repeated(run_second, repeats.b), cpu_profile::steady_clock_us);
+    for (auto& s : samples) {
+      if (solo_first_us > 0 && solo_second_us > 0) {
+        s = cpu_profile::single_op_equivalent(s, solo_first_us, solo_second_us, repeats);
+      }
+      if (swap) std::swap(s.finish_a_us, s.finish_b_us);
     }
     PairAdjustment adjustment = PairAdjustment::kNone;
     ProfiledPair pair = cpu_profile::pair_from_samples(a.signature(), b.signature(), solo_a_us,
@@ -126,6 +133,20 @@ class CpuMeasurer {
       if (is_communication(op.kind)) sizes.push_back(op.group_size);
     }
     return sizes;
+  }
+
+  // cpu_timing.h's repeats, the same on every rank (each has its own solo medians, and a
+  // collective must run as many times on all of them): the largest over the ranks.
+  cpu_profile::PairRepeats agreed_repeats(double solo_first_us, double solo_second_us) {
+    const cpu_profile::PairRepeats mine = cpu_profile::pair_repeats(solo_first_us, solo_second_us);
+    return {.a = groups_.world().all_reduce_max(mine.a),
+            .b = groups_.world().all_reduce_max(mine.b)};
+  }
+
+  static std::function<void()> repeated(const RunnableOp& op, int64_t times) {
+    return [&op, times] {
+      for (int64_t i = 0; i < times; ++i) op.run();
+    };
   }
 
   cpu_profile::CommBinding binding(const Op& op, int strand) const {

@@ -14,7 +14,9 @@
 //
 // Solo: warm-up runs, then N samples (cpu_timing.h). Pair (a, b): the compute op (or a,
 // when both communicate) on the calling thread and the other on a helper thread, started
-// together; the finish times' medians, and the OEF from them and the solo medians
+// together, the shorter op repeated for as long as the longer one lasts (as a run keeps
+// its compute stream busy beside a collective; cpu_timing.h), and each sample turned into
+// one op of each; the finish times' medians, and the OEF from them and the solo medians
 // (lib/profile.h). Profiles hold OEFs in [-1, 1] only: a co-run slower than that (possible
 // when busy-polling MPI threads crowd a small machine) is capped at -1 and counted in the
 // profile's meta.measurement.

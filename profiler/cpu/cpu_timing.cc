@@ -6,6 +6,8 @@
 #include <cmath>
 #include <exception>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "lib/error.h"
 #include "profiler/sampling.h"
@@ -23,7 +25,43 @@ void run_guarded(const std::function<void()>& body, std::exception_ptr& error) {
   }
 }
 
+constexpr double kMinRate = 1e-3;
+
 }  // namespace
+
+PairRepeats pair_repeats(double solo_a_us, double solo_b_us) {
+  if (solo_a_us <= 0 || solo_b_us <= 0) return {};
+  auto times = [](double longer, double shorter) {
+    return std::clamp<int64_t>(std::llround(longer / shorter), 1, kMaxPairRepeats);
+  };
+  if (solo_a_us < solo_b_us) return {.a = times(solo_b_us, solo_a_us), .b = 1};
+  return {.a = 1, .b = times(solo_a_us, solo_b_us)};
+}
+
+PairSample single_op_equivalent(const PairSample& sequences, double solo_a_us, double solo_b_us,
+                                const PairRepeats& repeats) {
+  DHELIX_CHECK(solo_a_us > 0 && solo_b_us > 0 && repeats.a >= 1 && repeats.b >= 1);
+  DHELIX_CHECK(sequences.finish_a_us > 0 && sequences.finish_b_us > 0);
+  const double work_a = solo_a_us * static_cast<double>(repeats.a);
+  const double work_b = solo_b_us * static_cast<double>(repeats.b);
+  // Rates of the sequences: the first to end ran co-scheduled all its life.
+  auto rates = [](double work_first, double finish_first, double work_second,
+                  double finish_second) {
+    const double done_second = work_second - (finish_second - finish_first);
+    return std::pair{std::max(kMinRate, work_first / finish_first),
+                     std::max(kMinRate, done_second / finish_first)};
+  };
+  double rate_a = 0, rate_b = 0;
+  if (sequences.finish_a_us <= sequences.finish_b_us) {
+    std::tie(rate_a, rate_b) = rates(work_a, sequences.finish_a_us, work_b, sequences.finish_b_us);
+  } else {
+    std::tie(rate_b, rate_a) = rates(work_b, sequences.finish_b_us, work_a, sequences.finish_a_us);
+  }
+  // One op of each at those rates: the first ends alone at T / r, the other then runs alone.
+  const double end_a = solo_a_us / rate_a, end_b = solo_b_us / rate_b;
+  if (end_a <= end_b) return {end_a, end_a + std::max(0.0, solo_b_us - rate_b * end_a)};
+  return {end_b + std::max(0.0, solo_a_us - rate_a * end_b), end_b};
+}
 
 double steady_clock_us() {
   using Micro = std::chrono::duration<double, std::micro>;

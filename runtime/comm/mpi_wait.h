@@ -10,13 +10,16 @@
 //   kBackoff  the non-blocking form of the call (MPI_Isend, MPI_Iallgather, ...) and
 //             MPI_Test in a loop that gives the core away between tests: first
 //             kYieldTests tests separated by sched_yield (a message that is about to arrive
-//             costs no sleep), then sleeps doubling from 1 us up to kMaxSleepUs. The data
-//             moved and the order of additions are the same, so results are bitwise equal
-//             in both modes.
+//             costs no sleep), then sleeps doubling from 1 us up to the longest sleep
+//             (mpi_max_sleep_us: kDefaultMaxSleepUs, or dhelix-run --comm-max-sleep-us),
+//             with the thread's timer slack set to 1 ns so that a sleep lasts what it says
+//             (Linux's default 50 us slack made every sleep 50 us longer). The data moved
+//             and the order of additions are the same, so results are bitwise equal in
+//             both modes.
 //
 // Over TCP the OpenMPI progress engine only moves data inside MPI calls: a rank that
-// sleeps kMaxSleepUs between tests lets at most that long pass with a socket buffer
-// drained, which at 1 Gbit/s is 6 KB, well below the kernel's socket buffers.
+// sleeps the longest sleep between tests lets at most that long pass with a socket buffer
+// drained, which at 1 Gbit/s and 50 us is 6 KB, below the kernel's socket buffers.
 //
 // The mode is process-wide (every communicator of the rank waits the same way) and is set
 // once, before any communication, by dhelix-run --comm-wait.
@@ -42,8 +45,12 @@ MpiWaitMode mpi_wait_mode();
 
 /// Tests with sched_yield between them before sleeping.
 inline constexpr int kYieldTests = 64;
-/// Longest sleep between two tests, microseconds.
-inline constexpr int64_t kMaxSleepUs = 50;
+/// Longest sleep between two tests by default, microseconds.
+inline constexpr int64_t kDefaultMaxSleepUs = 50;
+
+/// Sets the process-wide longest sleep of kBackoff, us (>= 1). Call before communicating.
+void set_mpi_max_sleep_us(int64_t us);
+int64_t mpi_max_sleep_us();
 
 /// Waits for `request` to finish (MPI_Wait in kSpin mode, test-and-back-off otherwise) and
 /// throws Error(kInternal) naming `call` when MPI reports an error.

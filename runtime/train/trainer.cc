@@ -237,6 +237,19 @@ void Trainer::read_inputs() {
                 fmt::format("--comm-wait: '{}' is not one of backoff, spin", options_.comm_wait));
   }
   set_mpi_wait_mode(*wait);
+  if (options_.comm_max_sleep_us != 0) {
+    if (*wait != MpiWaitMode::kBackoff) {
+      throw Error(ErrorCode::kInvalidInput,
+                  "--comm-max-sleep-us sets the sleeps of --comm-wait backoff; --comm-wait " +
+                      options_.comm_wait + " does not sleep");
+    }
+    if (options_.comm_max_sleep_us < 1) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("--comm-max-sleep-us: {} is not a positive number of microseconds",
+                              options_.comm_max_sleep_us));
+    }
+    set_mpi_max_sleep_us(options_.comm_max_sleep_us);
+  }
   if (!options_.trace_file.empty()) {
     if (options_.verify) {
       throw Error(ErrorCode::kInvalidInput,

@@ -41,7 +41,9 @@ struct TrainOptions {
   /// "" or the Chrome trace file of every rank's measured timeline (runtime/train/run_trace.h)
   std::string trace_file;
   std::string comm_wait =
-      "backoff";             ///< how MPI waits: "backoff" or "spin" (runtime/comm/mpi_wait.h)
+      "backoff";  ///< how MPI waits: "backoff" or "spin" (runtime/comm/mpi_wait.h)
+  /// Longest sleep between two MPI tests with backoff, us; 0: mpi_wait.h's default
+  int64_t comm_max_sleep_us = 0;
   bool pin_compute = false;  ///< pin each rank's compute stream (runtime/exec/affinity.h)
 };
 

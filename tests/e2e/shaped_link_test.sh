@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # scripts/shaped-link.sh: 2 steps of the TP2 tiny plan with the ranks' link shaped to
-# 200 Mbit/s (a network namespace, tc tbf on its loopback, OpenMPI over TCP). Checks that
-# the job trains, that its messages went through the shaped queue (tc's byte counter), and
-# that the losses are bit for bit those of the same 2 steps on the default transport.
-# Skipped (77, with the script's reason) without root, unshare, ip or tc.
+# 200 Mbit/s (a network namespace per rank, veth links to a bridge shaped by tc tbf in both
+# directions, OpenMPI over TCP). Checks that the job trains, that its messages went through
+# the shaped queue (tc's byte counter), and that the losses are bit for bit those of the same 2 steps on the default transport.
+# Skipped (77, with the script's reason) without root, unshare, nsenter, ip or tc.
 # Usage: shaped_link_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: shaped_link_test.sh BIN_DIR SOURCE_DIR}
@@ -35,4 +35,4 @@ cmp -s "$work/shaped.log" "$work/plain.log" || {
   diff "$work/plain.log" "$work/shaped.log" || true
   exit 1
 }
-echo "shaped link test: passed ($sent bytes through the shaped loopback)"
+echo "shaped link test: passed ($sent bytes sent by rank 0 through its shaped link)"

@@ -12,9 +12,9 @@
 #      TP2 (with a measured cpu profile as --base for what they do not time) is valid and
 #      plans; its solo times are the traces' (fwd.flash_attn, alone in its signature: the
 #      median of its slices); without --base the missing entries are listed;
-#   4. --comm-wait spin with --pin-compute trains to the same loss bits as the defaults
-#      (backoff, unpinned);
-#   5. bad input: --trace with --verify, a plan's own trace given as measured, a trace of
+#   4. --comm-wait spin with --pin-compute trains to the same loss bits as backoff (with 5 us
+#      longest sleeps, unpinned);
+#   5. bad input: --comm-max-sleep-us with --comm-wait spin, --trace with --verify, a plan's own trace given as measured, a trace of
 #      another job.
 # Usage: trace_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
@@ -176,14 +176,14 @@ else
 fi
 
 # 4. The CPU backend's settings change the speed, never the bits.
-for flags in "--comm-wait backoff" "--comm-wait spin --pin-compute"; do
+for flags in "--comm-wait backoff --comm-max-sleep-us 5" "--comm-wait spin --pin-compute"; do
   read -r -a extra <<<"$flags"
   mpirun -np 2 "$bin/dhelix-run" --plan "$plans/tiny-tp2.json" --data examples/data/corpus.txt \
     --steps 2 --no-progress --loss-log "$work/loss ${extra[1]}.log" "${extra[@]}" >"$work/out" 2>&1 ||
     { fail "dhelix-run $flags"; cat "$work/out"; }
 done
 cmp -s "$work/loss backoff.log" "$work/loss spin.log" ||
-  fail "--comm-wait spin --pin-compute changed the losses"
+  fail "--comm-wait spin --pin-compute changed the losses (against backoff, 5 us sleeps)"
 
 # 5. Bad input.
 expect_error() { # expect_error FRAGMENT COMMAND...
@@ -196,6 +196,9 @@ expect_error() { # expect_error FRAGMENT COMMAND...
     cat "$work/out"
   fi
 }
+expect_error "--comm-max-sleep-us sets the sleeps of --comm-wait backoff; --comm-wait spin does not sleep" \
+  mpirun -np 2 "$bin/dhelix-run" --plan "$plans/tiny-tp2.json" --data examples/data/corpus.txt \
+  --steps 1 --comm-wait spin --comm-max-sleep-us 20
 expect_error "--trace measures one schedule and --verify runs two" \
   mpirun -np 2 "$bin/dhelix-run" --plan "$plans/tiny-tp2.json" --data examples/data/corpus.txt \
   --steps 1 --verify --trace "$work/never.json"

@@ -104,6 +104,47 @@ TEST(CpuTiming, PairRethrowsAFailureAfterBothThreadsFinish) {
   EXPECT_EQ(runs_b, 2);  // not called again after it failed
 }
 
+// ---- pairs of ops of different lengths -------------------------------------------------
+
+TEST(CpuPairRepeats, TheShorterOpRunsAsLongAsTheLongerLasts) {
+  const PairRepeats gemm_beside_collective = pair_repeats(300, 2000);
+  EXPECT_EQ(gemm_beside_collective.a, 7);  // round(2000 / 300)
+  EXPECT_EQ(gemm_beside_collective.b, 1);
+  const PairRepeats collective_beside_norm = pair_repeats(2000, 27);
+  EXPECT_EQ(collective_beside_norm.a, 1);
+  EXPECT_EQ(collective_beside_norm.b, 74);
+  EXPECT_EQ(pair_repeats(500, 500).a, 1);
+  EXPECT_EQ(pair_repeats(500, 500).b, 1);
+  EXPECT_EQ(pair_repeats(1e6, 1).b, kMaxPairRepeats);
+  EXPECT_EQ(pair_repeats(0, 100).a, 1);  // nothing to scale by
+  EXPECT_EQ(pair_repeats(0, 100).b, 1);
+}
+
+TEST(CpuPairRepeats, SequencesBecomeOneOpOfEachAtTheSameRates) {
+  // cpu_timing.h's example: 10 x 100 us at rate 0.8 beside 1 x 1000 us at rate 0.5. The
+  // sequences end at 1250 us (a) and 1250 + (1000 - 625) = 1625 us (b).
+  const PairSample one = single_op_equivalent({1250, 1625}, 100, 1000, {.a = 10, .b = 1});
+  EXPECT_DOUBLE_EQ(one.finish_a_us, 125);     // 100 / 0.8
+  EXPECT_DOUBLE_EQ(one.finish_b_us, 1062.5);  // 125 + 1000 - 0.5 * 125
+  // The same with the roles swapped.
+  const PairSample swapped = single_op_equivalent({1625, 1250}, 1000, 100, {.a = 1, .b = 10});
+  EXPECT_DOUBLE_EQ(swapped.finish_a_us, 1062.5);
+  EXPECT_DOUBLE_EQ(swapped.finish_b_us, 125);
+  // No slowdown: the sequences end at their solo times, and so do the single ops.
+  const PairSample alone = single_op_equivalent({1000, 1000}, 100, 1000, {.a = 10, .b = 1});
+  EXPECT_DOUBLE_EQ(alone.finish_a_us, 100);
+  EXPECT_DOUBLE_EQ(alone.finish_b_us, 1000);
+}
+
+TEST(CpuPairRepeats, TheLongOpEndingFirstKeepsItsRate) {
+  // One 1000 us op beside 4 x 100 us ops, both at rate 0.2: the sequence of short ops ends
+  // first (400 / 0.2 = 2000 us), when the long op had done 1000 - (2600 - 2000) = 400 us.
+  const PairSample one = single_op_equivalent({2600, 2000}, 1000, 100, {.a = 1, .b = 4});
+  // Single ops: the short one ends at 100 / 0.2 = 500 us, the long one did 0.2 * 500 by then.
+  EXPECT_DOUBLE_EQ(one.finish_b_us, 500);
+  EXPECT_DOUBLE_EQ(one.finish_a_us, 500 + 1000 - 0.2 * 500);
+}
+
 // ---- pair entries ------------------------------------------------------------------
 
 TEST(CpuPair, FinishTimesAreMediansAndOefFollows) {

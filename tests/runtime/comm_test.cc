@@ -124,6 +124,9 @@ TEST(CommWaitModes, SpinAndBackoffGiveTheSameBits) {
   Communicator& world = groups.world(CommSlot::kMain);
   const int64_t n = world.size(), r = world.rank();
   std::vector<std::vector<float>> results;
+  EXPECT_EQ(mpi_max_sleep_us(), kDefaultMaxSleepUs);
+  set_mpi_max_sleep_us(3);  // --comm-max-sleep-us: how often backoff tests, never what moves
+  EXPECT_EQ(mpi_max_sleep_us(), 3);
   for (MpiWaitMode mode : {MpiWaitMode::kSpin, MpiWaitMode::kBackoff}) {
     set_mpi_wait_mode(mode);
     EXPECT_EQ(mpi_wait_mode(), mode);
@@ -143,7 +146,8 @@ TEST(CommWaitModes, SpinAndBackoffGiveTheSameBits) {
     EXPECT_EQ(got[3], static_cast<float>(previous));
     results.push_back(values);
   }
-  set_mpi_wait_mode(MpiWaitMode::kBackoff);  // the default, for the tests that follow
+  set_mpi_wait_mode(MpiWaitMode::kBackoff);  // the defaults, for the tests that follow
+  set_mpi_max_sleep_us(kDefaultMaxSleepUs);
   ASSERT_EQ(results[0].size(), results[1].size());
   for (size_t i = 0; i < results[0].size(); ++i) {
     ASSERT_TRUE(same_bits(results[0][i], results[1][i])) << "element " << i;

@@ -11,12 +11,14 @@
 #               co-executed; gradient sums and optimizer, alike in both, left out); the
 #               share of communication in a sequential step (collectives' time over the
 #               iteration, median over steps); predicted against measured iteration time of
-#               both schedules (dhelix-diff PLAN --measured TRACE).
+#               both schedules (dhelix-diff PLAN --measured TRACE); and where the time
+#               goes (rank 0, median over steps of the sums of compute ops, collectives and
+#               the compute thread's waits).
 # Not a CTest test, and never tuned to pass: it prints what it measured and keeps every raw
 # file in OUT_DIR. Needs root for the shaped link (scripts/shaped-link.sh); without it the
 # shaped half is skipped.
 #
-# Usage: tests/bench/coexec/run.sh BUILD_DIR [OUT_DIR] (env: RATE=1gbit STEPS=12 DELAY=)
+# Usage: tests/bench/coexec/run.sh BUILD_DIR [OUT_DIR] (env: RATE=1gbit STEPS=8 DELAY=)
 set -euo pipefail
 build=$(cd "${1:?usage: run.sh BUILD_DIR [OUT_DIR]}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +26,7 @@ src=$(cd "$here/../../.." && pwd)
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
 rate=${RATE:-1gbit}
-steps=${STEPS:-12}
+steps=${STEPS:-8}
 delay=${DELAY:-}
 job=$here/tp2-h256.json
 data=$src/examples/data/corpus.txt
@@ -108,6 +110,30 @@ print(f"measured execution of the program: co-executed {co_us / 1e3:.2f} ms, seq
 for name, row in (("co-executed", co), ("sequential", seq)):
     print(f"{name}: predicted {row['predicted_us'] / 1e3:.2f} ms, measured "
           f"{row['measured_us'] / 1e3:.2f} ms, error {row['error_pct']:+.1f} %")
+def where_the_time_goes(schedule):
+    """Rank 0, median over steps: compute ops, collectives, compute thread waiting, iteration."""
+    trace = json.load(open(f"{d}/{schedule}.trace.json"))
+    threads = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
+               if e.get("ph") == "M" and e["name"] == "thread_name" and e["pid"] == 0}
+    sums = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") != "X" or e["pid"] != 0 or "step" not in e["args"]:
+            continue
+        row = sums.setdefault(e["args"]["step"], [0.0, 0.0, 0.0, 0.0])
+        kind = e["args"].get("kind")
+        if kind == "compute":
+            row[0] += e["dur"]
+        elif kind == "collective":
+            row[1] += e["dur"]
+        elif e["name"] == "wait" and threads.get(e["tid"]) == "compute":
+            row[2] += e["dur"]
+        elif e["name"] == "iteration":
+            row[3] += e["dur"]
+    return [statistics.median(r[i] for r in sums.values()) / 1e3 for i in range(4)]
+for name in ("sequential", "co-executed"):
+    compute, collectives, waiting, iteration = where_the_time_goes(name)
+    print(f"{name} (rank 0, ms per step): compute ops {compute:.1f}, collectives "
+          f"{collectives:.1f}, compute thread waiting {waiting:.1f}, iteration {iteration:.1f}")
 plan = json.load(open(f"{d}/plan.json"))
 schemes = {s["scheme"]: s["iteration_us"] for s in plan["schemes"]}
 print(f"plan: dhelix {schemes['dhelix'] / 1e3:.2f} ms (with the optimizer step); predicted "
