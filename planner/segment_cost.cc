@@ -58,11 +58,14 @@ int64_t queue_head_if_ready(const OpMask (&unstarted)[2][kNumStreams],
 }  // namespace
 
 BlockCostModel::BlockCostModel(const StrandGraph& forward, const StrandGraph& backward,
-                               const CoRunModel& model, LayerPeriods periods)
+                               const CoRunModel& model, LayerPeriods periods,
+                               double paired_block_gap_us)
     : forward_(&forward),
       backward_(&backward),
       num_forward_(forward.size()),
-      num_ops_(forward.size() + backward.size()) {
+      num_ops_(forward.size() + backward.size()),
+      paired_gap_us_(paired_block_gap_us) {
+  DHELIX_CHECK_MSG(paired_block_gap_us >= 0, "a block's launch interval must be >= 0");
   rates_.assign(static_cast<size_t>(num_ops_ * num_ops_), 1.0);
   auto op_at = [&](int64_t u) -> const StrandOp& {
     return u < forward.size() ? forward.op(u) : backward.op(u - forward.size());
@@ -248,7 +251,8 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
   }
 
   int64_t running[kNumStreams] = {-1, -1, -1};
-  double now_us = 0;
+  // A paired segment waits for its launch interval before any op starts (the file comment).
+  double now_us = (forward.ops != 0 && backward.ops != 0) ? paired_gap_us_ : 0;
   while ((unfinished[0] | unfinished[1]) != 0) {
     // Idle streams start their next op (best ready one, or their queue's head).
     int busy = 0;

@@ -43,6 +43,26 @@ TEST(SegmentCost, GemmWithAllGatherAtMeasuredRates) {
   EXPECT_EQ(model.cost_us(0, 0), 0);
 }
 
+// The launch interval of planner/block_launch.h: a paired block (ops of both strands)
+// starts its ops 20 us late; a strand alone does not. Same rates as above: 20 + 108.89.
+TEST(SegmentCost, PairedBlockStartsAfterItsLaunchInterval) {
+  StrandGraph f, b;
+  f.add_op("gemm", kC, 100, {});
+  b.add_op("all_gather", kL, 40, {});
+  TableCoRunModel rates;
+  rates.set_pair("gemm", "all_gather", 0.8, 0.9);
+  const BlockCostModel model(f, b, rates, {}, 20);
+  const BlockSimulation sim = model.simulate(1, 1);
+  EXPECT_NEAR(sim.time_us, 20 + 100 + 0.2 * 40 / 0.9, 1e-9);
+  EXPECT_EQ(timing_of(sim, Strand::kForward, 0).start_us, 20);
+  EXPECT_EQ(timing_of(sim, Strand::kBackward, 0).start_us, 20);
+  EXPECT_NEAR(timing_of(sim, Strand::kBackward, 0).finish_us, 20 + 40 / 0.9, 1e-9);
+  EXPECT_NEAR(model.cost_us(1, 1), sim.time_us, 1e-9);
+  EXPECT_EQ(model.cost_us(1, 0), 100);
+  EXPECT_EQ(model.cost_us(0, 1), 40);
+  EXPECT_EQ(model.cost_us(0, 0), 0);
+}
+
 TEST(SegmentCost, TwoComputeOpsSerialiseLongestFirst) {
   StrandGraph f, b;
   f.add_op("f", kC, 30, {});
