@@ -8,10 +8,16 @@
 // Python: the GPU idles from the barrier until the first kernel of the next block is
 // launched. One PyTorch operator's host-to-kernel round trip is about 20 us (NVIDIA's
 // Nsight Systems user guide measures ~20 us from the PyTorch call of an element-wise op to
-// the start of its kernel on a V100), so every paired block starts 20 us late:
+// the start of its kernel on a V100). The prototype's block lists its compute ops before its
+// communication ops (prior-art.md, "DCBlocks"), so in a paired block (F and B both
+// non-empty) the GPU waits 20 us for the first kernel, and the collectives wait for every
+// compute op's launch first:
 //
-//   P'(F, B) = 20 us + P(F, B)   when F and B are both non-empty (a paired segment)
-//   P'(F, B) = P(F, B)           for a strand alone (Megatron's ops are enqueued ahead)
+//   compute ops start no earlier than 20 us, collectives no earlier than 20 us · (1 + c),
+//   c = the block's compute ops; a strand alone pays nothing (Megatron's ops are enqueued
+//   ahead). A collective that the compute covers hides its wait; one that is on the block's
+//   critical path shows it, which is what the paper measures as 10-19 % of the
+//   communication (Table 7).
 //
 // dhelix-run enqueues every block ahead of time and orders the blocks with CUDA events
 // (docs/gpu.md), so its blocks pay no host round trip: a job says "block_sync": "host" only
@@ -19,8 +25,9 @@
 // measurements are the prototype's). The interval is charged to the block's communication
 // as exposed time (planner/layer_costs.h), as Table 7 does.
 //
-// Worked example: a paired block whose ops would take 450 us after a barrier takes 470 us
-// with "block_sync": "host"; a layer pair cut into 6 paired blocks pays 120 us.
+// Worked example (tests/planner/segment_cost_test.cc): a block of f0 (50 us compute), b0
+// (40 us compute) and an all-gather of 30 us: compute [20, 110], the all-gather waits for
+// 20 · 3 = 60 us and runs [60, 90] under the compute; the block takes 110 us instead of 90.
 
 #include "lib/parallel_spec.h"
 

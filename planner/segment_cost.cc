@@ -251,12 +251,30 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
   }
 
   int64_t running[kNumStreams] = {-1, -1, -1};
-  // A paired segment waits for its launch interval before any op starts (the file comment).
-  double now_us = (forward.ops != 0 && backward.ops != 0) ? paired_gap_us_ : 0;
+  // A paired segment waits for its launch interval before any op starts, and its
+  // collectives for the launches of its compute ops too (the file comment).
+  const bool paired = forward.ops != 0 && backward.ops != 0;
+  double now_us = paired ? paired_gap_us_ : 0;
+  double comm_release_us = 0;
+  if (paired && paired_gap_us_ > 0) {
+    int64_t compute_ops = 0;
+    for (int k = 0; k < 2; ++k) {
+      for (OpMask m = masks[k]; m != 0; m &= m - 1) {
+        compute_ops += stream_[(k == 0 ? 0 : nf) + __builtin_ctzll(m)] == 0 ? 1 : 0;
+      }
+    }
+    comm_release_us = paired_gap_us_ * static_cast<double>(1 + compute_ops);
+  }
   while ((unfinished[0] | unfinished[1]) != 0) {
     // Idle streams start their next op (best ready one, or their queue's head).
     int busy = 0;
+    bool comm_waits = false;  // a collective is ready but not launched yet
     for (int s = 0; s < kNumStreams; ++s) {
+      if (s != 0 && now_us < comm_release_us && running[s] < 0 &&
+          (ready[0][s] | ready[1][s]) != 0) {
+        comm_waits = true;
+        continue;
+      }
       if (running[s] < 0 && (ready[0][s] | ready[1][s]) != 0) {
         const int64_t best = issue_rank == nullptr
                                  ? best_ready(ready, s, nf, priority)
@@ -292,7 +310,11 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
         first = s;
       }
     }
-    DHELIX_CHECK_MSG(first >= 0, "block simulation stalled: ops left but none ready");
+    if (comm_waits && comm_release_us - now_us < step_us) {
+      step_us = comm_release_us - now_us;  // the next event is the collectives' launch
+      first = -1;
+    }
+    DHELIX_CHECK_MSG(first >= 0 || comm_waits, "block simulation stalled: ops left but none ready");
     now_us += step_us;
     if (may_give_up) {
       for (int s = 0; s < kNumStreams; ++s) {
