@@ -131,6 +131,8 @@ void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
     spec.moe_load_imbalance = *factor;
   if (auto heads = parallel.string("cp_ring_heads", Need::kOptional, {"kv", "query"}))
     spec.cp_ring_query_heads = *heads == "query";
+  if (auto sync = parallel.string("block_sync", Need::kOptional, {"event", "host"}))
+    spec.host_synchronized_blocks = *sync == "host";
 }
 // ----- end of cost-model settings -----
 
@@ -292,6 +294,7 @@ OrderedJson parallel_to_json(const ParallelSpec& parallel) {
   if (parallel.expert_tp > 0) json["expert_tp"] = parallel.expert_tp;
   if (parallel.moe_load_imbalance) json["moe_load_imbalance"] = *parallel.moe_load_imbalance;
   if (parallel.cp_ring_query_heads) json["cp_ring_heads"] = "query";
+  if (parallel.host_synchronized_blocks) json["block_sync"] = "host";
   return json;
 }
 

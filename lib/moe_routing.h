@@ -7,9 +7,11 @@
 //
 // A capacity factor cf drops what an expert receives beyond cf times its mean share, so it
 // caps the busiest expert's load. The default, 1.72, is the global-batch maximal violation
-// of expert load (MaxVio = max load / mean − 1 = 0.72) that Wang et al. measured for a 1B MoE
-// trained with the usual auxiliary balancing loss ("Auxiliary-Loss-Free Load Balancing
-// Strategy for Mixture-of-Experts", 2024, Table 2); Phi-3.5-MoE and Mixtral use that loss.
+// of expert load (MaxVio_global = (max load − mean load) / mean load = 0.72) that Wang et
+// al. measured for their 1B MoE trained with the usual auxiliary balancing loss (coefficient
+// 0.001): "Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts", arXiv
+// 2408.15664 (2024), section 4.2, Table 2 (their 3B model: 0.52; with their loss-free
+// balancing both fall to 0.04). Phi-3.5-MoE and Mixtral train with such a loss.
 // A job sets its own figure in "parallel": {"moe_load_imbalance": x}, dhelix-plan and
 // dhelix-profile with --moe-load-imbalance x.
 //

@@ -85,6 +85,12 @@ struct ParallelSpec {
   /// up to core 0.5 repeats K and V to the query heads before the attention kernel, so its
   /// CP ring moves heads/kv_heads times the bytes). JSON "cp_ring_heads": "kv" | "query".
   bool cp_ring_query_heads = false;
+  /// How the runtime separates DHelix's co-executed blocks: false (CUDA events, every block
+  /// enqueued ahead, as dhelix-run) or true (the host synchronises after every block and then
+  /// launches the next one, as the DHelix paper's prototype does): then every paired block
+  /// starts with a launch interval (planner/block_launch.h). JSON "block_sync": "event" |
+  /// "host".
+  bool host_synchronized_blocks = false;
   /// expert_tp, or tp when unset.
   int64_t expert_tp_size() const { return expert_tp > 0 ? expert_tp : tp; }
   // ----- end of cost-model settings --------------------------------------------------------

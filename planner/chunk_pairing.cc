@@ -18,7 +18,8 @@ PairingResult search_window(const StrandGraph& f, const StrandGraph& b, const Co
   const StrandGraph fw = repeat(f, layers);
   const StrandGraph bw = repeat(b, layers);
   // Layers repeat: a block shifted by whole layers costs the same, so it is simulated once.
-  const BlockCostModel cost(fw, bw, model, LayerPeriods{f.size(), b.size()});
+  const BlockCostModel cost(fw, bw, model, LayerPeriods{f.size(), b.size()},
+                            options.paired_block_gap_us);
   return search_pairing(cost, options);
 }
 
@@ -38,13 +39,15 @@ ChunkPairingResult search_chunk_pairing(const StrandGraph& forward_layer,
   DHELIX_CHECK(options.num_layers >= 1);
   ChunkPairingResult result;
   if (options.memo == nullptr) {
-    result.per_layer =
-        search_pairing(BlockCostModel(forward_layer, backward_layer, model), options.per_layer);
+    result.per_layer = search_pairing(BlockCostModel(forward_layer, backward_layer, model, {},
+                                                     options.per_layer.paired_block_gap_us),
+                                      options.per_layer);
   } else {
     result.per_layer = options.memo->find_or_search(
         pairing_memo_key(MemoSearch::kPairing, forward_layer, backward_layer, 1, options.per_layer),
         [&] {
-          return search_pairing(BlockCostModel(forward_layer, backward_layer, model),
+          return search_pairing(BlockCostModel(forward_layer, backward_layer, model, {},
+                                               options.per_layer.paired_block_gap_us),
                                 options.per_layer);
         });
   }

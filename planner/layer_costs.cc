@@ -1,10 +1,12 @@
 #include "planner/layer_costs.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "lib/dag_builder.h"
 #include "lib/dag_builder_intra_batch.h"
+#include "planner/block_launch.h"
 #include "planner/layer_baselines.h"
 #include "planner/pairing_search.h"
 #include "planner/profile_co_run.h"
@@ -41,6 +43,37 @@ const StrandKinds& kinds_of(Strand strand, const StrandKinds& f, const StrandKin
   return strand == Strand::kForward ? f : b;
 }
 
+// Where the block's communication ops ran and what of it a kernel covered.
+struct CommSpan {
+  ParallelDim group;
+  Interval span;
+  double hidden_us;
+};
+
+// How much longer than solo each compute op of the block ran, moved from hidden to exposed
+// over the collectives beside it in proportion to their overlap (the file comment of
+// layer_costs.h).
+void charge_slowdowns(const BlockSimulation& sim, const StrandKinds& f, const StrandKinds& b,
+                      std::vector<CommSpan>& comms) {
+  for (const OpTiming& t : sim.ops) {
+    const StrandKinds& k = kinds_of(t.strand, f, b);
+    const size_t i = static_cast<size_t>(t.op) % k.stream.size();
+    if (k.stream[i] != StreamClass::kCompute || k.solo_us.empty()) continue;
+    const double slowed = (t.finish_us - t.start_us) - k.solo_us[i];
+    if (slowed <= 0) continue;
+    std::vector<double> beside(comms.size());
+    double total = 0;
+    for (size_t c = 0; c < comms.size(); ++c) {
+      beside[c] = overlap_us({t.start_us, t.finish_us}, {comms[c].span});
+      total += beside[c];
+    }
+    if (total <= 0) continue;
+    for (size_t c = 0; c < comms.size(); ++c) {
+      comms[c].hidden_us -= std::min(comms[c].hidden_us, slowed * beside[c] / total);
+    }
+  }
+}
+
 void add_block_comm(const BlockSimulation& sim, const StrandKinds& f, const StrandKinds& b,
                     CommBreakdown& out) {
   std::vector<Interval> compute;
@@ -50,14 +83,27 @@ void add_block_comm(const BlockSimulation& sim, const StrandKinds& f, const Stra
     if (k.stream[i] == StreamClass::kCompute) compute.emplace_back(t.start_us, t.finish_us);
   }
   const std::vector<Interval> covered = merge(std::move(compute));
+  std::vector<CommSpan> comms;
   for (const OpTiming& t : sim.ops) {
     const StrandKinds& k = kinds_of(t.strand, f, b);
     const size_t i = static_cast<size_t>(t.op) % k.stream.size();
     if (k.stream[i] == StreamClass::kCompute) continue;
-    const double hidden = overlap_us({t.start_us, t.finish_us}, covered);
-    CommTime& c = out[k.group[i]];
-    c.hidden_us += hidden;
-    c.exposed_us += (t.finish_us - t.start_us) - hidden;
+    const Interval span{t.start_us, t.finish_us};
+    comms.push_back({k.group[i], span, overlap_us(span, covered)});
+  }
+  charge_slowdowns(sim, f, b, comms);
+  // A paired block's launch interval (planner/block_launch.h): the time before its first op
+  // starts, exposed communication of the block's collectives in proportion to their time.
+  double launch_us = std::numeric_limits<double>::infinity();
+  for (const OpTiming& t : sim.ops) launch_us = std::min(launch_us, t.start_us);
+  double comm_us = 0;
+  for (const CommSpan& c : comms) comm_us += c.span.second - c.span.first;
+  for (const CommSpan& c : comms) {
+    const double wall_us = c.span.second - c.span.first;
+    CommTime& time = out[c.group];
+    time.hidden_us += c.hidden_us;
+    time.exposed_us += wall_us - c.hidden_us;
+    if (launch_us > 0 && comm_us > 0) time.exposed_us += launch_us * wall_us / comm_us;
   }
 }
 
@@ -160,6 +206,7 @@ StrandKinds strand_kinds(const StrandGraph& graph, const LayerDag& dag) {
     const Op& op = dag.op(*dag.find(s.id));
     kinds.stream.push_back(op.stream);
     kinds.group.push_back(op.group);
+    kinds.solo_us.push_back(s.solo_time_us);
   }
   return kinds;
 }
@@ -194,6 +241,8 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   options.num_layers = chunk_layers;
   options.cross_layer.max_segment_ops = cross_layer_max_segment_ops;
   options.memo = memo;
+  options.per_layer.paired_block_gap_us = paired_block_gap_us(job.parallel);
+  options.cross_layer.paired_block_gap_us = options.per_layer.paired_block_gap_us;
   a.dhelix = search_chunk_pairing(a.forward, a.backward, co_run, options);
   a.megatron = alone_from(a.dhelix.per_layer, fk, bk);
   a.megatron.backward_weight_us = weight_gradient_us(a.backward, a.dags.backward);

@@ -24,6 +24,17 @@
 // schedule's figure per type (the op's group: tp, cp, ep) is the sum over its blocks.
 // Example: a 40 us all-gather beside a 30 us GEMM that starts with it is 30 us hidden,
 // 10 us exposed.
+//
+// A kernel slowed by a collective beside it is communication cost too (the DHelix paper's
+// Table 7 counts it as "visible (slowdown)"): a compute op that ran d us longer than its solo
+// time moves d us of the collectives it overlapped from hidden to exposed, split in
+// proportion to how long each ran beside it (at most what each had hidden). Example: a GEMM
+// of 30 us solo that takes 36 us beside a 40 us all-gather started with it: the all-gather
+// is 36 - 6 = 30 us hidden and 4 + 6 = 10 us exposed: the block lasts 40 us, 10 us more
+// than the GEMM alone. So exposed is what the communication adds to the block. A paired
+// block's launch interval (planner/block_launch.h: the time before its first op starts) is
+// exposed communication too, split over its collectives by their time ("visible (launch
+// interval)" in Table 7); so with it hidden + exposed exceeds the collectives' wall time.
 
 #include <cstdint>
 #include <vector>
@@ -43,6 +54,8 @@ namespace dhelix {
 struct StrandKinds {
   std::vector<StreamClass> stream;
   std::vector<ParallelDim> group;
+  /// Solo time of each op, us; empty: no op counts as slowed (see blocks_comm).
+  std::vector<double> solo_us;
 };
 
 /// Kinds of every op of `graph` (built from `dag` by from_layer_dag).

@@ -70,6 +70,9 @@ struct PairingOptions {
   int64_t max_downsets = 1 << 20;
   int64_t max_steps = int64_t{1} << 22;
   int64_t max_states = int64_t{1} << 26;
+  /// Launch interval of every block with ops of both strands, us (segment_cost.h); the
+  /// callers that build the BlockCostModel pass it on (chunk_pairing.h).
+  double paired_block_gap_us = 0;
 };
 
 /// One block of a plan: the op sets that co-run and end at one barrier.

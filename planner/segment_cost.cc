@@ -58,11 +58,14 @@ int64_t queue_head_if_ready(const OpMask (&unstarted)[2][kNumStreams],
 }  // namespace
 
 BlockCostModel::BlockCostModel(const StrandGraph& forward, const StrandGraph& backward,
-                               const CoRunModel& model, LayerPeriods periods)
+                               const CoRunModel& model, LayerPeriods periods,
+                               double paired_block_gap_us)
     : forward_(&forward),
       backward_(&backward),
       num_forward_(forward.size()),
-      num_ops_(forward.size() + backward.size()) {
+      num_ops_(forward.size() + backward.size()),
+      paired_gap_us_(paired_block_gap_us) {
+  DHELIX_CHECK_MSG(paired_block_gap_us >= 0, "a block's launch interval must be >= 0");
   rates_.assign(static_cast<size_t>(num_ops_ * num_ops_), 1.0);
   auto op_at = [&](int64_t u) -> const StrandOp& {
     return u < forward.size() ? forward.op(u) : backward.op(u - forward.size());
@@ -248,11 +251,30 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
   }
 
   int64_t running[kNumStreams] = {-1, -1, -1};
-  double now_us = 0;
+  // A paired segment waits for its launch interval before any op starts, and its
+  // collectives for the launches of its compute ops too (the file comment).
+  const bool paired = forward.ops != 0 && backward.ops != 0;
+  double now_us = paired ? paired_gap_us_ : 0;
+  double comm_release_us = 0;
+  if (paired && paired_gap_us_ > 0) {
+    int64_t compute_ops = 0;
+    for (int k = 0; k < 2; ++k) {
+      for (OpMask m = masks[k]; m != 0; m &= m - 1) {
+        compute_ops += stream_[(k == 0 ? 0 : nf) + __builtin_ctzll(m)] == 0 ? 1 : 0;
+      }
+    }
+    comm_release_us = paired_gap_us_ * static_cast<double>(1 + compute_ops);
+  }
   while ((unfinished[0] | unfinished[1]) != 0) {
     // Idle streams start their next op (best ready one, or their queue's head).
     int busy = 0;
+    bool comm_waits = false;  // a collective is ready but not launched yet
     for (int s = 0; s < kNumStreams; ++s) {
+      if (s != 0 && now_us < comm_release_us && running[s] < 0 &&
+          (ready[0][s] | ready[1][s]) != 0) {
+        comm_waits = true;
+        continue;
+      }
       if (running[s] < 0 && (ready[0][s] | ready[1][s]) != 0) {
         const int64_t best = issue_rank == nullptr
                                  ? best_ready(ready, s, nf, priority)
@@ -288,7 +310,11 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
         first = s;
       }
     }
-    DHELIX_CHECK_MSG(first >= 0, "block simulation stalled: ops left but none ready");
+    if (comm_waits && comm_release_us - now_us < step_us) {
+      step_us = comm_release_us - now_us;  // the next event is the collectives' launch
+      first = -1;
+    }
+    DHELIX_CHECK_MSG(first >= 0 || comm_waits, "block simulation stalled: ops left but none ready");
     now_us += step_us;
     if (may_give_up) {
       for (int s = 0; s < kNumStreams; ++s) {

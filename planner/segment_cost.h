@@ -17,6 +17,12 @@
 // - Rates: while several ops run, op a progresses at the product over the other running
 //   ops b of CoRunModel::rate(a, b) (1 when alone); rates are constant between events
 //   (a start or a finish), so the simulation jumps from event to event exactly.
+// - Launch interval (optional, planner/block_launch.h): a block holding ops of BOTH strands
+//   (a paired segment) starts its ops no earlier than g = `paired_block_gap_us` after its
+//   start, the time a host-synchronised runtime needs to launch a kernel after the barrier,
+//   and its collectives no earlier than g · (1 + its compute ops): the host launches the
+//   block's compute ops first, one g each. 0 (the default) for runtimes that enqueue every
+//   block ahead of time.
 // Consequence the search relies on: P depends on the two op SETS only, not on any order
 // given for them, so every segmentation of every topological order is a chain of
 // downsets and a DP over downset pairs covers them all.
@@ -73,9 +79,13 @@ struct LayerPeriods {
 class BlockCostModel {
  public:
   /// The graphs and the model must outlive this object. Rates are read once, here;
-  /// DHELIX_CHECKs that each lies in (0, 1] (then clamps to kMinCoRunRate).
+  /// DHELIX_CHECKs that each lies in (0, 1] (then clamps to kMinCoRunRate) and that
+  /// `paired_block_gap_us` (the launch interval of a paired block, see above) is >= 0.
   BlockCostModel(const StrandGraph& forward, const StrandGraph& backward, const CoRunModel& model,
-                 LayerPeriods periods = {});
+                 LayerPeriods periods = {}, double paired_block_gap_us = 0);
+
+  /// The launch interval every block with ops of both strands starts with, us.
+  double paired_block_gap_us() const { return paired_gap_us_; }
 
   const StrandGraph& forward() const { return *forward_; }
   const StrandGraph& backward() const { return *backward_; }
@@ -146,6 +156,7 @@ class BlockCostModel {
   std::vector<OpMask> predecessors_;  ///< within the op's own strand
   std::array<int64_t, 2> period_{};   ///< verified LayerPeriods, 0 = none
   CoRunLoadBound load_bound_;         ///< from stream_pair_max_rates()
+  double paired_gap_us_ = 0;          ///< launch interval of a paired block
 };
 
 /// P memoized by the two masks (open addressing; the search asks for the same block from

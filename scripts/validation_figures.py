@@ -159,6 +159,7 @@ FIGURES = [
     ("Phi-42B A800 Wavelet+ speed-up", "6.3.2", 1.04, "x", speedup(PHI42, "wavelet+")),
     ("Llama-39B A40 CP 2 16k: CP share of Megatron's iteration", "6.4", 28.0, "%", comm_share(CP2, "megatron-1f1b", "cp")),
     ("Llama-39B A40 CP 4 32k: CP share of Megatron's iteration", "6.4", 53.0, "%", comm_share(CP4, "megatron-1f1b", "cp")),
+    ("Phi-31B A40: EP communication share of Megatron's iteration", "3 (Fig. 3)", 34.3, "%", comm_share(PHI31, "megatron-1f1b", "ep")),
     ("H100 TP 8: TP communication hidden by DHelix", "Table 7", 57.87, "%", hidden_share(H8, "dhelix", "tp")),
     ("H100 TP 16: TP communication hidden by DHelix", "Table 7", 66.73, "%", hidden_share(H16, "dhelix", "tp")),
     ("H100 TP 32: TP communication hidden by DHelix", "Table 7", 51.72, "%", hidden_share(H32, "dhelix", "tp")),

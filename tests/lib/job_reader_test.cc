@@ -289,5 +289,23 @@ TEST_F(JobReaderTest, BadRecomputeValuesNameTheField) {
       << message;
 }
 
+// "block_sync": "host" models a host-synchronised runtime (planner/block_launch.h); the
+// default, event, writes nothing.
+TEST_F(JobReaderTest, BlockSyncReadsAndWritesBack) {
+  const JobSpec host = read_job_file(
+      write_job(R"({"global_batch_size": 8, "seq_length": 512, "block_sync": "host"})"));
+  EXPECT_TRUE(host.parallel.host_synchronized_blocks);
+  EXPECT_EQ(parallel_to_json(host.parallel)["block_sync"], "host");
+  const JobSpec event = read_job_file(
+      write_job(R"({"global_batch_size": 8, "seq_length": 512, "block_sync": "event"})"));
+  EXPECT_FALSE(event.parallel.host_synchronized_blocks);
+  EXPECT_FALSE(parallel_to_json(event.parallel).contains("block_sync"));
+  const std::string path =
+      write_job(R"({"global_batch_size": 8, "seq_length": 512, "block_sync": "python"})");
+  const std::string message = error_of(path, ErrorCode::kInvalidInput);
+  EXPECT_NE(message.find(path + ": /parallel/block_sync: \"python\""), std::string::npos)
+      << message;
+}
+
 }  // namespace
 }  // namespace dhelix

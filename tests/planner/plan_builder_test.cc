@@ -299,8 +299,10 @@ TEST(PlanBuilder, TwoStagesListRanksLayersAndP2pWaits) {
 // A 40 us all-gather beside a 30 us GEMM started with it: 30 us hidden, 10 exposed. A
 // second all-gather alone afterwards: 5 us exposed.
 TEST(PlanBuilder, HiddenIsTheCommunicationTimeBesideAKernel) {
-  StrandKinds forward{.stream = {StreamClass::kCompute}, .group = {ParallelDim::kTp}};
-  StrandKinds backward{.stream = {StreamClass::kLocalComm}, .group = {ParallelDim::kTp}};
+  StrandKinds forward{
+      .stream = {StreamClass::kCompute}, .group = {ParallelDim::kTp}, .solo_us = {}};
+  StrandKinds backward{
+      .stream = {StreamClass::kLocalComm}, .group = {ParallelDim::kTp}, .solo_us = {}};
   PairingBlock block;
   block.simulation.ops = {{.strand = Strand::kBackward, .op = 0, .start_us = 0, .finish_us = 40},
                           {.strand = Strand::kForward, .op = 0, .start_us = 0, .finish_us = 30}};
@@ -313,6 +315,65 @@ TEST(PlanBuilder, HiddenIsTheCommunicationTimeBesideAKernel) {
   EXPECT_DOUBLE_EQ(comm[ParallelDim::kTp].exposed_us, 10);
   EXPECT_DOUBLE_EQ(comm[ParallelDim::kCp].exposed_us, 5);
   EXPECT_DOUBLE_EQ(comm[ParallelDim::kCp].hidden_us, 0);
+}
+
+// A GEMM of 30 us solo slowed to 36 us beside a 40 us all-gather started with it: the
+// all-gather ran 36 us beside a kernel, but 6 of them are the GEMM's slowdown, which the
+// collective caused: 30 us hidden, 4 + 6 = 10 exposed (the block lasts 40 us, the GEMM
+// alone 30).
+TEST(PlanBuilder, SlowdownBesideACollectiveIsExposedCommunication) {
+  StrandKinds forward{
+      .stream = {StreamClass::kCompute}, .group = {ParallelDim::kTp}, .solo_us = {30}};
+  StrandKinds backward{
+      .stream = {StreamClass::kLocalComm}, .group = {ParallelDim::kTp}, .solo_us = {40}};
+  PairingBlock block;
+  block.simulation.ops = {{.strand = Strand::kBackward, .op = 0, .start_us = 0, .finish_us = 40},
+                          {.strand = Strand::kForward, .op = 0, .start_us = 0, .finish_us = 36}};
+  const CommBreakdown comm = blocks_comm({block}, forward, backward);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kTp].hidden_us, 30);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kTp].exposed_us, 10);
+}
+
+// Two collectives beside one slowed GEMM share its slowdown by their overlap: a TP
+// all-gather over [0, 40] and a CP send over [0, 20] beside a GEMM of 48 us solo that runs
+// [0, 60]: 12 us of slowdown, overlaps 40 and 20, so TP takes 8 and CP 4. TP: 40 beside,
+// 32 hidden, 8 exposed; CP: 20 beside, 16 hidden, 4 exposed.
+TEST(PlanBuilder, SlowdownIsSplitByOverlap) {
+  StrandKinds forward{
+      .stream = {StreamClass::kCompute}, .group = {ParallelDim::kTp}, .solo_us = {48}};
+  StrandKinds backward{.stream = {StreamClass::kLocalComm, StreamClass::kCrossComm},
+                       .group = {ParallelDim::kTp, ParallelDim::kCp},
+                       .solo_us = {40, 20}};
+  PairingBlock block;
+  block.simulation.ops = {{.strand = Strand::kBackward, .op = 0, .start_us = 0, .finish_us = 40},
+                          {.strand = Strand::kBackward, .op = 1, .start_us = 0, .finish_us = 20},
+                          {.strand = Strand::kForward, .op = 0, .start_us = 0, .finish_us = 60}};
+  const CommBreakdown comm = blocks_comm({block}, forward, backward);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kTp].hidden_us, 32);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kTp].exposed_us, 8);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kCp].hidden_us, 16);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kCp].exposed_us, 4);
+}
+
+// A paired block whose ops start 20 us after its barrier (planner/block_launch.h): the 20 us
+// are exposed communication of its collectives, by their time: a 40 us all-gather and a
+// 10 us send, both beside a 50 us GEMM (no slowdown): TP 40 hidden, 16 exposed; CP 10
+// hidden, 4 exposed.
+TEST(PlanBuilder, LaunchIntervalIsExposedCommunication) {
+  StrandKinds forward{
+      .stream = {StreamClass::kCompute}, .group = {ParallelDim::kTp}, .solo_us = {50}};
+  StrandKinds backward{.stream = {StreamClass::kLocalComm, StreamClass::kCrossComm},
+                       .group = {ParallelDim::kTp, ParallelDim::kCp},
+                       .solo_us = {40, 10}};
+  PairingBlock block;
+  block.simulation.ops = {{.strand = Strand::kBackward, .op = 0, .start_us = 20, .finish_us = 60},
+                          {.strand = Strand::kBackward, .op = 1, .start_us = 20, .finish_us = 30},
+                          {.strand = Strand::kForward, .op = 0, .start_us = 20, .finish_us = 70}};
+  const CommBreakdown comm = blocks_comm({block}, forward, backward);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kTp].hidden_us, 40);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kTp].exposed_us, 16);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kCp].hidden_us, 10);
+  EXPECT_DOUBLE_EQ(comm[ParallelDim::kCp].exposed_us, 4);
 }
 
 TEST(PlanBuilder, OptimizerStepMovesThirtyBytesPerParameter) {

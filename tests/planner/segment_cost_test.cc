@@ -43,6 +43,54 @@ TEST(SegmentCost, GemmWithAllGatherAtMeasuredRates) {
   EXPECT_EQ(model.cost_us(0, 0), 0);
 }
 
+// The launch interval of planner/block_launch.h: a paired block (ops of both strands)
+// starts its ops 20 us late, and its all-gather one more launch later, after the GEMM's; a
+// strand alone does not. The GEMM runs alone [20, 40] (20 us of work), then beside the
+// all-gather at the rates above: the all-gather ends at 40 + 40 / 0.9 = 84.44, the GEMM has
+// done 20 + 0.8 * 44.44 and ends at 20 + 100 + 0.2 * 40 / 0.9 = 128.89.
+TEST(SegmentCost, PairedBlockStartsAfterItsLaunchInterval) {
+  StrandGraph f, b;
+  f.add_op("gemm", kC, 100, {});
+  b.add_op("all_gather", kL, 40, {});
+  TableCoRunModel rates;
+  rates.set_pair("gemm", "all_gather", 0.8, 0.9);
+  const BlockCostModel model(f, b, rates, {}, 20);
+  const BlockSimulation sim = model.simulate(1, 1);
+  EXPECT_NEAR(sim.time_us, 20 + 100 + 0.2 * 40 / 0.9, 1e-9);
+  EXPECT_EQ(timing_of(sim, Strand::kForward, 0).start_us, 20);
+  EXPECT_EQ(timing_of(sim, Strand::kBackward, 0).start_us, 40);
+  EXPECT_NEAR(timing_of(sim, Strand::kBackward, 0).finish_us, 40 + 40 / 0.9, 1e-9);
+  EXPECT_NEAR(model.cost_us(1, 1), sim.time_us, 1e-9);
+  EXPECT_EQ(model.cost_us(1, 0), 100);
+  EXPECT_EQ(model.cost_us(0, 1), 40);
+  EXPECT_EQ(model.cost_us(0, 0), 0);
+}
+
+// With a launch interval the host launches a paired block's compute ops before its
+// collectives (the prototype's block lists compute, then communication): with 2 compute ops
+// and a 10 us interval the compute starts at 10 and the collective at 10 * (1 + 2) = 30.
+// Compute f0 (50 us) then b0 (40 us) serialise on the compute stream: 10 + 50 + 40 = 100;
+// the all-gather (30 us, no slowdown) runs [30, 60]. A block without the other strand's
+// compute, the all-gather beside f0 only: 10 + 50 = 60 for f0, the all-gather from
+// 10 * (1 + 1) = 20 to 50.
+TEST(SegmentCost, CollectivesOfAPairedBlockWaitForTheComputeLaunches) {
+  StrandGraph f, b;
+  f.add_op("f0", kC, 50, {});
+  b.add_op("b0", kC, 40, {});
+  b.add_op("ag", kL, 30, {});
+  const NoSlowdownModel none;
+  const BlockCostModel model(f, b, none, {}, 10);
+  const BlockSimulation both = model.simulate(1, 3);
+  EXPECT_DOUBLE_EQ(both.time_us, 100);
+  EXPECT_DOUBLE_EQ(timing_of(both, Strand::kBackward, 1).start_us, 30);
+  EXPECT_DOUBLE_EQ(timing_of(both, Strand::kBackward, 1).finish_us, 60);
+  const BlockSimulation one = model.simulate(1, 2);
+  EXPECT_DOUBLE_EQ(one.time_us, 60);
+  EXPECT_DOUBLE_EQ(timing_of(one, Strand::kBackward, 1).start_us, 20);
+  // A strand alone pays nothing: b0 and the all-gather side by side from 0.
+  EXPECT_DOUBLE_EQ(model.cost_us(0, 3), 40);
+}
+
 TEST(SegmentCost, TwoComputeOpsSerialiseLongestFirst) {
   StrandGraph f, b;
   f.add_op("f", kC, 30, {});
