@@ -9,6 +9,7 @@
 
 #include "lib/error.h"
 #include "planner/downset_lattice.h"
+#include "planner/piece_cost_table.h"
 
 namespace dhelix {
 
@@ -162,6 +163,14 @@ class JointSearch {
         value_(lf.size() * lb.size(), kInfinity),
         parent_(lf.size() * lb.size(), -1) {
     value_[0] = 0;
+    if (static_cast<int64_t>(lb.steps.size()) <= kMaxGatheredSteps) {
+      all_backward_steps_.reserve(lb.steps.size());
+      for (int64_t j = 0; j < nb_; ++j) {
+        gather_steps(lb, j, &backward_steps_);
+        all_backward_steps_.insert(all_backward_steps_.end(), backward_steps_.begin(),
+                                   backward_steps_.end());
+      }
+    }
     for (int s = 0; s < kNumStreams; ++s) {
       total_load_us_[s] = lf.load_us[lf.size() - 1][s] + lb.load_us[nb_ - 1][s];
     }
@@ -228,9 +237,19 @@ class JointSearch {
   void expand(int64_t i, int64_t j, double t) {
     ++stats_.states_expanded;
     const int64_t state = i * nb_ + j;
-    gather_steps(lb_, j, &backward_steps_);
+    const StepBound* first = nullptr;
+    const StepBound* end = nullptr;
+    if (!all_backward_steps_.empty()) {
+      first = all_backward_steps_.data() + lb_.step_begin[j];
+      end = all_backward_steps_.data() + lb_.step_begin[j + 1];
+    } else {
+      gather_steps(lb_, j, &backward_steps_);
+      first = backward_steps_.data();
+      end = first + backward_steps_.size();
+    }
     for (const StepBound& sf : forward_steps_) {
-      for (const StepBound& sb : backward_steps_) {
+      for (const StepBound* sb_at = first; sb_at != end; ++sb_at) {
+        const StepBound& sb = *sb_at;
         if (sf.target == i && sb.target == j) continue;
         ++stats_.transitions;
         if (bounded_) {
@@ -313,6 +332,11 @@ class JointSearch {
   double upper_us_ = kInfinity;            // the best complete plan known (branch and bound)
   std::vector<StepBound> forward_steps_;   // of the forward downset being expanded
   std::vector<StepBound> backward_steps_;  // of the backward downset being expanded
+  // Every backward downset's steps, gathered once instead of once per forward downset (the
+  // inner loop of run() meets each of them |downsets(F)| times), indexed like lb_.steps;
+  // empty past kMaxGatheredSteps (48 bytes each), where they are gathered per state.
+  static constexpr int64_t kMaxGatheredSteps = int64_t{1} << 18;
+  std::vector<StepBound> all_backward_steps_;
 };
 
 // A lattice of the other strand that holds only the empty piece (single-strand searches).
