@@ -131,7 +131,7 @@ void solve_strands_alone(PieceCostTable& table, const BlockCostModel& model, con
 // rates are <= 1, so a block lasts at least its longest solo path on either side and its
 // busiest stream's solo work (`plain_block_bound_us`), and at least the slow-down aware
 // bound of its loads (`block_lower_bound_us`, never below the plain one).
-double plain_block_bound_us(const StepBound& sf, const StepBound& sb) {
+inline double plain_block_bound_us(const StepBound& sf, const StepBound& sb) {
   double bound = std::max(sf.path_us, sb.path_us);
   for (int s = 0; s < kNumStreams; ++s) bound = std::max(bound, sf.load_us[s] + sb.load_us[s]);
   return bound;
@@ -174,6 +174,16 @@ class JointSearch {
     for (int s = 0; s < kNumStreams; ++s) {
       total_load_us_[s] = lf.load_us[lf.size() - 1][s] + lb.load_us[nb_ - 1][s];
     }
+    if (last_ + 1 <= kMaxTabledStates) {
+      remaining_.resize(static_cast<size_t>(last_ + 1));
+      plain_remaining_.resize(static_cast<size_t>(last_ + 1));
+      for (int64_t i = 0; i < lf.size(); ++i) {
+        for (int64_t j = 0; j < nb_; ++j) {
+          remaining_[i * nb_ + j] = compute_remaining_bound_us(i, j);
+          plain_remaining_[i * nb_ + j] = compute_plain_remaining_bound_us(i, j);
+        }
+      }
+    }
   }
 
   // `upper_us` is the first incumbent (the strands one after the other: a plan of this
@@ -212,14 +222,22 @@ class JointSearch {
   }
 
  private:
+  // Pruning 2 from the tables when there are, else computed (the same function).
+  double remaining_bound_us(int64_t i, int64_t j) const {
+    return remaining_.empty() ? compute_remaining_bound_us(i, j) : remaining_[i * nb_ + j];
+  }
+  double plain_remaining_bound_us(int64_t i, int64_t j) const {
+    return plain_remaining_.empty() ? compute_plain_remaining_bound_us(i, j)
+                                    : plain_remaining_[i * nb_ + j];
+  }
   // Pruning 2: after state (i, j) every stream still owes its remaining solo work and
   // each strand its longest remaining path.
-  double remaining_bound_us(int64_t i, int64_t j) const {
+  double compute_remaining_bound_us(int64_t i, int64_t j) const {
     return std::max(std::max(lf_.remaining_path_us[i], lb_.remaining_path_us[j]),
                     load_bound_.bound_us(remaining_load_us(i, j)));
   }
   // The same without slow-downs: the longest remaining path and the busiest stream's work.
-  double plain_remaining_bound_us(int64_t i, int64_t j) const {
+  double compute_plain_remaining_bound_us(int64_t i, int64_t j) const {
     const std::array<double, kNumStreams> load = remaining_load_us(i, j);
     return std::max(std::max(lf_.remaining_path_us[i], lb_.remaining_path_us[j]),
                     std::max(std::max(load[0], load[1]), load[2]));
@@ -326,6 +344,12 @@ class JointSearch {
   // search (unbounded segments: large blocks, 1.2x) and cost in the windows (segments of
   // at most 8 ops: small blocks, whose simulations are cheap; 1.4x slower with them).
   const bool bounded_;
+  // Pruning 2's two bounds of every state, computed once instead of once per transition
+  // into it (each state is the target of hundreds), while the tables stay small (16
+  // bytes a state); empty past kMaxTabledStates.
+  static constexpr int64_t kMaxTabledStates = int64_t{1} << 20;
+  std::vector<double> remaining_;
+  std::vector<double> plain_remaining_;
   std::vector<double> value_;    // best known time from ({}, {}) to each state
   std::vector<int32_t> parent_;  // the state that value_ came from; -1 when unreached
   std::array<double, kNumStreams> total_load_us_{};  // both strands' solo work per stream
