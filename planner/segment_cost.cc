@@ -233,8 +233,8 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
   const int64_t nf = num_forward_;
   const OpMask masks[2] = {forward.ops, backward.ops};
   const double* const priority[2] = {forward.priority, backward.priority};
-  std::array<double, kMaxBlockOps> remaining_us;
-  std::array<double, kMaxBlockOps> start_us;
+  double remaining_us[kNumStreams] = {0, 0, 0};  // of the op each stream runs
+  std::array<double, kMaxBlockOps> start_us;     // read only with `out`
   OpMask ready[2][kNumStreams];
   OpMask unstarted[2][kNumStreams] = {};  // in-order mode: a stream's queue
   OpMask unfinished[2] = {masks[0], masks[1]};
@@ -260,10 +260,10 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
         if (best >= 0) {
           const int k = best < nf ? 0 : 1;
           ready[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
-          unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
+          if (issue_rank != nullptr) unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
           running[s] = best;
-          start_us[best] = now_us;
-          remaining_us[best] = solo_us_[best];
+          if (out != nullptr) start_us[best] = now_us;
+          remaining_us[s] = solo_us_[best];
         }
       }
       busy += running[s] >= 0 ? 1 : 0;
@@ -281,8 +281,7 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
           if (o != s && running[o] >= 0) rate[s] *= rates_[running[s] * num_ops_ + running[o]];
         }
       }
-      const double to_finish =
-          busy > 1 ? remaining_us[running[s]] / rate[s] : remaining_us[running[s]];
+      const double to_finish = busy > 1 ? remaining_us[s] / rate[s] : remaining_us[s];
       if (to_finish < step_us) {
         step_us = to_finish;
         first = s;
@@ -290,18 +289,15 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
     }
     DHELIX_CHECK_MSG(first >= 0, "block simulation stalled: ops left but none ready");
     now_us += step_us;
-    if (may_give_up) {
-      for (int s = 0; s < kNumStreams; ++s) {
-        if (running[s] >= 0) left_us[s] -= rate[s] * step_us;
-      }
-    }
 
     for (int s = 0; s < kNumStreams; ++s) {
       const int64_t u = running[s];
       if (u < 0) continue;
-      remaining_us[u] -= rate[s] * step_us;
+      const double done_us = rate[s] * step_us;
+      if (may_give_up) left_us[s] -= done_us;
+      remaining_us[s] -= done_us;
       // Ops ending at the same instant as the first one (up to rounding) end now too.
-      if (s != first && remaining_us[u] > 1e-12 * solo_us_[u]) continue;
+      if (s != first && remaining_us[s] > 1e-12 * solo_us_[u]) continue;
       const int k = u < nf ? 0 : 1;
       const int64_t base = k == 0 ? 0 : nf;
       const int i = static_cast<int>(u - base);
