@@ -274,13 +274,29 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
     double rate[kNumStreams] = {1, 1, 1};
     double step_us = std::numeric_limits<double>::infinity();
     int first = -1;
+    // Unrolled: with two ops running, a rate is the one entry (1 * x = x); with three,
+    // the two entries in stream order (1 * x * y = x * y), as the general product gives.
+    if (busy > 1) {
+      const double* const r = rates_.data();
+      const int64_t n = num_ops_;
+      const int64_t a = running[0], b = running[1], c = running[2];
+      if (busy == 3) {
+        rate[0] = r[a * n + b] * r[a * n + c];
+        rate[1] = r[b * n + a] * r[b * n + c];
+        rate[2] = r[c * n + a] * r[c * n + b];
+      } else if (a < 0) {
+        rate[1] = r[b * n + c];
+        rate[2] = r[c * n + b];
+      } else if (b < 0) {
+        rate[0] = r[a * n + c];
+        rate[2] = r[c * n + a];
+      } else {
+        rate[0] = r[a * n + b];
+        rate[1] = r[b * n + a];
+      }
+    }
     for (int s = 0; s < kNumStreams; ++s) {
       if (running[s] < 0) continue;
-      if (busy > 1) {
-        for (int o = 0; o < kNumStreams; ++o) {
-          if (o != s && running[o] >= 0) rate[s] *= rates_[running[s] * num_ops_ + running[o]];
-        }
-      }
       const double to_finish = busy > 1 ? remaining_us[s] / rate[s] : remaining_us[s];
       if (to_finish < step_us) {
         step_us = to_finish;
