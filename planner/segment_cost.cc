@@ -224,8 +224,22 @@ BlockSimulation BlockCostModel::simulate_in_order(OpMask forward_ops, OpMask bac
 double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
                            const int64_t* issue_rank, BlockSimulation* out, double give_up_us,
                            bool* exact) const {
-  if (exact != nullptr) *exact = true;
+  // The two modes and the early stop as template arguments: their tests leave the loop.
   const bool may_give_up = give_up_us < kNoGiveUp;
+  if (issue_rank != nullptr) {
+    return may_give_up ? run_as<true, true>(forward, backward, issue_rank, out, give_up_us, exact)
+                       : run_as<true, false>(forward, backward, issue_rank, out, give_up_us, exact);
+  }
+  return may_give_up ? run_as<false, true>(forward, backward, issue_rank, out, give_up_us, exact)
+                     : run_as<false, false>(forward, backward, issue_rank, out, give_up_us, exact);
+}
+
+template <bool kInOrder, bool kMayGiveUp>
+double BlockCostModel::run_as(const BlockSide& forward, const BlockSide& backward,
+                              const int64_t* issue_rank, BlockSimulation* out, double give_up_us,
+                              bool* exact) const {
+  if (exact != nullptr) *exact = true;
+  constexpr bool may_give_up = kMayGiveUp;
   std::array<double, kNumStreams> left_us{};
   if (may_give_up) {
     for (int s = 0; s < kNumStreams; ++s) left_us[s] = forward.load_us[s] + backward.load_us[s];
@@ -241,7 +255,7 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
   for (int k = 0; k < 2; ++k) {
     const BlockSide& side = k == 0 ? forward : backward;
     for (int s = 0; s < kNumStreams; ++s) ready[k][s] = side.ready[s];
-    if (issue_rank == nullptr) continue;
+    if (!kInOrder) continue;
     for (OpMask m = masks[k]; m != 0; m &= m - 1) {
       unstarted[k][stream_[(k == 0 ? 0 : nf) + __builtin_ctzll(m)]] |= m & -m;
     }
@@ -254,13 +268,12 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
     int busy = 0;
     for (int s = 0; s < kNumStreams; ++s) {
       if (running[s] < 0 && (ready[0][s] | ready[1][s]) != 0) {
-        const int64_t best = issue_rank == nullptr
-                                 ? best_ready(ready, s, nf, priority)
-                                 : queue_head_if_ready(unstarted, ready, s, nf, issue_rank);
+        const int64_t best = !kInOrder ? best_ready(ready, s, nf, priority)
+                                       : queue_head_if_ready(unstarted, ready, s, nf, issue_rank);
         if (best >= 0) {
           const int k = best < nf ? 0 : 1;
           ready[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
-          if (issue_rank != nullptr) unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
+          if (kInOrder) unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
           running[s] = best;
           if (out != nullptr) start_us[best] = now_us;
           remaining_us[s] = solo_us_[best];
