@@ -7,7 +7,7 @@
 namespace dhelix {
 
 PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forward,
-                               const Lattice& backward)
+                               const Lattice& backward, int64_t max_dense_entries)
     : model_(&model),
       forward_(&forward),
       backward_(&backward),
@@ -15,7 +15,7 @@ PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forwa
   sides_[0].resize(forward.pieces.size());
   sides_[1].resize(backward.pieces.size());
   const int64_t entries = static_cast<int64_t>(forward.pieces.size()) * num_backward_;
-  if (entries <= kMaxDenseEntries) {
+  if (entries <= max_dense_entries) {
     auto* table = static_cast<double*>(std::calloc(static_cast<size_t>(entries), sizeof(double)));
     if (table == nullptr) throw std::bad_alloc();
     dense_.reset(table);

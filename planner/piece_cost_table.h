@@ -38,7 +38,9 @@ namespace dhelix {
 /// Block costs by (forward piece, backward piece), each simulated on its first request.
 class PieceCostTable {
  public:
-  PieceCostTable(const BlockCostModel& model, const Lattice& forward, const Lattice& backward);
+  /// `max_dense_entries`: past it the hash table (tests pass 0 to exercise it).
+  PieceCostTable(const BlockCostModel& model, const Lattice& forward, const Lattice& backward,
+                 int64_t max_dense_entries = kMaxDenseEntries);
   /// P(forward piece, backward piece) in us when it is below give_up_us; otherwise P or a
   /// lower bound on it, either >= give_up_us.
   double cost_us(int64_t forward_piece, int64_t backward_piece,
