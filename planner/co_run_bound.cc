@@ -50,7 +50,20 @@ bool intersect(const std::array<Vec3, 3>& rows, const Vec3& rhs, Vec3* x) {
 
 }  // namespace
 
-CoRunLoadBound::CoRunLoadBound() : vertices_{{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}}, count_(3) {}
+CoRunLoadBound::CoRunLoadBound() : vertices_{{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}}, count_(3) {
+  fill_lanes();
+}
+
+void CoRunLoadBound::fill_lanes() {
+  lanes_ = {};
+  pairs_ = (count_ + 1) / 2;
+  for (int k = 0; k < count_; ++k) {
+    for (int s = 0; s < 3; ++s) {
+      lanes_[static_cast<size_t>(k / 2)][static_cast<size_t>(s)][k % 2] =
+          vertices_[static_cast<size_t>(k)][static_cast<size_t>(s)];
+    }
+  }
+}
 
 // Vertices of {lambda >= 0, row_S . lambda <= 1}: every choice of three tight constraints
 // (rows or lambda_s = 0) that meet in a feasible point. Each vertex is scaled so that it
@@ -104,6 +117,7 @@ CoRunLoadBound::CoRunLoadBound(const RateMatrix& stream_pair_rate) {
   for (const Vec3& v : kept) {
     if (count_ < kMaxVertices) vertices_[static_cast<size_t>(count_++)] = v;
   }
+  fill_lanes();
 }
 
 }  // namespace dhelix

@@ -5,6 +5,7 @@
 
 #include "lib/error.h"
 #include "planner/pairing_search.h"
+#include "planner/piece_shapes.h"
 
 namespace dhelix {
 
@@ -169,6 +170,8 @@ void build_lattice_steps(const BlockCostModel& model, const PairingOptions& opti
   }
   MaskIndex piece_index(n);
   piece_index.find_or_insert(0, 0);
+  PieceShapes shapes(model, lattice->strand);
+  shapes.find_or_insert(0, 0);
   add_piece(graph, 0, lattice);
 
   // Count first (nothing stored), so that a strand past the limit costs no memory.
@@ -200,98 +203,16 @@ void build_lattice_steps(const BlockCostModel& model, const PairingOptions& opti
     for (int32_t target : targets) {
       const OpMask diff = lattice->downsets[static_cast<size_t>(target)] & ~from;
       const OpMask piece = model.canonical(lattice->strand, diff);
-      const auto fresh = static_cast<int32_t>(lattice->pieces.size());
-      const int32_t id = piece_index.find_or_insert(piece, fresh);
-      if (id == fresh) add_piece(graph, piece, lattice);
+      int32_t id = piece_index.find(piece);
+      if (id < 0) {  // a new op set: a new piece unless one of its shape is known
+        const auto fresh = static_cast<int32_t>(lattice->pieces.size());
+        id = shapes.find_or_insert(piece, fresh);
+        piece_index.find_or_insert(piece, id);
+        if (id == fresh) add_piece(graph, piece, lattice);
+      }
       lattice->steps.push_back(LatticeStep{target, id});
     }
     lattice->step_begin.push_back(static_cast<int64_t>(lattice->steps.size()));
-  }
-}
-
-PieceCostTable::PieceCostTable(const BlockCostModel& model, const Lattice& forward,
-                               const Lattice& backward)
-    : model_(&model),
-      forward_(&forward),
-      backward_(&backward),
-      num_backward_(static_cast<int64_t>(backward.pieces.size())) {
-  sides_[0].resize(forward.pieces.size());
-  sides_[1].resize(backward.pieces.size());
-  // A dense table up to 4M entries (32 MB); beyond, only the blocks asked for are stored.
-  constexpr int64_t kMaxDenseEntries = int64_t{1} << 22;
-  const int64_t entries = static_cast<int64_t>(forward.pieces.size()) * num_backward_;
-  if (entries <= kMaxDenseEntries) {
-    dense_.assign(static_cast<size_t>(entries), -0.0);
-  } else {
-    sparse_.assign(size_t{1} << 16, Entry{});
-  }
-}
-
-const BlockSide& PieceCostTable::side(int k, int64_t piece) {
-  BlockSide& side = sides_[static_cast<size_t>(k)][static_cast<size_t>(piece)];
-  if (side.priority == nullptr) {
-    const Lattice& lattice = k == 0 ? *forward_ : *backward_;
-    const auto width =
-        static_cast<size_t>(std::max<int64_t>(model_->graph(lattice.strand).size(), 1));
-    auto& pool = priorities_[static_cast<size_t>(k)];
-    pool.push_back(std::make_unique<double[]>(width));
-    side = model_->prepare_side(lattice.strand, lattice.pieces[static_cast<size_t>(piece)],
-                                pool.back().get());
-  }
-  return side;
-}
-
-double PieceCostTable::simulate(int64_t forward_piece, int64_t backward_piece, double give_up_us) {
-  ++simulations_;
-  bool exact = true;
-  const double cost =
-      model_->bounded_cost_us(side(0, forward_piece), side(1, backward_piece), give_up_us, &exact);
-  return exact ? cost : -cost;
-}
-
-double PieceCostTable::sparse_cost_us(uint64_t key, int64_t forward_piece, int64_t backward_piece,
-                                      double give_up_us) {
-  const size_t mask = sparse_.size() - 1;
-  uint64_t h = key * 0x9E3779B97F4A7C15ULL;
-  const size_t home = static_cast<size_t>(h ^ (h >> 29)) & mask;
-  for (size_t i = home;; i = (i + 1) & mask) {
-    Entry& e = sparse_[i];
-    if (e.key == key) {
-      if (std::signbit(e.cost_us) && -e.cost_us < give_up_us) {
-        e.cost_us = simulate(forward_piece, backward_piece, BlockCostModel::kNoGiveUp);
-      }
-      return std::abs(e.cost_us);
-    }
-    if (e.key == ~uint64_t{0}) {
-      // A full table at its largest size replaces the entry in the key's home slot (the
-      // search asks again mostly for blocks it met recently); probe chains stay intact.
-      if (stored_ * 2 >= static_cast<int64_t>(sparse_.size()) &&
-          sparse_.size() >= kMaxSparseSlots) {
-        sparse_[home] = Entry{key, simulate(forward_piece, backward_piece, give_up_us)};
-        return std::abs(sparse_[home].cost_us);
-      }
-      e.key = key;
-      e.cost_us = simulate(forward_piece, backward_piece, give_up_us);
-      const double cost = std::abs(e.cost_us);
-      if (++stored_ * 2 > static_cast<int64_t>(sparse_.size()) &&
-          sparse_.size() < kMaxSparseSlots) {
-        grow();
-      }
-      return cost;
-    }
-  }
-}
-
-void PieceCostTable::grow() {
-  std::vector<Entry> old = std::move(sparse_);
-  sparse_.assign(old.size() * 2, Entry{});
-  const size_t mask = sparse_.size() - 1;
-  for (const Entry& e : old) {
-    if (e.key == ~uint64_t{0}) continue;
-    uint64_t h = e.key * 0x9E3779B97F4A7C15ULL;
-    size_t i = static_cast<size_t>(h ^ (h >> 29)) & mask;
-    while (sparse_[i].key != ~uint64_t{0}) i = (i + 1) & mask;
-    sparse_[i] = e;
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "lib/error.h"
 #include "planner/downset_lattice.h"
+#include "planner/piece_cost_table.h"
 
 namespace dhelix {
 
@@ -130,7 +131,7 @@ void solve_strands_alone(PieceCostTable& table, const BlockCostModel& model, con
 // rates are <= 1, so a block lasts at least its longest solo path on either side and its
 // busiest stream's solo work (`plain_block_bound_us`), and at least the slow-down aware
 // bound of its loads (`block_lower_bound_us`, never below the plain one).
-double plain_block_bound_us(const StepBound& sf, const StepBound& sb) {
+inline double plain_block_bound_us(const StepBound& sf, const StepBound& sb) {
   double bound = std::max(sf.path_us, sb.path_us);
   for (int s = 0; s < kNumStreams; ++s) bound = std::max(bound, sf.load_us[s] + sb.load_us[s]);
   return bound;
@@ -162,8 +163,26 @@ class JointSearch {
         value_(lf.size() * lb.size(), kInfinity),
         parent_(lf.size() * lb.size(), -1) {
     value_[0] = 0;
+    if (static_cast<int64_t>(lb.steps.size()) <= kMaxGatheredSteps) {
+      all_backward_steps_.reserve(lb.steps.size());
+      for (int64_t j = 0; j < nb_; ++j) {
+        gather_steps(lb, j, &backward_steps_);
+        all_backward_steps_.insert(all_backward_steps_.end(), backward_steps_.begin(),
+                                   backward_steps_.end());
+      }
+    }
     for (int s = 0; s < kNumStreams; ++s) {
       total_load_us_[s] = lf.load_us[lf.size() - 1][s] + lb.load_us[nb_ - 1][s];
+    }
+    if (last_ + 1 <= kMaxTabledStates) {
+      remaining_.resize(static_cast<size_t>(last_ + 1));
+      plain_remaining_.resize(static_cast<size_t>(last_ + 1));
+      for (int64_t i = 0; i < lf.size(); ++i) {
+        for (int64_t j = 0; j < nb_; ++j) {
+          remaining_[i * nb_ + j] = compute_remaining_bound_us(i, j);
+          plain_remaining_[i * nb_ + j] = compute_plain_remaining_bound_us(i, j);
+        }
+      }
     }
   }
 
@@ -203,14 +222,22 @@ class JointSearch {
   }
 
  private:
+  // Pruning 2 from the tables when there are, else computed (the same function).
+  double remaining_bound_us(int64_t i, int64_t j) const {
+    return remaining_.empty() ? compute_remaining_bound_us(i, j) : remaining_[i * nb_ + j];
+  }
+  double plain_remaining_bound_us(int64_t i, int64_t j) const {
+    return plain_remaining_.empty() ? compute_plain_remaining_bound_us(i, j)
+                                    : plain_remaining_[i * nb_ + j];
+  }
   // Pruning 2: after state (i, j) every stream still owes its remaining solo work and
   // each strand its longest remaining path.
-  double remaining_bound_us(int64_t i, int64_t j) const {
+  double compute_remaining_bound_us(int64_t i, int64_t j) const {
     return std::max(std::max(lf_.remaining_path_us[i], lb_.remaining_path_us[j]),
                     load_bound_.bound_us(remaining_load_us(i, j)));
   }
   // The same without slow-downs: the longest remaining path and the busiest stream's work.
-  double plain_remaining_bound_us(int64_t i, int64_t j) const {
+  double compute_plain_remaining_bound_us(int64_t i, int64_t j) const {
     const std::array<double, kNumStreams> load = remaining_load_us(i, j);
     return std::max(std::max(lf_.remaining_path_us[i], lb_.remaining_path_us[j]),
                     std::max(std::max(load[0], load[1]), load[2]));
@@ -228,9 +255,19 @@ class JointSearch {
   void expand(int64_t i, int64_t j, double t) {
     ++stats_.states_expanded;
     const int64_t state = i * nb_ + j;
-    gather_steps(lb_, j, &backward_steps_);
+    const StepBound* first = nullptr;
+    const StepBound* end = nullptr;
+    if (!all_backward_steps_.empty()) {
+      first = all_backward_steps_.data() + lb_.step_begin[j];
+      end = all_backward_steps_.data() + lb_.step_begin[j + 1];
+    } else {
+      gather_steps(lb_, j, &backward_steps_);
+      first = backward_steps_.data();
+      end = first + backward_steps_.size();
+    }
     for (const StepBound& sf : forward_steps_) {
-      for (const StepBound& sb : backward_steps_) {
+      for (const StepBound* sb_at = first; sb_at != end; ++sb_at) {
+        const StepBound& sb = *sb_at;
         if (sf.target == i && sb.target == j) continue;
         ++stats_.transitions;
         if (bounded_) {
@@ -307,12 +344,23 @@ class JointSearch {
   // search (unbounded segments: large blocks, 1.2x) and cost in the windows (segments of
   // at most 8 ops: small blocks, whose simulations are cheap; 1.4x slower with them).
   const bool bounded_;
+  // Pruning 2's two bounds of every state, computed once instead of once per transition
+  // into it (each state is the target of hundreds), while the tables stay small (16
+  // bytes a state); empty past kMaxTabledStates.
+  static constexpr int64_t kMaxTabledStates = int64_t{1} << 20;
+  std::vector<double> remaining_;
+  std::vector<double> plain_remaining_;
   std::vector<double> value_;    // best known time from ({}, {}) to each state
   std::vector<int32_t> parent_;  // the state that value_ came from; -1 when unreached
   std::array<double, kNumStreams> total_load_us_{};  // both strands' solo work per stream
   double upper_us_ = kInfinity;            // the best complete plan known (branch and bound)
   std::vector<StepBound> forward_steps_;   // of the forward downset being expanded
   std::vector<StepBound> backward_steps_;  // of the backward downset being expanded
+  // Every backward downset's steps, gathered once instead of once per forward downset (the
+  // inner loop of run() meets each of them |downsets(F)| times), indexed like lb_.steps;
+  // empty past kMaxGatheredSteps (48 bytes each), where they are gathered per state.
+  static constexpr int64_t kMaxGatheredSteps = int64_t{1} << 18;
+  std::vector<StepBound> all_backward_steps_;
 };
 
 // A lattice of the other strand that holds only the empty piece (single-strand searches).

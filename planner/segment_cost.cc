@@ -227,8 +227,22 @@ BlockSimulation BlockCostModel::simulate_in_order(OpMask forward_ops, OpMask bac
 double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
                            const int64_t* issue_rank, BlockSimulation* out, double give_up_us,
                            bool* exact) const {
-  if (exact != nullptr) *exact = true;
+  // The two modes and the early stop as template arguments: their tests leave the loop.
   const bool may_give_up = give_up_us < kNoGiveUp;
+  if (issue_rank != nullptr) {
+    return may_give_up ? run_as<true, true>(forward, backward, issue_rank, out, give_up_us, exact)
+                       : run_as<true, false>(forward, backward, issue_rank, out, give_up_us, exact);
+  }
+  return may_give_up ? run_as<false, true>(forward, backward, issue_rank, out, give_up_us, exact)
+                     : run_as<false, false>(forward, backward, issue_rank, out, give_up_us, exact);
+}
+
+template <bool kInOrder, bool kMayGiveUp>
+double BlockCostModel::run_as(const BlockSide& forward, const BlockSide& backward,
+                              const int64_t* issue_rank, BlockSimulation* out, double give_up_us,
+                              bool* exact) const {
+  if (exact != nullptr) *exact = true;
+  constexpr bool may_give_up = kMayGiveUp;
   std::array<double, kNumStreams> left_us{};
   if (may_give_up) {
     for (int s = 0; s < kNumStreams; ++s) left_us[s] = forward.load_us[s] + backward.load_us[s];
@@ -236,15 +250,15 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
   const int64_t nf = num_forward_;
   const OpMask masks[2] = {forward.ops, backward.ops};
   const double* const priority[2] = {forward.priority, backward.priority};
-  std::array<double, kMaxBlockOps> remaining_us;
-  std::array<double, kMaxBlockOps> start_us;
+  double remaining_us[kNumStreams] = {0, 0, 0};  // of the op each stream runs
+  std::array<double, kMaxBlockOps> start_us;     // read only with `out`
   OpMask ready[2][kNumStreams];
   OpMask unstarted[2][kNumStreams] = {};  // in-order mode: a stream's queue
   OpMask unfinished[2] = {masks[0], masks[1]};
   for (int k = 0; k < 2; ++k) {
     const BlockSide& side = k == 0 ? forward : backward;
     for (int s = 0; s < kNumStreams; ++s) ready[k][s] = side.ready[s];
-    if (issue_rank == nullptr) continue;
+    if (!kInOrder) continue;
     for (OpMask m = masks[k]; m != 0; m &= m - 1) {
       unstarted[k][stream_[(k == 0 ? 0 : nf) + __builtin_ctzll(m)]] |= m & -m;
     }
@@ -276,16 +290,15 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
         continue;
       }
       if (running[s] < 0 && (ready[0][s] | ready[1][s]) != 0) {
-        const int64_t best = issue_rank == nullptr
-                                 ? best_ready(ready, s, nf, priority)
-                                 : queue_head_if_ready(unstarted, ready, s, nf, issue_rank);
+        const int64_t best = !kInOrder ? best_ready(ready, s, nf, priority)
+                                       : queue_head_if_ready(unstarted, ready, s, nf, issue_rank);
         if (best >= 0) {
           const int k = best < nf ? 0 : 1;
           ready[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
-          unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
+          if (kInOrder) unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
           running[s] = best;
-          start_us[best] = now_us;
-          remaining_us[best] = solo_us_[best];
+          if (out != nullptr) start_us[best] = now_us;
+          remaining_us[s] = solo_us_[best];
         }
       }
       busy += running[s] >= 0 ? 1 : 0;
@@ -296,15 +309,30 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
     double rate[kNumStreams] = {1, 1, 1};
     double step_us = std::numeric_limits<double>::infinity();
     int first = -1;
+    // Unrolled: with two ops running, a rate is the one entry (1 * x = x); with three,
+    // the two entries in stream order (1 * x * y = x * y), as the general product gives.
+    if (busy > 1) {
+      const double* const r = rates_.data();
+      const int64_t n = num_ops_;
+      const int64_t a = running[0], b = running[1], c = running[2];
+      if (busy == 3) {
+        rate[0] = r[a * n + b] * r[a * n + c];
+        rate[1] = r[b * n + a] * r[b * n + c];
+        rate[2] = r[c * n + a] * r[c * n + b];
+      } else if (a < 0) {
+        rate[1] = r[b * n + c];
+        rate[2] = r[c * n + b];
+      } else if (b < 0) {
+        rate[0] = r[a * n + c];
+        rate[2] = r[c * n + a];
+      } else {
+        rate[0] = r[a * n + b];
+        rate[1] = r[b * n + a];
+      }
+    }
     for (int s = 0; s < kNumStreams; ++s) {
       if (running[s] < 0) continue;
-      if (busy > 1) {
-        for (int o = 0; o < kNumStreams; ++o) {
-          if (o != s && running[o] >= 0) rate[s] *= rates_[running[s] * num_ops_ + running[o]];
-        }
-      }
-      const double to_finish =
-          busy > 1 ? remaining_us[running[s]] / rate[s] : remaining_us[running[s]];
+      const double to_finish = busy > 1 ? remaining_us[s] / rate[s] : remaining_us[s];
       if (to_finish < step_us) {
         step_us = to_finish;
         first = s;
@@ -316,18 +344,15 @@ double BlockCostModel::run(const BlockSide& forward, const BlockSide& backward,
     }
     DHELIX_CHECK_MSG(first >= 0 || comm_waits, "block simulation stalled: ops left but none ready");
     now_us += step_us;
-    if (may_give_up) {
-      for (int s = 0; s < kNumStreams; ++s) {
-        if (running[s] >= 0) left_us[s] -= rate[s] * step_us;
-      }
-    }
 
     for (int s = 0; s < kNumStreams; ++s) {
       const int64_t u = running[s];
       if (u < 0) continue;
-      remaining_us[u] -= rate[s] * step_us;
+      const double done_us = rate[s] * step_us;
+      if (may_give_up) left_us[s] -= done_us;
+      remaining_us[s] -= done_us;
       // Ops ending at the same instant as the first one (up to rounding) end now too.
-      if (s != first && remaining_us[u] > 1e-12 * solo_us_[u]) continue;
+      if (s != first && remaining_us[s] > 1e-12 * solo_us_[u]) continue;
       const int k = u < nf ? 0 : 1;
       const int64_t base = k == 0 ? 0 : nf;
       const int i = static_cast<int>(u - base);

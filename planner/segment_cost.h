@@ -141,6 +141,11 @@ class BlockCostModel {
   double run(const BlockSide& forward, const BlockSide& backward, const int64_t* issue_rank,
              BlockSimulation* out, double give_up_us = kNoGiveUp, bool* exact = nullptr) const;
 
+  /// run() for one mode (issue_rank given) and with or without the early stop.
+  template <bool kInOrder, bool kMayGiveUp>
+  double run_as(const BlockSide& forward, const BlockSide& backward, const int64_t* issue_rank,
+                BlockSimulation* out, double give_up_us, bool* exact) const;
+
   /// Whether shifting each strand by its period leaves ops, edges and rates unchanged.
   bool is_periodic(LayerPeriods periods) const;
 

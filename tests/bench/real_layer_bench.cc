@@ -90,6 +90,21 @@ void BM_RealLayer_Llama70B_Tp8Sp_Cp2_A800(benchmark::State& state) {
   search_real_layer(state, job);
 }
 
+// The CP layers that dominate dhelix-plan --search on Llama-3-70B over 64 H100s (8k tokens,
+// docs/search.md): each distinct (tp, cp, micro-batch, recompute) shape is one exact search,
+// and CP4 and CP8 layers (ring steps: 47 and 63 ops) are the costliest of them.
+// Args: cp, tp, micro-batch.
+void BM_RealLayer_Llama70B_H100_8k(benchmark::State& state) {
+  JobSpec job = testing::make_job(testing::llama3_70b(), {.tp = state.range(1),
+                                                          .cp = state.range(0),
+                                                          .dp = 1,
+                                                          .sp = state.range(1) > 1,
+                                                          .seq = 8192,
+                                                          .micro_batch = state.range(2)});
+  job.cluster = cluster_preset("h100");
+  search_real_layer(state, job);
+}
+
 void BM_RealLayer_PhiMoe_Ep8_A40(benchmark::State& state) {
   JobSpec job = testing::make_job(testing::phi35_moe(), {.dp = 8, .ep = 8, .seq = 4096});
   job.cluster = cluster_preset("a40");
@@ -135,6 +150,11 @@ BENCHMARK(BM_RealLayer_Llama70B_Tp8Sp_Cp2_A800)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RealLayer_Llama66B_Cp4_32k_A800)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RealLayer_Llama66B_Cp8_64k_A800)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Window_Llama25B_A40_3Layers_Seg8)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RealLayer_Llama70B_H100_8k)
+    ->Args({4, 8, 1})
+    ->Args({8, 8, 1})
+    ->Args({8, 4, 1})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RealLayer_PhiMoe_Ep8_A40)->Unit(benchmark::kMillisecond);
 
 }  // namespace

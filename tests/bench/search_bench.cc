@@ -2,7 +2,8 @@
 // with the analytic model profile, every constraint off:
 //   - Llama-3-70B on 64 H100s, global batch 1024 x 8192 tokens;
 //   - Llama-3.1-405B on 1024 H100s, global batch 1024 x 8192;
-//   - Mixtral-8x7B on 64 H100s, global batch 1024 x 4096.
+//   - Mixtral-8x7B on 64 H100s, global batch 1024 x 4096;
+//   - a slice of the first with CP 8 and TP 8 or 4 fixed (seconds; BM_SearchSlice).
 // Each runs once (a search takes seconds to minutes); the counters give how many
 // configurations were enumerated, refused by the job's rules, refused for static memory,
 // pruned by their lower bound and planned, and the memo's shared searches. Process CPU time
@@ -59,6 +60,30 @@ void BM_Search(benchmark::State& state, const char* hf_config, int64_t gpus, int
   state.SetLabel(best != nullptr ? best->label : "none fits");
 }
 
+// A slice of the Llama-3-70B space that finishes in seconds: CP 8 and TP 8 fixed, micro-batch
+// 1, the config's recompute setting only. CP layers dominate the full space (each distinct
+// layer shape is one exact pairing search), so this follows the planner's speed there.
+void BM_SearchSlice_Llama3_70B_Cp8(benchmark::State& state) {
+  SearchRequest request = request_for("llama-3-70b.config.json", 64, 1024, 8192);
+  request.constraints.cp = 8;
+  request.constraints.tp = state.range(0);
+  request.constraints.micro_batch_size = 1;
+  request.constraints.search_recompute = false;
+  request.threads = 1;
+  SearchResult result;
+  for (auto _ : state) result = search_configurations(request);
+  state.counters["planned"] = static_cast<double>(result.counts.planned);
+  const ConfigOutcome* best = result.best_dhelix();
+  state.SetLabel(best != nullptr ? best->label : "none fits");
+}
+
+BENCHMARK(BM_SearchSlice_Llama3_70B_Cp8)
+    ->Arg(8)
+    ->Arg(4)
+    ->Iterations(1)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime()
+    ->Unit(benchmark::kSecond);
 BENCHMARK_CAPTURE(BM_Search, llama3_70b_64xh100, "llama-3-70b.config.json", 64, 1024, 8192)
     ->Arg(2)
     ->Iterations(1)

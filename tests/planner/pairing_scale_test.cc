@@ -137,7 +137,9 @@ TEST(PairingScale, SymmetricWindowSearchEqualsThePlainOne) {
       EXPECT_EQ(fast.blocks[k].forward_ops, plain.blocks[k].forward_ops);
       EXPECT_EQ(fast.blocks[k].backward_ops, plain.blocks[k].backward_ops);
     }
-    EXPECT_LT(fast.stats.block_simulations, plain.stats.block_simulations);
+    // Piece shapes (planner/piece_shapes.h) find the layer shift without being told, so
+    // the plain search shares those simulations too; the periods only shift earlier.
+    EXPECT_LE(fast.stats.block_simulations, plain.stats.block_simulations);
   }
 }
 
