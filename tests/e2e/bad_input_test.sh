@@ -173,7 +173,9 @@ run_reader() {
 }
 
 # Expected results: tool reader kind status fragment-of-the-message (the message without
-# the file's folder and, for JSON syntax errors, its line:column). Status 0 with "-": the
+# the file's folder and, for JSON syntax errors, its line:column). A truncated file's
+# message ends with what the parser met at the cut (a key, a value, a string), which moves
+# whenever the good file's content does, so only its stable start is expected. Status 0 with "-": the
 # input is accepted by design (docs/reliability.md says why). `--table` prints what the
 # tools do now, to compare with this list and docs/reliability.md.
 while read -r tool reader kind status fragment; do
@@ -188,7 +190,7 @@ while read -r tool reader kind status fragment; do
   esac
   case_ "dhelix-$tool $reader $kind" "$status" "$fragment" run_reader "$tool" "$reader" "$file"
 done <<'CASES'
-plan job truncated 2 not valid JSON: syntax error while parsing value - invalid string: missing closing quote
+plan job truncated 2 not valid JSON: syntax error while parsing
 plan job wrong-type 2 job-wrong-type.json: /parallel/tp: "4" is string, expected an integer
 plan job huge-number 2 job-huge-number.json: not valid JSON: number overflow parsing '1e400'
 plan job int64-max 2 job-int64-max.json: /parallel/tp: 9223372036854775807 is more than 1048576, the largest parallel size dhelix plans for
@@ -201,7 +203,7 @@ plan job directory 3 directory.json: is a directory, expected a file
 plan job empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan job garbage 2 not valid JSON: syntax error while parsing value - invalid literal
 plan job deep 2 arrays and objects nest more than 512 deep
-plan model truncated 2 not valid JSON: syntax error while parsing object key - unexpected end of input; expected string literal
+plan model truncated 2 not valid JSON: syntax error while parsing
 plan model wrong-type 2 model-wrong-type.json: /hidden_size: "4" is string, expected an integer
 plan model huge-number 2 model-huge-number.json: not valid JSON: number overflow parsing '1e400'
 plan model int64-max 2 model-int64-max.json: /hidden_size: 9223372036854775807 must be at most 1048576
@@ -214,7 +216,7 @@ plan model directory 3 directory.json: is a directory, expected a file
 plan model empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan model garbage 2 not valid JSON: syntax error while parsing value - invalid literal
 plan model deep 2 arrays and objects nest more than 512 deep
-plan hf truncated 2 not valid JSON: syntax error while parsing object key - invalid string: missing closing quote
+plan hf truncated 2 not valid JSON: syntax error while parsing
 plan hf wrong-type 2 hf-wrong-type.json: /hidden_size: "4" is string, expected an integer
 plan hf huge-number 2 hf-huge-number.json: not valid JSON: number overflow parsing '1e400'
 plan hf int64-max 2 hf-int64-max.json: /hidden_size: 9223372036854775807 must be at most 1048576
@@ -226,7 +228,7 @@ plan hf directory 3 directory.json: is a directory, expected a file
 plan hf empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan hf garbage 2 not valid JSON: syntax error while parsing value - invalid literal
 plan hf deep 2 arrays and objects nest more than 512 deep
-plan cluster truncated 2 not valid JSON: syntax error while parsing value - invalid string: missing closing quote
+plan cluster truncated 2 not valid JSON: syntax error while parsing
 plan cluster wrong-type 2 cluster-wrong-type.json: /gpus_per_node: "4" is string, expected an integer
 plan cluster huge-number 2 cluster-huge-number.json: not valid JSON: number overflow parsing '1e400'
 plan cluster int64-max 2 cluster-int64-max.json: /gpus_per_node: 9223372036854775807 must be at most 1048576
@@ -239,7 +241,7 @@ plan cluster directory 3 directory.json: is a directory, expected a file
 plan cluster empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan cluster garbage 2 not valid JSON: syntax error while parsing value - invalid literal
 plan cluster deep 2 arrays and objects nest more than 512 deep
-plan profile truncated 2 not valid JSON: syntax error while parsing object key - invalid string: missing closing quote
+plan profile truncated 2 not valid JSON: syntax error while parsing
 plan profile wrong-type 2 profile-wrong-type.json: /ops/0/samples: "4" is string, expected an integer
 plan profile huge-number 2 profile-huge-number.json: not valid JSON: number overflow parsing '1e400'
 plan profile int64-max 0 -
@@ -253,7 +255,7 @@ plan profile directory 3 directory.json: is a directory, expected a file
 plan profile empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 plan profile garbage 2 not valid JSON: syntax error while parsing value - invalid literal
 plan profile deep 2 arrays and objects nest more than 512 deep
-profile job truncated 2 not valid JSON: syntax error while parsing value - invalid string: missing closing quote
+profile job truncated 2 not valid JSON: syntax error while parsing
 profile job wrong-type 2 job-wrong-type.json: /parallel/tp: "4" is string, expected an integer
 profile job huge-number 2 job-huge-number.json: not valid JSON: number overflow parsing '1e400'
 profile job int64-max 2 job-int64-max.json: /parallel/tp: 9223372036854775807 is more than 1048576, the largest parallel size dhelix plans for
@@ -266,7 +268,7 @@ profile job directory 3 directory.json: is a directory, expected a file
 profile job empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 profile job garbage 2 not valid JSON: syntax error while parsing value - invalid literal
 profile job deep 2 arrays and objects nest more than 512 deep
-profile model truncated 2 not valid JSON: syntax error while parsing object key - unexpected end of input; expected string literal
+profile model truncated 2 not valid JSON: syntax error while parsing
 profile model wrong-type 2 model-wrong-type.json: /hidden_size: "4" is string, expected an integer
 profile model huge-number 2 model-huge-number.json: not valid JSON: number overflow parsing '1e400'
 profile model int64-max 2 model-int64-max.json: /hidden_size: 9223372036854775807 must be at most 1048576
@@ -279,7 +281,7 @@ profile model directory 3 directory.json: is a directory, expected a file
 profile model empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 profile model garbage 2 not valid JSON: syntax error while parsing value - invalid literal
 profile model deep 2 arrays and objects nest more than 512 deep
-profile cluster truncated 2 not valid JSON: syntax error while parsing value - invalid string: missing closing quote
+profile cluster truncated 2 not valid JSON: syntax error while parsing
 profile cluster wrong-type 2 cluster-wrong-type.json: /gpus_per_node: "4" is string, expected an integer
 profile cluster huge-number 2 cluster-huge-number.json: not valid JSON: number overflow parsing '1e400'
 profile cluster int64-max 2 cluster-int64-max.json: /gpus_per_node: 9223372036854775807 must be at most 1048576
@@ -292,7 +294,7 @@ profile cluster directory 3 directory.json: is a directory, expected a file
 profile cluster empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal
 profile cluster garbage 2 not valid JSON: syntax error while parsing value - invalid literal
 profile cluster deep 2 arrays and objects nest more than 512 deep
-diff plan truncated 2 not valid JSON: syntax error while parsing object key - unexpected end of input; expected string literal
+diff plan truncated 2 not valid JSON: syntax error while parsing
 diff plan wrong-type 2 plan-wrong-type.json: /num_micro_batches: "4" is string, expected an integer
 diff plan huge-number 2 plan-huge-number.json: not valid JSON: number overflow parsing '1e400'
 diff plan int64-max 0 -

@@ -100,7 +100,7 @@ run env DHELIX_DETERMINISTIC=1 "$plan" --validate-only --json \
   "$examples/jobs/llama-8b-a40-dp16-tp4.json"
 expect "--json summary" 0 --out '"world_size": 64' --out '"tool": "dhelix-plan"' \
   --out '"sha256": "' --out '"tokens_per_iteration": 8388608' --no-out '"date_utc"' \
-  --no-out '"host"'
+  --no-out '"host":'
 first=$out
 run env DHELIX_DETERMINISTIC=1 "$plan" --validate-only --json \
   "$examples/jobs/llama-8b-a40-dp16-tp4.json"

@@ -404,10 +404,13 @@ TEST(ChromeTrace, ExamplePlansHaveEveryOpOnceAndNoOverlaps) {
           expected += t.forward->layers.count * static_cast<int64_t>(p.forward_ops.size());
         if (t.backward)
           expected += t.backward->layers.count * static_cast<int64_t>(p.backward_ops.size());
-        // Each ends inside its task.
+        // Each ends inside its task, up to the plan's rounding: block times are written to
+        // 1e-3 us, and a task's ops are placed after the sum of its earlier blocks' times
+        // (hundreds of blocks in a chunk: a few 1e-3 us).
         for (const ExpandedOp& op : expand_task(plan, stage, t)) {
           EXPECT_GE(op.start_us, t.start_us - 1e-6);
-          EXPECT_LE(op.end_us, t.end_us + 1e-3) << t.label << " " << op.name;
+          EXPECT_LE(op.end_us, t.end_us + 1e-2)
+              << t.label << " " << op.name << " over by " << op.end_us - t.end_us << " us";
         }
       }
     }
