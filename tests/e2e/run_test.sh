@@ -232,9 +232,15 @@ import json, sys
 def losses(name):
     return [json.loads(line)["loss"] for line in open(f"{sys.argv[1]}/{name}.log")]
 ok = True
-for cf in ("1.0", "0"):
+# Dropless, EP 2 and EP 1 agree to 1e-5 at every step. With capacity dropping they agree
+# exactly at step 1 (same weights, same routing) and to 1e-4 after: the expert gradients
+# are summed in another order, and a gate weight that differs in its last bit can drop
+# another copy, which moves the loss by about 2e-5 (seen on a fresh Debian 12 machine); an
+# expert gradient summed over the wrong group moves it by about 7e-3.
+for cf, tolerance in (("1.0", 1e-4), ("0", 1e-5)):
     ep1, ep2 = losses(f"moe-ep1-cf{cf}"), losses(f"moe-ep2-cf{cf}")
-    close = len(ep1) == len(ep2) == 4 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ep1, ep2))
+    close = (len(ep1) == len(ep2) == 4 and ep1[0] == ep2[0] and
+             all(abs(a - b) <= tolerance * abs(a) for a, b in zip(ep1, ep2)))
     print(f"capacity factor {cf}: ep 1 {ep1}, ep 2 {ep2}")
     ok = ok and close
 dropping, dropless = losses("moe-ep2-cf1.0"), losses("moe-ep2-cf0")
@@ -243,8 +249,9 @@ sys.exit(0 if ok and dropping[0] != dropless[0] else 1)
 PY
 # DP 4 with EP 2: the expert-data-parallel groups {0, 2} and {1, 3} sum the experts'
 # gradients (with DP 2 x EP 2 they have one member); the same losses as DP 4 with EP 1.
+# Dropless, so that a copy dropped for a last-bit difference cannot move the loss (above).
 for ep in 1 2; do
-  moe_job "$ep" 1.0 "$work/moe-dp4-ep$ep-job.json" 4 &&
+  moe_job "$ep" 0 "$work/moe-dp4-ep$ep-job.json" 4 &&
     "$bin/dhelix-plan" "$work/moe-dp4-ep$ep-job.json" -o "$work/moe-dp4-ep$ep.json" >/dev/null &&
     run 4 --plan "$work/moe-dp4-ep$ep.json" --steps 3 --loss-log "$work/moe-dp4-ep$ep.log" ||
     fail "moe: 3 steps with dp 4, ep $ep"
