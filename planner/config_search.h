@@ -60,8 +60,8 @@ struct ConfigOutcome {
   ParallelSpec parallel;
   std::string label;  ///< configuration_label
   ConfigStatus status = ConfigStatus::kInvalid;
-  std::string reason;            ///< why invalid / no-memory / pruned; "" when planned
-  SchemeBounds bounds;           ///< zeros when not computed (invalid, no-memory)
+  std::string reason;   ///< why invalid / no-memory / pruned; "" when planned
+  SchemeBounds bounds;  ///< zeros when not computed (invalid, no-memory)
   // dhelix / megatron: a no-memory configuration rejected for its activations has each
   // scheme's peak_memory_bytes (its largest stage) set, and nothing else.
   SearchSchemeFigures dhelix;    ///< planned only

@@ -1,6 +1,6 @@
 #pragma once
-// Every communicator one rank needs: for each of its tp, cp, dp, pp and ep groups and for the world,
-// one communicator per thread that may use it (CommSlot). MPI allows several threads to call
+// Every communicator one rank needs: for each of its tp, cp, dp, pp and ep groups and for the
+// world, one communicator per thread that may use it (CommSlot). MPI allows several threads to call
 // collectives at the same time only on different communicators, and the runtime runs the
 // compute thread and two communication-stream threads side by side (DHelix's two strands
 // overlap one strand's collectives with the other's), so each gets its own.
@@ -77,9 +77,8 @@ class ProcessGroups {
   int64_t world_rank() const { return world_rank_; }
 
  private:
-  static constexpr std::array<ParallelDim, 5> kDims = {ParallelDim::kTp, ParallelDim::kCp,
-                                                       ParallelDim::kDp, ParallelDim::kPp,
-                                                       ParallelDim::kEp};
+  static constexpr std::array<ParallelDim, 5> kDims = {
+      ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kDp, ParallelDim::kPp, ParallelDim::kEp};
   int64_t world_rank_;
   // [dim index in kDims][slot]
   std::array<std::array<std::unique_ptr<MpiCommunicator>, kNumCommSlots>, kDims.size()> groups_;
