@@ -1,6 +1,8 @@
 #include "planner/scheme_memory.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "lib/error.h"
 #include "lib/int_math.h"
@@ -10,20 +12,25 @@
 namespace dhelix {
 namespace {
 
-// (first chunk, up chunk) layers of `stage` in `shape`'s layout, as the plan builder counts
-// them: the W's down and up chunks, or 1F1B's one chunk and no up chunk.
-std::pair<int64_t, int64_t> chunk_layers(const JobSpec& job, PipelineShape shape, int64_t stage) {
+// Every stage's (first chunk, up chunk) layers in `shape`'s layout, as the plan builder
+// counts them: the W's down and up chunks, or 1F1B's one chunk and no up chunk.
+std::vector<std::pair<int64_t, int64_t>> stage_chunk_layers(const JobSpec& job,
+                                                            PipelineShape shape) {
   const ParallelSpec& p = job.parallel;
-  const auto s = static_cast<size_t>(stage);
+  std::vector<std::pair<int64_t, int64_t>> layers;
   if (shape == PipelineShape::kOneFOneB) {
-    return {unfold_layers(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers)
-                .stages[s]
-                .count,
-            0};
+    for (const auto& stage :
+         unfold_layers(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers)
+             .stages) {
+      layers.emplace_back(stage.count, 0);
+    }
+    return layers;
   }
-  const FoldedLayout folded =
-      fold_layers(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers);
-  return {folded.stages[s].down.count, folded.stages[s].up.count};
+  for (const auto& stage :
+       fold_layers(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers).stages) {
+    layers.emplace_back(stage.down.count, stage.up.count);
+  }
+  return layers;
 }
 
 }  // namespace
@@ -49,10 +56,9 @@ std::vector<StageMemory> scheme_memory(const JobSpec& job, PipelineScheme scheme
   const PipelineShape shape = scheme_shape(scheme);
   const ParallelSpec& p = job.parallel;
   std::vector<StageCosts> costs;
-  for (int64_t stage = 0; stage < p.pp; ++stage) {
+  for (const auto& [layers, up_layers] : stage_chunk_layers(job, shape)) {
     StageCosts c;
     c.head_loss_transient_bytes = head_loss_transient_bytes(job.model, p);
-    const auto [layers, up_layers] = chunk_layers(job, shape, stage);
     set_chunk_memory(job.model, p, layers, up_layers, options, c);
     costs.push_back(c);
   }
