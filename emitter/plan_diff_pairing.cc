@@ -137,6 +137,8 @@ PairingDiff diff_pairing(const PlanPairing& a, const PlanPairing& b, double tole
             kPairingScopeNames.name(b.scope));
   add_field(out.fields, "chunk_layers", a.chunk_layers, b.chunk_layers);
   add_field(out.fields, "window_layers", a.window_layers, b.window_layers);
+  add_field(out.fields, "layer_segment_bound", a.layer_segment_bound, b.layer_segment_bound);
+  add_field(out.fields, "window_segment_bound", a.window_segment_bound, b.window_segment_bound);
   const std::vector<std::pair<std::string, std::pair<double, double>>> times = {
       {"layer_scope_us", {a.layer_scope_us, b.layer_scope_us}},
       {"chunk_scope_us", {a.chunk_scope_us, b.chunk_scope_us}},

@@ -38,7 +38,9 @@ PairingRow pairing_row(const Plan& plan, size_t i) {
                  .window_layers = p.window_layers,
                  .layer_scope_us = p.layer_scope_us,
                  .chunk_scope_us = p.chunk_scope_us,
-                 .sequential_us = p.sequential_us};
+                 .sequential_us = p.sequential_us,
+                 .layer_segment_bound = p.layer_segment_bound,
+                 .window_segment_bound = p.window_segment_bound};
   for (const PlanStage& s : plan.stages) {
     if (s.pairing == row.pairing) row.stages.push_back(s.stage);
   }
@@ -112,6 +114,24 @@ std::string si_comm_cell(const SiComm& c) {
   const std::string state =
       c.exposed_us == 0 ? "hidden" : fmt::format("exposed {}", block_millis(c.exposed_us));
   return fmt::format("{} ({}): {}", short_op(c.op), marker, state);
+}
+
+// What the search's work budget bounded (planner/pairing_search.h, 5.), "" when nothing.
+std::string budget_clause(const PairingRow& row) {
+  std::string out;
+  if (row.layer_segment_bound > 0) {
+    out += fmt::format(
+        "; the search's work budget bounded the layer scope's blocks to {} ops "
+        "of each strand",
+        row.layer_segment_bound);
+  }
+  if (row.window_segment_bound > 0) {
+    out += fmt::format(
+        "; the search's work budget bounded the windows' blocks to {} ops of "
+        "each strand",
+        row.window_segment_bound);
+  }
+  return out;
 }
 
 }  // namespace
@@ -192,11 +212,12 @@ std::string pairing_sentence(const PairingRow& row) {
   std::string stages;
   for (int64_t s : row.stages) stages += fmt::format("{}{}", stages.empty() ? "" : ",", s);
   return fmt::format(
-      "pairing {} (stages {}): scope {}; SI block of {} layers: layer scope {}, chunk scope "
-      "({}-layer windows) {}, strands one after the other {}",
-      row.pairing, stages, kPairingScopeNames.name(row.scope), row.chunk_layers,
-      millis(row.layer_scope_us), row.window_layers, millis(row.chunk_scope_us),
-      millis(row.sequential_us));
+             "pairing {} (stages {}): scope {}; SI block of {} layers: layer scope {}, chunk scope "
+             "({}-layer windows) {}, strands one after the other {}",
+             row.pairing, stages, kPairingScopeNames.name(row.scope), row.chunk_layers,
+             millis(row.layer_scope_us), row.window_layers, millis(row.chunk_scope_us),
+             millis(row.sequential_us)) +
+         budget_clause(row);
 }
 
 std::string memory_title(const ReportRows& rows) {

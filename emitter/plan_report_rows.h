@@ -48,6 +48,8 @@ struct PairingRow {
   double layer_scope_us = 0;
   double chunk_scope_us = 0;
   double sequential_us = 0;
+  int64_t layer_segment_bound = 0;   ///< PlanPairing's: 0 = as asked
+  int64_t window_segment_bound = 0;  ///< likewise
 };
 
 /// One communication op of an SI block.

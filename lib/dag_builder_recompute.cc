@@ -13,14 +13,22 @@
 //              backward strand; the repeated GEMMs are compute that the pairing search can
 //              set beside the other strand's communication.
 //   selective  the core attention is repeated: the attention op (or the CP ring's steps,
-//              exchanges and merge). Its inputs Q, K, V are kept from the forward, so the
-//              copies wait for nothing in the backward; every attention-backward op waits
-//              for them (it reads the recomputed output and softmax statistics).
+//              exchanges and merge). Its inputs Q, K, V are kept from the forward; Megatron
+//              wraps the core attention in a checkpoint, whose backward re-runs it when
+//              autograd reaches it, that is once the gradient of its output exists. So the
+//              copies wait for the ops that the first attention-backward ops wait for (the
+//              output projection's data gradient: bwd.proj_dgrad), and every
+//              attention-backward op waits for the copies (it reads the recomputed output and
+//              softmax statistics). Left free, the copies could start anywhere in the
+//              backward; with CP's ring that multiplies the backward's downsets by about 12
+//              (Llama-3-70B, TP 8, CP 8: 2,498 instead of about 200) and the pairing search's
+//              work with them, for a freedom Megatron does not have.
 //
 // Example, Llama with tp = 8 and SP, full: the 18-op backward becomes 32 ops, 14 copies
 // (bwd.recompute.ln_attn .. bwd.recompute.bda_mlp) then bwd.bda_mlp, which now waits for
 // bwd.recompute.bda_mlp.
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -64,6 +72,27 @@ std::vector<int64_t> copy_forward(const LayerDag& forward, const std::vector<boo
   return index;
 }
 
+// The ops the first attention-backward ops of `backward` wait for (those with no
+// attention-backward op before them): what produces the gradient of the attention output.
+std::vector<int64_t> output_gradient_ops(const LayerDag& backward) {
+  std::vector<bool> after_attention(static_cast<size_t>(backward.size()), false);
+  std::vector<int64_t> gradient;
+  for (int64_t v : backward.topological_order()) {
+    const bool attention = backward.op(v).kind == OpKind::kAttention;
+    bool after = false;
+    for (int64_t p : backward.predecessors(v))
+      after = after || after_attention[static_cast<size_t>(p)];
+    if (attention && !after) {
+      for (int64_t p : backward.predecessors(v)) {
+        if (std::find(gradient.begin(), gradient.end(), p) == gradient.end()) gradient.push_back(p);
+      }
+    }
+    after_attention[static_cast<size_t>(v)] = after || attention;
+  }
+  std::sort(gradient.begin(), gradient.end());
+  return gradient;
+}
+
 }  // namespace
 
 LayerDags with_recompute(LayerDags dags, RecomputeGranularity granularity) {
@@ -85,6 +114,13 @@ LayerDags with_recompute(LayerDags dags, RecomputeGranularity granularity) {
     const bool waits = full ? preds.empty() : old.op(v).kind == OpKind::kAttention;
     if (!waits) continue;
     for (int64_t s : sinks) backward.add_edge(s, offset + v);
+  }
+  if (!full) {
+    for (int64_t g : output_gradient_ops(old)) {
+      for (int64_t c = 0; c < offset; ++c) {
+        if (backward.predecessors(c).empty()) backward.add_edge(offset + g, c);
+      }
+    }
   }
   DHELIX_CHECK(backward.is_acyclic());
   dags.backward = std::move(backward);

@@ -31,6 +31,11 @@ PairingResult window_result(const StrandGraph& f, const StrandGraph& b, const Co
                               [&] { return search_window(f, b, model, layers, options); });
 }
 
+// The segment bound the work budget imposed on a search, 0 when it ran as asked.
+int64_t tightened_bound(const PairingResult& result, const PairingOptions& asked) {
+  return result.segment_bound != asked.max_segment_ops ? result.segment_bound : 0;
+}
+
 }  // namespace
 
 ChunkPairingResult search_chunk_pairing(const StrandGraph& forward_layer,
@@ -72,6 +77,13 @@ ChunkPairingResult search_chunk_pairing(const StrandGraph& forward_layer,
       total += result.cross_remainder.total_time_us;
     }
     result.cross_layer_chunk_us = total;
+  }
+  result.layer_segment_bound = tightened_bound(result.per_layer, options.per_layer);
+  for (const PairingResult* r : {&result.cross_window, &result.cross_remainder}) {
+    const int64_t bound = r->blocks.empty() ? 0 : tightened_bound(*r, options.cross_layer);
+    if (bound > 0 && (result.window_segment_bound == 0 || bound < result.window_segment_bound)) {
+      result.window_segment_bound = bound;
+    }
   }
   result.cross_layer_better = result.cross_layer_chunk_us < result.per_layer_chunk_us;
   result.best_chunk_us = std::min(result.cross_layer_chunk_us, result.per_layer_chunk_us);

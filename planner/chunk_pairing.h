@@ -43,6 +43,10 @@ struct ChunkPairingResult {
   double sequential_chunk_us = 0;   ///< num_layers x per_layer.sequential_time_us
   bool cross_layer_better = false;  ///< cross_layer_chunk_us < per_layer_chunk_us
   double best_chunk_us = 0;         ///< the better of the two
+  /// Segment bounds the searches' work budget imposed (pairing_search.h, 5.), 0 where the
+  /// search ran as asked: the layer scope's, and the tightest of the chunk scope's windows.
+  int64_t layer_segment_bound = 0;
+  int64_t window_segment_bound = 0;
 };
 
 /// Searches both scopes. The strands are one layer each; DHELIX_CHECKs num_layers >= 1.

@@ -159,6 +159,17 @@ Lattice lattice_downsets(const BlockCostModel& model, Strand strand,
   return lattice;
 }
 
+int64_t count_lattice_steps(const BlockCostModel& model, const Lattice& lattice,
+                            int64_t max_segment_ops, int64_t cap) {
+  const StrandGraph& graph = model.graph(lattice.strand);
+  int64_t budget = cap;
+  for (int64_t i = 0; i < lattice.size() && budget >= 0; ++i) {
+    collect_supersets(graph, 0, lattice.downsets[static_cast<size_t>(i)], 0, max_segment_ops,
+                      &budget, nullptr);
+  }
+  return budget < 0 ? cap + 1 : cap - budget;
+}
+
 void build_lattice_steps(const BlockCostModel& model, const PairingOptions& options,
                          Lattice* lattice) {
   const StrandGraph& graph = model.graph(lattice->strand);

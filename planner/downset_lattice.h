@@ -67,6 +67,11 @@ struct Lattice {
 /// Error(kUnsupported) past options.max_downsets.
 Lattice lattice_downsets(const BlockCostModel& model, Strand strand, const PairingOptions& options);
 
+/// The moves from every downset of `lattice` to a superset whose difference holds at most
+/// `max_segment_ops` ops (0 = any), counted without storing them; cap + 1 once past `cap`.
+int64_t count_lattice_steps(const BlockCostModel& model, const Lattice& lattice,
+                            int64_t max_segment_ops, int64_t cap);
+
 /// Adds the steps (within options.max_segment_ops) and their pieces. Throws
 /// Error(kUnsupported) when the steps would exceed options.max_steps, before storing them.
 void build_lattice_steps(const BlockCostModel& model, const PairingOptions& options,

@@ -285,6 +285,8 @@ PlanPairing pairing_record(const LayerAnalysis& a) {
   p.sequential_us = a.dhelix.sequential_chunk_us;
   p.layer_pair_us = a.dhelix.per_layer.total_time_us;
   p.layer_blocks = block_records(a.dhelix.per_layer.blocks, a.forward, a.backward, false);
+  p.layer_segment_bound = a.dhelix.layer_segment_bound;
+  p.window_segment_bound = a.dhelix.window_segment_bound;
   if (a.dhelix.window_layers >= 2) {
     p.window_blocks = block_records(a.dhelix.cross_window.blocks, a.forward, a.backward, true);
     p.remainder_blocks =

@@ -111,6 +111,28 @@ void check_state_limit(int64_t nf, int64_t nb, const PairingOptions& options) {
   }
 }
 
+// The options with the widest segments, from the requested bound down, whose block pairs
+// stay within the work budget and whose steps within max_steps (pairing_search.h, 5.). With
+// none, the options as asked: building the steps refuses them as before.
+PairingOptions within_work_budget(const BlockCostModel& model, const Lattice& lf, const Lattice& lb,
+                                  PairingOptions options) {
+  if (options.max_block_pairs <= 0) return options;
+  const int64_t requested = options.max_segment_ops;
+  for (int64_t bound : {requested, int64_t{24}, int64_t{16}, int64_t{12}, int64_t{8}, int64_t{6},
+                        int64_t{4}, int64_t{3}, int64_t{2}, int64_t{1}}) {
+    if (bound != requested && requested > 0 && bound >= requested) continue;  // only tighter
+    const int64_t forward = count_lattice_steps(model, lf, bound, options.max_steps);
+    const int64_t backward = count_lattice_steps(model, lb, bound, options.max_steps);
+    if (forward <= options.max_steps && backward <= options.max_steps &&
+        static_cast<double>(forward) * static_cast<double>(backward) <=
+            static_cast<double>(options.max_block_pairs)) {
+      options.max_segment_ops = bound;
+      return options;
+    }
+  }
+  return options;
+}
+
 // The strands alone are both the baseline the report compares against and, summed, the
 // first incumbent of the joint search.
 void solve_strands_alone(PieceCostTable& table, const BlockCostModel& model, const Lattice& lf,
@@ -398,12 +420,13 @@ double resimulate_total_us(const BlockCostModel& model, const std::vector<Pairin
   return total;
 }
 
-PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& options) {
+PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& requested) {
   // Counts first, storage after: a strand too wide for the exact search is refused before
   // its steps or the state table are allocated.
-  Lattice lf = lattice_downsets(model, Strand::kForward, options);
-  Lattice lb = lattice_downsets(model, Strand::kBackward, options);
-  check_state_limit(lf.size(), lb.size(), options);
+  Lattice lf = lattice_downsets(model, Strand::kForward, requested);
+  Lattice lb = lattice_downsets(model, Strand::kBackward, requested);
+  check_state_limit(lf.size(), lb.size(), requested);
+  const PairingOptions options = within_work_budget(model, lf, lb, requested);
   build_lattice_steps(model, options, &lf);
   build_lattice_steps(model, options, &lb);
   PieceCostTable table(model, lf, lb);
@@ -415,6 +438,7 @@ PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& 
   result.stats.block_simulations = table.simulations();
   result.blocks = blocks_from_chain(model, search.chain());
   result.total_time_us = search.optimum_us();
+  result.segment_bound = options.max_segment_ops;
   return result;
 }
 

@@ -44,6 +44,16 @@
 //  4. the same two tests during the block's simulation, with the time simulated so far
 //     plus (1) of the work left: the simulation stops as soon as they fail
 //     (BlockCostModel::bounded_cost_us), and the memo keeps the lower bound it proved.
+//  5. a work budget (not a pruning: it narrows the space): the DP weighs every pair of a
+//     forward step and a backward step, |steps(F)| x |steps(B)| block pairs before pruning.
+//     Most layers need a few million; a strand with many unordered ops needs far more
+//     (Llama-3-70B, TP 8, CP 8, micro-batch 4, selective recompute: 1,501 x 173,390 = 2.6e8,
+//     minutes of search). Past PairingOptions::max_block_pairs the search bounds the
+//     segments to the largest of 24, 16, 12, 8, 6, 4, 3, 2, 1 ops (tighter than asked) that
+//     brings the product under the budget, and is exact within that bound: the best plan
+//     whose blocks hold at most that many ops of each strand, an achievable plan and so an
+//     upper bound on the unbounded optimum (PairingResult::segment_bound says which). The
+//     bound follows from counts alone, so a job gets the same plan on every machine.
 // Block costs are memoized by piece pair: each strand's distinct differences of downsets
 // are numbered once (downset_lattice.h); in a window of identical layers a difference is
 // first shifted down to the first layer (segment_cost.h, LayerPeriods), since a block
@@ -70,6 +80,9 @@ struct PairingOptions {
   int64_t max_downsets = 1 << 20;
   int64_t max_steps = int64_t{1} << 22;
   int64_t max_states = int64_t{1} << 26;
+  /// Most block pairs (forward steps x backward steps) the joint search weighs; past it the
+  /// segments are bounded (5. in the file comment). 0 = no budget.
+  int64_t max_block_pairs = int64_t{1} << 25;
   /// Launch interval of every block with ops of both strands, us (segment_cost.h); the
   /// callers that build the BlockCostModel pass it on (chunk_pairing.h).
   double paired_block_gap_us = 0;
@@ -106,6 +119,9 @@ struct PairingResult {
   double forward_alone_us = 0;
   double backward_alone_us = 0;
   double sequential_time_us = 0;  ///< forward_alone_us + backward_alone_us
+  /// Most ops of one strand in one block that the search allowed: the options' bound, or a
+  /// tighter one that the work budget chose (0 = unbounded).
+  int64_t segment_bound = 0;
   PairingStats stats;
 };
 

@@ -45,7 +45,8 @@ namespace dhelix {
 /// 1.1.0 added the schemes megatron-interleaved, zb-h1, zb-v, dualpipev, the shapes
 /// "interleaved" and "v", chunks_per_stage, and each stage's optional "phases"; 1.0.0 plans
 /// still read (chunks_per_stage then comes from the shape, and traces have no phase rows).
-inline constexpr const char* kPlanSchemaVersion = "1.1.0";
+/// 1.2.0 added the pairings' optional layer_segment_bound and window_segment_bound.
+inline constexpr const char* kPlanSchemaVersion = "1.2.0";
 inline constexpr int kPlanSchemaMajor = 1;
 
 /// An input the plan was made for, named and hashed. For the profile, `name` is the
@@ -127,6 +128,12 @@ struct PlanPairing {
   std::vector<PlanBlock> layer_blocks;   ///< the layer scope's blocks
   std::vector<PlanBlock> window_blocks;  ///< chunk scope: one full window's blocks
   std::vector<PlanBlock> remainder_blocks;  ///< chunk scope: the last, shorter window
+  /// Most ops of one strand per block where the search's work budget bounded the segments
+  /// (planner/pairing_search.h, 5.): the layer scope's search and the tightest of the chunk
+  /// scope's windows; 0 = as the options ask (layer scope unbounded, windows
+  /// options.cross_layer_max_segment_ops). In the file only when not 0.
+  int64_t layer_segment_bound = 0;
+  int64_t window_segment_bound = 0;
 };
 
 /// Layers first .. first+count-1.

@@ -177,6 +177,9 @@ PlanPairing read_pairing(ObjectReader& r) {
   p.layer_blocks = read_blocks(r, "layer_blocks");
   p.window_blocks = read_blocks(r, "window_blocks");
   p.remainder_blocks = read_blocks(r, "remainder_blocks");
+  p.layer_segment_bound = r.integer("layer_segment_bound", Need::kOptional, {.min = 1}).value_or(0);
+  p.window_segment_bound =
+      r.integer("window_segment_bound", Need::kOptional, {.min = 1}).value_or(0);
   return p;
 }
 

@@ -52,18 +52,21 @@ OrderedJson blocks_json(const std::vector<PlanBlock>& blocks) {
 }
 
 OrderedJson pairing_json(const PlanPairing& p) {
-  return OrderedJson{{"forward_ops", ops_json(p.forward_ops)},
-                     {"backward_ops", ops_json(p.backward_ops)},
-                     {"scope", kPairingScopeNames.name(p.scope)},
-                     {"chunk_layers", p.chunk_layers},
-                     {"layer_scope_us", round_time_us(p.layer_scope_us)},
-                     {"chunk_scope_us", round_time_us(p.chunk_scope_us)},
-                     {"window_layers", p.window_layers},
-                     {"sequential_us", round_time_us(p.sequential_us)},
-                     {"layer_pair_us", round_time_us(p.layer_pair_us)},
-                     {"layer_blocks", blocks_json(p.layer_blocks)},
-                     {"window_blocks", blocks_json(p.window_blocks)},
-                     {"remainder_blocks", blocks_json(p.remainder_blocks)}};
+  OrderedJson out{{"forward_ops", ops_json(p.forward_ops)},
+                  {"backward_ops", ops_json(p.backward_ops)},
+                  {"scope", kPairingScopeNames.name(p.scope)},
+                  {"chunk_layers", p.chunk_layers},
+                  {"layer_scope_us", round_time_us(p.layer_scope_us)},
+                  {"chunk_scope_us", round_time_us(p.chunk_scope_us)},
+                  {"window_layers", p.window_layers},
+                  {"sequential_us", round_time_us(p.sequential_us)},
+                  {"layer_pair_us", round_time_us(p.layer_pair_us)},
+                  {"layer_blocks", blocks_json(p.layer_blocks)},
+                  {"window_blocks", blocks_json(p.window_blocks)},
+                  {"remainder_blocks", blocks_json(p.remainder_blocks)}};
+  if (p.layer_segment_bound > 0) out["layer_segment_bound"] = p.layer_segment_bound;
+  if (p.window_segment_bound > 0) out["window_segment_bound"] = p.window_segment_bound;
+  return out;
 }
 
 OrderedJson range_json(const PlanLayerRange& range) {

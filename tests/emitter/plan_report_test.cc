@@ -142,6 +142,17 @@ TEST(PlanReport, TextIsExact) {
 }
 
 // The best baseline is the fastest other scheme that fits, not the fastest one.
+TEST(PlanReport, SaysWhereTheWorkBudgetBoundedTheSegments) {
+  Plan plan = report_plan();
+  plan.pairings[0].layer_segment_bound = 6;
+  plan.pairings[0].window_segment_bound = 4;
+  EXPECT_EQ(report_detail::pairing_sentence(report_detail::report_rows(plan).pairings.at(0)),
+            "pairing 0 (stages 0,1): scope layer; SI block of 2 layers: layer scope 0.1 ms, chunk "
+            "scope (1-layer windows) 0.1 ms, strands one after the other 0.1 ms; the search's "
+            "work budget bounded the layer scope's blocks to 6 ops of each strand; the search's "
+            "work budget bounded the windows' blocks to 4 ops of each strand");
+}
+
 TEST(PlanReport, NamesTheBestBaselineThatFits) {
   Plan plan = report_plan();
   PlanScheme zb = plan.schemes[1];

@@ -185,6 +185,23 @@ TEST(PlanIo, StagePhasesRoundTripAndOlderPlansLackThem) {
       << error_of(json.dump());
 }
 
+TEST(PlanIo, SegmentBoundsAreWrittenOnlyWhenTheBudgetSetThem) {
+  Plan plan = small_plan();
+  const std::string without = plan_to_text(plan);
+  EXPECT_EQ(without.find("segment_bound"), std::string::npos);
+  EXPECT_EQ(plan_from_json(Json::parse(without), "p").pairings[0].layer_segment_bound, 0);
+  plan.pairings[0].layer_segment_bound = 6;
+  plan.pairings[0].window_segment_bound = 4;
+  const Plan read = plan_from_json(Json::parse(plan_to_text(plan)), "p");
+  EXPECT_EQ(read.pairings[0].layer_segment_bound, 6);
+  EXPECT_EQ(read.pairings[0].window_segment_bound, 4);
+  Json json = Json::parse(plan_to_text(plan));
+  json["pairings"][0]["layer_segment_bound"] = 0;
+  EXPECT_NE(error_of(json.dump()).find("plan.json: /pairings/0/layer_segment_bound: 0"),
+            std::string::npos)
+      << error_of(json.dump());
+}
+
 TEST(PlanIo, OlderMinorVersionWithoutChunksPerStageReads) {
   // 1.0.0 plans had no chunks_per_stage and no baseline schemes: the shape gives the chunks.
   Json json = Json::parse(plan_to_text(small_plan()));

@@ -7,6 +7,7 @@
 
 #include "lib/error.h"
 #include "planner/co_run_model.h"
+#include "planner/downset_lattice.h"
 #include "planner/pairing_search.h"
 #include "planner/strand_graph.h"
 
@@ -31,10 +32,13 @@ StrandGraph chain(const std::string& prefix, int n) {
   return g;
 }
 
+// Without the work budget, which would bound the segments instead (the test below).
 std::string refusal(const StrandGraph& f, const StrandGraph& b) {
   const NoSlowdownModel none;
+  PairingOptions options;
+  options.max_block_pairs = 0;
   try {
-    search_pairing(BlockCostModel(f, b, none));
+    search_pairing(BlockCostModel(f, b, none), options);
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
     return e.what();
@@ -70,6 +74,7 @@ TEST(PairingScale, TwentyFourIndependentOpsAreRefusedByTheirDownsets) {
 TEST(PairingScale, SegmentBoundMakesAWideStrandSearchable) {
   PairingOptions options;
   options.max_steps = 100000;
+  options.max_block_pairs = 0;
   const NoSlowdownModel none;
   const StrandGraph f = independent_ops("f", 12), b = chain("b", 2);
   const BlockCostModel model(f, b, none);
@@ -87,6 +92,55 @@ class StreamRates final : public CoRunModel {
     return a.stream == b.stream ? 0.95 : 0.8 + 0.05 * static_cast<int>(b.stream);
   }
 };
+
+// Moves counted against closed forms: n independent ops have 3^n (each op before the
+// move, in it, or after it), sum over j <= k of C(n, j) 2^(n - j) with at most k ops moved;
+// a chain of 3 has 4 + 3 + 2 + 1 = 10, 9 with at most 2 ops moved.
+TEST(PairingScale, MovesAreCountedAsTheClosedFormsSay) {
+  const NoSlowdownModel none;
+  const StrandGraph f = independent_ops("f", 8), b = chain("b", 3);
+  const BlockCostModel model(f, b, none);
+  const Lattice lf = lattice_downsets(model, Strand::kForward, PairingOptions{});
+  const Lattice lb = lattice_downsets(model, Strand::kBackward, PairingOptions{});
+  EXPECT_EQ(count_lattice_steps(model, lf, 0, 1 << 20), 6561);  // 3^8
+  EXPECT_EQ(count_lattice_steps(model, lf, 2, 1 << 20), 256 + 8 * 128 + 28 * 64);
+  EXPECT_EQ(count_lattice_steps(model, lf, 0, 100), 101);  // past the cap
+  EXPECT_EQ(count_lattice_steps(model, lb, 0, 1 << 20), 10);
+  EXPECT_EQ(count_lattice_steps(model, lb, 2, 1 << 20), 9);
+}
+
+// The work budget (pairing_search.h, 5.): 8 independent forward ops against a chain of 3
+// weigh 6561 x 10 = 65610 block pairs; with a budget of 35000 the widest segments that fit
+// are 2 ops (3072 x 9 = 27648; 3 ops: 4864 x 10 = 48640), and the result is the exact
+// search within that bound.
+TEST(PairingScale, TheWorkBudgetBoundsTheSegments) {
+  const StreamRates rates;
+  const StrandGraph f = independent_ops("f", 8), b = chain("b", 3);
+  const BlockCostModel model(f, b, rates);
+  PairingOptions budget;
+  budget.max_block_pairs = 35000;
+  const PairingResult bounded = search_pairing(model, budget);
+  EXPECT_EQ(bounded.segment_bound, 2);
+  PairingOptions two;
+  two.max_segment_ops = 2;
+  two.max_block_pairs = 0;
+  const PairingResult exact_within = search_pairing(model, two);
+  EXPECT_EQ(bounded.total_time_us, exact_within.total_time_us);
+  ASSERT_EQ(bounded.blocks.size(), exact_within.blocks.size());
+  for (size_t k = 0; k < bounded.blocks.size(); ++k) {
+    EXPECT_LE(mask_size(bounded.blocks[k].forward_ops), 2);
+    EXPECT_LE(mask_size(bounded.blocks[k].backward_ops), 2);
+  }
+  // The default budget leaves this search unbounded, and an unbounded search is no worse.
+  const PairingResult unbounded = search_pairing(model);
+  EXPECT_EQ(unbounded.segment_bound, 0);
+  EXPECT_LE(unbounded.total_time_us, bounded.total_time_us);
+  // A budget that already fits keeps the segment bound asked for.
+  PairingOptions asked;
+  asked.max_segment_ops = 3;
+  asked.max_block_pairs = 60000;
+  EXPECT_EQ(search_pairing(model, asked).segment_bound, 3);
+}
 
 StrandGraph layer(const std::string& prefix, double scale) {
   StrandGraph g;

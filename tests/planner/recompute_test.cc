@@ -158,7 +158,9 @@ TEST(Recompute, SelectiveRepeatsTheCoreAttention) {
   const LayerDags sel = with_recompute(plain, RecomputeGranularity::kSelective);
   ASSERT_EQ(sel.backward.size(), 19);
   const int64_t copy = *sel.backward.find("bwd.recompute.flash_attn");
-  EXPECT_TRUE(sel.backward.predecessors(copy).empty());
+  // As Megatron's checkpoint re-runs it: once the gradient of its output exists.
+  EXPECT_EQ(sel.backward.predecessors(copy),
+            std::vector<int64_t>{*sel.backward.find("bwd.proj_dgrad")});
   const int64_t attn = *sel.backward.find("bwd.flash_attn");
   const std::vector<int64_t> preds = sel.backward.predecessors(attn);
   EXPECT_NE(std::find(preds.begin(), preds.end(), copy), preds.end());
@@ -167,6 +169,18 @@ TEST(Recompute, SelectiveRepeatsTheCoreAttention) {
   const LayerDags ring = build_layer_dags(testing::make_job(testing::llama3_70b(), s), 0);
   const LayerDags ring_sel = with_recompute(ring, RecomputeGranularity::kSelective);
   EXPECT_EQ(count_prefix(ring_sel.backward, "bwd.recompute."), 2 * 4);
+  // The ring's first copies wait for the output's gradient too, the rest for the copies.
+  const int64_t proj_dgrad = *ring_sel.backward.find("bwd.proj_dgrad");
+  for (int64_t v = 0; v < ring_sel.backward.size(); ++v) {
+    if (!ring_sel.backward.op(v).id.starts_with("bwd.recompute.")) continue;
+    const std::vector<int64_t> p = ring_sel.backward.predecessors(v);
+    EXPECT_FALSE(p.empty()) << ring_sel.backward.op(v).id;
+    for (int64_t q : p) {
+      EXPECT_TRUE(q == proj_dgrad || ring_sel.backward.op(q).id.starts_with("bwd.recompute."))
+          << ring_sel.backward.op(v).id << " waits for " << ring_sel.backward.op(q).id;
+    }
+  }
+  EXPECT_TRUE(ring_sel.backward.is_acyclic());
   EXPECT_EQ(with_recompute(ring, RecomputeGranularity::kNone).backward.size(),
             ring.backward.size());
 }
