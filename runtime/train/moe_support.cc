@@ -24,15 +24,9 @@ void refuse_unsupported_moe(const JobSpec& job, const std::string& plan_file,
   if (backend != "cpu") {
     refuse(fmt::format("{} on the {} backend", layers, backend), "use --backend cpu");
   }
-  if (p.tp > 1) {
-    refuse(fmt::format("{} with tensor parallelism (tp = {}, expert tensor parallelism {})", layers,
-                       p.tp, p.expert_tp_size()),
+  if (p.tp > 1 && moe->has_shared_expert()) {
+    refuse(fmt::format("{} with a shared expert and tensor parallelism (tp = {})", layers, p.tp),
            "plan the job with tp 1");
-  }
-  if (p.recompute.granularity != RecomputeGranularity::kNone) {
-    refuse(fmt::format("{} with activation recompute ({})", layers,
-                       recompute_granularity_name(p.recompute.granularity)),
-           "plan the job without recompute");
   }
 }
 
