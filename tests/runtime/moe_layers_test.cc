@@ -190,5 +190,60 @@ TEST(MoeLayersCpu, SharedExpertGradientsMatchFiniteDifferences) {
   }
 }
 
+// Expert tensor parallelism (etp = tp = 2): TP rank r holds the gate rows [16 r, +16) and
+// the up rows 32 + [16 r, +16) of every expert's fc1 [64, h], and the columns [16 r, +16)
+// of its fc2 [h, 32], with the values of the whole experts that etp = 1 holds on every TP
+// rank; the router is replicated. Gradients: the router's summed over TP (each TP rank
+// routes its own sequence-parallel rows), the experts' over TP only with etp = 1.
+TEST(MoeLayersCpu, ExpertTensorParallelSlicesTheWholeExperts) {
+  auto job_with = [](int64_t expert_tp) {
+    JobSpec job = test::tiny_job(/*tp=*/2, /*sp=*/true);
+    job.model.moe = MoeSpec{.num_experts = 4,
+                            .top_k = 2,
+                            .capacity_factor = 0.0,
+                            .expert_ffn_hidden_size = 32,
+                            .shared_expert_ffn_hidden_size = 0,
+                            .aux_loss_coeff = 0.01};
+    job.parallel.expert_tp = expert_tp;
+    return job;
+  };
+  const float loss_scale = 1.0f;
+  const JobSpec whole_job = job_with(1), sliced_job = job_with(2);
+  MoeLayersCpu whole(whole_job, /*rank=*/0, {1}, /*seed=*/3, &loss_scale);
+  const std::vector<ParameterView> w = whole.parameters(1);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_TRUE(w[0].sum_gradient_over_tp && w[1].sum_gradient_over_tp && w[2].sum_gradient_over_tp);
+  const int64_t h = 64, f = 32, half = 16, experts = 4;
+  ASSERT_EQ(w[1].count, experts * 2 * f * h);
+  for (int64_t tp_rank = 0; tp_rank < 2; ++tp_rank) {
+    SCOPED_TRACE(tp_rank);
+    MoeLayersCpu sliced(sliced_job, /*rank=*/tp_rank, {1}, /*seed=*/3, &loss_scale);
+    const std::vector<ParameterView> v = sliced.parameters(1);
+    ASSERT_EQ(v.size(), 3u);
+    EXPECT_TRUE(v[0].sum_gradient_over_tp);
+    EXPECT_FALSE(v[1].sum_gradient_over_tp || v[2].sum_gradient_over_tp);
+    EXPECT_TRUE(v[1].expert && v[2].expert);
+    ASSERT_EQ(v[0].count, w[0].count);
+    EXPECT_EQ(std::memcmp(v[0].values, w[0].values, sizeof(float) * w[0].count), 0);
+    ASSERT_EQ(v[1].count, experts * 2 * half * h);
+    ASSERT_EQ(v[2].count, experts * h * half);
+    for (int64_t e = 0; e < experts; ++e) {
+      for (int64_t r = 0; r < 2 * half; ++r) {
+        const int64_t whole_row = r < half ? tp_rank * half + r : f + tp_rank * half + r - half;
+        for (int64_t c = 0; c < h; ++c) {
+          ASSERT_EQ(v[1].values[(e * 2 * half + r) * h + c],
+                    w[1].values[(e * 2 * f + whole_row) * h + c]);
+        }
+      }
+      for (int64_t r = 0; r < h; ++r) {
+        for (int64_t c = 0; c < half; ++c) {
+          ASSERT_EQ(v[2].values[(e * h + r) * half + c],
+                    w[2].values[(e * h + r) * f + tp_rank * half + c]);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dhelix::rt
