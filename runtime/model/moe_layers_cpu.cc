@@ -45,10 +45,15 @@ constexpr std::array<const char*, 23> kMoeOps = {
     "bwd.etp_reduce_scatter",
 };
 
-// The shared expert's ops with tp = 1 (lib/dag_builder_shared_expert.cc).
-constexpr std::array<const char*, 8> kSharedOps = {
-    "fwd.shared_fc1",       "fwd.shared_swiglu", "fwd.shared_fc2",       "bwd.shared_fc2_dgrad",
-    "bwd.shared_fc2_wgrad", "bwd.shared_swiglu", "bwd.shared_fc1_dgrad", "bwd.shared_fc1_wgrad",
+// The shared expert's ops (lib/dag_builder_shared_expert.cc; the TP exchanges with tp > 1),
+// bound by moe_shared_expert_cpu.cc.
+constexpr std::array<const char*, 12> kSharedOps = {
+    "fwd.allgather_shared",      "fwd.shared_fc1",
+    "fwd.shared_swiglu",         "fwd.shared_fc2",
+    "fwd.reduce_scatter_shared", "bwd.allgather_shared",
+    "bwd.shared_fc2_dgrad",      "bwd.shared_fc2_wgrad",
+    "bwd.shared_swiglu",         "bwd.shared_fc1_dgrad",
+    "bwd.shared_fc1_wgrad",      "bwd.reduce_scatter_shared",
 };
 
 }  // namespace
@@ -63,7 +68,9 @@ MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<i
   const RankShape dims = rank_shape(job, rank);
   // With tp > 1 the MoE layer works on the rank's sequence-parallel rows (N = T / tp), and
   // with expert tensor parallelism each TP rank holds 1/etp of every expert's FFN.
-  DHELIX_CHECK(dims.tp == 1 || dims.sp);  // moe_support.h refuses MoE under TP without SP
+  DHELIX_CHECK(dims.tp == 1 || dims.sp);  // the planner refuses MoE under TP without SP
+  // moe_support.h refuses a shared expert whose width tp does not divide.
+  DHELIX_CHECK(moe.shared_expert_ffn_hidden_size % dims.tp == 0);
   tp_ = dims.tp;
   etp_ = job.parallel.expert_tp_size();
   DHELIX_CHECK(etp_ == 1 || etp_ == tp_);
@@ -120,17 +127,27 @@ MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<i
     w->fc2 = experts("experts_fc2", h, f, h, full_f, same, fc2_col,
                      1.0f / std::sqrt(static_cast<float>(full_f)));
     if (shared_ffn_ > 0) {
-      const int64_t fs = shared_ffn_;
-      auto full = [&](const std::string& name, int64_t size, float bound) {
-        std::vector<float> values(to_size(size));
-        for (int64_t i = 0; i < size; ++i) {
-          values[to_size(i)] = model_detail::init_uniform(seed, prefix + name, i, bound);
+      // Sliced over TP like a dense MLP: fc1's gate rows [r fs, +fs) and up rows Fs + the
+      // same, fc2's columns [r fs, +fs), with the values of the whole tensors.
+      const int64_t full_fs = shared_ffn_, fs = full_fs / tp_, r0 = dims.tp_rank * fs;
+      auto slice = [&](const std::string& name, int64_t rows, int64_t cols, int64_t full_cols,
+                       auto&& row, int64_t col0, float bound) {
+        std::vector<float> values(to_size(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            values[to_size(r * cols + c)] = model_detail::init_uniform(
+                seed, prefix + name, row(r) * full_cols + col0 + c, bound);
+          }
         }
         return values;
       };
-      w->shared_gate = full("shared_gate", h, router_bound);
-      w->shared_fc1 = full("shared_fc1", 2 * fs * h, router_bound);
-      w->shared_fc2 = full("shared_fc2", h * fs, 1.0f / std::sqrt(static_cast<float>(fs)));
+      const auto shared_fc1_row = [fs, full_fs, r0](int64_t r) {
+        return r < fs ? r0 + r : full_fs + r0 + (r - fs);
+      };
+      w->shared_gate = slice("shared_gate", 1, h, h, same, 0, router_bound);
+      w->shared_fc1 = slice("shared_fc1", 2 * fs, h, h, shared_fc1_row, 0, router_bound);
+      w->shared_fc2 = slice("shared_fc2", h, fs, full_fs, same, r0,
+                            1.0f / std::sqrt(static_cast<float>(full_fs)));
       w->d_shared_gate.assign(w->shared_gate.size(), 0.0f);
       w->d_shared_fc1.assign(w->shared_fc1.size(), 0.0f);
       w->d_shared_fc2.assign(w->shared_fc2.size(), 0.0f);
@@ -192,12 +209,17 @@ MoeLayersCpu::State& MoeLayersCpu::state(int64_t micro_batch, int64_t layer, boo
   s.d_from_permute.assign(to_size(t * h), 0.0f);
   s.d_from_router.assign(to_size(t * h), 0.0f);
   s.dz.assign(to_size(t * shape_.experts), 0.0f);
-  if (shared_ffn_ > 0) {
-    const size_t rows = to_size(t), fs = to_size(shared_ffn_);
-    s.s_fc1.assign(rows * 2 * fs, 0.0f);
-    s.s_d_fc1.assign(rows * 2 * fs, 0.0f);
-    s.s_act.assign(rows * fs, 0.0f);
-    s.s_d_act.assign(rows * fs, 0.0f);
+  if (shared_ffn_ > 0) {  // moe_shared_expert_cpu.cc
+    const size_t rows = to_size(t), all = to_size(t * tp_), fs = to_size(shared_ffn_ / tp_);
+    s.s_fc1.assign(all * 2 * fs, 0.0f);
+    s.s_d_fc1.assign(all * 2 * fs, 0.0f);
+    s.s_act.assign(all * fs, 0.0f);
+    s.s_d_act.assign(all * fs, 0.0f);
+    if (tp_ > 1) {
+      for (std::vector<float>* buffer : {&s.s_x_all, &s.s_out_all, &s.s_d_out_all, &s.s_d_x_all}) {
+        buffer->assign(all * to_size(h), 0.0f);
+      }
+    }
     for (std::vector<float>* buffer :
          {&s.s_out, &s.s_d_out, &s.s_d_out_w, &s.d_from_shared, &s.d_from_gate}) {
       buffer->assign(rows * to_size(h), 0.0f);
@@ -222,7 +244,7 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
                                           const MoeLayerIo& io, bool recomputing) {
   using model_detail::computation;
   if (!handles(op)) return std::nullopt;
-  if (op.find(".shared_") != std::string::npos) {
+  if (op.find("shared") != std::string::npos) {
     return bind_shared(op, layer, micro_batch, io, recomputing);
   }
   if (op.find("etp_") != std::string::npos) {
@@ -435,88 +457,6 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
   return std::nullopt;
 }
 
-// The shared expert (Qwen2-MoE): y += sigmoid(x w_g) * fc2(swiglu(fc1(x))), per token.
-//   backward  dg = <dy, out>, dlogit = dg g (1 - g); d out = g dy; dx += fc1's dx + dlogit w_g
-std::optional<BoundOp> MoeLayersCpu::bind_shared(const std::string& op, int64_t layer,
-                                                 int64_t micro_batch, const MoeLayerIo& io,
-                                                 bool recomputing) {
-  using model_detail::computation;
-  if (shared_ffn_ == 0) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("StageModel: op {}: the model has no shared expert", op));
-  }
-  State& s = state(micro_batch, layer, recomputing);
-  Weights& w = *weights_.at(layer);
-  const int64_t t = shape_.tokens, h = shape_.hidden, fs = shared_ffn_;
-  if (op == "fwd.shared_fc1") {
-    return computation<CpuBackend>([&s, t, h, fs, x = io.x, w1 = w.shared_fc1.data()](const auto&) {
-      cpu::linear_forward(t, h, 2 * fs, x, w1, s.s_fc1.data());
-    });
-  }
-  if (op == "fwd.shared_swiglu") {
-    return computation<CpuBackend>(
-        [&s, t, fs](const auto&) { cpu::swiglu_forward(t, fs, s.s_fc1.data(), s.s_act.data()); });
-  }
-  if (op == "fwd.shared_fc2") {
-    return computation<CpuBackend>([&s, t, h, fs, x = io.x, y = io.y, w2 = w.shared_fc2.data(),
-                                    wg = w.shared_gate.data()](const auto&) {
-      cpu::linear_forward(t, fs, h, s.s_act.data(), w2, s.s_out.data());
-      cpu::linear_forward(t, h, 1, x, wg, s.s_logit.data());
-      for (int64_t r = 0; r < t; ++r) {
-        const float g = kernels::sigmoid(s.s_logit[to_size(r)]);
-        s.s_gate[to_size(r)] = g;
-        for (int64_t i = 0; i < h; ++i) y[r * h + i] += g * s.s_out[to_size(r * h + i)];
-      }
-    });
-  }
-  if (op == "bwd.shared_fc2_dgrad") {
-    return computation<CpuBackend>([&s, t, h, fs, x = io.x, dy = io.dy, w2 = w.shared_fc2.data(),
-                                    wg = w.shared_gate.data(),
-                                    dwg = w.d_shared_gate.data()](const auto&) {
-      for (int64_t r = 0; r < t; ++r) {
-        const float g = s.s_gate[to_size(r)];
-        float dg = 0.0f;
-        for (int64_t i = 0; i < h; ++i) {
-          dg += dy[r * h + i] * s.s_out[to_size(r * h + i)];
-          s.s_d_out[to_size(r * h + i)] = g * dy[r * h + i];
-        }
-        s.s_d_logit[to_size(r)] = dg * g * (1.0f - g);
-      }
-      cpu::linear_dgrad(t, fs, h, s.s_d_out.data(), w2, s.s_d_act.data());
-      cpu::linear_dgrad(t, h, 1, s.s_d_logit.data(), wg, s.d_from_gate.data());
-      cpu::linear_wgrad_accumulate(t, h, 1, s.s_d_logit.data(), x, dwg);
-    });
-  }
-  if (op == "bwd.shared_fc2_wgrad") {  // may run before the dgrad: scales dy itself
-    return computation<CpuBackend>(
-        [&s, t, h, fs, dy = io.dy, dw2 = w.d_shared_fc2.data()](const auto&) {
-          for (int64_t r = 0; r < t; ++r) {
-            for (int64_t i = 0; i < h; ++i) {
-              s.s_d_out_w[to_size(r * h + i)] = s.s_gate[to_size(r)] * dy[r * h + i];
-            }
-          }
-          cpu::linear_wgrad_accumulate(t, fs, h, s.s_d_out_w.data(), s.s_act.data(), dw2);
-        });
-  }
-  if (op == "bwd.shared_swiglu") {
-    return computation<CpuBackend>([&s, t, fs](const auto&) {
-      cpu::swiglu_backward(t, fs, s.s_fc1.data(), s.s_d_act.data(), s.s_d_fc1.data());
-    });
-  }
-  if (op == "bwd.shared_fc1_dgrad") {
-    return computation<CpuBackend>([&s, t, h, fs, w1 = w.shared_fc1.data()](const auto&) {
-      cpu::linear_dgrad(t, h, 2 * fs, s.s_d_fc1.data(), w1, s.d_from_shared.data());
-    });
-  }
-  if (op == "bwd.shared_fc1_wgrad") {
-    return computation<CpuBackend>(
-        [&s, t, h, fs, x = io.x, dw1 = w.d_shared_fc1.data()](const auto&) {
-          cpu::linear_wgrad_accumulate(t, h, 2 * fs, s.s_d_fc1.data(), x, dw1);
-        });
-  }
-  return std::nullopt;
-}
-
 BoundOp::Task MoeLayersCpu::sum_input_gradient(int64_t layer, int64_t micro_batch,
                                                const MoeLayerIo& io, bool recomputing) {
   State& s = state(micro_batch, layer, recomputing);
@@ -554,7 +494,10 @@ std::vector<ParameterView> MoeLayersCpu::parameters(int64_t layer) {
       view(prefix + "experts_fc1", w.fc1, w.d_fc1, true, experts_over_tp),
       view(prefix + "experts_fc2", w.fc2, w.d_fc2, true, experts_over_tp)};
   if (shared_ffn_ > 0) {
-    views.push_back(view(prefix + "shared_gate", w.shared_gate, w.d_shared_gate, false));
+    // The gate is replicated and sees the rank's own rows; fc1 and fc2 are TP slices whose
+    // gradients cover the gathered rows.
+    views.push_back(
+        view(prefix + "shared_gate", w.shared_gate, w.d_shared_gate, false, router_over_tp));
     views.push_back(view(prefix + "shared_fc1", w.shared_fc1, w.d_shared_fc1, false));
     views.push_back(view(prefix + "shared_fc2", w.shared_fc2, w.d_shared_fc2, false));
   }

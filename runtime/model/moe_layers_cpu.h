@@ -38,9 +38,9 @@
 //
 // The shared expert (Qwen2-MoE, ModelSpec's shared_expert_ffn_hidden_size): a dense SwiGLU
 // MLP every token passes, its output scaled by a per-token sigmoid gate sigmoid(x w_g) and
-// added to the routed experts' in fwd.shared_fc2 (the planner leaves the h -> 1 gate GEMM
-// out of its costs; here it runs inside shared_fc2 and its backward inside
-// shared_fc2_dgrad). Its weights are dense: gate [h], fc1 [2Fs, h], fc2 [h, Fs].
+// added to the routed experts' (the planner leaves the h -> 1 gate GEMM out of its costs;
+// moe_shared_expert_cpu.cc says where it runs). Its weights are dense: gate [h], fc1
+// [2Fs/tp, h], fc2 [h, Fs/tp] (TP slices; the gate replicated).
 //
 // Tensor parallelism (tp > 1, with sequence parallelism as the planner requires): the MoE
 // layer works on the rank's T / tp rows from ln_mlp and returns T / tp rows to bda_mlp; the
@@ -54,8 +54,9 @@
 // backward op use a second set of buffers (bind's `recomputing`). Selective recompute
 // repeats only the core attention and leaves the MoE MLP as it is.
 //
-// Limits (refused before training, runtime/train/moe_support.h): a shared expert with
-// tp > 1 (its tensor-parallel MLP is not bound yet).
+// The shared expert (moe_shared_expert_cpu.cc) is tensor-parallel like a dense MLP under
+// TP. Limits (refused before training, runtime/train/moe_support.h): a shared expert width
+// that tp does not divide.
 
 #include <cstdint>
 #include <map>

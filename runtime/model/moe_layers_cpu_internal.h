@@ -26,7 +26,7 @@ namespace dhelix::rt {
 
 struct MoeLayersCpu::Weights {
   std::vector<float> router, fc1, fc2;  // [E, h], [L, 2F/etp, h], [L, h, F/etp]
-  // The shared expert (empty without one): gate [h], fc1 [2Fs, h], fc2 [h, Fs].
+  // The shared expert (empty without one): gate [h], fc1 [2Fs/tp, h], fc2 [h, Fs/tp].
   std::vector<float> shared_gate, shared_fc1, shared_fc2;
   std::vector<float> d_shared_gate, d_shared_fc1, d_shared_fc2;
   std::vector<float> d_router, d_fc1, d_fc2;
@@ -71,8 +71,12 @@ struct MoeLayersCpu::State {
   // [N, h], gate logit and gate per token [N]; backward: d of each, d(logit) [N], the
   // gate-scaled output gradient (dgrad's [N, h] and wgrad's own copy [N, h]), and the two
   // input gradients [N, h] (through fc1, through the gate).
+  // With tp > 1 fc1, the activation and their gradients hold the TP group's T = tp N rows
+  // (Fs/tp wide), and so do the gathered input, the partial output, the gathered d out and
+  // fc1's partial input gradient (s_*_all, [T, h]; empty with tp = 1).
   std::vector<float> s_fc1, s_act, s_out, s_logit, s_gate;
   std::vector<float> s_d_act, s_d_fc1, s_d_logit, s_d_out, s_d_out_w, d_from_shared, d_from_gate;
+  std::vector<float> s_x_all, s_out_all, s_d_out_all, s_d_x_all;
   // Where each stage reads (see the file comment for the aliasing without EP or ETP).
   float* own_in = nullptr;          // own rows, expert-major: expert_in or permuted
   float* experts_read = nullptr;    // gathered, or own_in

@@ -110,16 +110,15 @@ bool is_layer_op(const std::string& op) {
 }
 
 void check_context_parallel_supported(const JobSpec& job, ProblemList& problems);
-// The MoE layers' limits on the CPU backend (moe_layers_cpu.h): the shared expert's
-// tensor-parallel MLP is not bound yet. (MoE under TP without SP is refused by the planner,
+// The MoE layers' limits on the CPU backend (moe_layers_cpu.h): a shared expert is split
+// over TP without padding. (MoE under TP without SP is refused by the planner,
 // lib/dag_builder.cc.)
 void check_moe_supported(const JobSpec& job, ProblemList& problems) {
   const std::string yet = "is not run by the runtime yet";
-  if (job.parallel.tp > 1 && job.model.moe->has_shared_expert()) {
-    problems.add(
-        job.model.source_file, "/moe/shared_expert_ffn_hidden_size",
-        std::to_string(job.model.moe->shared_expert_ffn_hidden_size),
-        yet + fmt::format(" with tp = {} (a shared expert with tp = 1 only)", job.parallel.tp));
+  if (job.model.moe->shared_expert_ffn_hidden_size % job.parallel.tp != 0) {
+    problems.add(job.model.source_file, "/moe/shared_expert_ffn_hidden_size",
+                 std::to_string(job.model.moe->shared_expert_ffn_hidden_size),
+                 yet + fmt::format(" with tp = {} (tp must divide it)", job.parallel.tp));
   }
 }
 

@@ -24,9 +24,10 @@ void refuse_unsupported_moe(const JobSpec& job, const std::string& plan_file,
   if (backend != "cpu") {
     refuse(fmt::format("{} on the {} backend", layers, backend), "use --backend cpu");
   }
-  if (p.tp > 1 && moe->has_shared_expert()) {
-    refuse(fmt::format("{} with a shared expert and tensor parallelism (tp = {})", layers, p.tp),
-           "plan the job with tp 1");
+  if (moe->shared_expert_ffn_hidden_size % p.tp != 0) {
+    refuse(fmt::format("{} with a shared expert of width {} that tp = {} does not divide", layers,
+                       moe->shared_expert_ffn_hidden_size, p.tp),
+           "plan the job with a tp that divides moe.shared_expert_ffn_hidden_size");
   }
 }
 

@@ -13,7 +13,8 @@
 #   5. CP 2 with EP 2 (the EP group is the CP pair) equals CP 1 with EP 1 to 1e-5, and
 #      TP 2 x CP 2 x EP 2 with expert TP 2 passes --verify with full and selective
 #      recompute, with the storing plan's losses;
-#   6. a shared expert with tp 2 is refused by name before any rank trains.
+#   6. a shared expert under TP: --verify, and TP 2 equals TP 1 as in 4.; a width tp does
+#      not divide is refused by name before any rank trains.
 # Usage: run_moe_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_moe_test.sh BIN_DIR SOURCE_DIR}
@@ -156,19 +157,38 @@ for granularity in full selective; do
     fail "tp 2 x cp 2 with $granularity recompute: losses differ from the storing plan's"
 done
 
-# 6. A shared expert under TP: planned, refused by name on every rank before training.
-python3 - "$work/tp2-etp2-job.json" <<'PY'
+# 6. A shared expert (width 64) under TP, tensor-parallel like a dense MLP: --verify under
+#    jitter, and TP 2 (expert TP 2 and 1) trains the TP 1 model as in 4.; a width that tp
+#    does not divide (63) is refused by name on every rank before training.
+shared() { # shared JOB WIDTH: the job's model gets a shared expert of WIDTH
+  python3 - "$@" <<'PY'
 import json, sys
 job = json.load(open(sys.argv[1]))
-job["model"]["moe"]["shared_expert_ffn_hidden_size"] = 64
+job["model"]["moe"]["shared_expert_ffn_hidden_size"] = int(sys.argv[2])
 json.dump(job, open(sys.argv[1], "w"))
 PY
-"$bin/dhelix-plan" "$work/tp2-etp2-job.json" -o "$work/shared-tp2.json" >/dev/null ||
-  fail "planning a shared expert with tp 2"
-if run 4 --plan "$work/shared-tp2.json" --steps 1 --checkpoint-dir "$work/bad"; then
-  fail "a shared expert with tp 2 trained; expected a refusal"
-elif ! grep -qF "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) with a shared expert and tensor parallelism (tp = 2) yet; plan the job with tp 1" "$work/out"; then
-  fail "a shared expert with tp 2: the refusal lacks its reason"
+}
+for name in tp1 tp2-etp2 tp2-etp1; do
+  cp "$work/$name-job.json" "$work/shared-$name-job.json"
+  shared "$work/shared-$name-job.json" 64 &&
+    "$bin/dhelix-plan" "$work/shared-$name-job.json" -o "$work/shared-$name.json" >/dev/null ||
+    fail "planning shared-$name"
+done
+run 2 --plan "$work/shared-tp1.json" --steps 4 --loss-log "$work/shared-tp1.log" ||
+  fail "shared expert, tp 1: 4 steps"
+for etp in 2 1; do
+  verify 4 4 "$work/shared-tp2-etp$etp.json" --loss-log "$work/shared-tp2-etp$etp.log"
+  close 1e-5 "$work/shared-tp2-etp$etp.log" "$work/shared-tp1.log" ||
+    fail "shared expert, tp 2 with expert tp $etp: losses differ from tp 1's"
+done
+cp "$work/tp2-etp2-job.json" "$work/shared63-job.json"
+shared "$work/shared63-job.json" 63 &&
+  "$bin/dhelix-plan" "$work/shared63-job.json" -o "$work/shared63.json" >/dev/null ||
+  fail "planning a shared expert of width 63 with tp 2"
+if run 4 --plan "$work/shared63.json" --steps 1 --checkpoint-dir "$work/bad"; then
+  fail "a shared expert of width 63 with tp 2 trained; expected a refusal"
+elif ! grep -qF "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) with a shared expert of width 63 that tp = 2 does not divide yet" "$work/out"; then
+  fail "a shared expert of width 63 with tp 2: the refusal lacks its reason"
   cat "$work/out"
 fi
 [[ ! -e $work/bad ]] || fail "a refused run wrote a checkpoint"
