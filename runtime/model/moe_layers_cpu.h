@@ -22,19 +22,23 @@
 // Per micro-batch state. The number of kept copies varies with the routing, so every
 // buffer is allocated at its bound when a (micro-batch, layer) pair is first bound and the
 // counts of this iteration live beside them (the collectives read them when they run):
-// T k copies leave a rank, at most ep T k arrive.
+// N k copies leave a rank (N its tokens: T, or T / tp under TP), at most ep N k arrive, and
+// with expert TP etp times those are gathered (moe_layers_cpu_internal.h).
 //
 // Weights, as Mixtral's: router [E, h]; experts' fc1 [L, 2F, h] (gate rows, then up rows)
-// and fc2 [L, h, F] for the local experts only. Their initial values are those of the full
-// tensors of all E experts (element index by global expert), so an EP 2 run starts from the
-// same model as an EP 1 run. The router's gradient is summed over the dp group like the
-// other dense weights; the experts' over the expert-data-parallel group (ParameterView::
+// and fc2 [L, h, F] for the local experts only (F / etp wide under expert TP). Their initial values
+// are those of the full tensors of all E experts (element index by global expert), so an EP 2 run
+// starts from the same model as an EP 1 run. The router's gradient is summed over the dp group like
+// the other dense weights; the experts' over the expert-data-parallel group (ParameterView::
 // expert, runtime/comm/process_groups.h).
 //
 // The auxiliary load-balancing loss of a layer and micro-batch (moe_capacity.h) enters the
 // training objective with weight 1 / (micro-batches x dp), the weight of one micro-batch's
 // mean cross-entropy: its gradient is scaled by loss_scale x T (loss_scale = 1 / tokens of
-// the global batch) and aux_loss_sum() adds it to the reported loss.
+// the global batch) and aux_loss_sum() adds it to the reported loss. Under TP (and CP) a
+// rank's aux loss is that of its own rows, weighted 1 / tp: the objective takes the mean
+// over the TP ranks (Megatron-Core instead all-reduces the token counts per expert over
+// TP x CP, a collective the plan does not have).
 //
 // The shared expert (Qwen2-MoE, ModelSpec's shared_expert_ffn_hidden_size): a dense SwiGLU
 // MLP every token passes, its output scaled by a per-token sigmoid gate sigmoid(x w_g) and
