@@ -8,8 +8,8 @@
 #   3. recompute (full, selective) trains the storing plan's model: the losses of
 #      tiny-moe-ep2 bit for bit;
 #   4. TP 2 trains the model TP 1 trains (dropless, no load-balancing loss: each TP rank's
-#      is that of its own rows, docs/runtime.md), with expert TP 2 and expert TP 1, to the
-#      1e-5 relative of docs/kernels.md;
+#      is that of its own rows, docs/runtime.md), with expert TP 2 and expert TP 1, and
+#      with expert TP 2 without EP, to the 1e-5 relative of docs/kernels.md;
 #   5. CP 2 with EP 2 (the EP group is the CP pair) equals CP 1 with EP 1 to 1e-5, and
 #      TP 2 x CP 2 x EP 2 with expert TP 2 passes --verify with full and selective
 #      recompute, with the storing plan's losses;
@@ -124,13 +124,24 @@ cmp -s "$work/stored.log" "$work/selective.log" ||
 plan_job tp1 1 1 0 0
 plan_job tp2-etp2 2 2 0 0
 plan_job tp2-etp1 2 1 0 0
+# Also without EP (ep 1: every rank all 4 experts; the expert-TP exchanges alone).
+moe_job "$work/tp2-etp2-ep1-job.json" 2 2 0 0 &&
+  python3 - "$work/tp2-etp2-ep1-job.json" <<'PY' &&
+import json, sys
+job = json.load(open(sys.argv[1]))
+job["parallel"]["ep"] = 1
+json.dump(job, open(sys.argv[1], "w"))
+PY
+  "$bin/dhelix-plan" "$work/tp2-etp2-ep1-job.json" -o "$work/tp2-etp2-ep1.json" >/dev/null ||
+  fail "planning tp2-etp2-ep1"
 run 2 --plan "$work/tp1.json" --steps 6 --loss-log "$work/tp1.log" || fail "tp 1: 6 steps"
-for etp in 2 1; do
-  run 4 --plan "$work/tp2-etp$etp.json" --steps 6 --loss-log "$work/tp2-etp$etp.log" ||
-    fail "tp 2, expert tp $etp: 6 steps"
-  close 1e-5 "$work/tp2-etp$etp.log" "$work/tp1.log" ||
-    fail "tp 2 with expert tp $etp: losses differ from tp 1's"
+for variant in etp2 etp1 etp2-ep1; do
+  run 4 --plan "$work/tp2-$variant.json" --steps 6 --loss-log "$work/tp2-$variant.log" ||
+    fail "tp 2, $variant: 6 steps"
+  close 1e-5 "$work/tp2-$variant.log" "$work/tp1.log" ||
+    fail "tp 2 with $variant: losses differ from tp 1's"
 done
+verify 4 2 "$work/tp2-etp2-ep1.json"
 
 # 5. Context parallelism: CP 2 x EP 2 (DP 1) equals CP 1 x EP 1 (dropless, no
 #    load-balancing loss, as in 4.); TP 2 x CP 2 x EP 2 with recompute.
