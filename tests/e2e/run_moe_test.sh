@@ -13,8 +13,9 @@
 #   5. CP 2 with EP 2 (the EP group is the CP pair) equals CP 1 with EP 1 to 1e-5, and
 #      TP 2 x CP 2 x EP 2 with expert TP 2 passes --verify with full and selective
 #      recompute, with the storing plan's losses;
-#   6. a shared expert under TP: --verify, and TP 2 equals TP 1 as in 4.; a width tp does
-#      not divide is refused by name before any rank trains.
+#   6. a shared expert under TP: --verify, TP 2 equals TP 1 as in 4., full recompute gives
+#      the storing plan's losses; a width tp does not divide is refused by name before any
+#      rank trains.
 # Usage: run_moe_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_moe_test.sh BIN_DIR SOURCE_DIR}
@@ -192,6 +193,12 @@ for etp in 2 1; do
   close 1e-5 "$work/shared-tp2-etp$etp.log" "$work/shared-tp1.log" ||
     fail "shared expert, tp 2 with expert tp $etp: losses differ from tp 1's"
 done
+# With full recompute (the shared expert's TP exchanges repeated too): the same losses.
+"$bin/dhelix-plan" "$work/shared-tp2-etp2-job.json" --recompute-granularity full \
+  -o "$work/shared-full.json" >/dev/null || fail "planning shared-tp2-etp2 with full recompute"
+verify 4 4 "$work/shared-full.json" --loss-log "$work/shared-full.log"
+cmp -s "$work/shared-tp2-etp2.log" "$work/shared-full.log" ||
+  fail "shared expert, tp 2, full recompute: losses differ from the storing plan's"
 cp "$work/tp2-etp2-job.json" "$work/shared63-job.json"
 shared "$work/shared63-job.json" 63 &&
   "$bin/dhelix-plan" "$work/shared63-job.json" -o "$work/shared63.json" >/dev/null ||
