@@ -38,6 +38,15 @@ void run(MoeLayersCpu& moe, const std::string& op, const MoeLayerIo& io) {
   bound->compute(CpuBackend::Exec{});
 }
 
+void run_recomputing(MoeLayersCpu& moe, const std::string& op, const MoeLayerIo& io) {
+  SCOPED_TRACE(op);
+  std::optional<BoundOp> bound =
+      moe.bind(op, /*layer=*/0, /*micro_batch=*/0, io, /*recomputing=*/true);
+  ASSERT_TRUE(bound.has_value());
+  ASSERT_TRUE(bound->compute);
+  bound->compute(CpuBackend::Exec{});
+}
+
 bool same_bits(const std::vector<float>& a, const float* b) {
   return std::memcmp(a.data(), b, a.size() * sizeof(float)) == 0;
 }
@@ -187,6 +196,64 @@ TEST(MoeLayersCpu, SharedExpertGradientsMatchFiniteDifferences) {
       expect_close(numeric(params[p].values, i), params[p].gradient[i],
                    params[p].name + " " + std::to_string(i));
     }
+  }
+}
+
+// Full recompute: the repeated forward (bwd.recompute.<op>, bound with `recomputing`) fills
+// a second set of buffers, which the backward then reads; the outputs, input gradient and
+// weight gradients are those of a run that stores its activations, bit for bit, and the
+// load-balancing loss is counted once.
+TEST(MoeLayersCpu, FullRecomputeRepeatsTheForwardInBuffersOfItsOwn) {
+  JobSpec job = test::tiny_job(/*tp=*/1, /*sp=*/false);
+  job.model.moe = MoeSpec{.num_experts = 4,
+                          .top_k = 2,
+                          .capacity_factor = 1.0,
+                          .expert_ffn_hidden_size = 32,
+                          .shared_expert_ffn_hidden_size = 0,
+                          .aux_loss_coeff = 0.01};
+  const int64_t t = 32, h = 64;
+  const float loss_scale = 1.0f / static_cast<float>(t);
+  const std::vector<float> x = random_values(t * h, 11), dy = random_values(t * h, 12);
+  const std::vector<const char*> forward = {"fwd.router", "fwd.permute",     "fwd.grouped_fc1",
+                                            "fwd.swiglu", "fwd.grouped_fc2", "fwd.unpermute"};
+  const std::vector<const char*> backward = {
+      "bwd.unpermute",         "bwd.grouped_fc2_dgrad", "bwd.grouped_fc2_wgrad", "bwd.swiglu",
+      "bwd.grouped_fc1_dgrad", "bwd.grouped_fc1_wgrad", "bwd.permute",           "bwd.router",
+      "bwd.router_wgrad"};
+  // Stored: forward, then backward on the forward's buffers.
+  MoeLayersCpu stored(job, 0, {0}, /*seed=*/5, &loss_scale);
+  std::vector<float> y(static_cast<size_t>(t * h)), dx(y.size());
+  const MoeLayerIo io{.x = x.data(), .y = y.data(), .dy = dy.data(), .dx = dx.data()};
+  for (const char* op : forward) run(stored, op, io);
+  for (const char* op : backward) run(stored, op, io);
+  stored.sum_input_gradient(0, 0, io)(CpuBackend::Exec{});
+  // Recomputed: forward, the repeat into another output, then backward on the repeat's.
+  MoeLayersCpu recomputed(job, 0, {0}, /*seed=*/5, &loss_scale);
+  std::vector<float> y1(y.size()), y2(y.size()), dx2(y.size());
+  const MoeLayerIo first{.x = x.data(), .y = y1.data(), .dy = dy.data(), .dx = nullptr};
+  const MoeLayerIo repeat{.x = x.data(), .y = y2.data(), .dy = dy.data(), .dx = dx2.data()};
+  for (const char* op : forward) run(recomputed, op, first);
+  const float aux = recomputed.aux_loss_sum(1);
+  for (const char* op : forward) run_recomputing(recomputed, op, repeat);
+  for (const char* op : backward) run_recomputing(recomputed, op, repeat);
+  recomputed.sum_input_gradient(0, 0, repeat, /*recomputing=*/true)(CpuBackend::Exec{});
+
+  EXPECT_TRUE(same_bits(y, y1.data()));
+  EXPECT_TRUE(same_bits(y, y2.data()));
+  EXPECT_TRUE(same_bits(dx, dx2.data()));
+  EXPECT_GT(aux, 0.0f);
+  EXPECT_EQ(recomputed.aux_loss_sum(1), aux);  // the repeat's is not added
+  EXPECT_EQ(recomputed.aux_loss_sum(1), stored.aux_loss_sum(1));
+  // The repeat's routing is its own: repeating on other rows leaves the first forward's.
+  const std::vector<float> other = random_values(t * h, 13);
+  const MoeLayerIo elsewhere{.x = other.data(), .y = y2.data(), .dy = dy.data(), .dx = nullptr};
+  for (const char* op : forward) run_recomputing(recomputed, op, elsewhere);
+  EXPECT_EQ(recomputed.aux_loss_sum(1), aux);
+  const std::vector<ParameterView> a = stored.parameters(0), b = recomputed.parameters(0);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t p = 0; p < a.size(); ++p) {
+    EXPECT_EQ(std::memcmp(a[p].gradient, b[p].gradient, sizeof(float) * a[p].count), 0)
+        << a[p].name;
   }
 }
 
