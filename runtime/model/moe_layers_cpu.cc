@@ -10,59 +10,15 @@
 #include "lib/placement.h"
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/kernels/swiglu.h"
+#include "runtime/model/moe_layers_cpu_internal.h"
 #include "runtime/model/stage_model_internal.h"
 
 namespace dhelix::rt {
 
-struct MoeLayersCpu::Weights {
-  std::vector<float> router, fc1, fc2;  // [E, h], [L, 2F, h], [L, h, F]
-  // The shared expert (empty without one): gate [h], fc1 [2Fs, h], fc2 [h, Fs].
-  std::vector<float> shared_gate, shared_fc1, shared_fc2;
-  std::vector<float> d_shared_gate, d_shared_fc1, d_shared_fc2;
-  std::vector<float> d_router, d_fc1, d_fc2;
-};
-
-// One (micro-batch, layer)'s buffers, sized at their bounds once (closures keep pointers).
-// "Rank layout" is permute's order of this rank's kept copies; "expert-major" groups the
-// copies that arrived by local expert, then by source; "source-major" by source, then expert.
-struct MoeLayersCpu::State {
-  cpu::MoeRouting routing;
-  std::vector<int64_t> send_counts;      // [ep, L] elements of this rank's copies per expert
-  std::vector<int64_t> recv_counts;      // [ep, L] elements arriving per (source, local expert)
-  std::vector<int64_t> scratch_counts;   // [ep, L] the counts the other exchanges return
-  std::vector<int64_t> local_rows;       // [L] rows per local expert (all sources)
-  std::vector<float> permuted;           // [T k, h] rank layout
-  std::vector<float> received;           // [ep T k, h] source-major
-  std::vector<float> expert_in;          // [ep T k, h] expert-major
-  std::vector<float> fc1_out, act;       // [ep T k, 2F], [ep T k, F]
-  std::vector<float> expert_out;         // [ep T k, h] expert-major
-  std::vector<float> expert_out_src;     // [ep T k, h] source-major
-  std::vector<float> combined;           // [T k, h] rank layout
-  std::vector<float> d_combined, dgate;  // [T k, h], [T k]
-  std::vector<float> d_expert_out_src;   // [ep T k, h]
-  std::vector<float> d_expert_out;       // [ep T k, h]
-  std::vector<float> d_act, d_fc1;       // [ep T k, F], [ep T k, 2F]
-  std::vector<float> d_expert_in;        // [ep T k, h] expert-major
-  std::vector<float> d_expert_in_src;    // [ep T k, h] source-major
-  std::vector<float> d_permuted;         // [T k, h] rank layout
-  std::vector<float> d_from_permute, d_from_router, dz;  // [T, h], [T, h], [T, E]
-  // The shared expert: fc1 output [T, 2Fs], activation [T, Fs], output before the gate
-  // [T, h], gate logit and gate per token [T]; backward: d of each, d(logit) [T], the
-  // gate-scaled output gradient (dgrad's [T, h] and wgrad's own copy [T, h]), and the two
-  // input gradients [T, h] (through fc1, through the gate).
-  std::vector<float> s_fc1, s_act, s_out, s_logit, s_gate;
-  std::vector<float> s_d_act, s_d_fc1, s_d_logit, s_d_out, s_d_out_w, d_from_shared, d_from_gate;
-  // Without EP the all-to-alls are absent and these alias the buffers on their other side.
-  float* experts_read = nullptr;    // expert_in or permuted
-  float* unpermute_read = nullptr;  // combined or expert_out
-  float* experts_grad = nullptr;    // d_expert_out or d_combined
-  float* permute_grad = nullptr;    // d_permuted or d_expert_in
-};
-
 namespace {
 
 // The ops of a MoE layer's MLP (lib/dag_builder_moe.cc), fwd.swiglu and bwd.swiglu included;
-// the etp_ ones (expert tensor parallelism, tp > 1) are refused by name when bound.
+// the etp_ ones (expert tensor parallelism) are bound by moe_expert_tp_cpu.cc.
 constexpr std::array<const char*, 23> kMoeOps = {
     "fwd.router",
     "fwd.permute",
@@ -89,53 +45,42 @@ constexpr std::array<const char*, 23> kMoeOps = {
     "bwd.etp_reduce_scatter",
 };
 
-// The shared expert's ops with tp = 1 (lib/dag_builder_shared_expert.cc).
-constexpr std::array<const char*, 8> kSharedOps = {
-    "fwd.shared_fc1",       "fwd.shared_swiglu", "fwd.shared_fc2",       "bwd.shared_fc2_dgrad",
-    "bwd.shared_fc2_wgrad", "bwd.shared_swiglu", "bwd.shared_fc1_dgrad", "bwd.shared_fc1_wgrad",
+// The shared expert's ops (lib/dag_builder_shared_expert.cc; the TP exchanges with tp > 1),
+// bound by moe_shared_expert_cpu.cc.
+constexpr std::array<const char*, 12> kSharedOps = {
+    "fwd.allgather_shared",      "fwd.shared_fc1",
+    "fwd.shared_swiglu",         "fwd.shared_fc2",
+    "fwd.reduce_scatter_shared", "bwd.allgather_shared",
+    "bwd.shared_fc2_dgrad",      "bwd.shared_fc2_wgrad",
+    "bwd.shared_swiglu",         "bwd.shared_fc1_dgrad",
+    "bwd.shared_fc1_wgrad",      "bwd.reduce_scatter_shared",
 };
 
-size_t to_size(int64_t n) { return static_cast<size_t>(n); }
-
-// Copies rows between the source-major and expert-major orders of the copies that arrived:
-// counts[src * L + e] rows of (source src, local expert e), h elements each. `to_expert`:
-// source-major -> expert-major, else back.
-void regroup(int64_t ep, int64_t local, const std::vector<int64_t>& rows, int64_t h,
-             const float* from, float* to, bool to_expert) {
-  // Row offsets of each (src, e) block in both orders.
-  std::vector<int64_t> src_at(to_size(ep * local)), exp_at(to_size(ep * local));
-  int64_t at = 0;
-  for (int64_t i = 0; i < ep * local; ++i) {
-    src_at[to_size(i)] = at;
-    at += rows[to_size(i)];
-  }
-  at = 0;
-  for (int64_t e = 0; e < local; ++e) {
-    for (int64_t src = 0; src < ep; ++src) {
-      exp_at[to_size(src * local + e)] = at;
-      at += rows[to_size(src * local + e)];
-    }
-  }
-  for (int64_t i = 0; i < ep * local; ++i) {
-    const int64_t n = rows[to_size(i)] * h;
-    const float* in = from + (to_expert ? src_at : exp_at)[to_size(i)] * h;
-    std::copy(in, in + n, to + (to_expert ? exp_at : src_at)[to_size(i)] * h);
-  }
-}
-
 }  // namespace
+
+using moe_detail::rows_of;
+using moe_detail::to_size;
 
 MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<int64_t>& layers,
                            uint64_t seed, const float* loss_scale)
     : loss_scale_(loss_scale) {
   const MoeSpec& moe = *job.model.moe;
   const RankShape dims = rank_shape(job, rank);
-  DHELIX_CHECK(dims.tp == 1);  // moe_support.h refuses MoE with tp > 1
-  shape_ = cpu::MoeLayerShape{.tokens = dims.tokens,
+  // With tp > 1 the MoE layer works on the rank's sequence-parallel rows (N = T / tp), and
+  // with expert tensor parallelism each TP rank holds 1/etp of every expert's FFN.
+  DHELIX_CHECK(dims.tp == 1 || dims.sp);  // the planner refuses MoE under TP without SP
+  // moe_support.h refuses a shared expert whose width tp does not divide.
+  DHELIX_CHECK(moe.shared_expert_ffn_hidden_size % dims.tp == 0);
+  tp_ = dims.tp;
+  etp_ = job.parallel.expert_tp_size();
+  DHELIX_CHECK(etp_ == 1 || etp_ == tp_);
+  DHELIX_CHECK(moe.expert_ffn_hidden_size % etp_ == 0);
+  const int64_t etp_rank = etp_ > 1 ? dims.tp_rank : 0;
+  shape_ = cpu::MoeLayerShape{.tokens = dims.rows,
                               .hidden = dims.hidden,
                               .experts = moe.num_experts,
                               .top_k = moe.top_k,
-                              .ffn = moe.expert_ffn_hidden_size,
+                              .ffn = moe.expert_ffn_hidden_size / etp_,
                               .capacity_factor = moe.capacity_factor,
                               .aux_loss_coeff = moe.aux_loss_weight()};
   ep_ = job.parallel.ep;
@@ -153,31 +98,56 @@ MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<i
     for (int64_t i = 0; i < e_all * h; ++i) {
       w->router[to_size(i)] = model_detail::init_uniform(seed, prefix + "router", i, router_bound);
     }
-    // Element i of local expert e is element (first + e) * size + i of the full tensor.
-    auto experts = [&](const std::string& name, int64_t size, float bound) {
-      std::vector<float> values(to_size(local_ * size));
+    // Element (r, c) of local expert e's [rows, cols] slice is element (first + e, row(r),
+    // col(c)) of the full [E, full_rows, full_cols] tensor, so that every EP and ETP split
+    // starts from the same model.
+    auto experts = [&](const std::string& name, int64_t rows, int64_t cols, int64_t full_rows,
+                       int64_t full_cols, auto&& row, auto&& col, float bound) {
+      std::vector<float> values(to_size(local_ * rows * cols));
       for (int64_t e = 0; e < local_; ++e) {
-        for (int64_t i = 0; i < size; ++i) {
-          values[to_size(e * size + i)] =
-              model_detail::init_uniform(seed, prefix + name, (first + e) * size + i, bound);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t index = ((first + e) * full_rows + row(r)) * full_cols + col(c);
+            values[to_size((e * rows + r) * cols + c)] =
+                model_detail::init_uniform(seed, prefix + name, index, bound);
+          }
         }
       }
       return values;
     };
-    w->fc1 = experts("experts_fc1", 2 * f * h, router_bound);
-    w->fc2 = experts("experts_fc2", h * f, 1.0f / std::sqrt(static_cast<float>(f)));
+    // fc1 [2F, h]: this rank's gate rows [etp_rank f, +f), then its up rows F + the same.
+    const int64_t full_f = moe.expert_ffn_hidden_size;
+    const auto fc1_row = [f, full_f, etp_rank](int64_t r) {
+      return r < f ? etp_rank * f + r : full_f + etp_rank * f + (r - f);
+    };
+    const auto same = [](int64_t i) { return i; };
+    w->fc1 = experts("experts_fc1", 2 * f, h, 2 * full_f, h, fc1_row, same, router_bound);
+    // fc2 [h, F]: this rank's columns [etp_rank f, +f).
+    const auto fc2_col = [f, etp_rank](int64_t c) { return etp_rank * f + c; };
+    w->fc2 = experts("experts_fc2", h, f, h, full_f, same, fc2_col,
+                     1.0f / std::sqrt(static_cast<float>(full_f)));
     if (shared_ffn_ > 0) {
-      const int64_t fs = shared_ffn_;
-      auto full = [&](const std::string& name, int64_t size, float bound) {
-        std::vector<float> values(to_size(size));
-        for (int64_t i = 0; i < size; ++i) {
-          values[to_size(i)] = model_detail::init_uniform(seed, prefix + name, i, bound);
+      // Sliced over TP like a dense MLP: fc1's gate rows [r fs, +fs) and up rows Fs + the
+      // same, fc2's columns [r fs, +fs), with the values of the whole tensors.
+      const int64_t full_fs = shared_ffn_, fs = full_fs / tp_, r0 = dims.tp_rank * fs;
+      auto slice = [&](const std::string& name, int64_t rows, int64_t cols, int64_t full_cols,
+                       auto&& row, int64_t col0, float bound) {
+        std::vector<float> values(to_size(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            values[to_size(r * cols + c)] = model_detail::init_uniform(
+                seed, prefix + name, row(r) * full_cols + col0 + c, bound);
+          }
         }
         return values;
       };
-      w->shared_gate = full("shared_gate", h, router_bound);
-      w->shared_fc1 = full("shared_fc1", 2 * fs * h, router_bound);
-      w->shared_fc2 = full("shared_fc2", h * fs, 1.0f / std::sqrt(static_cast<float>(fs)));
+      const auto shared_fc1_row = [fs, full_fs, r0](int64_t r) {
+        return r < fs ? r0 + r : full_fs + r0 + (r - fs);
+      };
+      w->shared_gate = slice("shared_gate", 1, h, h, same, 0, router_bound);
+      w->shared_fc1 = slice("shared_fc1", 2 * fs, h, h, shared_fc1_row, 0, router_bound);
+      w->shared_fc2 = slice("shared_fc2", h, fs, full_fs, same, r0,
+                            1.0f / std::sqrt(static_cast<float>(full_fs)));
       w->d_shared_gate.assign(w->shared_gate.size(), 0.0f);
       w->d_shared_fc1.assign(w->shared_fc1.size(), 0.0f);
       w->d_shared_fc2.assign(w->shared_fc2.size(), 0.0f);
@@ -196,41 +166,60 @@ bool MoeLayersCpu::handles(const std::string& op) {
          std::find(kSharedOps.begin(), kSharedOps.end(), op) != kSharedOps.end();
 }
 
-MoeLayersCpu::State& MoeLayersCpu::state(int64_t micro_batch, int64_t layer) {
-  std::unique_ptr<State>& slot = states_[{micro_batch, layer}];
+MoeLayersCpu::State& MoeLayersCpu::state(int64_t micro_batch, int64_t layer, bool recomputing) {
+  std::unique_ptr<State>& slot = (recomputing ? recompute_states_ : states_)[{micro_batch, layer}];
   if (slot) return *slot;
   slot = std::make_unique<State>();
   State& s = *slot;
   const int64_t t = shape_.tokens, h = shape_.hidden, f = shape_.ffn, k = shape_.top_k;
   const size_t copies = to_size(t * k), arrived = to_size(ep_ * t * k),
-               counts = to_size(ep_ * local_);
+               gathered = to_size(etp_) * arrived, counts = to_size(ep_ * local_),
+               tp_counts = to_size(etp_ * local_);
   s.send_counts.assign(counts, 0);
   s.recv_counts.assign(counts, 0);
   s.scratch_counts.assign(counts, 0);
+  s.tp_send_counts.assign(tp_counts, 0);
+  s.tp_recv_counts.assign(tp_counts, 0);
+  s.tp_scratch_counts.assign(tp_counts, 0);
   s.local_rows.assign(to_size(local_), 0);
+  s.gemm_rows.assign(to_size(local_), 0);
   s.permuted.assign(copies * to_size(h), 0.0f);
   s.combined.assign(copies * to_size(h), 0.0f);
   s.d_combined.assign(copies * to_size(h), 0.0f);
   s.d_permuted.assign(copies * to_size(h), 0.0f);
   s.dgate.assign(copies, 0.0f);
-  for (std::vector<float>* buffer :
-       {&s.received, &s.expert_in, &s.expert_out, &s.expert_out_src, &s.d_expert_out_src,
-        &s.d_expert_out, &s.d_expert_in, &s.d_expert_in_src}) {
+  for (std::vector<float>* buffer : {&s.received, &s.expert_in, &s.expert_out_src,
+                                     &s.d_expert_out_src, &s.d_expert_out, &s.d_expert_in_src}) {
     buffer->assign(arrived * to_size(h), 0.0f);
   }
-  s.fc1_out.assign(arrived * to_size(2 * f), 0.0f);
-  s.d_fc1.assign(arrived * to_size(2 * f), 0.0f);
-  s.act.assign(arrived * to_size(f), 0.0f);
-  s.d_act.assign(arrived * to_size(f), 0.0f);
+  s.expert_out.assign(gathered * to_size(h), 0.0f);
+  s.d_expert_in.assign(gathered * to_size(h), 0.0f);
+  if (etp_ > 1) {
+    for (std::vector<float>* buffer :
+         {&s.tp_send, &s.tp_recv, &s.gathered, &s.d_tp_send, &s.d_tp_recv, &s.d_gathered}) {
+      buffer->assign(gathered * to_size(h), 0.0f);
+    }
+    s.expert_own.assign(arrived * to_size(h), 0.0f);
+    s.d_expert_own.assign(arrived * to_size(h), 0.0f);
+  }
+  s.fc1_out.assign(gathered * to_size(2 * f), 0.0f);
+  s.d_fc1.assign(gathered * to_size(2 * f), 0.0f);
+  s.act.assign(gathered * to_size(f), 0.0f);
+  s.d_act.assign(gathered * to_size(f), 0.0f);
   s.d_from_permute.assign(to_size(t * h), 0.0f);
   s.d_from_router.assign(to_size(t * h), 0.0f);
   s.dz.assign(to_size(t * shape_.experts), 0.0f);
-  if (shared_ffn_ > 0) {
-    const size_t rows = to_size(t), fs = to_size(shared_ffn_);
-    s.s_fc1.assign(rows * 2 * fs, 0.0f);
-    s.s_d_fc1.assign(rows * 2 * fs, 0.0f);
-    s.s_act.assign(rows * fs, 0.0f);
-    s.s_d_act.assign(rows * fs, 0.0f);
+  if (shared_ffn_ > 0) {  // moe_shared_expert_cpu.cc
+    const size_t rows = to_size(t), all = to_size(t * tp_), fs = to_size(shared_ffn_ / tp_);
+    s.s_fc1.assign(all * 2 * fs, 0.0f);
+    s.s_d_fc1.assign(all * 2 * fs, 0.0f);
+    s.s_act.assign(all * fs, 0.0f);
+    s.s_d_act.assign(all * fs, 0.0f);
+    if (tp_ > 1) {
+      for (std::vector<float>* buffer : {&s.s_x_all, &s.s_out_all, &s.s_d_out_all, &s.s_d_x_all}) {
+        buffer->assign(all * to_size(h), 0.0f);
+      }
+    }
     for (std::vector<float>* buffer :
          {&s.s_out, &s.s_d_out, &s.s_d_out_w, &s.d_from_shared, &s.d_from_gate}) {
       buffer->assign(rows * to_size(h), 0.0f);
@@ -239,29 +228,34 @@ MoeLayersCpu::State& MoeLayersCpu::state(int64_t micro_batch, int64_t layer) {
       buffer->assign(rows, 0.0f);
     }
   }
-  const bool ep = ep_ > 1;
-  s.experts_read = ep ? s.expert_in.data() : s.permuted.data();
-  s.unpermute_read = ep ? s.combined.data() : s.expert_out.data();
-  s.experts_grad = ep ? s.d_expert_out.data() : s.d_combined.data();
-  s.permute_grad = ep ? s.d_permuted.data() : s.d_expert_in.data();
+  const bool ep = ep_ > 1, etp = etp_ > 1;
+  s.own_in = ep ? s.expert_in.data() : s.permuted.data();
+  s.experts_read = etp ? s.gathered.data() : s.own_in;
+  s.own_out = etp ? s.expert_own.data() : s.expert_out.data();
+  s.unpermute_read = ep ? s.combined.data() : s.own_out;
+  s.own_grad = ep ? s.d_expert_out.data() : s.d_combined.data();
+  s.experts_grad = etp ? s.d_gathered.data() : s.own_grad;
+  s.own_in_grad = etp ? s.d_expert_own.data() : s.d_expert_in.data();
+  s.permute_grad = ep ? s.d_permuted.data() : s.own_in_grad;
   return s;
 }
 
 std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, int64_t micro_batch,
-                                          const MoeLayerIo& io) {
+                                          const MoeLayerIo& io, bool recomputing) {
   using model_detail::computation;
   if (!handles(op)) return std::nullopt;
-  if (op.find(".shared_") != std::string::npos) return bind_shared(op, layer, micro_batch, io);
+  if (op.find("shared") != std::string::npos) {
+    return bind_shared(op, layer, micro_batch, io, recomputing);
+  }
   if (op.find("etp_") != std::string::npos) {
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("StageModel: op {}: expert tensor parallelism is not run yet", op));
+    return bind_expert_tp(op, state(micro_batch, layer, recomputing));
   }
   const bool exchange = op.ends_with("_a2a");
   if (exchange && ep_ == 1) {
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("StageModel: op {} does not occur with ep = 1", op));
   }
-  State& s = state(micro_batch, layer);
+  State& s = state(micro_batch, layer, recomputing);
   Weights& w = *weights_.at(layer);
   const cpu::MoeLayerShape sh = shape_;
   const int64_t h = sh.hidden, f = sh.ffn, ep = ep_, local = local_;
@@ -283,13 +277,23 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
   auto per_expert = [&s, local](auto&& fn) {
     int64_t row = 0;
     for (int64_t e = 0; e < local; ++e) {
-      fn(e, row, s.local_rows[to_size(e)]);
-      row += s.local_rows[to_size(e)];
+      fn(e, row, s.gemm_rows[to_size(e)]);
+      row += s.gemm_rows[to_size(e)];
+    }
+  };
+  // After the last expert GEMM: its output (expert-major, the rows the experts computed
+  // on) regrouped for the exchange that follows: by TP member for etp_reduce_scatter, else
+  // by EP source for the all-to-all; without either the next op reads it where it is.
+  auto hand_back = [&s, h, ep, etp = etp_, local](const float* out, float* ep_src, float* tp_src) {
+    if (etp > 1) {
+      moe_detail::regroup(etp, local, rows_of(s.tp_recv_counts, h), h, out, tp_src, false);
+    } else if (ep > 1) {
+      moe_detail::regroup(ep, local, rows_of(s.recv_counts, h), h, out, ep_src, false);
     }
   };
   auto total_rows = [&s] {
     int64_t rows = 0;
-    for (int64_t n : s.local_rows) rows += n;
+    for (int64_t n : s.gemm_rows) rows += n;
     return rows;
   };
 
@@ -300,7 +304,7 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
     });
   }
   if (op == "fwd.permute") {
-    return computation<CpuBackend>([&s, sh, x = io.x, h, ep, local](const auto&) {
+    return computation<CpuBackend>([&s, sh, x = io.x, h, ep, etp = etp_, local](const auto&) {
       cpu::moe_permute(sh, s.routing, x, s.permuted.data());
       for (int64_t i = 0; i < ep * local; ++i) {
         s.send_counts[to_size(i)] = s.routing.expert_rows[to_size(i)] * h;
@@ -309,21 +313,22 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
         s.recv_counts = s.send_counts;
         for (int64_t e = 0; e < local; ++e)
           s.local_rows[to_size(e)] = s.send_counts[to_size(e)] / h;
+        if (etp == 1) s.gemm_rows = s.local_rows;  // else etp_allgather sets them
       }
     });
   }
   if (op == "fwd.dispatch_a2a") {
     BoundOp bound = all_to_all(s.permuted.data(), s.send_counts, s.received.data(), s.recv_counts,
                                arrived_capacity);
-    bound.after_collective = [&s, h, ep, local](const auto&) {
-      std::vector<int64_t> rows(s.recv_counts.size());
-      for (size_t i = 0; i < rows.size(); ++i) rows[i] = s.recv_counts[i] / h;
+    bound.after_collective = [&s, h, ep, etp = etp_, local](const auto&) {
+      const std::vector<int64_t> rows = rows_of(s.recv_counts, h);
       for (int64_t e = 0; e < local; ++e) {
         s.local_rows[to_size(e)] = 0;
         for (int64_t src = 0; src < ep; ++src)
           s.local_rows[to_size(e)] += rows[to_size(src * local + e)];
       }
-      regroup(ep, local, rows, h, s.received.data(), s.expert_in.data(), true);
+      if (etp == 1) s.gemm_rows = s.local_rows;  // else etp_allgather sets them
+      moe_detail::regroup(ep, local, rows, h, s.received.data(), s.expert_in.data(), true);
     };
     return bound;
   }
@@ -344,18 +349,14 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
   }
   if (op == "fwd.grouped_fc2") {
     return computation<CpuBackend>(
-        [&s, per_expert, h, f, ep, local, w2 = w.fc2.data()](const auto&) {
+        [&s, per_expert, hand_back, h, f, w2 = w.fc2.data()](const auto&) {
           per_expert([&](int64_t e, int64_t row, int64_t n) {
             if (n > 0) {
               cpu::linear_forward(n, f, h, s.act.data() + row * f, w2 + e * h * f,
                                   s.expert_out.data() + row * h);
             }
           });
-          if (ep > 1) {  // back to source-major for the combine
-            std::vector<int64_t> rows(s.recv_counts.size());
-            for (size_t i = 0; i < rows.size(); ++i) rows[i] = s.recv_counts[i] / h;
-            regroup(ep, local, rows, h, s.expert_out.data(), s.expert_out_src.data(), false);
-          }
+          hand_back(s.expert_out.data(), s.expert_out_src.data(), s.tp_send.data());
         });
   }
   if (op == "fwd.combine_a2a") {
@@ -378,9 +379,8 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
     BoundOp bound = all_to_all(s.d_combined.data(), s.send_counts, s.d_expert_out_src.data(),
                                s.scratch_counts, arrived_capacity);
     bound.after_collective = [&s, h, ep, local](const auto&) {
-      std::vector<int64_t> rows(s.recv_counts.size());
-      for (size_t i = 0; i < rows.size(); ++i) rows[i] = s.recv_counts[i] / h;
-      regroup(ep, local, rows, h, s.d_expert_out_src.data(), s.d_expert_out.data(), true);
+      moe_detail::regroup(ep, local, rows_of(s.recv_counts, h), h, s.d_expert_out_src.data(),
+                          s.d_expert_out.data(), true);
     };
     return bound;
   }
@@ -411,18 +411,14 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
   }
   if (op == "bwd.grouped_fc1_dgrad") {
     return computation<CpuBackend>(
-        [&s, per_expert, h, f, ep, local, w1 = w.fc1.data()](const auto&) {
+        [&s, per_expert, hand_back, h, f, w1 = w.fc1.data()](const auto&) {
           per_expert([&](int64_t e, int64_t row, int64_t n) {
             if (n > 0) {
               cpu::linear_dgrad(n, h, 2 * f, s.d_fc1.data() + row * 2 * f, w1 + e * 2 * f * h,
                                 s.d_expert_in.data() + row * h);
             }
           });
-          if (ep > 1) {
-            std::vector<int64_t> rows(s.recv_counts.size());
-            for (size_t i = 0; i < rows.size(); ++i) rows[i] = s.recv_counts[i] / h;
-            regroup(ep, local, rows, h, s.d_expert_in.data(), s.d_expert_in_src.data(), false);
-          }
+          hand_back(s.d_expert_in.data(), s.d_expert_in_src.data(), s.d_tp_send.data());
         });
   }
   if (op == "bwd.grouped_fc1_wgrad") {
@@ -461,90 +457,9 @@ std::optional<BoundOp> MoeLayersCpu::bind(const std::string& op, int64_t layer, 
   return std::nullopt;
 }
 
-// The shared expert (Qwen2-MoE): y += sigmoid(x w_g) * fc2(swiglu(fc1(x))), per token.
-//   backward  dg = <dy, out>, dlogit = dg g (1 - g); d out = g dy; dx += fc1's dx + dlogit w_g
-std::optional<BoundOp> MoeLayersCpu::bind_shared(const std::string& op, int64_t layer,
-                                                 int64_t micro_batch, const MoeLayerIo& io) {
-  using model_detail::computation;
-  if (shared_ffn_ == 0) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("StageModel: op {}: the model has no shared expert", op));
-  }
-  State& s = state(micro_batch, layer);
-  Weights& w = *weights_.at(layer);
-  const int64_t t = shape_.tokens, h = shape_.hidden, fs = shared_ffn_;
-  if (op == "fwd.shared_fc1") {
-    return computation<CpuBackend>([&s, t, h, fs, x = io.x, w1 = w.shared_fc1.data()](const auto&) {
-      cpu::linear_forward(t, h, 2 * fs, x, w1, s.s_fc1.data());
-    });
-  }
-  if (op == "fwd.shared_swiglu") {
-    return computation<CpuBackend>(
-        [&s, t, fs](const auto&) { cpu::swiglu_forward(t, fs, s.s_fc1.data(), s.s_act.data()); });
-  }
-  if (op == "fwd.shared_fc2") {
-    return computation<CpuBackend>([&s, t, h, fs, x = io.x, y = io.y, w2 = w.shared_fc2.data(),
-                                    wg = w.shared_gate.data()](const auto&) {
-      cpu::linear_forward(t, fs, h, s.s_act.data(), w2, s.s_out.data());
-      cpu::linear_forward(t, h, 1, x, wg, s.s_logit.data());
-      for (int64_t r = 0; r < t; ++r) {
-        const float g = kernels::sigmoid(s.s_logit[to_size(r)]);
-        s.s_gate[to_size(r)] = g;
-        for (int64_t i = 0; i < h; ++i) y[r * h + i] += g * s.s_out[to_size(r * h + i)];
-      }
-    });
-  }
-  if (op == "bwd.shared_fc2_dgrad") {
-    return computation<CpuBackend>([&s, t, h, fs, x = io.x, dy = io.dy, w2 = w.shared_fc2.data(),
-                                    wg = w.shared_gate.data(),
-                                    dwg = w.d_shared_gate.data()](const auto&) {
-      for (int64_t r = 0; r < t; ++r) {
-        const float g = s.s_gate[to_size(r)];
-        float dg = 0.0f;
-        for (int64_t i = 0; i < h; ++i) {
-          dg += dy[r * h + i] * s.s_out[to_size(r * h + i)];
-          s.s_d_out[to_size(r * h + i)] = g * dy[r * h + i];
-        }
-        s.s_d_logit[to_size(r)] = dg * g * (1.0f - g);
-      }
-      cpu::linear_dgrad(t, fs, h, s.s_d_out.data(), w2, s.s_d_act.data());
-      cpu::linear_dgrad(t, h, 1, s.s_d_logit.data(), wg, s.d_from_gate.data());
-      cpu::linear_wgrad_accumulate(t, h, 1, s.s_d_logit.data(), x, dwg);
-    });
-  }
-  if (op == "bwd.shared_fc2_wgrad") {  // may run before the dgrad: scales dy itself
-    return computation<CpuBackend>(
-        [&s, t, h, fs, dy = io.dy, dw2 = w.d_shared_fc2.data()](const auto&) {
-          for (int64_t r = 0; r < t; ++r) {
-            for (int64_t i = 0; i < h; ++i) {
-              s.s_d_out_w[to_size(r * h + i)] = s.s_gate[to_size(r)] * dy[r * h + i];
-            }
-          }
-          cpu::linear_wgrad_accumulate(t, fs, h, s.s_d_out_w.data(), s.s_act.data(), dw2);
-        });
-  }
-  if (op == "bwd.shared_swiglu") {
-    return computation<CpuBackend>([&s, t, fs](const auto&) {
-      cpu::swiglu_backward(t, fs, s.s_fc1.data(), s.s_d_act.data(), s.s_d_fc1.data());
-    });
-  }
-  if (op == "bwd.shared_fc1_dgrad") {
-    return computation<CpuBackend>([&s, t, h, fs, w1 = w.shared_fc1.data()](const auto&) {
-      cpu::linear_dgrad(t, h, 2 * fs, s.s_d_fc1.data(), w1, s.d_from_shared.data());
-    });
-  }
-  if (op == "bwd.shared_fc1_wgrad") {
-    return computation<CpuBackend>(
-        [&s, t, h, fs, x = io.x, dw1 = w.d_shared_fc1.data()](const auto&) {
-          cpu::linear_wgrad_accumulate(t, h, 2 * fs, s.s_d_fc1.data(), x, dw1);
-        });
-  }
-  return std::nullopt;
-}
-
 BoundOp::Task MoeLayersCpu::sum_input_gradient(int64_t layer, int64_t micro_batch,
-                                               const MoeLayerIo& io) {
-  State& s = state(micro_batch, layer);
+                                               const MoeLayerIo& io, bool recomputing) {
+  State& s = state(micro_batch, layer, recomputing);
   return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden,
           shared = shared_ffn_ > 0](const CpuBackend::Exec&) {
     cpu::add_tensors(n, s.d_from_permute.data(), s.d_from_router.data(), dx);
@@ -558,8 +473,12 @@ BoundOp::Task MoeLayersCpu::sum_input_gradient(int64_t layer, int64_t micro_batc
 std::vector<ParameterView> MoeLayersCpu::parameters(int64_t layer) {
   Weights& w = *weights_.at(layer);
   const std::string prefix = "layers." + std::to_string(layer) + ".";
+  // Under TP every rank routes its own sequence-parallel rows, so the router's gradient is
+  // summed over TP, and so are the experts' when every TP rank holds whole experts (etp =
+  // 1); with etp = tp each holds a slice whose gradient already covers the TP group's rows.
+  const bool router_over_tp = tp_ > 1, experts_over_tp = tp_ > 1 && etp_ == 1;
   auto view = [](std::string name, std::vector<float>& values, std::vector<float>& gradient,
-                 bool expert) {
+                 bool expert, bool over_tp = false) {
     ParameterView v;
     v.name = std::move(name);
     v.values = values.data();
@@ -567,13 +486,18 @@ std::vector<ParameterView> MoeLayersCpu::parameters(int64_t layer) {
     v.compute = values.data();
     v.count = static_cast<int64_t>(values.size());
     v.expert = expert;
+    v.sum_gradient_over_tp = over_tp;
     return v;
   };
-  std::vector<ParameterView> views = {view(prefix + "router", w.router, w.d_router, false),
-                                      view(prefix + "experts_fc1", w.fc1, w.d_fc1, true),
-                                      view(prefix + "experts_fc2", w.fc2, w.d_fc2, true)};
+  std::vector<ParameterView> views = {
+      view(prefix + "router", w.router, w.d_router, false, router_over_tp),
+      view(prefix + "experts_fc1", w.fc1, w.d_fc1, true, experts_over_tp),
+      view(prefix + "experts_fc2", w.fc2, w.d_fc2, true, experts_over_tp)};
   if (shared_ffn_ > 0) {
-    views.push_back(view(prefix + "shared_gate", w.shared_gate, w.d_shared_gate, false));
+    // The gate is replicated and sees the rank's own rows; fc1 and fc2 are TP slices whose
+    // gradients cover the gathered rows.
+    views.push_back(
+        view(prefix + "shared_gate", w.shared_gate, w.d_shared_gate, false, router_over_tp));
     views.push_back(view(prefix + "shared_fc1", w.shared_fc1, w.d_shared_fc1, false));
     views.push_back(view(prefix + "shared_fc2", w.shared_fc2, w.d_shared_fc2, false));
   }

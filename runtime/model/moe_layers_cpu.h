@@ -22,28 +22,45 @@
 // Per micro-batch state. The number of kept copies varies with the routing, so every
 // buffer is allocated at its bound when a (micro-batch, layer) pair is first bound and the
 // counts of this iteration live beside them (the collectives read them when they run):
-// T k copies leave a rank, at most ep T k arrive.
+// N k copies leave a rank (N its tokens: T, or T / tp under TP), at most ep N k arrive, and
+// with expert TP etp times those are gathered (moe_layers_cpu_internal.h).
 //
 // Weights, as Mixtral's: router [E, h]; experts' fc1 [L, 2F, h] (gate rows, then up rows)
-// and fc2 [L, h, F] for the local experts only. Their initial values are those of the full
-// tensors of all E experts (element index by global expert), so an EP 2 run starts from the
-// same model as an EP 1 run. The router's gradient is summed over the dp group like the
-// other dense weights; the experts' over the expert-data-parallel group (ParameterView::
+// and fc2 [L, h, F] for the local experts only (F / etp wide under expert TP). Their initial values
+// are those of the full tensors of all E experts (element index by global expert), so an EP 2 run
+// starts from the same model as an EP 1 run. The router's gradient is summed over the dp group like
+// the other dense weights; the experts' over the expert-data-parallel group (ParameterView::
 // expert, runtime/comm/process_groups.h).
 //
 // The auxiliary load-balancing loss of a layer and micro-batch (moe_capacity.h) enters the
 // training objective with weight 1 / (micro-batches x dp), the weight of one micro-batch's
 // mean cross-entropy: its gradient is scaled by loss_scale x T (loss_scale = 1 / tokens of
-// the global batch) and aux_loss_sum() adds it to the reported loss.
+// the global batch) and aux_loss_sum() adds it to the reported loss. Under TP (and CP) a
+// rank's aux loss is that of its own rows, weighted 1 / tp: the objective takes the mean
+// over the TP ranks (Megatron-Core instead all-reduces the token counts per expert over
+// TP x CP, a collective the plan does not have).
 //
 // The shared expert (Qwen2-MoE, ModelSpec's shared_expert_ffn_hidden_size): a dense SwiGLU
 // MLP every token passes, its output scaled by a per-token sigmoid gate sigmoid(x w_g) and
-// added to the routed experts' in fwd.shared_fc2 (the planner leaves the h -> 1 gate GEMM
-// out of its costs; here it runs inside shared_fc2 and its backward inside
-// shared_fc2_dgrad). Its weights are dense: gate [h], fc1 [2Fs, h], fc2 [h, Fs].
+// added to the routed experts' (the planner leaves the h -> 1 gate GEMM out of its costs;
+// moe_shared_expert_cpu.cc says where it runs). Its weights are dense: gate [h], fc1
+// [2Fs/tp, h], fc2 [h, Fs/tp] (TP slices; the gate replicated).
 //
-// Limits (refused before training, runtime/train/moe_support.h): tp = 1 (the MoE layer
-// under TP needs SP and expert tensor parallelism), no recompute.
+// Tensor parallelism (tp > 1, with sequence parallelism as the planner requires): the MoE
+// layer works on the rank's T / tp rows from ln_mlp and returns T / tp rows to bda_mlp; the
+// router is replicated (its gradient summed over TP). With expert tensor parallelism (etp =
+// tp, Megatron-Core's --expert-tensor-parallel-size) each TP rank holds 1/etp of every local
+// expert's FFN columns and the plan's etp_allgather / etp_reduce_scatter exchange the rows
+// over TP (moe_expert_tp_cpu.cc); with etp = 1 each holds whole experts, has no TP
+// exchange, and the experts' gradients are summed over TP as well.
+//
+// Full activation recompute: the repeated forward ops (bwd.recompute.<op>) and every
+// backward op use a second set of buffers (bind's `recomputing`). Selective recompute
+// repeats only the core attention and leaves the MoE MLP as it is.
+//
+// The shared expert (moe_shared_expert_cpu.cc) is tensor-parallel like a dense MLP under
+// TP. Limits (refused before training, runtime/train/moe_support.h): a shared expert width
+// that tp does not divide.
 
 #include <cstdint>
 #include <map>
@@ -82,11 +99,15 @@ class MoeLayersCpu {
   static bool handles(const std::string& op);
   /// Binds `op` of (micro_batch, layer); nullopt when `op` is not one of handles(). An
   /// all-to-all op with ep = 1 is Error(kInvalidInput) (the planner writes none).
+  /// `recomputing`: the op is a full recompute's repeat (bwd.recompute.<op>), or a backward
+  /// op of a job with full recompute; both use a second set of buffers, which the repeated
+  /// forward fills, so that the backward reads only what the repeat computed.
   std::optional<BoundOp> bind(const std::string& op, int64_t layer, int64_t micro_batch,
-                              const MoeLayerIo& io);
+                              const MoeLayerIo& io, bool recomputing = false);
   /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients
   /// (+ the shared expert's through its fc1, + through its gate, in that order).
-  BoundOp::Task sum_input_gradient(int64_t layer, int64_t micro_batch, const MoeLayerIo& io);
+  BoundOp::Task sum_input_gradient(int64_t layer, int64_t micro_batch, const MoeLayerIo& io,
+                                   bool recomputing = false);
 
   /// `layer`'s router, experts' fc1 and fc2, named "layers.<l>.router", ".experts_fc1",
   /// ".experts_fc2" (the experts' marked expert), then the shared expert's ".shared_gate",
@@ -101,11 +122,15 @@ class MoeLayersCpu {
  private:
   struct Weights;
   struct State;
-  State& state(int64_t micro_batch, int64_t layer);
+  State& state(int64_t micro_batch, int64_t layer, bool recomputing);
   std::optional<BoundOp> bind_shared(const std::string& op, int64_t layer, int64_t micro_batch,
-                                     const MoeLayerIo& io);
+                                     const MoeLayerIo& io, bool recomputing);
+  // The etp_ exchanges of expert tensor parallelism (moe_expert_tp_cpu.cc).
+  std::optional<BoundOp> bind_expert_tp(const std::string& op, State& s);
 
   cpu::MoeLayerShape shape_;
+  int64_t tp_ = 1;          // TP group size (the MoE layer works on T / tp rows with SP)
+  int64_t etp_ = 1;         // expert tensor parallelism: 1 or tp
   int64_t ep_ = 1;          // EP group size
   int64_t ep_rank_ = 0;     // this rank's index in it
   int64_t local_ = 0;       // L: experts held here
@@ -113,6 +138,8 @@ class MoeLayersCpu {
   const float* loss_scale_;
   std::map<int64_t, std::unique_ptr<Weights>> weights_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)
+  // Full recompute's second set (bind's `recomputing`); its aux losses are not counted twice.
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> recompute_states_;
 };
 
 }  // namespace dhelix::rt

@@ -110,24 +110,15 @@ bool is_layer_op(const std::string& op) {
 }
 
 void check_context_parallel_supported(const JobSpec& job, ProblemList& problems);
-// The MoE layers' limits on the CPU backend (moe_layers_cpu.h).
+// The MoE layers' limits on the CPU backend (moe_layers_cpu.h): a shared expert is split
+// over TP without padding. (MoE under TP without SP is refused by the planner,
+// lib/dag_builder.cc.)
 void check_moe_supported(const JobSpec& job, ProblemList& problems) {
   const std::string yet = "is not run by the runtime yet";
-  if (job.parallel.tp > 1) {
-    const FieldOrigin origin = job.origin_of("parallel.tp");
-    problems.add(origin.file, origin.pointer, std::to_string(job.parallel.tp),
-                 yet + " with MoE layers (tp = 1 only: no expert tensor parallelism yet)");
-  }
-  if (job.parallel.recompute.granularity != RecomputeGranularity::kNone) {
-    const FieldOrigin origin = job.origin_of("parallel.recompute_granularity");
-    problems.add(origin.file, origin.pointer,
-                 recompute_granularity_name(job.parallel.recompute.granularity),
-                 yet + " with MoE layers (no recompute only)");
-  }
-  if (job.parallel.cp > 1) {
-    const FieldOrigin origin = job.origin_of("parallel.cp");
-    problems.add(origin.file, origin.pointer, std::to_string(job.parallel.cp),
-                 yet + " with MoE layers (cp = 1 only)");
+  if (job.model.moe->shared_expert_ffn_hidden_size % job.parallel.tp != 0) {
+    problems.add(job.model.source_file, "/moe/shared_expert_ffn_hidden_size",
+                 std::to_string(job.model.moe->shared_expert_ffn_hidden_size),
+                 yet + fmt::format(" with tp = {} (tp must divide it)", job.parallel.tp));
   }
 }
 

@@ -363,7 +363,10 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
   const bool repeated = ref.op.starts_with(recompute_prefix);
   const std::string op = repeated ? "fwd." + ref.op.substr(recompute_prefix.size()) : ref.op;
   if constexpr (Impl::kRunsMoe) {
-    if (m.moe && (MoeLayersCpu::handles(op) || op == "bwd.ln_mlp")) return bind_moe(ref);
+    if (m.moe && (MoeLayersCpu::handles(op) || op == "bwd.ln_mlp")) {
+      if (repeated && m.recompute == RecomputeGranularity::kNone) throw_unknown_op(ref.op);
+      return bind_moe(ref);
+    }
   }
   const bool cp_op = m.dims.cp > 1 && (is_cp_op(op) || op == "fwd.gemm_qkv");
   if ((!is_layer_op(op) && !cp_op) || (repeated && m.recompute == RecomputeGranularity::kNone)) {
@@ -417,20 +420,34 @@ BasicBoundOp<B> BasicStageModel<B>::bind_moe(const OpRef& ref) {
                   fmt::format("StageModel: rank {} does not hold layer {} (op {})", m.rank,
                               ref.layer, ref.op));
     }
-    LayerState<B>& s = m.layer_state(ref.micro_batch, ref.layer);
-    const MoeLayerIo io{.x = s.mlp_in, .y = s.mlp_branch, .dy = s.d_mlp_full, .dx = s.d_ln2_out};
-    if (ref.op == "bwd.ln_mlp") {
+    // As for the dense ops (bind): with recompute the repeated ops and the backward use the
+    // recompute state. Only full recompute repeats the MoE MLP (selective repeats the core
+    // attention), so only then do its own buffers have a recomputed set.
+    const std::string_view recompute_prefix = "bwd.recompute.";
+    const bool repeated = ref.op.starts_with(recompute_prefix);
+    const std::string op = repeated ? "fwd." + ref.op.substr(recompute_prefix.size()) : ref.op;
+    const bool recomputing =
+        m.recompute != RecomputeGranularity::kNone && (repeated || !op.starts_with("fwd."));
+    const bool moe_recomputing = recomputing && m.recompute == RecomputeGranularity::kFull;
+    LayerState<B>& s = recomputing ? m.recompute_state(ref.micro_batch, ref.layer)
+                                   : m.layer_state(ref.micro_batch, ref.layer);
+    // The MoE MLP reads ln_mlp's rows and writes bda_mlp's (T / tp of them with SP: the
+    // plan gathers nothing for it), and reads the residual gradient bda_mlp passes on.
+    const MoeLayerIo io{.x = s.ln2_out, .y = s.mlp_branch, .dy = s.dout, .dx = s.d_ln2_out};
+    if (op == "bwd.ln_mlp") {
       const LayerOpContext<B> context{m.dims, *m.rope, params->second, s};
-      std::optional<BasicBoundOp<B>> norm = bind_layer_backward(ref.op, context);
+      std::optional<BasicBoundOp<B>> norm = bind_layer_backward(op, context);
       DHELIX_CHECK(norm.has_value());
-      norm->compute = [sum = m.moe->sum_input_gradient(ref.layer, ref.micro_batch, io),
-                       norm_backward = std::move(norm->compute)](const typename B::Exec& e) {
-        sum(e);
-        norm_backward(e);
-      };
+      norm->compute =
+          [sum = m.moe->sum_input_gradient(ref.layer, ref.micro_batch, io, moe_recomputing),
+           norm_backward = std::move(norm->compute)](const typename B::Exec& e) {
+            sum(e);
+            norm_backward(e);
+          };
       return std::move(*norm);
     }
-    std::optional<BasicBoundOp<B>> bound = m.moe->bind(ref.op, ref.layer, ref.micro_batch, io);
+    std::optional<BasicBoundOp<B>> bound =
+        m.moe->bind(op, ref.layer, ref.micro_batch, io, moe_recomputing);
     DHELIX_CHECK(bound.has_value());
     return std::move(*bound);
   }

@@ -24,15 +24,10 @@ void refuse_unsupported_moe(const JobSpec& job, const std::string& plan_file,
   if (backend != "cpu") {
     refuse(fmt::format("{} on the {} backend", layers, backend), "use --backend cpu");
   }
-  if (p.tp > 1) {
-    refuse(fmt::format("{} with tensor parallelism (tp = {}, expert tensor parallelism {})", layers,
-                       p.tp, p.expert_tp_size()),
-           "plan the job with tp 1");
-  }
-  if (p.recompute.granularity != RecomputeGranularity::kNone) {
-    refuse(fmt::format("{} with activation recompute ({})", layers,
-                       recompute_granularity_name(p.recompute.granularity)),
-           "plan the job without recompute");
+  if (moe->shared_expert_ffn_hidden_size % p.tp != 0) {
+    refuse(fmt::format("{} with a shared expert of width {} that tp = {} does not divide", layers,
+                       moe->shared_expert_ffn_hidden_size, p.tp),
+           "plan the job with a tp that divides moe.shared_expert_ffn_hidden_size");
   }
 }
 

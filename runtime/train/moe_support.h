@@ -1,8 +1,9 @@
 #pragma once
 // Which mixture-of-experts plans dhelix-run executes (runtime/model/moe_layers_cpu.h):
-// on the CPU backend, MoE layers (with or without a shared expert) with any ep that
-// divides the experts, tp = 1, no recompute. Everything else is refused by name before any
-// rank trains.
+// on the CPU backend, MoE layers with any ep that divides the experts, tp >= 1 (expert
+// tensor parallelism 1 or tp), cp >= 1 and any recompute, and a shared expert whose width
+// tp divides (the planner rounds Fs/tp up; the runtime does not pad). Everything else is
+// refused by name before any rank trains.
 
 #include <string>
 

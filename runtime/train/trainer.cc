@@ -380,8 +380,11 @@ float Trainer::global_loss() {
     for (float loss : engine_->micro_batch_losses()) {
       if (!std::isnan(loss)) sum += loss;
     }
-    sum += engine_->moe_aux_loss_sum();  // MoE: the load-balancing losses, 0 otherwise
   }
+  // MoE: the load-balancing losses (0 otherwise). Under TP each rank's are those of its
+  // sequence-parallel rows, and the objective takes their mean (moe_layers_cpu.h).
+  const float aux = engine_->moe_aux_loss_sum();
+  if (aux != 0.0f) sum += job_.parallel.tp > 1 ? aux / static_cast<float>(job_.parallel.tp) : aux;
   comms_->main_world().all_reduce_sum(&sum, 1);
   // Each CP rank's loss is the mean over its equal share of the tokens.
   return sum / static_cast<float>(micro_batches() * job_.parallel.dp * job_.parallel.cp);

@@ -10,6 +10,9 @@
 #   5. the same chain for tiny-cp2-tp2 (the CP ring's send/recv measured; 4 ranks train);
 #   6. the same chain for the MoE job tiny-moe-ep2 (router, permutations, grouped GEMMs and
 #      the EP all-to-all measured as the run does them): profile, plan, --verify.
+#   7. the same chain for tiny-moe-ep2-tp2 (MoE with TP 2 and expert TP 2: the expert-TP
+#      exchanges measured as the planner models them, an all-gather and a reduce-scatter
+#      over TP; 2 ranks profile, 4 train).
 # The last line is "N passed, M failed"; the exit status is non-zero when anything failed.
 set -u
 
@@ -143,6 +146,22 @@ elif "$mpirun" --oversubscribe -np 2 "$bin_dir/dhelix-run" --plan "$scratch/moe-
   pass "moe: profile -> plan -> dhelix-run --verify (tiny-moe-ep2)"
 else
   fail "moe: dhelix-run --verify on the measured plan" "$(head -c 2000 "$scratch/stderr")"
+fi
+
+# --- 7. MoE with TP 2 and expert TP 2: profile on 2 ranks -> plan -> run on 4 -------------
+etp_job="$src_dir/examples/jobs/tiny-moe-ep2-tp2.json"
+if ! "$mpirun" --oversubscribe -np 2 "$profile" --backend cpu "$etp_job" -o "$scratch/etp.json" \
+  >"$scratch/stdout" 2>"$scratch/stderr"; then
+  fail "moe tp 2: mpirun -np 2 dhelix-profile --backend cpu" "$(head -c 2000 "$scratch/stderr")"
+elif ! "$plan" "$etp_job" --profile "$scratch/etp.json" -o "$scratch/etp-plan.json" \
+  >"$scratch/stdout" 2>"$scratch/stderr"; then
+  fail "moe tp 2: dhelix-plan --profile" "$(head -c 2000 "$scratch/stderr")"
+elif "$mpirun" --oversubscribe -np 4 "$bin_dir/dhelix-run" --plan "$scratch/etp-plan.json" \
+  --data "$src_dir/examples/data/corpus.txt" --steps 1 --verify >"$scratch/stdout" \
+  2>"$scratch/stderr" && grep -q "bitwise equal on 4 ranks" "$scratch/stdout"; then
+  pass "moe tp 2: profile -> plan -> dhelix-run --verify (tiny-moe-ep2-tp2)"
+else
+  fail "moe tp 2: dhelix-run --verify on the measured plan" "$(head -c 2000 "$scratch/stderr")"
 fi
 
 echo "$passed passed, $failed failed"

@@ -16,8 +16,9 @@
 #      expert-data-parallel groups sum the experts' gradients; with a shared expert), and
 #      capacity drops tokens;
 #   7. bad input (plan for another job, too few ranks, missing files, resume without a
-#      checkpoint, a corrupted plan the checker refuses, CP on the CUDA backend, MoE plans
-#      the runtime does not run) gives a clear error, a non-zero status and no checkpoint.
+#      checkpoint, a corrupted plan the checker refuses, CP and MoE on the CUDA backend)
+#      gives a clear error, a non-zero status and no checkpoint. MoE with TP, recompute and
+#      CP: run_moe_test.sh.
 # Usage: run_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_test.sh BIN_DIR SOURCE_DIR}
@@ -309,25 +310,10 @@ expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produce
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
-# Context parallelism on the CUDA backend, and MoE plans with tp 2 (no expert tensor
-# parallelism yet; llama-tiny with 4 experts, top-2; EP 2 and EP 1) or on the CUDA backend:
-# planned, refused by name on every rank before training.
+# Context parallelism and MoE on the CUDA backend: planned, refused by name on every rank
+# before training. (MoE with TP, recompute and CP runs: run_moe_test.sh.)
 expect_failure 4 "dhelix-run does not run context parallelism (cp = 2) on the cuda backend yet" \
   --plan "$cp2" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
-python3 - "$src/examples/models/llama-tiny.json" "$work/moe-model.json" <<'PY'
-import json, sys
-model = json.load(open(sys.argv[1]))
-model.update(name="llama-tiny-moe", ffn_hidden_size=64,
-             moe={"num_experts": 4, "top_k": 2, "capacity_factor": 1.25,
-                  "expert_ffn_hidden_size": 64})
-json.dump(model, open(sys.argv[2], "w"))
-PY
-for ep in 2 1; do
-  "$bin/dhelix-plan" "$src/examples/jobs/tiny-dp2-tp2.json" --model "$work/moe-model.json" \
-    --ep "$ep" -o "$work/moe-ep$ep.json" >/dev/null || fail "planning the MoE job with ep $ep"
-  expect_failure 4 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = $ep) with tensor parallelism (tp = 2, expert tensor parallelism 2) yet; plan the job with tp 1" \
-    --plan "$work/moe-ep$ep.json" --steps 1 --checkpoint-dir "$work/bad"
-done
 expect_failure 2 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) on the cuda backend yet; use --backend cpu" \
   --plan "$plans/tiny-moe-ep2.json" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"

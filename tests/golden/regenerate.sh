@@ -30,7 +30,8 @@ mkdir -p examples/plans/golden examples/profiles
   -o examples/profiles/llama-25b-a40-dp8-tp8.json
 # tiny-*: the CPU jobs dhelix-run trains in the tests (runtime/, tests/runtime/).
 jobs="llama-25b-a40-dp8-tp8 llama-39b-a40-dp2-tp8-cp2-pp2-seq16k tiny-tp2-pp2 tiny-dp2-tp2"
-jobs+=" tiny-tp2 tiny-tp2-recompute tiny-cp2-tp2 tiny-moe-ep2 tiny-moe-ep2-pp2"
+jobs+=" tiny-tp2 tiny-tp2-recompute tiny-cp2-tp2 tiny-moe-ep2 tiny-moe-ep2-pp2 tiny-moe-ep2-tp2"
+jobs+=" tiny-moe-ep2-recompute"
 for job in $jobs; do
   "$plan" "examples/jobs/$job.json" -o "examples/plans/$job.json" >/dev/null
 done

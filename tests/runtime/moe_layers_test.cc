@@ -38,6 +38,15 @@ void run(MoeLayersCpu& moe, const std::string& op, const MoeLayerIo& io) {
   bound->compute(CpuBackend::Exec{});
 }
 
+void run_recomputing(MoeLayersCpu& moe, const std::string& op, const MoeLayerIo& io) {
+  SCOPED_TRACE(op);
+  std::optional<BoundOp> bound =
+      moe.bind(op, /*layer=*/0, /*micro_batch=*/0, io, /*recomputing=*/true);
+  ASSERT_TRUE(bound.has_value());
+  ASSERT_TRUE(bound->compute);
+  bound->compute(CpuBackend::Exec{});
+}
+
 bool same_bits(const std::vector<float>& a, const float* b) {
   return std::memcmp(a.data(), b, a.size() * sizeof(float)) == 0;
 }
@@ -186,6 +195,119 @@ TEST(MoeLayersCpu, SharedExpertGradientsMatchFiniteDifferences) {
     for (int64_t i : {int64_t{0}, int64_t{7}, params[p].count - 1}) {
       expect_close(numeric(params[p].values, i), params[p].gradient[i],
                    params[p].name + " " + std::to_string(i));
+    }
+  }
+}
+
+// Full recompute: the repeated forward (bwd.recompute.<op>, bound with `recomputing`) fills
+// a second set of buffers, which the backward then reads; the outputs, input gradient and
+// weight gradients are those of a run that stores its activations, bit for bit, and the
+// load-balancing loss is counted once.
+TEST(MoeLayersCpu, FullRecomputeRepeatsTheForwardInBuffersOfItsOwn) {
+  JobSpec job = test::tiny_job(/*tp=*/1, /*sp=*/false);
+  job.model.moe = MoeSpec{.num_experts = 4,
+                          .top_k = 2,
+                          .capacity_factor = 1.0,
+                          .expert_ffn_hidden_size = 32,
+                          .shared_expert_ffn_hidden_size = 0,
+                          .aux_loss_coeff = 0.01};
+  const int64_t t = 32, h = 64;
+  const float loss_scale = 1.0f / static_cast<float>(t);
+  const std::vector<float> x = random_values(t * h, 11), dy = random_values(t * h, 12);
+  const std::vector<const char*> forward = {"fwd.router", "fwd.permute",     "fwd.grouped_fc1",
+                                            "fwd.swiglu", "fwd.grouped_fc2", "fwd.unpermute"};
+  const std::vector<const char*> backward = {
+      "bwd.unpermute",         "bwd.grouped_fc2_dgrad", "bwd.grouped_fc2_wgrad", "bwd.swiglu",
+      "bwd.grouped_fc1_dgrad", "bwd.grouped_fc1_wgrad", "bwd.permute",           "bwd.router",
+      "bwd.router_wgrad"};
+  // Stored: forward, then backward on the forward's buffers.
+  MoeLayersCpu stored(job, 0, {0}, /*seed=*/5, &loss_scale);
+  std::vector<float> y(static_cast<size_t>(t * h)), dx(y.size());
+  const MoeLayerIo io{.x = x.data(), .y = y.data(), .dy = dy.data(), .dx = dx.data()};
+  for (const char* op : forward) run(stored, op, io);
+  for (const char* op : backward) run(stored, op, io);
+  stored.sum_input_gradient(0, 0, io)(CpuBackend::Exec{});
+  // Recomputed: forward, the repeat into another output, then backward on the repeat's.
+  MoeLayersCpu recomputed(job, 0, {0}, /*seed=*/5, &loss_scale);
+  std::vector<float> y1(y.size()), y2(y.size()), dx2(y.size());
+  const MoeLayerIo first{.x = x.data(), .y = y1.data(), .dy = dy.data(), .dx = nullptr};
+  const MoeLayerIo repeat{.x = x.data(), .y = y2.data(), .dy = dy.data(), .dx = dx2.data()};
+  for (const char* op : forward) run(recomputed, op, first);
+  const float aux = recomputed.aux_loss_sum(1);
+  for (const char* op : forward) run_recomputing(recomputed, op, repeat);
+  for (const char* op : backward) run_recomputing(recomputed, op, repeat);
+  recomputed.sum_input_gradient(0, 0, repeat, /*recomputing=*/true)(CpuBackend::Exec{});
+
+  EXPECT_TRUE(same_bits(y, y1.data()));
+  EXPECT_TRUE(same_bits(y, y2.data()));
+  EXPECT_TRUE(same_bits(dx, dx2.data()));
+  EXPECT_GT(aux, 0.0f);
+  EXPECT_EQ(recomputed.aux_loss_sum(1), aux);  // the repeat's is not added
+  EXPECT_EQ(recomputed.aux_loss_sum(1), stored.aux_loss_sum(1));
+  // The repeat's routing is its own: repeating on other rows leaves the first forward's.
+  const std::vector<float> other = random_values(t * h, 13);
+  const MoeLayerIo elsewhere{.x = other.data(), .y = y2.data(), .dy = dy.data(), .dx = nullptr};
+  for (const char* op : forward) run_recomputing(recomputed, op, elsewhere);
+  EXPECT_EQ(recomputed.aux_loss_sum(1), aux);
+  const std::vector<ParameterView> a = stored.parameters(0), b = recomputed.parameters(0);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t p = 0; p < a.size(); ++p) {
+    EXPECT_EQ(std::memcmp(a[p].gradient, b[p].gradient, sizeof(float) * a[p].count), 0)
+        << a[p].name;
+  }
+}
+
+// Expert tensor parallelism (etp = tp = 2): TP rank r holds the gate rows [16 r, +16) and
+// the up rows 32 + [16 r, +16) of every expert's fc1 [64, h], and the columns [16 r, +16)
+// of its fc2 [h, 32], with the values of the whole experts that etp = 1 holds on every TP
+// rank; the router is replicated. Gradients: the router's summed over TP (each TP rank
+// routes its own sequence-parallel rows), the experts' over TP only with etp = 1.
+TEST(MoeLayersCpu, ExpertTensorParallelSlicesTheWholeExperts) {
+  auto job_with = [](int64_t expert_tp) {
+    JobSpec job = test::tiny_job(/*tp=*/2, /*sp=*/true);
+    job.model.moe = MoeSpec{.num_experts = 4,
+                            .top_k = 2,
+                            .capacity_factor = 0.0,
+                            .expert_ffn_hidden_size = 32,
+                            .shared_expert_ffn_hidden_size = 0,
+                            .aux_loss_coeff = 0.01};
+    job.parallel.expert_tp = expert_tp;
+    return job;
+  };
+  const float loss_scale = 1.0f;
+  const JobSpec whole_job = job_with(1), sliced_job = job_with(2);
+  MoeLayersCpu whole(whole_job, /*rank=*/0, {1}, /*seed=*/3, &loss_scale);
+  const std::vector<ParameterView> w = whole.parameters(1);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_TRUE(w[0].sum_gradient_over_tp && w[1].sum_gradient_over_tp && w[2].sum_gradient_over_tp);
+  const int64_t h = 64, f = 32, half = 16, experts = 4;
+  ASSERT_EQ(w[1].count, experts * 2 * f * h);
+  for (int64_t tp_rank = 0; tp_rank < 2; ++tp_rank) {
+    SCOPED_TRACE(tp_rank);
+    MoeLayersCpu sliced(sliced_job, /*rank=*/tp_rank, {1}, /*seed=*/3, &loss_scale);
+    const std::vector<ParameterView> v = sliced.parameters(1);
+    ASSERT_EQ(v.size(), 3u);
+    EXPECT_TRUE(v[0].sum_gradient_over_tp);
+    EXPECT_FALSE(v[1].sum_gradient_over_tp || v[2].sum_gradient_over_tp);
+    EXPECT_TRUE(v[1].expert && v[2].expert);
+    ASSERT_EQ(v[0].count, w[0].count);
+    EXPECT_EQ(std::memcmp(v[0].values, w[0].values, sizeof(float) * w[0].count), 0);
+    ASSERT_EQ(v[1].count, experts * 2 * half * h);
+    ASSERT_EQ(v[2].count, experts * h * half);
+    for (int64_t e = 0; e < experts; ++e) {
+      for (int64_t r = 0; r < 2 * half; ++r) {
+        const int64_t whole_row = r < half ? tp_rank * half + r : f + tp_rank * half + r - half;
+        for (int64_t c = 0; c < h; ++c) {
+          ASSERT_EQ(v[1].values[(e * 2 * half + r) * h + c],
+                    w[1].values[(e * 2 * f + whole_row) * h + c]);
+        }
+      }
+      for (int64_t r = 0; r < h; ++r) {
+        for (int64_t c = 0; c < half; ++c) {
+          ASSERT_EQ(v[2].values[(e * h + r) * half + c],
+                    w[2].values[(e * h + r) * f + tp_rank * half + c]);
+        }
+      }
     }
   }
 }

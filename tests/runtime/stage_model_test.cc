@@ -343,7 +343,7 @@ TEST(StageModelTest, RejectsSettingsTheRuntimeDoesNotRun) {
   job.model.position = PositionKind::kLearned;
   job.model.linear_bias = true;
   job.model.tied_embeddings = true;
-  job.model.moe = MoeSpec{4, 2, 0.0, 128};
+  job.model.moe = MoeSpec{4, 2, 0.0, 128, 63};  // tp = 2 does not divide the shared 63
   job.model.ffn_hidden_size = 129;
   job.model.head_dim = 15;
   job.parallel.cp = 2;
@@ -355,11 +355,9 @@ TEST(StageModelTest, RejectsSettingsTheRuntimeDoesNotRun) {
                   rt::StageModel model(job, 0, {{0, 2}}, true, true, 1);
                 },
                 ErrorCode::kUnsupported),
-            "job.json: /parallel/tp: 2" + yet +
-                " with MoE layers (tp = 1 only: no expert tensor parallelism yet)\n" +
-                "job.json: /parallel/cp: 2" + yet + " with MoE layers (cp = 1 only)\n" +
-                "model.json: /norm: layernorm" + yet + " (rmsnorm only)\n" +
-                "model.json: /activation: gelu" + yet + " (swiglu only)\n" +
+            "model.json: /moe/shared_expert_ffn_hidden_size: 63" + yet +
+                " with tp = 2 (tp must divide it)\n" + "model.json: /norm: layernorm" + yet +
+                " (rmsnorm only)\n" + "model.json: /activation: gelu" + yet + " (swiglu only)\n" +
                 "model.json: /position: learned" + yet + " (rope only)\n" +
                 "model.json: /linear_bias: true" + yet + " (no biases only)\n" +
                 "model.json: /tied_embeddings: true" + yet + " (untied embeddings only)\n" +
