@@ -49,7 +49,8 @@ CommFootprint comm_footprint(const DeviceCommSetup& setup,
   }
   return {.receive_peers = {senders.begin(), senders.end()},
           .communicators =
-              static_cast<int64_t>(setup.collectives.size() + senders.size() + receivers.size())};
+              static_cast<int64_t>(setup.collectives.size() + (setup.gradient_group ? 1 : 0) +
+                                   senders.size() + receivers.size())};
 }
 
 rt::CommSlot comm_slot_of(DeviceStream stream) {
@@ -81,6 +82,11 @@ std::unique_ptr<DeviceCommDirectory> DeviceCommDirectory::over_mpi(
     DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
     plan.collectives.push_back(over_mpi_group(mpi->handle(), slot_name(slot)));
   }
+  if (setup.gradient_group) {
+    auto* mpi = dynamic_cast<rt::MpiCommunicator*>(&groups.gradient_group());
+    DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
+    plan.gradient = over_mpi_group(mpi->handle(), "dp x cp (compute)");
+  }
   plan.channels = agreement.channels();
   for (size_t i = 0; i < plan.channels.size(); ++i) {
     const ChannelPair& pair = plan.channels[i];
@@ -100,6 +106,7 @@ DeviceCommDirectory::DeviceCommDirectory(DeviceApi& api, int64_t world_rank, Dev
     : api_(api), setup_(std::move(setup)), world_rank_(world_rank) {
   setup_.options.world_rank = world_rank_;
   DHELIX_CHECK(plan.collectives.size() == setup_.collectives.size());
+  DHELIX_CHECK(plan.gradient.has_value() == setup_.gradient_group);
   DHELIX_CHECK(plan.channel_members.size() == plan.channels.size());
   channels_ = plan.channels;
   receive_orders_ = plan.receive_orders;
@@ -131,6 +138,7 @@ void DeviceCommDirectory::create(DeviceCommPlan& plan) {
     const CollectiveSlot& slot = setup_.collectives[i];
     groups_[{slot.dim, slot.stream}] = join(plan.collectives[i], 0);
   }
+  if (plan.gradient) gradient_ = join(*plan.gradient, 0);
   for (size_t i = 0; i < channels_.size(); ++i) {
     if (!plan.channel_members[i]) continue;
     const ChannelPair& pair = channels_[i];
@@ -195,6 +203,15 @@ DeviceCommunicator& DeviceCommDirectory::group(ParallelDim dim, DeviceStream str
                             parallel_dim_name(dim), device_stream_name(stream)));
   }
   return *it->second;
+}
+
+DeviceCommunicator& DeviceCommDirectory::gradient_group() {
+  if (gradient_ == nullptr) {
+    throw Error(ErrorCode::kInternal,
+                "no NCCL communicator for the dp x cp gradient group (the device setup "
+                "created none)");
+  }
+  return *gradient_;
 }
 
 const ReceiveOrders& DeviceCommDirectory::receive_orders(ExecutionMode mode) const {

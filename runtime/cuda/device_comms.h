@@ -17,7 +17,8 @@
 //      ends' tag lists for each program, which makes every rank throw rt::SetupFailure
 //      (kInvalidInput) before any NCCL communicator exists when a message is sent and
 //      never received (or the reverse); each receiver keeps its senders' orders;
-//   2. collective communicators, in setup.collectives order (the same list on every rank);
+//   2. collective communicators, in setup.collectives order (the same list on every rank),
+//      then the DP x CP gradient group when the setup asks for it;
 //   3. NCCL initialisation of each channel in channel order (a rank joins its own ones; a
 //      total order over pairs means the earliest pending pair always has both members
 //      waiting on it);
@@ -66,6 +67,10 @@ struct DeviceCommSetup {
   /// buffers on the device, so list only those that run something.
   std::vector<CollectiveSlot> collectives = {{ParallelDim::kTp, DeviceStream::kLocalComm},
                                              {ParallelDim::kTp, DeviceStream::kCrossComm}};
+  /// Whether to create the communicator dense gradients are summed over when that is not
+  /// the dp group: DP x CP under context parallelism (rt::ProcessGroups::gradient_group),
+  /// on the compute stream, after the collectives.
+  bool gradient_group = false;
   /// The model's layer count, to decode tags in messages.
   int64_t num_layers = 0;
   /// Watchdog timeout of every communicator (world_rank is filled in).
@@ -91,6 +96,8 @@ struct CommMembership {
 struct DeviceCommPlan {
   /// Parallel to setup.collectives.
   std::vector<CommMembership> collectives;
+  /// The DP x CP group when setup.gradient_group.
+  std::optional<CommMembership> gradient;
   /// The world's channels in creation order; channel_members[i] is this rank's membership
   /// of channels[i], nullopt when it is not an end.
   std::vector<ChannelPair> channels;
@@ -131,6 +138,8 @@ class DeviceCommDirectory {
   /// The communicator of dimension `dim` for `stream`; Error(kInternal) when the setup did
   /// not create it.
   DeviceCommunicator& group(ParallelDim dim, DeviceStream stream);
+  /// The DP x CP gradient group (setup.gradient_group); Error(kInternal) without one.
+  DeviceCommunicator& gradient_group();
   /// The channel this rank sends to `peer` on / receives from `peer` on; Error(kInternal)
   /// when there is none.
   DeviceCommunicator& channel_to(int64_t peer);
@@ -158,6 +167,7 @@ class DeviceCommDirectory {
   std::map<ExecutionMode, ReceiveOrders> receive_orders_;
   std::vector<std::unique_ptr<DeviceCommunicator>> created_;  // creation order = destroy order
   std::map<std::pair<ParallelDim, DeviceStream>, DeviceCommunicator*> groups_;
+  DeviceCommunicator* gradient_ = nullptr;
   std::map<int64_t, DeviceCommunicator*> to_;
   std::map<int64_t, DeviceCommunicator*> from_;
 };
