@@ -113,6 +113,7 @@ class CudaEngine final : public TrainingEngine {
         tp_(job.parallel.tp),
         dp_(job.parallel.dp),
         cp_(job.parallel.cp),
+        parallel_(job.parallel),
         gemm_shapes_(
             model_gemm_shapes(rank_shape(job, rank), !slice.layer_ranges.empty(), slice.head)),
         // Under CP the layers run the ring kernels, not this attention (layer_ops_cp.h).
@@ -136,24 +137,7 @@ class CudaEngine final : public TrainingEngine {
   }
 
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
-    DeviceCommSetup setup;
-    // TP on every stream that runs the model's collectives (compute: sequential programs
-    // and the norm gains' gradient sum); DP only for the gradient sum on compute.
-    setup.collectives = {{ParallelDim::kTp, DeviceStream::kCompute},
-                         {ParallelDim::kTp, DeviceStream::kLocalComm},
-                         {ParallelDim::kTp, DeviceStream::kCrossComm}};
-    if (dp_ > 1 && cp_ == 1) {
-      setup.collectives.push_back({ParallelDim::kDp, DeviceStream::kCompute});
-    }
-    // Context parallelism: the ring's steps on the CP group, on every stream a plan may put
-    // them on; dense gradients summed over DP x CP (process_groups.h).
-    if (cp_ > 1) {
-      for (DeviceStream stream :
-           {DeviceStream::kCompute, DeviceStream::kLocalComm, DeviceStream::kCrossComm}) {
-        setup.collectives.push_back({ParallelDim::kCp, stream});
-      }
-      setup.gradient_group = true;
-    }
+    DeviceCommSetup setup = model_comm_setup(parallel_);
     setup.num_layers = num_layers_;
     setup.options.world_rank = rank_;
     session_ = std::make_unique<DeviceSession>(
@@ -366,6 +350,7 @@ class CudaEngine final : public TrainingEngine {
   int64_t tp_;
   int64_t dp_;
   int64_t cp_;
+  ParallelSpec parallel_;
   std::vector<GemmShape> gemm_shapes_;
   std::optional<AttentionSetup> attention_;
   int64_t workspace_bytes_;

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -51,6 +52,23 @@ CommFootprint comm_footprint(const DeviceCommSetup& setup,
           .communicators =
               static_cast<int64_t>(setup.collectives.size() + (setup.gradient_group ? 1 : 0) +
                                    senders.size() + receivers.size())};
+}
+
+DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
+  DeviceCommSetup setup;
+  constexpr std::array<DeviceStream, 3> kStreams = {
+      DeviceStream::kCompute, DeviceStream::kLocalComm, DeviceStream::kCrossComm};
+  setup.collectives.clear();
+  for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kTp, stream});
+  if (parallel.cp > 1) {
+    // The ring's steps run on whichever stream the plan gives them (the sequential
+    // program: compute); dense gradients are summed over DP x CP (process_groups.h).
+    for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kCp, stream});
+    setup.gradient_group = true;
+  } else if (parallel.dp > 1) {
+    setup.collectives.push_back({ParallelDim::kDp, DeviceStream::kCompute});
+  }
+  return setup;
 }
 
 rt::CommSlot comm_slot_of(DeviceStream stream) {

@@ -82,6 +82,12 @@ struct DeviceCommSetup {
   static constexpr int64_t kChannelMaxCtas = 2;
 };
 
+/// The collective communicators dhelix-run's CUDA engine creates for a job of `parallel`
+/// (the same on every rank): TP on every stream that runs the model's collectives (compute:
+/// sequential programs and the norm gains' gradient sums); with cp > 1 the CP ring's on the
+/// same three streams and the DP x CP gradient group; else DP on compute when dp > 1.
+DeviceCommSetup model_comm_setup(const ParallelSpec& parallel);
+
 /// One communicator this rank joins: its size, this rank's member index, and how member
 /// 0's unique id reaches the others (an MPI_Bcast; nothing in a simulation).
 struct CommMembership {
