@@ -39,7 +39,7 @@ cpu::RingStep step_of(int64_t cp, int64_t rank, int64_t s) {
 // One CP rank's forward and backward on both backends, its peers' K/V blocks given.
 void check_rank(int64_t cp, int64_t rank, const std::vector<std::vector<float>>& k,
                 const std::vector<std::vector<float>>& v) {
-  SCOPED_TRACE(testing::Message() << "cp " << cp << ", rank " << rank);
+  SCOPED_TRACE(::testing::Message() << "cp " << cp << ", rank " << rank);
   const std::vector<float> q = bf16_rounded(random_floats(q_size(), 100 + rank));
   const std::vector<float> dout = bf16_rounded(random_floats(q_size(), 200 + rank));
   DeviceBuffer<bf16> d_q(to_bf16(q)), d_dout(to_bf16(dout)), d_out(q_size()), d_dq(q_size());
