@@ -117,10 +117,9 @@ class CudaEngine final : public TrainingEngine {
         gemm_shapes_(
             model_gemm_shapes(rank_shape(job, rank), !slice.layer_ranges.empty(), slice.head)),
         // Under CP the layers run the ring kernels, not this attention (layer_ops_cp.h).
-        attention_(model_attention_setup(rank_shape(job, rank),
-                                         !slice.layer_ranges.empty() && job.parallel.cp == 1,
-                                         options.deterministic,
-                                         parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
+        attention_(model_attention_setup(
+            rank_shape(job, rank), !slice.layer_ranges.empty() && job.parallel.cp == 1,
+            options.deterministic, parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
         workspace_bytes_(workspace_bytes(rank_shape(job, rank))) {
     for (const CudaParameterView& p : model_->parameters()) {
       moments_.push_back(

@@ -4,11 +4,11 @@
 #include <utility>
 
 #include "lib/error.h"
-#include "runtime/kernels/context_parallel.h"
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/device_pool.h"
+#include "runtime/kernels/context_parallel.h"
 #include "runtime/model/model_backend.h"
 
 namespace dhelix::cuda {
@@ -242,7 +242,7 @@ void CudaBackend::add_tensors(const Exec& exec, int64_t count, const Act* a, con
 }
 
 CudaBackend::RingState CudaBackend::make_ring_state(Memory& memory,
-                                                   const kernels::AttentionShape& shape) {
+                                                    const kernels::AttentionShape& shape) {
   return {.stats = memory.allocate<float>(ring_state_stats_elements(shape)),
           .acc = memory.allocate<float>(ring_state_acc_elements(shape))};
 }
@@ -322,8 +322,8 @@ void CudaBackend::copy_tensor(const Exec& exec, int64_t count, const Act* in, Ac
 
 void CudaBackend::zero_tensor(const Exec& exec, int64_t count, Act* x) {
   if (count <= 0) return;
-  DHELIX_CUDA(cudaMemsetAsync(x, 0, as_size(count * static_cast<int64_t>(sizeof(Act))),
-                              exec.stream));
+  DHELIX_CUDA(
+      cudaMemsetAsync(x, 0, as_size(count * static_cast<int64_t>(sizeof(Act))), exec.stream));
 }
 
 void CudaBackend::embedding_forward(const Exec& exec, int64_t positions, int64_t dim,

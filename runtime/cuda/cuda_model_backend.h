@@ -172,8 +172,8 @@ struct CudaBackend {
   static void ring_forward_start(const Exec& exec, const kernels::AttentionShape& shape,
                                  RingState& state);
   static void ring_forward_step(const Exec& exec, const kernels::AttentionShape& shape,
-                                const cpu::RingStep& step, const Act* q, const Act* k,
-                                const Act* v, RingState& state);
+                                const cpu::RingStep& step, const Act* q, const Act* k, const Act* v,
+                                RingState& state);
   static void ring_forward_finish(const Exec& exec, const kernels::AttentionShape& shape,
                                   RingState& state, Act* out, float* lse);
   static void ring_backward_delta(const Exec& exec, const kernels::AttentionShape& shape,

@@ -76,7 +76,8 @@ __device__ inline QueryRow query_row(const AttentionShape& shape, const Ring& ri
   row.kvh = row.h / (shape.heads / shape.kv_heads);
   row.i = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x;
   row.active = row.i < shape.seq;
-  row.position = row.active ? kernels::cp_global_position(ring.cp, ring.rank, ring.chunk, row.i) : 0;
+  row.position =
+      row.active ? kernels::cp_global_position(ring.cp, ring.rank, ring.chunk, row.i) : 0;
   return row;
 }
 
@@ -217,8 +218,8 @@ __global__ void ring_dq_kernel(AttentionShape shape, Ring ring, const bf16* q, c
 }
 
 __global__ void ring_dkdv_kernel(AttentionShape shape, Ring ring, const bf16* q, const bf16* dout,
-                                 const float* lse, const float* delta, const bf16* k,
-                                 const bf16* v, bf16* dk_unscaled, bf16* dv) {
+                                 const float* lse, const float* delta, const bf16* k, const bf16* v,
+                                 bf16* dk_unscaled, bf16* dv) {
   extern __shared__ float shared[];
   const int64_t hd = shape.head_dim, seq = shape.seq, c = ring.chunk;
   float* q_tile = shared;
@@ -264,10 +265,9 @@ __global__ void ring_dkdv_kernel(AttentionShape shape, Ring ring, const bf16* q,
         __syncthreads();
         if (needs) {
           const int64_t offset = max_i64(first - t, 0);
-          kernels::attention_backward_dkdv_tile(hd, k_row, v_row, scale, q_tile + offset * hd,
-                                                dout_tile + offset * hd, hd, lse_tile + offset,
-                                                delta_tile + offset, staged - offset, dk_acc,
-                                                dv_acc);
+          kernels::attention_backward_dkdv_tile(
+              hd, k_row, v_row, scale, q_tile + offset * hd, dout_tile + offset * hd, hd,
+              lse_tile + offset, delta_tile + offset, staged - offset, dk_acc, dv_acc);
         }
         __syncthreads();
       }

@@ -185,7 +185,9 @@ void DeviceCommunicator::all_to_all_v(const void* in, const int64_t* send_counts
   const auto block_in = [&](int64_t member) {
     return static_cast<const char*>(in) + member * block_bytes;
   };
-  const auto block_out = [&](int64_t member) { return static_cast<char*>(out) + member * block_bytes; };
+  const auto block_out = [&](int64_t member) {
+    return static_cast<char*>(out) + member * block_bytes;
+  };
   enqueue("all_to_all_v", [&] {
     // This rank's own share: device copies on the stream, before the group.
     api_.copy_device(recv_counts + rank_ * chunks, send_counts + rank_ * chunks, count_bytes,

@@ -66,8 +66,7 @@ namespace dhelix::rt::model_detail {
 template <class B>
 concept RingAttentionBackend = requires(const typename B::Exec& e, typename B::RingState& f,
                                         typename B::Memory& memory,
-                                        const kernels::AttentionShape& shape,
-                                        typename B::Act* x) {
+                                        const kernels::AttentionShape& shape, typename B::Act* x) {
   { B::make_ring_state(memory, shape) } -> std::same_as<typename B::RingState>;
   B::ring_forward_start(e, shape, f);
   B::ring_scale(e, shape, int64_t{1}, x);

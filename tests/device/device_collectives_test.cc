@@ -28,8 +28,8 @@ struct Group {
   explicit Group(int64_t size) {
     for (int64_t r = 0; r < size; ++r) {
       devices.push_back(std::make_unique<RecordingDevice>());
-      comms.push_back(std::make_unique<DeviceCommunicator>(*devices.back(), size, r, "cp",
-                                                           [](CommId&) {}));
+      comms.push_back(
+          std::make_unique<DeviceCommunicator>(*devices.back(), size, r, "cp", [](CommId&) {}));
       stream.push_back(devices.back()->create_stream(true));
     }
   }

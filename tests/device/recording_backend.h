@@ -115,12 +115,12 @@ struct RecordingBackend {
     launch(e, "ring_forward_start");
   }
   static void ring_forward_step(const Exec& e, const kernels::AttentionShape&,
-                                const cpu::RingStep& step, const float*, const float*,
-                                const float*, RingState&) {
+                                const cpu::RingStep& step, const float*, const float*, const float*,
+                                RingState&) {
     e.device->kernel(fmt::format("ring_forward_step block {}", step.block_rank), e.stream);
   }
-  static void ring_forward_finish(const Exec& e, const kernels::AttentionShape&, RingState&,
-                                  float*, float*) {
+  static void ring_forward_finish(const Exec& e, const kernels::AttentionShape&, RingState&, float*,
+                                  float*) {
     launch(e, "ring_forward_finish");
   }
   static void ring_backward_delta(const Exec& e, const kernels::AttentionShape&, const float*,

@@ -291,8 +291,8 @@ void RecordingDevice::collective(CommHandle comm, CollectiveOp op, const void* /
   }
 }
 
-void RecordingDevice::send(CommHandle comm, const void* data, int64_t count,
-                           DeviceDtype dtype, int64_t peer, StreamHandle stream) {
+void RecordingDevice::send(CommHandle comm, const void* data, int64_t count, DeviceDtype dtype,
+                           int64_t peer, StreamHandle stream) {
   {
     DeviceCall call;
     call.kind = Kind::kSend;
@@ -306,8 +306,8 @@ void RecordingDevice::send(CommHandle comm, const void* data, int64_t count,
   }
 }
 
-void RecordingDevice::recv(CommHandle comm, void* data, int64_t count,
-                           DeviceDtype dtype, int64_t peer, StreamHandle stream) {
+void RecordingDevice::recv(CommHandle comm, void* data, int64_t count, DeviceDtype dtype,
+                           int64_t peer, StreamHandle stream) {
   {
     DeviceCall call;
     call.kind = Kind::kRecv;

@@ -68,7 +68,8 @@ std::map<ExecutionMode, std::vector<RankRecord>>* SimulatedCpRun::records_ = nul
 std::map<int64_t, std::string> comm_labels(const RankRecord& r) {
   std::map<int64_t, std::string> labels;
   for (const DeviceCall& call : r.calls) {
-    if (call.kind == Kind::kCommInit) labels[call.comm] = call.label.substr(0, call.label.find(" member "));
+    if (call.kind == Kind::kCommInit)
+      labels[call.comm] = call.label.substr(0, call.label.find(" member "));
   }
   return labels;
 }
@@ -100,11 +101,10 @@ size_t marker(const std::vector<DeviceCall>& calls, const std::string& label) {
 
 int64_t cp_collectives(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode) {
   const RankProgram program = lower_rank_program(plan, job, rank, mode);
-  return std::count_if(program.instructions.begin(), program.instructions.end(),
-                       [](const Instruction& i) {
-                         return i.kind == InstructionKind::kCollective && i.group &&
-                                *i.group == ParallelDim::kCp;
-                       });
+  return std::count_if(
+      program.instructions.begin(), program.instructions.end(), [](const Instruction& i) {
+        return i.kind == InstructionKind::kCollective && i.group && *i.group == ParallelDim::kCp;
+      });
 }
 
 TEST_P(SimulatedCpRun, EveryRingStepIsOneGroupOnACpCommunicator) {
@@ -168,10 +168,9 @@ TEST_P(SimulatedCpRun, MembersSendsAndReceivesPairUpOnEveryCpCommunicator) {
 }
 
 TEST_P(SimulatedCpRun, NoHostSynchronisationInsideAnIteration) {
-  const std::set<Kind> allowed = {Kind::kRecord,     Kind::kWait,       Kind::kKernel,
-                                  Kind::kGemm,       Kind::kCollective, Kind::kSend,
-                                  Kind::kRecv,       Kind::kDelay,      Kind::kGroupStart,
-                                  Kind::kGroupEnd,   Kind::kCopy};
+  const std::set<Kind> allowed = {Kind::kRecord,     Kind::kWait,     Kind::kKernel, Kind::kGemm,
+                                  Kind::kCollective, Kind::kSend,     Kind::kRecv,   Kind::kDelay,
+                                  Kind::kGroupStart, Kind::kGroupEnd, Kind::kCopy};
   for (const RankRecord& r : run()) {
     for (int64_t k = 1; k <= 2; ++k) {
       const size_t begin = marker(r.calls, fmt::format("iteration {}", k));
@@ -185,8 +184,8 @@ TEST_P(SimulatedCpRun, NoHostSynchronisationInsideAnIteration) {
       }
       ASSERT_LT(first, last);
       for (size_t i = first; i <= last; ++i) {
-        EXPECT_TRUE(allowed.contains(r.calls[i].kind))
-            << "rank " << r.rank << ", iteration " << k << ": " << device_call_name(r.calls[i].kind);
+        EXPECT_TRUE(allowed.contains(r.calls[i].kind)) << "rank " << r.rank << ", iteration " << k
+                                                       << ": " << device_call_name(r.calls[i].kind);
       }
     }
   }

@@ -144,8 +144,8 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
       micro_batches = std::max(micro_batches, instruction.micro_batch + 1);
     }
     // A CP rank holds seq / cp tokens of each sequence (runtime/train/context_split.h).
-    const int64_t tokens = world.job.parallel.micro_batch_size * world.job.parallel.seq_length /
-                           world.job.parallel.cp;
+    const int64_t tokens =
+        world.job.parallel.micro_batch_size * world.job.parallel.seq_length / world.job.parallel.cp;
     for (int64_t i = 1; i <= iterations; ++i) {
       model.start_iteration(micro_batches);
       for (int64_t mb = 0; mb < micro_batches; ++mb) {

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "lib/placement.h"
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/cuda_stage_model.h"
 #include "runtime/cuda/device_pool.h"
-#include "lib/placement.h"
 #include "runtime/train/context_split.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/runtime/stage_model_test_util.h"
@@ -249,7 +249,8 @@ TEST(CudaStageModel, ContextParallelLayersMatchTheCpuWithinBf16Error) {
   DeviceContext device;
   const cudaStream_t stream = device.stream;
   CpGroup<cuda::CudaBackend> gpu(job, cuda::CudaBackend::MemoryConfig{device.pool.get()},
-                                 device.exec(), [stream](const void* from, void* to, int64_t bytes) {
+                                 device.exec(),
+                                 [stream](const void* from, void* to, int64_t bytes) {
                                    DHELIX_CUDA(cudaMemcpyAsync(to, from, static_cast<size_t>(bytes),
                                                                cudaMemcpyDeviceToDevice, stream));
                                  });

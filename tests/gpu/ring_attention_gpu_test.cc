@@ -82,9 +82,9 @@ void check_rank(int64_t cp, int64_t rank, const std::vector<std::vector<float>>&
     const cpu::RingStep step = step_of(cp, rank, s);
     const auto block = static_cast<size_t>(step.block_rank);
     std::vector<float> dk(kv_size(), 0.0f), dv(kv_size(), 0.0f);
-    cpu::ring_attention_backward_step(kShape, step, q.data(), dout.data(), lse.data(),
-                                      delta.data(), k[block].data(), v[block].data(), dq.data(),
-                                      dk.data(), dv.data());
+    cpu::ring_attention_backward_step(kShape, step, q.data(), dout.data(), lse.data(), delta.data(),
+                                      k[block].data(), v[block].data(), dq.data(), dk.data(),
+                                      dv.data());
     DeviceBuffer<bf16> d_dk(to_bf16(std::vector<float>(kv_size(), 0.0f)));
     DeviceBuffer<bf16> d_dv(to_bf16(std::vector<float>(kv_size(), 0.0f)));
     ring_backward_step(kShape, step, d_q.get(), d_dout.get(), d_lse.get(), d_delta.get(),
@@ -112,8 +112,8 @@ TEST(CudaRingAttention, EveryRankAndStepMatchesTheCpu) {
 
 TEST(CudaRingAttention, SameInputGivesTheSameBits) {
   DHELIX_REQUIRE_GPUS(1);
-  DeviceBuffer<bf16> q(to_bf16(random_floats(q_size(), 1))), k(to_bf16(random_floats(kv_size(), 2))),
-      v(to_bf16(random_floats(kv_size(), 3)));
+  DeviceBuffer<bf16> q(to_bf16(random_floats(q_size(), 1))),
+      k(to_bf16(random_floats(kv_size(), 2))), v(to_bf16(random_floats(kv_size(), 3)));
   std::vector<std::vector<float>> outs;
   for (int run = 0; run < 2; ++run) {
     DeviceBuffer<float> stats(ring_state_stats_elements(kShape)),
