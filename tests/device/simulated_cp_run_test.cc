@@ -218,6 +218,32 @@ TEST_P(SimulatedCpRun, TheRingAndTheGradientGroupAreCreatedAndWarmedBeforeIterat
   }
 }
 
+TEST_P(SimulatedCpRun, EveryGemmShapeIsWarmedAndNoSelfAttentionIsPrepared) {
+  // Under CP the layers run the ring kernels, so the set-up prepares no attention path
+  // (cuda_engine.cc); the GEMMs are the CP rank's shapes (seq / cp tokens per sequence).
+  for (const RankRecord& r : run()) {
+    const size_t iteration = marker(r.calls, "iteration 1");
+    std::set<GemmShape> warmed;
+    for (size_t i = 0; i < iteration; ++i) {
+      if (r.calls[i].kind == Kind::kWarmGemm) warmed.insert(r.calls[i].gemm);
+      EXPECT_NE(r.calls[i].kind, Kind::kPrepareAttention) << "rank " << r.rank;
+    }
+    EXPECT_FALSE(r.attention.has_value());
+    int64_t gemms = 0, ring_steps = 0;
+    for (size_t i = iteration; i < r.calls.size(); ++i) {
+      const DeviceCall& call = r.calls[i];
+      if (call.kind == Kind::kKernel && call.label.starts_with("ring_forward_step")) ++ring_steps;
+      if (call.kind != Kind::kGemm) continue;
+      ++gemms;
+      EXPECT_TRUE(warmed.contains(call.gemm))
+          << "rank " << r.rank << ": GEMM m " << call.gemm.m << " n " << call.gemm.n << " k "
+          << call.gemm.k << " not run at set-up";
+    }
+    EXPECT_GT(gemms, 0);
+    EXPECT_GT(ring_steps, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, SimulatedCpRun,
                          ::testing::Values(ExecutionMode::kCoExecuted, ExecutionMode::kSequential),
                          [](const auto& param_info) {
