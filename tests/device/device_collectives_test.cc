@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "runtime/cuda/device_comms.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "tests/device/recording_device.h"
 
@@ -207,6 +208,35 @@ TEST(DeviceRingExchange, RefusedOnAnAbortedCommunicator) {
   EXPECT_THROW(g.comms[0]->ring_exchange(fake<float>(64), fake<float>(128), 4,
                                          DeviceDtype::kFloat32, g.stream[0]),
                Error);
+}
+
+TEST(ModelCommSetup, TpAlwaysDpWithoutCpTheRingAndDpCpWithIt) {
+  const auto dims = [](const DeviceCommSetup& setup) {
+    std::vector<std::pair<ParallelDim, DeviceStream>> out;
+    for (const CollectiveSlot& slot : setup.collectives) out.emplace_back(slot.dim, slot.stream);
+    return out;
+  };
+  using D = ParallelDim;
+  using S = DeviceStream;
+  ParallelSpec p;
+  p.tp = 2;
+  EXPECT_EQ(dims(model_comm_setup(p)),
+            (std::vector<std::pair<D, S>>{
+                {D::kTp, S::kCompute}, {D::kTp, S::kLocalComm}, {D::kTp, S::kCrossComm}}));
+  EXPECT_FALSE(model_comm_setup(p).gradient_group);
+  p.dp = 2;
+  EXPECT_EQ(dims(model_comm_setup(p)).back(), std::make_pair(D::kDp, S::kCompute));
+  EXPECT_FALSE(model_comm_setup(p).gradient_group);
+  p.cp = 2;  // the ring on every stream, gradients over DP x CP instead of DP
+  EXPECT_EQ(dims(model_comm_setup(p)), (std::vector<std::pair<D, S>>{{D::kTp, S::kCompute},
+                                                                     {D::kTp, S::kLocalComm},
+                                                                     {D::kTp, S::kCrossComm},
+                                                                     {D::kCp, S::kCompute},
+                                                                     {D::kCp, S::kLocalComm},
+                                                                     {D::kCp, S::kCrossComm}}));
+  EXPECT_TRUE(model_comm_setup(p).gradient_group);
+  // The footprint counts the gradient group's communicator (its NCCL streams).
+  EXPECT_EQ(comm_footprint(model_comm_setup(p), {}).communicators, 7);
 }
 
 }  // namespace
