@@ -39,7 +39,6 @@ Ring ring_of(const cpu::RingStep& step) {
 
 __device__ inline float f32(bf16 value) { return __bfloat162float(value); }
 __device__ inline int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ inline int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // Element d of head h at local token t of sequence b in a [batch, seq, heads, hd] tensor.
 __device__ inline int64_t at(int64_t b, int64_t t, int64_t h, int64_t d, int64_t seq, int64_t heads,
@@ -96,7 +95,8 @@ __device__ void for_each_visible_tile(const AttentionShape& shape, const Ring& r
       stage_rows(k, v, row.b, half * c + t, min_i64(kKeys, c - t), row.kvh, shape.seq,
                  shape.kv_heads, shape.head_dim, k_tile, v_tile);
       __syncthreads();
-      if (visible > t) fold(min_i64(kKeys, visible - t));
+      const int64_t count = kernels::keys_in_tile(visible, t, kKeys);
+      if (count > 0) fold(count);
       __syncthreads();
     }
   }
@@ -254,7 +254,8 @@ __global__ void ring_dkdv_kernel(AttentionShape shape, Ring ring, const bf16* q,
       const int64_t first = active ? kernels::first_seeing_query(key_position, start, c) : c;
       for (int64_t t = 0; t < c; t += kKeys) {
         const int64_t staged = min_i64(kKeys, c - t);
-        const bool needs = first < t + staged;
+        const int64_t offset = kernels::first_query_in_tile(first, t, staged);
+        const bool needs = offset < staged;
         if (__syncthreads_or(needs) == 0) continue;  // uniform over the block
         const int64_t local = half * c + t;
         stage_rows(q, dout, b, local, staged, h, seq, shape.heads, hd, q_tile, dout_tile);
@@ -264,7 +265,6 @@ __global__ void ring_dkdv_kernel(AttentionShape shape, Ring ring, const bf16* q,
         }
         __syncthreads();
         if (needs) {
-          const int64_t offset = max_i64(first - t, 0);
           kernels::attention_backward_dkdv_tile(
               hd, k_row, v_row, scale, q_tile + offset * hd, dout_tile + offset * hd, hd,
               lse_tile + offset, delta_tile + offset, staged - offset, dk_acc, dv_acc);
