@@ -16,7 +16,7 @@
 #      expert-data-parallel groups sum the experts' gradients; with a shared expert), and
 #      capacity drops tokens;
 #   7. bad input (plan for another job, too few ranks, missing files, resume without a
-#      checkpoint, a corrupted plan the checker refuses, CP on the CUDA backend, MoE plans
+#      checkpoint, a corrupted plan the checker refuses, MoE plans
 #      the runtime does not run) gives a clear error, a non-zero status and no checkpoint.
 # Usage: run_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
