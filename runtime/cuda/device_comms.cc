@@ -182,18 +182,26 @@ void DeviceCommDirectory::warm_up() {
       api.destroy_stream(stream);
     }
   } release{api_, stream, &scratch};
-  scratch = api_.allocate_scratch(static_cast<int64_t>(sizeof(float)));
+  scratch = api_.allocate_scratch(static_cast<int64_t>(2 * sizeof(float)));
+  float* const first = static_cast<float*>(scratch);
   // Creation order: collectives, then channels in channel order (see the file comment).
+  // Each communicator is warmed with the kind of operation it will run: NCCL connects
+  // point-to-point peers separately from its collective rings, so the CP ring's
+  // communicators run a ring step (a send and a receive), not an all-reduce.
   for (const auto& comm : created_) {
     const auto channel = std::find_if(
         to_.begin(), to_.end(), [&](const auto& entry) { return entry.second == comm.get(); });
     if (channel != to_.end()) {
-      comm->send(scratch, 1, DeviceDtype::kFloat32, 1, stream);
+      comm->send(first, 1, DeviceDtype::kFloat32, 1, stream);
     } else if (std::any_of(from_.begin(), from_.end(),
                            [&](const auto& entry) { return entry.second == comm.get(); })) {
-      comm->recv(scratch, 1, DeviceDtype::kFloat32, 0, stream);
+      comm->recv(first, 1, DeviceDtype::kFloat32, 0, stream);
+    } else if (std::any_of(groups_.begin(), groups_.end(), [&](const auto& entry) {
+                 return entry.first.first == ParallelDim::kCp && entry.second == comm.get();
+               })) {
+      comm->ring_exchange(first, first + 1, 1, DeviceDtype::kFloat32, stream);
     } else {
-      comm->all_reduce_sum(scratch, 1, DeviceDtype::kFloat32, stream);
+      comm->all_reduce_sum(first, 1, DeviceDtype::kFloat32, stream);
     }
   }
   // Every communicator polled while the host waits: a peer that never arrives ends the

@@ -23,12 +23,13 @@
 //      total order over pairs means the earliest pending pair always has both members
 //      waiting on it);
 //   4. warm-up of EVERY communicator, in creation order, on one set-up stream, waited for:
-//      a 1-element all-reduce on each collective communicator, a 1-element send/receive on
-//      each channel. NCCL connects peers lazily, on a communicator's first operation, with
-//      a host-side handshake; a first TP all-gather inside iteration 1 would make that
-//      handshake while receives spin on the GPU (docs/gpu.md, "iteration 1"). The earliest
-//      pending warm-up in the agreed order always has all its members at it, so the set-up
-//      cannot deadlock.
+//      a 1-element all-reduce on each collective communicator, a 1-element ring step on
+//      each CP communicator (NCCL connects point-to-point peers apart from its collective
+//      rings), a 1-element send/receive on each channel. NCCL connects peers lazily, on a
+//      communicator's first operation, with a host-side handshake; a first TP all-gather inside
+//      iteration 1 would make that handshake while receives spin on the GPU (docs/gpu.md,
+//      "iteration 1"). The earliest pending warm-up in the agreed order always has all its members
+//      at it, so the set-up cannot deadlock.
 // Teardown: ncclCommDestroy is collective, so the destructor destroys the communicators in
 // creation order, the same on every rank (before, the members of a std::map went in an
 // order that differed per rank: a sender destroyed a channel before or after its receiver

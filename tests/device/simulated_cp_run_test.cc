@@ -215,6 +215,23 @@ TEST_P(SimulatedCpRun, TheRingAndTheGradientGroupAreCreatedAndWarmedBeforeIterat
     for (const auto& [comm, label] : labels) {
       EXPECT_TRUE(warmed.contains(comm)) << "rank " << r.rank << ": " << label << " not warmed";
     }
+    // The ring's communicators warmed with a ring step: NCCL connects point-to-point peers
+    // apart from its collective rings, so an all-reduce would leave the connection for
+    // iteration 1, with receives in flight (docs/gpu.md, "Review", point 1).
+    for (const auto& [comm, label] : labels) {
+      if (!is_cp(label)) continue;
+      bool sent = false, received = false, grouped = false;
+      for (size_t i = 0; i < iteration; ++i) {
+        const DeviceCall& call = r.calls[i];
+        if (call.comm != comm) continue;
+        sent = sent || call.kind == Kind::kSend;
+        received = received || call.kind == Kind::kRecv;
+        EXPECT_NE(call.kind, Kind::kCollective) << label;
+        grouped = grouped ||
+                  (call.kind == Kind::kSend && i > 0 && r.calls[i - 1].kind == Kind::kGroupStart);
+      }
+      EXPECT_TRUE(sent && received && grouped) << "rank " << r.rank << ": " << label;
+    }
   }
 }
 
