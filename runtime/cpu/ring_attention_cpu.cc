@@ -42,7 +42,7 @@ void ring_attention_forward_step(const kernels::AttentionShape& shape, const Rin
           const int64_t visible = kernels::visible_keys(position, start, c);
           const int64_t first_key = ((b * seq + half * c) * shape.kv_heads + kv_head) * d;
           for (int64_t t = 0; t < visible; t += kernels::kAttentionTileKeys) {
-            const int64_t count = std::min(kernels::kAttentionTileKeys, visible - t);
+            const int64_t count = kernels::keys_in_tile(visible, t, kernels::kAttentionTileKeys);
             kernels::attention_forward_tile(d, q + row, scale, k + first_key + t * kv_stride,
                                             v + first_key + t * kv_stride, kv_stride, count,
                                             scores.data(), &s, state.acc.data() + row);

@@ -14,6 +14,7 @@
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/cuda/ring_attention_cuda.h"
 
 namespace dhelix::cuda {
 namespace {
@@ -23,7 +24,15 @@ cudaEvent_t cuda_of(EventHandle event) { return reinterpret_cast<cudaEvent_t>(ev
 ncclComm_t nccl_of(CommHandle comm) { return reinterpret_cast<ncclComm_t>(comm); }
 
 ncclDataType_t nccl_type(DeviceDtype dtype) {
-  return dtype == DeviceDtype::kFloat32 ? ncclFloat32 : ncclBfloat16;
+  switch (dtype) {
+    case DeviceDtype::kFloat32:
+      return ncclFloat32;
+    case DeviceDtype::kBFloat16:
+      return ncclBfloat16;
+    case DeviceDtype::kInt64:
+      return ncclInt64;
+  }
+  return ncclFloat32;
 }
 
 size_t count_of(int64_t count) {
@@ -111,7 +120,8 @@ void CudaDeviceApi::delay(int64_t microseconds, StreamHandle stream) {
 
 KernelInventory CudaDeviceApi::load_kernels() {
   KernelInventory inventory;
-  for (const auto& list : {rowwise_kernels(), attention_kernels(), delay_kernels()}) {
+  for (const auto& list :
+       {rowwise_kernels(), attention_kernels(), ring_attention_kernels(), delay_kernels()}) {
     for (const KernelEntry& kernel : list) {
       cudaFuncAttributes attributes{};
       try {
@@ -234,6 +244,17 @@ void CudaDeviceApi::recv(CommHandle comm, void* data, int64_t count, DeviceDtype
                          int64_t peer, StreamHandle stream) {
   DHELIX_NCCL(ncclRecv(data, count_of(count), nccl_type(dtype), static_cast<int>(peer),
                        nccl_of(comm), cuda_of(stream)));
+}
+
+void CudaDeviceApi::group_start() { DHELIX_NCCL(ncclGroupStart()); }
+
+void CudaDeviceApi::group_end() { DHELIX_NCCL(ncclGroupEnd()); }
+
+void CudaDeviceApi::copy_device(void* destination, const void* source, int64_t bytes,
+                                StreamHandle stream) {
+  if (bytes <= 0) return;
+  DHELIX_CUDA(cudaMemcpyAsync(destination, source, static_cast<size_t>(bytes),
+                              cudaMemcpyDeviceToDevice, cuda_of(stream)));
 }
 
 std::optional<std::string> CudaDeviceApi::comm_async_error(CommHandle comm) {

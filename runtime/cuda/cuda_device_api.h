@@ -48,6 +48,8 @@ class CudaDeviceApi final : public DeviceApi {
   void wait_event(StreamHandle stream, EventHandle event) override;
   bool stream_done(StreamHandle stream) override;
   double elapsed_ms(EventHandle start, EventHandle end) override;
+  void copy_device(void* destination, const void* source, int64_t bytes,
+                   StreamHandle stream) override;
   void synchronize_device() override;
   void delay(int64_t microseconds, StreamHandle stream) override;
 
@@ -67,6 +69,8 @@ class CudaDeviceApi final : public DeviceApi {
             StreamHandle stream) override;
   void recv(CommHandle comm, void* data, int64_t count, DeviceDtype dtype, int64_t peer,
             StreamHandle stream) override;
+  void group_start() override;
+  void group_end() override;
   std::optional<std::string> comm_async_error(CommHandle comm) override;
   int64_t internal_streams_per_comm() const override { return kNcclStreamsPerComm; }
 

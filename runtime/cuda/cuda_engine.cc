@@ -112,11 +112,14 @@ class CudaEngine final : public TrainingEngine {
         num_layers_(job.model.num_layers),
         tp_(job.parallel.tp),
         dp_(job.parallel.dp),
+        cp_(job.parallel.cp),
+        parallel_(job.parallel),
         gemm_shapes_(
             model_gemm_shapes(rank_shape(job, rank), !slice.layer_ranges.empty(), slice.head)),
-        attention_(model_attention_setup(rank_shape(job, rank), !slice.layer_ranges.empty(),
-                                         options.deterministic,
-                                         parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
+        // Under CP the layers run the ring kernels, not this attention (layer_ops_cp.h).
+        attention_(model_attention_setup(
+            rank_shape(job, rank), !slice.layer_ranges.empty() && job.parallel.cp == 1,
+            options.deterministic, parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
         workspace_bytes_(workspace_bytes(rank_shape(job, rank))) {
     for (const CudaParameterView& p : model_->parameters()) {
       moments_.push_back(
@@ -133,13 +136,7 @@ class CudaEngine final : public TrainingEngine {
   }
 
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
-    DeviceCommSetup setup;
-    // TP on every stream that runs the model's collectives (compute: sequential programs
-    // and the norm gains' gradient sum); DP only for the gradient sum on compute.
-    setup.collectives = {{ParallelDim::kTp, DeviceStream::kCompute},
-                         {ParallelDim::kTp, DeviceStream::kLocalComm},
-                         {ParallelDim::kTp, DeviceStream::kCrossComm}};
-    if (dp_ > 1) setup.collectives.push_back({ParallelDim::kDp, DeviceStream::kCompute});
+    DeviceCommSetup setup = model_comm_setup(parallel_);
     setup.num_layers = num_layers_;
     setup.options.world_rank = rank_;
     session_ = std::make_unique<DeviceSession>(
@@ -171,7 +168,7 @@ class CudaEngine final : public TrainingEngine {
     std::vector<int64_t> sizes;
     for (const CudaParameterView& p : model_->parameters()) sizes.push_back(p.count);
     buckets_ = plan_gradient_buckets(sizes, options_.ddp_bucket_elements);
-    if (dp_ > 1) staging_ = pool_->allocate_array<float>(largest_bucket(buckets_));
+    if (dp_ * cp_ > 1) staging_ = pool_->allocate_array<float>(largest_bucket(buckets_));
     DHELIX_CUDA(cudaDeviceSynchronize());
   }
 
@@ -237,8 +234,9 @@ class CudaEngine final : public TrainingEngine {
         last_used->all_reduce_sum(p.gradient, p.count, DeviceDtype::kFloat32, compute);
       }
     }
-    if (dp_ > 1) {
-      last_used = &comms_->group(ParallelDim::kDp, DeviceStream::kCompute);
+    if (dp_ * cp_ > 1) {
+      last_used = cp_ > 1 ? &comms_->gradient_group()
+                          : &comms_->group(ParallelDim::kDp, DeviceStream::kCompute);
       for (const GradientBucket& bucket : buckets_) {
         sum_bucket(bucket, params, *last_used, compute);
       }
@@ -350,6 +348,8 @@ class CudaEngine final : public TrainingEngine {
   int64_t num_layers_;
   int64_t tp_;
   int64_t dp_;
+  int64_t cp_;
+  ParallelSpec parallel_;
   std::vector<GemmShape> gemm_shapes_;
   std::optional<AttentionSetup> attention_;
   int64_t workspace_bytes_;

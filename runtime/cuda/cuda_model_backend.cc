@@ -8,6 +8,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/device_pool.h"
+#include "runtime/kernels/context_parallel.h"
 #include "runtime/model/model_backend.h"
 
 namespace dhelix::cuda {
@@ -238,6 +239,91 @@ void CudaBackend::merge_qkv(const Exec& exec, int64_t rows, int64_t q_width, int
 void CudaBackend::add_tensors(const Exec& exec, int64_t count, const Act* a, const Act* b,
                               Act* out) {
   cuda::add_tensors(count, a, b, out, exec.stream);
+}
+
+CudaBackend::RingState CudaBackend::make_ring_state(Memory& memory,
+                                                    const kernels::AttentionShape& shape) {
+  return {.stats = memory.allocate<float>(ring_state_stats_elements(shape)),
+          .acc = memory.allocate<float>(ring_state_acc_elements(shape))};
+}
+
+void CudaBackend::ring_forward_start(const Exec& exec, const kernels::AttentionShape& shape,
+                                     RingState& state) {
+  cuda::ring_forward_start(shape, state, exec.stream);
+}
+
+void CudaBackend::ring_forward_step(const Exec& exec, const kernels::AttentionShape& shape,
+                                    const cpu::RingStep& step, const Act* q, const Act* k,
+                                    const Act* v, RingState& state) {
+  cuda::ring_forward_step(shape, step, q, k, v, state, exec.stream);
+}
+
+void CudaBackend::ring_forward_finish(const Exec& exec, const kernels::AttentionShape& shape,
+                                      RingState& state, Act* out, float* lse) {
+  cuda::ring_forward_finish(shape, state, out, lse, exec.stream);
+}
+
+void CudaBackend::ring_backward_delta(const Exec& exec, const kernels::AttentionShape& shape,
+                                      const Act* out, const Act* dout, float* delta) {
+  cuda::ring_backward_delta(shape, out, dout, delta, exec.stream);
+}
+
+void CudaBackend::ring_backward_step(const Exec& exec, const kernels::AttentionShape& shape,
+                                     const cpu::RingStep& step, const Act* q, const Act* dout,
+                                     const float* lse, const float* delta, const Act* k,
+                                     const Act* v, Act* dq_unscaled, Act* dk_unscaled, Act* dv) {
+  cuda::ring_backward_step(shape, step, q, dout, lse, delta, k, v, dq_unscaled, dk_unscaled, dv,
+                           exec.stream);
+}
+
+void CudaBackend::ring_scale(const Exec& exec, const kernels::AttentionShape& shape, int64_t count,
+                             Act* values) {
+  cuda::scale_tensor(count, kernels::attention_scale(shape.head_dim), values, exec.stream);
+}
+
+namespace {
+
+// One rotation per (sequence, chunk) at the chunk's first global position, as
+// cpu::rope_forward_cp and rope_backward_cp do.
+template <class Rotate>
+void rope_cp(const DeviceRopeTable& table, int64_t batch, int64_t cp, int64_t rank, int64_t chunk,
+             int64_t heads, bf16* x, Rotate rotate) {
+  DHELIX_CHECK(table.positions >= 2 * cp * chunk);
+  const int64_t row = heads * table.head_dim;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t half = 0; half < 2; ++half) {
+      rotate(kernels::cp_chunk_start(cp, rank, chunk, half),
+             x + (b * 2 * chunk + half * chunk) * row);
+    }
+  }
+}
+
+}  // namespace
+
+void CudaBackend::rope_forward_cp(const Exec& exec, const Rope& table, int64_t batch, int64_t cp,
+                                  int64_t rank, int64_t chunk, int64_t heads, Act* x) {
+  rope_cp(table, batch, cp, rank, chunk, heads, x, [&](int64_t offset, Act* part) {
+    cuda::rope_forward(table, 1, chunk, heads, offset, part, exec.stream);
+  });
+}
+
+void CudaBackend::rope_backward_cp(const Exec& exec, const Rope& table, int64_t batch, int64_t cp,
+                                   int64_t rank, int64_t chunk, int64_t heads, Act* dy) {
+  rope_cp(table, batch, cp, rank, chunk, heads, dy, [&](int64_t offset, Act* part) {
+    cuda::rope_backward(table, 1, chunk, heads, offset, part, exec.stream);
+  });
+}
+
+void CudaBackend::copy_tensor(const Exec& exec, int64_t count, const Act* in, Act* out) {
+  if (count <= 0) return;
+  DHELIX_CUDA(cudaMemcpyAsync(out, in, as_size(count * static_cast<int64_t>(sizeof(Act))),
+                              cudaMemcpyDeviceToDevice, exec.stream));
+}
+
+void CudaBackend::zero_tensor(const Exec& exec, int64_t count, Act* x) {
+  if (count <= 0) return;
+  DHELIX_CUDA(
+      cudaMemsetAsync(x, 0, as_size(count * static_cast<int64_t>(sizeof(Act))), exec.stream));
 }
 
 void CudaBackend::embedding_forward(const Exec& exec, int64_t positions, int64_t dim,

@@ -23,6 +23,7 @@
 
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/cuda/ring_attention_cuda.h"
 #include "runtime/model/element_type.h"
 
 namespace dhelix::cuda {
@@ -161,6 +162,38 @@ struct CudaBackend {
   static void merge_qkv(const Exec& exec, int64_t rows, int64_t q_width, int64_t kv_width,
                         const Act* q, const Act* k, const Act* v, Act* qkv);
   static void add_tensors(const Exec& exec, int64_t count, const Act* a, const Act* b, Act* out);
+
+  // Context parallelism's ring attention (runtime/model/layer_ops_cp.h, the
+  // RingAttentionBackend concept): runtime/cuda/ring_attention_cuda.h, CpuBackend's
+  // contracts with Act = bf16.
+  using RingState = cuda::RingDeviceState;
+  /// The state's device buffers for `shape`, allocated from `memory` when a layer is bound.
+  static RingState make_ring_state(Memory& memory, const kernels::AttentionShape& shape);
+  static void ring_forward_start(const Exec& exec, const kernels::AttentionShape& shape,
+                                 RingState& state);
+  static void ring_forward_step(const Exec& exec, const kernels::AttentionShape& shape,
+                                const cpu::RingStep& step, const Act* q, const Act* k, const Act* v,
+                                RingState& state);
+  static void ring_forward_finish(const Exec& exec, const kernels::AttentionShape& shape,
+                                  RingState& state, Act* out, float* lse);
+  static void ring_backward_delta(const Exec& exec, const kernels::AttentionShape& shape,
+                                  const Act* out, const Act* dout, float* delta);
+  static void ring_backward_step(const Exec& exec, const kernels::AttentionShape& shape,
+                                 const cpu::RingStep& step, const Act* q, const Act* dout,
+                                 const float* lse, const float* delta, const Act* k, const Act* v,
+                                 Act* dq_unscaled, Act* dk_unscaled, Act* dv);
+  static void ring_scale(const Exec& exec, const kernels::AttentionShape& shape, int64_t count,
+                         Act* values);
+  /// RoPE of the rank's two chunks at their global positions (cpu::rope_forward_cp): one
+  /// rope_forward per (sequence, chunk) at the chunk's first position.
+  static void rope_forward_cp(const Exec& exec, const Rope& table, int64_t batch, int64_t cp,
+                              int64_t rank, int64_t chunk, int64_t heads, Act* x);
+  static void rope_backward_cp(const Exec& exec, const Rope& table, int64_t batch, int64_t cp,
+                               int64_t rank, int64_t chunk, int64_t heads, Act* dy);
+  /// A device-to-device copy on the stream.
+  static void copy_tensor(const Exec& exec, int64_t count, const Act* in, Act* out);
+  /// x[count] = 0 on the stream.
+  static void zero_tensor(const Exec& exec, int64_t count, Act* x);
   static void embedding_forward(const Exec& exec, int64_t positions, int64_t dim,
                                 const int64_t* tokens, const Act* table, int64_t vocab_begin,
                                 int64_t vocab_local, Act* out);

@@ -32,9 +32,9 @@ using StreamHandle = OpaqueStream*;
 using EventHandle = OpaqueEvent*;
 using CommHandle = OpaqueComm*;
 
-/// Element type of a transfer or collective.
-enum class DeviceDtype { kFloat32, kBFloat16 };
-const char* device_dtype_name(DeviceDtype dtype);  ///< "float32", "bfloat16"
+/// Element type of a transfer or collective (kInt64: the all-to-all's per-peer counts).
+enum class DeviceDtype { kFloat32, kBFloat16, kInt64 };
+const char* device_dtype_name(DeviceDtype dtype);  ///< "float32", "bfloat16", "int64"
 /// Bytes of one element.
 int64_t device_dtype_bytes(DeviceDtype dtype);
 
@@ -84,6 +84,10 @@ class DeviceApi {
   virtual bool stream_done(StreamHandle stream) = 0;
   /// Milliseconds between two recorded timing events (both finished).
   virtual double elapsed_ms(EventHandle start, EventHandle end) = 0;
+  /// cudaMemcpyAsync(destination, source, bytes, device to device) on `stream`: the ring
+  /// step of a group of one (its "next member" is itself).
+  virtual void copy_device(void* destination, const void* source, int64_t bytes,
+                           StreamHandle stream) = 0;
   /// cudaDeviceSynchronize: a host wait, for set-up and between iterations only.
   virtual void synchronize_device() = 0;
   /// Holds `stream` about `microseconds` (dhelix-run --jitter-us).
@@ -122,6 +126,14 @@ class DeviceApi {
                     int64_t peer, StreamHandle stream) = 0;
   virtual void recv(CommHandle comm, void* data, int64_t count, DeviceDtype dtype, int64_t peer,
                     StreamHandle stream) = 0;
+  /// ncclGroupStart / ncclGroupEnd: the sends and receives enqueued between them (on any
+  /// of the rank's communicators) are issued as one operation, so that a member's send to
+  /// a peer and its receive from another cannot wait for each other (NCCL documentation,
+  /// "Group Calls": point-to-point calls of a ring or an all-to-all must be grouped, or
+  /// they deadlock). Every member of a group must make the same grouped calls in the same
+  /// order on its communicator.
+  virtual void group_start() = 0;
+  virtual void group_end() = 0;
   /// ncclCommGetAsyncError: nullopt while healthy (or in progress), else the error's name
   /// and text.
   virtual std::optional<std::string> comm_async_error(CommHandle comm) = 0;

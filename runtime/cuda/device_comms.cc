@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -49,7 +50,25 @@ CommFootprint comm_footprint(const DeviceCommSetup& setup,
   }
   return {.receive_peers = {senders.begin(), senders.end()},
           .communicators =
-              static_cast<int64_t>(setup.collectives.size() + senders.size() + receivers.size())};
+              static_cast<int64_t>(setup.collectives.size() + (setup.gradient_group ? 1 : 0) +
+                                   senders.size() + receivers.size())};
+}
+
+DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
+  DeviceCommSetup setup;
+  constexpr std::array<DeviceStream, 3> kStreams = {
+      DeviceStream::kCompute, DeviceStream::kLocalComm, DeviceStream::kCrossComm};
+  setup.collectives.clear();
+  for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kTp, stream});
+  if (parallel.cp > 1) {
+    // The ring's steps run on whichever stream the plan gives them (the sequential
+    // program: compute); dense gradients are summed over DP x CP (process_groups.h).
+    for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kCp, stream});
+    setup.gradient_group = true;
+  } else if (parallel.dp > 1) {
+    setup.collectives.push_back({ParallelDim::kDp, DeviceStream::kCompute});
+  }
+  return setup;
 }
 
 rt::CommSlot comm_slot_of(DeviceStream stream) {
@@ -81,6 +100,11 @@ std::unique_ptr<DeviceCommDirectory> DeviceCommDirectory::over_mpi(
     DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
     plan.collectives.push_back(over_mpi_group(mpi->handle(), slot_name(slot)));
   }
+  if (setup.gradient_group) {
+    auto* mpi = dynamic_cast<rt::MpiCommunicator*>(&groups.gradient_group());
+    DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
+    plan.gradient = over_mpi_group(mpi->handle(), "dp x cp (compute)");
+  }
   plan.channels = agreement.channels();
   for (size_t i = 0; i < plan.channels.size(); ++i) {
     const ChannelPair& pair = plan.channels[i];
@@ -100,6 +124,7 @@ DeviceCommDirectory::DeviceCommDirectory(DeviceApi& api, int64_t world_rank, Dev
     : api_(api), setup_(std::move(setup)), world_rank_(world_rank) {
   setup_.options.world_rank = world_rank_;
   DHELIX_CHECK(plan.collectives.size() == setup_.collectives.size());
+  DHELIX_CHECK(plan.gradient.has_value() == setup_.gradient_group);
   DHELIX_CHECK(plan.channel_members.size() == plan.channels.size());
   channels_ = plan.channels;
   receive_orders_ = plan.receive_orders;
@@ -131,6 +156,7 @@ void DeviceCommDirectory::create(DeviceCommPlan& plan) {
     const CollectiveSlot& slot = setup_.collectives[i];
     groups_[{slot.dim, slot.stream}] = join(plan.collectives[i], 0);
   }
+  if (plan.gradient) gradient_ = join(*plan.gradient, 0);
   for (size_t i = 0; i < channels_.size(); ++i) {
     if (!plan.channel_members[i]) continue;
     const ChannelPair& pair = channels_[i];
@@ -156,18 +182,26 @@ void DeviceCommDirectory::warm_up() {
       api.destroy_stream(stream);
     }
   } release{api_, stream, &scratch};
-  scratch = api_.allocate_scratch(static_cast<int64_t>(sizeof(float)));
+  scratch = api_.allocate_scratch(static_cast<int64_t>(2 * sizeof(float)));
+  float* const first = static_cast<float*>(scratch);
   // Creation order: collectives, then channels in channel order (see the file comment).
+  // Each communicator is warmed with the kind of operation it will run: NCCL connects
+  // point-to-point peers separately from its collective rings, so the CP ring's
+  // communicators run a ring step (a send and a receive), not an all-reduce.
   for (const auto& comm : created_) {
     const auto channel = std::find_if(
         to_.begin(), to_.end(), [&](const auto& entry) { return entry.second == comm.get(); });
     if (channel != to_.end()) {
-      comm->send(scratch, 1, DeviceDtype::kFloat32, 1, stream);
+      comm->send(first, 1, DeviceDtype::kFloat32, 1, stream);
     } else if (std::any_of(from_.begin(), from_.end(),
                            [&](const auto& entry) { return entry.second == comm.get(); })) {
-      comm->recv(scratch, 1, DeviceDtype::kFloat32, 0, stream);
+      comm->recv(first, 1, DeviceDtype::kFloat32, 0, stream);
+    } else if (std::any_of(groups_.begin(), groups_.end(), [&](const auto& entry) {
+                 return entry.first.first == ParallelDim::kCp && entry.second == comm.get();
+               })) {
+      comm->ring_exchange(first, first + 1, 1, DeviceDtype::kFloat32, stream);
     } else {
-      comm->all_reduce_sum(scratch, 1, DeviceDtype::kFloat32, stream);
+      comm->all_reduce_sum(first, 1, DeviceDtype::kFloat32, stream);
     }
   }
   // Every communicator polled while the host waits: a peer that never arrives ends the
@@ -195,6 +229,15 @@ DeviceCommunicator& DeviceCommDirectory::group(ParallelDim dim, DeviceStream str
                             parallel_dim_name(dim), device_stream_name(stream)));
   }
   return *it->second;
+}
+
+DeviceCommunicator& DeviceCommDirectory::gradient_group() {
+  if (gradient_ == nullptr) {
+    throw Error(ErrorCode::kInternal,
+                "no NCCL communicator for the dp x cp gradient group (the device setup "
+                "created none)");
+  }
+  return *gradient_;
 }
 
 const ReceiveOrders& DeviceCommDirectory::receive_orders(ExecutionMode mode) const {

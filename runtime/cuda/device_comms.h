@@ -17,17 +17,19 @@
 //      ends' tag lists for each program, which makes every rank throw rt::SetupFailure
 //      (kInvalidInput) before any NCCL communicator exists when a message is sent and
 //      never received (or the reverse); each receiver keeps its senders' orders;
-//   2. collective communicators, in setup.collectives order (the same list on every rank);
+//   2. collective communicators, in setup.collectives order (the same list on every rank),
+//      then the DP x CP gradient group when the setup asks for it;
 //   3. NCCL initialisation of each channel in channel order (a rank joins its own ones; a
 //      total order over pairs means the earliest pending pair always has both members
 //      waiting on it);
 //   4. warm-up of EVERY communicator, in creation order, on one set-up stream, waited for:
-//      a 1-element all-reduce on each collective communicator, a 1-element send/receive on
-//      each channel. NCCL connects peers lazily, on a communicator's first operation, with
-//      a host-side handshake; a first TP all-gather inside iteration 1 would make that
-//      handshake while receives spin on the GPU (docs/gpu.md, "iteration 1"). The earliest
-//      pending warm-up in the agreed order always has all its members at it, so the set-up
-//      cannot deadlock.
+//      a 1-element all-reduce on each collective communicator, a 1-element ring step on
+//      each CP communicator (NCCL connects point-to-point peers apart from its collective
+//      rings), a 1-element send/receive on each channel. NCCL connects peers lazily, on a
+//      communicator's first operation, with a host-side handshake; a first TP all-gather inside
+//      iteration 1 would make that handshake while receives spin on the GPU (docs/gpu.md,
+//      "iteration 1"). The earliest pending warm-up in the agreed order always has all its members
+//      at it, so the set-up cannot deadlock.
 // Teardown: ncclCommDestroy is collective, so the destructor destroys the communicators in
 // creation order, the same on every rank (before, the members of a std::map went in an
 // order that differed per rank: a sender destroyed a channel before or after its receiver
@@ -66,6 +68,10 @@ struct DeviceCommSetup {
   /// buffers on the device, so list only those that run something.
   std::vector<CollectiveSlot> collectives = {{ParallelDim::kTp, DeviceStream::kLocalComm},
                                              {ParallelDim::kTp, DeviceStream::kCrossComm}};
+  /// Whether to create the communicator dense gradients are summed over when that is not
+  /// the dp group: DP x CP under context parallelism (rt::ProcessGroups::gradient_group),
+  /// on the compute stream, after the collectives.
+  bool gradient_group = false;
   /// The model's layer count, to decode tags in messages.
   int64_t num_layers = 0;
   /// Watchdog timeout of every communicator (world_rank is filled in).
@@ -76,6 +82,12 @@ struct DeviceCommSetup {
   int64_t channel_max_ctas = kChannelMaxCtas;
   static constexpr int64_t kChannelMaxCtas = 2;
 };
+
+/// The collective communicators dhelix-run's CUDA engine creates for a job of `parallel`
+/// (the same on every rank): TP on every stream that runs the model's collectives (compute:
+/// sequential programs and the norm gains' gradient sums); with cp > 1 the CP ring's on the
+/// same three streams and the DP x CP gradient group; else DP on compute when dp > 1.
+DeviceCommSetup model_comm_setup(const ParallelSpec& parallel);
 
 /// One communicator this rank joins: its size, this rank's member index, and how member
 /// 0's unique id reaches the others (an MPI_Bcast; nothing in a simulation).
@@ -91,6 +103,8 @@ struct CommMembership {
 struct DeviceCommPlan {
   /// Parallel to setup.collectives.
   std::vector<CommMembership> collectives;
+  /// The DP x CP group when setup.gradient_group.
+  std::optional<CommMembership> gradient;
   /// The world's channels in creation order; channel_members[i] is this rank's membership
   /// of channels[i], nullopt when it is not an end.
   std::vector<ChannelPair> channels;
@@ -131,6 +145,8 @@ class DeviceCommDirectory {
   /// The communicator of dimension `dim` for `stream`; Error(kInternal) when the setup did
   /// not create it.
   DeviceCommunicator& group(ParallelDim dim, DeviceStream stream);
+  /// The DP x CP gradient group (setup.gradient_group); Error(kInternal) without one.
+  DeviceCommunicator& gradient_group();
   /// The channel this rank sends to `peer` on / receives from `peer` on; Error(kInternal)
   /// when there is none.
   DeviceCommunicator& channel_to(int64_t peer);
@@ -158,6 +174,7 @@ class DeviceCommDirectory {
   std::map<ExecutionMode, ReceiveOrders> receive_orders_;
   std::vector<std::unique_ptr<DeviceCommunicator>> created_;  // creation order = destroy order
   std::map<std::pair<ParallelDim, DeviceStream>, DeviceCommunicator*> groups_;
+  DeviceCommunicator* gradient_ = nullptr;
   std::map<int64_t, DeviceCommunicator*> to_;
   std::map<int64_t, DeviceCommunicator*> from_;
 };

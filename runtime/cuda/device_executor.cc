@@ -34,12 +34,21 @@ struct DeviceCollectives {
   void all_reduce_sum(const rt::CollectiveRequest& r, StreamHandle stream) {
     comm.all_reduce_sum(r.out, r.count, device_dtype_of(r.element), stream);
   }
-  // Expert parallelism runs on the CPU backend only so far; dhelix-run refuses MoE plans on
-  // this backend before any op is bound (runtime/train/moe_support.cc).
-  void all_to_all_v(const rt::CollectiveRequest& r, StreamHandle /*stream*/) {
-    throw Error(
-        ErrorCode::kUnsupported,
-        fmt::format("the CUDA backend does not run all_to_all_v ({} elements) yet", r.count));
+  void ring_exchange(const rt::CollectiveRequest& r, StreamHandle stream) {
+    comm.ring_exchange(r.in, r.out, r.count, device_dtype_of(r.element), stream);
+  }
+  // The device's all-to-all is padded to capacity (nccl_communicator.h): r.count is out's
+  // capacity, size() blocks of r.count / size() elements, and the counts are device memory.
+  // No model of this backend binds one yet (MoE is refused on it, runtime/train/
+  // moe_support.cc); the mapping is what a device MoE layer would use.
+  void all_to_all_v(const rt::CollectiveRequest& r, StreamHandle stream) {
+    if (r.count % comm.size() != 0) {
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("all_to_all_v on the device: the capacity {} is not {} equal blocks",
+                              r.count, comm.size()));
+    }
+    comm.all_to_all_v(r.in, r.send_counts, r.chunks, r.out, r.recv_counts, r.count / comm.size(),
+                      device_dtype_of(r.element), stream);
   }
 };
 
@@ -183,6 +192,7 @@ class DeviceExecution {
         return;
       case InstructionKind::kCollective: {
         DeviceCollectives collectives{*bound.comm};
+        if (bound.op.before_collective) bound.op.before_collective(stream);
         rt::run_collective(*bound.op.collective, collectives, stream);
         if (bound.op.after_collective) bound.op.after_collective(stream);
         return;

@@ -11,9 +11,10 @@
 //      (device_schedule.h);
 //   3. the lowering's ops are walked in program order: each op's stream waits on its
 //      events, the op is enqueued (compute: the model's closure with that stream's Exec;
-//      collective: the NCCL call on the communicator of (group, stream), then the model's
-//      after_collective step on the same stream; send: ncclSend on the channel to the peer;
-//      receive: a wait on the posted receive's event), then its event is recorded;
+//      collective: the model's before_collective step, the NCCL call on the communicator
+//      of (group, stream), then the model's after_collective step, all on that stream; send:
+//      ncclSend on the channel to the peer; receive: a wait on the posted receive's event), then
+//      its event is recorded;
 //   4. every stream is joined into the compute stream and the host waits for it, polling
 //      every NCCL communicator the iteration used for asynchronous errors, up to
 //      options.timeout_s.

@@ -20,6 +20,7 @@ struct DeviceBoundOp {
   Task compute;                                     ///< compute ops
   std::optional<rt::CollectiveRequest> collective;  ///< communication ops
   Task after_collective;                            ///< optional local step after it
+  Task before_collective;                           ///< optional local step before it
 };
 
 /// What the executor needs of a model (StageModel's own contracts).
@@ -51,6 +52,7 @@ class StageModelOnDevice final : public DeviceModel {
     bound.collective = op.collective;
     if (op.compute) bound.compute = wrap(std::move(op.compute));
     if (op.after_collective) bound.after_collective = wrap(std::move(op.after_collective));
+    if (op.before_collective) bound.before_collective = wrap(std::move(op.before_collective));
     return bound;
   }
   void* residual(int64_t micro_batch, int64_t layer) override {

@@ -11,10 +11,28 @@
 namespace dhelix::cuda {
 
 const char* device_dtype_name(DeviceDtype dtype) {
-  return dtype == DeviceDtype::kFloat32 ? "float32" : "bfloat16";
+  switch (dtype) {
+    case DeviceDtype::kFloat32:
+      return "float32";
+    case DeviceDtype::kBFloat16:
+      return "bfloat16";
+    case DeviceDtype::kInt64:
+      return "int64";
+  }
+  return "?";
 }
 
-int64_t device_dtype_bytes(DeviceDtype dtype) { return dtype == DeviceDtype::kFloat32 ? 4 : 2; }
+int64_t device_dtype_bytes(DeviceDtype dtype) {
+  switch (dtype) {
+    case DeviceDtype::kFloat32:
+      return 4;
+    case DeviceDtype::kBFloat16:
+      return 2;
+    case DeviceDtype::kInt64:
+      return 8;
+  }
+  return 0;
+}
 
 DeviceCommunicator::DeviceCommunicator(DeviceApi& api, int64_t size, int64_t rank, std::string name,
                                        const std::function<void(CommId&)>& share_id,
@@ -124,6 +142,68 @@ void DeviceCommunicator::recv(void* data, int64_t count, DeviceDtype dtype, int6
                               StreamHandle stream) {
   DHELIX_CHECK(peer >= 0 && peer < size_);
   enqueue("recv", [&] { api_.recv(comm_, data, count, dtype, peer, stream); });
+}
+
+template <class Calls>
+void DeviceCommunicator::grouped(Calls&& calls) {
+  api_.group_start();
+  try {
+    std::forward<Calls>(calls)();
+  } catch (...) {
+    try {
+      api_.group_end();
+    } catch (const Error&) {  // the first failure is the one to report
+    }
+    throw;
+  }
+  api_.group_end();
+}
+
+void DeviceCommunicator::ring_exchange(const void* send, void* recv, int64_t count,
+                                       DeviceDtype dtype, StreamHandle stream) {
+  DHELIX_CHECK(count >= 0 && send != recv);
+  enqueue("ring_exchange", [&] {
+    if (size_ == 1) {
+      api_.copy_device(recv, send, count * device_dtype_bytes(dtype), stream);
+      return;
+    }
+    const int64_t next = (rank_ + 1) % size_;
+    const int64_t previous = (rank_ + size_ - 1) % size_;
+    grouped([&] {
+      api_.send(comm_, send, count, dtype, next, stream);
+      api_.recv(comm_, recv, count, dtype, previous, stream);
+    });
+  });
+}
+
+void DeviceCommunicator::all_to_all_v(const void* in, const int64_t* send_counts, int64_t chunks,
+                                      void* out, int64_t* recv_counts, int64_t block_capacity,
+                                      DeviceDtype dtype, StreamHandle stream) {
+  DHELIX_CHECK(chunks >= 1 && block_capacity >= 0 && in != out);
+  const int64_t block_bytes = block_capacity * device_dtype_bytes(dtype);
+  const int64_t count_bytes = chunks * device_dtype_bytes(DeviceDtype::kInt64);
+  const auto block_in = [&](int64_t member) {
+    return static_cast<const char*>(in) + member * block_bytes;
+  };
+  const auto block_out = [&](int64_t member) {
+    return static_cast<char*>(out) + member * block_bytes;
+  };
+  enqueue("all_to_all_v", [&] {
+    // This rank's own share: device copies on the stream, before the group.
+    api_.copy_device(recv_counts + rank_ * chunks, send_counts + rank_ * chunks, count_bytes,
+                     stream);
+    api_.copy_device(block_out(rank_), block_in(rank_), block_bytes, stream);
+    if (size_ == 1) return;
+    grouped([&] {
+      for (int64_t peer = 0; peer < size_; ++peer) {
+        if (peer == rank_) continue;
+        api_.send(comm_, send_counts + peer * chunks, chunks, DeviceDtype::kInt64, peer, stream);
+        api_.recv(comm_, recv_counts + peer * chunks, chunks, DeviceDtype::kInt64, peer, stream);
+        api_.send(comm_, block_in(peer), block_capacity, dtype, peer, stream);
+        api_.recv(comm_, block_out(peer), block_capacity, dtype, peer, stream);
+      }
+    });
+  });
 }
 
 void DeviceCommunicator::poll() {

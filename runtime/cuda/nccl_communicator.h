@@ -84,6 +84,30 @@ class DeviceCommunicator {
   /// peer match that peer's receives in enqueue order.
   void send(const void* data, int64_t count, DeviceDtype dtype, int64_t peer, StreamHandle stream);
   void recv(void* data, int64_t count, DeviceDtype dtype, int64_t peer, StreamHandle stream);
+  /// One step of the context-parallel ring, rt::Communicator::ring_exchange's contract:
+  /// send[count] to member (rank + 1) mod size, recv[count] from member (rank - 1) mod size,
+  /// as one NCCL group (ncclGroupStart, ncclSend, ncclRecv, ncclGroupEnd), so that no
+  /// member's send waits for its own receive: every member sends first and receives second
+  /// and the ring would otherwise close into a cycle of waits. With two members, next and
+  /// previous are the same peer. A group of one copies send to recv on the stream.
+  void ring_exchange(const void* send, void* recv, int64_t count, DeviceDtype dtype,
+                     StreamHandle stream);
+  /// Expert parallelism's all-to-all on the device, padded to capacity. On the CPU the
+  /// counts travel first and the blocks follow at offsets the counts give
+  /// (rt::Communicator::all_to_all_v); here the counts exist only on the device (the router
+  /// writes them), and enqueueing an NCCL call needs its size on the host, so every block
+  /// has a fixed capacity instead and the counts say how much of it is valid:
+  ///   in[size * block_capacity]: block j (from j * block_capacity) goes to member j;
+  ///   out[size * block_capacity]: block j came from member j;
+  ///   send_counts[size * chunks], recv_counts[size * chunks] (device int64): member j's
+  ///     chunk counts for this rank arrive at recv_counts[j * chunks, +chunks).
+  /// One NCCL group: per peer in member order, the counts' send and receive, then the
+  /// block's; this rank's own counts and block are device copies before the group. No host
+  /// wait; the cost is that full blocks travel (capacity padding, as Megatron-Core's
+  /// "pad to capacity" dispatch does). in and out must not overlap.
+  void all_to_all_v(const void* in, const int64_t* send_counts, int64_t chunks, void* out,
+                    int64_t* recv_counts, int64_t block_capacity, DeviceDtype dtype,
+                    StreamHandle stream);
 
   /// Checks for an asynchronous error; on one, aborts and throws (see the file comment).
   /// Thread-safe against the enqueueing thread.
@@ -99,6 +123,10 @@ class DeviceCommunicator {
  private:
   template <class Call>
   void enqueue(const char* op, Call&& call);
+  // Runs `calls` between group_start and group_end; group_end also runs when a call
+  // throws, so that NCCL's group depth stays balanced for the abort that follows.
+  template <class Calls>
+  void grouped(Calls&& calls);
   [[noreturn]] void abort_and_throw(const std::string& what);
   std::string describe() const;
 

@@ -47,4 +47,26 @@ DHELIX_HOST_DEVICE inline int64_t first_seeing_query(int64_t key_position, int64
   return first < chunk ? first : chunk;
 }
 
+/// Of the keys [tile_start, tile_start + tile_keys) of a chunk, how many a query that sees
+/// the chunk's first `visible` keys folds: min(tile_keys, visible - tile_start), or 0. The
+/// forward and the dq pass walk a chunk's keys in tiles from its start, so both backends
+/// fold the same keys per tile (the CUDA kernels stage each tile once per thread block).
+DHELIX_HOST_DEVICE inline int64_t keys_in_tile(int64_t visible, int64_t tile_start,
+                                               int64_t tile_keys) {
+  const int64_t n = visible - tile_start;
+  if (n <= 0) return 0;
+  return n < tile_keys ? n : tile_keys;
+}
+
+/// Of the queries [tile_start, tile_start + staged) of a chunk, the offset within the tile
+/// of the first one that sees a key whose first seeing query is `first`
+/// (first_seeing_query): max(first - tile_start, 0), or `staged` when none in the tile
+/// does. The dk/dv pass adds the queries [offset, staged) of each tile, ascending.
+DHELIX_HOST_DEVICE inline int64_t first_query_in_tile(int64_t first, int64_t tile_start,
+                                                      int64_t staged) {
+  const int64_t offset = first - tile_start;
+  if (offset <= 0) return 0;
+  return offset < staged ? offset : staged;
+}
+
 }  // namespace dhelix::kernels

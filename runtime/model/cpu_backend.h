@@ -142,6 +142,9 @@ struct CpuBackend {
 
   // Context parallelism's ring attention (runtime/model/layer_ops_cp.h, the
   // RingAttentionBackend concept): runtime/cpu/ring_attention_cpu.h.
+  using RingState = cpu::RingForwardState;
+  /// Empty: ring_forward_start sizes it (host vectors).
+  static RingState make_ring_state(Memory&, const kernels::AttentionShape&) { return {}; }
   static void ring_forward_start(const Exec&, const kernels::AttentionShape& shape,
                                  cpu::RingForwardState& state) {
     state.reset(shape);

@@ -44,10 +44,14 @@
 // a co-executed run is the same bits as the sequential one; against cp = 1 the folds
 // differ, within docs/kernels.md's tolerance.
 //
-// A backend runs CP when it has the ring kernels (the RingAttentionBackend concept below:
-// the CPU backend); the CUDA backend does not yet and refuses CP by name before binding.
+// A backend runs CP when it has the ring kernels (the RingAttentionBackend concept below):
+// the CPU backend (runtime/cpu/ring_attention_cpu.h) and the CUDA backend
+// (runtime/cuda/ring_attention_cuda.h, the same row walks on the GPU). B::RingState is the
+// forward's online-softmax state, made when the layer is bound (B::make_ring_state), since
+// the CUDA backend allocates nothing while an iteration runs.
 
 #include <charconv>
+#include <concepts>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,8 +64,10 @@
 namespace dhelix::rt::model_detail {
 
 template <class B>
-concept RingAttentionBackend = requires(const typename B::Exec& e, cpu::RingForwardState& f,
-                                        const kernels::AttentionShape& shape, float* x) {
+concept RingAttentionBackend = requires(const typename B::Exec& e, typename B::RingState& f,
+                                        typename B::Memory& memory,
+                                        const kernels::AttentionShape& shape, typename B::Act* x) {
+  { B::make_ring_state(memory, shape) } -> std::same_as<typename B::RingState>;
   B::ring_forward_start(e, shape, f);
   B::ring_scale(e, shape, int64_t{1}, x);
   B::copy_tensor(e, int64_t{1}, x, x);
@@ -94,7 +100,7 @@ template <class B>
 struct CpLayerState {
   using A = typename B::Act;
   std::vector<A*> kv;             ///< [cp] forward: the block step i reads; kv[0] own
-  cpu::RingForwardState forward;  ///< online-softmax state across the forward steps
+  typename B::RingState forward;  ///< online-softmax state across the forward steps
   std::vector<A*> send;           ///< [cp + 1] backward messages (send[0] unused: kv[0])
   std::vector<A*> recv;           ///< [cp + 1]
   std::vector<A*> share;          ///< [cp] this rank's dK (unscaled), dV of step i's block
@@ -124,6 +130,7 @@ std::unique_ptr<CpLayerState<B>> make_cp_state(typename B::Memory& memory, const
     s->recv.push_back(memory.template allocate<typename B::Act>(count));
   }
   s->dq = memory.template allocate<typename B::Act>(d.tokens * d.q_width);
+  s->forward = B::make_ring_state(memory, attention_shape(d));
   s->delta = memory.template allocate<float>(d.micro_batch * d.heads * d.seq_shard);
   return s;
 }

@@ -55,8 +55,9 @@ std::string read_bytes(const std::string& path) {
   return bytes.str();
 }
 
-// The runtime runs dense TP/SP/PP/DP plans, and CP and MoE with EP on the CPU backend
-// (runtime/model/layer_ops_cp.h, moe_support.h); the rest waits for its own issue.
+// The runtime runs dense TP/SP/PP/DP plans, CP on both backends (runtime/model/
+// layer_ops_cp.h; the CUDA ring kernels: runtime/cuda/ring_attention_cuda.h) and MoE with
+// EP on the CPU backend (moe_support.h); the rest waits for its own issue.
 void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
                         const std::string& backend) {
   const ParallelSpec& p = job.parallel;
@@ -65,10 +66,6 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
                 fmt::format("{}: dhelix-run does not run {} yet; plan the job without it",
                             plan_file, what));
   };
-  // Context parallelism runs on the CPU backend (runtime/model/layer_ops_cp.h).
-  if (p.cp > 1 && backend != "cpu") {
-    refuse(fmt::format("context parallelism (cp = {}) on the {} backend", p.cp, backend));
-  }
   refuse_unsupported_moe(job, plan_file, backend);
   // Uneven stages are planned (docs/pipeline.md) but not executed: the rank programs give
   // each stage L/pp layers.

@@ -107,6 +107,45 @@ struct RecordingBackend {
                                       const int64_t*, const float*, float, float*) {
     launch(e, "vocab_parallel_backward");
   }
+
+  // Context parallelism's ring kernels (runtime/model/layer_ops_cp.h), CudaBackend's list.
+  using RingState = cpu::RingForwardState;
+  static RingState make_ring_state(Memory&, const kernels::AttentionShape&) { return {}; }
+  static void ring_forward_start(const Exec& e, const kernels::AttentionShape&, RingState&) {
+    launch(e, "ring_forward_start");
+  }
+  static void ring_forward_step(const Exec& e, const kernels::AttentionShape&,
+                                const cpu::RingStep& step, const float*, const float*, const float*,
+                                RingState&) {
+    e.device->kernel(fmt::format("ring_forward_step block {}", step.block_rank), e.stream);
+  }
+  static void ring_forward_finish(const Exec& e, const kernels::AttentionShape&, RingState&, float*,
+                                  float*) {
+    launch(e, "ring_forward_finish");
+  }
+  static void ring_backward_delta(const Exec& e, const kernels::AttentionShape&, const float*,
+                                  const float*, float*) {
+    launch(e, "ring_backward_delta");
+  }
+  static void ring_backward_step(const Exec& e, const kernels::AttentionShape&,
+                                 const cpu::RingStep& step, const float*, const float*,
+                                 const float*, const float*, const float*, const float*, float*,
+                                 float*, float*) {
+    e.device->kernel(fmt::format("ring_backward_step block {}", step.block_rank), e.stream);
+  }
+  static void ring_scale(const Exec& e, const kernels::AttentionShape&, int64_t, float*) {
+    launch(e, "ring_scale");
+  }
+  static void rope_forward_cp(const Exec& e, const Rope&, int64_t, int64_t, int64_t, int64_t,
+                              int64_t, float*) {
+    launch(e, "rope_forward_cp");
+  }
+  static void rope_backward_cp(const Exec& e, const Rope&, int64_t, int64_t, int64_t, int64_t,
+                               int64_t, float*) {
+    launch(e, "rope_backward_cp");
+  }
+  static void copy_tensor(const Exec& e, int64_t, const float*, float*) { launch(e, "copy"); }
+  static void zero_tensor(const Exec& e, int64_t, float*) { launch(e, "zero"); }
 };
 
 }  // namespace dhelix::cuda::testing

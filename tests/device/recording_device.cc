@@ -52,6 +52,12 @@ const char* device_call_name(Kind kind) {
       return "send";
     case Kind::kRecv:
       return "recv";
+    case Kind::kGroupStart:
+      return "group_start";
+    case Kind::kGroupEnd:
+      return "group_end";
+    case Kind::kCopy:
+      return "copy";
     case Kind::kAsyncError:
       return "async_error";
     case Kind::kAllocate:
@@ -285,28 +291,57 @@ void RecordingDevice::collective(CommHandle comm, CollectiveOp op, const void* /
   }
 }
 
-void RecordingDevice::send(CommHandle comm, const void* /*data*/, int64_t /*count*/,
-                           DeviceDtype /*dtype*/, int64_t peer, StreamHandle stream) {
+void RecordingDevice::send(CommHandle comm, const void* data, int64_t count, DeviceDtype dtype,
+                           int64_t peer, StreamHandle stream) {
   {
     DeviceCall call;
     call.kind = Kind::kSend;
     call.stream = id(stream);
     call.comm = id(comm);
     call.value = peer;
+    call.count = count;
+    call.dtype = dtype;
+    call.address = id(data);
     add(std::move(call));
   }
 }
 
-void RecordingDevice::recv(CommHandle comm, void* /*data*/, int64_t /*count*/,
-                           DeviceDtype /*dtype*/, int64_t peer, StreamHandle stream) {
+void RecordingDevice::recv(CommHandle comm, void* data, int64_t count, DeviceDtype dtype,
+                           int64_t peer, StreamHandle stream) {
   {
     DeviceCall call;
     call.kind = Kind::kRecv;
     call.stream = id(stream);
     call.comm = id(comm);
     call.value = peer;
+    call.count = count;
+    call.dtype = dtype;
+    call.address = id(data);
     add(std::move(call));
   }
+}
+
+void RecordingDevice::group_start() {
+  DeviceCall call;
+  call.kind = Kind::kGroupStart;
+  add(std::move(call));
+}
+
+void RecordingDevice::group_end() {
+  DeviceCall call;
+  call.kind = Kind::kGroupEnd;
+  add(std::move(call));
+}
+
+void RecordingDevice::copy_device(void* destination, const void* source, int64_t bytes,
+                                  StreamHandle stream) {
+  DeviceCall call;
+  call.kind = Kind::kCopy;
+  call.stream = id(stream);
+  call.count = bytes;
+  call.address = id(destination);
+  call.value = id(source);
+  add(std::move(call));
 }
 
 std::optional<std::string> RecordingDevice::comm_async_error(CommHandle comm) {

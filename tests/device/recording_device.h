@@ -39,8 +39,11 @@ struct DeviceCall {
     kCommDestroy,
     kCommAbort,
     kCollective,  // comm on stream, value: CollectiveOp
-    kSend,        // comm on stream
-    kRecv,        // comm on stream
+    kSend,        // comm on stream, value: peer, count, dtype, address: data
+    kRecv,        // comm on stream, value: peer, count, dtype, address: data
+    kGroupStart,  // ncclGroupStart
+    kGroupEnd,    // ncclGroupEnd
+    kCopy,        // on stream, count: bytes, address: destination, value: source
     kAsyncError,
     kAllocate,
     kFree,
@@ -53,6 +56,9 @@ struct DeviceCall {
   int64_t event = 0;
   int64_t comm = 0;
   int64_t value = 0;
+  int64_t count = 0;    ///< elements of a send or receive, bytes of a copy
+  int64_t address = 0;  ///< the buffer of a send or receive, a copy's destination
+  DeviceDtype dtype = DeviceDtype::kFloat32;
   std::string label;
   GemmShape gemm;
 };
@@ -88,6 +94,8 @@ class RecordingDevice final : public DeviceApi {
   void wait_event(StreamHandle stream, EventHandle event) override;
   bool stream_done(StreamHandle stream) override;
   double elapsed_ms(EventHandle start, EventHandle end) override;
+  void copy_device(void* destination, const void* source, int64_t bytes,
+                   StreamHandle stream) override;
   void synchronize_device() override;
   void delay(int64_t microseconds, StreamHandle stream) override;
   KernelInventory load_kernels() override;
@@ -106,6 +114,8 @@ class RecordingDevice final : public DeviceApi {
             StreamHandle stream) override;
   void recv(CommHandle comm, void* data, int64_t count, DeviceDtype dtype, int64_t peer,
             StreamHandle stream) override;
+  void group_start() override;
+  void group_end() override;
   std::optional<std::string> comm_async_error(CommHandle comm) override;
   int64_t internal_streams_per_comm() const override { return 2; }
   void* allocate_scratch(int64_t bytes) override;

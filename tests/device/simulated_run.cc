@@ -10,6 +10,7 @@
 
 #include "lib/placement.h"
 #include "lib/rank_shape.h"
+#include "runtime/comm/process_groups.h"
 #include "runtime/cuda/device_executor.h"
 #include "runtime/cuda/device_model.h"
 #include "runtime/cuda/device_session.h"
@@ -50,6 +51,14 @@ DeviceCommPlan agreed_plan(const World& world, const DeviceCommSetup& setup, int
          .size = static_cast<int64_t>(group.ranks.size()),
          .rank = index,
          .share_id = no_op});
+  }
+  if (setup.gradient_group) {
+    const std::vector<int64_t> members = rt::dp_cp_members(world.placement, rank);
+    const auto at = std::find(members.begin(), members.end(), rank);
+    plan.gradient = CommMembership{.name = fmt::format("dp x cp ranks {}", fmt::join(members, ",")),
+                                   .size = static_cast<int64_t>(members.size()),
+                                   .rank = at - members.begin(),
+                                   .share_id = no_op};
   }
   std::vector<std::vector<int64_t>> send_peers_by_rank;
   for (const auto& programs : world.programs) {
@@ -110,15 +119,14 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
     if (range.count > 0) layer_ranges.emplace_back(range.first, range.count);
   }
   Model model(world.job, rank, layer_ranges, stage.embedding, stage.head_loss, 7, {});
-  DeviceCommSetup setup;
-  setup.collectives = {{ParallelDim::kTp, DeviceStream::kCompute},
-                       {ParallelDim::kTp, DeviceStream::kLocalComm},
-                       {ParallelDim::kTp, DeviceStream::kCrossComm}};
+  // The engine's communicators (cuda_engine.cc): TP; with CP the ring's and DP x CP.
+  DeviceCommSetup setup = model_comm_setup(world.job.parallel);
   setup.num_layers = world.job.model.num_layers;
   {
     DeviceSession session(device, setup, {&programs[0], &programs[1]},
                           gemm_shapes_of(world, rank, stage),
-                          model_attention_setup(rank_shape(world.job, rank), !layer_ranges.empty(),
+                          model_attention_setup(rank_shape(world.job, rank),
+                                                !layer_ranges.empty() && world.job.parallel.cp == 1,
                                                 /*deterministic=*/false, AttentionChoice::kAuto),
                           max_connections, [&](DeviceApi& api, const DeviceCommSetup& comm_setup) {
                             return std::make_unique<DeviceCommDirectory>(
@@ -135,7 +143,9 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
     for (const Instruction& instruction : program.instructions) {
       micro_batches = std::max(micro_batches, instruction.micro_batch + 1);
     }
-    const int64_t tokens = world.job.parallel.micro_batch_size * world.job.parallel.seq_length;
+    // A CP rank holds seq / cp tokens of each sequence (runtime/train/context_split.h).
+    const int64_t tokens =
+        world.job.parallel.micro_batch_size * world.job.parallel.seq_length / world.job.parallel.cp;
     for (int64_t i = 1; i <= iterations; ++i) {
       model.start_iteration(micro_batches);
       for (int64_t mb = 0; mb < micro_batches; ++mb) {

@@ -9,7 +9,10 @@
 #     random delays before every op (--jitter-us, so timing cannot hide a missing wait); the
 #     loss falls over 30 steps; 6 steps == 3 steps + a resume of 3, bit for bit. With 4 or
 #     more GPUs also --verify on tiny-tp2-pp2 and tiny-dp2-tp2 (NCCL pipeline channels and
-#     the DP gradient sum).
+#     the DP gradient sum) and on tiny-cp2-tp2 (context parallelism: the ring's steps on
+#     NCCL, the ring attention kernels, the DP x CP gradient sum), whose 10-step losses
+#     then stay within 2 % of tiny-tp2's on the same data (the same model and sequences;
+#     bf16 and another fold order of the attention, docs/kernels.md).
 #   * With exactly 1 GPU: skipped (exit 77): every shipped plan needs 2 ranks or more.
 # Usage: run_cuda_test.sh BIN_DIR SOURCE_DIR <ON|OFF: built with CUDA>
 set -uo pipefail
@@ -71,7 +74,8 @@ export NCCL_ALGO=Ring NCCL_PROTO=Simple
 cases=("tiny-tp2 2" "tiny-tp2-recompute 2")
 # The last case sums DP gradients in many small buckets (--ddp-bucket-size).
 if [ "$gpus" -ge 4 ]; then
-  cases+=("tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-dp2-tp2 4 --ddp-bucket-size 1000")
+  cases+=("tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-dp2-tp2 4 --ddp-bucket-size 1000"
+    "tiny-cp2-tp2 4")
 fi
 for case in "${cases[@]}"; do
   read -r plan ranks extra <<<"$case"
@@ -97,6 +101,23 @@ if run 2 --plan "$plans/tiny-tp2.json" --steps 30 --loss-log "$work/loss.jsonl";
 else
   fail "training 30 steps"
   cat "$work/out"
+fi
+
+# Context parallelism against CP 1 (tiny-tp2: the same model, data and tp).
+if [ "$gpus" -ge 4 ]; then
+  if run 2 --plan "$plans/tiny-tp2.json" --steps 10 --loss-log "$work/cp1.jsonl" &&
+    run 4 --plan "$plans/tiny-cp2-tp2.json" --steps 10 --loss-log "$work/cp2.jsonl" &&
+    python3 - "$work/cp2.jsonl" "$work/cp1.jsonl" <<'PY'; then
+import json, sys
+cp2, cp1 = ([json.loads(line)["loss"] for line in open(path)] for path in sys.argv[1:3])
+worst = max(abs(a - b) / b for a, b in zip(cp2, cp1))
+print(f"CP 2 against CP 1: largest relative loss difference {worst:.2g}")
+sys.exit(0 if len(cp2) == len(cp1) == 10 and worst <= 0.02 else 1)
+PY
+    echo "ok    tiny-cp2-tp2: 10 steps within 2 % of tiny-tp2's losses"
+  else
+    fail "tiny-cp2-tp2 against tiny-tp2: $(cat "$work/out")"
+  fi
 fi
 
 run 2 --plan "$plans/tiny-tp2.json" --steps 6 --loss-log "$work/whole.jsonl" ||

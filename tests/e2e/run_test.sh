@@ -16,9 +16,9 @@
 #      expert-data-parallel groups sum the experts' gradients; with a shared expert), and
 #      capacity drops tokens;
 #   7. bad input (plan for another job, too few ranks, missing files, resume without a
-#      checkpoint, a corrupted plan the checker refuses, CP and MoE on the CUDA backend)
-#      gives a clear error, a non-zero status and no checkpoint. MoE with TP, recompute and
-#      CP: run_moe_test.sh.
+#      checkpoint, a corrupted plan the checker refuses, MoE on the CUDA backend) gives a
+#      clear error, a non-zero status and no checkpoint. MoE with TP, recompute and CP:
+#      run_moe_test.sh; CP on the CUDA backend: run_cuda_test.sh.
 # Usage: run_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_test.sh BIN_DIR SOURCE_DIR}
@@ -310,10 +310,8 @@ expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produce
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
-# Context parallelism and MoE on the CUDA backend: planned, refused by name on every rank
-# before training. (MoE with TP, recompute and CP runs: run_moe_test.sh.)
-expect_failure 4 "dhelix-run does not run context parallelism (cp = 2) on the cuda backend yet" \
-  --plan "$cp2" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
+# MoE on the CUDA backend: planned, refused by name on every rank before training. (MoE
+# with TP, recompute and CP runs: run_moe_test.sh; CP runs on both backends.)
 expect_failure 2 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) on the cuda backend yet; use --backend cpu" \
   --plan "$plans/tiny-moe-ep2.json" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"

@@ -142,6 +142,34 @@ TEST(ContextParallelSplit, RankHoldsChunksIAnd2CpMinus1MinusI) {
 
 // RoPE positions follow the rank's chunks: the local rows rotated at their global positions
 // are bitwise the whole sequence's rotated rows, and the backward inverts the forward.
+TEST(ContextParallelSplit, TilesOfAChunkSplitTheVisibleKeysAndSeeingQueries) {
+  // 150 visible keys in tiles of 64: 64, 64, 22, then none.
+  EXPECT_EQ(kernels::keys_in_tile(150, 0, 64), 64);
+  EXPECT_EQ(kernels::keys_in_tile(150, 128, 64), 22);
+  EXPECT_EQ(kernels::keys_in_tile(150, 192, 64), 0);
+  EXPECT_EQ(kernels::keys_in_tile(0, 0, 64), 0);
+  // A key first seen by query 70 of a chunk: none of tile [0, 64), from offset 6 of tile
+  // [64, 128) on, all of a later tile; staged rows bound the offset.
+  EXPECT_EQ(kernels::first_query_in_tile(70, 0, 64), 64);
+  EXPECT_EQ(kernels::first_query_in_tile(70, 64, 64), 6);
+  EXPECT_EQ(kernels::first_query_in_tile(70, 128, 10), 0);
+  EXPECT_EQ(kernels::first_query_in_tile(70, 64, 5), 5);
+  // Summed over the tiles, exactly the visible keys and the seeing queries.
+  for (int64_t visible = 0; visible <= 200; visible += 7) {
+    int64_t keys = 0;
+    for (int64_t t = 0; t < 200; t += 64) keys += kernels::keys_in_tile(visible, t, 64);
+    EXPECT_EQ(keys, visible);
+  }
+  for (int64_t first = 0; first <= 150; first += 5) {
+    int64_t queries = 0;
+    for (int64_t t = 0; t < 150; t += 64) {
+      const int64_t staged = std::min<int64_t>(64, 150 - t);
+      queries += staged - kernels::first_query_in_tile(first, t, staged);
+    }
+    EXPECT_EQ(queries, 150 - first);
+  }
+}
+
 TEST(ContextParallelSplit, RopeUsesTheChunksGlobalPositions) {
   const int64_t batch = 2, seq = 32, heads = 3, d = 8, cp = 4;
   const RopeTable table = make_rope_table(seq, d, 10000.0);

@@ -1,0 +1,273 @@
+// Context parallelism on the CUDA path, on the recording fake device: every rank of the
+// tiny CP 2 x TP 2 plan (examples/plans/tiny-cp2-tp2.json) set up as dhelix-run's CUDA engine
+// sets up (model_comm_setup: the CP ring's communicators and the DP x CP gradient group),
+// two iterations of the real executor over the real model wiring, both modes. What a GPU
+// run needs of the ring so that it neither hangs nor mixes up data:
+//   1. every ring step is one NCCL group (group start, a send to the next member, a receive
+//      from the previous one, group end) on a CP communicator, never outside a group;
+//   2. on every CP communicator, member a's sends to member b and b's receives from a agree
+//      call for call in count and type (NCCL matches them in enqueue order): the members
+//      run their steps on the same (dimension, stream) communicator in the same order;
+//   3. as many ring steps as the program has CP collectives, and nothing but enqueueing
+//      calls inside an iteration (no host wait);
+//   4. the communicators include the ring's and the DP x CP group, and all are warmed
+//      before iteration 1.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "lib/error.h"
+#include "lib/plan/plan_job.h"
+#include "lib/plan/plan_reader.h"
+#include "lib/plan/rank_program.h"
+#include "tests/device/simulated_run.h"
+
+namespace dhelix::cuda::testing {
+namespace {
+
+using Kind = DeviceCall::Kind;
+
+class SimulatedCpRun : public ::testing::TestWithParam<ExecutionMode> {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = std::string(DHELIX_SOURCE_DIR) + "/examples/plans/tiny-cp2-tp2.json";
+    plan_ = new Plan(read_plan(path));
+    job_ = new JobSpec(job_from_plan(*plan_, "tiny-cp2-tp2"));
+    records_ = new std::map<ExecutionMode, std::vector<RankRecord>>();
+  }
+  static void TearDownTestSuite() {
+    delete records_;
+    delete job_;
+    delete plan_;
+  }
+  // Two iterations of the mode's programs, simulated once per mode.
+  const std::vector<RankRecord>& run() {
+    auto it = records_->find(GetParam());
+    if (it == records_->end()) {
+      it = records_->emplace(GetParam(), simulate_run(*plan_, *job_, GetParam(), 2)).first;
+    }
+    return it->second;
+  }
+  static Plan* plan_;
+  static JobSpec* job_;
+  static std::map<ExecutionMode, std::vector<RankRecord>>* records_;
+};
+Plan* SimulatedCpRun::plan_ = nullptr;
+JobSpec* SimulatedCpRun::job_ = nullptr;
+std::map<ExecutionMode, std::vector<RankRecord>>* SimulatedCpRun::records_ = nullptr;
+
+// The group each communicator handle of a rank was created for ("cp (local_comm) ranks
+// 0,2", "dp x cp ranks 0,2", "pp 0->1"), without the member suffix the fake adds.
+std::map<int64_t, std::string> comm_labels(const RankRecord& r) {
+  std::map<int64_t, std::string> labels;
+  for (const DeviceCall& call : r.calls) {
+    if (call.kind == Kind::kCommInit)
+      labels[call.comm] = call.label.substr(0, call.label.find(" member "));
+  }
+  return labels;
+}
+
+// The world ranks a label ends with ("... ranks 0,2").
+std::vector<int64_t> members_of(const std::string& label) {
+  const size_t at = label.rfind("ranks ");
+  std::vector<int64_t> members;
+  if (at == std::string::npos) return members;
+  std::string rest = label.substr(at + 6);
+  size_t start = 0;
+  while (start < rest.size()) {
+    const size_t comma = rest.find(',', start);
+    members.push_back(std::stoll(rest.substr(start, comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return members;
+}
+
+bool is_cp(const std::string& label) { return label.starts_with("cp ("); }
+
+size_t marker(const std::vector<DeviceCall>& calls, const std::string& label) {
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].kind == Kind::kMark && calls[i].label == label) return i;
+  }
+  return calls.size();
+}
+
+int64_t cp_collectives(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode) {
+  const RankProgram program = lower_rank_program(plan, job, rank, mode);
+  return std::count_if(
+      program.instructions.begin(), program.instructions.end(), [](const Instruction& i) {
+        return i.kind == InstructionKind::kCollective && i.group && *i.group == ParallelDim::kCp;
+      });
+}
+
+TEST_P(SimulatedCpRun, EveryRingStepIsOneGroupOnACpCommunicator) {
+  for (const RankRecord& r : run()) {
+    const std::map<int64_t, std::string> labels = comm_labels(r);
+    const size_t begin = marker(r.calls, "iteration 1");
+    const size_t end = marker(r.calls, "teardown");
+    ASSERT_LT(begin, end);
+    int64_t groups = 0;
+    for (size_t i = begin; i < end; ++i) {
+      const DeviceCall& call = r.calls[i];
+      if (call.kind == Kind::kGroupStart) {
+        ASSERT_LT(i + 3, end);
+        const DeviceCall& send = r.calls[i + 1];
+        const DeviceCall& recv = r.calls[i + 2];
+        EXPECT_EQ(send.kind, Kind::kSend) << "rank " << r.rank;
+        EXPECT_EQ(recv.kind, Kind::kRecv) << "rank " << r.rank;
+        EXPECT_EQ(r.calls[i + 3].kind, Kind::kGroupEnd) << "rank " << r.rank;
+        EXPECT_TRUE(is_cp(labels.at(send.comm))) << labels.at(send.comm);
+        EXPECT_EQ(send.comm, recv.comm);
+        EXPECT_EQ(send.stream, recv.stream);
+        // CP 2: the next member is the previous one.
+        EXPECT_EQ(send.value, recv.value);
+        EXPECT_GT(send.count, 0);
+        ++groups;
+      }
+      if ((call.kind == Kind::kSend || call.kind == Kind::kRecv) && is_cp(labels.at(call.comm))) {
+        ASSERT_GT(i, begin);
+        const bool grouped = r.calls[i - 1].kind == Kind::kGroupStart ||
+                             (r.calls[i - 1].kind == Kind::kSend && i >= 2 &&
+                              r.calls[i - 2].kind == Kind::kGroupStart);
+        EXPECT_TRUE(grouped) << "rank " << r.rank << ": a CP transfer outside a group";
+      }
+    }
+    EXPECT_EQ(groups, 2 * cp_collectives(*plan_, *job_, r.rank, GetParam())) << "rank " << r.rank;
+  }
+}
+
+TEST_P(SimulatedCpRun, MembersSendsAndReceivesPairUpOnEveryCpCommunicator) {
+  // (label, from member, to member) -> the sends, and the receives, in enqueue order.
+  std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<std::pair<int64_t, int>>> sent,
+      received;
+  int64_t communicators = 0;
+  for (const RankRecord& r : run()) {
+    const std::map<int64_t, std::string> labels = comm_labels(r);
+    for (const auto& [comm, label] : labels) communicators += is_cp(label) ? 1 : 0;
+    for (const DeviceCall& call : r.calls) {
+      if (call.kind != Kind::kSend && call.kind != Kind::kRecv) continue;
+      const std::string& label = labels.at(call.comm);
+      if (!is_cp(label)) continue;
+      const std::vector<int64_t> members = members_of(label);
+      const auto me = std::find(members.begin(), members.end(), r.rank) - members.begin();
+      const std::pair<int64_t, int> transfer{call.count, static_cast<int>(call.dtype)};
+      if (call.kind == Kind::kSend) sent[{label, me, call.value}].push_back(transfer);
+      if (call.kind == Kind::kRecv) received[{label, call.value, me}].push_back(transfer);
+    }
+  }
+  EXPECT_EQ(communicators, 4 * 3);  // 4 ranks, the ring on 3 streams each
+  EXPECT_FALSE(sent.empty());
+  EXPECT_EQ(sent, received);
+}
+
+TEST_P(SimulatedCpRun, NoHostSynchronisationInsideAnIteration) {
+  const std::set<Kind> allowed = {Kind::kRecord,     Kind::kWait,     Kind::kKernel, Kind::kGemm,
+                                  Kind::kCollective, Kind::kSend,     Kind::kRecv,   Kind::kDelay,
+                                  Kind::kGroupStart, Kind::kGroupEnd, Kind::kCopy};
+  for (const RankRecord& r : run()) {
+    for (int64_t k = 1; k <= 2; ++k) {
+      const size_t begin = marker(r.calls, fmt::format("iteration {}", k));
+      size_t end = begin + 1;
+      while (end < r.calls.size() && r.calls[end].kind != Kind::kMark) ++end;
+      size_t first = end, last = begin;
+      for (size_t i = begin; i < end; ++i) {
+        if (r.calls[i].kind != Kind::kRecord) continue;
+        first = std::min(first, i);
+        last = i;
+      }
+      ASSERT_LT(first, last);
+      for (size_t i = first; i <= last; ++i) {
+        EXPECT_TRUE(allowed.contains(r.calls[i].kind)) << "rank " << r.rank << ", iteration " << k
+                                                       << ": " << device_call_name(r.calls[i].kind);
+      }
+    }
+  }
+}
+
+TEST_P(SimulatedCpRun, TheRingAndTheGradientGroupAreCreatedAndWarmedBeforeIteration1) {
+  for (const RankRecord& r : run()) {
+    const std::map<int64_t, std::string> labels = comm_labels(r);
+    int64_t cp = 0, gradient = 0;
+    for (const auto& [comm, label] : labels) {
+      cp += is_cp(label) ? 1 : 0;
+      if (label.starts_with("dp x cp ranks ")) {
+        ++gradient;
+        EXPECT_EQ(members_of(label).size(), 2u) << label;  // dp 1 x cp 2
+      }
+    }
+    EXPECT_EQ(cp, 3) << "rank " << r.rank;
+    EXPECT_EQ(gradient, 1) << "rank " << r.rank;
+    const size_t iteration = marker(r.calls, "iteration 1");
+    std::set<int64_t> warmed;
+    for (size_t i = 0; i < iteration; ++i) {
+      const Kind kind = r.calls[i].kind;
+      if (kind == Kind::kCollective || kind == Kind::kSend || kind == Kind::kRecv) {
+        warmed.insert(r.calls[i].comm);
+      }
+    }
+    for (const auto& [comm, label] : labels) {
+      EXPECT_TRUE(warmed.contains(comm)) << "rank " << r.rank << ": " << label << " not warmed";
+    }
+    // The ring's communicators warmed with a ring step: NCCL connects point-to-point peers
+    // apart from its collective rings, so an all-reduce would leave the connection for
+    // iteration 1, with receives in flight (docs/gpu.md, "Review", point 1).
+    for (const auto& [comm, label] : labels) {
+      if (!is_cp(label)) continue;
+      bool sent = false, received = false, grouped = false;
+      for (size_t i = 0; i < iteration; ++i) {
+        const DeviceCall& call = r.calls[i];
+        if (call.comm != comm) continue;
+        sent = sent || call.kind == Kind::kSend;
+        received = received || call.kind == Kind::kRecv;
+        EXPECT_NE(call.kind, Kind::kCollective) << label;
+        grouped = grouped ||
+                  (call.kind == Kind::kSend && i > 0 && r.calls[i - 1].kind == Kind::kGroupStart);
+      }
+      EXPECT_TRUE(sent && received && grouped) << "rank " << r.rank << ": " << label;
+    }
+  }
+}
+
+TEST_P(SimulatedCpRun, EveryGemmShapeIsWarmedAndNoSelfAttentionIsPrepared) {
+  // Under CP the layers run the ring kernels, so the set-up prepares no attention path
+  // (cuda_engine.cc); the GEMMs are the CP rank's shapes (seq / cp tokens per sequence).
+  for (const RankRecord& r : run()) {
+    const size_t iteration = marker(r.calls, "iteration 1");
+    std::set<GemmShape> warmed;
+    for (size_t i = 0; i < iteration; ++i) {
+      if (r.calls[i].kind == Kind::kWarmGemm) warmed.insert(r.calls[i].gemm);
+      EXPECT_NE(r.calls[i].kind, Kind::kPrepareAttention) << "rank " << r.rank;
+    }
+    EXPECT_FALSE(r.attention.has_value());
+    int64_t gemms = 0, ring_steps = 0;
+    for (size_t i = iteration; i < r.calls.size(); ++i) {
+      const DeviceCall& call = r.calls[i];
+      if (call.kind == Kind::kKernel && call.label.starts_with("ring_forward_step")) ++ring_steps;
+      if (call.kind != Kind::kGemm) continue;
+      ++gemms;
+      EXPECT_TRUE(warmed.contains(call.gemm))
+          << "rank " << r.rank << ": GEMM m " << call.gemm.m << " n " << call.gemm.n << " k "
+          << call.gemm.k << " not run at set-up";
+    }
+    EXPECT_GT(gemms, 0);
+    EXPECT_GT(ring_steps, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SimulatedCpRun,
+                         ::testing::Values(ExecutionMode::kCoExecuted, ExecutionMode::kSequential),
+                         [](const auto& param_info) {
+                           return param_info.param == ExecutionMode::kCoExecuted
+                                      ? std::string("CoExecuted")
+                                      : std::string("Sequential");
+                         });
+
+}  // namespace
+}  // namespace dhelix::cuda::testing
