@@ -46,6 +46,19 @@ struct CoRun {
   CoRunRates rates;
 };
 
+/// Shares of the usable memory bandwidth a compute kernel and a collective get while they
+/// run together, each in [0, 1] of the bandwidth.
+struct MemoryShares {
+  double compute = 0;
+  double collective = 0;
+};
+
+/// Max-min fair split of the memory bandwidth between a compute kernel and a collective
+/// demanding `compute_demand` and `collective_demand` of it (each >= 0): both served in full
+/// when they fit (sum <= 1); otherwise a demand at or below half gets all of it and the other
+/// the rest, and two demands above half get half each.
+MemoryShares collective_memory_shares(double compute_demand, double collective_demand);
+
 /// Solo time of any op (computation or communication), microseconds.
 double op_time_us(const ClusterSpec& cluster, const Op& op);
 
