@@ -9,15 +9,18 @@
 // launched. One PyTorch operator's host-to-kernel round trip is about 20 us (NVIDIA's
 // Nsight Systems user guide measures ~20 us from the PyTorch call of an element-wise op to
 // the start of its kernel on a V100). The prototype's block lists its compute ops before its
-// communication ops (prior-art.md, "DCBlocks"), so in a paired block (F and B both
-// non-empty) the GPU waits 20 us for the first kernel, and the collectives wait for every
-// compute op's launch first:
+// communication ops (prior-art.md, "DCBlocks") and the host issues them one after another,
+// so in a paired block (F and B both non-empty) the GPU waits 20 us for the first kernel,
+// each later kernel cannot start before the host has issued it, and the collectives wait
+// for every compute op's launch first:
 //
-//   compute ops start no earlier than 20 us, collectives no earlier than 20 us · (1 + c),
-//   c = the block's compute ops; a strand alone pays nothing (Megatron's ops are enqueued
-//   ahead). A collective that the compute covers hides its wait; one that is on the block's
-//   critical path shows it, which is what the paper measures as 10-19 % of the
-//   communication (Table 7).
+//   compute op k (k = 0, 1, ..., in the order the compute stream runs them) starts no
+//   earlier than 20 us · (k + 1); collective j (in the order they start, on either comm
+//   stream) no earlier than 20 us · (1 + c + j), c = the block's compute ops; a strand alone
+//   pays nothing (Megatron's ops are enqueued ahead). A kernel longer than 20 us lets the
+//   host run ahead, so only runs of short kernels wait. A collective that the compute covers
+//   hides its wait; one that is on the block's critical path shows it, which is what the
+//   paper measures as 10-19 % of the communication (Table 7).
 //
 // dhelix-run enqueues every block ahead of time and orders the blocks with CUDA events
 // (docs/gpu.md), so its blocks pay no host round trip: a job says "block_sync": "host" only

@@ -265,28 +265,35 @@ double BlockCostModel::run_as(const BlockSide& forward, const BlockSide& backwar
   }
 
   int64_t running[kNumStreams] = {-1, -1, -1};
-  // A paired segment waits for its launch interval before any op starts, and its
-  // collectives for the launches of its compute ops too (the file comment).
+  // A paired segment waits for its launch interval before any op starts; the host launches
+  // its compute ops one interval apart, then its collectives (the file comment).
   const bool paired = forward.ops != 0 && backward.ops != 0;
+  const bool host_launched = paired && paired_gap_us_ > 0;
   double now_us = paired ? paired_gap_us_ : 0;
-  double comm_release_us = 0;
-  if (paired && paired_gap_us_ > 0) {
-    int64_t compute_ops = 0;
+  int64_t compute_ops = 0;
+  if (host_launched) {
     for (int k = 0; k < 2; ++k) {
       for (OpMask m = masks[k]; m != 0; m &= m - 1) {
         compute_ops += stream_[(k == 0 ? 0 : nf) + __builtin_ctzll(m)] == 0 ? 1 : 0;
       }
     }
-    comm_release_us = paired_gap_us_ * static_cast<double>(1 + compute_ops);
   }
+  int64_t compute_launched = 0;  // compute ops started so far (the stream runs them in order)
+  int64_t comm_launched = 0;     // collectives started so far, on either comm stream
+  // When the host has launched the next op of stream s: compute op k (from 0) at g · (k + 1),
+  // collective j at g · (1 + compute_ops + j).
+  const auto launched_at_us = [&](int s) {
+    const int64_t before = s == 0 ? compute_launched : compute_ops + comm_launched;
+    return paired_gap_us_ * static_cast<double>(1 + before);
+  };
   while ((unfinished[0] | unfinished[1]) != 0) {
     // Idle streams start their next op (best ready one, or their queue's head).
     int busy = 0;
-    bool comm_waits = false;  // a collective is ready but not launched yet
+    double next_launch_us = std::numeric_limits<double>::infinity();  // of an op held back
     for (int s = 0; s < kNumStreams; ++s) {
-      if (s != 0 && now_us < comm_release_us && running[s] < 0 &&
-          (ready[0][s] | ready[1][s]) != 0) {
-        comm_waits = true;
+      if (host_launched && running[s] < 0 && (ready[0][s] | ready[1][s]) != 0 &&
+          now_us < launched_at_us(s)) {
+        next_launch_us = std::min(next_launch_us, launched_at_us(s));
         continue;
       }
       if (running[s] < 0 && (ready[0][s] | ready[1][s]) != 0) {
@@ -297,6 +304,7 @@ double BlockCostModel::run_as(const BlockSide& forward, const BlockSide& backwar
           ready[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
           if (kInOrder) unstarted[k][s] &= ~(OpMask{1} << (best - (k == 0 ? 0 : nf)));
           running[s] = best;
+          ++(s == 0 ? compute_launched : comm_launched);
           if (out != nullptr) start_us[best] = now_us;
           remaining_us[s] = solo_us_[best];
         }
@@ -338,12 +346,14 @@ double BlockCostModel::run_as(const BlockSide& forward, const BlockSide& backwar
         first = s;
       }
     }
-    if (comm_waits && comm_release_us - now_us < step_us) {
-      step_us = comm_release_us - now_us;  // the next event is the collectives' launch
+    const bool held_back = next_launch_us < std::numeric_limits<double>::infinity();
+    if (held_back && next_launch_us - now_us < step_us) {
+      step_us = next_launch_us - now_us;  // the next event is an op's launch
       first = -1;
     }
-    DHELIX_CHECK_MSG(first >= 0 || comm_waits, "block simulation stalled: ops left but none ready");
-    now_us += step_us;
+    DHELIX_CHECK_MSG(first >= 0 || held_back, "block simulation stalled: ops left but none ready");
+    // A launch event lands exactly on its time (now + (t - now) may miss t by rounding).
+    now_us = first < 0 ? next_launch_us : now_us + step_us;
 
     for (int s = 0; s < kNumStreams; ++s) {
       const int64_t u = running[s];

@@ -17,12 +17,12 @@
 // - Rates: while several ops run, op a progresses at the product over the other running
 //   ops b of CoRunModel::rate(a, b) (1 when alone); rates are constant between events
 //   (a start or a finish), so the simulation jumps from event to event exactly.
-// - Launch interval (optional, planner/block_launch.h): a block holding ops of BOTH strands
-//   (a paired segment) starts its ops no earlier than g = `paired_block_gap_us` after its
-//   start, the time a host-synchronised runtime needs to launch a kernel after the barrier,
-//   and its collectives no earlier than g · (1 + its compute ops): the host launches the
-//   block's compute ops first, one g each. 0 (the default) for runtimes that enqueue every
-//   block ahead of time.
+// - Launch interval (optional, planner/block_launch.h): in a block holding ops of BOTH
+//   strands (a paired segment) a host-synchronised runtime launches one op every
+//   g = `paired_block_gap_us` after the barrier, the compute ops first: the k-th compute op
+//   to run (from 0) starts no earlier than g · (k + 1), the j-th collective to start no
+//   earlier than g · (1 + the block's compute ops + j). 0 (the default) for runtimes that
+//   enqueue every block ahead of time.
 // Consequence the search relies on: P depends on the two op SETS only, not on any order
 // given for them, so every segmentation of every topological order is a chain of
 // downsets and a DP over downset pairs covers them all.

@@ -71,15 +71,33 @@ CoRunRates compute_x_compute(const ClusterSpec& cluster, const Op& a, const Op& 
           compute_rate(gpu, cost_b, sms_b, slowdown, penalty)};
 }
 
-// Rates of (compute, comm).
+}  // namespace
+
+MemoryShares collective_memory_shares(double compute_demand, double collective_demand) {
+  DHELIX_CHECK(compute_demand >= 0 && collective_demand >= 0);
+  if (compute_demand + collective_demand <= 1.0) return {compute_demand, collective_demand};
+  // Max-min fairness: a demand below half the bandwidth is served in full, the other
+  // demand gets what is left; two demands above half get half each.
+  const double collective = std::min(collective_demand, std::max(0.5, 1.0 - compute_demand));
+  const double compute = std::min(compute_demand, std::max(0.5, 1.0 - collective_demand));
+  return {compute, collective};
+}
+
+namespace {
+
+// Rates of (compute, comm). Memory bandwidth is shared max-min (collective_memory_shares).
 CoRunRates compute_x_comm(const ClusterSpec& cluster, const Op& compute, const Op& comm) {
   const GpuSpec& gpu = cluster.gpu;
   const int64_t nccl_sms =
       comm.scope == GroupScope::kLocal ? cluster.nccl_sms_intra_node : cluster.nccl_sms_inter_node;
-  const double slowdown =
-      std::max(1.0, memory_demand(cluster, compute) + memory_demand(cluster, comm));
+  const double compute_demand = memory_demand(cluster, compute);
+  const double comm_demand = memory_demand(cluster, comm);
+  const MemoryShares shares = collective_memory_shares(compute_demand, comm_demand);
+  const double compute_slowdown =
+      compute_demand > 0 ? std::max(1.0, compute_demand / shares.compute) : 1.0;
+  const double comm_rate = comm_demand > 0 ? std::min(1.0, shares.collective / comm_demand) : 1.0;
   const KernelCost cost = compute_kernel_cost(gpu, compute);
-  return {compute_rate(gpu, cost, gpu.sm_count - nccl_sms, slowdown, 1.0), 1.0 / slowdown};
+  return {compute_rate(gpu, cost, gpu.sm_count - nccl_sms, compute_slowdown, 1.0), comm_rate};
 }
 
 // Share of the GPU's PCIe link a cross-node collective needs (its NIC traffic crosses it);

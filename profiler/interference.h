@@ -10,7 +10,11 @@
 // - compute x communication: the compute kernel loses the SMs NCCL occupies
 //   (cluster.nccl_sms_intra_node or nccl_sms_inter_node; a GEMM of exactly sm_count tiles then
 //   pays a second wave); both compete for memory bandwidth (NCCL moves
-//   nccl_memory_traffic_factor bytes through memory per byte on the link).
+//   nccl_memory_traffic_factor bytes through memory per byte on the link), shared max-min
+//   (collective_memory_shares): the collective's demand is held to its link's pace, so when
+//   it asks for at most half it gets all of it and a memory-bound kernel beside it gets the
+//   rest (A100 reports: elementwise kernels 2.5x slower beside an all-gather; proportional
+//   sharing would give them 1.33x, this 1.5x).
 // - compute x compute: SMs are split in proportion to what each kernel can fill, memory
 //   bandwidth likewise, and the pair pays a contention penalty (kComputeContention): the
 //   GPU time-slices them, so OEF is near 0 or below.
@@ -45,6 +49,19 @@ struct CoRun {
   double oef = 0;          ///< (T_a + T_b - makespan) / min(T_a, T_b)
   CoRunRates rates;
 };
+
+/// Shares of the usable memory bandwidth a compute kernel and a collective get while they
+/// run together, each in [0, 1] of the bandwidth.
+struct MemoryShares {
+  double compute = 0;
+  double collective = 0;
+};
+
+/// Max-min fair split of the memory bandwidth between a compute kernel and a collective
+/// demanding `compute_demand` and `collective_demand` of it (each >= 0): both served in full
+/// when they fit (sum <= 1); otherwise a demand at or below half gets all of it and the other
+/// the rest, and two demands above half get half each.
+MemoryShares collective_memory_shares(double compute_demand, double collective_demand);
 
 /// Solo time of any op (computation or communication), microseconds.
 double op_time_us(const ClusterSpec& cluster, const Op& op);

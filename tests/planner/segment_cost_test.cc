@@ -2,6 +2,8 @@
 // "c" compute, "l" local comm, "x" cross comm; times in us.
 #include "planner/segment_cost.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "planner/co_run_model.h"
@@ -89,6 +91,39 @@ TEST(SegmentCost, CollectivesOfAPairedBlockWaitForTheComputeLaunches) {
   EXPECT_DOUBLE_EQ(timing_of(one, Strand::kBackward, 1).start_us, 20);
   // A strand alone pays nothing: b0 and the all-gather side by side from 0.
   EXPECT_DOUBLE_EQ(model.cost_us(0, 3), 40);
+}
+
+// The host launches one op per interval: compute op k (from 0) no earlier than g · (k + 1),
+// collective j no earlier than g · (1 + compute ops + j). Kernels shorter than the interval
+// leave the GPU waiting. g = 20; compute f0 (5 us), b0 (5 us), b1 (5 us, after b0); two
+// all-gathers of 10 us, a0 (forward, on the local stream) and x0 (backward, on the cross
+// stream), no slowdown. Priorities: b0 (path 10) first, then f0 and b1 (5 each, ties to the
+// backward strand). Compute: b0 [20, 25], then b1 waits for launch 2 at 40: [40, 45], f0 for
+// launch 3 at 60: [60, 65]. Collectives: the first at 20 · (1 + 3) = 80, the
+// second at 100: [80, 90] and [100, 110]. The block: 110 us.
+TEST(SegmentCost, HostLaunchesOneOpPerInterval) {
+  StrandGraph f, b;
+  f.add_op("f0", kC, 5, {});
+  f.add_op("a0", kL, 10, {});
+  b.add_op("b0", kC, 5, {});
+  b.add_op("b1", kC, 5, {0});
+  b.add_op("x0", kX, 10, {});
+  const NoSlowdownModel none;
+  const BlockCostModel model(f, b, none, {}, 20);
+  const BlockSimulation sim = model.simulate(3, 7);
+  EXPECT_DOUBLE_EQ(sim.time_us, 110);
+  EXPECT_DOUBLE_EQ(timing_of(sim, Strand::kBackward, 0).start_us, 20);
+  EXPECT_DOUBLE_EQ(timing_of(sim, Strand::kBackward, 1).start_us, 40);
+  EXPECT_DOUBLE_EQ(timing_of(sim, Strand::kForward, 0).start_us, 60);
+  const double first_comm = std::min(timing_of(sim, Strand::kForward, 1).start_us,
+                                     timing_of(sim, Strand::kBackward, 2).start_us);
+  const double second_comm = std::max(timing_of(sim, Strand::kForward, 1).start_us,
+                                      timing_of(sim, Strand::kBackward, 2).start_us);
+  EXPECT_DOUBLE_EQ(first_comm, 80);
+  EXPECT_DOUBLE_EQ(second_comm, 100);
+  EXPECT_DOUBLE_EQ(model.cost_us(3, 7), 110);
+  // A strand alone launches nothing ahead of the GPU: b0, b1 and x0 from 0, 10 us.
+  EXPECT_DOUBLE_EQ(model.cost_us(0, 7), 10);
 }
 
 TEST(SegmentCost, TwoComputeOpsSerialiseLongestFirst) {

@@ -46,20 +46,45 @@ TEST(Interference, GemmOfExactlySmCountTilesPaysASecondWaveNextToNccl) {
 }
 
 TEST(Interference, MemoryBoundOpAndCollectiveShareMemoryBandwidth) {
-  // Norm demand 1, all-gather 0.334651: both slow by D = 1.334651. Norm: 3 + 77.4415 * D =
-  // 106.3574 us -> rate 80.4415 / 106.3574 = 0.756332; all-gather rate 1 / D = 0.749260.
-  // Norm ends at 106.3574; the all-gather has done 79.6890 of 316.1046 and ends at
-  // 106.3574 + 236.4156 = 342.7730. OEF = (80.4415 + 316.1046 - 342.7730) / 80.4415 = 0.6685.
+  // Norm demand 1, all-gather 2.5 * 232,000 / 1,733,150 = 0.334651: together 1.334651 > 1.
+  // The all-gather, held to its link's pace, asks for less than half and gets all of it
+  // (rate 1); the norm gets the rest, 0.665349: its memory part 77.4415 us becomes
+  // 77.4415 / 0.665349 = 116.3923, so it takes 3 + 116.3923 = 119.3923 us, rate
+  // 80.4415 / 119.3923 = 0.673758. The all-gather ends at its solo 316.1046 and hides the
+  // norm entirely: OEF = (80.4415 + 316.1046 - 316.1046) / 80.4415 = 1.
   const CoRun run = co_run(a100_like_cluster(), test::norm_op(), test::local_all_gather());
-  EXPECT_NEAR(run.rates.rate_a, 0.756332, 1e-6);
-  EXPECT_NEAR(run.rates.rate_b, 0.749260, 1e-6);
-  EXPECT_NEAR(run.finish_a_us, 106.3574, 1e-3);
-  EXPECT_NEAR(run.finish_b_us, 342.7726, 1e-3);
-  EXPECT_NEAR(run.oef, 0.6685, 1e-4);
+  EXPECT_NEAR(run.rates.rate_a, 0.673758, 1e-6);
+  EXPECT_DOUBLE_EQ(run.rates.rate_b, 1.0);
+  EXPECT_NEAR(run.finish_a_us, 119.3923, 1e-3);
+  EXPECT_NEAR(run.finish_b_us, 316.1046, 1e-3);
+  EXPECT_NEAR(run.oef, 1.0, 1e-9);
   // Order does not matter.
   const CoRun swapped = co_run(a100_like_cluster(), test::local_all_gather(), test::norm_op());
   EXPECT_DOUBLE_EQ(swapped.finish_a_us, run.finish_b_us);
   EXPECT_DOUBLE_EQ(swapped.finish_b_us, run.finish_a_us);
+}
+
+TEST(Interference, MemoryBandwidthIsSharedMaxMin) {
+  // Fit: both served.
+  MemoryShares s = collective_memory_shares(0.3, 0.2);
+  EXPECT_DOUBLE_EQ(s.compute, 0.3);
+  EXPECT_DOUBLE_EQ(s.collective, 0.2);
+  // A saturating kernel beside a collective that wants 0.3: 0.7 and 0.3.
+  s = collective_memory_shares(1.0, 0.3);
+  EXPECT_DOUBLE_EQ(s.compute, 0.7);
+  EXPECT_DOUBLE_EQ(s.collective, 0.3);
+  // The other way round: the kernel's 0.4 is below half, the collective gets 0.6 of its 0.9.
+  s = collective_memory_shares(0.4, 0.9);
+  EXPECT_DOUBLE_EQ(s.compute, 0.4);
+  EXPECT_DOUBLE_EQ(s.collective, 0.6);
+  // Both above half: half each.
+  s = collective_memory_shares(0.8, 0.9);
+  EXPECT_DOUBLE_EQ(s.compute, 0.5);
+  EXPECT_DOUBLE_EQ(s.collective, 0.5);
+  // 0.6 + 0.45: the collective's 0.45 in full, the kernel 0.55.
+  s = collective_memory_shares(0.6, 0.45);
+  EXPECT_DOUBLE_EQ(s.compute, 0.55);
+  EXPECT_DOUBLE_EQ(s.collective, 0.45);
 }
 
 TEST(Interference, TwoLargeGemmsTimeSlice) {
