@@ -114,7 +114,16 @@ TEST(DeviceSchedule, ReceivesArePostedInTheSendersOrder) {
   for (const Instruction& i : receiver.instructions) {
     if (i.kind == InstructionKind::kRecv) program_order.push_back(i.tag);
   }
-  EXPECT_NE(program_order, sent);
+  // Posting follows the sender's order, not the program's: with two messages swapped on the
+  // sender the receives are posted swapped too.
+  std::vector<int64_t> swapped = sent;
+  std::swap(swapped[1], swapped[2]);
+  ASSERT_NE(program_order, swapped);
+  posted.clear();
+  for (const PostedReceive& r : schedule_device_program(receiver, {{0, swapped}}).receives) {
+    posted.push_back(receiver.instructions[static_cast<size_t>(r.instruction)].tag);
+  }
+  EXPECT_EQ(posted, swapped);
   std::vector<int64_t> short_list(sent.begin(), sent.end() - 1);
   try {
     schedule_device_program(receiver, {{0, short_list}});

@@ -77,9 +77,15 @@ TEST(PipelineChannels, TinyTp2Pp2ListsHoldTheSameMessages) {
       }
     }
   }
+  // A receiver that takes two messages in the other order is named, message by message.
   const auto world = messages_of_world(l, ExecutionMode::kCoExecuted);
-  EXPECT_EQ(channel_order_mismatch({0, 2}, with_peer(world[0], 2).sent_tags,
-                                   with_peer(world[2], 0).received_tags, layers),
+  const std::vector<int64_t>& sent = with_peer(world[0], 2).sent_tags;
+  ASSERT_EQ((std::vector<int64_t>(sent.begin(), sent.begin() + 4)),
+            (std::vector<int64_t>{4, 16, 7, 28}));
+  std::vector<int64_t> received = with_peer(world[2], 0).received_tags;
+  EXPECT_EQ(channel_order_mismatch({0, 2}, sent, received, layers), std::nullopt);
+  std::swap(received[2], received[3]);
+  EXPECT_EQ(channel_order_mismatch({0, 2}, sent, received, layers),
             "pipeline channel 0 -> 2: message 2 is tag 7 (micro-batch 0, gradient of layer 2's "
             "output) on the sender but tag 28 (micro-batch 2, activation into layer 1) on the "
             "receiver");

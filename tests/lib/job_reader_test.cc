@@ -243,7 +243,7 @@ TEST(JobExamples, EveryExampleIsValid) {
       ADD_FAILURE() << error.what();
     }
   }
-  EXPECT_EQ(count, 28);  // update when adding an example
+  EXPECT_EQ(count, 30);  // update when adding an example
 }
 
 // ----- activation recompute and uneven pipeline stages -----
