@@ -2,7 +2,7 @@
 # Prints the table of docs/search.md: for each space below, `dhelix-plan --search` with every
 # constraint off, the best Megatron-LM 1F1B configuration against the best dhelix one, what
 # each scheme makes of the other's choice, and the search's counts and CPU time. Takes
-# minutes to hours on two cores (the 405B space is the longest); run by hand, not by tests.
+# about 2.5 minutes on two cores (Mixtral and Phi the longest); run by hand, not by tests.
 # Usage: scripts/search-table.sh [build-dir] [space-name...]
 #   SEARCH_ARGS="--no-cp --mbs 1" narrows every space alike (the table then says so).
 set -euo pipefail
