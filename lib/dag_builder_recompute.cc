@@ -20,9 +20,10 @@
 //              output projection's data gradient: bwd.proj_dgrad), and every
 //              attention-backward op waits for the copies (it reads the recomputed output and
 //              softmax statistics). Left free, the copies could start anywhere in the
-//              backward; with CP's ring that multiplies the backward's downsets by about 12
-//              (Llama-3-70B, TP 8, CP 8: 2,498 instead of about 200) and the pairing search's
-//              work with them, for a freedom Megatron does not have.
+//              backward; with CP's ring that gave the backward 2.5 times the downsets
+//              (Llama-3-70B, TP 8, CP 8: 2,498 against 1,002 when they wait; 298 without
+//              recompute) and the pairing search minutes of work, for a freedom Megatron
+//              does not have.
 //
 // Example, Llama with tp = 8 and SP, full: the 18-op backward becomes 32 ops, 14 copies
 // (bwd.recompute.ln_attn .. bwd.recompute.bda_mlp) then bwd.bda_mlp, which now waits for
