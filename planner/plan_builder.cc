@@ -6,7 +6,6 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <tuple>
 
 #include "lib/cluster_reader.h"
 #include "lib/dag_builder.h"
@@ -24,6 +23,7 @@
 #include "planner/layer_costs.h"
 #include "planner/pipeline_schedule.h"
 #include "planner/pipeline_simulator.h"
+#include "planner/plan_stage_records.h"
 #include "planner/profile_co_run.h"
 #include "planner/scheme_memory.h"
 #include "planner/scheme_timeline.h"
@@ -456,93 +456,6 @@ PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryB
   return s;
 }
 
-// ----- the dhelix plan's stages and task lists ------------------------------------------
-
-using WorkKey = std::tuple<int, int64_t, int, int64_t>;
-
-WorkKey work_key(const WorkItem& w) {
-  return {static_cast<int>(w.pass), w.micro_batch, static_cast<int>(w.chunk), w.stage};
-}
-
-PlanLayerRange chunk_layers(const Context& ctx, int64_t stage, ChunkSide side) {
-  const auto range = [](const LayerRange& r) { return PlanLayerRange{r.first, r.count}; };
-  const size_t s = static_cast<size_t>(stage);
-  switch (side) {
-    case ChunkSide::kDown:
-      return range(ctx.folded.stages[s].down);
-    case ChunkSide::kUp:
-      return range(ctx.folded.stages[s].up);
-    case ChunkSide::kWhole:
-      return range(ctx.unfolded.stages[s]);
-  }
-  return {};
-}
-
-PlanTask task_record(const Context& ctx, const SchemeRun& run, int64_t stage, int64_t index,
-                     const std::map<WorkKey, PlanTaskRef>& producer) {
-  const PipelineTask& task =
-      run.schedule.stages[static_cast<size_t>(stage)][static_cast<size_t>(index)];
-  const TimelineEntry& entry =
-      run.simulation.stages[static_cast<size_t>(stage)].timeline[static_cast<size_t>(index)];
-  PlanTask t;
-  t.index = index;
-  t.kind = task.kind;
-  t.label = task.label();
-  t.start_us = entry.start_us;
-  t.end_us = entry.end_us;
-  if (task.has_forward()) {
-    t.forward = PlanTaskPart{task.forward_micro_batch, task.forward_chunk,
-                             chunk_layers(ctx, stage, task.forward_chunk)};
-  }
-  if (task.has_backward()) {
-    t.backward = PlanTaskPart{task.backward_micro_batch, task.backward_chunk,
-                              chunk_layers(ctx, stage, task.backward_chunk)};
-  }
-  if (task.kind == TaskKind::kHeadLoss) t.head_loss_micro_batch = task.forward_micro_batch;
-  for (const WorkItem& w : task_work(task, stage)) {
-    for (const WorkItem& input : work_inputs(run.schedule, w)) {
-      if (input.stage == stage) continue;
-      const PlanTaskRef ref = producer.at(work_key(input));
-      const bool seen = std::any_of(
-          t.waits_for.begin(), t.waits_for.end(),
-          [&](const PlanTaskRef& r) { return r.stage == ref.stage && r.task == ref.task; });
-      if (!seen) t.waits_for.push_back(ref);
-    }
-  }
-  return t;
-}
-
-std::vector<PlanStage> stage_records(const Context& ctx, const SchemeRun& run) {
-  std::map<WorkKey, PlanTaskRef> producer;
-  for (int64_t s = 0; s < ctx.pp; ++s) {
-    const auto& tasks = run.schedule.stages[static_cast<size_t>(s)];
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      for (const WorkItem& w : task_work(tasks[i], s)) {
-        producer[work_key(w)] = {.stage = s, .task = static_cast<int64_t>(i)};
-      }
-    }
-  }
-  std::vector<PlanStage> out;
-  for (int64_t s = 0; s < ctx.pp; ++s) {
-    PlanStage stage;
-    stage.stage = s;
-    for (int64_t r = 0; r < ctx.placement.world_size(); ++r) {
-      if (ctx.placement.coordinates(r).pp == s) stage.ranks.push_back(r);
-    }
-    stage.shape_rank = ctx.shape_ranks[static_cast<size_t>(s)];
-    stage.pairing = ctx.analysis_of_stage[static_cast<size_t>(s)];
-    stage.down_layers = chunk_layers(ctx, s, ChunkSide::kDown);
-    stage.up_layers = chunk_layers(ctx, s, ChunkSide::kUp);
-    stage.embedding = s == ctx.folded.embedding_stage;
-    stage.head_loss = s == ctx.folded.head_loss_stage;
-    const int64_t n = static_cast<int64_t>(run.schedule.stages[static_cast<size_t>(s)].size());
-    for (int64_t i = 0; i < n; ++i) stage.tasks.push_back(task_record(ctx, run, s, i, producer));
-    stage.phases = run.phases[static_cast<size_t>(s)];
-    out.push_back(std::move(stage));
-  }
-  return out;
-}
-
 // ----- assembling the plan --------------------------------------------------------------
 
 void fill_job(const JobSpec& job, Plan& plan) {
@@ -666,7 +579,14 @@ PlanResult build_plan(const PlanRequest& request) {
                   .cross_layer_max_segment_ops = request.cross_layer_max_segment_ops};
   plan.num_micro_batches = ctx.micro_batches;
   for (const auto& analysis : ctx.analyses) plan.pairings.push_back(pairing_record(*analysis));
-  plan.stages = stage_records(ctx, runs.front());
+  plan.stages = stage_records({.schedule = runs.front().schedule,
+                               .simulation = runs.front().simulation,
+                               .phases = runs.front().phases,
+                               .placement = ctx.placement,
+                               .folded = ctx.folded,
+                               .unfolded = ctx.unfolded,
+                               .shape_ranks = ctx.shape_ranks,
+                               .pairing_of_stage = ctx.analysis_of_stage});
   plan.memory_budget = {.gpu = budget.gpu_name,
                         .capacity_bytes = budget.capacity_bytes,
                         .reserve_bytes = budget.reserve_bytes,
