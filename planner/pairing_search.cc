@@ -420,6 +420,31 @@ double resimulate_total_us(const BlockCostModel& model, const std::vector<Pairin
   return total;
 }
 
+namespace {
+
+// The strands alone as asked, when the work budget bounded the joint search's segments:
+// Megatron-LM's layer times come from them (planner/layer_costs.h) and must not depend on
+// dhelix's budget. A single strand's search is linear in its moves, so it needs no budget;
+// a strand past the step limit keeps the bounded figures.
+void unbound_strands_alone(const BlockCostModel& model, const PairingOptions& requested,
+                           PairingResult* result) {
+  std::vector<PairingBlock> forward, backward;
+  try {
+    forward = search_single_strand(model, Strand::kForward, requested);
+    backward = search_single_strand(model, Strand::kBackward, requested);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnsupported) throw;
+    return;
+  }
+  result->forward_alone_blocks = std::move(forward);
+  result->backward_alone_blocks = std::move(backward);
+  result->forward_alone_us = total_time_us(result->forward_alone_blocks);
+  result->backward_alone_us = total_time_us(result->backward_alone_blocks);
+  result->sequential_time_us = result->forward_alone_us + result->backward_alone_us;
+}
+
+}  // namespace
+
 PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& requested) {
   // Counts first, storage after: a strand too wide for the exact search is refused before
   // its steps or the state table are allocated.
@@ -439,6 +464,9 @@ PairingResult search_pairing(const BlockCostModel& model, const PairingOptions& 
   result.blocks = blocks_from_chain(model, search.chain());
   result.total_time_us = search.optimum_us();
   result.segment_bound = options.max_segment_ops;
+  if (options.max_segment_ops != requested.max_segment_ops) {
+    unbound_strands_alone(model, requested, &result);
+  }
   return result;
 }
 

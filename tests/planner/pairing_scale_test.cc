@@ -85,6 +85,28 @@ TEST(PairingScale, SegmentBoundMakesAWideStrandSearchable) {
   EXPECT_NEAR(resimulate_total_us(model, r.blocks), r.total_time_us, 1e-9);
 }
 
+// Three independent 10 us ops, one per stream, against a chain of 3: 27 x 10 = 270 block
+// pairs, 26 x 9 = 234 with 2-op segments, 20 x 7 = 140 with 1. A budget of 200 bounds the
+// segments to 1 op, where the forward alone would take 30 us; the strands alone are
+// searched again without the bound: 10 us, all three streams at once.
+TEST(PairingScale, TheStrandsAloneIgnoreTheBudget) {
+  StrandGraph f;
+  f.add_op("c", StreamClass::kCompute, 10, {});
+  f.add_op("l", StreamClass::kLocalComm, 10, {});
+  f.add_op("x", StreamClass::kCrossComm, 10, {});
+  const StrandGraph b = chain("b", 3);
+  const NoSlowdownModel none;
+  const BlockCostModel model(f, b, none);
+  PairingOptions budget;
+  budget.max_block_pairs = 200;
+  const PairingResult r = search_pairing(model, budget);
+  EXPECT_EQ(r.segment_bound, 1);
+  EXPECT_EQ(r.forward_alone_us, 10);
+  EXPECT_EQ(r.backward_alone_us, 30);
+  EXPECT_EQ(r.sequential_time_us, 40);
+  EXPECT_EQ(r.forward_alone_blocks.size(), 1u);
+}
+
 // Slow-downs by stream pair: identical for every copy of a layer.
 class StreamRates final : public CoRunModel {
  public:
@@ -135,6 +157,10 @@ TEST(PairingScale, TheWorkBudgetBoundsTheSegments) {
   const PairingResult unbounded = search_pairing(model);
   EXPECT_EQ(unbounded.segment_bound, 0);
   EXPECT_LE(unbounded.total_time_us, bounded.total_time_us);
+  // The strands alone (Megatron-LM's layer times) do not depend on the budget.
+  EXPECT_EQ(bounded.forward_alone_us, unbounded.forward_alone_us);
+  EXPECT_EQ(bounded.backward_alone_us, unbounded.backward_alone_us);
+  EXPECT_EQ(bounded.sequential_time_us, unbounded.sequential_time_us);
   // A budget that already fits keeps the segment bound asked for.
   PairingOptions asked;
   asked.max_segment_ops = 3;
