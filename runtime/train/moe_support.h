@@ -2,8 +2,11 @@
 // Which mixture-of-experts plans dhelix-run executes (runtime/model/moe_layers_cpu.h):
 // on the CPU backend, MoE layers with any ep that divides the experts, tp >= 1 (expert
 // tensor parallelism 1 or tp), cp >= 1 and any recompute, and a shared expert whose width
-// tp divides (the planner rounds Fs/tp up; the runtime does not pad). Everything else is
-// refused by name before any rank trains.
+// tp divides (the planner rounds Fs/tp up; the runtime does not pad). On the CUDA backend
+// every MoE job is refused: its kernels exist (runtime/cuda/moe_cuda.h: EP with tp = 1, a
+// capacity factor > 0, no shared expert, no recompute) but the stage model does not bind
+// them yet; what lies outside that scope is named first. Everything else is refused by name
+// before any rank trains.
 
 #include <string>
 
