@@ -183,10 +183,12 @@ MoeLayersCuda::State& MoeLayersCuda::state(int64_t micro_batch, int64_t layer) {
 
 std::optional<MoeLayersCuda::BoundOp> MoeLayersCuda::bind(const std::string& op, int64_t layer,
                                                           int64_t micro_batch,
-                                                          const MoeDeviceLayerIo& io) {
+                                                          const MoeDeviceLayerIo& io,
+                                                          bool recomputing) {
   using Exec = CudaBackend::Exec;
   using rt::model_detail::computation;
   if (!handles(op)) return std::nullopt;
+  if (recomputing) throw Error(ErrorCode::kInternal, "MoeLayersCuda: no recompute (refused)");
   if (op.ends_with("_a2a") && ep_ == 1) {
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("StageModel: op {} does not occur with ep = 1", op));
@@ -350,7 +352,9 @@ std::optional<MoeLayersCuda::BoundOp> MoeLayersCuda::bind(const std::string& op,
 }
 
 MoeLayersCuda::BoundOp::Task MoeLayersCuda::sum_input_gradient(int64_t layer, int64_t micro_batch,
-                                                               const MoeDeviceLayerIo& io) {
+                                                               const MoeDeviceLayerIo& io,
+                                                               bool recomputing) {
+  if (recomputing) throw Error(ErrorCode::kInternal, "MoeLayersCuda: no recompute (refused)");
   State& s = state(micro_batch, layer);
   return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden](const CudaBackend::Exec& e) {
     CudaBackend::add_tensors(e, n, s.d_from_permute, s.d_from_router, dx);

@@ -16,8 +16,8 @@
 //     (moe_regroup), grouped_fc2 and grouped_fc1_dgrad regroup back before the exchange.
 //
 // Scope (runtime/train/moe_support.cc refuses the rest by name): EP with tp = 1, a
-// capacity factor > 0, no shared expert, no recompute. Not yet bound by CudaStageModel:
-// this class is exercised by tests/gpu/moe_layers_cuda_gpu_test.cc only (docs/gpu.md).
+// capacity factor > 0, no shared expert, no recompute. CudaStageModel binds it through
+// runtime/model/moe_layers_of.h.
 
 #include <cstdint>
 #include <map>
@@ -30,6 +30,7 @@
 #include "lib/job_spec.h"
 #include "runtime/cuda/cuda_model_backend.h"
 #include "runtime/cuda/moe_cuda.h"
+#include "runtime/model/moe_layers_of.h"
 #include "runtime/model/stage_model.h"
 
 namespace dhelix::cuda {
@@ -60,10 +61,12 @@ class MoeLayersCuda {
   static bool handles(const std::string& op);
   /// Binds `op` of (micro_batch, layer); nullopt when `op` is not one of handles(). An
   /// all-to-all op with ep = 1 is Error(kInvalidInput) (the planner writes none).
+  /// `recomputing` must be false (no recompute here; the stage model's interface has it).
   std::optional<BoundOp> bind(const std::string& op, int64_t layer, int64_t micro_batch,
-                              const MoeDeviceLayerIo& io);
+                              const MoeDeviceLayerIo& io, bool recomputing = false);
   /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients.
-  BoundOp::Task sum_input_gradient(int64_t layer, int64_t micro_batch, const MoeDeviceLayerIo& io);
+  BoundOp::Task sum_input_gradient(int64_t layer, int64_t micro_batch, const MoeDeviceLayerIo& io,
+                                   bool recomputing = false);
   /// `layer`'s "layers.<l>.router", ".experts_fc1", ".experts_fc2" (the last two expert).
   std::vector<ParameterView> parameters(int64_t layer);
   /// Sum of the load-balancing losses of micro-batches [0, micro_batches) over this rank's
@@ -91,3 +94,20 @@ class MoeLayersCuda {
 };
 
 }  // namespace dhelix::cuda
+
+namespace dhelix::rt {
+
+/// The CUDA backend's MoE layers (runtime/model/moe_layers_of.h).
+template <>
+struct MoeLayersOf<cuda::CudaBackend> {
+  using type = cuda::MoeLayersCuda;
+  using Io = cuda::MoeDeviceLayerIo;
+  static std::unique_ptr<cuda::MoeLayersCuda> make(const JobSpec& job, int64_t rank,
+                                                   const std::vector<int64_t>& layers,
+                                                   uint64_t seed, const float* loss_scale,
+                                                   cuda::CudaBackend::Memory& memory) {
+    return std::make_unique<cuda::MoeLayersCuda>(job, rank, layers, seed, loss_scale, memory);
+  }
+};
+
+}  // namespace dhelix::rt
