@@ -113,9 +113,9 @@ class CudaEngine final : public TrainingEngine {
         tp_(job.parallel.tp),
         dp_(job.parallel.dp),
         cp_(job.parallel.cp),
+        ep_(job.parallel.ep),
         parallel_(job.parallel),
-        gemm_shapes_(
-            model_gemm_shapes(rank_shape(job, rank), !slice.layer_ranges.empty(), slice.head)),
+        gemm_shapes_(job_gemm_shapes(job, rank, !slice.layer_ranges.empty(), slice.head)),
         // Under CP the layers run the ring kernels, not this attention (layer_ops_cp.h).
         attention_(model_attention_setup(
             rank_shape(job, rank), !slice.layer_ranges.empty() && job.parallel.cp == 1,
@@ -165,8 +165,10 @@ class CudaEngine final : public TrainingEngine {
                                    .workspace = {workspace_, workspace_bytes_},
                                    .cudnn = api_->cudnn_attention()};
         });
+    // Buckets over the dense parameters; under EP the experts' are summed apart, over the
+    // expert-data-parallel group (update()).
     std::vector<int64_t> sizes;
-    for (const CudaParameterView& p : model_->parameters()) sizes.push_back(p.count);
+    for (const CudaParameterView& p : dense_parameters()) sizes.push_back(p.count);
     buckets_ = plan_gradient_buckets(sizes, options_.ddp_bucket_elements);
     if (dp_ * cp_ > 1) staging_ = pool_->allocate_array<float>(largest_bucket(buckets_));
     DHELIX_CUDA(cudaDeviceSynchronize());
@@ -237,8 +239,18 @@ class CudaEngine final : public TrainingEngine {
     if (dp_ * cp_ > 1) {
       last_used = cp_ > 1 ? &comms_->gradient_group()
                           : &comms_->group(ParallelDim::kDp, DeviceStream::kCompute);
+      const std::vector<CudaParameterView> dense = dense_parameters();
       for (const GradientBucket& bucket : buckets_) {
-        sum_bucket(bucket, params, *last_used, compute);
+        sum_bucket(bucket, dense, *last_used, compute);
+      }
+    }
+    if (ep_ > 1) {
+      // MoE experts (runtime/comm/process_groups.h): the dispatch brought every EP member's
+      // tokens to them, so their gradients are summed over the expert-data-parallel group.
+      last_used = &comms_->expert_gradient_group();
+      for (const CudaParameterView& p : params) {
+        if (p.expert)
+          last_used->all_reduce_sum(p.gradient, p.count, DeviceDtype::kFloat32, compute);
       }
     }
     const kernels::AdamWStep step = kernels::make_adamw_step(
@@ -307,6 +319,16 @@ class CudaEngine final : public TrainingEngine {
                     embedding_backward_workspace_bytes(shape.tokens));
   }
 
+  // The parameters whose gradients are summed over dp (x cp): all but the MoE experts when
+  // ep > 1 (with ep = 1 the expert-data-parallel group is the dp group itself).
+  std::vector<CudaParameterView> dense_parameters() {
+    std::vector<CudaParameterView> dense;
+    for (const CudaParameterView& p : model_->parameters()) {
+      if (ep_ == 1 || !p.expert) dense.push_back(p);
+    }
+    return dense;
+  }
+
   // One DP all-reduce over a bucket: gradients packed back to back into the staging
   // buffer, summed, copied back (gradient_buckets.h). A single-parameter bucket is summed
   // in place.
@@ -349,6 +371,7 @@ class CudaEngine final : public TrainingEngine {
   int64_t tp_;
   int64_t dp_;
   int64_t cp_;
+  int64_t ep_;
   ParallelSpec parallel_;
   std::vector<GemmShape> gemm_shapes_;
   std::optional<AttentionSetup> attention_;

@@ -28,33 +28,16 @@
 #include <vector>
 
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/kernels/moe_padded.h"
 
 namespace dhelix::cuda {
 
 /// Most experts a layer may have here (per-thread arrays of the router kernels).
 inline constexpr int64_t kMaxMoeExperts = 256;
 
-/// A MoE layer's sizes on one rank (capacity > 0: the padded layout needs one).
-struct MoeDeviceShape {
-  int64_t tokens = 0;         ///< T
-  int64_t hidden = 0;         ///< h
-  int64_t experts = 0;        ///< E
-  int64_t top_k = 0;          ///< k
-  int64_t capacity = 0;       ///< C (moe_capacity.h's expert_capacity with cf > 0)
-  double aux_loss_coeff = 0;  ///< alpha of the load-balancing loss
-};
-
-/// The routing of one micro-batch, in device memory.
-struct MoeDeviceRouting {
-  int32_t* chosen = nullptr;       ///< [T, k]
-  float* gate = nullptr;           ///< [T, k] softmax over the chosen (before dropping)
-  float* probs = nullptr;          ///< [T, E] full softmax
-  uint8_t* kept = nullptr;         ///< [T, k]
-  int64_t* row = nullptr;          ///< [T, k] padded row of a kept assignment, -1 dropped
-  int64_t* routed = nullptr;       ///< [E] n_e before dropping
-  int64_t* send_counts = nullptr;  ///< [E] elements of kept rows per expert (rows * h)
-  float* aux_loss = nullptr;       ///< [1] L_aux of these tokens
-};
+/// The layer's sizes and its routing in device memory (runtime/kernels/moe_padded.h).
+using MoeDeviceShape = kernels::MoePaddedShape;
+using MoeDeviceRouting = kernels::MoePaddedRouting;
 
 /// Throws Error(kUnsupported) naming the limit for a shape these kernels cannot run
 /// (capacity 0, experts above kMaxMoeExperts, k outside [1, E]).

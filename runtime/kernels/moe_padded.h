@@ -28,6 +28,29 @@
 
 namespace dhelix::kernels {
 
+/// A MoE layer's sizes on one rank (capacity > 0: the padded layout needs one).
+struct MoePaddedShape {
+  int64_t tokens = 0;         ///< T
+  int64_t hidden = 0;         ///< h
+  int64_t experts = 0;        ///< E
+  int64_t top_k = 0;          ///< k
+  int64_t capacity = 0;       ///< C (moe_capacity.h's expert_capacity with cf > 0)
+  double aux_loss_coeff = 0;  ///< alpha of the load-balancing loss
+};
+
+/// The routing of one micro-batch, in the backend's memory (written by the router op,
+/// read by the others).
+struct MoePaddedRouting {
+  int32_t* chosen = nullptr;       ///< [T, k]
+  float* gate = nullptr;           ///< [T, k] softmax over the chosen (before dropping)
+  float* probs = nullptr;          ///< [T, E] full softmax
+  uint8_t* kept = nullptr;         ///< [T, k]
+  int64_t* row = nullptr;          ///< [T, k] padded row of a kept assignment, -1 dropped
+  int64_t* routed = nullptr;       ///< [E] n_e before dropping
+  int64_t* send_counts = nullptr;  ///< [E] elements of kept rows per expert (rows * h)
+  float* aux_loss = nullptr;       ///< [1] L_aux of these tokens
+};
+
 /// Position of kept assignment a inside its expert's block: the kept assignments to the
 /// same expert with a lower index. chosen[assignments], kept[assignments] (1 kept).
 DHELIX_HOST_DEVICE inline int64_t padded_position(const int32_t* chosen, const uint8_t* kept,

@@ -21,6 +21,7 @@
 #include "runtime/model/layer_ops_forward.h"
 #include "runtime/model/moe_layers_cpu.h"
 #include "runtime/model/moe_layers_of.h"
+#include "runtime/model/moe_layers_padded.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/model/stage_model_internal.h"
 #include "runtime/model/stage_ops.h"
