@@ -175,6 +175,7 @@ class CudaEngine final : public TrainingEngine {
   }
 
   void start_iteration(std::vector<MicroBatchTokens> micro_batches, float loss_scale) override {
+    micro_batches_ = static_cast<int64_t>(micro_batches.size());
     pool_->set_growth_allowed(true);
     model_->start_iteration(static_cast<int64_t>(micro_batches.size()));
     model_->set_loss_scale(loss_scale);
@@ -201,6 +202,8 @@ class CudaEngine final : public TrainingEngine {
   }
 
   std::vector<float> micro_batch_losses() override { return model_->micro_batch_losses(); }
+  // Downloads (after execute() waited for every stream): one float per layer and micro-batch.
+  float moe_aux_loss_sum() override { return model_->moe_aux_loss_sum(micro_batches_); }
 
   IterationSnapshot snapshot() override {
     IterationSnapshot snapshot;
@@ -372,6 +375,7 @@ class CudaEngine final : public TrainingEngine {
   int64_t dp_;
   int64_t cp_;
   int64_t ep_;
+  int64_t micro_batches_ = 0;  // of the current iteration
   ParallelSpec parallel_;
   std::vector<GemmShape> gemm_shapes_;
   std::optional<AttentionSetup> attention_;

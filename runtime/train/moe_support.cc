@@ -8,10 +8,9 @@ namespace dhelix::rt {
 
 namespace {
 
-// The CUDA backend's MoE kernels (runtime/cuda/moe_cuda.h) cover EP with tp = 1, a capacity
-// factor > 0 (padded blocks of a host-known size), no shared expert and no recompute; the
-// parts outside that are named first, as they stay refused once the stage model binds the
-// kernels, which it does not yet (docs/gpu.md, "MoE on CUDA").
+// The CUDA backend's MoE layers (runtime/model/moe_layers_padded.h) cover EP with tp = 1, a
+// capacity factor > 0 (padded blocks of a host-known size), no shared expert, no CP and no
+// recompute (docs/gpu.md, "MoE on CUDA"); the rest is refused by name.
 template <class Refuse>
 void refuse_on_device(const JobSpec& job, const std::string& layers, const std::string& backend,
                       const Refuse& refuse) {
@@ -38,7 +37,6 @@ void refuse_on_device(const JobSpec& job, const std::string& layers, const std::
                        recompute_granularity_name(p.recompute.granularity), on),
            cpu);
   }
-  refuse(fmt::format("{} {}", layers, on), cpu);
 }
 
 }  // namespace

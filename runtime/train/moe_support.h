@@ -3,10 +3,9 @@
 // on the CPU backend, MoE layers with any ep that divides the experts, tp >= 1 (expert
 // tensor parallelism 1 or tp), cp >= 1 and any recompute, and a shared expert whose width
 // tp divides (the planner rounds Fs/tp up; the runtime does not pad). On the CUDA backend
-// every MoE job is refused: its kernels exist (runtime/cuda/moe_cuda.h: EP with tp = 1, a
-// capacity factor > 0, no shared expert, no recompute) but the stage model does not bind
-// them yet; what lies outside that scope is named first. Everything else is refused by name
-// before any rank trains.
+// (runtime/model/moe_layers_padded.h): any ep that divides the experts, with tp = 1, cp = 1,
+// a capacity factor > 0, no shared expert and no recompute. Everything else is refused by
+// name before any rank trains.
 
 #include <string>
 

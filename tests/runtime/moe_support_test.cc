@@ -1,7 +1,5 @@
 // runtime/train/moe_support.h: which MoE jobs dhelix-run refuses, by name, on each backend.
-// On cuda every MoE job is refused (the stage model does not bind the MoE kernels yet); the
-// parts the device layer is not built for are named before the generic refusal, so a user
-// learns what stays unsupported.
+// cuda runs EP with tp = 1 and a capacity factor, and names each part it is not built for.
 
 #include "runtime/train/moe_support.h"
 
@@ -37,11 +35,9 @@ std::string refusal(const JobSpec& job, const std::string& backend) {
   return "";
 }
 
-TEST(MoeSupport, TheCpuRunsTheLayerAndCudaRefusesItByName) {
+TEST(MoeSupport, BothBackendsRunExpertParallelLayersWithACapacity) {
   EXPECT_EQ(refusal(moe_job(), "cpu"), "");
-  EXPECT_EQ(refusal(moe_job(), "cuda"),
-            "plan.json: dhelix-run does not run mixture-of-experts layers (4 experts, top-2, "
-            "ep = 2) on the cuda backend yet; use --backend cpu");
+  EXPECT_EQ(refusal(moe_job(), "cuda"), "");
 }
 
 TEST(MoeSupport, CudaNamesWhatItsLayerIsNotBuiltFor) {
@@ -58,6 +54,12 @@ TEST(MoeSupport, CudaNamesWhatItsLayerIsNotBuiltFor) {
   tp.model.moe = moe_job().model.moe;
   EXPECT_NE(refusal(tp, "cuda").find("with tensor parallelism (tp = 2, expert tp = 2)"),
             std::string::npos);
+  JobSpec cp = moe_job();
+  cp.parallel.cp = 2;
+  EXPECT_EQ(refusal(cp, "cuda"),
+            "plan.json: dhelix-run does not run mixture-of-experts layers (4 experts, top-2, "
+            "ep = 2) with context parallelism (cp = 2) on the cuda backend yet; use --backend "
+            "cpu");
   JobSpec recompute = moe_job();
   recompute.parallel.recompute.granularity = RecomputeGranularity::kFull;
   EXPECT_NE(refusal(recompute, "cuda").find("with activation recompute (full)"), std::string::npos);
