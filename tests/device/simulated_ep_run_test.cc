@@ -29,6 +29,8 @@
 #include "lib/plan/plan_job.h"
 #include "lib/plan/plan_reader.h"
 #include "lib/plan/rank_program.h"
+#include "lib/rank_shape.h"
+#include "runtime/kernels/moe_capacity.h"
 #include "tests/device/simulated_run.h"
 
 namespace dhelix::cuda::testing {
@@ -106,6 +108,16 @@ int64_t ep_collectives(const Plan& plan, const JobSpec& job, int64_t rank, Execu
       });
 }
 
+// One member's block of the padded all-to-all: L local experts x C rows x h
+// (runtime/kernels/moe_padded.h), C = ceil(cf T k / E) of the rank's T rows.
+int64_t block_elements(const JobSpec& job, int64_t rank) {
+  const MoeSpec& moe = *job.model.moe;
+  const RankShape d = rank_shape(job, rank);
+  const int64_t capacity =
+      kernels::expert_capacity(d.rows, moe.top_k, moe.num_experts, moe.capacity_factor);
+  return moe.num_experts / job.parallel.ep * capacity * d.hidden;
+}
+
 TEST_P(SimulatedEpRun, EveryAllToAllIsTwoCopiesAndOneGroupOnAnEpCommunicator) {
   for (const RankRecord& r : run()) {
     const std::map<int64_t, std::string> labels = comm_labels(r);
@@ -130,8 +142,8 @@ TEST_P(SimulatedEpRun, EveryAllToAllIsTwoCopiesAndOneGroupOnAnEpCommunicator) {
       EXPECT_TRUE(is_ep(labels.at(counts_send.comm))) << labels.at(counts_send.comm);
       // The counts: L = 2 int64 per member; the block: L C h elements.
       EXPECT_EQ(counts_send.count, 2);
-      EXPECT_EQ(r.calls[i + 3].count, r.calls[i + 4].count);
-      EXPECT_GT(r.calls[i + 3].count, 0);
+      EXPECT_EQ(r.calls[i + 3].count, block_elements(*job_, r.rank));
+      EXPECT_EQ(r.calls[i + 4].count, block_elements(*job_, r.rank));
       for (size_t j = i + 1; j <= i + 4; ++j) {
         EXPECT_EQ(r.calls[j].comm, counts_send.comm);
         EXPECT_EQ(r.calls[j].value, 1 - r.rank);  // the other member (ranks 0, 1)
