@@ -196,11 +196,11 @@ PaddedMoeLayers<B>::PaddedMoeLayers(const JobSpec& job, int64_t rank,
     : loss_scale_(loss_scale), memory_(memory) {
   const MoeSpec& moe = *job.model.moe;
   const RankShape dims = rank_shape(job, rank);
-  if (dims.tp != 1 || moe.shared_expert_ffn_hidden_size > 0 ||
+  if (dims.tp != 1 || dims.cp != 1 || moe.shared_expert_ffn_hidden_size > 0 ||
       job.parallel.recompute.granularity != RecomputeGranularity::kNone) {
     throw Error(ErrorCode::kUnsupported,
-                "MoE layers with padded blocks: only tp = 1 without a shared expert or "
-                "recompute (runtime/train/moe_support.cc names the part)");
+                "MoE layers with padded blocks: only tp = 1 and cp = 1 without a shared expert "
+                "or recompute (runtime/train/moe_support.cc names the part)");
   }
   ep_ = job.parallel.ep;
   DHELIX_CHECK(moe.num_experts % ep_ == 0);
