@@ -325,10 +325,12 @@ class CudaEngine final : public TrainingEngine {
   // The parameters whose gradients are summed over dp (x cp): all but the MoE experts when
   // ep > 1 (with ep = 1 the expert-data-parallel group is the dp group itself).
   std::vector<CudaParameterView> dense_parameters() {
+    const std::vector<CudaParameterView> all = model_->parameters();
+    std::vector<bool> expert;
+    for (const CudaParameterView& p : all) expert.push_back(p.expert);
     std::vector<CudaParameterView> dense;
-    for (const CudaParameterView& p : model_->parameters()) {
-      if (ep_ == 1 || !p.expert) dense.push_back(p);
-    }
+    for (int64_t i : dense_gradient_indices(expert, ep_))
+      dense.push_back(all[static_cast<size_t>(i)]);
     return dense;
   }
 
