@@ -16,8 +16,16 @@ int64_t MoeRouting::slots() const {
 void moe_route(const MoeLayerShape& s, const float* x, const float* w_router, MoeRouting& r) {
   const int64_t t_count = s.tokens, e_count = s.experts, k = s.top_k;
   DHELIX_CHECK(k >= 1 && k <= e_count);
-  const auto assignments = static_cast<size_t>(t_count * k);
   r.logits.resize(static_cast<size_t>(t_count * e_count));
+  linear_forward(t_count, s.hidden, e_count, x, w_router, r.logits.data());
+  moe_route_logits(s, r);
+}
+
+void moe_route_logits(const MoeLayerShape& s, MoeRouting& r) {
+  const int64_t t_count = s.tokens, e_count = s.experts, k = s.top_k;
+  DHELIX_CHECK(k >= 1 && k <= e_count);
+  DHELIX_CHECK(r.logits.size() == static_cast<size_t>(t_count * e_count));
+  const auto assignments = static_cast<size_t>(t_count * k);
   r.probs.resize(r.logits.size());
   r.chosen.resize(assignments);
   r.gate.resize(assignments);
@@ -25,7 +33,6 @@ void moe_route(const MoeLayerShape& s, const float* x, const float* w_router, Mo
   r.slot_of.assign(assignments, -1);
   r.routed.resize(static_cast<size_t>(e_count));
   r.expert_rows.assign(static_cast<size_t>(e_count), 0);
-  linear_forward(t_count, s.hidden, e_count, x, w_router, r.logits.data());
   for (int64_t t = 0; t < t_count; ++t) {
     const float* z = r.logits.data() + t * e_count;
     kernels::router_topk_row(e_count, k, z, r.chosen.data() + t * k, r.gate.data() + t * k);

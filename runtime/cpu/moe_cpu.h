@@ -56,6 +56,9 @@ struct MoeRouting {
 
 /// Router forward: z = x W_r^T, top-k, softmax, capacity, the permutation. x [T, h].
 void moe_route(const MoeLayerShape& s, const float* x, const float* w_router, MoeRouting& r);
+/// The same from logits already in r.logits [T, E] (what moe_route runs after its GEMM; the
+/// GPU tests route the CUDA backend's bf16 logits with it).
+void moe_route_logits(const MoeLayerShape& s, MoeRouting& r);
 
 /// permuted[slots, h]: row slot_of[a] = x[a / k].
 void moe_permute(const MoeLayerShape& s, const MoeRouting& r, const float* x, float* permuted);

@@ -14,6 +14,7 @@
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/cuda/moe_cuda.h"
 #include "runtime/cuda/ring_attention_cuda.h"
 
 namespace dhelix::cuda {
@@ -120,8 +121,8 @@ void CudaDeviceApi::delay(int64_t microseconds, StreamHandle stream) {
 
 KernelInventory CudaDeviceApi::load_kernels() {
   KernelInventory inventory;
-  for (const auto& list :
-       {rowwise_kernels(), attention_kernels(), ring_attention_kernels(), delay_kernels()}) {
+  for (const auto& list : {rowwise_kernels(), attention_kernels(), ring_attention_kernels(),
+                           moe_kernels(), delay_kernels()}) {
     for (const KernelEntry& kernel : list) {
       cudaFuncAttributes attributes{};
       try {

@@ -113,9 +113,9 @@ class CudaEngine final : public TrainingEngine {
         tp_(job.parallel.tp),
         dp_(job.parallel.dp),
         cp_(job.parallel.cp),
+        ep_(job.parallel.ep),
         parallel_(job.parallel),
-        gemm_shapes_(
-            model_gemm_shapes(rank_shape(job, rank), !slice.layer_ranges.empty(), slice.head)),
+        gemm_shapes_(job_gemm_shapes(job, rank, !slice.layer_ranges.empty(), slice.head)),
         // Under CP the layers run the ring kernels, not this attention (layer_ops_cp.h).
         attention_(model_attention_setup(
             rank_shape(job, rank), !slice.layer_ranges.empty() && job.parallel.cp == 1,
@@ -165,14 +165,17 @@ class CudaEngine final : public TrainingEngine {
                                    .workspace = {workspace_, workspace_bytes_},
                                    .cudnn = api_->cudnn_attention()};
         });
+    // Buckets over the dense parameters; under EP the experts' are summed apart, over the
+    // expert-data-parallel group (update()).
     std::vector<int64_t> sizes;
-    for (const CudaParameterView& p : model_->parameters()) sizes.push_back(p.count);
+    for (const CudaParameterView& p : dense_parameters()) sizes.push_back(p.count);
     buckets_ = plan_gradient_buckets(sizes, options_.ddp_bucket_elements);
     if (dp_ * cp_ > 1) staging_ = pool_->allocate_array<float>(largest_bucket(buckets_));
     DHELIX_CUDA(cudaDeviceSynchronize());
   }
 
   void start_iteration(std::vector<MicroBatchTokens> micro_batches, float loss_scale) override {
+    micro_batches_ = static_cast<int64_t>(micro_batches.size());
     pool_->set_growth_allowed(true);
     model_->start_iteration(static_cast<int64_t>(micro_batches.size()));
     model_->set_loss_scale(loss_scale);
@@ -199,6 +202,8 @@ class CudaEngine final : public TrainingEngine {
   }
 
   std::vector<float> micro_batch_losses() override { return model_->micro_batch_losses(); }
+  // Downloads (after execute() waited for every stream): one float per layer and micro-batch.
+  float moe_aux_loss_sum() override { return model_->moe_aux_loss_sum(micro_batches_); }
 
   IterationSnapshot snapshot() override {
     IterationSnapshot snapshot;
@@ -237,8 +242,18 @@ class CudaEngine final : public TrainingEngine {
     if (dp_ * cp_ > 1) {
       last_used = cp_ > 1 ? &comms_->gradient_group()
                           : &comms_->group(ParallelDim::kDp, DeviceStream::kCompute);
+      const std::vector<CudaParameterView> dense = dense_parameters();
       for (const GradientBucket& bucket : buckets_) {
-        sum_bucket(bucket, params, *last_used, compute);
+        sum_bucket(bucket, dense, *last_used, compute);
+      }
+    }
+    if (ep_ > 1) {
+      // MoE experts (runtime/comm/process_groups.h): the dispatch brought every EP member's
+      // tokens to them, so their gradients are summed over the expert-data-parallel group.
+      last_used = &comms_->expert_gradient_group();
+      for (const CudaParameterView& p : params) {
+        if (p.expert)
+          last_used->all_reduce_sum(p.gradient, p.count, DeviceDtype::kFloat32, compute);
       }
     }
     const kernels::AdamWStep step = kernels::make_adamw_step(
@@ -307,6 +322,18 @@ class CudaEngine final : public TrainingEngine {
                     embedding_backward_workspace_bytes(shape.tokens));
   }
 
+  // The parameters whose gradients are summed over dp (x cp): all but the MoE experts when
+  // ep > 1 (with ep = 1 the expert-data-parallel group is the dp group itself).
+  std::vector<CudaParameterView> dense_parameters() {
+    const std::vector<CudaParameterView> all = model_->parameters();
+    std::vector<bool> expert;
+    for (const CudaParameterView& p : all) expert.push_back(p.expert);
+    std::vector<CudaParameterView> dense;
+    for (int64_t i : dense_gradient_indices(expert, ep_))
+      dense.push_back(all[static_cast<size_t>(i)]);
+    return dense;
+  }
+
   // One DP all-reduce over a bucket: gradients packed back to back into the staging
   // buffer, summed, copied back (gradient_buckets.h). A single-parameter bucket is summed
   // in place.
@@ -349,6 +376,8 @@ class CudaEngine final : public TrainingEngine {
   int64_t tp_;
   int64_t dp_;
   int64_t cp_;
+  int64_t ep_;
+  int64_t micro_batches_ = 0;  // of the current iteration
   ParallelSpec parallel_;
   std::vector<GemmShape> gemm_shapes_;
   std::optional<AttentionSetup> attention_;

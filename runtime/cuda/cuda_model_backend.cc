@@ -1,5 +1,7 @@
 #include "runtime/cuda/cuda_model_backend.h"
 
+#include "runtime/cuda/moe_cuda.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -274,6 +276,48 @@ void CudaBackend::ring_backward_step(const Exec& exec, const kernels::AttentionS
                                      const Act* v, Act* dq_unscaled, Act* dk_unscaled, Act* dv) {
   cuda::ring_backward_step(shape, step, q, dout, lse, delta, k, v, dq_unscaled, dk_unscaled, dv,
                            exec.stream);
+}
+
+void CudaBackend::check_moe_shape(const kernels::MoePaddedShape& shape) {
+  cuda::check_moe_shape(shape);
+}
+
+void CudaBackend::moe_route(const Exec& exec, const kernels::MoePaddedShape& shape,
+                            const Act* logits, kernels::MoePaddedRouting routing) {
+  cuda::moe_route(shape, logits, routing, exec.stream);
+}
+
+void CudaBackend::moe_permute(const Exec& exec, const kernels::MoePaddedShape& shape,
+                              kernels::MoePaddedRouting routing, const Act* x, Act* permuted) {
+  cuda::moe_permute(shape, routing, x, permuted, exec.stream);
+}
+
+void CudaBackend::moe_regroup(const Exec& exec, int64_t ep, int64_t local, int64_t capacity,
+                              int64_t hidden, const Act* from, Act* to, bool to_expert) {
+  cuda::moe_regroup(ep, local, capacity, hidden, from, to, to_expert, exec.stream);
+}
+
+void CudaBackend::moe_unpermute(const Exec& exec, const kernels::MoePaddedShape& shape,
+                                kernels::MoePaddedRouting routing, const Act* expert_out, Act* y) {
+  cuda::moe_unpermute(shape, routing, expert_out, y, exec.stream);
+}
+
+void CudaBackend::moe_unpermute_backward(const Exec& exec, const kernels::MoePaddedShape& shape,
+                                         kernels::MoePaddedRouting routing, const Act* dy,
+                                         const Act* expert_out, Act* d_expert_out, float* dgate) {
+  cuda::moe_unpermute_backward(shape, routing, dy, expert_out, d_expert_out, dgate, exec.stream);
+}
+
+void CudaBackend::moe_permute_backward(const Exec& exec, const kernels::MoePaddedShape& shape,
+                                       kernels::MoePaddedRouting routing, const Act* d_permuted,
+                                       Act* dx) {
+  cuda::moe_permute_backward(shape, routing, d_permuted, dx, exec.stream);
+}
+
+void CudaBackend::moe_router_logits_backward(const Exec& exec, const kernels::MoePaddedShape& shape,
+                                             kernels::MoePaddedRouting routing, const float* dgate,
+                                             float aux_dloss, Act* dz) {
+  cuda::moe_router_logits_backward(shape, routing, dgate, aux_dloss, dz, exec.stream);
 }
 
 void CudaBackend::ring_scale(const Exec& exec, const kernels::AttentionShape& shape, int64_t count,

@@ -24,6 +24,7 @@
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/cuda/kernels_cuda.h"
 #include "runtime/cuda/ring_attention_cuda.h"
+#include "runtime/kernels/moe_padded.h"
 #include "runtime/model/element_type.h"
 
 namespace dhelix::cuda {
@@ -190,6 +191,26 @@ struct CudaBackend {
                               int64_t rank, int64_t chunk, int64_t heads, Act* x);
   static void rope_backward_cp(const Exec& exec, const Rope& table, int64_t batch, int64_t cp,
                                int64_t rank, int64_t chunk, int64_t heads, Act* dy);
+  // The MoE layer's padded kernels (runtime/model/moe_layers_padded.h, the
+  // PaddedMoeBackend concept): runtime/cuda/moe_cuda.h on the Exec's stream.
+  static void check_moe_shape(const kernels::MoePaddedShape& shape);
+  static void moe_route(const Exec& exec, const kernels::MoePaddedShape& shape, const Act* logits,
+                        kernels::MoePaddedRouting routing);
+  static void moe_permute(const Exec& exec, const kernels::MoePaddedShape& shape,
+                          kernels::MoePaddedRouting routing, const Act* x, Act* permuted);
+  static void moe_regroup(const Exec& exec, int64_t ep, int64_t local, int64_t capacity,
+                          int64_t hidden, const Act* from, Act* to, bool to_expert);
+  static void moe_unpermute(const Exec& exec, const kernels::MoePaddedShape& shape,
+                            kernels::MoePaddedRouting routing, const Act* expert_out, Act* y);
+  static void moe_unpermute_backward(const Exec& exec, const kernels::MoePaddedShape& shape,
+                                     kernels::MoePaddedRouting routing, const Act* dy,
+                                     const Act* expert_out, Act* d_expert_out, float* dgate);
+  static void moe_permute_backward(const Exec& exec, const kernels::MoePaddedShape& shape,
+                                   kernels::MoePaddedRouting routing, const Act* d_permuted,
+                                   Act* dx);
+  static void moe_router_logits_backward(const Exec& exec, const kernels::MoePaddedShape& shape,
+                                         kernels::MoePaddedRouting routing, const float* dgate,
+                                         float aux_dloss, Act* dz);
   /// A device-to-device copy on the stream.
   static void copy_tensor(const Exec& exec, int64_t count, const Act* in, Act* out);
   /// x[count] = 0 on the stream.

@@ -3,6 +3,8 @@
 
 #include "runtime/cuda/cuda_stage_model.h"
 
+// Before the template: its MoeLayersOf<CudaBackend> specialisation (moe_layers_of.h).
+#include "runtime/cuda/moe_layers_cuda.h"
 #include "runtime/model/stage_model_impl.h"
 
 namespace dhelix::cuda {

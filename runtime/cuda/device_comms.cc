@@ -49,9 +49,9 @@ CommFootprint comm_footprint(const DeviceCommSetup& setup,
     }
   }
   return {.receive_peers = {senders.begin(), senders.end()},
-          .communicators =
-              static_cast<int64_t>(setup.collectives.size() + (setup.gradient_group ? 1 : 0) +
-                                   senders.size() + receivers.size())};
+          .communicators = static_cast<int64_t>(
+              setup.collectives.size() + (setup.gradient_group ? 1 : 0) +
+              (setup.expert_gradient_group ? 1 : 0) + senders.size() + receivers.size())};
 }
 
 DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
@@ -67,6 +67,12 @@ DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
     setup.gradient_group = true;
   } else if (parallel.dp > 1) {
     setup.collectives.push_back({ParallelDim::kDp, DeviceStream::kCompute});
+  }
+  if (parallel.ep > 1) {
+    // The MoE dispatch and combine run on whichever stream the plan gives them; experts'
+    // gradients are summed over the expert-data-parallel group (process_groups.h).
+    for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kEp, stream});
+    setup.expert_gradient_group = true;
   }
   return setup;
 }
@@ -105,6 +111,11 @@ std::unique_ptr<DeviceCommDirectory> DeviceCommDirectory::over_mpi(
     DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
     plan.gradient = over_mpi_group(mpi->handle(), "dp x cp (compute)");
   }
+  if (setup.expert_gradient_group) {
+    auto* mpi = dynamic_cast<rt::MpiCommunicator*>(&groups.expert_data_parallel());
+    DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
+    plan.expert_gradient = over_mpi_group(mpi->handle(), "expert dp (compute)");
+  }
   plan.channels = agreement.channels();
   for (size_t i = 0; i < plan.channels.size(); ++i) {
     const ChannelPair& pair = plan.channels[i];
@@ -125,6 +136,7 @@ DeviceCommDirectory::DeviceCommDirectory(DeviceApi& api, int64_t world_rank, Dev
   setup_.options.world_rank = world_rank_;
   DHELIX_CHECK(plan.collectives.size() == setup_.collectives.size());
   DHELIX_CHECK(plan.gradient.has_value() == setup_.gradient_group);
+  DHELIX_CHECK(plan.expert_gradient.has_value() == setup_.expert_gradient_group);
   DHELIX_CHECK(plan.channel_members.size() == plan.channels.size());
   channels_ = plan.channels;
   receive_orders_ = plan.receive_orders;
@@ -157,6 +169,7 @@ void DeviceCommDirectory::create(DeviceCommPlan& plan) {
     groups_[{slot.dim, slot.stream}] = join(plan.collectives[i], 0);
   }
   if (plan.gradient) gradient_ = join(*plan.gradient, 0);
+  if (plan.expert_gradient) expert_gradient_ = join(*plan.expert_gradient, 0);
   for (size_t i = 0; i < channels_.size(); ++i) {
     if (!plan.channel_members[i]) continue;
     const ChannelPair& pair = channels_[i];
@@ -182,8 +195,14 @@ void DeviceCommDirectory::warm_up() {
       api.destroy_stream(stream);
     }
   } release{api_, stream, &scratch};
-  scratch = api_.allocate_scratch(static_cast<int64_t>(2 * sizeof(float)));
+  // Two floats, or an EP all-to-all's 1-element blocks and counts: in[n], out[n] (float),
+  // then send and receive counts [n] each (int64), n the largest group.
+  int64_t largest = 1;
+  for (const auto& comm : created_) largest = std::max(largest, comm->size());
+  scratch = api_.allocate_scratch(
+      static_cast<int64_t>(2 * largest * (sizeof(float) + sizeof(int64_t)) + 2 * sizeof(float)));
   float* const first = static_cast<float*>(scratch);
+  int64_t* const counts = reinterpret_cast<int64_t*>(first + 2 * largest + 2);
   // Creation order: collectives, then channels in channel order (see the file comment).
   // Each communicator is warmed with the kind of operation it will run: NCCL connects
   // point-to-point peers separately from its collective rings, so the CP ring's
@@ -200,6 +219,11 @@ void DeviceCommDirectory::warm_up() {
                  return entry.first.first == ParallelDim::kCp && entry.second == comm.get();
                })) {
       comm->ring_exchange(first, first + 1, 1, DeviceDtype::kFloat32, stream);
+    } else if (std::any_of(groups_.begin(), groups_.end(), [&](const auto& entry) {
+                 return entry.first.first == ParallelDim::kEp && entry.second == comm.get();
+               })) {
+      comm->all_to_all_v(first, counts, 1, first + comm->size(), counts + comm->size(), 1,
+                         DeviceDtype::kFloat32, stream);
     } else {
       comm->all_reduce_sum(first, 1, DeviceDtype::kFloat32, stream);
     }
@@ -238,6 +262,15 @@ DeviceCommunicator& DeviceCommDirectory::gradient_group() {
                 "created none)");
   }
   return *gradient_;
+}
+
+DeviceCommunicator& DeviceCommDirectory::expert_gradient_group() {
+  if (expert_gradient_ == nullptr) {
+    throw Error(ErrorCode::kInternal,
+                "no NCCL communicator for the expert-data-parallel gradient group (the device "
+                "setup created none)");
+  }
+  return *expert_gradient_;
 }
 
 const ReceiveOrders& DeviceCommDirectory::receive_orders(ExecutionMode mode) const {

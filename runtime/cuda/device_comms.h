@@ -18,14 +18,16 @@
 //      (kInvalidInput) before any NCCL communicator exists when a message is sent and
 //      never received (or the reverse); each receiver keeps its senders' orders;
 //   2. collective communicators, in setup.collectives order (the same list on every rank),
-//      then the DP x CP gradient group when the setup asks for it;
+//      then the DP x CP gradient group and the expert-data-parallel group when the setup
+//      asks for them;
 //   3. NCCL initialisation of each channel in channel order (a rank joins its own ones; a
 //      total order over pairs means the earliest pending pair always has both members
 //      waiting on it);
 //   4. warm-up of EVERY communicator, in creation order, on one set-up stream, waited for:
 //      a 1-element all-reduce on each collective communicator, a 1-element ring step on
-//      each CP communicator (NCCL connects point-to-point peers apart from its collective
-//      rings), a 1-element send/receive on each channel. NCCL connects peers lazily, on a
+//      each CP communicator and a padded all-to-all of 1-element blocks on each EP
+//      communicator (NCCL connects point-to-point peers apart from its collective rings),
+//      a 1-element send/receive on each channel. NCCL connects peers lazily, on a
 //      communicator's first operation, with a host-side handshake; a first TP all-gather inside
 //      iteration 1 would make that handshake while receives spin on the GPU (docs/gpu.md,
 //      "iteration 1"). The earliest pending warm-up in the agreed order always has all its members
@@ -72,6 +74,10 @@ struct DeviceCommSetup {
   /// the dp group: DP x CP under context parallelism (rt::ProcessGroups::gradient_group),
   /// on the compute stream, after the collectives.
   bool gradient_group = false;
+  /// Whether to create the expert-data-parallel group (rt::ProcessGroups::
+  /// expert_data_parallel: where MoE experts' gradients are summed under EP), on the
+  /// compute stream, after the gradient group.
+  bool expert_gradient_group = false;
   /// The model's layer count, to decode tags in messages.
   int64_t num_layers = 0;
   /// Watchdog timeout of every communicator (world_rank is filled in).
@@ -86,7 +92,8 @@ struct DeviceCommSetup {
 /// The collective communicators dhelix-run's CUDA engine creates for a job of `parallel`
 /// (the same on every rank): TP on every stream that runs the model's collectives (compute:
 /// sequential programs and the norm gains' gradient sums); with cp > 1 the CP ring's on the
-/// same three streams and the DP x CP gradient group; else DP on compute when dp > 1.
+/// same three streams and the DP x CP gradient group; else DP on compute when dp > 1; with
+/// ep > 1 the EP group's all-to-alls on the three streams and the expert-data-parallel group.
 DeviceCommSetup model_comm_setup(const ParallelSpec& parallel);
 
 /// One communicator this rank joins: its size, this rank's member index, and how member
@@ -105,6 +112,8 @@ struct DeviceCommPlan {
   std::vector<CommMembership> collectives;
   /// The DP x CP group when setup.gradient_group.
   std::optional<CommMembership> gradient;
+  /// The expert-data-parallel group when setup.expert_gradient_group.
+  std::optional<CommMembership> expert_gradient;
   /// The world's channels in creation order; channel_members[i] is this rank's membership
   /// of channels[i], nullopt when it is not an end.
   std::vector<ChannelPair> channels;
@@ -147,6 +156,8 @@ class DeviceCommDirectory {
   DeviceCommunicator& group(ParallelDim dim, DeviceStream stream);
   /// The DP x CP gradient group (setup.gradient_group); Error(kInternal) without one.
   DeviceCommunicator& gradient_group();
+  /// The expert-data-parallel group (setup.expert_gradient_group); Error(kInternal) without.
+  DeviceCommunicator& expert_gradient_group();
   /// The channel this rank sends to `peer` on / receives from `peer` on; Error(kInternal)
   /// when there is none.
   DeviceCommunicator& channel_to(int64_t peer);
@@ -175,6 +186,7 @@ class DeviceCommDirectory {
   std::vector<std::unique_ptr<DeviceCommunicator>> created_;  // creation order = destroy order
   std::map<std::pair<ParallelDim, DeviceStream>, DeviceCommunicator*> groups_;
   DeviceCommunicator* gradient_ = nullptr;
+  DeviceCommunicator* expert_gradient_ = nullptr;
   std::map<int64_t, DeviceCommunicator*> to_;
   std::map<int64_t, DeviceCommunicator*> from_;
 };

@@ -39,8 +39,8 @@ struct DeviceCollectives {
   }
   // The device's all-to-all is padded to capacity (nccl_communicator.h): r.count is out's
   // capacity, size() blocks of r.count / size() elements, and the counts are device memory.
-  // No model of this backend binds one yet (MoE is refused on it, runtime/train/
-  // moe_support.cc); the mapping is what a device MoE layer would use.
+  // The MoE layer's dispatch and combine (runtime/model/moe_layers_padded.h): blocks of
+  // L C h elements, L counts per member.
   void all_to_all_v(const rt::CollectiveRequest& r, StreamHandle stream) {
     if (r.count % comm.size() != 0) {
       throw Error(ErrorCode::kInternal,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "runtime/kernels/moe_capacity.h"
+
 namespace dhelix::cuda {
 namespace {
 
@@ -64,10 +66,33 @@ std::vector<GemmShape> model_gemm_shapes(const RankShape& d, bool has_layers, bo
   if (has_layers) {
     linear(d.hidden, d.qkv_width);  // fused QKV
     linear(d.q_width, d.hidden);    // output projection
-    linear(d.hidden, 2 * d.ffn);    // gate and up
-    linear(d.ffn, d.hidden);        // down
+    if (d.ffn > 0) {                // a MoE model has no dense MLP (job_gemm_shapes)
+      linear(d.hidden, 2 * d.ffn);  // gate and up
+      linear(d.ffn, d.hidden);      // down
+    }
   }
   if (has_head) linear(d.hidden, d.vocab_local);
+  return {shapes.begin(), shapes.end()};
+}
+
+std::vector<GemmShape> job_gemm_shapes(const JobSpec& job, int64_t rank, bool has_layers,
+                                       bool has_head) {
+  const RankShape d = rank_shape(job, rank);
+  std::vector<GemmShape> dense = model_gemm_shapes(d, has_layers, has_head);
+  if (!has_layers || !job.model.is_moe() || job.model.moe->capacity_factor <= 0.0) return dense;
+  const MoeSpec& moe = *job.model.moe;
+  std::set<GemmShape> shapes(dense.begin(), dense.end());
+  const auto linear = [&](int64_t rows, int64_t in, int64_t out) {
+    shapes.insert(linear_forward_shape(rows, in, out));
+    shapes.insert(linear_dgrad_shape(rows, in, out));
+    shapes.insert(linear_wgrad_shape(rows, in, out));
+  };
+  linear(d.rows, d.hidden, moe.num_experts);  // the router
+  const int64_t capacity =
+      kernels::expert_capacity(d.rows, moe.top_k, moe.num_experts, moe.capacity_factor);
+  const int64_t rows = job.parallel.ep * capacity;  // one local expert's padded rows
+  linear(rows, d.hidden, 2 * moe.expert_ffn_hidden_size);
+  linear(rows, moe.expert_ffn_hidden_size, d.hidden);
   return {shapes.begin(), shapes.end()};
 }
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/job_spec.h"
 #include "lib/rank_shape.h"
 #include "runtime/cuda/device_api.h"
 
@@ -53,6 +54,12 @@ GemmShape linear_wgrad_shape(int64_t rows, int64_t in, int64_t out);
 /// Every distinct GEMM shape a model slice runs (ascending): the four linears of a layer
 /// when it holds layers, the LM head's when it holds the head.
 std::vector<GemmShape> model_gemm_shapes(const RankShape& shape, bool has_layers, bool has_head);
+/// The same for a model slice of `job` that holds layers, MoE layers included
+/// (runtime/model/moe_layers_padded.h): the router's [T, h] x [E, h]^T and every local
+/// expert's fc1 and fc2 on its ep C padded rows, instead of the dense MLP's; merged,
+/// ascending. Without MoE (or with cf = 0, which the device refuses) model_gemm_shapes'.
+std::vector<GemmShape> job_gemm_shapes(const JobSpec& job, int64_t rank, bool has_layers,
+                                       bool has_head);
 
 /// Step 2b's request for a model slice: the attention of one micro-batch on this rank
 /// (micro_batch sequences of seq_shard tokens, this rank's heads and kv_heads); nullopt for

@@ -40,4 +40,12 @@ int64_t largest_bucket(const std::vector<GradientBucket>& buckets) {
   return largest;
 }
 
+std::vector<int64_t> dense_gradient_indices(const std::vector<bool>& expert, int64_t ep) {
+  std::vector<int64_t> dense;
+  for (size_t i = 0; i < expert.size(); ++i) {
+    if (ep == 1 || !expert[i]) dense.push_back(static_cast<int64_t>(i));
+  }
+  return dense;
+}
+
 }  // namespace dhelix::cuda

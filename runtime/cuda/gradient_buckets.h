@@ -40,4 +40,9 @@ std::vector<GradientBucket> plan_gradient_buckets(const std::vector<int64_t>& si
 /// The largest bucket's elements (the staging buffer's size); 0 without buckets.
 int64_t largest_bucket(const std::vector<GradientBucket>& buckets);
 
+/// Which parameters (indices, ascending) have their gradients summed over dp (x cp) in
+/// buckets: every one with ep = 1, else all but the MoE experts' (`expert[i]`), which the
+/// engine sums over the expert-data-parallel group (runtime/comm/process_groups.h).
+std::vector<int64_t> dense_gradient_indices(const std::vector<bool>& expert, int64_t ep);
+
 }  // namespace dhelix::cuda

@@ -15,13 +15,17 @@
 // 0, 1, 2 all route to expert 0 with gate weights 0.6, 0.7, 0.6, expert 0 keeps tokens 1
 // (0.7) and 0 (0.6, lower index than token 2) and drops token 2's assignment.
 //
-// These run on the host on both backends (the CUDA backend copies the routing back to
-// plan its all-to-all counts anyway); every sum has a fixed order.
+// The CPU runs drop_over_capacity (a sort per expert); the CUDA backend decides each
+// assignment on its own thread with capacity_priority, which gives every assignment the
+// position that sort gives it, so both drop exactly the same assignments. Every sum has a
+// fixed order.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
+
+#include "runtime/kernels/host_device.h"
 
 namespace dhelix::kernels {
 
@@ -55,22 +59,38 @@ inline int64_t drop_over_capacity(int64_t tokens, int64_t k, int64_t experts, in
   return dropped;
 }
 
+/// The position drop_over_capacity's stable sort gives assignment a among the assignments
+/// routed to its expert: those of higher gate weight, and those of equal weight and lower
+/// index, come first. a is kept iff the result is below the capacity. O(assignments) per
+/// call, no allocation: one GPU thread per assignment decides it alone.
+DHELIX_HOST_DEVICE inline int64_t capacity_priority(int64_t assignments, const int32_t* chosen,
+                                                    const float* gate, int64_t a) {
+  int64_t before = 0;
+  for (int64_t b = 0; b < assignments; ++b) {
+    if (b == a || chosen[b] != chosen[a]) continue;
+    if (gate[b] > gate[a] || (b < a && !(gate[b] < gate[a]))) ++before;
+  }
+  return before;
+}
+
 /// n_e: assignments routed to each expert (before dropping) into counts[experts].
-inline void routed_counts(int64_t tokens, int64_t k, int64_t experts, const int32_t* chosen,
-                          int64_t* counts) {
+DHELIX_HOST_DEVICE inline void routed_counts(int64_t tokens, int64_t k, int64_t experts,
+                                             const int32_t* chosen, int64_t* counts) {
   for (int64_t e = 0; e < experts; ++e) counts[e] = 0;
   for (int64_t a = 0; a < tokens * k; ++a) ++counts[chosen[a]];
 }
 
 /// alpha * E / (T^2 * k): the factor of the loss and of its gradient.
-inline double load_balancing_scale(int64_t tokens, int64_t k, int64_t experts, double alpha) {
+DHELIX_HOST_DEVICE inline double load_balancing_scale(int64_t tokens, int64_t k, int64_t experts,
+                                                      double alpha) {
   const double t = static_cast<double>(tokens);
   return alpha * static_cast<double>(experts) / (t * t * static_cast<double>(k));
 }
 
 /// L_aux from the full softmax p[tokens, experts] and counts[experts]; sums token-major.
-inline float load_balancing_loss(int64_t tokens, int64_t k, int64_t experts, double alpha,
-                                 const float* p, const int64_t* counts) {
+DHELIX_HOST_DEVICE inline float load_balancing_loss(int64_t tokens, int64_t k, int64_t experts,
+                                                    double alpha, const float* p,
+                                                    const int64_t* counts) {
   double sum = 0.0;
   for (int64_t e = 0; e < experts; ++e) {
     double column = 0.0;
@@ -82,8 +102,9 @@ inline float load_balancing_loss(int64_t tokens, int64_t k, int64_t experts, dou
 
 /// dL_aux/dp_e for every token (the same row for all), scaled by `dloss` (the weight the
 /// trainer gives the loss): dp[experts].
-inline void load_balancing_gradient(int64_t tokens, int64_t k, int64_t experts, double alpha,
-                                    const int64_t* counts, float dloss, float* dp) {
+DHELIX_HOST_DEVICE inline void load_balancing_gradient(int64_t tokens, int64_t k, int64_t experts,
+                                                       double alpha, const int64_t* counts,
+                                                       float dloss, float* dp) {
   const double scale = load_balancing_scale(tokens, k, experts, alpha) * dloss;
   for (int64_t e = 0; e < experts; ++e) dp[e] = static_cast<float>(scale * counts[e]);
 }

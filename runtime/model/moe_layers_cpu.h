@@ -72,6 +72,7 @@
 
 #include "lib/job_spec.h"
 #include "runtime/cpu/moe_cpu.h"
+#include "runtime/model/moe_layers_of.h"
 #include "runtime/model/stage_model.h"
 
 namespace dhelix::rt {
@@ -140,6 +141,18 @@ class MoeLayersCpu {
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)
   // Full recompute's second set (bind's `recomputing`); its aux losses are not counted twice.
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> recompute_states_;
+};
+
+/// The CPU backend's MoE layers (moe_layers_of.h).
+template <>
+struct MoeLayersOf<CpuBackend> {
+  using type = MoeLayersCpu;
+  using Io = MoeLayerIo;
+  static std::unique_ptr<MoeLayersCpu> make(const JobSpec& job, int64_t rank,
+                                            const std::vector<int64_t>& layers, uint64_t seed,
+                                            const float* loss_scale, CpuBackend::Memory&) {
+    return std::make_unique<MoeLayersCpu>(job, rank, layers, seed, loss_scale);
+  }
 };
 
 }  // namespace dhelix::rt

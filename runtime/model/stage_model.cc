@@ -129,7 +129,8 @@ void check_supported(const JobSpec& job, bool runs_moe) {
   ProblemList problems;
   const std::string yet = "is not run by the runtime yet";
   if (m.is_moe() && !runs_moe) {
-    problems.add(file, "/moe", "mixture-of-experts", yet + " on this backend (the CPU's only)");
+    problems.add(file, "/moe", "mixture-of-experts",
+                 yet + " on this backend (the CPU and CUDA backends only)");
   }
   if (m.is_moe() && runs_moe) check_moe_supported(job, problems);
   if (m.norm != NormKind::kRmsNorm) {

@@ -20,6 +20,8 @@
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/layer_ops_forward.h"
 #include "runtime/model/moe_layers_cpu.h"
+#include "runtime/model/moe_layers_of.h"
+#include "runtime/model/moe_layers_padded.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/model/stage_model_internal.h"
 #include "runtime/model/stage_ops.h"
@@ -54,9 +56,11 @@ struct BasicStageModel<B>::Impl {
   // Context parallelism (cp > 1): each layer's ring buffers (layer_ops_cp.h), and with
   // recompute a second set the repeated ring and the backward use (see cp_state).
   std::map<Key, std::unique_ptr<model_detail::CpLayerState<B>>> cp_states, recompute_cp_states;
-  // The MoE MLPs of a mixture-of-experts model (CPU backend only; moe_layers_cpu.h).
-  static constexpr bool kRunsMoe = std::is_same_v<B, CpuBackend>;
-  std::unique_ptr<MoeLayersCpu> moe;
+  // The MoE MLPs of a mixture-of-experts model (moe_layers_of.h: the CPU's
+  // moe_layers_cpu.h, the CUDA backend's runtime/cuda/moe_layers_cuda.h).
+  using MoeLayers = typename MoeLayersOf<B>::type;
+  static constexpr bool kRunsMoe = !std::is_same_v<MoeLayers, NoMoeLayers>;
+  std::unique_ptr<MoeLayers> moe;
 
   A* boundary(std::map<Key, A*>& buffers, int64_t micro_batch, int64_t layer) {
     DHELIX_CHECK(micro_batch >= 0);
@@ -292,7 +296,7 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
     if (job.model.is_moe()) {
       std::vector<int64_t> moe_layers;
       for (const auto& [layer, parameters] : m.layers) moe_layers.push_back(layer);
-      m.moe = std::make_unique<MoeLayersCpu>(job, rank, moe_layers, seed, &m.loss_scale);
+      m.moe = MoeLayersOf<B>::make(job, rank, moe_layers, seed, &m.loss_scale, m.memory);
     }
   }
   if (embedding) m.embedding = place_parameter<B>(m.memory, make_embedding(m.dims, seed));
@@ -363,7 +367,7 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
   const bool repeated = ref.op.starts_with(recompute_prefix);
   const std::string op = repeated ? "fwd." + ref.op.substr(recompute_prefix.size()) : ref.op;
   if constexpr (Impl::kRunsMoe) {
-    if (m.moe && (MoeLayersCpu::handles(op) || op == "bwd.ln_mlp")) {
+    if (m.moe && (Impl::MoeLayers::handles(op) || op == "bwd.ln_mlp")) {
       if (repeated && m.recompute == RecomputeGranularity::kNone) throw_unknown_op(ref.op);
       return bind_moe(ref);
     }
@@ -405,7 +409,7 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
   return std::move(*bound);
 }
 
-// A MoE layer's MLP op (CPU): the experts' ops, and ln_mlp's backward preceded by the sum
+// A MoE layer's MLP op: the experts' ops, and ln_mlp's backward preceded by the sum
 // of the two input gradients the MoE backward leaves (permute's and the router's).
 template <class B>
 BasicBoundOp<B> BasicStageModel<B>::bind_moe(const OpRef& ref) {
@@ -433,7 +437,8 @@ BasicBoundOp<B> BasicStageModel<B>::bind_moe(const OpRef& ref) {
                                    : m.layer_state(ref.micro_batch, ref.layer);
     // The MoE MLP reads ln_mlp's rows and writes bda_mlp's (T / tp of them with SP: the
     // plan gathers nothing for it), and reads the residual gradient bda_mlp passes on.
-    const MoeLayerIo io{.x = s.ln2_out, .y = s.mlp_branch, .dy = s.dout, .dx = s.d_ln2_out};
+    const typename MoeLayersOf<B>::Io io{
+        .x = s.ln2_out, .y = s.mlp_branch, .dy = s.dout, .dx = s.d_ln2_out};
     if (op == "bwd.ln_mlp") {
       const LayerOpContext<B> context{m.dims, *m.rope, params->second, s};
       std::optional<BasicBoundOp<B>> norm = bind_layer_backward(op, context);

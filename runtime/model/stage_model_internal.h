@@ -224,7 +224,7 @@ inline kernels::AttentionShape attention_shape(const Dims& d) {
 /// Throws Error(kUnsupported) naming an op the runtime's model does not implement.
 [[noreturn]] void throw_unknown_op(const std::string& op);
 /// Throws Error(kUnsupported) listing every setting of `job` the runtime does not run;
-/// `runs_moe`: the backend binds MoE layers (the CPU's; moe_layers_cpu.h), with their limits.
+/// `runs_moe`: the backend binds MoE layers (moe_layers_of.h), with their limits.
 void check_supported(const JobSpec& job, bool runs_moe);
 /// This rank's sizes.
 Dims make_dims(const JobSpec& job, int64_t rank);

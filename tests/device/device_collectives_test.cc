@@ -237,6 +237,21 @@ TEST(ModelCommSetup, TpAlwaysDpWithoutCpTheRingAndDpCpWithIt) {
   EXPECT_TRUE(model_comm_setup(p).gradient_group);
   // The footprint counts the gradient group's communicator (its NCCL streams).
   EXPECT_EQ(comm_footprint(model_comm_setup(p), {}).communicators, 7);
+  EXPECT_FALSE(model_comm_setup(p).expert_gradient_group);
+  // EP: the all-to-alls on every stream after DP, and the expert-data-parallel group.
+  ParallelSpec e;
+  e.dp = 2;
+  e.ep = 2;
+  EXPECT_EQ(dims(model_comm_setup(e)), (std::vector<std::pair<D, S>>{{D::kTp, S::kCompute},
+                                                                     {D::kTp, S::kLocalComm},
+                                                                     {D::kTp, S::kCrossComm},
+                                                                     {D::kDp, S::kCompute},
+                                                                     {D::kEp, S::kCompute},
+                                                                     {D::kEp, S::kLocalComm},
+                                                                     {D::kEp, S::kCrossComm}}));
+  EXPECT_FALSE(model_comm_setup(e).gradient_group);
+  EXPECT_TRUE(model_comm_setup(e).expert_gradient_group);
+  EXPECT_EQ(comm_footprint(model_comm_setup(e), {}).communicators, 8);
 }
 
 }  // namespace

@@ -7,6 +7,14 @@
 namespace dhelix::cuda {
 namespace {
 
+TEST(GradientBuckets, ExpertsLeaveTheDpBucketsOnlyUnderExpertParallelism) {
+  // router, experts_fc1, experts_fc2, head: with ep = 1 the expert-dp group is dp itself.
+  const std::vector<bool> expert = {false, true, true, false};
+  EXPECT_EQ(dense_gradient_indices(expert, 1), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(dense_gradient_indices(expert, 2), (std::vector<int64_t>{0, 3}));
+  EXPECT_TRUE(dense_gradient_indices({}, 2).empty());
+}
+
 TEST(GradientBuckets, TheFileCommentsExample) {
   const auto buckets = plan_gradient_buckets({3, 5, 2, 9}, 8);
   ASSERT_EQ(buckets.size(), 3u);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/cuda/device_setup.h"
+#include "runtime/kernels/moe_padded.h"
 #include "runtime/model/cpu_backend.h"
 #include "tests/device/recording_device.h"
 
@@ -143,6 +144,37 @@ struct RecordingBackend {
   static void rope_backward_cp(const Exec& e, const Rope&, int64_t, int64_t, int64_t, int64_t,
                                int64_t, float*) {
     launch(e, "rope_backward_cp");
+  }
+  // The MoE layer's padded kernels (runtime/model/moe_layers_padded.h), CudaBackend's list.
+  static void check_moe_shape(const kernels::MoePaddedShape&) {}
+  static void moe_route(const Exec& e, const kernels::MoePaddedShape&, const float*,
+                        kernels::MoePaddedRouting) {
+    launch(e, "moe_route");
+  }
+  static void moe_permute(const Exec& e, const kernels::MoePaddedShape&, kernels::MoePaddedRouting,
+                          const float*, float*) {
+    launch(e, "moe_permute");
+  }
+  static void moe_regroup(const Exec& e, int64_t, int64_t, int64_t, int64_t, const float*, float*,
+                          bool to_expert) {
+    launch(e, to_expert ? "moe_regroup to expert" : "moe_regroup to source");
+  }
+  static void moe_unpermute(const Exec& e, const kernels::MoePaddedShape&,
+                            kernels::MoePaddedRouting, const float*, float*) {
+    launch(e, "moe_unpermute");
+  }
+  static void moe_unpermute_backward(const Exec& e, const kernels::MoePaddedShape&,
+                                     kernels::MoePaddedRouting, const float*, const float*, float*,
+                                     float*) {
+    launch(e, "moe_unpermute_backward");
+  }
+  static void moe_permute_backward(const Exec& e, const kernels::MoePaddedShape&,
+                                   kernels::MoePaddedRouting, const float*, float*) {
+    launch(e, "moe_permute_backward");
+  }
+  static void moe_router_logits_backward(const Exec& e, const kernels::MoePaddedShape&,
+                                         kernels::MoePaddedRouting, const float*, float, float*) {
+    launch(e, "moe_router_logits_backward");
   }
   static void copy_tensor(const Exec& e, int64_t, const float*, float*) { launch(e, "copy"); }
   static void zero_tensor(const Exec& e, int64_t, float*) { launch(e, "zero"); }

@@ -60,6 +60,16 @@ DeviceCommPlan agreed_plan(const World& world, const DeviceCommSetup& setup, int
                                    .rank = at - members.begin(),
                                    .share_id = no_op};
   }
+  if (setup.expert_gradient_group) {
+    const std::vector<int64_t> members =
+        rt::ProcessGroups::expert_data_parallel_ranks(world.placement, rank);
+    const auto at = std::find(members.begin(), members.end(), rank);
+    plan.expert_gradient =
+        CommMembership{.name = fmt::format("expert dp ranks {}", fmt::join(members, ",")),
+                       .size = static_cast<int64_t>(members.size()),
+                       .rank = at - members.begin(),
+                       .share_id = no_op};
+  }
   std::vector<std::vector<int64_t>> send_peers_by_rank;
   for (const auto& programs : world.programs) {
     std::set<int64_t> peers;
@@ -96,7 +106,7 @@ DeviceCommPlan agreed_plan(const World& world, const DeviceCommSetup& setup, int
 
 std::vector<GemmShape> gemm_shapes_of(const World& world, int64_t rank, const PlanStage& stage) {
   const bool layers = stage.down_layers.count > 0 || stage.up_layers.count > 0;
-  return model_gemm_shapes(rank_shape(world.job, rank), layers, stage.head_loss);
+  return job_gemm_shapes(world.job, rank, layers, stage.head_loss);
 }
 
 const PlanStage& stage_of(const Plan& plan, int64_t stage_index) {
@@ -119,7 +129,8 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
     if (range.count > 0) layer_ranges.emplace_back(range.first, range.count);
   }
   Model model(world.job, rank, layer_ranges, stage.embedding, stage.head_loss, 7, {});
-  // The engine's communicators (cuda_engine.cc): TP; with CP the ring's and DP x CP.
+  // The engine's communicators (cuda_engine.cc): TP; with CP the ring's and DP x CP; with EP
+  // the all-to-alls' and the expert-data-parallel group.
   DeviceCommSetup setup = model_comm_setup(world.job.parallel);
   setup.num_layers = world.job.model.num_layers;
   {

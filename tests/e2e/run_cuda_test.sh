@@ -71,7 +71,7 @@ fi
 
 # Bitwise --verify needs NCCL to reduce the same way in both schedules.
 export NCCL_ALGO=Ring NCCL_PROTO=Simple
-cases=("tiny-tp2 2" "tiny-tp2-recompute 2")
+cases=("tiny-tp2 2" "tiny-tp2-recompute 2" "tiny-moe-ep2 2")
 # The last case sums DP gradients in many small buckets (--ddp-bucket-size).
 if [ "$gpus" -ge 4 ]; then
   cases+=("tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-dp2-tp2 4 --ddp-bucket-size 1000"

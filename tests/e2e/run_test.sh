@@ -310,10 +310,11 @@ expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produce
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
-# MoE on the CUDA backend: planned, refused by name on every rank before training. (MoE
-# with TP, recompute and CP runs: run_moe_test.sh; CP runs on both backends.)
-expect_failure 2 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) on the cuda backend yet; use --backend cpu" \
-  --plan "$plans/tiny-moe-ep2.json" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
+# MoE with recompute on the CUDA backend: planned, refused by name on every rank before
+# training (EP MoE itself runs on CUDA: run_cuda_test.sh; MoE with TP, recompute and CP on
+# the CPU: run_moe_test.sh; CP runs on both backends.)
+expect_failure 2 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) with activation recompute (full) on the cuda backend yet; use --backend cpu" \
+  --plan "$plans/tiny-moe-ep2-recompute.json" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"
 
 if ((failures > 0)); then

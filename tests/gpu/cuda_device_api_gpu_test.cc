@@ -7,6 +7,7 @@
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/device_setup.h"
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/cuda/moe_cuda.h"
 #include "runtime/cuda/ring_attention_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -41,7 +42,8 @@ TEST(CudaDeviceApi, LoadsEveryKernelAndReportsTheirStack) {
   const KernelInventory inventory = api.load_kernels();
   EXPECT_EQ(inventory.kernels,
             static_cast<int64_t>(rowwise_kernels().size() + attention_kernels().size() +
-                                 ring_attention_kernels().size() + delay_kernels().size()));
+                                 ring_attention_kernels().size() + moe_kernels().size() +
+                                 delay_kernels().size()));
   // The attention kernels keep per-thread arrays of head_dim floats (ptxas: 2 to 4 KiB).
   EXPECT_GT(inventory.max_stack_bytes, 1024);
   EXPECT_FALSE(inventory.largest_stack_kernel.empty());

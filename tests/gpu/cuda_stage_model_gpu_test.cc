@@ -108,6 +108,55 @@ TEST(CudaStageModel, MatchesTheCpuModelWithinBf16Error) {
   }
 }
 
+// A MoE model (4 experts, top-2, capacity factor 0.75 so that copies are dropped; ep = 1)
+// through CudaStageModel's binding of runtime/cuda/moe_layers_cuda.h against the CPU model:
+// the same bounds as the dense model above, the aux loss within 1 %, the dropped copies equal.
+TEST(CudaStageModel, MoeModelMatchesTheCpuModelWithinBf16Error) {
+  DHELIX_REQUIRE_GPUS(1);
+  JobSpec job = tiny_job(1, false);
+  job.model.moe = MoeSpec{.num_experts = 4,
+                          .top_k = 2,
+                          .capacity_factor = 0.75,
+                          .expert_ffn_hidden_size = 32,
+                          .shared_expert_ffn_hidden_size = 0,
+                          .aux_loss_coeff = 0.01};
+  const rt::MicroBatchTokens tokens = random_tokens(32, 256, 11);
+
+  TpGroup cpu(job, 7);
+  cpu.start_iteration(1);
+  cpu.set_tokens(0, tokens);
+  cpu.forward(0);
+  cpu.backward(0);
+
+  DeviceContext device;
+  BasicTpGroup<cuda::CudaBackend> gpu(job, 7, 0, 0, -1, true, true,
+                                      cuda::CudaBackend::MemoryConfig{device.pool.get()},
+                                      device.exec());
+  gpu.start_iteration(1);
+  gpu.set_tokens(0, tokens);
+  gpu.forward(0);
+  gpu.backward(0);
+  DHELIX_CUDA(cudaStreamSynchronize(device.stream));
+
+  const float cpu_loss = cpu.model(0).micro_batch_losses().at(0);
+  const float gpu_loss = gpu.model(0).micro_batch_losses().at(0);
+  EXPECT_NEAR(gpu_loss, cpu_loss, 0.01 * cpu_loss);
+  const float cpu_aux = cpu.model(0).moe_aux_loss_sum(1);
+  EXPECT_GT(cpu_aux, 0.0f);
+  EXPECT_NEAR(gpu.model(0).moe_aux_loss_sum(1), cpu_aux, 0.01 * cpu_aux);
+  EXPECT_GT(cpu.model(0).moe_dropped_copies(), 0);
+
+  const std::vector<rt::ParameterView> expected = cpu.model(0).parameters();
+  const std::vector<cuda::CudaStageModel::ParameterView> actual = gpu.model(0).parameters();
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(actual[i].name, expected[i].name);
+    EXPECT_EQ(actual[i].expert, expected[i].expert) << expected[i].name;
+    const std::vector<float> want(expected[i].gradient, expected[i].gradient + expected[i].count);
+    EXPECT_LT(relative_l2_error(download_gradient(actual[i]), want), 0.05) << expected[i].name;
+  }
+}
+
 TEST(CudaStageModel, RunningTheIterationTwiceGivesTheSameBits) {
   DHELIX_REQUIRE_GPUS(1);
   const JobSpec job = tiny_job(1, false);

@@ -369,7 +369,7 @@ TEST(StageModelTest, RejectsSettingsTheRuntimeDoesNotRun) {
   const std::string refusal = error_of(
       [&] { rt::model_detail::check_supported(job, /*runs_moe=*/false); }, ErrorCode::kUnsupported);
   EXPECT_NE(refusal.find("model.json: /moe: mixture-of-experts" + yet +
-                         " on this backend (the CPU's only)\n"),
+                         " on this backend (the CPU and CUDA backends only)\n"),
             std::string::npos)
       << refusal;
   EXPECT_NE(refusal.find("job.json: /parallel/ep: 2" + yet + " (1 only)"), std::string::npos)

@@ -1,0 +1,528 @@
+#pragma once
+// The MoE MLP of every layer on a device backend, bound to the plan's ops as
+// runtime/model/moe_layers_cpu.h binds them on the CPU (read that file first: the same op
+// chain, weights, initial values, gradient groups and aux-loss weight), with every buffer
+// between permute and unpermute padded to the capacity (runtime/kernels/moe_padded.h).
+// Backend-generic like layer_ops_cp.h: the CUDA backend runs it on its kernels
+// (runtime/cuda/moe_cuda.h, PaddedMoeBackend's functions), the recording fake of
+// tests/device on records of them. What differs from the CPU:
+//
+//   * shapes are fixed on the host: E C rows in the rank's permuted layout, and the same
+//     E C = ep L C rows arrive from the EP group (L C from each member), so every buffer is
+//     allocated once per (micro-batch, layer) and the expert GEMMs run on ep C rows per
+//     local expert; zero padding rows stay zero and add nothing to the weight gradients;
+//   * the all-to-alls are the device's padded all_to_all_v (count = E C h, out's
+//     capacity; blocks of L C h per member), with the per-expert counts the router writes
+//     on the device travelling beside them (nothing reads them back on the host);
+//   * the dispatch's local step regroups source-major -> expert-major on the stream
+//     (moe_regroup), grouped_fc2 and grouped_fc1_dgrad regroup back before the exchange.
+//
+// Scope (runtime/train/moe_support.cc refuses the rest by name): EP with tp = 1, a
+// capacity factor > 0, no shared expert, no recompute.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/error.h"
+#include "lib/job_spec.h"
+#include "lib/placement.h"
+#include "lib/rank_shape.h"
+#include "runtime/kernels/moe_capacity.h"
+#include "runtime/kernels/moe_padded.h"
+#include "runtime/model/moe_layers_of.h"
+#include "runtime/model/stage_model.h"
+#include "runtime/model/stage_model_internal.h"
+
+namespace dhelix::rt {
+
+/// What a backend provides for PaddedMoeLayers: the padded MoE kernels of
+/// runtime/cuda/moe_cuda.h (same arguments, the Exec first), and check_moe_shape for its
+/// own limits (Error(kUnsupported)).
+template <class B>
+concept PaddedMoeBackend = requires(const typename B::Exec& e, const kernels::MoePaddedShape& s,
+                                    kernels::MoePaddedRouting r, const typename B::Act* in,
+                                    typename B::Act* out, const float* dgate, float* dgate_out) {
+  B::check_moe_shape(s);
+  B::moe_route(e, s, in, r);
+  B::moe_permute(e, s, r, in, out);
+  B::moe_regroup(e, int64_t{1}, int64_t{1}, int64_t{1}, int64_t{1}, in, out, true);
+  B::moe_unpermute(e, s, r, in, out);
+  B::moe_unpermute_backward(e, s, r, in, in, out, dgate_out);
+  B::moe_permute_backward(e, s, r, in, out);
+  B::moe_router_logits_backward(e, s, r, dgate, 1.0f, out);
+};
+
+/// The dense layer's buffers the MoE MLP connects to, for one (micro-batch, layer).
+template <class A>
+struct PaddedMoeIo {
+  const A* x = nullptr;   ///< the MLP's input [T, h] (ln_mlp's output)
+  A* y = nullptr;         ///< the MLP's output [T, h]
+  const A* dy = nullptr;  ///< d y [T, h]
+  A* dx = nullptr;        ///< d x [T, h] (what ln_mlp's backward reads)
+};
+
+template <class B>
+class PaddedMoeLayers {
+ public:
+  using A = typename B::Act;
+  using Io = PaddedMoeIo<A>;
+  using BoundOp = BasicBoundOp<B>;
+  using ParameterView = BasicParameterView<B>;
+
+  /// The MoE MLPs of `layers` on world rank `rank` of `job`, buffers from `memory` (which
+  /// must outlive this). `loss_scale` is read when the router's backward is enqueued.
+  /// Throws Error(kUnsupported) outside the scope above (and B::check_moe_shape's limits).
+  PaddedMoeLayers(const JobSpec& job, int64_t rank, const std::vector<int64_t>& layers,
+                  uint64_t seed, const float* loss_scale, typename B::Memory& memory);
+  ~PaddedMoeLayers();
+  PaddedMoeLayers(const PaddedMoeLayers&) = delete;
+  PaddedMoeLayers& operator=(const PaddedMoeLayers&) = delete;
+
+  /// True for the op ids this class binds (fwd.swiglu and bwd.swiglu included).
+  static bool handles(const std::string& op);
+  /// Binds `op` of (micro_batch, layer); nullopt when `op` is not one of handles(). An
+  /// all-to-all op with ep = 1 is Error(kInvalidInput) (the planner writes none);
+  /// `recomputing` must be false (the stage model's interface has it; no recompute here).
+  std::optional<BoundOp> bind(const std::string& op, int64_t layer, int64_t micro_batch,
+                              const Io& io, bool recomputing = false);
+  /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients.
+  typename BoundOp::Task sum_input_gradient(int64_t layer, int64_t micro_batch, const Io& io,
+                                            bool recomputing = false);
+  /// `layer`'s "layers.<l>.router", ".experts_fc1", ".experts_fc2" (the last two expert).
+  std::vector<ParameterView> parameters(int64_t layer);
+  /// Sum of the load-balancing losses of micro-batches [0, micro_batches) over this rank's
+  /// layers; downloads, so call it between iterations only.
+  float aux_loss_sum(int64_t micro_batches);
+  /// Token copies dropped over capacity in the last forward; downloads, as above.
+  int64_t dropped_copies();
+  /// C: rows per expert block.
+  int64_t capacity() const { return shape_.capacity; }
+
+ private:
+  struct Weights;
+  struct State;
+  State& state(int64_t micro_batch, int64_t layer);
+
+  kernels::MoePaddedShape shape_;
+  int64_t ffn_ = 0;      // F: one expert's FFN width
+  int64_t ep_ = 1;       // EP group size
+  int64_t ep_rank_ = 0;  // this rank's index in it
+  int64_t local_ = 0;    // L = E / ep
+  const float* loss_scale_;
+  typename B::Memory& memory_;
+  std::map<int64_t, std::unique_ptr<Weights>> weights_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)
+};
+
+namespace moe_padded_detail {
+
+// The routed experts' ops (lib/dag_builder_moe.cc) without expert TP's exchanges.
+inline constexpr std::array<const char*, 19> kPaddedMoeOps = {"fwd.router",
+                                                              "fwd.permute",
+                                                              "fwd.dispatch_a2a",
+                                                              "fwd.grouped_fc1",
+                                                              "fwd.swiglu",
+                                                              "fwd.grouped_fc2",
+                                                              "fwd.combine_a2a",
+                                                              "fwd.unpermute",
+                                                              "bwd.unpermute",
+                                                              "bwd.combine_a2a",
+                                                              "bwd.grouped_fc2_dgrad",
+                                                              "bwd.grouped_fc2_wgrad",
+                                                              "bwd.swiglu",
+                                                              "bwd.grouped_fc1_dgrad",
+                                                              "bwd.grouped_fc1_wgrad",
+                                                              "bwd.dispatch_a2a",
+                                                              "bwd.permute",
+                                                              "bwd.router",
+                                                              "bwd.router_wgrad"};
+
+inline size_t padded_size(int64_t n) { return static_cast<size_t>(n); }
+
+}  // namespace moe_padded_detail
+
+template <class B>
+struct PaddedMoeLayers<B>::Weights {
+  model_detail::Parameter<B> router, fc1, fc2;  // [E, h], [L, 2F, h], [L, h, F]
+};
+
+// One (micro-batch, layer)'s device buffers; R = E C padded rows everywhere (see the header).
+template <class B>
+struct PaddedMoeLayers<B>::State {
+  int32_t* chosen = nullptr;
+  float *gate = nullptr, *probs = nullptr, *aux = nullptr, *dgate = nullptr;
+  uint8_t* kept = nullptr;
+  int64_t *row = nullptr, *routed = nullptr, *send_counts = nullptr, *recv_counts = nullptr,
+          *scratch_counts = nullptr;
+  A *logits = nullptr, *dz = nullptr;                                       // [T, E]
+  A *permuted = nullptr, *received = nullptr, *expert_in = nullptr;         // [R, h]
+  A *fc1_out = nullptr, *act = nullptr;                                     // [R, 2F], [R, F]
+  A *expert_out = nullptr, *expert_out_src = nullptr, *combined = nullptr;  // [R, h]
+  A *d_combined = nullptr, *d_expert_out_src = nullptr, *d_expert_out = nullptr;
+  A *d_act = nullptr, *d_fc1 = nullptr;
+  A *d_expert_in = nullptr, *d_expert_in_src = nullptr, *d_permuted = nullptr;
+  A *d_from_permute = nullptr, *d_from_router = nullptr;  // [T, h]
+  // Where each stage reads: without EP there is no exchange, and the experts read and
+  // write the rank's own layout (expert-major and source-major coincide with ep = 1).
+  A *experts_read = nullptr, *unpermute_read = nullptr, *experts_grad = nullptr,
+    *permute_grad = nullptr;
+  kernels::MoePaddedRouting routing() const {
+    return {.chosen = chosen,
+            .gate = gate,
+            .probs = probs,
+            .kept = kept,
+            .row = row,
+            .routed = routed,
+            .send_counts = send_counts,
+            .aux_loss = aux};
+  }
+};
+
+template <class B>
+PaddedMoeLayers<B>::PaddedMoeLayers(const JobSpec& job, int64_t rank,
+                                    const std::vector<int64_t>& layers, uint64_t seed,
+                                    const float* loss_scale, typename B::Memory& memory)
+    : loss_scale_(loss_scale), memory_(memory) {
+  const MoeSpec& moe = *job.model.moe;
+  const RankShape dims = rank_shape(job, rank);
+  if (dims.tp != 1 || dims.cp != 1 || moe.shared_expert_ffn_hidden_size > 0 ||
+      job.parallel.recompute.granularity != RecomputeGranularity::kNone) {
+    throw Error(ErrorCode::kUnsupported,
+                "MoE layers with padded blocks: only tp = 1 and cp = 1 without a shared expert "
+                "or recompute (runtime/train/moe_support.cc names the part)");
+  }
+  ep_ = job.parallel.ep;
+  DHELIX_CHECK(moe.num_experts % ep_ == 0);
+  local_ = moe.num_experts / ep_;
+  ep_rank_ = Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).ep;
+  ffn_ = moe.expert_ffn_hidden_size;
+  shape_ = kernels::MoePaddedShape{
+      .tokens = dims.rows,
+      .hidden = dims.hidden,
+      .experts = moe.num_experts,
+      .top_k = moe.top_k,
+      .capacity =
+          moe.capacity_factor > 0.0
+              ? kernels::expert_capacity(dims.rows, moe.top_k, moe.num_experts, moe.capacity_factor)
+              : 0,
+      .aux_loss_coeff = moe.aux_loss_weight()};
+  if (shape_.capacity <= 0) {
+    throw Error(ErrorCode::kUnsupported,
+                "MoE layers with padded blocks: the capacity is 0 (dropless routing, "
+                "moe.capacity_factor 0); set a capacity factor > 0");
+  }
+  B::check_moe_shape(shape_);
+  // The CPU's initial values (moe_layers_cpu.cc with etp = 1): element (r, c) of local
+  // expert e is element (first + e, r, c) of the full tensor of all E experts.
+  const int64_t h = shape_.hidden, f = ffn_, e_all = shape_.experts, first = ep_rank_ * local_;
+  const float router_bound = 1.0f / std::sqrt(static_cast<float>(h));
+  for (int64_t layer : layers) {
+    const std::string prefix = "layers." + std::to_string(layer) + ".";
+    auto tensor = [&](const std::string& name, int64_t experts, int64_t rows, int64_t cols,
+                      int64_t expert0, float bound) {
+      model_detail::HostTensor host{
+          prefix + name, std::vector<float>(moe_padded_detail::padded_size(experts * rows * cols)),
+          false};
+      for (int64_t i = 0; i < experts * rows * cols; ++i) {
+        host.values[moe_padded_detail::padded_size(i)] =
+            model_detail::init_uniform(seed, prefix + name, expert0 * rows * cols + i, bound);
+      }
+      return model_detail::place_parameter<B>(memory_, host);
+    };
+    auto w = std::make_unique<Weights>();
+    w->router = tensor("router", 1, e_all, h, 0, router_bound);
+    w->fc1 = tensor("experts_fc1", local_, 2 * f, h, first, router_bound);
+    w->fc2 = tensor("experts_fc2", local_, h, f, first, 1.0f / std::sqrt(static_cast<float>(f)));
+    weights_.emplace(layer, std::move(w));
+  }
+}
+
+template <class B>
+PaddedMoeLayers<B>::~PaddedMoeLayers() = default;
+
+template <class B>
+bool PaddedMoeLayers<B>::handles(const std::string& op) {
+  return std::find(moe_padded_detail::kPaddedMoeOps.begin(), moe_padded_detail::kPaddedMoeOps.end(),
+                   op) != moe_padded_detail::kPaddedMoeOps.end();
+}
+
+template <class B>
+typename PaddedMoeLayers<B>::State& PaddedMoeLayers<B>::state(int64_t micro_batch, int64_t layer) {
+  std::unique_ptr<State>& slot = states_[{micro_batch, layer}];
+  if (slot) return *slot;
+  slot = std::make_unique<State>();
+  State& s = *slot;
+  typename B::Memory& m = memory_;
+  const int64_t t = shape_.tokens, h = shape_.hidden, e = shape_.experts, k = shape_.top_k;
+  const int64_t rows = kernels::padded_rows(e, shape_.capacity), f = ffn_;
+  s.chosen = m.template allocate<int32_t>(t * k);
+  s.gate = m.template allocate<float>(t * k);
+  s.dgate = m.template allocate<float>(t * k);
+  s.probs = m.template allocate<float>(t * e);
+  s.aux = m.template allocate<float>(1);
+  s.kept = m.template allocate<uint8_t>(t * k);
+  s.row = m.template allocate<int64_t>(t * k);
+  s.routed = m.template allocate<int64_t>(e);
+  s.send_counts = m.template allocate<int64_t>(e);
+  s.recv_counts = m.template allocate<int64_t>(e);
+  s.scratch_counts = m.template allocate<int64_t>(e);
+  s.logits = m.template allocate<A>(t * e);
+  s.dz = m.template allocate<A>(t * e);
+  for (A** buffer : {&s.permuted, &s.expert_out, &s.d_combined, &s.d_expert_in}) {
+    *buffer = m.template allocate<A>(rows * h);
+  }
+  s.fc1_out = m.template allocate<A>(rows * 2 * f);
+  s.d_fc1 = m.template allocate<A>(rows * 2 * f);
+  s.act = m.template allocate<A>(rows * f);
+  s.d_act = m.template allocate<A>(rows * f);
+  s.d_from_permute = m.template allocate<A>(t * h);
+  s.d_from_router = m.template allocate<A>(t * h);
+  if (ep_ > 1) {
+    for (A** buffer : {&s.received, &s.expert_in, &s.expert_out_src, &s.combined,
+                       &s.d_expert_out_src, &s.d_expert_out, &s.d_expert_in_src, &s.d_permuted}) {
+      *buffer = m.template allocate<A>(rows * h);
+    }
+  }
+  const bool ep = ep_ > 1;
+  s.experts_read = ep ? s.expert_in : s.permuted;
+  s.unpermute_read = ep ? s.combined : s.expert_out;
+  s.experts_grad = ep ? s.d_expert_out : s.d_combined;
+  s.permute_grad = ep ? s.d_permuted : s.d_expert_in;
+  return s;
+}
+
+template <class B>
+std::optional<typename PaddedMoeLayers<B>::BoundOp> PaddedMoeLayers<B>::bind(
+    const std::string& op, int64_t layer, int64_t micro_batch, const Io& io, bool recomputing) {
+  using Exec = typename B::Exec;
+  using model_detail::computation;
+  if (!handles(op)) return std::nullopt;
+  if (recomputing) throw Error(ErrorCode::kInternal, "PaddedMoeLayers: no recompute (refused)");
+  if (op.ends_with("_a2a") && ep_ == 1) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("StageModel: op {} does not occur with ep = 1", op));
+  }
+  State& s = state(micro_batch, layer);
+  Weights& w = *weights_.at(layer);
+  const kernels::MoePaddedShape sh = shape_;
+  const int64_t h = sh.hidden, f = ffn_, ep = ep_, local = local_, c = sh.capacity;
+  const int64_t per_expert = ep * c;  // rows each local expert computes on
+  const int64_t rows = kernels::padded_rows(sh.experts, c);
+  // The padded all-to-all over the EP group: out's capacity E C h in blocks of L C h, L
+  // counts per member.
+  auto all_to_all = [&](const A* in, const int64_t* send, A* out, int64_t* recv) {
+    BoundOp bound;
+    CollectiveRequest request =
+        model_detail::collective(CollectiveKind::kAllToAllV, in, out, rows * h);
+    request.send_counts = send;
+    request.recv_counts = recv;
+    request.chunks = local;
+    bound.collective = request;
+    return bound;
+  };
+  // Per local expert e: fn(e, first row); every expert has per_expert rows.
+  auto per_expert_gemm = [local, per_expert](auto&& fn) {
+    for (int64_t e = 0; e < local; ++e) fn(e, e * per_expert);
+  };
+  auto regroup = [ep, local, c, h](const A* from, A* to, bool to_expert, const Exec& x) {
+    B::moe_regroup(x, ep, local, c, h, from, to, to_expert);
+  };
+
+  // ---- forward ----
+  if (op == "fwd.router") {
+    return computation<B>([&s, sh, x = io.x, wr = w.router.compute](const Exec& e) {
+      B::linear_forward(e, sh.tokens, sh.hidden, sh.experts, x, wr, s.logits);
+      B::moe_route(e, sh, s.logits, s.routing());
+    });
+  }
+  if (op == "fwd.permute") {
+    return computation<B>(
+        [&s, sh, x = io.x](const Exec& e) { B::moe_permute(e, sh, s.routing(), x, s.permuted); });
+  }
+  if (op == "fwd.dispatch_a2a") {
+    BoundOp bound = all_to_all(s.permuted, s.send_counts, s.received, s.recv_counts);
+    bound.after_collective = [&s, regroup](const Exec& e) {
+      regroup(s.received, s.expert_in, true, e);
+    };
+    return bound;
+  }
+  if (op == "fwd.grouped_fc1") {
+    return computation<B>(
+        [&s, per_expert_gemm, per_expert, h, f, w1 = w.fc1.compute](const Exec& e) {
+          per_expert_gemm([&](int64_t x, int64_t row) {
+            B::linear_forward(e, per_expert, h, 2 * f, s.experts_read + row * h, w1 + x * 2 * f * h,
+                              s.fc1_out + row * 2 * f);
+          });
+        });
+  }
+  if (op == "fwd.swiglu") {
+    return computation<B>(
+        [&s, rows, f](const Exec& e) { B::swiglu_forward(e, rows, f, s.fc1_out, s.act); });
+  }
+  if (op == "fwd.grouped_fc2") {
+    return computation<B>(
+        [&s, per_expert_gemm, regroup, per_expert, h, f, ep, w2 = w.fc2.compute](const Exec& e) {
+          per_expert_gemm([&](int64_t x, int64_t row) {
+            B::linear_forward(e, per_expert, f, h, s.act + row * f, w2 + x * h * f,
+                              s.expert_out + row * h);
+          });
+          if (ep > 1) regroup(s.expert_out, s.expert_out_src, false, e);
+        });
+  }
+  if (op == "fwd.combine_a2a") {
+    return all_to_all(s.expert_out_src, s.recv_counts, s.combined, s.scratch_counts);
+  }
+  if (op == "fwd.unpermute") {
+    return computation<B>([&s, sh, y = io.y](const Exec& e) {
+      B::moe_unpermute(e, sh, s.routing(), s.unpermute_read, y);
+    });
+  }
+  // ---- backward ----
+  if (op == "bwd.unpermute") {
+    return computation<B>([&s, sh, dy = io.dy](const Exec& e) {
+      B::moe_unpermute_backward(e, sh, s.routing(), dy, s.unpermute_read, s.d_combined, s.dgate);
+    });
+  }
+  if (op == "bwd.combine_a2a") {
+    BoundOp bound = all_to_all(s.d_combined, s.send_counts, s.d_expert_out_src, s.scratch_counts);
+    bound.after_collective = [&s, regroup](const Exec& e) {
+      regroup(s.d_expert_out_src, s.d_expert_out, true, e);
+    };
+    return bound;
+  }
+  if (op == "bwd.grouped_fc2_dgrad") {
+    return computation<B>(
+        [&s, per_expert_gemm, per_expert, h, f, w2 = w.fc2.compute](const Exec& e) {
+          per_expert_gemm([&](int64_t x, int64_t row) {
+            B::linear_dgrad(e, per_expert, f, h, s.experts_grad + row * h, w2 + x * h * f,
+                            s.d_act + row * f);
+          });
+        });
+  }
+  if (op == "bwd.grouped_fc2_wgrad") {
+    return computation<B>(
+        [&s, per_expert_gemm, per_expert, h, f, dw2 = w.fc2.gradient](const Exec& e) {
+          per_expert_gemm([&](int64_t x, int64_t row) {
+            B::linear_wgrad_accumulate(e, per_expert, f, h, s.experts_grad + row * h,
+                                       s.act + row * f, dw2 + x * h * f);
+          });
+        });
+  }
+  if (op == "bwd.swiglu") {
+    return computation<B>([&s, rows, f](const Exec& e) {
+      B::swiglu_backward(e, rows, f, s.fc1_out, s.d_act, s.d_fc1);
+    });
+  }
+  if (op == "bwd.grouped_fc1_dgrad") {
+    return computation<B>(
+        [&s, per_expert_gemm, regroup, per_expert, h, f, ep, w1 = w.fc1.compute](const Exec& e) {
+          per_expert_gemm([&](int64_t x, int64_t row) {
+            B::linear_dgrad(e, per_expert, h, 2 * f, s.d_fc1 + row * 2 * f, w1 + x * 2 * f * h,
+                            s.d_expert_in + row * h);
+          });
+          if (ep > 1) regroup(s.d_expert_in, s.d_expert_in_src, false, e);
+        });
+  }
+  if (op == "bwd.grouped_fc1_wgrad") {
+    return computation<B>(
+        [&s, per_expert_gemm, per_expert, h, f, dw1 = w.fc1.gradient](const Exec& e) {
+          per_expert_gemm([&](int64_t x, int64_t row) {
+            B::linear_wgrad_accumulate(e, per_expert, h, 2 * f, s.d_fc1 + row * 2 * f,
+                                       s.experts_read + row * h, dw1 + x * 2 * f * h);
+          });
+        });
+  }
+  if (op == "bwd.dispatch_a2a") {
+    return all_to_all(s.d_expert_in_src, s.recv_counts, s.d_permuted, s.scratch_counts);
+  }
+  if (op == "bwd.permute") {
+    return computation<B>([&s, sh](const Exec& e) {
+      B::moe_permute_backward(e, sh, s.routing(), s.permute_grad, s.d_from_permute);
+    });
+  }
+  if (op == "bwd.router") {
+    return computation<B>([&s, sh, wr = w.router.compute, scale = loss_scale_](const Exec& e) {
+      // This micro-batch's aux loss has the weight of its mean cross-entropy.
+      const float aux_dloss = *scale * static_cast<float>(sh.tokens);
+      B::moe_router_logits_backward(e, sh, s.routing(), s.dgate, aux_dloss, s.dz);
+      B::linear_dgrad(e, sh.tokens, sh.hidden, sh.experts, s.dz, wr, s.d_from_router);
+    });
+  }
+  if (op == "bwd.router_wgrad") {
+    return computation<B>([&s, sh, x = io.x, dwr = w.router.gradient](const Exec& e) {
+      B::linear_wgrad_accumulate(e, sh.tokens, sh.hidden, sh.experts, s.dz, x, dwr);
+    });
+  }
+  return std::nullopt;
+}
+
+template <class B>
+typename PaddedMoeLayers<B>::BoundOp::Task PaddedMoeLayers<B>::sum_input_gradient(
+    int64_t layer, int64_t micro_batch, const Io& io, bool recomputing) {
+  if (recomputing) throw Error(ErrorCode::kInternal, "PaddedMoeLayers: no recompute (refused)");
+  State& s = state(micro_batch, layer);
+  return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden](const typename B::Exec& e) {
+    B::add_tensors(e, n, s.d_from_permute, s.d_from_router, dx);
+  };
+}
+
+template <class B>
+std::vector<typename PaddedMoeLayers<B>::ParameterView> PaddedMoeLayers<B>::parameters(
+    int64_t layer) {
+  Weights& w = *weights_.at(layer);
+  auto view = [](model_detail::Parameter<B>& p, bool expert) {
+    return ParameterView{p.name, p.values, p.gradient, p.compute, p.count, false, expert};
+  };
+  return {view(w.router, false), view(w.fc1, true), view(w.fc2, true)};
+}
+
+template <class B>
+float PaddedMoeLayers<B>::aux_loss_sum(int64_t micro_batches) {
+  float sum = 0.0f;
+  for (const auto& [key, s] : states_) {
+    if (key.first >= micro_batches) continue;
+    float aux = 0.0f;
+    memory_.download(s->aux, &aux, 1);
+    sum += aux;
+  }
+  return sum;
+}
+
+template <class B>
+int64_t PaddedMoeLayers<B>::dropped_copies() {
+  const int64_t assignments = shape_.tokens * shape_.top_k;
+  std::vector<uint8_t> kept(moe_padded_detail::padded_size(assignments));
+  int64_t dropped = 0;
+  for (const auto& [key, s] : states_) {
+    memory_.download(s->kept, kept.data(), assignments);
+    for (uint8_t flag : kept) dropped += flag == 0 ? 1 : 0;
+  }
+  return dropped;
+}
+
+/// A backend with the padded MoE kernels binds its MoE layers with PaddedMoeLayers
+/// (moe_layers_of.h).
+template <PaddedMoeBackend B>
+struct MoeLayersOf<B> {
+  using type = PaddedMoeLayers<B>;
+  using Io = PaddedMoeIo<typename B::Act>;
+  static std::unique_ptr<PaddedMoeLayers<B>> make(const JobSpec& job, int64_t rank,
+                                                  const std::vector<int64_t>& layers, uint64_t seed,
+                                                  const float* loss_scale,
+                                                  typename B::Memory& memory) {
+    return std::make_unique<PaddedMoeLayers<B>>(job, rank, layers, seed, loss_scale, memory);
+  }
+};
+
+}  // namespace dhelix::rt

@@ -1,0 +1,264 @@
+// MoE with expert parallelism on the CUDA path, on the recording fake device: both ranks of
+// the tiny EP 2 plan (examples/plans/tiny-moe-ep2.json: dp 2 = ep 2, 4 experts, top-2) set
+// up as dhelix-run's CUDA engine sets up (model_comm_setup: the EP group's communicators
+// and the expert-data-parallel group), two iterations of the real executor over the real
+// model wiring (runtime/model/moe_layers_padded.h on RecordingBackend), both modes. What a
+// GPU run needs of the dispatch and combine so that it neither hangs nor mixes up data:
+//   1. every all-to-all is the padded one of DeviceCommunicator::all_to_all_v: this rank's
+//      own counts and block as two device copies, then one NCCL group holding, per peer,
+//      the counts' send and receive and the block's send and receive, on an EP
+//      communicator; as many groups as the program has EP collectives;
+//   2. on every EP communicator, member a's sends to b and b's receives from a agree call
+//      for call in count and type (NCCL matches them in enqueue order);
+//   3. nothing but enqueueing calls inside an iteration (no host wait: the counts never
+//      come back to the host);
+//   4. the EP communicators and the expert-data-parallel group exist and are warmed before
+//      iteration 1, the EP ones with a grouped send and receive; every GEMM shape the
+//      iteration runs (the router's, the experts' on padded rows) is warmed.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "lib/plan/plan_job.h"
+#include "lib/plan/plan_reader.h"
+#include "lib/plan/rank_program.h"
+#include "lib/rank_shape.h"
+#include "runtime/kernels/moe_capacity.h"
+#include "tests/device/simulated_run.h"
+
+namespace dhelix::cuda::testing {
+namespace {
+
+using Kind = DeviceCall::Kind;
+
+class SimulatedEpRun : public ::testing::TestWithParam<ExecutionMode> {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = std::string(DHELIX_SOURCE_DIR) + "/examples/plans/tiny-moe-ep2.json";
+    plan_ = new Plan(read_plan(path));
+    job_ = new JobSpec(job_from_plan(*plan_, "tiny-moe-ep2"));
+    records_ = new std::map<ExecutionMode, std::vector<RankRecord>>();
+  }
+  static void TearDownTestSuite() {
+    delete records_;
+    delete job_;
+    delete plan_;
+  }
+  const std::vector<RankRecord>& run() {
+    auto it = records_->find(GetParam());
+    if (it == records_->end()) {
+      it = records_->emplace(GetParam(), simulate_run(*plan_, *job_, GetParam(), 2)).first;
+    }
+    return it->second;
+  }
+  static Plan* plan_;
+  static JobSpec* job_;
+  static std::map<ExecutionMode, std::vector<RankRecord>>* records_;
+};
+Plan* SimulatedEpRun::plan_ = nullptr;
+JobSpec* SimulatedEpRun::job_ = nullptr;
+std::map<ExecutionMode, std::vector<RankRecord>>* SimulatedEpRun::records_ = nullptr;
+
+// The group each communicator handle was created for, without the fake's member suffix.
+std::map<int64_t, std::string> comm_labels(const RankRecord& r) {
+  std::map<int64_t, std::string> labels;
+  for (const DeviceCall& call : r.calls) {
+    if (call.kind == Kind::kCommInit)
+      labels[call.comm] = call.label.substr(0, call.label.find(" member "));
+  }
+  return labels;
+}
+
+std::vector<int64_t> members_of(const std::string& label) {
+  const size_t at = label.rfind("ranks ");
+  std::vector<int64_t> members;
+  if (at == std::string::npos) return members;
+  const std::string rest = label.substr(at + 6);
+  size_t start = 0;
+  while (start < rest.size()) {
+    const size_t comma = rest.find(',', start);
+    members.push_back(std::stoll(rest.substr(start, comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return members;
+}
+
+bool is_ep(const std::string& label) { return label.starts_with("ep ("); }
+
+size_t marker(const std::vector<DeviceCall>& calls, const std::string& label) {
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].kind == Kind::kMark && calls[i].label == label) return i;
+  }
+  return calls.size();
+}
+
+int64_t ep_collectives(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode) {
+  const RankProgram program = lower_rank_program(plan, job, rank, mode);
+  return std::count_if(
+      program.instructions.begin(), program.instructions.end(), [](const Instruction& i) {
+        return i.kind == InstructionKind::kCollective && i.group && *i.group == ParallelDim::kEp;
+      });
+}
+
+// One member's block of the padded all-to-all: L local experts x C rows x h
+// (runtime/kernels/moe_padded.h), C = ceil(cf T k / E) of the rank's T rows.
+int64_t block_elements(const JobSpec& job, int64_t rank) {
+  const MoeSpec& moe = *job.model.moe;
+  const RankShape d = rank_shape(job, rank);
+  const int64_t capacity =
+      kernels::expert_capacity(d.rows, moe.top_k, moe.num_experts, moe.capacity_factor);
+  return moe.num_experts / job.parallel.ep * capacity * d.hidden;
+}
+
+TEST_P(SimulatedEpRun, EveryAllToAllIsTwoCopiesAndOneGroupOnAnEpCommunicator) {
+  for (const RankRecord& r : run()) {
+    const std::map<int64_t, std::string> labels = comm_labels(r);
+    const size_t begin = marker(r.calls, "iteration 1");
+    const size_t end = marker(r.calls, "teardown");
+    ASSERT_LT(begin, end);
+    int64_t groups = 0;
+    for (size_t i = begin; i < end; ++i) {
+      if (r.calls[i].kind != Kind::kGroupStart) continue;
+      ASSERT_LT(i + 5, end);
+      ASSERT_GE(i, begin + 2);
+      // ep = 2: one peer. Own counts and own block copied first, on the group's stream.
+      const DeviceCall& counts_send = r.calls[i + 1];
+      EXPECT_EQ(r.calls[i - 2].kind, Kind::kCopy) << "rank " << r.rank;
+      EXPECT_EQ(r.calls[i - 1].kind, Kind::kCopy) << "rank " << r.rank;
+      EXPECT_EQ(r.calls[i - 1].stream, counts_send.stream);
+      EXPECT_EQ(counts_send.kind, Kind::kSend);
+      EXPECT_EQ(r.calls[i + 2].kind, Kind::kRecv);
+      EXPECT_EQ(r.calls[i + 3].kind, Kind::kSend);
+      EXPECT_EQ(r.calls[i + 4].kind, Kind::kRecv);
+      EXPECT_EQ(r.calls[i + 5].kind, Kind::kGroupEnd);
+      EXPECT_TRUE(is_ep(labels.at(counts_send.comm))) << labels.at(counts_send.comm);
+      // The counts: L = 2 int64 per member; the block: L C h elements.
+      EXPECT_EQ(counts_send.count, 2);
+      EXPECT_EQ(r.calls[i + 3].count, block_elements(*job_, r.rank));
+      EXPECT_EQ(r.calls[i + 4].count, block_elements(*job_, r.rank));
+      for (size_t j = i + 1; j <= i + 4; ++j) {
+        EXPECT_EQ(r.calls[j].comm, counts_send.comm);
+        EXPECT_EQ(r.calls[j].value, 1 - r.rank);  // the other member (ranks 0, 1)
+      }
+      ++groups;
+    }
+    // Two iterations.
+    EXPECT_EQ(groups, 2 * ep_collectives(*plan_, *job_, r.rank, GetParam())) << "rank " << r.rank;
+    EXPECT_GT(groups, 0);
+  }
+}
+
+TEST_P(SimulatedEpRun, MembersSendsAndReceivesPairUpOnEveryEpCommunicator) {
+  std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<std::pair<int64_t, int>>> sent,
+      received;
+  int64_t communicators = 0;
+  for (const RankRecord& r : run()) {
+    const std::map<int64_t, std::string> labels = comm_labels(r);
+    for (const auto& [comm, label] : labels) communicators += is_ep(label) ? 1 : 0;
+    for (const DeviceCall& call : r.calls) {
+      if (call.kind != Kind::kSend && call.kind != Kind::kRecv) continue;
+      const std::string& label = labels.at(call.comm);
+      if (!is_ep(label)) continue;
+      const std::vector<int64_t> members = members_of(label);
+      const auto me = std::find(members.begin(), members.end(), r.rank) - members.begin();
+      const std::pair<int64_t, int> transfer{call.count, static_cast<int>(call.dtype)};
+      if (call.kind == Kind::kSend) sent[{label, me, call.value}].push_back(transfer);
+      if (call.kind == Kind::kRecv) received[{label, call.value, me}].push_back(transfer);
+    }
+  }
+  EXPECT_EQ(communicators, 2 * 3);  // 2 ranks, the EP group on 3 streams each
+  EXPECT_FALSE(sent.empty());
+  EXPECT_EQ(sent, received);
+}
+
+TEST_P(SimulatedEpRun, NoHostSynchronisationInsideAnIteration) {
+  const std::set<Kind> allowed = {Kind::kRecord,     Kind::kWait,     Kind::kKernel, Kind::kGemm,
+                                  Kind::kCollective, Kind::kSend,     Kind::kRecv,   Kind::kDelay,
+                                  Kind::kGroupStart, Kind::kGroupEnd, Kind::kCopy};
+  for (const RankRecord& r : run()) {
+    for (int64_t k = 1; k <= 2; ++k) {
+      const size_t begin = marker(r.calls, fmt::format("iteration {}", k));
+      size_t end = begin + 1;
+      while (end < r.calls.size() && r.calls[end].kind != Kind::kMark) ++end;
+      size_t first = end, last = begin;
+      for (size_t i = begin; i < end; ++i) {
+        if (r.calls[i].kind != Kind::kRecord) continue;
+        first = std::min(first, i);
+        last = i;
+      }
+      ASSERT_LT(first, last);
+      for (size_t i = first; i <= last; ++i) {
+        EXPECT_TRUE(allowed.contains(r.calls[i].kind)) << "rank " << r.rank << ", iteration " << k
+                                                       << ": " << device_call_name(r.calls[i].kind);
+      }
+    }
+  }
+}
+
+TEST_P(SimulatedEpRun, EpAndExpertGroupsAreWarmedAndEveryGemmShapeIsWarmed) {
+  for (const RankRecord& r : run()) {
+    const std::map<int64_t, std::string> labels = comm_labels(r);
+    int64_t ep = 0, expert = 0;
+    for (const auto& [comm, label] : labels) {
+      ep += is_ep(label) ? 1 : 0;
+      if (label.starts_with("expert dp ranks ")) {
+        ++expert;
+        EXPECT_EQ(members_of(label), std::vector<int64_t>{r.rank}) << label;  // dp 2 / ep 2
+      }
+    }
+    EXPECT_EQ(ep, 3) << "rank " << r.rank;
+    EXPECT_EQ(expert, 1) << "rank " << r.rank;
+    const size_t iteration = marker(r.calls, "iteration 1");
+    std::set<int64_t> warmed;
+    std::set<GemmShape> gemms;
+    for (size_t i = 0; i < iteration; ++i) {
+      const DeviceCall& call = r.calls[i];
+      if (call.kind == Kind::kCollective || call.kind == Kind::kSend || call.kind == Kind::kRecv) {
+        warmed.insert(call.comm);
+      }
+      if (call.kind == Kind::kWarmGemm) gemms.insert(call.gemm);
+    }
+    for (const auto& [comm, label] : labels) {
+      EXPECT_TRUE(warmed.contains(comm)) << "rank " << r.rank << ": " << label << " not warmed";
+      if (!is_ep(label)) continue;
+      bool grouped = false;
+      for (size_t i = 1; i < iteration; ++i) {
+        grouped = grouped || (r.calls[i].comm == comm && r.calls[i].kind == Kind::kSend &&
+                              r.calls[i - 1].kind == Kind::kGroupStart);
+        EXPECT_FALSE(r.calls[i].comm == comm && r.calls[i].kind == Kind::kCollective) << label;
+      }
+      EXPECT_TRUE(grouped) << "rank " << r.rank << ": " << label << " not warmed point to point";
+    }
+    int64_t routes = 0, iteration_gemms = 0;
+    for (size_t i = iteration; i < r.calls.size(); ++i) {
+      const DeviceCall& call = r.calls[i];
+      if (call.kind == Kind::kKernel && call.label == "moe_route") ++routes;
+      if (call.kind != Kind::kGemm) continue;
+      ++iteration_gemms;
+      EXPECT_TRUE(gemms.contains(call.gemm))
+          << "rank " << r.rank << ": GEMM m " << call.gemm.m << " n " << call.gemm.n << " k "
+          << call.gemm.k << " not run at set-up";
+    }
+    EXPECT_GT(routes, 0);
+    EXPECT_GT(iteration_gemms, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SimulatedEpRun,
+                         ::testing::Values(ExecutionMode::kCoExecuted, ExecutionMode::kSequential),
+                         [](const auto& param_info) {
+                           return param_info.param == ExecutionMode::kCoExecuted
+                                      ? std::string("CoExecuted")
+                                      : std::string("Sequential");
+                         });
+
+}  // namespace
+}  // namespace dhelix::cuda::testing
