@@ -53,7 +53,9 @@
 //     brings the product under the budget, and is exact within that bound: the best plan
 //     whose blocks hold at most that many ops of each strand, an achievable plan and so an
 //     upper bound on the unbounded optimum (PairingResult::segment_bound says which). The
-//     bound follows from counts alone, so a job gets the same plan on every machine.
+//     bound follows from counts alone, so a job gets the same plan on every machine. The
+//     strands alone are then searched again as asked (linear in their moves), since
+//     Megatron-LM's layer times come from them.
 // Block costs are memoized by piece pair: each strand's distinct differences of downsets
 // are numbered once (downset_lattice.h); in a window of identical layers a difference is
 // first shifted down to the first layer (segment_cost.h, LayerPeriods), since a block
