@@ -27,6 +27,7 @@
 #include "lib/plan/plan_job.h"
 #include "lib/plan/plan_reader.h"
 #include "lib/plan/rank_program.h"
+#include "tests/device/example_runs.h"
 #include "tests/device/simulated_run.h"
 
 namespace dhelix::cuda::testing {
@@ -36,76 +37,17 @@ using Kind = DeviceCall::Kind;
 
 class SimulatedCpRun : public ::testing::TestWithParam<ExecutionMode> {
  protected:
-  static void SetUpTestSuite() {
-    const std::string path = std::string(DHELIX_SOURCE_DIR) + "/examples/plans/tiny-cp2-tp2.json";
-    plan_ = new Plan(read_plan(path));
-    job_ = new JobSpec(job_from_plan(*plan_, "tiny-cp2-tp2"));
-    records_ = new std::map<ExecutionMode, std::vector<RankRecord>>();
-  }
+  static void SetUpTestSuite() { runs_ = new ExampleRuns("tiny-cp2-tp2"); }
   static void TearDownTestSuite() {
-    delete records_;
-    delete job_;
-    delete plan_;
+    delete runs_;
+    runs_ = nullptr;
   }
-  // Two iterations of the mode's programs, simulated once per mode.
-  const std::vector<RankRecord>& run() {
-    auto it = records_->find(GetParam());
-    if (it == records_->end()) {
-      it = records_->emplace(GetParam(), simulate_run(*plan_, *job_, GetParam(), 2)).first;
-    }
-    return it->second;
-  }
-  static Plan* plan_;
-  static JobSpec* job_;
-  static std::map<ExecutionMode, std::vector<RankRecord>>* records_;
+  const std::vector<RankRecord>& run() { return runs_->run(GetParam()); }
+  static ExampleRuns* runs_;
 };
-Plan* SimulatedCpRun::plan_ = nullptr;
-JobSpec* SimulatedCpRun::job_ = nullptr;
-std::map<ExecutionMode, std::vector<RankRecord>>* SimulatedCpRun::records_ = nullptr;
-
-// The group each communicator handle of a rank was created for ("cp (local_comm) ranks
-// 0,2", "dp x cp ranks 0,2", "pp 0->1"), without the member suffix the fake adds.
-std::map<int64_t, std::string> comm_labels(const RankRecord& r) {
-  std::map<int64_t, std::string> labels;
-  for (const DeviceCall& call : r.calls) {
-    if (call.kind == Kind::kCommInit)
-      labels[call.comm] = call.label.substr(0, call.label.find(" member "));
-  }
-  return labels;
-}
-
-// The world ranks a label ends with ("... ranks 0,2").
-std::vector<int64_t> members_of(const std::string& label) {
-  const size_t at = label.rfind("ranks ");
-  std::vector<int64_t> members;
-  if (at == std::string::npos) return members;
-  std::string rest = label.substr(at + 6);
-  size_t start = 0;
-  while (start < rest.size()) {
-    const size_t comma = rest.find(',', start);
-    members.push_back(std::stoll(rest.substr(start, comma - start)));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return members;
-}
+ExampleRuns* SimulatedCpRun::runs_ = nullptr;
 
 bool is_cp(const std::string& label) { return label.starts_with("cp ("); }
-
-size_t marker(const std::vector<DeviceCall>& calls, const std::string& label) {
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (calls[i].kind == Kind::kMark && calls[i].label == label) return i;
-  }
-  return calls.size();
-}
-
-int64_t cp_collectives(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode) {
-  const RankProgram program = lower_rank_program(plan, job, rank, mode);
-  return std::count_if(
-      program.instructions.begin(), program.instructions.end(), [](const Instruction& i) {
-        return i.kind == InstructionKind::kCollective && i.group && *i.group == ParallelDim::kCp;
-      });
-}
 
 TEST_P(SimulatedCpRun, EveryRingStepIsOneGroupOnACpCommunicator) {
   for (const RankRecord& r : run()) {
@@ -139,7 +81,9 @@ TEST_P(SimulatedCpRun, EveryRingStepIsOneGroupOnACpCommunicator) {
         EXPECT_TRUE(grouped) << "rank " << r.rank << ": a CP transfer outside a group";
       }
     }
-    EXPECT_EQ(groups, 2 * cp_collectives(*plan_, *job_, r.rank, GetParam())) << "rank " << r.rank;
+    EXPECT_EQ(groups,
+              2 * collectives_of(runs_->plan(), runs_->job(), r.rank, GetParam(), ParallelDim::kCp))
+        << "rank " << r.rank;
   }
 }
 

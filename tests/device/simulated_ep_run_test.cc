@@ -31,6 +31,7 @@
 #include "lib/plan/rank_program.h"
 #include "lib/rank_shape.h"
 #include "runtime/kernels/moe_capacity.h"
+#include "tests/device/example_runs.h"
 #include "tests/device/simulated_run.h"
 
 namespace dhelix::cuda::testing {
@@ -40,73 +41,17 @@ using Kind = DeviceCall::Kind;
 
 class SimulatedEpRun : public ::testing::TestWithParam<ExecutionMode> {
  protected:
-  static void SetUpTestSuite() {
-    const std::string path = std::string(DHELIX_SOURCE_DIR) + "/examples/plans/tiny-moe-ep2.json";
-    plan_ = new Plan(read_plan(path));
-    job_ = new JobSpec(job_from_plan(*plan_, "tiny-moe-ep2"));
-    records_ = new std::map<ExecutionMode, std::vector<RankRecord>>();
-  }
+  static void SetUpTestSuite() { runs_ = new ExampleRuns("tiny-moe-ep2"); }
   static void TearDownTestSuite() {
-    delete records_;
-    delete job_;
-    delete plan_;
+    delete runs_;
+    runs_ = nullptr;
   }
-  const std::vector<RankRecord>& run() {
-    auto it = records_->find(GetParam());
-    if (it == records_->end()) {
-      it = records_->emplace(GetParam(), simulate_run(*plan_, *job_, GetParam(), 2)).first;
-    }
-    return it->second;
-  }
-  static Plan* plan_;
-  static JobSpec* job_;
-  static std::map<ExecutionMode, std::vector<RankRecord>>* records_;
+  const std::vector<RankRecord>& run() { return runs_->run(GetParam()); }
+  static ExampleRuns* runs_;
 };
-Plan* SimulatedEpRun::plan_ = nullptr;
-JobSpec* SimulatedEpRun::job_ = nullptr;
-std::map<ExecutionMode, std::vector<RankRecord>>* SimulatedEpRun::records_ = nullptr;
-
-// The group each communicator handle was created for, without the fake's member suffix.
-std::map<int64_t, std::string> comm_labels(const RankRecord& r) {
-  std::map<int64_t, std::string> labels;
-  for (const DeviceCall& call : r.calls) {
-    if (call.kind == Kind::kCommInit)
-      labels[call.comm] = call.label.substr(0, call.label.find(" member "));
-  }
-  return labels;
-}
-
-std::vector<int64_t> members_of(const std::string& label) {
-  const size_t at = label.rfind("ranks ");
-  std::vector<int64_t> members;
-  if (at == std::string::npos) return members;
-  const std::string rest = label.substr(at + 6);
-  size_t start = 0;
-  while (start < rest.size()) {
-    const size_t comma = rest.find(',', start);
-    members.push_back(std::stoll(rest.substr(start, comma - start)));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return members;
-}
+ExampleRuns* SimulatedEpRun::runs_ = nullptr;
 
 bool is_ep(const std::string& label) { return label.starts_with("ep ("); }
-
-size_t marker(const std::vector<DeviceCall>& calls, const std::string& label) {
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (calls[i].kind == Kind::kMark && calls[i].label == label) return i;
-  }
-  return calls.size();
-}
-
-int64_t ep_collectives(const Plan& plan, const JobSpec& job, int64_t rank, ExecutionMode mode) {
-  const RankProgram program = lower_rank_program(plan, job, rank, mode);
-  return std::count_if(
-      program.instructions.begin(), program.instructions.end(), [](const Instruction& i) {
-        return i.kind == InstructionKind::kCollective && i.group && *i.group == ParallelDim::kEp;
-      });
-}
 
 // One member's block of the padded all-to-all: L local experts x C rows x h
 // (runtime/kernels/moe_padded.h), C = ceil(cf T k / E) of the rank's T rows.
@@ -142,8 +87,8 @@ TEST_P(SimulatedEpRun, EveryAllToAllIsTwoCopiesAndOneGroupOnAnEpCommunicator) {
       EXPECT_TRUE(is_ep(labels.at(counts_send.comm))) << labels.at(counts_send.comm);
       // The counts: L = 2 int64 per member; the block: L C h elements.
       EXPECT_EQ(counts_send.count, 2);
-      EXPECT_EQ(r.calls[i + 3].count, block_elements(*job_, r.rank));
-      EXPECT_EQ(r.calls[i + 4].count, block_elements(*job_, r.rank));
+      EXPECT_EQ(r.calls[i + 3].count, block_elements(runs_->job(), r.rank));
+      EXPECT_EQ(r.calls[i + 4].count, block_elements(runs_->job(), r.rank));
       for (size_t j = i + 1; j <= i + 4; ++j) {
         EXPECT_EQ(r.calls[j].comm, counts_send.comm);
         EXPECT_EQ(r.calls[j].value, 1 - r.rank);  // the other member (ranks 0, 1)
@@ -151,7 +96,9 @@ TEST_P(SimulatedEpRun, EveryAllToAllIsTwoCopiesAndOneGroupOnAnEpCommunicator) {
       ++groups;
     }
     // Two iterations.
-    EXPECT_EQ(groups, 2 * ep_collectives(*plan_, *job_, r.rank, GetParam())) << "rank " << r.rank;
+    EXPECT_EQ(groups,
+              2 * collectives_of(runs_->plan(), runs_->job(), r.rank, GetParam(), ParallelDim::kEp))
+        << "rank " << r.rank;
     EXPECT_GT(groups, 0);
   }
 }

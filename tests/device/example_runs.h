@@ -1,0 +1,90 @@
+#pragma once
+// What the tests of one example plan's simulated run share (simulated_run.h): the plan and
+// its job read once per test suite, two iterations simulated once per execution mode, and
+// the readers of the recorded calls (which group a communicator serves, its members, where
+// a marker stands, how many collectives of a group a program holds).
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/job_spec.h"
+#include "lib/plan/plan.h"
+#include "lib/plan/plan_job.h"
+#include "lib/plan/plan_reader.h"
+#include "lib/plan/rank_program.h"
+#include "tests/device/simulated_run.h"
+
+namespace dhelix::cuda::testing {
+
+/// examples/plans/NAME.json, its job, and its simulated runs (two iterations a mode).
+class ExampleRuns {
+ public:
+  explicit ExampleRuns(const std::string& name)
+      : plan_(read_plan(std::string(DHELIX_SOURCE_DIR) + "/examples/plans/" + name + ".json")),
+        job_(job_from_plan(plan_, name)) {}
+  const Plan& plan() const { return plan_; }
+  const JobSpec& job() const { return job_; }
+  /// Every rank's record of two iterations of `mode`, simulated on first use.
+  const std::vector<RankRecord>& run(ExecutionMode mode) {
+    auto it = records_.find(mode);
+    if (it == records_.end()) it = records_.emplace(mode, simulate_run(plan_, job_, mode, 2)).first;
+    return it->second;
+  }
+
+ private:
+  Plan plan_;
+  JobSpec job_;
+  std::map<ExecutionMode, std::vector<RankRecord>> records_;
+};
+
+/// The group each communicator handle of a rank was created for ("cp (local_comm) ranks
+/// 0,2", "dp x cp ranks 0,2", "pp 0->1"), without the member suffix the fake adds.
+inline std::map<int64_t, std::string> comm_labels(const RankRecord& r) {
+  std::map<int64_t, std::string> labels;
+  for (const DeviceCall& call : r.calls) {
+    if (call.kind == DeviceCall::Kind::kCommInit) {
+      labels[call.comm] = call.label.substr(0, call.label.find(" member "));
+    }
+  }
+  return labels;
+}
+
+/// The world ranks a label ends with ("... ranks 0,2"); none without "ranks ".
+inline std::vector<int64_t> members_of(const std::string& label) {
+  const size_t at = label.rfind("ranks ");
+  std::vector<int64_t> members;
+  if (at == std::string::npos) return members;
+  const std::string rest = label.substr(at + 6);
+  size_t start = 0;
+  while (start < rest.size()) {
+    const size_t comma = rest.find(',', start);
+    members.push_back(std::stoll(rest.substr(start, comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return members;
+}
+
+/// The index of the marker call `label` in `calls`, or calls.size().
+inline size_t marker(const std::vector<DeviceCall>& calls, const std::string& label) {
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].kind == DeviceCall::Kind::kMark && calls[i].label == label) return i;
+  }
+  return calls.size();
+}
+
+/// The collectives of `group` in `rank`'s program of `mode`.
+inline int64_t collectives_of(const Plan& plan, const JobSpec& job, int64_t rank,
+                              ExecutionMode mode, ParallelDim group) {
+  const RankProgram program = lower_rank_program(plan, job, rank, mode);
+  return std::count_if(
+      program.instructions.begin(), program.instructions.end(), [group](const Instruction& i) {
+        return i.kind == InstructionKind::kCollective && i.group && *i.group == group;
+      });
+}
+
+}  // namespace dhelix::cuda::testing
