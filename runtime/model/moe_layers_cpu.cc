@@ -11,39 +11,12 @@
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/kernels/swiglu.h"
 #include "runtime/model/moe_layers_cpu_internal.h"
+#include "runtime/model/moe_op_names.h"
 #include "runtime/model/stage_model_internal.h"
 
 namespace dhelix::rt {
 
 namespace {
-
-// The ops of a MoE layer's MLP (lib/dag_builder_moe.cc), fwd.swiglu and bwd.swiglu included;
-// the etp_ ones (expert tensor parallelism) are bound by moe_expert_tp_cpu.cc.
-constexpr std::array<const char*, 23> kMoeOps = {
-    "fwd.router",
-    "fwd.permute",
-    "fwd.dispatch_a2a",
-    "fwd.grouped_fc1",
-    "fwd.swiglu",
-    "fwd.grouped_fc2",
-    "fwd.combine_a2a",
-    "fwd.unpermute",
-    "bwd.unpermute",
-    "bwd.combine_a2a",
-    "bwd.grouped_fc2_dgrad",
-    "bwd.grouped_fc2_wgrad",
-    "bwd.swiglu",
-    "bwd.grouped_fc1_dgrad",
-    "bwd.grouped_fc1_wgrad",
-    "bwd.dispatch_a2a",
-    "bwd.permute",
-    "bwd.router",
-    "bwd.router_wgrad",
-    "fwd.etp_allgather",
-    "bwd.etp_allgather",
-    "fwd.etp_reduce_scatter",
-    "bwd.etp_reduce_scatter",
-};
 
 // The shared expert's ops (lib/dag_builder_shared_expert.cc; the TP exchanges with tp > 1),
 // bound by moe_shared_expert_cpu.cc.
@@ -162,8 +135,7 @@ MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<i
 MoeLayersCpu::~MoeLayersCpu() = default;
 
 bool MoeLayersCpu::handles(const std::string& op) {
-  return std::find(kMoeOps.begin(), kMoeOps.end(), op) != kMoeOps.end() ||
-         std::find(kSharedOps.begin(), kSharedOps.end(), op) != kSharedOps.end();
+  return names_op(kRoutedMoeOps, op) || names_op(kExpertTpOps, op) || names_op(kSharedOps, op);
 }
 
 MoeLayersCpu::State& MoeLayersCpu::state(int64_t micro_batch, int64_t layer, bool recomputing) {

@@ -41,6 +41,7 @@
 #include "runtime/kernels/moe_capacity.h"
 #include "runtime/kernels/moe_padded.h"
 #include "runtime/model/moe_layers_of.h"
+#include "runtime/model/moe_op_names.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/model/stage_model_internal.h"
 
@@ -126,27 +127,6 @@ class PaddedMoeLayers {
 };
 
 namespace moe_padded_detail {
-
-// The routed experts' ops (lib/dag_builder_moe.cc) without expert TP's exchanges.
-inline constexpr std::array<const char*, 19> kPaddedMoeOps = {"fwd.router",
-                                                              "fwd.permute",
-                                                              "fwd.dispatch_a2a",
-                                                              "fwd.grouped_fc1",
-                                                              "fwd.swiglu",
-                                                              "fwd.grouped_fc2",
-                                                              "fwd.combine_a2a",
-                                                              "fwd.unpermute",
-                                                              "bwd.unpermute",
-                                                              "bwd.combine_a2a",
-                                                              "bwd.grouped_fc2_dgrad",
-                                                              "bwd.grouped_fc2_wgrad",
-                                                              "bwd.swiglu",
-                                                              "bwd.grouped_fc1_dgrad",
-                                                              "bwd.grouped_fc1_wgrad",
-                                                              "bwd.dispatch_a2a",
-                                                              "bwd.permute",
-                                                              "bwd.router",
-                                                              "bwd.router_wgrad"};
 
 inline size_t padded_size(int64_t n) { return static_cast<size_t>(n); }
 
@@ -253,8 +233,7 @@ PaddedMoeLayers<B>::~PaddedMoeLayers() = default;
 
 template <class B>
 bool PaddedMoeLayers<B>::handles(const std::string& op) {
-  return std::find(moe_padded_detail::kPaddedMoeOps.begin(), moe_padded_detail::kPaddedMoeOps.end(),
-                   op) != moe_padded_detail::kPaddedMoeOps.end();
+  return names_op(kRoutedMoeOps, op);
 }
 
 template <class B>

@@ -1,0 +1,43 @@
+#pragma once
+// The op names of a MoE layer's MLP in the planner's DAG (lib/dag_builder_moe.cc), as the
+// backends' MoE layers bind them: the routed experts' ops every backend runs, and expert
+// tensor parallelism's exchanges, which only the CPU backend runs (moe_expert_tp_cpu.cc).
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+namespace dhelix::rt {
+
+/// The routed experts' ops, forward then backward.
+inline constexpr std::array<const char*, 19> kRoutedMoeOps = {"fwd.router",
+                                                              "fwd.permute",
+                                                              "fwd.dispatch_a2a",
+                                                              "fwd.grouped_fc1",
+                                                              "fwd.swiglu",
+                                                              "fwd.grouped_fc2",
+                                                              "fwd.combine_a2a",
+                                                              "fwd.unpermute",
+                                                              "bwd.unpermute",
+                                                              "bwd.combine_a2a",
+                                                              "bwd.grouped_fc2_dgrad",
+                                                              "bwd.grouped_fc2_wgrad",
+                                                              "bwd.swiglu",
+                                                              "bwd.grouped_fc1_dgrad",
+                                                              "bwd.grouped_fc1_wgrad",
+                                                              "bwd.dispatch_a2a",
+                                                              "bwd.permute",
+                                                              "bwd.router",
+                                                              "bwd.router_wgrad"};
+
+/// Expert tensor parallelism's exchanges of the experts' rows.
+inline constexpr std::array<const char*, 4> kExpertTpOps = {
+    "fwd.etp_allgather", "bwd.etp_allgather", "fwd.etp_reduce_scatter", "bwd.etp_reduce_scatter"};
+
+/// True when `op` is one of `names`.
+template <size_t N>
+bool names_op(const std::array<const char*, N>& names, const std::string& op) {
+  return std::find(names.begin(), names.end(), op) != names.end();
+}
+
+}  // namespace dhelix::rt
