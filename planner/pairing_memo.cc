@@ -49,11 +49,11 @@ int64_t PairingMemo::hits() const {
 std::string pairing_memo_key(MemoSearch search, const StrandGraph& forward,
                              const StrandGraph& backward, int64_t layers,
                              const PairingOptions& options) {
-  std::string key = fmt::format(
-      "search={} layers={} segment={} prune={} limits={},{},{},{} gap={:.17g}|",
-      static_cast<int>(search), layers, options.max_segment_ops, options.prune,
-      options.max_downsets, options.max_steps, options.max_states, options.max_block_pairs,
-      options.paired_block_gap_us);
+  std::string key =
+      fmt::format("search={} layers={} segment={} prune={} limits={},{},{},{} gap={:.17g}|",
+                  static_cast<int>(search), layers, options.max_segment_ops, options.prune,
+                  options.max_downsets, options.max_steps, options.max_states,
+                  options.max_block_pairs, options.paired_block_gap_us);
   append_graph(key, forward);
   key += '|';
   append_graph(key, backward);
