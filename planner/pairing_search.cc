@@ -117,6 +117,16 @@ void check_state_limit(int64_t nf, int64_t nb, const PairingOptions& options) {
 PairingOptions within_work_budget(const BlockCostModel& model, const Lattice& lf, const Lattice& lb,
                                   PairingOptions options) {
   if (options.max_block_pairs <= 0) return options;
+  // A strand of n downsets has at most n (n + 1) / 2 moves (pairs of a downset and a
+  // superset): when those fit, nothing needs counting (most layers).
+  const auto most_moves = [](const Lattice& l) {
+    return static_cast<double>(l.size()) * static_cast<double>(l.size() + 1) / 2;
+  };
+  if (most_moves(lf) <= static_cast<double>(options.max_steps) &&
+      most_moves(lb) <= static_cast<double>(options.max_steps) &&
+      most_moves(lf) * most_moves(lb) <= static_cast<double>(options.max_block_pairs)) {
+    return options;
+  }
   const int64_t requested = options.max_segment_ops;
   for (int64_t bound : {requested, int64_t{24}, int64_t{16}, int64_t{12}, int64_t{8}, int64_t{6},
                         int64_t{4}, int64_t{3}, int64_t{2}, int64_t{1}}) {
