@@ -79,7 +79,7 @@ std::vector<GemmShape> job_gemm_shapes(const JobSpec& job, int64_t rank, bool ha
                                        bool has_head) {
   const RankShape d = rank_shape(job, rank);
   std::vector<GemmShape> dense = model_gemm_shapes(d, has_layers, has_head);
-  if (!has_layers || !job.model.is_moe() || job.model.moe->capacity_factor <= 0.0) return dense;
+  if (!has_layers || !job.model.is_moe()) return dense;
   const MoeSpec& moe = *job.model.moe;
   std::set<GemmShape> shapes(dense.begin(), dense.end());
   const auto linear = [&](int64_t rows, int64_t in, int64_t out) {
@@ -88,11 +88,15 @@ std::vector<GemmShape> job_gemm_shapes(const JobSpec& job, int64_t rank, bool ha
     shapes.insert(linear_wgrad_shape(rows, in, out));
   };
   linear(d.rows, d.hidden, moe.num_experts);  // the router
+  // runtime/model/moe_layers_padded.h: each local expert computes on the etp ep C padded
+  // rows of the TP group's members (C = T without a capacity factor), 1/etp of its FFN.
   const int64_t capacity =
       kernels::expert_capacity(d.rows, moe.top_k, moe.num_experts, moe.capacity_factor);
-  const int64_t rows = job.parallel.ep * capacity;  // one local expert's padded rows
-  linear(rows, d.hidden, 2 * moe.expert_ffn_hidden_size);
-  linear(rows, moe.expert_ffn_hidden_size, d.hidden);
+  const int64_t etp = job.parallel.expert_tp_size();
+  const int64_t rows = etp * job.parallel.ep * capacity;  // one local expert's padded rows
+  const int64_t ffn = moe.expert_ffn_hidden_size / etp;
+  linear(rows, d.hidden, 2 * ffn);
+  linear(rows, ffn, d.hidden);
   return {shapes.begin(), shapes.end()};
 }
 

@@ -175,8 +175,8 @@ void check_moe_shape(const MoeDeviceShape& shape) {
   };
   if (shape.capacity <= 0) {
     refuse(
-        "the capacity is 0 (dropless routing, moe.capacity_factor 0) and the padded "
-        "all-to-all needs one; set a capacity factor > 0");
+        "the capacity is 0 (no expert would accept a token: a capacity factor this small "
+        "rounds ceil(cf T k / E) to 0); raise moe.capacity_factor, or set 0 for dropless");
   }
   if (shape.experts > kMaxMoeExperts) {
     refuse(fmt::format("{} experts, more than the {} the router kernels hold per thread",

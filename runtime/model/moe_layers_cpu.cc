@@ -71,56 +71,36 @@ MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<i
     for (int64_t i = 0; i < e_all * h; ++i) {
       w->router[to_size(i)] = model_detail::init_uniform(seed, prefix + "router", i, router_bound);
     }
-    // Element (r, c) of local expert e's [rows, cols] slice is element (first + e, row(r),
-    // col(c)) of the full [E, full_rows, full_cols] tensor, so that every EP and ETP split
-    // starts from the same model.
-    auto experts = [&](const std::string& name, int64_t rows, int64_t cols, int64_t full_rows,
-                       int64_t full_cols, auto&& row, auto&& col, float bound) {
-      std::vector<float> values(to_size(local_ * rows * cols));
-      for (int64_t e = 0; e < local_; ++e) {
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t c = 0; c < cols; ++c) {
-            const int64_t index = ((first + e) * full_rows + row(r)) * full_cols + col(c);
-            values[to_size((e * rows + r) * cols + c)] =
-                model_detail::init_uniform(seed, prefix + name, index, bound);
-          }
-        }
-      }
-      return values;
-    };
-    // fc1 [2F, h]: this rank's gate rows [etp_rank f, +f), then its up rows F + the same.
-    const int64_t full_f = moe.expert_ffn_hidden_size;
-    const auto fc1_row = [f, full_f, etp_rank](int64_t r) {
-      return r < f ? etp_rank * f + r : full_f + etp_rank * f + (r - f);
-    };
-    const auto same = [](int64_t i) { return i; };
-    w->fc1 = experts("experts_fc1", 2 * f, h, 2 * full_f, h, fc1_row, same, router_bound);
-    // fc2 [h, F]: this rank's columns [etp_rank f, +f).
-    const auto fc2_col = [f, etp_rank](int64_t c) { return etp_rank * f + c; };
-    w->fc2 = experts("experts_fc2", h, f, h, full_f, same, fc2_col,
-                     1.0f / std::sqrt(static_cast<float>(full_f)));
+    const model_detail::ExpertSlice slice{.first = first,
+                                          .local = local_,
+                                          .hidden = h,
+                                          .ffn = f,
+                                          .full_ffn = moe.expert_ffn_hidden_size,
+                                          .etp_rank = etp_rank};
+    w->fc1 =
+        model_detail::expert_fc1_initial_values(seed, prefix + "experts_fc1", slice, router_bound);
+    w->fc2 = model_detail::expert_fc2_initial_values(
+        seed, prefix + "experts_fc2", slice,
+        1.0f / std::sqrt(static_cast<float>(moe.expert_ffn_hidden_size)));
     if (shared_ffn_ > 0) {
-      // Sliced over TP like a dense MLP: fc1's gate rows [r fs, +fs) and up rows Fs + the
-      // same, fc2's columns [r fs, +fs), with the values of the whole tensors.
-      const int64_t full_fs = shared_ffn_, fs = full_fs / tp_, r0 = dims.tp_rank * fs;
-      auto slice = [&](const std::string& name, int64_t rows, int64_t cols, int64_t full_cols,
-                       auto&& row, int64_t col0, float bound) {
-        std::vector<float> values(to_size(rows * cols));
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t c = 0; c < cols; ++c) {
-            values[to_size(r * cols + c)] = model_detail::init_uniform(
-                seed, prefix + name, row(r) * full_cols + col0 + c, bound);
-          }
-        }
-        return values;
-      };
-      const auto shared_fc1_row = [fs, full_fs, r0](int64_t r) {
-        return r < fs ? r0 + r : full_fs + r0 + (r - fs);
-      };
-      w->shared_gate = slice("shared_gate", 1, h, h, same, 0, router_bound);
-      w->shared_fc1 = slice("shared_fc1", 2 * fs, h, h, shared_fc1_row, 0, router_bound);
-      w->shared_fc2 = slice("shared_fc2", h, fs, full_fs, same, r0,
-                            1.0f / std::sqrt(static_cast<float>(full_fs)));
+      // Sliced over TP like a dense MLP: one expert of FFN width Fs cut as expert tensor
+      // parallelism cuts the routed ones (fc1's gate rows [r fs, +fs) and up rows Fs + the
+      // same, fc2's columns [r fs, +fs)), with the values of the whole tensors.
+      const model_detail::ExpertSlice shared{.first = 0,
+                                             .local = 1,
+                                             .hidden = h,
+                                             .ffn = shared_ffn_ / tp_,
+                                             .full_ffn = shared_ffn_,
+                                             .etp_rank = dims.tp_rank};
+      w->shared_gate.resize(to_size(h));
+      for (int64_t i = 0; i < h; ++i) {
+        w->shared_gate[to_size(i)] =
+            model_detail::init_uniform(seed, prefix + "shared_gate", i, router_bound);
+      }
+      w->shared_fc1 = model_detail::expert_fc1_initial_values(seed, prefix + "shared_fc1", shared,
+                                                              router_bound);
+      w->shared_fc2 = model_detail::expert_fc2_initial_values(
+          seed, prefix + "shared_fc2", shared, 1.0f / std::sqrt(static_cast<float>(shared_ffn_)));
       w->d_shared_gate.assign(w->shared_gate.size(), 0.0f);
       w->d_shared_fc1.assign(w->shared_fc1.size(), 0.0f);
       w->d_shared_fc2.assign(w->shared_fc2.size(), 0.0f);

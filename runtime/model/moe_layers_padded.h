@@ -17,8 +17,21 @@
 //   * the dispatch's local step regroups source-major -> expert-major on the stream
 //     (moe_regroup), grouped_fc2 and grouped_fc1_dgrad regroup back before the exchange.
 //
-// Scope (runtime/train/moe_support.cc refuses the rest by name): EP with tp = 1, a
-// capacity factor > 0, no shared expert, no recompute.
+// Dropless routing (capacity factor 0) is the capacity T: every expert can take all of a
+// rank's T rows (top-k picks k distinct experts), so nothing drops; the price is E / k times
+// the expert GEMMs' rows and the all-to-alls' bytes of a balanced load (docs/gpu.md).
+//
+// Tensor parallelism (with SP): the layer works on the rank's T / tp rows, as the CPU's.
+// With expert tensor parallelism (etp = tp) each TP member holds 1/etp of every local
+// expert's FFN columns; the plan's etp_allgather and etp_reduce_scatter move the padded
+// own rows ([L][ep C], expert-major) as a fixed-size all-gather and reduce-scatter over TP
+// (the CPU's all_to_all_v of copies carries counts a padded block does not need), with
+// moe_regroup turning member-major [etp][L][ep C] into expert-major [L][etp][ep C] and back
+// (moe_expert_tp_padded.h). Context parallelism changes nothing here but T.
+//
+// Full activation recompute: the repeated forward ops and every backward op use a second
+// set of buffers (bind's `recomputing`), as the CPU's; selective recompute leaves the MoE
+// MLP alone.
 
 #include <fmt/format.h>
 
@@ -83,7 +96,7 @@ class PaddedMoeLayers {
 
   /// The MoE MLPs of `layers` on world rank `rank` of `job`, buffers from `memory` (which
   /// must outlive this). `loss_scale` is read when the router's backward is enqueued.
-  /// Throws Error(kUnsupported) outside the scope above (and B::check_moe_shape's limits).
+  /// Throws Error(kUnsupported) for a shape B::check_moe_shape refuses.
   PaddedMoeLayers(const JobSpec& job, int64_t rank, const std::vector<int64_t>& layers,
                   uint64_t seed, const float* loss_scale, typename B::Memory& memory);
   ~PaddedMoeLayers();
@@ -93,8 +106,10 @@ class PaddedMoeLayers {
   /// True for the op ids this class binds (fwd.swiglu and bwd.swiglu included).
   static bool handles(const std::string& op);
   /// Binds `op` of (micro_batch, layer); nullopt when `op` is not one of handles(). An
-  /// all-to-all op with ep = 1 is Error(kInvalidInput) (the planner writes none);
-  /// `recomputing` must be false (the stage model's interface has it; no recompute here).
+  /// all-to-all op with ep = 1, or an etp exchange without expert tensor parallelism, is
+  /// Error(kInvalidInput) (the planner writes none). `recomputing`: the op is a full
+  /// recompute's repeat (bwd.recompute.<op>) or a backward op of a job with full recompute;
+  /// both use a second set of buffers, which the repeated forward fills.
   std::optional<BoundOp> bind(const std::string& op, int64_t layer, int64_t micro_batch,
                               const Io& io, bool recomputing = false);
   /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients.
@@ -113,10 +128,14 @@ class PaddedMoeLayers {
  private:
   struct Weights;
   struct State;
-  State& state(int64_t micro_batch, int64_t layer);
+  State& state(int64_t micro_batch, int64_t layer, bool recomputing);
+  // The etp exchanges of expert tensor parallelism (moe_expert_tp_padded.h).
+  std::optional<BoundOp> bind_expert_tp(const std::string& op, State& s);
 
   kernels::MoePaddedShape shape_;
-  int64_t ffn_ = 0;      // F: one expert's FFN width
+  int64_t ffn_ = 0;      // F: one expert's FFN columns on this rank (F_e / etp)
+  int64_t tp_ = 1;       // TP group size (the layer works on T / tp rows with SP)
+  int64_t etp_ = 1;      // expert tensor parallelism: 1 or tp
   int64_t ep_ = 1;       // EP group size
   int64_t ep_rank_ = 0;  // this rank's index in it
   int64_t local_ = 0;    // L = E / ep
@@ -124,6 +143,8 @@ class PaddedMoeLayers {
   typename B::Memory& memory_;
   std::map<int64_t, std::unique_ptr<Weights>> weights_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)
+  // Full recompute's second set (bind's `recomputing`); its aux losses are not counted twice.
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> recompute_states_;
 };
 
 namespace moe_padded_detail {
@@ -137,7 +158,10 @@ struct PaddedMoeLayers<B>::Weights {
   model_detail::Parameter<B> router, fc1, fc2;  // [E, h], [L, 2F, h], [L, h, F]
 };
 
-// One (micro-batch, layer)'s device buffers; R = E C padded rows everywhere (see the header).
+// One (micro-batch, layer)'s device buffers. R = E C = L ep C padded rows: the rank's
+// permuted copies, and the own rows its local experts receive over EP; with expert tensor
+// parallelism the experts compute on the TP group's etp R gathered rows (the CPU's row
+// orders, moe_layers_cpu_internal.h, with every block padded).
 template <class B>
 struct PaddedMoeLayers<B>::State {
   int32_t* chosen = nullptr;
@@ -145,18 +169,31 @@ struct PaddedMoeLayers<B>::State {
   uint8_t* kept = nullptr;
   int64_t *row = nullptr, *routed = nullptr, *send_counts = nullptr, *recv_counts = nullptr,
           *scratch_counts = nullptr;
-  A *logits = nullptr, *dz = nullptr;                                       // [T, E]
-  A *permuted = nullptr, *received = nullptr, *expert_in = nullptr;         // [R, h]
-  A *fc1_out = nullptr, *act = nullptr;                                     // [R, 2F], [R, F]
-  A *expert_out = nullptr, *expert_out_src = nullptr, *combined = nullptr;  // [R, h]
-  A *d_combined = nullptr, *d_expert_out_src = nullptr, *d_expert_out = nullptr;
+  A *logits = nullptr, *dz = nullptr;                                // [T, E]
+  A *permuted = nullptr, *received = nullptr, *expert_in = nullptr;  // [R, h]
+  A *tp_recv = nullptr, *gathered = nullptr;                         // [etp R, h]
+  A *fc1_out = nullptr, *act = nullptr;                              // [etp R, 2F], [etp R, F]
+  A *expert_out = nullptr, *tp_send = nullptr;       // [etp R, h] (partial with etp)
+  A* expert_own = nullptr;                           // [R, h] summed over TP
+  A *expert_out_src = nullptr, *combined = nullptr;  // [R, h]
+  A *d_combined = nullptr, *d_expert_out_src = nullptr, *d_expert_out = nullptr;  // [R, h]
+  A *d_tp_recv = nullptr, *d_gathered = nullptr;                                  // [etp R, h]
   A *d_act = nullptr, *d_fc1 = nullptr;
-  A *d_expert_in = nullptr, *d_expert_in_src = nullptr, *d_permuted = nullptr;
+  A *d_expert_in = nullptr, *d_tp_send = nullptr;  // [etp R, h] (partial with etp)
+  A* d_expert_own = nullptr;                       // [R, h] summed over TP
+  A *d_expert_in_src = nullptr, *d_permuted = nullptr;
   A *d_from_permute = nullptr, *d_from_router = nullptr;  // [T, h]
-  // Where each stage reads: without EP there is no exchange, and the experts read and
-  // write the rank's own layout (expert-major and source-major coincide with ep = 1).
-  A *experts_read = nullptr, *unpermute_read = nullptr, *experts_grad = nullptr,
-    *permute_grad = nullptr;
+  // Where each stage reads. Without EP there is no all-to-all and the own rows are the
+  // rank's layout (expert-major and source-major coincide with ep = 1); without expert TP
+  // there is no gather and the experts compute on the own rows.
+  A* own_in = nullptr;          // own rows, expert-major: expert_in or permuted
+  A* experts_read = nullptr;    // gathered, or own_in
+  A* own_out = nullptr;         // the experts' output of the own rows: expert_own or expert_out
+  A* unpermute_read = nullptr;  // combined, or own_out
+  A* own_grad = nullptr;        // d of the own rows' output: d_expert_out or d_combined
+  A* experts_grad = nullptr;    // d_gathered, or own_grad
+  A* own_in_grad = nullptr;     // d of the own rows' input: d_expert_own or d_expert_in
+  A* permute_grad = nullptr;    // d_permuted, or own_in_grad
   kernels::MoePaddedRouting routing() const {
     return {.chosen = chosen,
             .gate = gate,
@@ -176,54 +213,55 @@ PaddedMoeLayers<B>::PaddedMoeLayers(const JobSpec& job, int64_t rank,
     : loss_scale_(loss_scale), memory_(memory) {
   const MoeSpec& moe = *job.model.moe;
   const RankShape dims = rank_shape(job, rank);
-  if (dims.tp != 1 || dims.cp != 1 || moe.shared_expert_ffn_hidden_size > 0 ||
-      job.parallel.recompute.granularity != RecomputeGranularity::kNone) {
-    throw Error(ErrorCode::kUnsupported,
-                "MoE layers with padded blocks: only tp = 1 and cp = 1 without a shared expert "
-                "or recompute (runtime/train/moe_support.cc names the part)");
-  }
+  // As the CPU's (moe_layers_cpu.cc): the planner refuses MoE under TP without SP, and
+  // expert TP is 1 or tp.
+  DHELIX_CHECK(dims.tp == 1 || dims.sp);
+  tp_ = dims.tp;
+  etp_ = job.parallel.expert_tp_size();
+  DHELIX_CHECK(etp_ == 1 || etp_ == tp_);
+  DHELIX_CHECK(moe.expert_ffn_hidden_size % etp_ == 0);
   ep_ = job.parallel.ep;
   DHELIX_CHECK(moe.num_experts % ep_ == 0);
   local_ = moe.num_experts / ep_;
   ep_rank_ = Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).ep;
-  ffn_ = moe.expert_ffn_hidden_size;
+  ffn_ = moe.expert_ffn_hidden_size / etp_;
   shape_ = kernels::MoePaddedShape{
       .tokens = dims.rows,
       .hidden = dims.hidden,
       .experts = moe.num_experts,
       .top_k = moe.top_k,
-      .capacity =
-          moe.capacity_factor > 0.0
-              ? kernels::expert_capacity(dims.rows, moe.top_k, moe.num_experts, moe.capacity_factor)
-              : 0,
+      .capacity =  // dropless (cf 0): T, every expert can take all of the rank's rows
+      kernels::expert_capacity(dims.rows, moe.top_k, moe.num_experts, moe.capacity_factor),
       .aux_loss_coeff = moe.aux_loss_weight()};
-  if (shape_.capacity <= 0) {
-    throw Error(ErrorCode::kUnsupported,
-                "MoE layers with padded blocks: the capacity is 0 (dropless routing, "
-                "moe.capacity_factor 0); set a capacity factor > 0");
-  }
   B::check_moe_shape(shape_);
-  // The CPU's initial values (moe_layers_cpu.cc with etp = 1): element (r, c) of local
-  // expert e is element (first + e, r, c) of the full tensor of all E experts.
-  const int64_t h = shape_.hidden, f = ffn_, e_all = shape_.experts, first = ep_rank_ * local_;
+  // The CPU's initial values: the slice of the full tensors of all E experts this rank
+  // holds, so that every EP and ETP split starts from the same model.
+  const int64_t h = shape_.hidden, e_all = shape_.experts;
+  const model_detail::ExpertSlice slice{.first = ep_rank_ * local_,
+                                        .local = local_,
+                                        .hidden = h,
+                                        .ffn = ffn_,
+                                        .full_ffn = moe.expert_ffn_hidden_size,
+                                        .etp_rank = etp_ > 1 ? dims.tp_rank : 0};
   const float router_bound = 1.0f / std::sqrt(static_cast<float>(h));
+  const float fc2_bound = 1.0f / std::sqrt(static_cast<float>(moe.expert_ffn_hidden_size));
   for (int64_t layer : layers) {
     const std::string prefix = "layers." + std::to_string(layer) + ".";
-    auto tensor = [&](const std::string& name, int64_t experts, int64_t rows, int64_t cols,
-                      int64_t expert0, float bound) {
-      model_detail::HostTensor host{
-          prefix + name, std::vector<float>(moe_padded_detail::padded_size(experts * rows * cols)),
-          false};
-      for (int64_t i = 0; i < experts * rows * cols; ++i) {
-        host.values[moe_padded_detail::padded_size(i)] =
-            model_detail::init_uniform(seed, prefix + name, expert0 * rows * cols + i, bound);
-      }
-      return model_detail::place_parameter<B>(memory_, host);
+    auto place = [&](const std::string& name, std::vector<float> values) {
+      return model_detail::place_parameter<B>(
+          memory_, model_detail::HostTensor{prefix + name, std::move(values), false});
     };
+    std::vector<float> router(moe_padded_detail::padded_size(e_all * h));
+    for (int64_t i = 0; i < e_all * h; ++i) {
+      router[moe_padded_detail::padded_size(i)] =
+          model_detail::init_uniform(seed, prefix + "router", i, router_bound);
+    }
     auto w = std::make_unique<Weights>();
-    w->router = tensor("router", 1, e_all, h, 0, router_bound);
-    w->fc1 = tensor("experts_fc1", local_, 2 * f, h, first, router_bound);
-    w->fc2 = tensor("experts_fc2", local_, h, f, first, 1.0f / std::sqrt(static_cast<float>(f)));
+    w->router = place("router", std::move(router));
+    w->fc1 = place("experts_fc1", model_detail::expert_fc1_initial_values(
+                                      seed, prefix + "experts_fc1", slice, router_bound));
+    w->fc2 = place("experts_fc2", model_detail::expert_fc2_initial_values(
+                                      seed, prefix + "experts_fc2", slice, fc2_bound));
     weights_.emplace(layer, std::move(w));
   }
 }
@@ -233,18 +271,20 @@ PaddedMoeLayers<B>::~PaddedMoeLayers() = default;
 
 template <class B>
 bool PaddedMoeLayers<B>::handles(const std::string& op) {
-  return names_op(kRoutedMoeOps, op);
+  return names_op(kRoutedMoeOps, op) || names_op(kExpertTpOps, op);
 }
 
 template <class B>
-typename PaddedMoeLayers<B>::State& PaddedMoeLayers<B>::state(int64_t micro_batch, int64_t layer) {
-  std::unique_ptr<State>& slot = states_[{micro_batch, layer}];
+typename PaddedMoeLayers<B>::State& PaddedMoeLayers<B>::state(int64_t micro_batch, int64_t layer,
+                                                              bool recomputing) {
+  std::unique_ptr<State>& slot = (recomputing ? recompute_states_ : states_)[{micro_batch, layer}];
   if (slot) return *slot;
   slot = std::make_unique<State>();
   State& s = *slot;
   typename B::Memory& m = memory_;
   const int64_t t = shape_.tokens, h = shape_.hidden, e = shape_.experts, k = shape_.top_k;
   const int64_t rows = kernels::padded_rows(e, shape_.capacity), f = ffn_;
+  const int64_t gathered = etp_ * rows;  // the rows the experts compute on
   s.chosen = m.template allocate<int32_t>(t * k);
   s.gate = m.template allocate<float>(t * k);
   s.dgate = m.template allocate<float>(t * k);
@@ -258,26 +298,39 @@ typename PaddedMoeLayers<B>::State& PaddedMoeLayers<B>::state(int64_t micro_batc
   s.scratch_counts = m.template allocate<int64_t>(e);
   s.logits = m.template allocate<A>(t * e);
   s.dz = m.template allocate<A>(t * e);
-  for (A** buffer : {&s.permuted, &s.expert_out, &s.d_combined, &s.d_expert_in}) {
-    *buffer = m.template allocate<A>(rows * h);
+  for (A** buffer : {&s.permuted, &s.d_combined}) *buffer = m.template allocate<A>(rows * h);
+  for (A** buffer : {&s.expert_out, &s.d_expert_in}) {
+    *buffer = m.template allocate<A>(gathered * h);
   }
-  s.fc1_out = m.template allocate<A>(rows * 2 * f);
-  s.d_fc1 = m.template allocate<A>(rows * 2 * f);
-  s.act = m.template allocate<A>(rows * f);
-  s.d_act = m.template allocate<A>(rows * f);
+  s.fc1_out = m.template allocate<A>(gathered * 2 * f);
+  s.d_fc1 = m.template allocate<A>(gathered * 2 * f);
+  s.act = m.template allocate<A>(gathered * f);
+  s.d_act = m.template allocate<A>(gathered * f);
   s.d_from_permute = m.template allocate<A>(t * h);
   s.d_from_router = m.template allocate<A>(t * h);
-  if (ep_ > 1) {
+  const bool ep = ep_ > 1, etp = etp_ > 1;
+  if (ep) {
     for (A** buffer : {&s.received, &s.expert_in, &s.expert_out_src, &s.combined,
                        &s.d_expert_out_src, &s.d_expert_out, &s.d_expert_in_src, &s.d_permuted}) {
       *buffer = m.template allocate<A>(rows * h);
     }
   }
-  const bool ep = ep_ > 1;
-  s.experts_read = ep ? s.expert_in : s.permuted;
-  s.unpermute_read = ep ? s.combined : s.expert_out;
-  s.experts_grad = ep ? s.d_expert_out : s.d_combined;
-  s.permute_grad = ep ? s.d_permuted : s.d_expert_in;
+  if (etp) {
+    for (A** buffer :
+         {&s.tp_recv, &s.gathered, &s.tp_send, &s.d_tp_recv, &s.d_gathered, &s.d_tp_send}) {
+      *buffer = m.template allocate<A>(gathered * h);
+    }
+    s.expert_own = m.template allocate<A>(rows * h);
+    s.d_expert_own = m.template allocate<A>(rows * h);
+  }
+  s.own_in = ep ? s.expert_in : s.permuted;
+  s.experts_read = etp ? s.gathered : s.own_in;
+  s.own_out = etp ? s.expert_own : s.expert_out;
+  s.unpermute_read = ep ? s.combined : s.own_out;
+  s.own_grad = ep ? s.d_expert_out : s.d_combined;
+  s.experts_grad = etp ? s.d_gathered : s.own_grad;
+  s.own_in_grad = etp ? s.d_expert_own : s.d_expert_in;
+  s.permute_grad = ep ? s.d_permuted : s.own_in_grad;
   return s;
 }
 
@@ -287,17 +340,18 @@ std::optional<typename PaddedMoeLayers<B>::BoundOp> PaddedMoeLayers<B>::bind(
   using Exec = typename B::Exec;
   using model_detail::computation;
   if (!handles(op)) return std::nullopt;
-  if (recomputing) throw Error(ErrorCode::kInternal, "PaddedMoeLayers: no recompute (refused)");
   if (op.ends_with("_a2a") && ep_ == 1) {
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("StageModel: op {} does not occur with ep = 1", op));
   }
-  State& s = state(micro_batch, layer);
+  State& s = state(micro_batch, layer, recomputing);
+  if (names_op(kExpertTpOps, op)) return bind_expert_tp(op, s);
   Weights& w = *weights_.at(layer);
   const kernels::MoePaddedShape sh = shape_;
-  const int64_t h = sh.hidden, f = ffn_, ep = ep_, local = local_, c = sh.capacity;
-  const int64_t per_expert = ep * c;  // rows each local expert computes on
+  const int64_t h = sh.hidden, f = ffn_, ep = ep_, etp = etp_, local = local_, c = sh.capacity;
+  const int64_t per_expert = etp * ep * c;  // rows each local expert computes on
   const int64_t rows = kernels::padded_rows(sh.experts, c);
+  const int64_t gemm_rows = etp * rows;  // all local experts' rows
   // The padded all-to-all over the EP group: out's capacity E C h in blocks of L C h, L
   // counts per member.
   auto all_to_all = [&](const A* in, const int64_t* send, A* out, int64_t* recv) {
@@ -316,6 +370,18 @@ std::optional<typename PaddedMoeLayers<B>::BoundOp> PaddedMoeLayers<B>::bind(
   };
   auto regroup = [ep, local, c, h](const A* from, A* to, bool to_expert, const Exec& x) {
     B::moe_regroup(x, ep, local, c, h, from, to, to_expert);
+  };
+  // After the last expert GEMM: its output (expert-major, the rows the experts computed on)
+  // regrouped for the exchange that follows: by TP member ([etp][L][ep C]) for
+  // etp_reduce_scatter, else by EP source for the all-to-all; without either the next op
+  // reads it where it is.
+  auto hand_back = [regroup, ep, etp, local, c, h](const A* out, A* ep_src, A* tp_src,
+                                                   const Exec& x) {
+    if (etp > 1) {
+      B::moe_regroup(x, etp, local, ep * c, h, out, tp_src, false);
+    } else if (ep > 1) {
+      regroup(out, ep_src, false, x);
+    }
   };
 
   // ---- forward ----
@@ -346,17 +412,18 @@ std::optional<typename PaddedMoeLayers<B>::BoundOp> PaddedMoeLayers<B>::bind(
         });
   }
   if (op == "fwd.swiglu") {
-    return computation<B>(
-        [&s, rows, f](const Exec& e) { B::swiglu_forward(e, rows, f, s.fc1_out, s.act); });
+    return computation<B>([&s, gemm_rows, f](const Exec& e) {
+      B::swiglu_forward(e, gemm_rows, f, s.fc1_out, s.act);
+    });
   }
   if (op == "fwd.grouped_fc2") {
     return computation<B>(
-        [&s, per_expert_gemm, regroup, per_expert, h, f, ep, w2 = w.fc2.compute](const Exec& e) {
+        [&s, per_expert_gemm, hand_back, per_expert, h, f, w2 = w.fc2.compute](const Exec& e) {
           per_expert_gemm([&](int64_t x, int64_t row) {
             B::linear_forward(e, per_expert, f, h, s.act + row * f, w2 + x * h * f,
                               s.expert_out + row * h);
           });
-          if (ep > 1) regroup(s.expert_out, s.expert_out_src, false, e);
+          hand_back(s.expert_out, s.expert_out_src, s.tp_send, e);
         });
   }
   if (op == "fwd.combine_a2a") {
@@ -399,18 +466,18 @@ std::optional<typename PaddedMoeLayers<B>::BoundOp> PaddedMoeLayers<B>::bind(
         });
   }
   if (op == "bwd.swiglu") {
-    return computation<B>([&s, rows, f](const Exec& e) {
-      B::swiglu_backward(e, rows, f, s.fc1_out, s.d_act, s.d_fc1);
+    return computation<B>([&s, gemm_rows, f](const Exec& e) {
+      B::swiglu_backward(e, gemm_rows, f, s.fc1_out, s.d_act, s.d_fc1);
     });
   }
   if (op == "bwd.grouped_fc1_dgrad") {
     return computation<B>(
-        [&s, per_expert_gemm, regroup, per_expert, h, f, ep, w1 = w.fc1.compute](const Exec& e) {
+        [&s, per_expert_gemm, hand_back, per_expert, h, f, w1 = w.fc1.compute](const Exec& e) {
           per_expert_gemm([&](int64_t x, int64_t row) {
             B::linear_dgrad(e, per_expert, h, 2 * f, s.d_fc1 + row * 2 * f, w1 + x * 2 * f * h,
                             s.d_expert_in + row * h);
           });
-          if (ep > 1) regroup(s.d_expert_in, s.d_expert_in_src, false, e);
+          hand_back(s.d_expert_in, s.d_expert_in_src, s.d_tp_send, e);
         });
   }
   if (op == "bwd.grouped_fc1_wgrad") {
@@ -449,8 +516,7 @@ std::optional<typename PaddedMoeLayers<B>::BoundOp> PaddedMoeLayers<B>::bind(
 template <class B>
 typename PaddedMoeLayers<B>::BoundOp::Task PaddedMoeLayers<B>::sum_input_gradient(
     int64_t layer, int64_t micro_batch, const Io& io, bool recomputing) {
-  if (recomputing) throw Error(ErrorCode::kInternal, "PaddedMoeLayers: no recompute (refused)");
-  State& s = state(micro_batch, layer);
+  State& s = state(micro_batch, layer, recomputing);
   return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden](const typename B::Exec& e) {
     B::add_tensors(e, n, s.d_from_permute, s.d_from_router, dx);
   };
@@ -460,10 +526,15 @@ template <class B>
 std::vector<typename PaddedMoeLayers<B>::ParameterView> PaddedMoeLayers<B>::parameters(
     int64_t layer) {
   Weights& w = *weights_.at(layer);
-  auto view = [](model_detail::Parameter<B>& p, bool expert) {
-    return ParameterView{p.name, p.values, p.gradient, p.compute, p.count, false, expert};
+  // As the CPU's: under TP every rank routes its own rows, so the router's gradient is
+  // summed over TP, and so are the experts' when every TP rank holds whole experts (etp =
+  // 1); with etp = tp each holds a slice whose gradient already covers the group's rows.
+  const bool router_over_tp = tp_ > 1, experts_over_tp = tp_ > 1 && etp_ == 1;
+  auto view = [](model_detail::Parameter<B>& p, bool over_tp, bool expert) {
+    return ParameterView{p.name, p.values, p.gradient, p.compute, p.count, over_tp, expert};
   };
-  return {view(w.router, false), view(w.fc1, true), view(w.fc2, true)};
+  return {view(w.router, router_over_tp, false), view(w.fc1, experts_over_tp, true),
+          view(w.fc2, experts_over_tp, true)};
 }
 
 template <class B>
@@ -505,3 +576,5 @@ struct MoeLayersOf<B> {
 };
 
 }  // namespace dhelix::rt
+
+#include "runtime/model/moe_expert_tp_padded.h"  // IWYU pragma: keep (bind_expert_tp)

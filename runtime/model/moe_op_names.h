@@ -1,7 +1,7 @@
 #pragma once
 // The op names of a MoE layer's MLP in the planner's DAG (lib/dag_builder_moe.cc), as the
-// backends' MoE layers bind them: the routed experts' ops every backend runs, and expert
-// tensor parallelism's exchanges, which only the CPU backend runs (moe_expert_tp_cpu.cc).
+// backends' MoE layers bind them: the routed experts' ops, and expert tensor parallelism's
+// exchanges (moe_expert_tp_cpu.cc, moe_expert_tp_padded.h).
 
 #include <algorithm>
 #include <array>

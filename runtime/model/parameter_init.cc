@@ -117,4 +117,44 @@ HostTensor make_head(const Dims& d, uint64_t seed) {
 
 HostTensor make_final_norm(const Dims& d) { return make_gain("final_norm", d.hidden, d.sp); }
 
+namespace {
+
+// [local, rows, cols] values; element (e, r, c) is element (first + e, full_row(r),
+// full_col(c)) of the full [E, full_rows, full_cols] tensor.
+template <class Row, class Col>
+std::vector<float> expert_values(uint64_t seed, const std::string& name, const ExpertSlice& s,
+                                 int64_t rows, int64_t cols, int64_t full_rows, int64_t full_cols,
+                                 const Row& full_row, const Col& full_col, float bound) {
+  std::vector<float> values(static_cast<size_t>(s.local * rows * cols));
+  for (int64_t e = 0; e < s.local; ++e) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t index = ((s.first + e) * full_rows + full_row(r)) * full_cols + full_col(c);
+        values[static_cast<size_t>((e * rows + r) * cols + c)] =
+            init_uniform(seed, name, index, bound);
+      }
+    }
+  }
+  return values;
+}
+
+}  // namespace
+
+std::vector<float> expert_fc1_initial_values(uint64_t seed, const std::string& name,
+                                             const ExpertSlice& s, float bound) {
+  const auto row = [&s](int64_t r) {  // gate rows, then up rows, of this rank's columns
+    return r < s.ffn ? s.etp_rank * s.ffn + r : s.full_ffn + s.etp_rank * s.ffn + (r - s.ffn);
+  };
+  return expert_values(
+      seed, name, s, 2 * s.ffn, s.hidden, 2 * s.full_ffn, s.hidden, row,
+      [](int64_t c) { return c; }, bound);
+}
+
+std::vector<float> expert_fc2_initial_values(uint64_t seed, const std::string& name,
+                                             const ExpertSlice& s, float bound) {
+  return expert_values(
+      seed, name, s, s.hidden, s.ffn, s.hidden, s.full_ffn, [](int64_t r) { return r; },
+      [&s](int64_t c) { return s.etp_rank * s.ffn + c; }, bound);
+}
+
 }  // namespace dhelix::rt::model_detail

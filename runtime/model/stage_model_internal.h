@@ -241,4 +241,21 @@ HostTensor make_embedding(const Dims& dims, uint64_t seed);
 HostTensor make_head(const Dims& dims, uint64_t seed);
 HostTensor make_final_norm(const Dims& dims);
 
+/// The part of a MoE layer's expert weights one rank holds: local experts [first, first +
+/// local) of E (expert parallelism) and, of each, FFN columns [etp_rank ffn, +ffn) of
+/// full_ffn = etp ffn (expert tensor parallelism; etp_rank 0 and ffn = full_ffn without).
+struct ExpertSlice {
+  int64_t first = 0, local = 0, hidden = 0, ffn = 0, full_ffn = 0, etp_rank = 0;
+};
+/// Initial values of the slice of the experts' fc1 [E, 2 full_ffn, h] (gate rows, then up
+/// rows) a rank holds, [local, 2 ffn, h]: this rank's gate rows, then its up rows, each
+/// element the full tensor's init_uniform(seed, name, index in the full tensor, bound). So
+/// every EP and ETP split of the experts starts from the same model.
+std::vector<float> expert_fc1_initial_values(uint64_t seed, const std::string& name,
+                                             const ExpertSlice& slice, float bound);
+/// As expert_fc1_initial_values for fc2 [E, h, full_ffn]: [local, h, ffn], this rank's
+/// columns.
+std::vector<float> expert_fc2_initial_values(uint64_t seed, const std::string& name,
+                                             const ExpertSlice& slice, float bound);
+
 }  // namespace dhelix::rt::model_detail

@@ -8,34 +8,15 @@ namespace dhelix::rt {
 
 namespace {
 
-// The CUDA backend's MoE layers (runtime/model/moe_layers_padded.h) cover EP with tp = 1, a
-// capacity factor > 0 (padded blocks of a host-known size), no shared expert, no CP and no
-// recompute (docs/gpu.md, "MoE on CUDA"); the rest is refused by name.
+// The CUDA backend's MoE layers (runtime/model/moe_layers_padded.h) run every routed-expert
+// setting the CPU's do (EP, tensor and expert tensor parallelism, CP, recompute, dropless
+// routing padded to T rows); the shared expert is refused by name.
 template <class Refuse>
 void refuse_on_device(const JobSpec& job, const std::string& layers, const std::string& backend,
                       const Refuse& refuse) {
-  const ParallelSpec& p = job.parallel;
-  const MoeSpec& moe = *job.model.moe;
-  const std::string on = fmt::format("on the {} backend", backend);
-  const std::string cpu = "use --backend cpu";
-  if (moe.capacity_factor <= 0.0) {
-    refuse(fmt::format("{} with dropless routing (moe.capacity_factor 0) {}", layers, on),
-           "set a capacity factor > 0 (the device's all-to-all pads to capacity), or " + cpu);
-  }
-  if (moe.shared_expert_ffn_hidden_size > 0) {
-    refuse(fmt::format("{} with a shared expert {}", layers, on), cpu);
-  }
-  if (p.tp > 1) {
-    refuse(fmt::format("{} with tensor parallelism (tp = {}, expert tp = {}) {}", layers, p.tp,
-                       p.expert_tp_size(), on),
-           cpu);
-  }
-  if (p.cp > 1)
-    refuse(fmt::format("{} with context parallelism (cp = {}) {}", layers, p.cp, on), cpu);
-  if (p.recompute.granularity != RecomputeGranularity::kNone) {
-    refuse(fmt::format("{} with activation recompute ({}) {}", layers,
-                       recompute_granularity_name(p.recompute.granularity), on),
-           cpu);
+  if (job.model.moe->shared_expert_ffn_hidden_size > 0) {
+    refuse(fmt::format("{} with a shared expert on the {} backend", layers, backend),
+           "use --backend cpu");
   }
 }
 

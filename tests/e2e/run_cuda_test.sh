@@ -12,7 +12,9 @@
 #     the DP gradient sum) and on tiny-cp2-tp2 (context parallelism: the ring's steps on
 #     NCCL, the ring attention kernels, the DP x CP gradient sum), whose 10-step losses
 #     then stay within 2 % of tiny-tp2's on the same data (the same model and sequences;
-#     bf16 and another fold order of the attention, docs/kernels.md).
+#     bf16 and another fold order of the attention, docs/kernels.md). MoE: --verify on
+#     tiny-moe-ep2 and tiny-moe-ep2-recompute (2 GPUs), tiny-moe-ep2-tp2 (expert TP) and
+#     tiny-moe-ep2-pp2 (4 GPUs).
 #   * With exactly 1 GPU: skipped (exit 77): every shipped plan needs 2 ranks or more.
 # Usage: run_cuda_test.sh BIN_DIR SOURCE_DIR <ON|OFF: built with CUDA>
 set -uo pipefail
@@ -71,11 +73,11 @@ fi
 
 # Bitwise --verify needs NCCL to reduce the same way in both schedules.
 export NCCL_ALGO=Ring NCCL_PROTO=Simple
-cases=("tiny-tp2 2" "tiny-tp2-recompute 2" "tiny-moe-ep2 2")
+cases=("tiny-tp2 2" "tiny-tp2-recompute 2" "tiny-moe-ep2 2" "tiny-moe-ep2-recompute 2")
 # The last case sums DP gradients in many small buckets (--ddp-bucket-size).
 if [ "$gpus" -ge 4 ]; then
   cases+=("tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-dp2-tp2 4 --ddp-bucket-size 1000"
-    "tiny-cp2-tp2 4")
+    "tiny-cp2-tp2 4" "tiny-moe-ep2-tp2 4" "tiny-moe-ep2-pp2 4")
 fi
 for case in "${cases[@]}"; do
   read -r plan ranks extra <<<"$case"

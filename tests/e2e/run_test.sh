@@ -310,11 +310,22 @@ expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produce
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
-# MoE with recompute on the CUDA backend: planned, refused by name on every rank before
-# training (EP MoE itself runs on CUDA: run_cuda_test.sh; MoE with TP, recompute and CP on
-# the CPU: run_moe_test.sh; CP runs on both backends.)
-expect_failure 2 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) with activation recompute (full) on the cuda backend yet; use --backend cpu" \
-  --plan "$plans/tiny-moe-ep2-recompute.json" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
+# MoE with a shared expert on the CUDA backend: planned, refused by name on every rank
+# before training (the routed experts run on CUDA in every setting: run_cuda_test.sh; the
+# shared expert on the CPU: run_moe_test.sh).
+python3 - "$src/examples/jobs/tiny-moe-ep2.json" "$src/examples/models/llama-tiny-moe.json" \
+  "$work/shared-job.json" <<'PY' || fail "writing a job with a shared expert"
+import json, os, sys
+job, model = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+model["moe"]["shared_expert_ffn_hidden_size"] = 64
+cluster = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), job["cluster"])
+job.update(name="shared", model=model, cluster=cluster)
+json.dump(job, open(sys.argv[3], "w"))
+PY
+"$bin/dhelix-plan" "$work/shared-job.json" -o "$work/shared.json" >/dev/null ||
+  fail "planning tiny-moe-ep2 with a shared expert"
+expect_failure 2 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) with a shared expert on the cuda backend yet; use --backend cpu" \
+  --plan "$work/shared.json" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"
 
 if ((failures > 0)); then

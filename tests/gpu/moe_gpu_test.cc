@@ -211,13 +211,13 @@ TEST(CudaMoe, RoutingIsDeterministic) {
   EXPECT_EQ(la, lb);
 }
 
-TEST(CudaMoe, RefusesDroplessRoutingByName) {
+TEST(CudaMoe, RefusesACapacityOfZeroByName) {
   MoeDeviceShape shape{.tokens = 4, .hidden = 2, .experts = 4, .top_k = 2, .capacity = 0};
   try {
     check_moe_shape(shape);
     FAIL() << "capacity 0 accepted";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("dropless"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("capacity is 0"), std::string::npos) << error.what();
   }
 }
 

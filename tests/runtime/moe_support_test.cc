@@ -1,11 +1,13 @@
 // runtime/train/moe_support.h: which MoE jobs dhelix-run refuses, by name, on each backend.
-// cuda runs EP with tp = 1 and a capacity factor, and names each part it is not built for.
+// Both run the routed experts in every setting; cuda names the shared expert, which its layer
+// is not built for.
 
 #include "runtime/train/moe_support.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "lib/error.h"
 #include "tests/runtime/stage_model_test_util.h"
@@ -35,34 +37,48 @@ std::string refusal(const JobSpec& job, const std::string& backend) {
   return "";
 }
 
-TEST(MoeSupport, BothBackendsRunExpertParallelLayersWithACapacity) {
-  EXPECT_EQ(refusal(moe_job(), "cpu"), "");
-  EXPECT_EQ(refusal(moe_job(), "cuda"), "");
-}
-
-TEST(MoeSupport, CudaNamesWhatItsLayerIsNotBuiltFor) {
+TEST(MoeSupport, BothBackendsRunTheRoutedExpertsInEverySetting) {
+  std::vector<JobSpec> jobs = {moe_job()};
   JobSpec dropless = moe_job();
   dropless.model.moe->capacity_factor = 0.0;
-  EXPECT_NE(refusal(dropless, "cuda").find("dropless routing (moe.capacity_factor 0)"),
-            std::string::npos);
-  EXPECT_EQ(refusal(dropless, "cpu"), "");
-  JobSpec shared = moe_job();
-  shared.model.moe->shared_expert_ffn_hidden_size = 64;
-  EXPECT_NE(refusal(shared, "cuda").find("with a shared expert on the cuda backend"),
-            std::string::npos);
-  JobSpec tp = test::tiny_job(/*tp=*/2, /*sp=*/true);
-  tp.model.moe = moe_job().model.moe;
-  EXPECT_NE(refusal(tp, "cuda").find("with tensor parallelism (tp = 2, expert tp = 2)"),
-            std::string::npos);
+  jobs.push_back(dropless);
+  for (int64_t etp : {1, 2}) {
+    JobSpec tp = test::tiny_job(/*tp=*/2, /*sp=*/true);
+    tp.model.moe = moe_job().model.moe;
+    tp.parallel.ep = 2;
+    tp.parallel.expert_tp = etp;
+    jobs.push_back(tp);
+  }
   JobSpec cp = moe_job();
   cp.parallel.cp = 2;
-  EXPECT_EQ(refusal(cp, "cuda"),
+  jobs.push_back(cp);
+  for (RecomputeGranularity granularity :
+       {RecomputeGranularity::kFull, RecomputeGranularity::kSelective}) {
+    JobSpec recompute = moe_job();
+    recompute.parallel.recompute.granularity = granularity;
+    jobs.push_back(recompute);
+  }
+  for (const JobSpec& job : jobs) {
+    EXPECT_EQ(refusal(job, "cpu"), "");
+    EXPECT_EQ(refusal(job, "cuda"), "");
+  }
+}
+
+TEST(MoeSupport, CudaNamesTheSharedExpert) {
+  JobSpec shared = moe_job();
+  shared.model.moe->shared_expert_ffn_hidden_size = 64;
+  EXPECT_EQ(refusal(shared, "cuda"),
             "plan.json: dhelix-run does not run mixture-of-experts layers (4 experts, top-2, "
-            "ep = 2) with context parallelism (cp = 2) on the cuda backend yet; use --backend "
-            "cpu");
-  JobSpec recompute = moe_job();
-  recompute.parallel.recompute.granularity = RecomputeGranularity::kFull;
-  EXPECT_NE(refusal(recompute, "cuda").find("with activation recompute (full)"), std::string::npos);
+            "ep = 2) with a shared expert on the cuda backend yet; use --backend cpu");
+  EXPECT_EQ(refusal(shared, "cpu"), "");
+}
+
+TEST(MoeSupport, ASharedExpertWidthTpDoesNotDivideIsRefusedEverywhere) {
+  JobSpec shared = test::tiny_job(/*tp=*/2, /*sp=*/true);
+  shared.model.moe = moe_job().model.moe;
+  shared.model.moe->shared_expert_ffn_hidden_size = 65;
+  EXPECT_NE(refusal(shared, "cpu").find("a shared expert of width 65 that tp = 2 does not divide"),
+            std::string::npos);
 }
 
 }  // namespace
