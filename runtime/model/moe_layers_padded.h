@@ -18,7 +18,7 @@
 //     (moe_regroup), grouped_fc2 and grouped_fc1_dgrad regroup back before the exchange.
 //
 // Scope (runtime/train/moe_support.cc refuses the rest by name): EP with tp = 1, a
-// capacity factor > 0, no shared expert, no recompute.
+// capacity factor > 0, no recompute. The shared expert: moe_shared_expert_padded.h.
 
 #include <fmt/format.h>
 
@@ -42,6 +42,7 @@
 #include "runtime/kernels/moe_padded.h"
 #include "runtime/model/moe_layers_of.h"
 #include "runtime/model/moe_op_names.h"
+#include "runtime/model/moe_shared_expert_padded.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/model/stage_model_internal.h"
 
@@ -62,6 +63,7 @@ concept PaddedMoeBackend = requires(const typename B::Exec& e, const kernels::Mo
   B::moe_unpermute_backward(e, s, r, in, in, out, dgate_out);
   B::moe_permute_backward(e, s, r, in, out);
   B::moe_router_logits_backward(e, s, r, dgate, 1.0f, out);
+  requires PaddedSharedExpertBackend<B>;
 };
 
 /// The dense layer's buffers the MoE MLP connects to, for one (micro-batch, layer).
@@ -97,10 +99,12 @@ class PaddedMoeLayers {
   /// `recomputing` must be false (the stage model's interface has it; no recompute here).
   std::optional<BoundOp> bind(const std::string& op, int64_t layer, int64_t micro_batch,
                               const Io& io, bool recomputing = false);
-  /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients.
+  /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients
+  /// (+ the shared expert's two: moe_shared_expert_padded.h).
   typename BoundOp::Task sum_input_gradient(int64_t layer, int64_t micro_batch, const Io& io,
                                             bool recomputing = false);
-  /// `layer`'s "layers.<l>.router", ".experts_fc1", ".experts_fc2" (the last two expert).
+  /// `layer`'s "layers.<l>.router", ".experts_fc1", ".experts_fc2" (the last two expert),
+  /// then the shared expert's three when the model has one.
   std::vector<ParameterView> parameters(int64_t layer);
   /// Sum of the load-balancing losses of micro-batches [0, micro_batches) over this rank's
   /// layers; downloads, so call it between iterations only.
@@ -124,6 +128,7 @@ class PaddedMoeLayers {
   typename B::Memory& memory_;
   std::map<int64_t, std::unique_ptr<Weights>> weights_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)
+  std::unique_ptr<PaddedSharedExpert<B>> shared_;  // null without a shared expert
 };
 
 namespace moe_padded_detail {
@@ -176,11 +181,11 @@ PaddedMoeLayers<B>::PaddedMoeLayers(const JobSpec& job, int64_t rank,
     : loss_scale_(loss_scale), memory_(memory) {
   const MoeSpec& moe = *job.model.moe;
   const RankShape dims = rank_shape(job, rank);
-  if (dims.tp != 1 || dims.cp != 1 || moe.shared_expert_ffn_hidden_size > 0 ||
+  if (dims.tp != 1 || dims.cp != 1 ||
       job.parallel.recompute.granularity != RecomputeGranularity::kNone) {
     throw Error(ErrorCode::kUnsupported,
-                "MoE layers with padded blocks: only tp = 1 and cp = 1 without a shared expert "
-                "or recompute (runtime/train/moe_support.cc names the part)");
+                "MoE layers with padded blocks: only tp = 1 and cp = 1 without recompute "
+                "(runtime/train/moe_support.cc names the part)");
   }
   ep_ = job.parallel.ep;
   DHELIX_CHECK(moe.num_experts % ep_ == 0);
@@ -226,6 +231,9 @@ PaddedMoeLayers<B>::PaddedMoeLayers(const JobSpec& job, int64_t rank,
     w->fc2 = tensor("experts_fc2", local_, h, f, first, 1.0f / std::sqrt(static_cast<float>(f)));
     weights_.emplace(layer, std::move(w));
   }
+  if (moe.shared_expert_ffn_hidden_size > 0) {
+    shared_ = std::make_unique<PaddedSharedExpert<B>>(job, rank, layers, seed, memory_);
+  }
 }
 
 template <class B>
@@ -233,7 +241,7 @@ PaddedMoeLayers<B>::~PaddedMoeLayers() = default;
 
 template <class B>
 bool PaddedMoeLayers<B>::handles(const std::string& op) {
-  return names_op(kRoutedMoeOps, op);
+  return names_op(kRoutedMoeOps, op) || PaddedSharedExpert<B>::handles(op);
 }
 
 template <class B>
@@ -287,6 +295,13 @@ std::optional<typename PaddedMoeLayers<B>::BoundOp> PaddedMoeLayers<B>::bind(
   using Exec = typename B::Exec;
   using model_detail::computation;
   if (!handles(op)) return std::nullopt;
+  if (PaddedSharedExpert<B>::handles(op)) {
+    if (!shared_) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("StageModel: op {}: the model has no shared expert", op));
+    }
+    return shared_->bind(op, layer, micro_batch, io, recomputing);
+  }
   if (recomputing) throw Error(ErrorCode::kInternal, "PaddedMoeLayers: no recompute (refused)");
   if (op.ends_with("_a2a") && ep_ == 1) {
     throw Error(ErrorCode::kInvalidInput,
@@ -451,8 +466,14 @@ typename PaddedMoeLayers<B>::BoundOp::Task PaddedMoeLayers<B>::sum_input_gradien
     int64_t layer, int64_t micro_batch, const Io& io, bool recomputing) {
   if (recomputing) throw Error(ErrorCode::kInternal, "PaddedMoeLayers: no recompute (refused)");
   State& s = state(micro_batch, layer);
-  return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden](const typename B::Exec& e) {
+  // + the shared expert's through its fc1, then through its gate (the CPU's order).
+  std::pair<const A*, const A*> shared{nullptr, nullptr};
+  if (shared_) shared = shared_->input_gradients(layer, micro_batch, recomputing);
+  return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden, shared](const typename B::Exec& e) {
     B::add_tensors(e, n, s.d_from_permute, s.d_from_router, dx);
+    if (shared.first == nullptr) return;
+    B::add_tensors(e, n, dx, shared.first, dx);
+    B::add_tensors(e, n, dx, shared.second, dx);
   };
 }
 
@@ -463,7 +484,11 @@ std::vector<typename PaddedMoeLayers<B>::ParameterView> PaddedMoeLayers<B>::para
   auto view = [](model_detail::Parameter<B>& p, bool expert) {
     return ParameterView{p.name, p.values, p.gradient, p.compute, p.count, false, expert};
   };
-  return {view(w.router, false), view(w.fc1, true), view(w.fc2, true)};
+  std::vector<ParameterView> views = {view(w.router, false), view(w.fc1, true), view(w.fc2, true)};
+  if (shared_) {
+    for (ParameterView& v : shared_->parameters(layer)) views.push_back(std::move(v));
+  }
+  return views;
 }
 
 template <class B>

@@ -9,8 +9,8 @@ namespace dhelix::rt {
 namespace {
 
 // The CUDA backend's MoE layers (runtime/model/moe_layers_padded.h) cover EP with tp = 1, a
-// capacity factor > 0 (padded blocks of a host-known size), no shared expert, no CP and no
-// recompute (docs/gpu.md, "MoE on CUDA"); the rest is refused by name.
+// capacity factor > 0 (padded blocks of a host-known size), with or without a shared expert,
+// no CP and no recompute (docs/gpu.md, "MoE on CUDA"); the rest is refused by name.
 template <class Refuse>
 void refuse_on_device(const JobSpec& job, const std::string& layers, const std::string& backend,
                       const Refuse& refuse) {
@@ -21,9 +21,6 @@ void refuse_on_device(const JobSpec& job, const std::string& layers, const std::
   if (moe.capacity_factor <= 0.0) {
     refuse(fmt::format("{} with dropless routing (moe.capacity_factor 0) {}", layers, on),
            "set a capacity factor > 0 (the device's all-to-all pads to capacity), or " + cpu);
-  }
-  if (moe.shared_expert_ffn_hidden_size > 0) {
-    refuse(fmt::format("{} with a shared expert {}", layers, on), cpu);
   }
   if (p.tp > 1) {
     refuse(fmt::format("{} with tensor parallelism (tp = {}, expert tp = {}) {}", layers, p.tp,

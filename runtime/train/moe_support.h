@@ -4,7 +4,7 @@
 // tensor parallelism 1 or tp), cp >= 1 and any recompute, and a shared expert whose width
 // tp divides (the planner rounds Fs/tp up; the runtime does not pad). On the CUDA backend
 // (runtime/model/moe_layers_padded.h): any ep that divides the experts, with tp = 1, cp = 1,
-// a capacity factor > 0, no shared expert and no recompute. Everything else is refused by
+// a capacity factor > 0, a shared expert or none, no recompute. Everything else is refused by
 // name before any rank trains.
 
 #include <string>

@@ -40,16 +40,19 @@ TEST(MoeSupport, BothBackendsRunExpertParallelLayersWithACapacity) {
   EXPECT_EQ(refusal(moe_job(), "cuda"), "");
 }
 
+TEST(MoeSupport, BothBackendsRunASharedExpert) {
+  JobSpec shared = moe_job();
+  shared.model.moe->shared_expert_ffn_hidden_size = 64;
+  EXPECT_EQ(refusal(shared, "cpu"), "");
+  EXPECT_EQ(refusal(shared, "cuda"), "");
+}
+
 TEST(MoeSupport, CudaNamesWhatItsLayerIsNotBuiltFor) {
   JobSpec dropless = moe_job();
   dropless.model.moe->capacity_factor = 0.0;
   EXPECT_NE(refusal(dropless, "cuda").find("dropless routing (moe.capacity_factor 0)"),
             std::string::npos);
   EXPECT_EQ(refusal(dropless, "cpu"), "");
-  JobSpec shared = moe_job();
-  shared.model.moe->shared_expert_ffn_hidden_size = 64;
-  EXPECT_NE(refusal(shared, "cuda").find("with a shared expert on the cuda backend"),
-            std::string::npos);
   JobSpec tp = test::tiny_job(/*tp=*/2, /*sp=*/true);
   tp.model.moe = moe_job().model.moe;
   EXPECT_NE(refusal(tp, "cuda").find("with tensor parallelism (tp = 2, expert tp = 2)"),
