@@ -15,6 +15,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels_cuda.h"
 #include "runtime/cuda/moe_cuda.h"
+#include "runtime/cuda/moe_shared_cuda.h"
 #include "runtime/cuda/ring_attention_cuda.h"
 
 namespace dhelix::cuda {
@@ -122,7 +123,7 @@ void CudaDeviceApi::delay(int64_t microseconds, StreamHandle stream) {
 KernelInventory CudaDeviceApi::load_kernels() {
   KernelInventory inventory;
   for (const auto& list : {rowwise_kernels(), attention_kernels(), ring_attention_kernels(),
-                           moe_kernels(), delay_kernels()}) {
+                           moe_kernels(), moe_shared_kernels(), delay_kernels()}) {
     for (const KernelEntry& kernel : list) {
       cudaFuncAttributes attributes{};
       try {

@@ -1,6 +1,7 @@
 #include "runtime/cuda/cuda_model_backend.h"
 
 #include "runtime/cuda/moe_cuda.h"
+#include "runtime/cuda/moe_shared_cuda.h"
 
 #include <algorithm>
 #include <utility>
@@ -318,6 +319,26 @@ void CudaBackend::moe_router_logits_backward(const Exec& exec, const kernels::Mo
                                              kernels::MoePaddedRouting routing, const float* dgate,
                                              float aux_dloss, Act* dz) {
   cuda::moe_router_logits_backward(shape, routing, dgate, aux_dloss, dz, exec.stream);
+}
+
+void CudaBackend::moe_shared_gate(const Exec& exec, int64_t rows, const Act* logit, float* gate) {
+  cuda::moe_shared_gate(rows, logit, gate, exec.stream);
+}
+
+void CudaBackend::moe_shared_gate_add(const Exec& exec, int64_t rows, int64_t hidden,
+                                      const float* gate, const Act* out, Act* y) {
+  cuda::moe_shared_gate_add(rows, hidden, gate, out, y, exec.stream);
+}
+
+void CudaBackend::moe_shared_gate_scale(const Exec& exec, int64_t rows, int64_t hidden,
+                                        const float* gate, const Act* dy, Act* d_out) {
+  cuda::moe_shared_gate_scale(rows, hidden, gate, dy, d_out, exec.stream);
+}
+
+void CudaBackend::moe_shared_gate_backward(const Exec& exec, int64_t rows, int64_t hidden,
+                                           const float* gate, const Act* dy, const Act* out,
+                                           Act* d_logit, Act* d_out) {
+  cuda::moe_shared_gate_backward(rows, hidden, gate, dy, out, d_logit, d_out, exec.stream);
 }
 
 void CudaBackend::ring_scale(const Exec& exec, const kernels::AttentionShape& shape, int64_t count,

@@ -211,6 +211,17 @@ struct CudaBackend {
   static void moe_router_logits_backward(const Exec& exec, const kernels::MoePaddedShape& shape,
                                          kernels::MoePaddedRouting routing, const float* dgate,
                                          float aux_dloss, Act* dz);
+  // The shared expert's gate (runtime/model/moe_shared_expert_padded.h, the
+  // PaddedSharedExpertBackend concept): runtime/cuda/moe_shared_cuda.h on the Exec's
+  // stream; the logit and d_logit bf16 (the h -> 1 GEMMs' output and input), gate fp32.
+  static void moe_shared_gate(const Exec& exec, int64_t rows, const Act* logit, float* gate);
+  static void moe_shared_gate_add(const Exec& exec, int64_t rows, int64_t hidden, const float* gate,
+                                  const Act* out, Act* y);
+  static void moe_shared_gate_scale(const Exec& exec, int64_t rows, int64_t hidden,
+                                    const float* gate, const Act* dy, Act* d_out);
+  static void moe_shared_gate_backward(const Exec& exec, int64_t rows, int64_t hidden,
+                                       const float* gate, const Act* dy, const Act* out,
+                                       Act* d_logit, Act* d_out);
   /// A device-to-device copy on the stream.
   static void copy_tensor(const Exec& exec, int64_t count, const Act* in, Act* out);
   /// x[count] = 0 on the stream.

@@ -97,6 +97,12 @@ std::vector<GemmShape> job_gemm_shapes(const JobSpec& job, int64_t rank, bool ha
   const int64_t ffn = moe.expert_ffn_hidden_size / etp;
   linear(rows, d.hidden, 2 * ffn);
   linear(rows, ffn, d.hidden);
+  if (moe.shared_expert_ffn_hidden_size > 0) {  // runtime/model/moe_shared_expert_padded.h
+    const int64_t gathered = d.rows * d.tp, fs = moe.shared_expert_ffn_hidden_size / d.tp;
+    linear(gathered, d.hidden, 2 * fs);  // fc1 on the TP group's rows
+    linear(gathered, fs, d.hidden);      // fc2
+    linear(d.rows, d.hidden, 1);         // the gate's logit on the own rows
+  }
   return {shapes.begin(), shapes.end()};
 }
 

@@ -56,8 +56,9 @@ GemmShape linear_wgrad_shape(int64_t rows, int64_t in, int64_t out);
 std::vector<GemmShape> model_gemm_shapes(const RankShape& shape, bool has_layers, bool has_head);
 /// The same for a model slice of `job` that holds layers, MoE layers included
 /// (runtime/model/moe_layers_padded.h): the router's [T, h] x [E, h]^T and every local
-/// expert's fc1 and fc2 on its ep C padded rows, instead of the dense MLP's; merged,
-/// ascending. Without MoE (or with cf = 0, which the device refuses) model_gemm_shapes'.
+/// expert's fc1 and fc2 on its ep C padded rows, instead of the dense MLP's, and a shared
+/// expert's fc1, fc2 and h -> 1 gate (moe_shared_expert_padded.h); merged, ascending. Without MoE
+/// (or with cf = 0, which the device refuses) model_gemm_shapes'.
 std::vector<GemmShape> job_gemm_shapes(const JobSpec& job, int64_t rank, bool has_layers,
                                        bool has_head);
 

@@ -16,21 +16,6 @@
 
 namespace dhelix::rt {
 
-namespace {
-
-// The shared expert's ops (lib/dag_builder_shared_expert.cc; the TP exchanges with tp > 1),
-// bound by moe_shared_expert_cpu.cc.
-constexpr std::array<const char*, 12> kSharedOps = {
-    "fwd.allgather_shared",      "fwd.shared_fc1",
-    "fwd.shared_swiglu",         "fwd.shared_fc2",
-    "fwd.reduce_scatter_shared", "bwd.allgather_shared",
-    "bwd.shared_fc2_dgrad",      "bwd.shared_fc2_wgrad",
-    "bwd.shared_swiglu",         "bwd.shared_fc1_dgrad",
-    "bwd.shared_fc1_wgrad",      "bwd.reduce_scatter_shared",
-};
-
-}  // namespace
-
 using moe_detail::rows_of;
 using moe_detail::to_size;
 

@@ -32,6 +32,8 @@
 // Full activation recompute: the repeated forward ops and every backward op use a second
 // set of buffers (bind's `recomputing`), as the CPU's; selective recompute leaves the MoE
 // MLP alone.
+//
+// The shared expert (a model's shared_expert_ffn_hidden_size): moe_shared_expert_padded.h.
 
 #include <fmt/format.h>
 
@@ -55,6 +57,7 @@
 #include "runtime/kernels/moe_padded.h"
 #include "runtime/model/moe_layers_of.h"
 #include "runtime/model/moe_op_names.h"
+#include "runtime/model/moe_shared_expert_padded.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/model/stage_model_internal.h"
 
@@ -75,6 +78,7 @@ concept PaddedMoeBackend = requires(const typename B::Exec& e, const kernels::Mo
   B::moe_unpermute_backward(e, s, r, in, in, out, dgate_out);
   B::moe_permute_backward(e, s, r, in, out);
   B::moe_router_logits_backward(e, s, r, dgate, 1.0f, out);
+  requires PaddedSharedExpertBackend<B>;
 };
 
 /// The dense layer's buffers the MoE MLP connects to, for one (micro-batch, layer).
@@ -112,10 +116,12 @@ class PaddedMoeLayers {
   /// both use a second set of buffers, which the repeated forward fills.
   std::optional<BoundOp> bind(const std::string& op, int64_t layer, int64_t micro_batch,
                               const Io& io, bool recomputing = false);
-  /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients.
+  /// The step bwd.ln_mlp runs first: io.dx = permute's + the router's input gradients
+  /// (+ the shared expert's two: moe_shared_expert_padded.h).
   typename BoundOp::Task sum_input_gradient(int64_t layer, int64_t micro_batch, const Io& io,
                                             bool recomputing = false);
-  /// `layer`'s "layers.<l>.router", ".experts_fc1", ".experts_fc2" (the last two expert).
+  /// `layer`'s "layers.<l>.router", ".experts_fc1", ".experts_fc2" (the last two expert),
+  /// then the shared expert's three when the model has one.
   std::vector<ParameterView> parameters(int64_t layer);
   /// Sum of the load-balancing losses of micro-batches [0, micro_batches) over this rank's
   /// layers; downloads, so call it between iterations only.
@@ -145,6 +151,7 @@ class PaddedMoeLayers {
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)
   // Full recompute's second set (bind's `recomputing`); its aux losses are not counted twice.
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> recompute_states_;
+  std::unique_ptr<PaddedSharedExpert<B>> shared_;  // null without a shared expert
 };
 
 namespace moe_padded_detail {
@@ -264,6 +271,9 @@ PaddedMoeLayers<B>::PaddedMoeLayers(const JobSpec& job, int64_t rank,
                                       seed, prefix + "experts_fc2", slice, fc2_bound));
     weights_.emplace(layer, std::move(w));
   }
+  if (moe.shared_expert_ffn_hidden_size > 0) {
+    shared_ = std::make_unique<PaddedSharedExpert<B>>(job, rank, layers, seed, memory_);
+  }
 }
 
 template <class B>
@@ -271,7 +281,8 @@ PaddedMoeLayers<B>::~PaddedMoeLayers() = default;
 
 template <class B>
 bool PaddedMoeLayers<B>::handles(const std::string& op) {
-  return names_op(kRoutedMoeOps, op) || names_op(kExpertTpOps, op);
+  return names_op(kRoutedMoeOps, op) || names_op(kExpertTpOps, op) ||
+         PaddedSharedExpert<B>::handles(op);
 }
 
 template <class B>
@@ -340,6 +351,13 @@ std::optional<typename PaddedMoeLayers<B>::BoundOp> PaddedMoeLayers<B>::bind(
   using Exec = typename B::Exec;
   using model_detail::computation;
   if (!handles(op)) return std::nullopt;
+  if (PaddedSharedExpert<B>::handles(op)) {
+    if (!shared_) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("StageModel: op {}: the model has no shared expert", op));
+    }
+    return shared_->bind(op, layer, micro_batch, io, recomputing);
+  }
   if (op.ends_with("_a2a") && ep_ == 1) {
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("StageModel: op {} does not occur with ep = 1", op));
@@ -517,8 +535,14 @@ template <class B>
 typename PaddedMoeLayers<B>::BoundOp::Task PaddedMoeLayers<B>::sum_input_gradient(
     int64_t layer, int64_t micro_batch, const Io& io, bool recomputing) {
   State& s = state(micro_batch, layer, recomputing);
-  return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden](const typename B::Exec& e) {
+  // + the shared expert's through its fc1, then through its gate (the CPU's order).
+  std::pair<const A*, const A*> shared{nullptr, nullptr};
+  if (shared_) shared = shared_->input_gradients(layer, micro_batch, recomputing);
+  return [&s, dx = io.dx, n = shape_.tokens * shape_.hidden, shared](const typename B::Exec& e) {
     B::add_tensors(e, n, s.d_from_permute, s.d_from_router, dx);
+    if (shared.first == nullptr) return;
+    B::add_tensors(e, n, dx, shared.first, dx);
+    B::add_tensors(e, n, dx, shared.second, dx);
   };
 }
 
@@ -533,8 +557,13 @@ std::vector<typename PaddedMoeLayers<B>::ParameterView> PaddedMoeLayers<B>::para
   auto view = [](model_detail::Parameter<B>& p, bool over_tp, bool expert) {
     return ParameterView{p.name, p.values, p.gradient, p.compute, p.count, over_tp, expert};
   };
-  return {view(w.router, router_over_tp, false), view(w.fc1, experts_over_tp, true),
-          view(w.fc2, experts_over_tp, true)};
+  std::vector<ParameterView> views = {view(w.router, router_over_tp, false),
+                                      view(w.fc1, experts_over_tp, true),
+                                      view(w.fc2, experts_over_tp, true)};
+  if (shared_) {
+    for (ParameterView& v : shared_->parameters(layer)) views.push_back(std::move(v));
+  }
+  return views;
 }
 
 template <class B>

@@ -1,7 +1,8 @@
 #pragma once
 // The op names of a MoE layer's MLP in the planner's DAG (lib/dag_builder_moe.cc), as the
-// backends' MoE layers bind them: the routed experts' ops, and expert tensor parallelism's
-// exchanges (moe_expert_tp_cpu.cc, moe_expert_tp_padded.h).
+// backends' MoE layers bind them: the routed experts' ops, expert tensor parallelism's
+// exchanges (moe_expert_tp_cpu.cc, moe_expert_tp_padded.h), and the shared expert's
+// (moe_shared_expert_cpu.cc, moe_shared_expert_padded.h).
 
 #include <algorithm>
 #include <array>
@@ -33,6 +34,17 @@ inline constexpr std::array<const char*, 19> kRoutedMoeOps = {"fwd.router",
 /// Expert tensor parallelism's exchanges of the experts' rows.
 inline constexpr std::array<const char*, 4> kExpertTpOps = {
     "fwd.etp_allgather", "bwd.etp_allgather", "fwd.etp_reduce_scatter", "bwd.etp_reduce_scatter"};
+
+/// The shared expert's ops (lib/dag_builder_shared_expert.cc), forward then backward; the
+/// TP exchanges (allgather_ / reduce_scatter_shared) occur with tp > 1 only.
+inline constexpr std::array<const char*, 12> kSharedOps = {
+    "fwd.allgather_shared",      "fwd.shared_fc1",
+    "fwd.shared_swiglu",         "fwd.shared_fc2",
+    "fwd.reduce_scatter_shared", "bwd.allgather_shared",
+    "bwd.shared_fc2_dgrad",      "bwd.shared_fc2_wgrad",
+    "bwd.shared_swiglu",         "bwd.shared_fc1_dgrad",
+    "bwd.shared_fc1_wgrad",      "bwd.reduce_scatter_shared",
+};
 
 /// True when `op` is one of `names`.
 template <size_t N>

@@ -23,7 +23,7 @@
 
 #include "lib/error.h"
 #include "runtime/cpu/kernels_cpu.h"
-#include "runtime/kernels/swiglu.h"
+#include "runtime/kernels/moe_shared_gate.h"
 #include "runtime/model/moe_layers_cpu_internal.h"
 #include "runtime/model/stage_model_internal.h"
 
@@ -35,8 +35,7 @@ using moe_detail::to_size;
 // y[r] += g[r] * out[r] for n rows of h.
 void add_gated(int64_t n, int64_t h, const std::vector<float>& gate, const float* out, float* y) {
   for (int64_t r = 0; r < n; ++r) {
-    const float g = gate[to_size(r)];
-    for (int64_t i = 0; i < h; ++i) y[r * h + i] += g * out[r * h + i];
+    kernels::shared_gate_add_row(h, gate[to_size(r)], out + r * h, y + r * h);
   }
 }
 
@@ -44,13 +43,8 @@ void add_gated(int64_t n, int64_t h, const std::vector<float>& gate, const float
 void gate_backward(int64_t n, int64_t h, const float* dy, const float* out,
                    const std::vector<float>& gate, float* d_logit, float* d_out) {
   for (int64_t r = 0; r < n; ++r) {
-    const float g = gate[to_size(r)];
-    float dg = 0.0f;
-    for (int64_t i = 0; i < h; ++i) {
-      dg += dy[r * h + i] * out[r * h + i];
-      d_out[r * h + i] = g * dy[r * h + i];
-    }
-    d_logit[r] = dg * g * (1.0f - g);
+    d_logit[r] = kernels::shared_gate_backward_row(h, gate[to_size(r)], dy + r * h, out + r * h,
+                                                   d_out + r * h);
   }
 }
 
@@ -58,7 +52,7 @@ void gate_backward(int64_t n, int64_t h, const float* dy, const float* out,
 void gate_forward(int64_t n, int64_t h, const float* x, const float* wg, std::vector<float>& logit,
                   std::vector<float>& gate) {
   cpu::linear_forward(n, h, 1, x, wg, logit.data());
-  for (int64_t r = 0; r < n; ++r) gate[to_size(r)] = kernels::sigmoid(logit[to_size(r)]);
+  for (int64_t r = 0; r < n; ++r) gate[to_size(r)] = kernels::shared_gate(logit[to_size(r)]);
 }
 
 }  // namespace
@@ -148,9 +142,8 @@ std::optional<BoundOp> MoeLayersCpu::bind_shared(const std::string& op, int64_t 
           }
           // tp = 1: may run before the dgrad, so it scales dy itself.
           for (int64_t r = 0; r < n; ++r) {
-            for (int64_t i = 0; i < h; ++i) {
-              s.s_d_out_w[to_size(r * h + i)] = s.s_gate[to_size(r)] * dy[r * h + i];
-            }
+            kernels::shared_gate_scale_row(h, s.s_gate[to_size(r)], dy + r * h,
+                                           s.s_d_out_w.data() + r * h);
           }
           cpu::linear_wgrad_accumulate(n, fs, h, s.s_d_out_w.data(), s.s_act.data(), dw2);
         });

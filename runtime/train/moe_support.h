@@ -1,11 +1,10 @@
 #pragma once
-// Which mixture-of-experts plans dhelix-run executes (runtime/model/moe_layers_cpu.h):
-// on the CPU backend, MoE layers with any ep that divides the experts, tp >= 1 (expert
-// tensor parallelism 1 or tp), cp >= 1 and any recompute, and a shared expert whose width
-// tp divides (the planner rounds Fs/tp up; the runtime does not pad). On the CUDA backend
-// (runtime/model/moe_layers_padded.h): any ep that divides the experts, with tp = 1, cp = 1,
-// a capacity factor > 0, no shared expert and no recompute. Everything else is refused by
-// name before any rank trains.
+// Which mixture-of-experts plans dhelix-run executes: on both backends
+// (runtime/model/moe_layers_cpu.h, and runtime/model/moe_layers_padded.h on CUDA), MoE
+// layers with any ep that divides the experts, tp >= 1 (expert tensor parallelism 1 or tp),
+// cp >= 1, any recompute, a capacity factor or dropless routing, and a shared expert whose
+// width tp divides (the planner rounds Fs/tp up; the runtime does not pad). The rest is
+// refused by name before any rank trains.
 
 #include <string>
 

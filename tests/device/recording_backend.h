@@ -176,6 +176,22 @@ struct RecordingBackend {
                                          kernels::MoePaddedRouting, const float*, float, float*) {
     launch(e, "moe_router_logits_backward");
   }
+  // The shared expert's gate (runtime/model/moe_shared_expert_padded.h), CudaBackend's list.
+  static void moe_shared_gate(const Exec& e, int64_t, const float*, float*) {
+    launch(e, "moe_shared_gate");
+  }
+  static void moe_shared_gate_add(const Exec& e, int64_t, int64_t, const float*, const float*,
+                                  float*) {
+    launch(e, "moe_shared_gate_add");
+  }
+  static void moe_shared_gate_scale(const Exec& e, int64_t, int64_t, const float*, const float*,
+                                    float*) {
+    launch(e, "moe_shared_gate_scale");
+  }
+  static void moe_shared_gate_backward(const Exec& e, int64_t, int64_t, const float*, const float*,
+                                       const float*, float*, float*) {
+    launch(e, "moe_shared_gate_backward");
+  }
   static void copy_tensor(const Exec& e, int64_t, const float*, float*) { launch(e, "copy"); }
   static void zero_tensor(const Exec& e, int64_t, float*) { launch(e, "zero"); }
 };

@@ -31,29 +31,14 @@
 
 #include "lib/plan/plan_job.h"
 #include "lib/plan/plan_reader.h"
-#include "planner/plan_builder.h"
-#include "profiler/interference.h"
-#include "profiler/model_backend.h"
 #include "tests/device/example_runs.h"
+#include "tests/device/plan_in_process.h"
 #include "tests/device/simulated_run.h"
 
 namespace dhelix::cuda::testing {
 namespace {
 
 using Kind = DeviceCall::Kind;
-
-// tiny-moe-ep2's job planned in-process, as dhelix-plan plans without --profile.
-Plan plan_in_process(const JobSpec& job) {
-  Profile profile = make_model_profile(job, OrderedJson::object());
-  PlanRequest request;
-  request.job = &job;
-  request.profile = &profile;
-  request.profile_name = "the generated model profile";
-  request.profile_ref = {.name = "model", .sha256 = "generated:model"};
-  const ClusterSpec cluster = job.cluster;
-  request.unprofiled_op_time_us = [cluster](const Op& op) { return op_time_us(cluster, op); };
-  return build_plan(request).plan;
-}
 
 struct Variant {
   Plan plan;
@@ -71,7 +56,8 @@ Variant variant(const std::string& name) {
     JobSpec job = ExampleRuns("tiny-moe-ep2").job();
     job.parallel.dp = 1;
     job.parallel.cp = 2;
-    return {plan_in_process(job), job};
+    Plan plan = plan_in_process(job, "cp2.json");
+    return {plan, job_from_plan(plan, "cp2.json")};
   }
   ExampleRuns example(name);
   return {example.plan(), example.job()};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dhelix-run --backend cuda end to end.
 #   * Without a GPU (this project's machines and CI): a clear error on every rank, exit
-#     status 4 (unsupported), no checkpoint written.
+#     status 4 (unsupported), no checkpoint written; the same for a MoE plan with expert TP.
 #   * With 2 or more GPUs (a real cluster node): --verify on tiny-tp2 and on
 #     tiny-tp2-recompute (full activation recompute; 2 ranks each): the
 #     co-executed schedule on the CUDA streams and the sequential one give bitwise-equal
@@ -61,6 +61,15 @@ if [ "$gpus" -eq 0 ]; then
     fail "no GPU: a checkpoint directory was created"
   else
     echo "ok    no GPU: $(grep -F -- "$expected" "$work/out" | head -n 1)"
+  fi
+  # Every MoE plan reaches the device (no MoE setting is refused on CUDA): the same error.
+  run 4 --plan "$plans/tiny-moe-ep2-tp2.json" --steps 1 --checkpoint-dir "$work/ckpt"
+  status=$?
+  if [ "$status" -ne 4 ] || [ "$(grep -cF -- "$expected" "$work/out")" -lt 1 ]; then
+    fail "no GPU, tiny-moe-ep2-tp2: exit $status, expected 4 and '$expected'"
+    cat "$work/out"
+  else
+    echo "ok    no GPU, tiny-moe-ep2-tp2: the same error"
   fi
   echo "$failures failed"
   [ "$failures" -eq 0 ]

@@ -16,9 +16,9 @@
 #      expert-data-parallel groups sum the experts' gradients; with a shared expert), and
 #      capacity drops tokens;
 #   7. bad input (plan for another job, too few ranks, missing files, resume without a
-#      checkpoint, a corrupted plan the checker refuses, MoE on the CUDA backend) gives a
-#      clear error, a non-zero status and no checkpoint. MoE with TP, recompute and CP:
-#      run_moe_test.sh; CP on the CUDA backend: run_cuda_test.sh.
+#      checkpoint, a corrupted plan the checker refuses) gives a clear error, a non-zero
+#      status and no checkpoint. MoE with TP, recompute and CP: run_moe_test.sh; CP and MoE
+#      on the CUDA backend: run_cuda_test.sh.
 # Usage: run_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_test.sh BIN_DIR SOURCE_DIR}
@@ -310,22 +310,6 @@ expect_failure 4 "layer 2's input for micro-batch 0 is used before it is produce
   -o "$work/uneven.json" >/dev/null || fail "planning tiny-tp2-pp2 with uneven stages"
 expect_failure 4 "dhelix-run does not run uneven pipeline stages" \
   --plan "$work/uneven.json" --steps 1 --checkpoint-dir "$work/bad"
-# MoE with a shared expert on the CUDA backend: planned, refused by name on every rank
-# before training (the routed experts run on CUDA in every setting: run_cuda_test.sh; the
-# shared expert on the CPU: run_moe_test.sh).
-python3 - "$src/examples/jobs/tiny-moe-ep2.json" "$src/examples/models/llama-tiny-moe.json" \
-  "$work/shared-job.json" <<'PY' || fail "writing a job with a shared expert"
-import json, os, sys
-job, model = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-model["moe"]["shared_expert_ffn_hidden_size"] = 64
-cluster = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), job["cluster"])
-job.update(name="shared", model=model, cluster=cluster)
-json.dump(job, open(sys.argv[3], "w"))
-PY
-"$bin/dhelix-plan" "$work/shared-job.json" -o "$work/shared.json" >/dev/null ||
-  fail "planning tiny-moe-ep2 with a shared expert"
-expect_failure 2 "dhelix-run does not run mixture-of-experts layers (4 experts, top-2, ep = 2) with a shared expert on the cuda backend yet; use --backend cpu" \
-  --plan "$work/shared.json" --backend cuda --steps 1 --checkpoint-dir "$work/bad"
 [[ ! -e $work/bad || -z $(ls -A "$work/bad") ]] || fail "a failed run left files in $work/bad"
 
 if ((failures > 0)); then

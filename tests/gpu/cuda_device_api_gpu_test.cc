@@ -8,6 +8,7 @@
 #include "runtime/cuda/device_setup.h"
 #include "runtime/cuda/kernels_cuda.h"
 #include "runtime/cuda/moe_cuda.h"
+#include "runtime/cuda/moe_shared_cuda.h"
 #include "runtime/cuda/ring_attention_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -43,7 +44,7 @@ TEST(CudaDeviceApi, LoadsEveryKernelAndReportsTheirStack) {
   EXPECT_EQ(inventory.kernels,
             static_cast<int64_t>(rowwise_kernels().size() + attention_kernels().size() +
                                  ring_attention_kernels().size() + moe_kernels().size() +
-                                 delay_kernels().size()));
+                                 moe_shared_kernels().size() + delay_kernels().size()));
   // The attention kernels keep per-thread arrays of head_dim floats (ptxas: 2 to 4 KiB).
   EXPECT_GT(inventory.max_stack_bytes, 1024);
   EXPECT_FALSE(inventory.largest_stack_kernel.empty());

@@ -110,15 +110,15 @@ TEST(CudaStageModel, MatchesTheCpuModelWithinBf16Error) {
 
 // A MoE model (4 experts, top-2, capacity factor 0.75 so that copies are dropped; ep = 1)
 // through CudaStageModel's binding of runtime/cuda/moe_layers_cuda.h against the CPU model:
-// the same bounds as the dense model above, the aux loss within 1 %, the dropped copies equal.
-TEST(CudaStageModel, MoeModelMatchesTheCpuModelWithinBf16Error) {
-  DHELIX_REQUIRE_GPUS(1);
+// the same bounds as the dense model above, the aux loss within 1 %, the dropped copies equal;
+// with a shared expert of `shared_width` (0: none; runtime/model/moe_shared_expert_padded.h).
+void expect_moe_model_within_bf16_error(int64_t shared_width) {
   JobSpec job = tiny_job(1, false);
   job.model.moe = MoeSpec{.num_experts = 4,
                           .top_k = 2,
                           .capacity_factor = 0.75,
                           .expert_ffn_hidden_size = 32,
-                          .shared_expert_ffn_hidden_size = 0,
+                          .shared_expert_ffn_hidden_size = shared_width,
                           .aux_loss_coeff = 0.01};
   const rt::MicroBatchTokens tokens = random_tokens(32, 256, 11);
 
@@ -155,6 +155,16 @@ TEST(CudaStageModel, MoeModelMatchesTheCpuModelWithinBf16Error) {
     const std::vector<float> want(expected[i].gradient, expected[i].gradient + expected[i].count);
     EXPECT_LT(relative_l2_error(download_gradient(actual[i]), want), 0.05) << expected[i].name;
   }
+}
+
+TEST(CudaStageModel, MoeModelMatchesTheCpuModelWithinBf16Error) {
+  DHELIX_REQUIRE_GPUS(1);
+  expect_moe_model_within_bf16_error(0);
+}
+
+TEST(CudaStageModel, MoeModelWithASharedExpertMatchesTheCpuModelWithinBf16Error) {
+  DHELIX_REQUIRE_GPUS(1);
+  expect_moe_model_within_bf16_error(32);
 }
 
 TEST(CudaStageModel, RunningTheIterationTwiceGivesTheSameBits) {

@@ -45,6 +45,31 @@ TEST(GemmMapping, LinearWgradTransposesTheSecondOperand) {
   EXPECT_EQ(args.ld_second, 2);
 }
 
+// The shared expert's gate (runtime/model/moe_shared_expert_padded.h): the three linear
+// GEMMs with out = 1 (h = 64 -> 1 on 32 rows), as CublasGemm's linear_* call them, map to
+// cuBLAS arguments whose leading dimensions cuBLAS accepts (ld >= rows of the column-major
+// operand as stored: first [m or k], second [k or n], C [m]).
+TEST(GemmMapping, TheGatesOutputWidthOfOneMapsToValidLeadingDimensions) {
+  const int64_t rows = 32, in = 64, out = 1;
+  const ColumnMajorGemm forward = map_row_major_gemm(false, true, rows, out, in, in, in, out);
+  EXPECT_EQ(forward.m, 1);
+  EXPECT_EQ(forward.n, rows);
+  EXPECT_EQ(forward.ld_first, in);  // W^T stored [in, 1]: ld >= k
+  EXPECT_EQ(forward.ld_c, 1);       // y [1, rows] column-major: ld >= m = 1
+  const ColumnMajorGemm dgrad = map_row_major_gemm(false, false, rows, in, out, out, in, in);
+  EXPECT_EQ(dgrad.m, in);
+  EXPECT_EQ(dgrad.k, 1);
+  EXPECT_EQ(dgrad.ld_first, in);  // W [in, 1]: ld >= m
+  EXPECT_EQ(dgrad.ld_second, 1);  // dy [1, rows]: ld >= k = 1
+  const ColumnMajorGemm wgrad = map_row_major_gemm(true, false, out, in, rows, out, in, in);
+  EXPECT_TRUE(wgrad.transpose_second);
+  EXPECT_EQ(wgrad.m, in);
+  EXPECT_EQ(wgrad.n, 1);
+  EXPECT_EQ(wgrad.k, rows);
+  EXPECT_EQ(wgrad.ld_second, 1);  // dy stored [1, rows], read transposed: ld >= n = 1
+  EXPECT_EQ(wgrad.ld_c, in);
+}
+
 TEST(GemmMapping, RefusesShortLeadingDimensions) {
   try {
     map_row_major_gemm(false, true, 4, 2, 3, 2, 3, 2);

@@ -6,6 +6,9 @@
 // counts beside. Output, input gradient and the weight gradients (the router's summed over
 // the two ranks as the dp sum would; each rank's experts the EP 1 layer's slice) agree
 // within 5 % relative L2 (bf16 activations, the bound of cuda_stage_model_gpu_test.cc).
+// With a shared expert (runtime/model/moe_shared_expert_padded.h, tp = 1) its ops run after
+// the routed experts' in each direction; its weights' gradients are summed over the two
+// ranks as the dp sum would.
 #include "runtime/cuda/moe_layers_cuda.h"
 
 #include <gtest/gtest.h>
@@ -42,13 +45,13 @@ double relative_l2(const std::vector<float>& actual, const std::vector<float>& e
   return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
-JobSpec moe_job(int64_t ep) {
+JobSpec moe_job(int64_t ep, int64_t shared_width = 0) {
   JobSpec job = test::tiny_job(/*tp=*/1, /*sp=*/false);
   job.model.moe = MoeSpec{.num_experts = 4,
                           .top_k = 2,
                           .capacity_factor = 0.75,
                           .expert_ffn_hidden_size = 32,
-                          .shared_expert_ffn_hidden_size = 0,
+                          .shared_expert_ffn_hidden_size = shared_width,
                           .aux_loss_coeff = 0.01};
   job.parallel.dp = 2;
   job.parallel.global_batch_size = 4;
@@ -71,6 +74,12 @@ constexpr std::array<const char*, 11> kBackward = {"bwd.unpermute",
                                                    "bwd.router",
                                                    "bwd.router_wgrad"};
 
+constexpr std::array<const char*, 3> kSharedForward = {"fwd.shared_fc1", "fwd.shared_swiglu",
+                                                       "fwd.shared_fc2"};
+constexpr std::array<const char*, 5> kSharedBackward = {
+    "bwd.shared_fc2_dgrad", "bwd.shared_fc2_wgrad", "bwd.shared_swiglu", "bwd.shared_fc1_dgrad",
+    "bwd.shared_fc1_wgrad"};
+
 std::vector<float> download(const float* device, int64_t count) {
   std::vector<float> host(to_size(count));
   DHELIX_CUDA(cudaDeviceSynchronize());
@@ -78,11 +87,11 @@ std::vector<float> download(const float* device, int64_t count) {
   return host;
 }
 
-TEST(MoeLayersCuda, ExpertParallelOpsMatchTheCpuLayerWithinBf16Error) {
-  DHELIX_REQUIRE_GPUS(1);
+// The EP 2 layers (with a shared expert of `shared_width`, 0: none) against the EP 1 CPU layer.
+void expect_cpu_layer_within_bf16_error(int64_t shared_width) {
   const int64_t ep = 2, t = 32, h = 64;  // tiny_job: 2 sequences of 16, hidden 64
   const float loss_scale = 1.0f / static_cast<float>(t);
-  const JobSpec job = moe_job(ep), reference_job = moe_job(1);
+  const JobSpec job = moe_job(ep, shared_width), reference_job = moe_job(1, shared_width);
   cudaStream_t stream = nullptr;
   DHELIX_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
@@ -154,14 +163,16 @@ TEST(MoeLayersCuda, ExpertParallelOpsMatchTheCpuLayerWithinBf16Error) {
         b->compute(rt::CpuBackend::Exec{});
       }
     };
-    for (const char* op : kForward) {
-      run_gpu(op);
-      if (!std::string(op).ends_with("_a2a")) run_cpu(op);
-    }
-    for (const char* op : kBackward) {
-      run_gpu(op);
-      if (!std::string(op).ends_with("_a2a")) run_cpu(op);
-    }
+    auto run = [&](const auto& ops) {
+      for (const char* op : ops) {
+        run_gpu(op);
+        if (!std::string(op).ends_with("_a2a")) run_cpu(op);
+      }
+    };
+    run(kForward);
+    if (shared_width > 0) run(kSharedForward);  // y += g shared(x), after unpermute's y
+    run(kBackward);
+    if (shared_width > 0) run(kSharedBackward);
     for (int64_t r = 0; r < ep; ++r) {
       gpu[to_size(r)]->sum_input_gradient(0, 0, io[to_size(r)])(exec);
       const rt::MoeLayerIo cio{.x = x[to_size(r)].data(),
@@ -180,17 +191,33 @@ TEST(MoeLayersCuda, ExpertParallelOpsMatchTheCpuLayerWithinBf16Error) {
       EXPECT_LT(relative_l2(to_f32(d_y[to_size(r)]->download()), y[to_size(r)]), 0.05);
       EXPECT_LT(relative_l2(to_f32(d_dx[to_size(r)]->download()), dx[to_size(r)]), 0.05);
     }
-    // Gradients: the router's summed over the ranks; rank r's experts are the slice
-    // [r L, (r + 1) L) of the EP 1 layer's.
+    // Gradients: the router's (and the shared expert's) summed over the ranks; rank r's
+    // experts are the slice [r L, (r + 1) L) of the EP 1 layer's.
     const std::vector<rt::ParameterView> reference = cpu.parameters(0);
-    std::vector<float> router_sum(to_size(reference[0].count), 0.0f);
+    const std::vector<size_t> dense =
+        shared_width > 0 ? std::vector<size_t>{0, 3, 4, 5} : std::vector<size_t>{0};
+    ASSERT_EQ(reference.size(), shared_width > 0 ? 6u : 3u);
+    std::vector<std::vector<float>> dense_sum;
+    for (size_t p : dense) dense_sum.emplace_back(to_size(reference[p].count), 0.0f);
     for (int64_t r = 0; r < ep; ++r) {
       const std::vector<MoeLayersCuda::ParameterView> views = gpu[to_size(r)]->parameters(0);
-      ASSERT_EQ(views.size(), 3u);
+      ASSERT_EQ(views.size(), reference.size());
       EXPECT_FALSE(views[0].expert);
       EXPECT_TRUE(views[1].expert && views[2].expert);
-      const std::vector<float> router = download(views[0].gradient, views[0].count);
-      for (size_t i = 0; i < router.size(); ++i) router_sum[i] += router[i];
+      for (size_t d = 0; d < dense.size(); ++d) {
+        const rt::ParameterView& want = reference[dense[d]];
+        const MoeLayersCuda::ParameterView& got = views[dense[d]];
+        EXPECT_EQ(got.name, want.name);
+        EXPECT_EQ(got.expert, want.expert) << got.name;
+        EXPECT_EQ(got.sum_gradient_over_tp, want.sum_gradient_over_tp) << got.name;
+        ASSERT_EQ(got.count, want.count) << got.name;
+        const std::vector<float> gradient = download(got.gradient, got.count);
+        for (size_t i = 0; i < gradient.size(); ++i) dense_sum[d][i] += gradient[i];
+        // The same initial values as the CPU's (the GPU's master copy is fp32).
+        EXPECT_EQ(download(got.values, got.count),
+                  std::vector<float>(want.values, want.values + want.count))
+            << got.name;
+      }
       for (size_t p = 1; p < 3; ++p) {
         const int64_t n = views[p].count;
         ASSERT_EQ(n * ep, reference[p].count);
@@ -199,12 +226,26 @@ TEST(MoeLayersCuda, ExpertParallelOpsMatchTheCpuLayerWithinBf16Error) {
         EXPECT_LT(relative_l2(download(views[p].gradient, n), want), 0.05) << views[p].name;
       }
     }
-    const std::vector<float> want_router(reference[0].gradient,
-                                         reference[0].gradient + reference[0].count);
-    EXPECT_LT(relative_l2(router_sum, want_router), 0.05);
+    for (size_t d = 0; d < dense.size(); ++d) {
+      const rt::ParameterView& want = reference[dense[d]];
+      EXPECT_LT(
+          relative_l2(dense_sum[d], std::vector<float>(want.gradient, want.gradient + want.count)),
+          0.05)
+          << want.name;
+    }
     DHELIX_CUDA(cudaStreamSynchronize(stream));
   }
   DHELIX_CUDA(cudaStreamDestroy(stream));
+}
+
+TEST(MoeLayersCuda, ExpertParallelOpsMatchTheCpuLayerWithinBf16Error) {
+  DHELIX_REQUIRE_GPUS(1);
+  expect_cpu_layer_within_bf16_error(0);
+}
+
+TEST(MoeLayersCuda, ASharedExpertMatchesTheCpuLayerWithinBf16Error) {
+  DHELIX_REQUIRE_GPUS(1);
+  expect_cpu_layer_within_bf16_error(32);
 }
 
 TEST(MoeLayersCuda, RefusesWhatItIsNotBuiltFor) {
@@ -218,9 +259,6 @@ TEST(MoeLayersCuda, RefusesWhatItIsNotBuiltFor) {
     JobSpec dropless = moe_job(2);
     dropless.model.moe->capacity_factor = 0.0;
     EXPECT_THROW({ MoeLayersCuda layers(dropless, 0, {0}, 7, &scale, memory); }, Error);
-    JobSpec shared = moe_job(2);
-    shared.model.moe->shared_expert_ffn_hidden_size = 32;
-    EXPECT_THROW({ MoeLayersCuda layers(shared, 0, {0}, 7, &scale, memory); }, Error);
   }
   DHELIX_CUDA(cudaStreamDestroy(stream));
 }

@@ -1,6 +1,6 @@
 // runtime/train/moe_support.h: which MoE jobs dhelix-run refuses, by name, on each backend.
-// Both run the routed experts in every setting; cuda names the shared expert, which its layer
-// is not built for.
+// Both run every MoE setting the planner writes; both refuse a shared expert whose width tp
+// does not divide.
 
 #include "runtime/train/moe_support.h"
 
@@ -37,7 +37,7 @@ std::string refusal(const JobSpec& job, const std::string& backend) {
   return "";
 }
 
-TEST(MoeSupport, BothBackendsRunTheRoutedExpertsInEverySetting) {
+TEST(MoeSupport, BothBackendsRunEveryMoeSetting) {
   std::vector<JobSpec> jobs = {moe_job()};
   JobSpec dropless = moe_job();
   dropless.model.moe->capacity_factor = 0.0;
@@ -52,6 +52,9 @@ TEST(MoeSupport, BothBackendsRunTheRoutedExpertsInEverySetting) {
   JobSpec cp = moe_job();
   cp.parallel.cp = 2;
   jobs.push_back(cp);
+  JobSpec shared = moe_job();
+  shared.model.moe->shared_expert_ffn_hidden_size = 64;
+  jobs.push_back(shared);
   for (RecomputeGranularity granularity :
        {RecomputeGranularity::kFull, RecomputeGranularity::kSelective}) {
     JobSpec recompute = moe_job();
@@ -64,21 +67,15 @@ TEST(MoeSupport, BothBackendsRunTheRoutedExpertsInEverySetting) {
   }
 }
 
-TEST(MoeSupport, CudaNamesTheSharedExpert) {
-  JobSpec shared = moe_job();
-  shared.model.moe->shared_expert_ffn_hidden_size = 64;
-  EXPECT_EQ(refusal(shared, "cuda"),
-            "plan.json: dhelix-run does not run mixture-of-experts layers (4 experts, top-2, "
-            "ep = 2) with a shared expert on the cuda backend yet; use --backend cpu");
-  EXPECT_EQ(refusal(shared, "cpu"), "");
-}
-
 TEST(MoeSupport, ASharedExpertWidthTpDoesNotDivideIsRefusedEverywhere) {
   JobSpec shared = test::tiny_job(/*tp=*/2, /*sp=*/true);
   shared.model.moe = moe_job().model.moe;
   shared.model.moe->shared_expert_ffn_hidden_size = 65;
-  EXPECT_NE(refusal(shared, "cpu").find("a shared expert of width 65 that tp = 2 does not divide"),
-            std::string::npos);
+  for (const char* backend : {"cpu", "cuda"}) {
+    EXPECT_NE(
+        refusal(shared, backend).find("a shared expert of width 65 that tp = 2 does not divide"),
+        std::string::npos);
+  }
 }
 
 }  // namespace

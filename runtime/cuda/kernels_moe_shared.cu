@@ -1,0 +1,91 @@
+// The shared expert's gate kernels (moe_shared_cuda.h): one thread per element, or per row
+// for the dot product of the backward; the math is runtime/kernels/moe_shared_gate.h's.
+
+#include <cuda_bf16.h>
+
+#include "lib/error.h"
+#include "runtime/cuda/launch_util.cuh"
+#include "runtime/cuda/moe_shared_cuda.h"
+#include "runtime/kernels/moe_shared_gate.h"
+
+namespace dhelix::cuda {
+namespace {
+
+__device__ inline float f32(bf16 value) { return __bfloat162float(value); }
+
+__global__ void moe_shared_gate_kernel(int64_t rows, const bf16* logit, float* gate) {
+  for (int64_t r = detail::global_thread(); r < rows; r += detail::grid_threads()) {
+    gate[r] = kernels::shared_gate(f32(logit[r]));
+  }
+}
+
+__global__ void moe_shared_gate_add_kernel(int64_t rows, int64_t hidden, const float* gate,
+                                           const bf16* out, bf16* y) {
+  const int64_t n = rows * hidden;
+  for (int64_t idx = detail::global_thread(); idx < n; idx += detail::grid_threads()) {
+    y[idx] = __float2bfloat16_rn(
+        kernels::shared_gate_add(f32(y[idx]), gate[idx / hidden], f32(out[idx])));
+  }
+}
+
+__global__ void moe_shared_gate_scale_kernel(int64_t rows, int64_t hidden, const float* gate,
+                                             const bf16* dy, bf16* d_out) {
+  const int64_t n = rows * hidden;
+  for (int64_t idx = detail::global_thread(); idx < n; idx += detail::grid_threads()) {
+    d_out[idx] = __float2bfloat16_rn(kernels::shared_gate_scale(gate[idx / hidden], f32(dy[idx])));
+  }
+}
+
+// One thread per row: <dy_r, out_r> in element order (moe_shared_gate.h).
+__global__ void moe_shared_dlogit_kernel(int64_t rows, int64_t hidden, const float* gate,
+                                         const bf16* dy, const bf16* out, bf16* d_logit) {
+  for (int64_t r = detail::global_thread(); r < rows; r += detail::grid_threads()) {
+    const bf16* dy_row = dy + r * hidden;
+    const bf16* out_row = out + r * hidden;
+    d_logit[r] = __float2bfloat16_rn(kernels::shared_gate_dlogit(
+        hidden, gate[r], [dy_row](int64_t i) { return f32(dy_row[i]); },
+        [out_row](int64_t i) { return f32(out_row[i]); }));
+  }
+}
+
+template <class Kernel, class... Args>
+void launch(int64_t items, cudaStream_t stream, Kernel kernel, Args... args) {
+  const LaunchConfig config = thread_per_item_launch(items);
+  if (config.grid.x == 0) return;
+  kernel<<<detail::to_dim3(config.grid), detail::to_dim3(config.block), 0, stream>>>(args...);
+  DHELIX_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+std::vector<KernelEntry> moe_shared_kernels() {
+  return {
+      {"moe_shared_gate_kernel", reinterpret_cast<const void*>(&moe_shared_gate_kernel)},
+      {"moe_shared_gate_add_kernel", reinterpret_cast<const void*>(&moe_shared_gate_add_kernel)},
+      {"moe_shared_gate_scale_kernel",
+       reinterpret_cast<const void*>(&moe_shared_gate_scale_kernel)},
+      {"moe_shared_dlogit_kernel", reinterpret_cast<const void*>(&moe_shared_dlogit_kernel)}};
+}
+
+void moe_shared_gate(int64_t rows, const bf16* logit, float* gate, cudaStream_t stream) {
+  launch(rows, stream, moe_shared_gate_kernel, rows, logit, gate);
+}
+
+void moe_shared_gate_add(int64_t rows, int64_t hidden, const float* gate, const bf16* out, bf16* y,
+                         cudaStream_t stream) {
+  launch(rows * hidden, stream, moe_shared_gate_add_kernel, rows, hidden, gate, out, y);
+}
+
+void moe_shared_gate_scale(int64_t rows, int64_t hidden, const float* gate, const bf16* dy,
+                           bf16* d_out, cudaStream_t stream) {
+  DHELIX_CHECK(dy != d_out);
+  launch(rows * hidden, stream, moe_shared_gate_scale_kernel, rows, hidden, gate, dy, d_out);
+}
+
+void moe_shared_gate_backward(int64_t rows, int64_t hidden, const float* gate, const bf16* dy,
+                              const bf16* out, bf16* d_logit, bf16* d_out, cudaStream_t stream) {
+  launch(rows, stream, moe_shared_dlogit_kernel, rows, hidden, gate, dy, out, d_logit);
+  moe_shared_gate_scale(rows, hidden, gate, dy, d_out, stream);
+}
+
+}  // namespace dhelix::cuda
