@@ -6,7 +6,9 @@
 //   tiny-moe-ep2-pp2        EP 2 with PP 2;
 //   dropless                tiny-moe-ep2 with capacity factor 0 (blocks of T rows);
 //   cp2                     tiny-moe-ep2's job with DP 1 x CP 2 (EP 2 over the CP ranks),
-//                           planned here with the analytic profile.
+//                           planned here with the analytic profile;
+//   shared-<example>        tiny-moe-ep2-tp2's and tiny-moe-ep2-recompute's jobs with a
+//                           shared expert, planned here (its TP exchanges; its repeat).
 // What a GPU run of each needs so that it neither hangs nor mixes up data
 // (simulated_ep_run_test.cc checks the all-to-all's own shape on tiny-moe-ep2):
 //   1. on every communicator, every member enqueues the same collectives in the same order
@@ -51,6 +53,13 @@ Variant variant(const std::string& name) {
     JobSpec job = base.job();
     job.model.moe->capacity_factor = 0.0;  // the plan's ops are the same; only T-row blocks
     return {base.plan(), job};
+  }
+  if (name.starts_with("shared-")) {  // shared-<example>: with a shared expert of width 64
+    const std::string example = name.substr(7);
+    JobSpec job = ExampleRuns(example).job();
+    job.model.moe->shared_expert_ffn_hidden_size = 64;
+    Plan plan = plan_in_process(job, name + ".json");
+    return {plan, job_from_plan(plan, name + ".json")};
   }
   if (name == "cp2") {
     JobSpec job = ExampleRuns("tiny-moe-ep2").job();
@@ -211,7 +220,9 @@ std::string variant_name(const ::testing::TestParamInfo<SimulatedMoeRun::ParamTy
 INSTANTIATE_TEST_SUITE_P(
     Variants, SimulatedMoeRun,
     ::testing::Combine(::testing::Values("tiny-moe-ep2-tp2", "tiny-moe-ep2-recompute",
-                                         "tiny-moe-ep2-pp2", "dropless", "cp2"),
+                                         "tiny-moe-ep2-pp2", "dropless", "cp2",
+                                         "shared-tiny-moe-ep2-tp2",
+                                         "shared-tiny-moe-ep2-recompute"),
                        ::testing::Values(ExecutionMode::kCoExecuted, ExecutionMode::kSequential)),
     variant_name);
 
