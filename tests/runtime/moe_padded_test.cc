@@ -1,15 +1,20 @@
 // The CUDA MoE layer's host-side arithmetic (runtime/kernels/moe_padded.h,
 // moe_capacity.h's capacity_priority): the padded rows and the regrouping against the
-// worked example, and the per-assignment decisions against the CPU's sort and slots.
+// worked example, and the per-assignment decisions against the CPU's sort and slots; and
+// the CUDA kernels' host twin (runtime/cpu/moe_padded_cpu.h) against the CPU's MoE
+// functions, bit for bit (both fp32, the same sums in the same order).
 
 #include "runtime/kernels/moe_padded.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
 #include <vector>
 
+#include "lib/error.h"
 #include "runtime/cpu/moe_cpu.h"
+#include "runtime/cpu/moe_padded_cpu.h"
 #include "runtime/kernels/moe_capacity.h"
 
 namespace dhelix::kernels {
@@ -99,6 +104,151 @@ TEST(MoePadded, PaddedRowsHoldTheCpuSlotsInOrder) {
               r.slot_of[i] - first[static_cast<size_t>(e)]);
     EXPECT_LT(padded_position(r.chosen.data(), r.kept.data(), a), r.capacity);
   }
+}
+
+std::vector<float> random_floats(int64_t count, uint32_t seed) {
+  std::mt19937 engine(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(count));
+  for (float& v : values) v = normal(engine);
+  return values;
+}
+
+TEST(MoePaddedHost, TheKernelsTwinComputesTheCpuFunctionsBitForBit) {
+  const cpu::MoeLayerShape s{.tokens = 24,
+                             .hidden = 8,
+                             .experts = 4,
+                             .top_k = 2,
+                             .ffn = 4,
+                             .capacity_factor = 0.75,
+                             .aux_loss_coeff = 0.01};
+  const int64_t t = s.tokens, h = s.hidden, e_all = s.experts, k = s.top_k, n = t * k;
+  cpu::MoeRouting cpu_routing;
+  cpu_routing.logits = random_floats(t * e_all, 1);
+  cpu::moe_route_logits(s, cpu_routing);
+  ASSERT_GT(cpu_routing.dropped, 0) << "the case should drop assignments";
+  const MoePaddedShape shape{.tokens = t,
+                             .hidden = h,
+                             .experts = e_all,
+                             .top_k = k,
+                             .capacity = cpu_routing.capacity,
+                             .aux_loss_coeff = s.aux_loss_coeff};
+  const int64_t rows = padded_rows(e_all, shape.capacity);
+  auto sized = [](int64_t count) { return static_cast<size_t>(count); };
+  std::vector<int32_t> chosen(sized(n));
+  std::vector<float> gate(sized(n)), probs(sized(t * e_all)), aux(1);
+  std::vector<uint8_t> kept(sized(n));
+  std::vector<int64_t> row(sized(n)), routed(sized(e_all)), counts(sized(e_all));
+  const MoePaddedRouting r{.chosen = chosen.data(),
+                           .gate = gate.data(),
+                           .probs = probs.data(),
+                           .kept = kept.data(),
+                           .row = row.data(),
+                           .routed = routed.data(),
+                           .send_counts = counts.data(),
+                           .aux_loss = aux.data()};
+  cpu::moe_route(shape, cpu_routing.logits.data(), r);
+  EXPECT_EQ(chosen, cpu_routing.chosen);
+  EXPECT_EQ(gate, cpu_routing.gate);
+  EXPECT_EQ(probs, cpu_routing.probs);
+  EXPECT_EQ(kept, cpu_routing.kept);
+  EXPECT_EQ(routed, cpu_routing.routed);
+  EXPECT_EQ(aux[0], cpu_routing.aux_loss);
+  // The CPU's slots block by block: slot - first slot of its expert = position in block.
+  std::vector<int64_t> first(sized(e_all), 0);
+  for (int64_t e = 1; e < e_all; ++e) {
+    first[sized(e)] = first[sized(e - 1)] + cpu_routing.expert_rows[sized(e - 1)];
+  }
+  auto padded_of_slot = [&](int64_t slot, int64_t a) {
+    const int64_t e = chosen[sized(a)];
+    return slot < 0 ? -1 : e * shape.capacity + slot - first[sized(e)];
+  };
+  for (int64_t a = 0; a < n; ++a) {
+    EXPECT_EQ(row[sized(a)], padded_of_slot(cpu_routing.slot_of[sized(a)], a)) << "a " << a;
+  }
+  for (int64_t e = 0; e < e_all; ++e)
+    EXPECT_EQ(counts[sized(e)], cpu_routing.expert_rows[sized(e)] * h);
+
+  // The CPU's compact rows <-> the padded ones (zero padding).
+  const int64_t slots = cpu_routing.slots();
+  auto padded = [&](const std::vector<float>& compact) {
+    std::vector<float> out(sized(rows * h), 0.0f);
+    for (int64_t a = 0; a < n; ++a) {
+      const int64_t slot = cpu_routing.slot_of[sized(a)];
+      if (slot < 0) continue;
+      std::copy_n(compact.begin() + slot * h, h, out.begin() + padded_of_slot(slot, a) * h);
+    }
+    return out;
+  };
+  const std::vector<float> x = random_floats(t * h, 2), dy = random_floats(t * h, 3);
+  std::vector<float> want(sized(slots * h)), got = random_floats(rows * h, 4);  // garbage
+  cpu::moe_permute(s, cpu_routing, x.data(), want.data());
+  cpu::moe_permute(shape, r, x.data(), got.data());
+  EXPECT_EQ(got, padded(want)) << "permute (the padding zeroed)";
+
+  const std::vector<float> out_compact = random_floats(slots * h, 5);
+  std::vector<float> out_padded = padded(out_compact);
+  for (size_t i = 0; i < out_padded.size(); ++i) {  // garbage in the padding: never read
+    if (out_padded[i] == 0.0f) out_padded[i] = 1e30f;
+  }
+  std::vector<float> y_want(sized(t * h)), y_got(sized(t * h));
+  cpu::moe_unpermute(s, cpu_routing, out_compact.data(), y_want.data());
+  cpu::moe_unpermute(shape, r, out_padded.data(), y_got.data());
+  EXPECT_EQ(y_got, y_want) << "unpermute";
+
+  std::vector<float> d_want(sized(slots * h)), dgate_want(sized(n)), dgate_got(sized(n));
+  std::vector<float> d_got = random_floats(rows * h, 6);
+  cpu::moe_unpermute_backward(s, cpu_routing, dy.data(), out_compact.data(), d_want.data(),
+                              dgate_want.data());
+  cpu::moe_unpermute_backward(shape, r, dy.data(), out_padded.data(), d_got.data(),
+                              dgate_got.data());
+  EXPECT_EQ(d_got, padded(d_want)) << "unpermute backward";
+  EXPECT_EQ(dgate_got, dgate_want) << "dgate";
+
+  std::vector<float> dx_want(sized(t * h)), dx_got(sized(t * h));
+  cpu::moe_permute_backward(s, cpu_routing, out_compact.data(), dx_want.data());
+  cpu::moe_permute_backward(shape, r, out_padded.data(), dx_got.data());
+  EXPECT_EQ(dx_got, dx_want) << "permute backward";
+
+  std::vector<float> dz_want(sized(t * e_all)), dz_got(sized(t * e_all));
+  cpu::moe_router_logits_backward(s, cpu_routing, dgate_want.data(), 3.0f, dz_want.data());
+  cpu::moe_router_logits_backward(shape, r, dgate_want.data(), 3.0f, dz_got.data());
+  EXPECT_EQ(dz_got, dz_want) << "router logits backward";
+
+  // The regroup and its inverse restore every row (ep 2, 2 local experts).
+  const std::vector<float> source = random_floats(rows * h, 7);
+  std::vector<float> expert(source.size()), back(source.size());
+  cpu::moe_regroup(2, 2, shape.capacity, h, source.data(), expert.data(), true);
+  cpu::moe_regroup(2, 2, shape.capacity, h, expert.data(), back.data(), false);
+  EXPECT_EQ(back, source);
+  EXPECT_EQ(std::vector<float>(expert.begin() + 3 * shape.capacity * h,
+                               expert.begin() + 4 * shape.capacity * h),
+            std::vector<float>(source.begin() + 3 * shape.capacity * h,
+                               source.begin() + 4 * shape.capacity * h))
+      << "block (src 1, e 1) stays last";
+}
+
+TEST(MoePaddedHost, RefusesWhatThePaddedLayoutCannotHold) {
+  auto refusal = [](MoePaddedShape shape) -> std::string {
+    try {
+      cpu::check_moe_shape(shape);
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
+      return error.what();
+    }
+    return "";
+  };
+  const MoePaddedShape fine{.tokens = 4, .hidden = 2, .experts = 4, .top_k = 2, .capacity = 2};
+  EXPECT_EQ(refusal(fine), "");
+  MoePaddedShape dropless = fine;
+  dropless.capacity = 0;
+  EXPECT_EQ(refusal(dropless),
+            "MoE with padded blocks on the host: the capacity is 0 (no expert would accept a "
+            "token: a capacity factor this small rounds ceil(cf T k / E) to 0); raise "
+            "moe.capacity_factor, or set 0 for dropless");
+  MoePaddedShape wide = fine;
+  wide.top_k = 5;
+  EXPECT_EQ(refusal(wide), "MoE with padded blocks on the host: top-5 of 4 experts");
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // PaddedSharedExpert (runtime/model/moe_shared_expert_padded.h), the device path's shared
 // expert, on host memory against the CPU's (runtime/model/moe_shared_expert_cpu.cc, bound
-// through MoeLayersCpu): a backend that is CpuBackend plus the gate steps written with the
-// row functions of runtime/kernels/moe_shared_gate.h, so that the two bindings run the same
-// GEMMs and row functions and must agree bit for bit. tp = 1, and tp = 2 with SP (both TP
+// through MoeLayersCpu): on PaddedCpuBackend (tests/runtime/padded_cpu_backend.h: the CPU
+// backend plus runtime/cpu/moe_padded_cpu.h, whose gate steps loop over the row functions of
+// runtime/kernels/moe_shared_gate.h), so that the two bindings run the same GEMMs and row
+// functions and must agree bit for bit. tp = 1, and tp = 2 with SP (both TP
 // ranks, the all-gathers and reduce-scatters applied on the host for both alike): the
 // initial weights, the MoE output y += g shared(x), the two input gradients and the three
 // weight gradients, each bitwise; the parameters' names and gradient groups; the TP
@@ -16,43 +17,18 @@
 #include <vector>
 
 #include "lib/error.h"
-#include "runtime/kernels/moe_shared_gate.h"
 #include "runtime/model/cpu_backend.h"
 #include "runtime/model/moe_layers_cpu.h"
 #include "runtime/model/moe_layers_padded.h"
+#include "tests/runtime/padded_cpu_backend.h"
 #include "tests/runtime/stage_model_test_util.h"
 
 namespace dhelix::rt {
 namespace {
 
-// CpuBackend with the gate steps of PaddedSharedExpertBackend, row by row.
-struct CpuSharedBackend : CpuBackend {
-  static void moe_shared_gate(const Exec&, int64_t rows, const float* logit, float* gate) {
-    for (int64_t r = 0; r < rows; ++r) gate[r] = kernels::shared_gate(logit[r]);
-  }
-  static void moe_shared_gate_add(const Exec&, int64_t rows, int64_t h, const float* gate,
-                                  const float* out, float* y) {
-    for (int64_t r = 0; r < rows; ++r)
-      kernels::shared_gate_add_row(h, gate[r], out + r * h, y + r * h);
-  }
-  static void moe_shared_gate_scale(const Exec&, int64_t rows, int64_t h, const float* gate,
-                                    const float* dy, float* d_out) {
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::shared_gate_scale_row(h, gate[r], dy + r * h, d_out + r * h);
-    }
-  }
-  static void moe_shared_gate_backward(const Exec&, int64_t rows, int64_t h, const float* gate,
-                                       const float* dy, const float* out, float* d_logit,
-                                       float* d_out) {
-    for (int64_t r = 0; r < rows; ++r) {
-      d_logit[r] =
-          kernels::shared_gate_backward_row(h, gate[r], dy + r * h, out + r * h, d_out + r * h);
-    }
-  }
-};
-static_assert(PaddedSharedExpertBackend<CpuSharedBackend>);
+static_assert(PaddedSharedExpertBackend<test::PaddedCpuBackend>);
 
-using Shared = PaddedSharedExpert<CpuSharedBackend>;
+using Shared = PaddedSharedExpert<test::PaddedCpuBackend>;
 
 constexpr int64_t kWidth = 24;
 
