@@ -5,7 +5,9 @@
 // between permute and unpermute padded to the capacity (runtime/kernels/moe_padded.h).
 // Backend-generic like layer_ops_cp.h: the CUDA backend runs it on its kernels
 // (runtime/cuda/moe_cuda.h, PaddedMoeBackend's functions), the recording fake of
-// tests/device on records of them. What differs from the CPU:
+// tests/device on records of them, and tests/runtime's PaddedCpuBackend on their host twin
+// (runtime/cpu/moe_padded_cpu.h), where moe_layers_padded_test.cc checks its values against
+// the CPU layer's in every setting below. What differs from the CPU:
 //
 //   * shapes are fixed on the host: E C rows in the rank's permuted layout, and the same
 //     E C = ep L C rows arrive from the EP group (L C from each member), so every buffer is
