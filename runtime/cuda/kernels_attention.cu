@@ -203,18 +203,6 @@ __global__ void attention_dkdv_kernel(AttentionShape shape, const bf16* q, const
   }
 }
 
-template <class Kernel, class... Args>
-void launch_attention(const LaunchConfig& config, cudaStream_t stream, Kernel kernel,
-                      Args... args) {
-  if (config.grid.x == 0 || config.grid.z == 0) return;
-  // Past 48 KiB a kernel must opt in to dynamic shared memory; a host-side attribute, no sync.
-  DHELIX_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(config.shared_bytes)));
-  kernel<<<detail::to_dim3(config.grid), detail::to_dim3(config.block),
-           static_cast<size_t>(config.shared_bytes), stream>>>(args...);
-  DHELIX_CUDA_LAUNCHED();
-}
-
 void check_groups(const AttentionShape& shape) {
   DHELIX_CHECK(shape.kv_heads >= 1 && shape.heads % shape.kv_heads == 0);
 }
@@ -230,8 +218,8 @@ std::vector<KernelEntry> attention_kernels() {
 void attention_forward(const AttentionShape& shape, const bf16* q, const bf16* k, const bf16* v,
                        bf16* out, float* lse, cudaStream_t stream) {
   check_groups(shape);
-  launch_attention(attention_launch(shape), stream, attention_forward_kernel, shape, q, k, v, out,
-                   lse);
+  detail::launch_with_large_shared(attention_launch(shape), stream, attention_forward_kernel, shape,
+                                   q, k, v, out, lse);
 }
 
 void attention_backward(const AttentionShape& shape, const bf16* q, const bf16* k, const bf16* v,
@@ -239,10 +227,10 @@ void attention_backward(const AttentionShape& shape, const bf16* q, const bf16* 
                         bf16* dv, float* delta, cudaStream_t stream) {
   check_groups(shape);
   // Same stream: the dk/dv pass reads the delta the dq pass wrote.
-  launch_attention(attention_launch(shape), stream, attention_dq_kernel, shape, q, k, v, out, lse,
-                   dout, dq, delta);
-  launch_attention(attention_dkdv_launch(shape), stream, attention_dkdv_kernel, shape, q, k, v, lse,
-                   dout, delta, dk, dv);
+  detail::launch_with_large_shared(attention_launch(shape), stream, attention_dq_kernel, shape, q,
+                                   k, v, out, lse, dout, dq, delta);
+  detail::launch_with_large_shared(attention_dkdv_launch(shape), stream, attention_dkdv_kernel,
+                                   shape, q, k, v, lse, dout, delta, dk, dv);
 }
 
 }  // namespace dhelix::cuda

@@ -159,14 +159,6 @@ __global__ void moe_router_grad_kernel(MoeDeviceShape s, MoeDeviceRouting r, con
   }
 }
 
-template <class Kernel, class... Args>
-void launch(int64_t items, cudaStream_t stream, Kernel kernel, Args... args) {
-  const LaunchConfig config = thread_per_item_launch(items);
-  if (config.grid.x == 0) return;
-  kernel<<<detail::to_dim3(config.grid), detail::to_dim3(config.block), 0, stream>>>(args...);
-  DHELIX_CUDA_LAUNCHED();
-}
-
 }  // namespace
 
 void check_moe_shape(const MoeDeviceShape& shape) {
@@ -206,11 +198,11 @@ void moe_route(const MoeDeviceShape& shape, const bf16* logits, MoeDeviceRouting
                cudaStream_t stream) {
   check_moe_shape(shape);
   const int64_t assignments = shape.tokens * shape.top_k;
-  launch(shape.tokens, stream, moe_topk_kernel, shape, logits, routing);
-  launch(assignments, stream, moe_keep_kernel, shape, routing);
-  launch(assignments, stream, moe_row_kernel, shape, routing);
-  launch(shape.experts, stream, moe_counts_kernel, shape, routing);
-  launch(1, stream, moe_aux_loss_kernel, shape, routing);
+  detail::launch_per_item(shape.tokens, stream, moe_topk_kernel, shape, logits, routing);
+  detail::launch_per_item(assignments, stream, moe_keep_kernel, shape, routing);
+  detail::launch_per_item(assignments, stream, moe_row_kernel, shape, routing);
+  detail::launch_per_item(shape.experts, stream, moe_counts_kernel, shape, routing);
+  detail::launch_per_item(1, stream, moe_aux_loss_kernel, shape, routing);
 }
 
 void moe_permute(const MoeDeviceShape& shape, MoeDeviceRouting routing, const bf16* x,
@@ -218,20 +210,21 @@ void moe_permute(const MoeDeviceShape& shape, MoeDeviceRouting routing, const bf
   const int64_t rows = kernels::padded_rows(shape.experts, shape.capacity);
   DHELIX_CUDA(cudaMemsetAsync(permuted, 0, static_cast<size_t>(rows * shape.hidden) * sizeof(bf16),
                               stream));
-  launch(shape.tokens * shape.top_k * shape.hidden, stream, moe_permute_kernel, shape, routing, x,
-         permuted);
+  detail::launch_per_item(shape.tokens * shape.top_k * shape.hidden, stream, moe_permute_kernel,
+                          shape, routing, x, permuted);
 }
 
 void moe_regroup(int64_t ep, int64_t local, int64_t capacity, int64_t hidden, const bf16* from,
                  bf16* to, bool to_expert, cudaStream_t stream) {
   DHELIX_CHECK(from != to);
-  launch(ep * local * capacity * hidden, stream, moe_regroup_kernel, ep, local, capacity, hidden,
-         from, to, to_expert);
+  detail::launch_per_item(ep * local * capacity * hidden, stream, moe_regroup_kernel, ep, local,
+                          capacity, hidden, from, to, to_expert);
 }
 
 void moe_unpermute(const MoeDeviceShape& shape, MoeDeviceRouting routing, const bf16* expert_out,
                    bf16* y, cudaStream_t stream) {
-  launch(shape.tokens * shape.hidden, stream, moe_unpermute_kernel, shape, routing, expert_out, y);
+  detail::launch_per_item(shape.tokens * shape.hidden, stream, moe_unpermute_kernel, shape, routing,
+                          expert_out, y);
 }
 
 void moe_unpermute_backward(const MoeDeviceShape& shape, MoeDeviceRouting routing, const bf16* dy,
@@ -240,22 +233,23 @@ void moe_unpermute_backward(const MoeDeviceShape& shape, MoeDeviceRouting routin
   const int64_t rows = kernels::padded_rows(shape.experts, shape.capacity);
   DHELIX_CUDA(cudaMemsetAsync(d_expert_out, 0,
                               static_cast<size_t>(rows * shape.hidden) * sizeof(bf16), stream));
-  launch(shape.tokens * shape.top_k * shape.hidden, stream, moe_unpermute_grad_kernel, shape,
-         routing, dy, d_expert_out);
-  launch(shape.tokens * shape.top_k, stream, moe_dgate_kernel, shape, routing, dy, expert_out,
-         dgate);
+  detail::launch_per_item(shape.tokens * shape.top_k * shape.hidden, stream,
+                          moe_unpermute_grad_kernel, shape, routing, dy, d_expert_out);
+  detail::launch_per_item(shape.tokens * shape.top_k, stream, moe_dgate_kernel, shape, routing, dy,
+                          expert_out, dgate);
 }
 
 void moe_permute_backward(const MoeDeviceShape& shape, MoeDeviceRouting routing,
                           const bf16* d_permuted, bf16* dx, cudaStream_t stream) {
-  launch(shape.tokens * shape.hidden, stream, moe_permute_grad_kernel, shape, routing, d_permuted,
-         dx);
+  detail::launch_per_item(shape.tokens * shape.hidden, stream, moe_permute_grad_kernel, shape,
+                          routing, d_permuted, dx);
 }
 
 void moe_router_logits_backward(const MoeDeviceShape& shape, MoeDeviceRouting routing,
                                 const float* dgate, float aux_dloss, bf16* dz,
                                 cudaStream_t stream) {
-  launch(shape.tokens, stream, moe_router_grad_kernel, shape, routing, dgate, aux_dloss, dz);
+  detail::launch_per_item(shape.tokens, stream, moe_router_grad_kernel, shape, routing, dgate,
+                          aux_dloss, dz);
 }
 
 }  // namespace dhelix::cuda

@@ -48,14 +48,6 @@ __global__ void moe_shared_dlogit_kernel(int64_t rows, int64_t hidden, const flo
   }
 }
 
-template <class Kernel, class... Args>
-void launch(int64_t items, cudaStream_t stream, Kernel kernel, Args... args) {
-  const LaunchConfig config = thread_per_item_launch(items);
-  if (config.grid.x == 0) return;
-  kernel<<<detail::to_dim3(config.grid), detail::to_dim3(config.block), 0, stream>>>(args...);
-  DHELIX_CUDA_LAUNCHED();
-}
-
 }  // namespace
 
 std::vector<KernelEntry> moe_shared_kernels() {
@@ -68,23 +60,26 @@ std::vector<KernelEntry> moe_shared_kernels() {
 }
 
 void moe_shared_gate(int64_t rows, const bf16* logit, float* gate, cudaStream_t stream) {
-  launch(rows, stream, moe_shared_gate_kernel, rows, logit, gate);
+  detail::launch_per_item(rows, stream, moe_shared_gate_kernel, rows, logit, gate);
 }
 
 void moe_shared_gate_add(int64_t rows, int64_t hidden, const float* gate, const bf16* out, bf16* y,
                          cudaStream_t stream) {
-  launch(rows * hidden, stream, moe_shared_gate_add_kernel, rows, hidden, gate, out, y);
+  detail::launch_per_item(rows * hidden, stream, moe_shared_gate_add_kernel, rows, hidden, gate,
+                          out, y);
 }
 
 void moe_shared_gate_scale(int64_t rows, int64_t hidden, const float* gate, const bf16* dy,
                            bf16* d_out, cudaStream_t stream) {
   DHELIX_CHECK(dy != d_out);
-  launch(rows * hidden, stream, moe_shared_gate_scale_kernel, rows, hidden, gate, dy, d_out);
+  detail::launch_per_item(rows * hidden, stream, moe_shared_gate_scale_kernel, rows, hidden, gate,
+                          dy, d_out);
 }
 
 void moe_shared_gate_backward(int64_t rows, int64_t hidden, const float* gate, const bf16* dy,
                               const bf16* out, bf16* d_logit, bf16* d_out, cudaStream_t stream) {
-  launch(rows, stream, moe_shared_dlogit_kernel, rows, hidden, gate, dy, out, d_logit);
+  detail::launch_per_item(rows, stream, moe_shared_dlogit_kernel, rows, hidden, gate, dy, out,
+                          d_logit);
   moe_shared_gate_scale(rows, hidden, gate, dy, d_out, stream);
 }
 

@@ -287,19 +287,6 @@ __global__ void scale_kernel(int64_t count, float factor, bf16* values) {
   }
 }
 
-template <class Kernel, class... Args>
-void launch(const LaunchConfig& config, cudaStream_t stream, Kernel kernel, Args... args) {
-  if (config.grid.x == 0 || config.grid.y == 0 || config.grid.z == 0) return;
-  if (config.shared_bytes > 0) {
-    // Past 48 KiB a kernel must opt in to dynamic shared memory; a host-side attribute.
-    DHELIX_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(config.shared_bytes)));
-  }
-  kernel<<<detail::to_dim3(config.grid), detail::to_dim3(config.block),
-           static_cast<size_t>(config.shared_bytes), stream>>>(args...);
-  DHELIX_CUDA_LAUNCHED();
-}
-
 void check_ring(const AttentionShape& shape, const cpu::RingStep& step) {
   DHELIX_CHECK(shape.kv_heads >= 1 && shape.heads % shape.kv_heads == 0);
   DHELIX_CHECK(step.chunk > 0 && shape.seq == 2 * step.chunk);
@@ -330,27 +317,28 @@ std::vector<KernelEntry> ring_attention_kernels() {
 void ring_forward_start(const AttentionShape& shape, RingDeviceState state, cudaStream_t stream) {
   const int64_t acc = ring_state_acc_elements(shape);
   // acc has head_dim >= 1 elements per row, so the loop over it covers every row's stats.
-  launch(thread_per_item_launch(acc), stream, ring_start_kernel, rows_of(shape), acc, state.stats,
-         state.acc);
+  detail::launch_with_large_shared(thread_per_item_launch(acc), stream, ring_start_kernel,
+                                   rows_of(shape), acc, state.stats, state.acc);
 }
 
 void ring_forward_step(const AttentionShape& shape, const cpu::RingStep& step, const bf16* q,
                        const bf16* k, const bf16* v, RingDeviceState state, cudaStream_t stream) {
   check_ring(shape, step);
-  launch(attention_launch(shape), stream, ring_forward_step_kernel, shape, ring_of(step), q, k, v,
-         state.stats, state.acc);
+  detail::launch_with_large_shared(attention_launch(shape), stream, ring_forward_step_kernel, shape,
+                                   ring_of(step), q, k, v, state.stats, state.acc);
 }
 
 void ring_forward_finish(const AttentionShape& shape, RingDeviceState state, bf16* out, float* lse,
                          cudaStream_t stream) {
-  launch(thread_per_item_launch(rows_of(shape)), stream, ring_finish_kernel, shape,
-         static_cast<const float*>(state.stats), static_cast<const float*>(state.acc), out, lse);
+  detail::launch_with_large_shared(
+      thread_per_item_launch(rows_of(shape)), stream, ring_finish_kernel, shape,
+      static_cast<const float*>(state.stats), static_cast<const float*>(state.acc), out, lse);
 }
 
 void ring_backward_delta(const AttentionShape& shape, const bf16* out, const bf16* dout,
                          float* delta, cudaStream_t stream) {
-  launch(thread_per_item_launch(rows_of(shape)), stream, ring_delta_kernel, shape, out, dout,
-         delta);
+  detail::launch_with_large_shared(thread_per_item_launch(rows_of(shape)), stream,
+                                   ring_delta_kernel, shape, out, dout, delta);
 }
 
 void ring_backward_step(const AttentionShape& shape, const cpu::RingStep& step, const bf16* q,
@@ -359,14 +347,15 @@ void ring_backward_step(const AttentionShape& shape, const cpu::RingStep& step, 
                         cudaStream_t stream) {
   check_ring(shape, step);
   const Ring ring = ring_of(step);
-  launch(attention_launch(shape), stream, ring_dq_kernel, shape, ring, q, dout, lse, delta, k, v,
-         dq_unscaled);
-  launch(attention_dkdv_launch(shape), stream, ring_dkdv_kernel, shape, ring, q, dout, lse, delta,
-         k, v, dk_unscaled, dv);
+  detail::launch_with_large_shared(attention_launch(shape), stream, ring_dq_kernel, shape, ring, q,
+                                   dout, lse, delta, k, v, dq_unscaled);
+  detail::launch_with_large_shared(attention_dkdv_launch(shape), stream, ring_dkdv_kernel, shape,
+                                   ring, q, dout, lse, delta, k, v, dk_unscaled, dv);
 }
 
 void scale_tensor(int64_t count, float factor, bf16* values, cudaStream_t stream) {
-  launch(thread_per_item_launch(count), stream, scale_kernel, count, factor, values);
+  detail::launch_with_large_shared(thread_per_item_launch(count), stream, scale_kernel, count,
+                                   factor, values);
 }
 
 }  // namespace dhelix::cuda

@@ -23,7 +23,7 @@ namespace {
 
 using detail::global_thread;
 using detail::grid_threads;
-using detail::to_dim3;
+using detail::launch;
 
 __device__ inline float f32(bf16 value) { return __bfloat162float(value); }
 __device__ inline bf16 to_bf16(float value) { return __float2bfloat16_rn(value); }
@@ -292,15 +292,6 @@ __global__ void adamw_kernel(kernels::AdamWStep step, int64_t count, const float
     v[i] = second;
     if (params_bf16 != nullptr) params_bf16[i] = to_bf16(p);
   }
-}
-
-// Launches `kernel` over `items` threads (or rows x 32 for warp kernels) on stream.
-template <class Kernel, class... Args>
-void launch(const LaunchConfig& config, cudaStream_t stream, Kernel kernel, Args... args) {
-  if (config.grid.x == 0) return;
-  kernel<<<to_dim3(config.grid), to_dim3(config.block), static_cast<size_t>(config.shared_bytes),
-           stream>>>(args...);
-  DHELIX_CUDA_LAUNCHED();
 }
 
 void check_workspace(const Workspace& workspace, int64_t needed, const char* op) {

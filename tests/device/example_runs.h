@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,43 @@ inline int64_t collectives_of(const Plan& plan, const JobSpec& job, int64_t rank
       program.instructions.begin(), program.instructions.end(), [group](const Instruction& i) {
         return i.kind == InstructionKind::kCollective && i.group && *i.group == group;
       });
+}
+
+/// The calls of iteration `k` of `r` (1, 2, ...) from its first event record to its last (the
+/// iteration's start and end events) whose kind is not in `allowed`, named for a failure
+/// message ("rank 1, iteration 2: synchronize"); with no record at all, one line saying so.
+inline std::vector<std::string> calls_outside(const RankRecord& r, int64_t k,
+                                              const std::set<DeviceCall::Kind>& allowed) {
+  using Kind = DeviceCall::Kind;
+  const size_t begin = marker(r.calls, "iteration " + std::to_string(k));
+  size_t end = begin + 1;
+  while (end < r.calls.size() && r.calls[end].kind != Kind::kMark) ++end;
+  size_t first = end, last = begin;
+  for (size_t i = begin; i < end; ++i) {
+    if (r.calls[i].kind != Kind::kRecord) continue;
+    first = std::min(first, i);
+    last = i;
+  }
+  const std::string where = "rank " + std::to_string(r.rank) + ", iteration " + std::to_string(k);
+  if (first >= last) return {where + ": no start and end event recorded"};
+  std::vector<std::string> outside;
+  for (size_t i = first; i <= last; ++i) {
+    if (!allowed.contains(r.calls[i].kind)) {
+      outside.push_back(where + ": " + device_call_name(r.calls[i].kind));
+    }
+  }
+  return outside;
+}
+
+/// What an iteration of a program with NCCL groups and device copies (CP, EP) may ask of
+/// the device: enqueueing calls only, no host wait.
+inline const std::set<DeviceCall::Kind>& enqueueing_calls() {
+  using Kind = DeviceCall::Kind;
+  static const std::set<Kind> calls = {Kind::kRecord,   Kind::kWait,       Kind::kKernel,
+                                       Kind::kGemm,     Kind::kCollective, Kind::kSend,
+                                       Kind::kRecv,     Kind::kDelay,      Kind::kGroupStart,
+                                       Kind::kGroupEnd, Kind::kCopy};
+  return calls;
 }
 
 }  // namespace dhelix::cuda::testing
