@@ -11,6 +11,7 @@
 
 #include "lib/error.h"
 #include "runtime/kernels/moe_capacity.h"
+#include "runtime/kernels/moe_padded_check.h"
 #include "runtime/kernels/moe_router.h"
 #include "runtime/kernels/moe_shared_gate.h"
 
@@ -25,17 +26,7 @@ size_t to_size(int64_t n) { return static_cast<size_t>(n); }
 }  // namespace
 
 void check_moe_shape(const MoePaddedShape& shape) {
-  auto refuse = [](const std::string& what) {
-    throw Error(ErrorCode::kUnsupported, "MoE with padded blocks on the host: " + what);
-  };
-  if (shape.capacity <= 0) {
-    refuse(
-        "the capacity is 0 (no expert would accept a token: a capacity factor this small "
-        "rounds ceil(cf T k / E) to 0); raise moe.capacity_factor, or set 0 for dropless");
-  }
-  if (shape.top_k < 1 || shape.top_k > shape.experts) {
-    refuse(fmt::format("top-{} of {} experts", shape.top_k, shape.experts));
-  }
+  kernels::check_padded_moe_shape(shape, "MoE with padded blocks on the host", 0);
 }
 
 void moe_route(const MoePaddedShape& s, const float* logits, MoePaddedRouting r) {

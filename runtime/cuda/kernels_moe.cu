@@ -10,6 +10,7 @@
 #include "runtime/cuda/moe_cuda.h"
 #include "runtime/kernels/moe_capacity.h"
 #include "runtime/kernels/moe_padded.h"
+#include "runtime/kernels/moe_padded_check.h"
 #include "runtime/kernels/moe_router.h"
 
 namespace dhelix::cuda {
@@ -162,21 +163,7 @@ __global__ void moe_router_grad_kernel(MoeDeviceShape s, MoeDeviceRouting r, con
 }  // namespace
 
 void check_moe_shape(const MoeDeviceShape& shape) {
-  auto refuse = [](const std::string& what) {
-    throw Error(ErrorCode::kUnsupported, "MoE on the cuda backend: " + what);
-  };
-  if (shape.capacity <= 0) {
-    refuse(
-        "the capacity is 0 (no expert would accept a token: a capacity factor this small "
-        "rounds ceil(cf T k / E) to 0); raise moe.capacity_factor, or set 0 for dropless");
-  }
-  if (shape.experts > kMaxMoeExperts) {
-    refuse(fmt::format("{} experts, more than the {} the router kernels hold per thread",
-                       shape.experts, kMaxMoeExperts));
-  }
-  if (shape.top_k < 1 || shape.top_k > shape.experts) {
-    refuse(fmt::format("top-{} of {} experts", shape.top_k, shape.experts));
-  }
+  kernels::check_padded_moe_shape(shape, "MoE on the cuda backend", kMaxMoeExperts);
 }
 
 std::vector<KernelEntry> moe_kernels() {

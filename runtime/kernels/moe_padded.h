@@ -3,8 +3,8 @@
 // and unpermute has a shape known on the host, so that the all-to-alls and the expert
 // GEMMs can be enqueued without reading the routing back (no host wait in an iteration).
 //
-// With capacity C (moe_capacity.h; cf > 0), each of the E experts receives at most C of a
-// rank's assignments. Permute writes them into E blocks of C rows, block e for expert e,
+// With capacity C (moe_capacity.h: ceil(cf T k / E), or T for dropless routing), each of the
+// E experts receives at most C of a rank's assignments. Permute writes them into E blocks of C rows, block e for expert e,
 // the kept assignments of e in ascending assignment order (the CPU's order within an
 // expert, runtime/cpu/moe_cpu.cc), the rest of the block zero:
 //
