@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "lib/rank_shape.h"
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/device_pool.h"
 #include "runtime/model/moe_layers_cpu.h"
@@ -248,7 +249,7 @@ TEST(MoeLayersCuda, ASharedExpertMatchesTheCpuLayerWithinBf16Error) {
   expect_cpu_layer_within_bf16_error(32);
 }
 
-TEST(MoeLayersCuda, RefusesWhatItIsNotBuiltFor) {
+TEST(MoeLayersCuda, DroplessRoutingPadsToTheRanksRows) {
   DHELIX_REQUIRE_GPUS(1);
   cudaStream_t stream = nullptr;
   DHELIX_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -258,7 +259,8 @@ TEST(MoeLayersCuda, RefusesWhatItIsNotBuiltFor) {
     const float scale = 1.0f;
     JobSpec dropless = moe_job(2);
     dropless.model.moe->capacity_factor = 0.0;
-    EXPECT_THROW({ MoeLayersCuda layers(dropless, 0, {0}, 7, &scale, memory); }, Error);
+    MoeLayersCuda layers(dropless, 0, {0}, 7, &scale, memory);
+    EXPECT_EQ(layers.capacity(), rank_shape(dropless, 0).rows);  // C = T: nothing drops
   }
   DHELIX_CUDA(cudaStreamDestroy(stream));
 }
