@@ -38,25 +38,20 @@ void moe_route(const MoePaddedShape& s, const float* logits, MoePaddedRouting r)
     kernels::router_topk_row(s.experts, s.top_k, z, r.chosen + t * s.top_k, r.gate + t * s.top_k);
     kernels::router_softmax_row(s.experts, z, r.probs + t * s.experts);
   }
-  // moe_keep_kernel: per assignment, after every gate is written.
-  for (int64_t a = 0; a < n; ++a) {
-    r.kept[a] = kernels::capacity_priority(n, r.chosen, r.gate, a) < s.capacity ? 1 : 0;
-  }
-  // moe_row_kernel: per assignment, after every kept flag is written.
-  for (int64_t a = 0; a < n; ++a) {
-    r.row[a] = r.kept[a] != 0
-                   ? r.chosen[a] * s.capacity + kernels::padded_position(r.chosen, r.kept, a)
-                   : -1;
-  }
-  // moe_counts_kernel: per expert.
+  // moe_routed_kernel: per expert.
   for (int64_t e = 0; e < s.experts; ++e) {
-    int64_t routed = 0, kept = 0;
-    for (int64_t a = 0; a < n; ++a) {
-      routed += r.chosen[a] == e ? 1 : 0;
-      kept += (r.chosen[a] == e && r.kept[a] != 0) ? 1 : 0;
-    }
+    int64_t routed = 0;
+    for (int64_t a = 0; a < n; ++a) routed += r.chosen[a] == e ? 1 : 0;
     r.routed[e] = routed;
-    r.send_counts[e] = kept * s.hidden;
+  }
+  // moe_keep_kernel: per assignment, after every n_e is written.
+  for (int64_t a = 0; a < n; ++a) {
+    r.kept[a] = kernels::keeps_assignment(n, r.chosen, r.gate, r.routed, s.capacity, a) ? 1 : 0;
+  }
+  // moe_rows_kernel: per expert, after every kept flag is written.
+  for (int64_t e = 0; e < s.experts; ++e) {
+    r.send_counts[e] =
+        kernels::assign_padded_rows(n, r.chosen, r.kept, s.capacity, e, r.row) * s.hidden;
   }
   // moe_aux_loss_kernel: one thread.
   *r.aux_loss = kernels::load_balancing_loss(s.tokens, s.top_k, s.experts, s.aux_loss_coeff,

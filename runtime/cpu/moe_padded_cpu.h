@@ -12,7 +12,7 @@
 // moe_padded.h), so the host computes what one GPU thread computes, element by element,
 // in fp32 where the GPU rounds activations to bf16. They differ from runtime/cpu/moe_cpu.h
 // (the CPU layer's) in the layout only: E blocks of C rows, zero padding, the padded row of
-// an assignment from padded_position, the kept set from capacity_priority (which gives
+// an assignment from assign_padded_rows, the kept set from keeps_assignment (which gives
 // drop_over_capacity's set), the counts in elements for the padded all-to-all.
 //
 // Overloads of moe_cpu.h's names, told apart by the shape type (kernels::MoePaddedShape

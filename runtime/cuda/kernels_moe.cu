@@ -28,34 +28,31 @@ __global__ void moe_topk_kernel(MoeDeviceShape s, const bf16* logits, MoeDeviceR
   }
 }
 
-// Whether assignment a fits its expert's capacity (moe_capacity.h's priority).
+// Per expert: n_e, the assignments routed to it before dropping.
+__global__ void moe_routed_kernel(MoeDeviceShape s, MoeDeviceRouting r) {
+  const int64_t n = s.tokens * s.top_k;
+  for (int64_t e = detail::global_thread(); e < s.experts; e += detail::grid_threads()) {
+    int64_t routed = 0;
+    for (int64_t a = 0; a < n; ++a) routed += r.chosen[a] == e ? 1 : 0;
+    r.routed[e] = routed;
+  }
+}
+
+// Whether assignment a fits its expert's capacity (moe_capacity.h), after every n_e is
+// written: O(1) for an expert within its capacity, O(T k) for one over it.
 __global__ void moe_keep_kernel(MoeDeviceShape s, MoeDeviceRouting r) {
   const int64_t n = s.tokens * s.top_k;
   for (int64_t a = detail::global_thread(); a < n; a += detail::grid_threads()) {
-    r.kept[a] = kernels::capacity_priority(n, r.chosen, r.gate, a) < s.capacity ? 1 : 0;
+    r.kept[a] = kernels::keeps_assignment(n, r.chosen, r.gate, r.routed, s.capacity, a) ? 1 : 0;
   }
 }
 
-// The padded row of assignment a (moe_padded.h), after every kept flag is written.
-__global__ void moe_row_kernel(MoeDeviceShape s, MoeDeviceRouting r) {
-  const int64_t n = s.tokens * s.top_k;
-  for (int64_t a = detail::global_thread(); a < n; a += detail::grid_threads()) {
-    r.row[a] = r.kept[a] != 0
-                   ? r.chosen[a] * s.capacity + kernels::padded_position(r.chosen, r.kept, a)
-                   : -1;
-  }
-}
-
-// Per expert: n_e before dropping and the kept rows' element count.
-__global__ void moe_counts_kernel(MoeDeviceShape s, MoeDeviceRouting r) {
+// Per expert, after every kept flag is written: its assignments' padded rows in index order
+// (moe_padded.h) and its kept rows' element count.
+__global__ void moe_rows_kernel(MoeDeviceShape s, MoeDeviceRouting r) {
   const int64_t n = s.tokens * s.top_k;
   for (int64_t e = detail::global_thread(); e < s.experts; e += detail::grid_threads()) {
-    int64_t routed = 0, kept = 0;
-    for (int64_t a = 0; a < n; ++a) {
-      routed += r.chosen[a] == e ? 1 : 0;
-      kept += (r.chosen[a] == e && r.kept[a] != 0) ? 1 : 0;
-    }
-    r.routed[e] = routed;
+    const int64_t kept = kernels::assign_padded_rows(n, r.chosen, r.kept, s.capacity, e, r.row);
     r.send_counts[e] = kept * s.hidden;
   }
 }
@@ -168,9 +165,9 @@ void check_moe_shape(const MoeDeviceShape& shape) {
 
 std::vector<KernelEntry> moe_kernels() {
   return {{"moe_topk_kernel", reinterpret_cast<const void*>(&moe_topk_kernel)},
+          {"moe_routed_kernel", reinterpret_cast<const void*>(&moe_routed_kernel)},
           {"moe_keep_kernel", reinterpret_cast<const void*>(&moe_keep_kernel)},
-          {"moe_row_kernel", reinterpret_cast<const void*>(&moe_row_kernel)},
-          {"moe_counts_kernel", reinterpret_cast<const void*>(&moe_counts_kernel)},
+          {"moe_rows_kernel", reinterpret_cast<const void*>(&moe_rows_kernel)},
           {"moe_aux_loss_kernel", reinterpret_cast<const void*>(&moe_aux_loss_kernel)},
           {"moe_permute_kernel", reinterpret_cast<const void*>(&moe_permute_kernel)},
           {"moe_regroup_kernel", reinterpret_cast<const void*>(&moe_regroup_kernel)},
@@ -186,9 +183,9 @@ void moe_route(const MoeDeviceShape& shape, const bf16* logits, MoeDeviceRouting
   check_moe_shape(shape);
   const int64_t assignments = shape.tokens * shape.top_k;
   detail::launch_per_item(shape.tokens, stream, moe_topk_kernel, shape, logits, routing);
+  detail::launch_per_item(shape.experts, stream, moe_routed_kernel, shape, routing);
   detail::launch_per_item(assignments, stream, moe_keep_kernel, shape, routing);
-  detail::launch_per_item(assignments, stream, moe_row_kernel, shape, routing);
-  detail::launch_per_item(shape.experts, stream, moe_counts_kernel, shape, routing);
+  detail::launch_per_item(shape.experts, stream, moe_rows_kernel, shape, routing);
   detail::launch_per_item(1, stream, moe_aux_loss_kernel, shape, routing);
 }
 

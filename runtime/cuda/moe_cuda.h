@@ -1,14 +1,14 @@
 #pragma once
-// The MoE layer's kernels on the GPU: the CUDA twin of runtime/cpu/moe_cpu.h for a
-// capacity factor > 0, with every buffer between permute and unpermute padded to the
+// The MoE layer's kernels on the GPU: the CUDA twin of runtime/cpu/moe_cpu.h, with every buffer between permute and unpermute padded to the
 // capacity (runtime/kernels/moe_padded.h) so that its shape is known on the host and the
 // all-to-alls and expert GEMMs are enqueued without reading the routing back.
 //
 // The math is shared: each token's top-k and softmax are moe_router.h's router_topk_row and
 // router_softmax_row, the router backward its router_backward_row, the load-balancing loss
-// moe_capacity.h's; dropping is moe_capacity.h's capacity_priority per assignment (the same
-// kept set as the CPU's sort) and each kept assignment's padded row is moe_padded.h's
-// padded_position (the CPU's order within an expert). So on the same logits the routing is
+// moe_capacity.h's; dropping is moe_capacity.h's keeps_assignment per assignment (the same
+// kept set as the CPU's sort; O(1) for an expert within its capacity, O(T k) over it) and
+// the padded rows are moe_padded.h's assign_padded_rows, one thread per expert (the CPU's
+// order within an expert). So on the same logits the routing is
 // the CPU's exactly (tests/gpu/moe_gpu_test.cc checks it), and the values differ by bf16
 // rounding only.
 //

@@ -16,9 +16,9 @@
 // (0.7) and 0 (0.6, lower index than token 2) and drops token 2's assignment.
 //
 // The CPU runs drop_over_capacity (a sort per expert); the CUDA backend decides each
-// assignment on its own thread with capacity_priority, which gives every assignment the
-// position that sort gives it, so both drop exactly the same assignments. Every sum has a
-// fixed order.
+// assignment on its own thread with keeps_assignment (capacity_priority, which gives every
+// assignment the position that sort gives it, where its expert is over capacity), so both
+// drop exactly the same assignments. Every sum has a fixed order.
 
 #include <algorithm>
 #include <cmath>
@@ -71,6 +71,18 @@ DHELIX_HOST_DEVICE inline int64_t capacity_priority(int64_t assignments, const i
     if (gate[b] > gate[a] || (b < a && !(gate[b] < gate[a]))) ++before;
   }
   return before;
+}
+
+/// Whether assignment a fits its expert's capacity, given routed[e] (the assignments routed
+/// to each expert before dropping): always when its expert received no more than the
+/// capacity (then every priority is below it), else capacity_priority's test. The same
+/// decision as capacity_priority alone, in O(1) for every expert within its capacity
+/// (every expert under dropless routing, where the capacity is the token count).
+DHELIX_HOST_DEVICE inline bool keeps_assignment(int64_t assignments, const int32_t* chosen,
+                                                const float* gate, const int64_t* routed,
+                                                int64_t capacity, int64_t a) {
+  if (routed[chosen[a]] <= capacity) return true;
+  return capacity_priority(assignments, chosen, gate, a) < capacity;
 }
 
 /// n_e: assignments routed to each expert (before dropping) into counts[experts].

@@ -3,12 +3,13 @@
 // and unpermute has a shape known on the host, so that the all-to-alls and the expert
 // GEMMs can be enqueued without reading the routing back (no host wait in an iteration).
 //
-// With capacity C (moe_capacity.h: ceil(cf T k / E), or T for dropless routing), each of the
-// E experts receives at most C of a rank's assignments. Permute writes them into E blocks of C rows, block e for expert e,
-// the kept assignments of e in ascending assignment order (the CPU's order within an
-// expert, runtime/cpu/moe_cpu.cc), the rest of the block zero:
+// With capacity C (moe_capacity.h: ceil(cf T k / E), or T for dropless routing), each of
+// the E experts receives at most C of a rank's assignments. Permute writes them into E
+// blocks of C rows, block e for expert e, the kept assignments of e in ascending assignment
+// order (the CPU's order within an expert, runtime/cpu/moe_cpu.cc), the rest of the block
+// zero (assign_padded_rows, one expert at a time):
 //
-//   padded row of kept assignment a = chosen[a] * C + padded_position(a)
+//   padded row of kept assignment a = chosen[a] * C + (kept assignments to chosen[a] before a)
 //
 // With ep members and L = E / ep local experts, the blocks of member j's experts
 // [j L, (j + 1) L) are contiguous: the dispatch sends L C rows to each member. What
@@ -51,13 +52,19 @@ struct MoePaddedRouting {
   float* aux_loss = nullptr;       ///< [1] L_aux of these tokens
 };
 
-/// Position of kept assignment a inside its expert's block: the kept assignments to the
-/// same expert with a lower index. chosen[assignments], kept[assignments] (1 kept).
-DHELIX_HOST_DEVICE inline int64_t padded_position(const int32_t* chosen, const uint8_t* kept,
-                                                  int64_t a) {
-  int64_t before = 0;
-  for (int64_t b = 0; b < a; ++b) before += (chosen[b] == chosen[a] && kept[b] != 0) ? 1 : 0;
-  return before;
+/// Expert e's padded rows: walks the assignments in index order and gives each kept one
+/// routed to e the next row of e's block (row[a] = e C + the kept assignments to e with a
+/// lower index), each dropped one -1. Returns how many e kept. chosen[assignments],
+/// kept[assignments] (1 kept). One call per expert (one GPU thread each): O(assignments).
+DHELIX_HOST_DEVICE inline int64_t assign_padded_rows(int64_t assignments, const int32_t* chosen,
+                                                     const uint8_t* kept, int64_t capacity,
+                                                     int64_t e, int64_t* row) {
+  int64_t next = 0;
+  for (int64_t a = 0; a < assignments; ++a) {
+    if (chosen[a] != e) continue;
+    row[a] = kept[a] != 0 ? e * capacity + next++ : -1;
+  }
+  return next;
 }
 
 /// The expert-major row of source-major row `row` ([ep][local][capacity] rows), or back

@@ -1,8 +1,8 @@
 // The CUDA MoE layer's host-side arithmetic (runtime/kernels/moe_padded.h,
-// moe_capacity.h's capacity_priority): the padded rows and the regrouping against the
-// worked example, and the per-assignment decisions against the CPU's sort and slots; and
-// the CUDA kernels' host twin (runtime/cpu/moe_padded_cpu.h) against the CPU's MoE
-// functions, bit for bit (both fp32, the same sums in the same order).
+// moe_capacity.h's capacity_priority and keeps_assignment): the padded rows and the regrouping
+// against the worked example, and the per-assignment decisions against the CPU's sort and slots;
+// and the CUDA kernels' host twin (runtime/cpu/moe_padded_cpu.h) against the CPU's MoE functions,
+// bit for bit (both fp32, the same sums in the same order).
 
 #include "runtime/kernels/moe_padded.h"
 
@@ -63,9 +63,14 @@ TEST(MoePadded, CapacityPriorityKeepsWhatTheSortKeeps) {
     for (int64_t capacity = 0; capacity <= tokens; ++capacity) {
       std::vector<uint8_t> kept(static_cast<size_t>(n));
       drop_over_capacity(tokens, k, experts, capacity, c.data(), g.data(), kept.data());
+      std::vector<int64_t> routed(static_cast<size_t>(experts));
+      routed_counts(tokens, k, experts, c.data(), routed.data());
       for (int64_t a = 0; a < n; ++a) {
         const bool keep = capacity_priority(n, c.data(), g.data(), a) < capacity;
         ASSERT_EQ(keep, kept[static_cast<size_t>(a)] != 0) << "trial " << trial << " a " << a;
+        // The shortcut for experts within their capacity decides the same.
+        ASSERT_EQ(keeps_assignment(n, c.data(), g.data(), routed.data(), capacity, a), keep)
+            << "trial " << trial << " a " << a;
       }
     }
   }
@@ -96,13 +101,21 @@ TEST(MoePadded, PaddedRowsHoldTheCpuSlotsInOrder) {
     first[static_cast<size_t>(e)] =
         first[static_cast<size_t>(e - 1)] + r.expert_rows[static_cast<size_t>(e - 1)];
   }
-  for (int64_t a = 0; a < s.tokens * s.top_k; ++a) {
+  const int64_t n = s.tokens * s.top_k;
+  std::vector<int64_t> row(static_cast<size_t>(n), -2);
+  for (int64_t e = 0; e < s.experts; ++e) {
+    EXPECT_EQ(assign_padded_rows(n, r.chosen.data(), r.kept.data(), r.capacity, e, row.data()),
+              r.expert_rows[static_cast<size_t>(e)]);
+  }
+  for (int64_t a = 0; a < n; ++a) {
     const auto i = static_cast<size_t>(a);
-    if (r.kept[i] == 0) continue;
+    if (r.kept[i] == 0) {
+      EXPECT_EQ(row[i], -1);
+      continue;
+    }
     const int64_t e = r.chosen[i];
-    EXPECT_EQ(padded_position(r.chosen.data(), r.kept.data(), a),
-              r.slot_of[i] - first[static_cast<size_t>(e)]);
-    EXPECT_LT(padded_position(r.chosen.data(), r.kept.data(), a), r.capacity);
+    EXPECT_EQ(row[i], e * r.capacity + r.slot_of[i] - first[static_cast<size_t>(e)]);
+    EXPECT_LT(row[i] - e * r.capacity, r.capacity);
   }
 }
 
