@@ -1,7 +1,8 @@
 #pragma once
-// The MoE layer's kernels on the GPU: the CUDA twin of runtime/cpu/moe_cpu.h, with every buffer between permute and unpermute padded to the
-// capacity (runtime/kernels/moe_padded.h) so that its shape is known on the host and the
-// all-to-alls and expert GEMMs are enqueued without reading the routing back.
+// The MoE layer's kernels on the GPU: the CUDA twin of runtime/cpu/moe_cpu.h, with every buffer
+// between permute and unpermute padded to the capacity (runtime/kernels/moe_padded.h) so that its
+// shape is known on the host and the all-to-alls and expert GEMMs are enqueued without reading the
+// routing back.
 //
 // The math is shared: each token's top-k and softmax are moe_router.h's router_topk_row and
 // router_softmax_row, the router backward its router_backward_row, the load-balancing loss

@@ -4,9 +4,14 @@
 // exchanges (moe_expert_tp_cpu.cc, moe_expert_tp_padded.h), and the shared expert's
 // (moe_shared_expert_cpu.cc, moe_shared_expert_padded.h).
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <string>
+
+#include "lib/error.h"
 
 namespace dhelix::rt {
 
@@ -45,6 +50,17 @@ inline constexpr std::array<const char*, 12> kSharedOps = {
     "bwd.shared_swiglu",         "bwd.shared_fc1_dgrad",
     "bwd.shared_fc1_wgrad",      "bwd.reduce_scatter_shared",
 };
+
+/// Throws Error(kInvalidInput) for a shared-expert op that exchanges rows over TP (the
+/// all-gathers and reduce-scatters) when `tp` is 1: the planner writes none then.
+inline void check_shared_expert_op(const std::string& op, int64_t tp) {
+  const bool exchange =
+      op.find("allgather_") != std::string::npos || op.find("reduce_scatter_") != std::string::npos;
+  if (exchange && tp == 1) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("StageModel: op {} does not occur with tp = 1", op));
+  }
+}
 
 /// True when `op` is one of `names`.
 template <size_t N>

@@ -25,6 +25,7 @@
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/kernels/moe_shared_gate.h"
 #include "runtime/model/moe_layers_cpu_internal.h"
+#include "runtime/model/moe_op_names.h"
 #include "runtime/model/stage_model_internal.h"
 
 namespace dhelix::rt {
@@ -65,12 +66,7 @@ std::optional<BoundOp> MoeLayersCpu::bind_shared(const std::string& op, int64_t 
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("StageModel: op {}: the model has no shared expert", op));
   }
-  const bool exchange =
-      op.find("allgather_") != std::string::npos || op.find("reduce_scatter_") != std::string::npos;
-  if (exchange && tp_ == 1) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("StageModel: op {} does not occur with tp = 1", op));
-  }
+  check_shared_expert_op(op, tp_);
   State& s = state(micro_batch, layer, recomputing);
   Weights& w = *weights_.at(layer);
   // n own rows; t rows the GEMMs see (the TP group's with tp > 1); fs this rank's width.

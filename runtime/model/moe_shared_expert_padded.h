@@ -198,12 +198,7 @@ std::optional<typename PaddedSharedExpert<B>::BoundOp> PaddedSharedExpert<B>::bi
   using model_detail::communication;
   using model_detail::computation;
   if (!handles(op)) return std::nullopt;
-  const bool exchange =
-      op.find("allgather_") != std::string::npos || op.find("reduce_scatter_") != std::string::npos;
-  if (exchange && tp_ == 1) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("StageModel: op {} does not occur with tp = 1", op));
-  }
+  check_shared_expert_op(op, tp_);
   State& s = state(micro_batch, layer, recomputing);
   Weights& w = weights_.at(layer);
   // n own rows; t rows the GEMMs see (the TP group's with tp > 1); fs this rank's width.

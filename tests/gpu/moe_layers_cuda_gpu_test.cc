@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lib/error.h"
@@ -22,6 +23,7 @@
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/device_pool.h"
 #include "runtime/model/moe_layers_cpu.h"
+#include "runtime/model/moe_op_names.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/runtime/stage_model_test_util.h"
 
@@ -60,26 +62,19 @@ JobSpec moe_job(int64_t ep, int64_t shared_width = 0) {
   return job;
 }
 
-constexpr std::array<const char*, 8> kForward = {
-    "fwd.router", "fwd.permute",     "fwd.dispatch_a2a", "fwd.grouped_fc1",
-    "fwd.swiglu", "fwd.grouped_fc2", "fwd.combine_a2a",  "fwd.unpermute"};
-constexpr std::array<const char*, 11> kBackward = {"bwd.unpermute",
-                                                   "bwd.combine_a2a",
-                                                   "bwd.grouped_fc2_dgrad",
-                                                   "bwd.grouped_fc2_wgrad",
-                                                   "bwd.swiglu",
-                                                   "bwd.grouped_fc1_dgrad",
-                                                   "bwd.grouped_fc1_wgrad",
-                                                   "bwd.dispatch_a2a",
-                                                   "bwd.permute",
-                                                   "bwd.router",
-                                                   "bwd.router_wgrad"};
-
-constexpr std::array<const char*, 3> kSharedForward = {"fwd.shared_fc1", "fwd.shared_swiglu",
-                                                       "fwd.shared_fc2"};
-constexpr std::array<const char*, 5> kSharedBackward = {
-    "bwd.shared_fc2_dgrad", "bwd.shared_fc2_wgrad", "bwd.shared_swiglu", "bwd.shared_fc1_dgrad",
-    "bwd.shared_fc1_wgrad"};
+// The ops of `names` (runtime/model/moe_op_names.h, in their order) of one direction
+// ("fwd." or "bwd."), without the TP exchanges (tp = 1 here).
+std::vector<const char*> ops_of(const auto& names, const std::string& direction) {
+  std::vector<const char*> ops;
+  for (const char* op : names) {
+    const std::string name = op;
+    if (name.starts_with(direction) && name.find("allgather") == std::string::npos &&
+        name.find("reduce_scatter") == std::string::npos) {
+      ops.push_back(op);
+    }
+  }
+  return ops;
+}
 
 std::vector<float> download(const float* device, int64_t count) {
   std::vector<float> host(to_size(count));
@@ -170,10 +165,10 @@ void expect_cpu_layer_within_bf16_error(int64_t shared_width) {
         if (!std::string(op).ends_with("_a2a")) run_cpu(op);
       }
     };
-    run(kForward);
-    if (shared_width > 0) run(kSharedForward);  // y += g shared(x), after unpermute's y
-    run(kBackward);
-    if (shared_width > 0) run(kSharedBackward);
+    run(ops_of(rt::kRoutedMoeOps, "fwd."));
+    if (shared_width > 0) run(ops_of(rt::kSharedOps, "fwd."));  // y += g shared(x), after y
+    run(ops_of(rt::kRoutedMoeOps, "bwd."));
+    if (shared_width > 0) run(ops_of(rt::kSharedOps, "bwd."));
     for (int64_t r = 0; r < ep; ++r) {
       gpu[to_size(r)]->sum_input_gradient(0, 0, io[to_size(r)])(exec);
       const rt::MoeLayerIo cio{.x = x[to_size(r)].data(),
