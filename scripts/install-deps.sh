@@ -24,6 +24,7 @@ test_packages=(
   file  # cpack -G DEB (README's Installing section, run by e2e_docs) calls it
   iproute2  # scripts/shaped-link.sh: ip and tc shape the ranks' link (unshare: util-linux)
   time  # /usr/bin/time in tests/bench/coexec/settings.sh, scripts/compare-planner-builds.sh
+  shellcheck  # tests/e2e/gpu_scripts_test.sh checks the GPU machine scripts with it
 )
 case "$set_name" in
   core) packages=("${core_packages[@]}") ;;

@@ -20,7 +20,8 @@ fi
 # Programs a script only calls when present, behind its own check (GPU tools, the browser
 # the SVG render test uses when it finds one), and the binaries the build makes.
 # sudo: install-deps.sh itself uses it only when not run as root.
-optional=" nvidia-smi nvcc chromium sudo dhelix-plan dhelix-profile dhelix-run dhelix-diff "
+optional=" nvidia-smi nvcc ccache chromium sudo dhelix-plan dhelix-profile dhelix-run dhelix-diff
+  dhelix_gpu_tests dhelix_gpu_interference "
 
 # Every package array of the script (core_packages, test_packages): the test suite installs all.
 listed=$(sed -n '/^[a-z_]*packages=(/,/^)/p' "$src/scripts/install-deps.sh" | sed 's/#.*//' |
@@ -68,9 +69,17 @@ def strip_quotes(text):
         out.append(c)
         i += 1
     return "".join(out)
+def defined_functions(text):
+    return set(re.findall(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\)", text, re.M))
 for path in sys.argv[1:]:
     text = open(path).read()
-    functions = set(re.findall(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\)", text, re.M))
+    functions = defined_functions(text)
+    # The functions of a file it sources (". "$SRC/scripts/gpu-lib.sh"): named by its path's
+    # tail, found among the files scanned.
+    for sourced in re.findall(r"^\s*(?:\.|source)\s+\S*?/([\w.-]+/[\w.-]+\.sh)\b", text, re.M):
+        for other in sys.argv[1:]:
+            if other.endswith("/" + sourced):
+                functions |= defined_functions(open(other).read())
     lines, heredoc = [], None
     for line in text.split("\n"):
         if heredoc:
