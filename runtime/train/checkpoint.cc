@@ -3,11 +3,14 @@
 
 #include "runtime/train/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <string_view>
@@ -22,8 +25,10 @@ namespace {
 
 constexpr std::string_view kMagic("DHXCKPT\0", 8);
 constexpr int64_t kMaxNameBytes = 65535;
-// magic, version, zero, rank, step, data_position, rng_state, tensor count.
-constexpr int64_t kHeaderBytes = 8 + 4 + 4 + 8 * 5;
+constexpr size_t kPlanHashDigits = 64;
+// magic, version, zero, rank, step, data_position, rng_state; the identity (world size,
+// five coordinates, plan hash, run id); tensor count.
+constexpr int64_t kHeaderBytes = 8 + 4 + 4 + 8 * 4 + 8 * 6 + kPlanHashDigits + kRunIdDigits + 8;
 constexpr int64_t kChecksumBytes = 8;
 
 uint64_t fnv1a64(std::string_view bytes) {
@@ -127,10 +132,58 @@ void check_magic_and_version(ShardCursor& cursor, const std::string& bytes) {
   cursor.text(kMagic.size(), "the magic bytes");
   const uint32_t version = cursor.u32("the format version");
   if (version != kShardFormatVersion) {
-    cursor.fail(fmt::format("shard format version {}; this dhelix reads version {}", version,
-                            kShardFormatVersion));
+    cursor.fail(fmt::format("shard format version {}; this dhelix reads version {}{}", version,
+                            kShardFormatVersion,
+                            version == 1 ? " (version 1 shards carry no run identity: train "
+                                           "again from step 0 or resume with the dhelix that "
+                                           "wrote them)"
+                                         : ""));
   }
   if (cursor.u32("the reserved field") != 0) cursor.fail("the reserved header field is not 0");
+}
+
+void put_identity(std::string& out, const ShardIdentity& identity) {
+  DHELIX_CHECK(is_lower_hex(identity.plan_sha256, kPlanHashDigits));
+  DHELIX_CHECK(is_lower_hex(identity.run_id, kRunIdDigits));
+  const RankCoordinates& c = identity.coordinates;
+  for (const int64_t value : {identity.world_size, c.pp, c.tp, c.cp, c.ep, c.dp}) {
+    put_u64(out, static_cast<uint64_t>(value));
+  }
+  out.append(identity.plan_sha256);
+  out.append(identity.run_id);
+}
+
+ShardIdentity read_identity(ShardCursor& cursor, int64_t rank) {
+  ShardIdentity identity;
+  RankCoordinates& c = identity.coordinates;
+  identity.world_size = static_cast<int64_t>(cursor.u64("the world size"));
+  int64_t* const fields[] = {&c.pp, &c.tp, &c.cp, &c.ep, &c.dp};
+  const char* const names[] = {"pp", "tp", "cp", "ep", "dp"};
+  for (size_t i = 0; i < 5; ++i) {
+    *fields[i] = static_cast<int64_t>(cursor.u64(fmt::format("the {} coordinate", names[i])));
+    if (*fields[i] < 0) cursor.fail(fmt::format("corrupt: negative {} coordinate", names[i]));
+  }
+  if (identity.world_size < 1 || rank >= identity.world_size) {
+    cursor.fail(fmt::format("corrupt: rank {} of a world of {} ranks", rank, identity.world_size));
+  }
+  identity.plan_sha256 = cursor.text(kPlanHashDigits, "the plan hash");
+  if (!is_lower_hex(identity.plan_sha256, kPlanHashDigits)) {
+    cursor.fail("corrupt: the plan hash is not 64 lowercase hexadecimal digits");
+  }
+  identity.run_id = cursor.text(kRunIdDigits, "the run id");
+  if (!is_lower_hex(identity.run_id, kRunIdDigits)) {
+    cursor.fail(
+        fmt::format("corrupt: the run id is not {} lowercase hexadecimal digits", kRunIdDigits));
+  }
+  return identity;
+}
+
+const char* file_type_text(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
 }
 
 NamedTensor read_tensor(ShardCursor& cursor, uint64_t index, std::set<std::string>& names) {
@@ -177,6 +230,46 @@ void RankShard::copy_into(const std::string& name, float* values, int64_t count)
   std::copy(tensor->values.begin(), tensor->values.end(), values);
 }
 
+bool is_lower_hex(const std::string& text, size_t digits) {
+  return text.size() == digits && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+std::string read_checkpoint_file(const std::string& path, const std::string& what) {
+  // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int saved = errno;
+    throw Error(ErrorCode::kIo,
+                fmt::format("{}: cannot read {}: {}", path, what, std::strerror(saved)));
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    const mode_t mode = info.st_mode;
+    ::close(fd);
+    throw Error(ErrorCode::kIo, fmt::format("{}: is {}, not a file: a {} must be a regular file",
+                                            path, file_type_text(mode), what));
+  }
+  std::string bytes;
+  bytes.reserve(static_cast<size_t>(info.st_size));
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got == 0) break;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      const int saved = errno;
+      ::close(fd);
+      throw Error(ErrorCode::kIo,
+                  fmt::format("{}: cannot read {}: {}", path, what, std::strerror(saved)));
+    }
+    bytes.append(chunk, static_cast<size_t>(got));
+  }
+  ::close(fd);
+  return bytes;
+}
+
 std::string rank_shard_file_name(int64_t rank) { return fmt::format("rank-{}.bin", rank); }
 
 int64_t rank_shard_bytes(const RankShardView& shard) {
@@ -197,6 +290,7 @@ int64_t write_rank_shard(const std::string& step_dir, const RankShardView& shard
   put_u64(out, static_cast<uint64_t>(shard.step));
   put_u64(out, shard.data_position);
   put_u64(out, shard.rng_state);
+  put_identity(out, shard.identity);
   put_u64(out, shard.tensors.size());
   std::set<std::string> names;
   for (const TensorView& tensor : shard.tensors) {
@@ -215,16 +309,7 @@ int64_t write_rank_shard(const std::string& step_dir, const RankShardView& shard
 }
 
 RankShard read_rank_shard(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int saved = errno;
-    throw Error(ErrorCode::kIo,
-                fmt::format("{}: cannot read checkpoint shard: {}", path, std::strerror(saved)));
-  }
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    throw Error(ErrorCode::kIo, fmt::format("{}: cannot read checkpoint shard: read error", path));
-  }
+  const std::string bytes = read_checkpoint_file(path, "checkpoint shard");
   ShardCursor cursor(path, bytes);
   check_magic_and_version(cursor, bytes);
   RankShard shard;
@@ -233,10 +318,11 @@ RankShard read_rank_shard(const std::string& path) {
   shard.step = static_cast<int64_t>(cursor.u64("the step"));
   shard.data_position = cursor.u64("the data position");
   shard.rng_state = cursor.u64("the RNG state");
-  const uint64_t count = cursor.u64("the tensor count");
   if (shard.rank < 0 || shard.step < 0) {
     cursor.fail(fmt::format("corrupt: negative rank {} or step {}", shard.rank, shard.step));
   }
+  shard.identity = read_identity(cursor, shard.rank);
+  const uint64_t count = cursor.u64("the tensor count");
   // Every tensor takes at least 12 bytes (name length and value count).
   if (count > cursor.remaining() / 12) {
     cursor.fail(fmt::format("truncated or corrupt: {} tensors cannot fit in the {} bytes left",

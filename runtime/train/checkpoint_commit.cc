@@ -24,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kManifestSchemaMajor = 1;
+constexpr int kManifestSchemaMajor = 2;
 constexpr const char* kManifestFile = "manifest.json";
 constexpr const char* kLatestFile = "latest";
 
@@ -110,12 +110,6 @@ void read_manifest_shards(ObjectReader& root, CheckpointManifest& manifest) {
   }
 }
 
-bool is_sha256_hex(const std::string& text) {
-  return text.size() == 64 && std::all_of(text.begin(), text.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
-
 }  // namespace
 
 std::string step_dir(const std::string& dir, int64_t step) {
@@ -139,12 +133,14 @@ std::string prepare_temporary_step_dir(const std::string& dir, int64_t step) {
 }
 
 CheckpointManifest make_manifest(const std::string& step_dir_path, const std::string& job,
-                                 int64_t step, int64_t world_size, const std::string& plan_sha256) {
+                                 int64_t step, int64_t world_size, const std::string& plan_sha256,
+                                 const std::string& run_id) {
   CheckpointManifest manifest;
   manifest.job = job;
   manifest.step = step;
   manifest.world_size = world_size;
   manifest.plan_sha256 = plan_sha256;
+  manifest.run_id = run_id;
   for (int64_t rank = 0; rank < world_size; ++rank) {
     const std::string file = rank_shard_file_name(rank);
     std::error_code error;
@@ -163,6 +159,7 @@ OrderedJson manifest_to_json(const CheckpointManifest& manifest) {
   root["step"] = manifest.step;
   root["world_size"] = manifest.world_size;
   root["plan_sha256"] = manifest.plan_sha256;
+  root["run_id"] = manifest.run_id;
   root["shard_format_version"] = manifest.shard_format_version;
   OrderedJson shards = OrderedJson::array();
   for (const ManifestShard& shard : manifest.shards) {
@@ -182,7 +179,7 @@ void write_manifest(const std::string& step_dir_path, const CheckpointManifest& 
 }
 
 CheckpointManifest read_manifest(const std::string& path) {
-  const Json json = read_json_file(path);
+  const Json json = parse_json_text(read_checkpoint_file(path, "checkpoint manifest"), path);
   require_file_kind(json, path, FileKind::kCheckpointManifest);
   ProblemList problems;
   ObjectReader root(json, path, "", problems);
@@ -203,9 +200,14 @@ CheckpointManifest read_manifest(const std::string& path) {
   manifest.world_size = root.integer("world_size", Need::kRequired, {.min = 1}).value_or(0);
   manifest.plan_sha256 = root.string("plan_sha256", Need::kRequired).value_or("");
   if (root.has("plan_sha256") && !manifest.plan_sha256.empty() &&
-      !is_sha256_hex(manifest.plan_sha256)) {
+      !is_lower_hex(manifest.plan_sha256, 64)) {
     root.report("plan_sha256", json_value_text(Json(manifest.plan_sha256)),
                 "must be 64 lowercase hexadecimal digits (a SHA-256)");
+  }
+  manifest.run_id = root.string("run_id", Need::kRequired).value_or("");
+  if (root.has("run_id") && !is_lower_hex(manifest.run_id, kRunIdDigits)) {
+    root.report("run_id", json_value_text(Json(manifest.run_id)),
+                fmt::format("must be {} lowercase hexadecimal digits", kRunIdDigits));
   }
   manifest.shard_format_version =
       root.integer("shard_format_version", Need::kRequired).value_or(kShardFormatVersion);
@@ -224,10 +226,18 @@ void check_manifest_shards(const std::string& step_dir_path, const CheckpointMan
   for (const ManifestShard& shard : manifest.shards) {
     const std::string path = step_dir_path + "/" + shard.file;
     std::error_code error;
+    const fs::file_status status = fs::symlink_status(path, error);
+    if (status.type() == fs::file_type::not_found) {
+      problems.add(path, "", "", "is missing: the checkpoint is incomplete");
+      continue;
+    }
+    if (!fs::is_regular_file(fs::status(path, error))) {
+      problems.add(path, "", "", "is not a regular file: a checkpoint shard must be one");
+      continue;
+    }
     const uintmax_t bytes = fs::file_size(path, error);
     if (error) {
-      problems.add(path, "", "",
-                   "is missing: the checkpoint is incomplete (" + error.message() + ")");
+      problems.add(path, "", "", "cannot be read: " + error.message());
     } else if (static_cast<int64_t>(bytes) != shard.bytes) {
       problems.add(path, "", fmt::format("{} bytes", bytes),
                    fmt::format("differ from the {} bytes manifest.json lists", shard.bytes));
@@ -283,13 +293,10 @@ void publish_step(const std::string& dir, int64_t step) {
 
 std::optional<int64_t> latest_step(const std::string& dir) {
   const std::string path = dir + "/" + kLatestFile;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!exists(path)) return std::nullopt;
-    const int saved = errno;
-    throw Error(ErrorCode::kIo, fmt::format("{}: cannot read: {}", path, std::strerror(saved)));
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::error_code error;
+  if (fs::symlink_status(path, error).type() == fs::file_type::not_found) return std::nullopt;
+  // At most a few bytes are expected: a long text is reported cut (json_value_text).
+  std::string text = read_checkpoint_file(path, "checkpoint's latest file (\"step-<N>\")");
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   const std::optional<int64_t> step = parse_step_name(text, "");
   if (!step) {
@@ -298,7 +305,7 @@ std::optional<int64_t> latest_step(const std::string& dir) {
                             json_value_text(Json(text))));
   }
   const std::string manifest = step_dir(dir, *step) + "/" + kManifestFile;
-  if (!exists(manifest)) {
+  if (fs::symlink_status(manifest, error).type() == fs::file_type::not_found) {
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("{}: names step-{}, but {} does not exist", path, *step, manifest));
   }

@@ -30,6 +30,7 @@
 #include "runtime/comm/process_groups.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/checkpoint_identity.h"
 #include "runtime/train/context_split.h"
 #include "runtime/train/moe_support.h"
 #include "runtime/train/rank_agreement.h"
@@ -214,6 +215,7 @@ void Trainer::read_inputs() {
   }
   plan_bytes_ = read_bytes(options_.plan_file);
   plan_ = read_plan(options_.plan_file);
+  plan_hash_ = plan_training_sha256(plan_bytes_, options_.plan_file);
   job_ = job_from_plan(plan_, options_.plan_file);
   if (!options_.job_file.empty()) {
     check_plan_matches_job(plan_, options_.plan_file, read_job_file(options_.job_file),
@@ -343,11 +345,12 @@ void Trainer::report(int64_t step, float loss, double step_seconds) {
   }
 }
 
-// Resume and open the loss log: a failure on any rank stops every rank, reported once.
+// Take the checkpoint directory, resume and open the loss log: a failure on any rank stops
+// every rank, reported once.
 int64_t Trainer::start_training() {
-  int64_t first_step = 0;
+  if (!options_.checkpoint_dir.empty()) take_checkpoint_dir();
+  const int64_t first_step = options_.resume ? restore_checkpoint() : 0;
   agreed([&] {
-    first_step = options_.resume ? restore_checkpoint() : 0;
     if (rank_ == 0 && !options_.loss_log.empty()) {
       loss_log_.open(options_.loss_log, std::ios::app);
       if (!loss_log_) {

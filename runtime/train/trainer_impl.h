@@ -22,6 +22,7 @@
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/checkpoint_lock.h"
 #include "runtime/train/rank_agreement.h"
 #include "runtime/train/rank_comms.h"
 #include "runtime/train/run_trace.h"
@@ -62,6 +63,8 @@ class Trainer {
   void save_checkpoint(int64_t completed_steps, const std::vector<NamedTensor>& state);
   bool state_is_finite(int64_t completed_steps, const std::vector<NamedTensor>& state);
   std::string set_aside_diverged_checkpoint(int64_t bad_step);
+  void take_checkpoint_dir();
+  ShardIdentity identity() const;
   int64_t restore_checkpoint();
 
   const TrainOptions& options_;
@@ -72,6 +75,9 @@ class Trainer {
   // groups do not exist yet at the first one).
   std::unique_ptr<Communicator> world_;
   std::string plan_bytes_;
+  std::string plan_hash_;  // plan_training_sha256: what checkpoints are checked against
+  std::string run_id_;     // with --checkpoint-dir: rank 0's, shared (checkpoint_identity.h)
+  std::unique_ptr<CheckpointLock> lock_;  // rank 0, with --checkpoint-dir
   Plan plan_;
   JobSpec job_;
   std::unique_ptr<Placement> placement_;

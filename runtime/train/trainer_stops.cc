@@ -12,6 +12,7 @@
 #include "lib/atomic_file.h"
 #include "lib/provenance.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/checkpoint_identity.h"
 #include "runtime/train/run_guards.h"
 #include "runtime/train/trainer_impl.h"
 
@@ -130,6 +131,29 @@ int Trainer::stop_for_signal(int64_t completed_steps, bool checkpointed) {
 
 // ----- checkpoints (protocol in runtime/train/checkpoint.h) -------------------------------
 
+// Every rank learns the run id; rank 0 locks the directory under it, or every rank stops
+// (another run holds it). A --resume of a directory that does not exist stops here, before
+// the lock would make it.
+void Trainer::take_checkpoint_dir() {
+  run_id_ = share_run_id(*world_);
+  agreed([&] {
+    const std::string& dir = options_.checkpoint_dir;
+    std::error_code error;
+    if (options_.resume && !std::filesystem::exists(dir, error)) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("--resume: {} holds no checkpoint (no 'latest' file)", dir));
+    }
+    if (rank_ == 0) lock_ = CheckpointLock::take(dir, run_id_);
+  });
+}
+
+ShardIdentity Trainer::identity() const {
+  return {.plan_sha256 = plan_hash_,
+          .run_id = run_id_,
+          .world_size = world_size_,
+          .coordinates = coordinates_};
+}
+
 void Trainer::save_checkpoint(int64_t completed_steps, const std::vector<NamedTensor>& state) {
   const std::string& dir = options_.checkpoint_dir;
   // Each phase is local work, then an agreement (also the barrier the protocol needs): a
@@ -141,6 +165,7 @@ void Trainer::save_checkpoint(int64_t completed_steps, const std::vector<NamedTe
                       .step = completed_steps,
                       .data_position = static_cast<uint64_t>(completed_steps),
                       .rng_state = options_.seed,
+                      .identity = identity(),
                       .tensors = {}};
   for (const NamedTensor& tensor : state) {
     shard.tensors.push_back(
@@ -151,33 +176,54 @@ void Trainer::save_checkpoint(int64_t completed_steps, const std::vector<NamedTe
   agreed([&] {
     if (rank_ != 0) return;
     write_manifest(
-        tmp, make_manifest(tmp, job_.name, completed_steps, world_size_, sha256_hex(plan_bytes_)));
+        tmp, make_manifest(tmp, job_.name, completed_steps, world_size_, plan_hash_, run_id_));
     publish_step(dir, completed_steps);
     out_ << fmt::format("checkpoint: {} (step {})\n", step_dir(dir, completed_steps),
                         completed_steps);
   });
 }
 
+// Three agreements, so that no rank trains unless every rank restored a shard that belongs
+// to it: every rank validates the checkpoint and its own shard; every rank read the same
+// step; every rank restores. A rank that failed alone would otherwise train on while the
+// others stop, or train another step and wait in a collective for ever.
 int64_t Trainer::restore_checkpoint() {
   const std::string& dir = options_.checkpoint_dir;
-  if (dir.empty()) throw Error(ErrorCode::kInvalidInput, "--resume needs --checkpoint-dir");
   agreed([&] {  // and a barrier: rank 0 cleans up before anyone reads
+    if (dir.empty()) throw Error(ErrorCode::kInvalidInput, "--resume needs --checkpoint-dir");
     if (rank_ == 0) remove_stale_temporaries(dir);
   });
-  const std::optional<int64_t> step = latest_step(dir);
-  if (!step) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("--resume: {} holds no checkpoint (no 'latest' file)", dir));
-  }
-  const std::string at = step_dir(dir, *step);
-  const CheckpointManifest manifest = read_manifest(at + "/manifest.json");
-  check_resume_matches(manifest, at + "/manifest.json", job_.name, world_size_,
-                       sha256_hex(plan_bytes_));
-  check_manifest_shards(at, manifest);
-  const RankShard shard = read_rank_shard(at + "/" + rank_shard_file_name(rank_));
-  engine_->restore(shard);
-  if (rank_ == 0) out_ << fmt::format("resumed from {} (step {})\n", at, *step);
-  return shard.step;
+  int64_t step = -1;
+  RankShard shard;
+  agreed([&] {
+    const std::optional<int64_t> latest = latest_step(dir);
+    if (!latest) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("--resume: {} holds no checkpoint (no 'latest' file)", dir));
+    }
+    step = *latest;
+    const std::string manifest_file = step_dir(dir, step) + "/manifest.json";
+    const CheckpointManifest manifest = read_manifest(manifest_file);
+    check_resume_matches(manifest, manifest_file, job_.name, world_size_, plan_hash_);
+    check_manifest_shards(step_dir(dir, step), manifest);
+    shard = read_rank_shard(step_dir(dir, step) + "/" + rank_shard_file_name(rank_));
+    check_shard_identity(shard, manifest, manifest_file, rank_, identity());
+  });
+  // `latest` is read by every rank: under the lock nothing rewrites it, but a file system
+  // that shows ranks different contents must not make them train different steps.
+  const int64_t highest = world_->all_reduce_max(step);
+  const int64_t lowest = -world_->all_reduce_max(-step);
+  agreed([&] {
+    if (rank_ == 0 && highest != lowest) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("{}/latest: the ranks read different steps ({} to {}); the "
+                              "checkpoint directory changed while the run started",
+                              dir, lowest, highest));
+    }
+  });
+  agreed([&] { engine_->restore(shard); });
+  if (rank_ == 0) out_ << fmt::format("resumed from {} (step {})\n", step_dir(dir, step), step);
+  return step;
 }
 
 }  // namespace dhelix::rt::detail

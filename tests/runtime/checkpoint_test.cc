@@ -23,6 +23,12 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kPlanSha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+constexpr const char* kRunId = "00112233445566778899aabbccddeeff";
+
+// The identity every shard of these tests carries: rank `rank` of 2 (tp = rank).
+ShardIdentity identity_of(int64_t rank) {
+  return {.plan_sha256 = kPlanSha, .run_id = kRunId, .world_size = 2, .coordinates = {.tp = rank}};
+}
 
 class CheckpointTest : public ::testing::Test {
  protected:
@@ -37,12 +43,14 @@ class CheckpointTest : public ::testing::Test {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   }
 
-  // A shard with tensors "a" (3 values) and "b" (2 values): 56 header bytes, 25 + 21 bytes
-  // of tensors, 8 checksum bytes = 110 bytes; b's values start at 56 + 25 + 13 = 94.
+  // A shard with tensors "a" (3 values) and "b" (2 values): 200 header bytes (56 of them
+  // the identity's integers, 96 its hex digits), 25 + 21 bytes of tensors, 8 checksum bytes
+  // = 254 bytes; b's values start at 200 + 25 + 13 = 238.
   std::string write_small_shard(const std::string& step_dir) {
     RankShardView view;
     view.rank = 1;
     view.step = 4;
+    view.identity = identity_of(1);
     view.tensors = {{"a", a_.data(), 3}, {"b", b_.data(), 2}};
     write_rank_shard(step_dir, view);
     return step_dir + "/rank-1.bin";
@@ -95,14 +103,18 @@ TEST_F(CheckpointTest, ShardRoundTripIsBitwise) {
   view.step = 12;
   view.data_position = 12;
   view.rng_state = 0xdeadbeefcafef00dull;
+  view.identity = {.plan_sha256 = kPlanSha,
+                   .run_id = kRunId,
+                   .world_size = 8,
+                   .coordinates = {.tp = 1, .cp = 0, .dp = 1, .pp = 0, .ep = 1}};
   view.tensors = {{"layers.0.w_qkv", weights.data(), 6},
                   {"adam_m/layers.0.w_qkv", moments.data(), 3},
                   {"empty", nullptr, 0}};
-  // 56 + (4 + 14 + 8 + 24) + (4 + 21 + 8 + 12) + (4 + 5 + 8) + 8 = 176.
-  EXPECT_EQ(rank_shard_bytes(view), 176);
-  EXPECT_EQ(write_rank_shard(dir_, view), 176);
+  // 200 + (4 + 14 + 8 + 24) + (4 + 21 + 8 + 12) + (4 + 5 + 8) + 8 = 320.
+  EXPECT_EQ(rank_shard_bytes(view), 320);
+  EXPECT_EQ(write_rank_shard(dir_, view), 320);
   const std::string path = dir_ + "/rank-3.bin";
-  EXPECT_EQ(fs::file_size(path), 176u);
+  EXPECT_EQ(fs::file_size(path), 320u);
 
   const RankShard shard = read_rank_shard(path);
   EXPECT_EQ(shard.file, path);
@@ -110,6 +122,12 @@ TEST_F(CheckpointTest, ShardRoundTripIsBitwise) {
   EXPECT_EQ(shard.step, 12);
   EXPECT_EQ(shard.data_position, 12u);
   EXPECT_EQ(shard.rng_state, 0xdeadbeefcafef00dull);
+  EXPECT_EQ(shard.identity.plan_sha256, kPlanSha);
+  EXPECT_EQ(shard.identity.run_id, kRunId);
+  EXPECT_EQ(shard.identity.world_size, 8);
+  const RankCoordinates& c = shard.identity.coordinates;
+  EXPECT_EQ(std::vector<int64_t>({c.pp, c.tp, c.cp, c.ep, c.dp}),
+            std::vector<int64_t>({0, 1, 0, 1, 1}));
   ASSERT_EQ(shard.tensors.size(), 3u);
   EXPECT_EQ(shard.tensors[0].name, "layers.0.w_qkv");
   EXPECT_EQ(bits(shard.tensors[0].values), bits(weights));
@@ -117,11 +135,15 @@ TEST_F(CheckpointTest, ShardRoundTripIsBitwise) {
   EXPECT_EQ(bits(shard.tensors[1].values), bits(moments));
   EXPECT_EQ(shard.tensors[2].name, "empty");
   EXPECT_TRUE(shard.tensors[2].values.empty());
-  // The bytes are little-endian: the magic, then version 1, then rank 3.
+  // The bytes are little-endian: the magic, then version 2, then rank 3; the world size at
+  // 48, the plan hash at 96 and the run id at 160.
   const std::string bytes = read_bytes(path);
   EXPECT_EQ(bytes.substr(0, 8), std::string("DHXCKPT\0", 8));
-  EXPECT_EQ(bytes.substr(8, 4), std::string("\x01\0\0\0", 4));
+  EXPECT_EQ(bytes.substr(8, 4), std::string("\x02\0\0\0", 4));
   EXPECT_EQ(bytes.substr(16, 8), std::string("\x03\0\0\0\0\0\0\0", 8));
+  EXPECT_EQ(bytes.substr(48, 8), std::string("\x08\0\0\0\0\0\0\0", 8));
+  EXPECT_EQ(bytes.substr(96, 64), kPlanSha);
+  EXPECT_EQ(bytes.substr(160, 32), kRunId);
 }
 
 TEST_F(CheckpointTest, CopyIntoChecksNameAndCount) {
@@ -138,19 +160,19 @@ TEST_F(CheckpointTest, CopyIntoChecksNameAndCount) {
 TEST_F(CheckpointTest, TruncatedShardIsNamedWithWhatIsMissing) {
   const std::string path = write_small_shard(dir_);
   const std::string bytes = read_bytes(path);
-  ASSERT_EQ(bytes.size(), 110u);
-  write_bytes(path, bytes.substr(0, 100));
+  ASSERT_EQ(bytes.size(), 254u);
+  write_bytes(path, bytes.substr(0, 244));
   const auto [code, message] = error_of([&] { read_rank_shard(path); });
   EXPECT_EQ(code, ErrorCode::kInvalidInput);
   EXPECT_EQ(message, path +
-                         ": truncated: reading tensor 1 \"b\" values at offset 94 needs 2 "
-                         "floats of 4 bytes, but the file has only 100 bytes");
+                         ": truncated: reading tensor 1 \"b\" values at offset 238 needs 2 "
+                         "floats of 4 bytes, but the file has only 244 bytes");
   // Cut inside the checksum.
-  write_bytes(path, bytes.substr(0, 105));
+  write_bytes(path, bytes.substr(0, 249));
   EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
             path +
-                ": truncated: reading the checksum at offset 102 needs 8 bytes, but the file "
-                "has only 105 bytes");
+                ": truncated: reading the checksum at offset 246 needs 8 bytes, but the file "
+                "has only 249 bytes");
   // Cut inside the magic.
   write_bytes(path, bytes.substr(0, 5));
   EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
@@ -162,11 +184,11 @@ TEST_F(CheckpointTest, TruncatedShardIsNamedWithWhatIsMissing) {
 TEST_F(CheckpointTest, FlippedByteFailsTheChecksum) {
   const std::string path = write_small_shard(dir_);
   std::string bytes = read_bytes(path);
-  bytes[69] = static_cast<char>(bytes[69] ^ 0x01);  // the first value of "a"
+  bytes[213] = static_cast<char>(bytes[213] ^ 0x01);  // the first value of "a"
   write_bytes(path, bytes);
-  const uint64_t computed = fnv1a64(bytes.substr(0, 102));
+  const uint64_t computed = fnv1a64(bytes.substr(0, 246));
   uint64_t stored = 0;
-  for (int i = 7; i >= 0; --i) stored = (stored << 8) | static_cast<unsigned char>(bytes[102 + i]);
+  for (int i = 7; i >= 0; --i) stored = (stored << 8) | static_cast<unsigned char>(bytes[246 + i]);
   const auto [code, message] = error_of([&] { read_rank_shard(path); });
   EXPECT_EQ(code, ErrorCode::kInvalidInput);
   EXPECT_EQ(message, path + ": checksum mismatch: the file stores " + hex(stored) +
@@ -186,30 +208,49 @@ TEST_F(CheckpointTest, WrongMagicVersionOrCountsAreRefused) {
                 "\"DHXCKPT\\0\"");
 
   bytes = good;
-  bytes[8] = 2;
+  bytes[8] = 3;
   write_bytes(path, bytes);
   EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
-            path + ": shard format version 2; this dhelix reads version 1");
+            path + ": shard format version 3; this dhelix reads version 2");
+  bytes[8] = 1;  // the format without run identity
+  write_bytes(path, bytes);
+  EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
+            path +
+                ": shard format version 1; this dhelix reads version 2 (version 1 shards carry "
+                "no run identity: train again from step 0 or resume with the dhelix that wrote "
+                "them)");
 
   // A tensor count of 2^40 must be refused before anything is allocated.
   bytes = good;
-  bytes[48 + 5] = 1;
+  bytes[192 + 5] = 1;
   write_bytes(path, bytes);
   EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
             path + ": truncated or corrupt: 1099511627778 tensors cannot fit in the 54 bytes left");
 
   // A value count of 2^62 + 3 for "a".
   bytes = good;
-  bytes[61 + 7] = 0x40;
+  bytes[205 + 7] = 0x40;
   write_bytes(path, bytes);
   EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
             path +
-                ": truncated: reading tensor 0 \"a\" values at offset 69 needs 4611686018427387907 "
-                "floats of 4 bytes, but the file has only 110 bytes");
+                ": truncated: reading tensor 0 \"a\" values at offset 213 needs "
+                "4611686018427387907 floats of 4 bytes, but the file has only 254 bytes");
+
+  // An identity that is not hex digits, a rank outside its world.
+  bytes = good;
+  bytes[96] = 'G';
+  write_bytes(path, bytes);
+  EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
+            path + ": corrupt: the plan hash is not 64 lowercase hexadecimal digits");
+  bytes = good;
+  bytes[48] = 1;  // world size 1, rank 1
+  write_bytes(path, bytes);
+  EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
+            path + ": corrupt: rank 1 of a world of 1 ranks");
 
   write_bytes(path, good + "x");
   EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
-            path + ": corrupt: the file has 111 bytes, 1 more than its tensors and checksum take");
+            path + ": corrupt: the file has 255 bytes, 1 more than its tensors and checksum take");
 
   write_bytes(path, "");
   EXPECT_EQ(error_of([&] { read_rank_shard(path); }).second,
@@ -245,10 +286,11 @@ void write_checkpoint(const std::string& dir, int64_t step, float value) {
     RankShardView view;
     view.rank = rank;
     view.step = step;
+    view.identity = identity_of(rank);
     view.tensors = {{"w", &value, 1}};
     write_rank_shard(temporary, view);
   }
-  write_manifest(temporary, make_manifest(temporary, "tiny", step, 2, kPlanSha));
+  write_manifest(temporary, make_manifest(temporary, "tiny", step, 2, kPlanSha, kRunId));
 }
 
 TEST_F(CheckpointTest, PublishMakesLatestNameTheNewStep) {
@@ -323,11 +365,12 @@ TEST_F(CheckpointTest, ManifestRoundTripsAndIsWrittenInSchemaOrder) {
   manifest.step = 8;
   manifest.world_size = 2;
   manifest.plan_sha256 = kPlanSha;
+  manifest.run_id = kRunId;
   manifest.shards = {{0, "rank-0.bin", 100}, {1, "rank-1.bin", 120}};
   write_manifest(dir_, manifest);
   const std::string text = read_bytes(dir_ + "/manifest.json");
   EXPECT_EQ(text, std::string("{\n"
-                              "  \"schema_version\": \"1.0.0\",\n"
+                              "  \"schema_version\": \"2.0.0\",\n"
                               "  \"meta\": {\n"
                               "    \"tool\": \"dhelix-run\"\n"
                               "  },\n"
@@ -337,7 +380,10 @@ TEST_F(CheckpointTest, ManifestRoundTripsAndIsWrittenInSchemaOrder) {
                               "  \"plan_sha256\": \"") +
                       kPlanSha +
                       "\",\n"
-                      "  \"shard_format_version\": 1,\n"
+                      "  \"run_id\": \"" +
+                      kRunId +
+                      "\",\n"
+                      "  \"shard_format_version\": 2,\n"
                       "  \"shards\": [\n"
                       "    {\n"
                       "      \"rank\": 0,\n"
@@ -357,8 +403,8 @@ TEST_F(CheckpointTest, ManifestRoundTripsAndIsWrittenInSchemaOrder) {
 
 TEST_F(CheckpointTest, ManifestReaderIsStrict) {
   const std::string path = dir_ + "/manifest.json";
-  write_bytes(path, std::string(R"({"schema_version": "1.0.0", "meta": {}, "job": "tiny",
-    "stpe": 8, "world_size": 2, "plan_sha256": "ABC", "shard_format_version": 1,
+  write_bytes(path, std::string(R"({"schema_version": "2.0.0", "meta": {}, "job": "tiny",
+    "stpe": 8, "world_size": 2, "plan_sha256": "ABC", "run_id": "x", "shard_format_version": 2,
     "shards": [{"rank": 0, "file": "rank-0.bin", "bytes": 1},
                {"rank": 2, "file": "rank-2.bin", "bytes": 1, "byte": 2}]})"));
   const auto [code, message] = error_of([&] { read_manifest(path); });
@@ -366,11 +412,13 @@ TEST_F(CheckpointTest, ManifestReaderIsStrict) {
   EXPECT_EQ(message, path + ": /step: is required but missing\n" + path +
                          ": /plan_sha256: \"ABC\" must be 64 lowercase hexadecimal digits (a "
                          "SHA-256)\n" +
+                         path + ": /run_id: \"x\" must be 32 lowercase hexadecimal digits\n" +
                          path + ": /shards/1/byte: unknown key (did you mean \"bytes\"?)\n" + path +
                          ": /shards/1/rank: 2 must be 1: shards are listed in rank order\n" + path +
                          ": /stpe: unknown key (did you mean \"step\"?)");
 
-  write_bytes(path, R"({"schema_version": "2.0.0"})");
+  // Version 1 manifests (and shards) had no run identity.
+  write_bytes(path, R"({"schema_version": "1.0.0", "plan_sha256": "", "shards": []})");
   EXPECT_EQ(error_of([&] { read_manifest(path); }).first, ErrorCode::kSchemaVersion);
 }
 
@@ -378,14 +426,12 @@ TEST_F(CheckpointTest, ShardsAndRunAreCheckedAgainstTheManifest) {
   write_checkpoint(dir_, 3, 1.0f);
   const std::string temporary = temporary_step_dir(dir_, 3);
   CheckpointManifest manifest = read_manifest(temporary + "/manifest.json");
-  EXPECT_EQ(manifest.shards[1].bytes, 56 + 4 + 1 + 8 + 4 + 8);
+  EXPECT_EQ(manifest.shards[1].bytes, 200 + 4 + 1 + 8 + 4 + 8);
   manifest.shards[0].bytes = 7;
   fs::remove(temporary + "/rank-1.bin");
   EXPECT_EQ(error_of([&] { check_manifest_shards(temporary, manifest); }).second,
-            temporary + "/rank-0.bin: 81 bytes differ from the 7 bytes manifest.json lists\n" +
-                temporary +
-                "/rank-1.bin: is missing: the checkpoint is incomplete (No such file or "
-                "directory)");
+            temporary + "/rank-0.bin: 225 bytes differ from the 7 bytes manifest.json lists\n" +
+                temporary + "/rank-1.bin: is missing: the checkpoint is incomplete");
 
   check_resume_matches(manifest, "m.json", "tiny", 2, kPlanSha);
   const std::string other(64, 'f');
