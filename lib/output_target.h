@@ -8,16 +8,17 @@
 //   | new path, regular file                   | the path                                  |
 //   | symbolic link to a file                  | the file it points at; the link is kept   |
 //   | dangling symbolic link (chains too)      | the path the last link names, created     |
-//   |                                          | there; the link is kept (as `cp` and the  |
-//   |                                          | shell's `>` do); its folder must exist    |
+//   |                                          | there; the link is kept (as the shell's   |
+//   |                                          | `>` does; GNU cp refuses instead); its    |
+//   |                                          | folder must exist                         |
 //   | regular file without write permission    | refused: "is read-only; dhelix does not   |
 //   |                                          | overwrite a file without write permission"|
 //   | character device, FIFO, /dev/stdout      | written through in place, never replaced  |
 //   | directory, block device, socket          | refused                                   |
 //
 // Write permission is read from the permission bits for root (access(2) says yes to root
-// for every file): a file nobody may write (chmod 0444) is write-protected for root too, as
-// `rm` and `cp -i` treat it. Other users get access(2)'s answer for their effective ids.
+// for every file): a file nobody may write (chmod 0444) is write-protected for root too.
+// Other users get access(2)'s answer for their effective ids.
 
 #include <sys/types.h>
 
