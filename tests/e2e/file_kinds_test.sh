@@ -199,7 +199,7 @@ try_output() {
   for kind in directory FIFO dangling-link link read-only; do
     case_number=$((case_number + 1))
     outputs_tried=$((outputs_tried + 1))
-    local base=kinds/out$case_number dest=dest$case_number.json
+    local base=kinds/out${case_number}_ dest=dest$case_number.json
     # The file the option makes the tool write, and the argument that names it.
     local target=$base.json arg=$base.json
     [[ $role == prefix ]] && target=$base-pipeline.svg arg=$base
