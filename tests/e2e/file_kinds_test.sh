@@ -107,27 +107,37 @@ mkfifo kinds/fifo.json
 old_line='{"step": 1, "loss": 5.5, "loss_bits": "0x40b00000"}'
 
 # --- 1. the table covers every option of every --help -----------------------------------------
-# Prints the names of each option and positional a --help lists, one entry per line
-# ("-o,--output"), from the sections "POSITIONALS:" and "OPTIONS:".
+# Prints the names of each option, positional and subcommand a --help lists, one entry per
+# line ("-o,--output"; a subcommand as "subcommand:dag").
 help_entries() {
   # shellcheck disable=SC2086 # "dhelix-plan dag": the tool and its subcommand
   timeout "$limit" "$bin"/$1 --help 2>&1 | awk '
     /^[A-Za-z ]+:$/ { section = toupper($0); next }
-    section ~ /^(POSITIONALS|OPTIONS):$/ && /^  [^ ]/ { print $1 }'
+    section ~ /^(POSITIONALS|OPTIONS):$/ && /^  [^ ]/ { print $1 }
+    section == "SUBCOMMANDS:" && /^  [^ ]/ { print "subcommand:" $1 }'
 }
+# known TOOL NAME: NAME is an option of TOOL in the table (its OPTION field, or its list of
+# other options).
 known() {
-  local tool=$1 name=$2 line
-  while IFS='|' read -r line_tool rest; do
-    [[ $line_tool == "$tool" ]] || continue
-    line=" ${rest//|/ } "
-    [[ $line == *" $name "* ]] && return 0
-  done <<<"$files$others"
+  local tool=$1 name=$2 row_tool option
+  while IFS='|' read -r row_tool option _; do
+    [[ $row_tool == "$tool" && $option == "$name" ]] && return 0
+  done <<<"$files"
+  while IFS='|' read -r row_tool option; do
+    [[ $row_tool == "$tool" && " $option " == *" $name "* ]] && return 0
+  done <<<"$others"
   [[ $tool != dhelix-diff && $tool != dhelix-run && " ${job_settings//$'\n'/ } " == *" $name "* ]]
 }
-for tool in dhelix-plan "dhelix-plan dag" dhelix-profile dhelix-run dhelix-diff; do
+tools=(dhelix-plan dhelix-profile dhelix-run dhelix-diff)
+for ((t = 0; t < ${#tools[@]}; t++)); do
+  tool=${tools[t]}
   entries=$(help_entries "$tool")
   [[ -n $entries ]] || fail "$tool --help" "no options found in its --help"
   for entry in $entries; do
+    if [[ $entry == subcommand:* ]]; then
+      tools+=("$tool ${entry#subcommand:}")  # its own --help is checked in turn
+      continue
+    fi
     found=0
     IFS=',' read -ra names <<<"$entry"
     for name in "${names[@]}"; do
@@ -137,6 +147,7 @@ for tool in dhelix-plan "dhelix-plan dag" dhelix-profile dhelix-run dhelix-diff;
     if ((found)); then pass; else fail "$tool $entry" "not in this test's table: place it"; fi
   done
 done
+[[ " ${tools[*]} " == *" dhelix-plan dag "* ]] || fail "dhelix-plan --help" "no subcommand dag"
 
 # --- 2. runs ------------------------------------------------------------------------------------
 status=0
