@@ -23,7 +23,8 @@
 # is placed, as a file option (tried here) or one that names no file. --checkpoint-dir (a
 # directory) is tried by tests/e2e/output_paths_test.sh and the checkpoint tests. /dev/null
 # and a FIFO with a reader as outputs are written through (tests/e2e/output_paths_test.sh).
-# dhelix-run runs a one-rank tiny job as an MPI singleton.
+# dhelix-run runs a one-rank tiny job as an MPI singleton, then five cases under
+# `mpirun -np 2` (tiny-tp2), where a hang or a refusal on one rank is the case that matters.
 #
 # Usage: file_kinds_test.sh BIN_DIR SOURCE_DIR
 set -u
@@ -278,7 +279,37 @@ while IFS='|' read -r tool option role command; do
   fi
 done <<<"$files"
 
+# --- 3. dhelix-run under mpirun, two ranks (tiny-tp2): every rank stops, none waits ------------
+setup "$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2.json" -o plan2.json
+mpi_runs=0
+ln -s dest-mpi.json kinds/mpi-trace.json
+try_mpi() {
+  local label="mpirun -np 2 dhelix-run $1 <$2>" want=$3 option=$1 path=$4
+  local plan=(--plan plan2.json)
+  [[ $option == --plan ]] && plan=()
+  mpi_runs=$((mpi_runs + 1))
+  timeout -k 5 "$limit" mpirun --allow-run-as-root --oversubscribe -np 2 "$bin/dhelix-run" \
+    "${plan[@]}" --data corpus.txt --steps 1 --no-progress "$option" "$path" >out.txt 2>err.txt
+  status=$?
+  check_status "$label" "$want" || return
+  if ((want == 0)); then
+    [[ -L $path && -s kinds/dest-mpi.json ]] || { fail "$label" "link replaced or target empty"; return; }
+  else
+    message_has "$label" "$path: " "$5" || return
+  fi
+  pass
+}
+echo "$old_line" >kinds/mpi-read-only.log
+chmod 0444 kinds/mpi-read-only.log
+try_mpi --plan FIFO 3 kinds/fifo.json FIFO
+try_mpi --loss-log FIFO 3 kinds/fifo.json "is a FIFO that no process is reading"
+try_mpi --loss-log read-only 3 kinds/mpi-read-only.log "is read-only"
+try_mpi --trace read-only 3 kinds/mpi-read-only.log "is read-only"
+try_mpi --trace dangling-link 0 kinds/mpi-trace.json ""
+[[ $(cat kinds/mpi-read-only.log) == "$old_line" ]] || fail "mpirun read-only" "the file changed"
+
 echo "inputs: $inputs_tried runs (file options x directory, FIFO, device);" \
-  "outputs: $outputs_tried runs (file options x directory, FIFO, dangling link, link, read-only)"
+  "outputs: $outputs_tried runs (file options x directory, FIFO, dangling link, link, read-only);" \
+  "mpirun -np 2: $mpi_runs runs"
 echo "$passed passed, $failed failed"
 ((failed == 0))
