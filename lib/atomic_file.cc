@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "lib/error.h"
+#include "lib/output_target.h"
 
 namespace dhelix {
 namespace {
@@ -24,43 +25,6 @@ namespace {
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
   throw Error(ErrorCode::kIo, fmt::format("{}: cannot write file: {}", path, why));
-}
-
-// How one output reaches its target (the table in the header).
-struct Target {
-  std::string path;  // where the temporary file goes and what is renamed over (links resolved)
-  bool write_through = false;
-};
-
-// How long an output FIFO may wait for its reader to open it.
-constexpr int kFifoGraceMs = 2000;
-constexpr int kFifoPollMs = 10;
-
-bool under_system_folder(const std::string& path) {
-  return path.starts_with("/dev/") || path.starts_with("/proc/");
-}
-
-Target classify(const std::string& path) {
-  if (path.empty()) refuse(path, "the file name is empty");
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    if (errno != ENOENT) fail(path, "looking at the target", errno);
-    return {.path = path, .write_through = false};
-  }
-  if (S_ISDIR(info.st_mode)) refuse(path, "is a directory, expected a file");
-  if (S_ISBLK(info.st_mode)) refuse(path, "is a block device; dhelix never writes one");
-  if (S_ISSOCK(info.st_mode)) refuse(path, "is a socket, expected a file");
-  if (S_ISCHR(info.st_mode) || S_ISFIFO(info.st_mode)) return {.path = path, .write_through = true};
-  // A regular file behind /dev/stdout or /proc/self/fd/N belongs to whoever opened it.
-  if (under_system_folder(path)) return {.path = path, .write_through = true};
-  struct stat link {};
-  if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
-    std::error_code error;
-    const std::filesystem::path resolved = std::filesystem::canonical(path, error);
-    if (error) fail(path, "resolving the symbolic link", error.value());
-    return {.path = resolved.string(), .write_through = false};
-  }
-  return {.path = path, .write_through = false};
 }
 
 void write_all(int fd, const std::string& path, const std::string& content) {
@@ -93,23 +57,7 @@ void write_through(const std::string& path, const std::string& content) {
       return;
     }
   }
-  // O_NONBLOCK: opening a FIFO nobody reads fails (ENXIO) instead of waiting forever. A
-  // reader started just before the tool gets a grace period to open its end.
-  int fd = -1;
-  for (int waited_ms = 0;; waited_ms += kFifoPollMs) {
-    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0 || errno != ENXIO || waited_ms >= kFifoGraceMs) break;
-    ::usleep(kFifoPollMs * 1000);
-  }
-  if (fd < 0) {
-    if (errno == ENXIO) {
-      refuse(path, fmt::format("is a FIFO that no process is reading (waited {} s)",
-                               kFifoGraceMs / 1000));
-    }
-    fail(path, "opening", errno);
-  }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  const int fd = open_write_through(path);
   try {
     write_all(fd, path, content);
   } catch (...) {
@@ -119,32 +67,39 @@ void write_through(const std::string& path, const std::string& content) {
   if (::close(fd) != 0) fail(path, "closing", errno);
 }
 
-// Writes `content` to a new temporary file beside `target` and flushes it to disk; returns
+// Writes `content` to a new temporary file beside the target and flushes it to disk; returns
 // its name. On failure nothing is left behind.
-std::string write_temporary(const std::string& target, const std::string& content) {
+std::string write_temporary(const OutputTarget& target, const std::string& content) {
   // The temporary file lives in the same directory so that rename() stays atomic.
-  std::string temporary = target + ".tmp.XXXXXX";
+  std::string temporary = target.path + ".tmp.XXXXXX";
   const int fd = mkstemp(temporary.data());
-  if (fd < 0) fail(target, "creating a temporary file", errno);
+  if (fd < 0) fail(target.path, "creating a temporary file", errno);
   try {
-    write_all(fd, target, content);
+    write_all(fd, target.path, content);
   } catch (...) {
     ::close(fd);
     ::unlink(temporary.c_str());
     throw;
   }
-  // mkstemp creates the file 0600; output files get the mode open(O_CREAT, 0666) would
-  // give them, which honours the user's umask. POSIX can only read the umask by setting
-  // it, so it is set back at once (the tools write files from one thread).
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
+  if (target.exists) {
+    // A file replaced keeps its mode (a 0600 plan stays private) and, where the process may
+    // give it (root), its owner, as the shell's `>` would leave them.
+    if (::geteuid() == 0) (void)::fchown(fd, target.owner, target.group);
+    ::fchmod(fd, target.mode);
+  } else {
+    // mkstemp creates the file 0600; new output files get the mode open(O_CREAT, 0666)
+    // would give them, which honours the user's umask. POSIX can only read the umask by
+    // setting it, so it is set back at once (the tools write files from one thread).
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd, 0666 & ~mask);
+  }
   // close() even when fsync() fails, so the descriptor never leaks.
   const int sync_error = ::fsync(fd) != 0 ? errno : 0;
   const int close_error = ::close(fd) != 0 ? errno : 0;
   if (sync_error != 0 || close_error != 0) {
     ::unlink(temporary.c_str());
-    fail(target, "flushing to disk", sync_error != 0 ? sync_error : close_error);
+    fail(target.path, "flushing to disk", sync_error != 0 ? sync_error : close_error);
   }
   return temporary;
 }
@@ -152,7 +107,7 @@ std::string write_temporary(const std::string& target, const std::string& conten
 }  // namespace
 
 void check_output_path(const std::string& path) {
-  const Target target = classify(path);
+  const OutputTarget target = resolve_output_target(path);
   if (target.write_through) return;
   std::filesystem::path folder = std::filesystem::path(target.path).parent_path();
   if (folder.empty()) folder = ".";
@@ -171,7 +126,7 @@ void OutputFiles::add(std::string path, std::string content) {
 void OutputFiles::commit() {
   struct Pending {
     const std::string* path;  // as the user gave it, for messages
-    Target target;
+    OutputTarget target;
     std::string temporary;  // "" for targets written through
     const std::string* content;
   };
@@ -184,9 +139,9 @@ void OutputFiles::commit() {
   try {
     // 1. Every regular output to a flushed temporary file: a full disk stops here.
     for (const auto& [path, content] : files_) {
-      pending.push_back({&path, classify(path), "", &content});
+      pending.push_back({&path, resolve_output_target(path), "", &content});
       Pending& p = pending.back();
-      if (!p.target.write_through) p.temporary = write_temporary(p.target.path, content);
+      if (!p.target.write_through) p.temporary = write_temporary(p.target, content);
     }
     // 2. Special files, which cannot be taken back, once every temporary file is complete.
     for (const Pending& p : pending) {

@@ -1,10 +1,13 @@
 #pragma once
 // Writing output files so that nothing on disk is lost or half-written.
 //
-// A regular file (or a path that does not exist yet) is written atomically: the content goes
+// Where the content goes is lib/output_target.h's decision, the same for every output:
+// a regular file (or a path that does not exist yet) is written atomically: the content goes
 // to a temporary file beside the target ("<target>.tmp.XXXXXX"), is flushed to disk, and is
-// renamed over the target in one step (rename(2) is atomic within a file system). A symbolic
-// link to a regular file keeps the link: its target is replaced the same way.
+// renamed over the target in one step (rename(2) is atomic within a file system). A file
+// replaced keeps its permission bits (and, for root, its owner). A symbolic link keeps the
+// link: the file it points at is replaced, or, for a dangling link, created, the same way.
+// A file without write permission (chmod 0444) is refused, not replaced.
 //
 // A special file is never replaced, since renaming over /dev/null would turn the device
 // node into a regular file (and, as root, take the null device away from every program).
@@ -12,7 +15,9 @@
 //
 //   | target                                   | what happens                                |
 //   |------------------------------------------|---------------------------------------------|
-//   | regular file, new path, link to a file   | temporary file, fsync, rename               |
+//   | regular file, new path, link to a file,  | temporary file, fsync, rename               |
+//   | dangling link                            |                                             |
+//   | regular file without write permission    | refused ("is read-only")                    |
 //   | character device (/dev/null, /dev/full)  | written through; ENOSPC from /dev/full is   |
 //   |                                          | an error                                    |
 //   | FIFO with a reader                       | written through                             |
@@ -40,7 +45,8 @@ namespace dhelix {
 void write_file_atomically(const std::string& path, const std::string& content);
 
 /// Throws Error(kIo) when `path` cannot be an output file (a directory, a block device, a
-/// socket, a FIFO nobody reads, a path whose folder does not exist): the check a tool makes
+/// socket, a read-only file, a path whose folder does not exist; a FIFO is not opened
+/// here, so one nobody reads is found when it is written): the check a tool makes
 /// before its work, so that a bad output path is found before minutes of planning.
 void check_output_path(const std::string& path);
 

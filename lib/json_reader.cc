@@ -3,14 +3,13 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "lib/did_you_mean.h"
+#include "lib/input_file.h"
 
 namespace dhelix {
 namespace {
@@ -198,24 +197,16 @@ Json parse_json_text(const std::string& text, const std::string& name) {
 }
 
 std::string read_json_text(const std::string& path) {
-  std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored)) {
-    throw Error(ErrorCode::kIo, fmt::format("{}: is a directory, expected a file", path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::kIo, fmt::format("{}: cannot open file for reading", path));
-  // Read at most one byte past the bound, so that /dev/zero ends in an error, not a hang.
-  std::string text;
-  char chunk[1 << 16];
-  while (text.size() <= kMaxJsonFileBytes && in.read(chunk, sizeof chunk).gcount() > 0) {
-    text.append(chunk, static_cast<size_t>(in.gcount()));
-  }
-  if (in.bad()) throw Error(ErrorCode::kIo, fmt::format("{}: read error", path));
-  if (text.size() > kMaxJsonFileBytes) {
+  auto too_large = [&path](uint64_t size) {
+    if (size <= kMaxJsonFileBytes) return;
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("{}: is larger than {} MiB, the most dhelix reads from a JSON file",
                             path, kMaxJsonFileBytes >> 20));
-  }
+  };
+  // A regular file only (lib/input_file.h): a directory, a FIFO or /dev/zero is refused
+  // before it is opened, so that no input can make a tool wait forever.
+  std::string text = read_input_file(path, too_large);
+  too_large(text.size());  // a file that grew while it was read
   return text;
 }
 

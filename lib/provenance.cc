@@ -6,12 +6,11 @@
 #include <array>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "dhelix_version.h"
+#include "lib/input_file.h"
 
 namespace dhelix {
 namespace {
@@ -114,12 +113,8 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string sha256_file_hex(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::kIo, fmt::format("{}: cannot open file for reading", path));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(ErrorCode::kIo, fmt::format("{}: read error", path));
-  return sha256_hex(buffer.str());
+  // The same reader as the input itself (lib/input_file.h): never a FIFO or a device.
+  return sha256_hex(read_input_file(path));
 }
 
 std::string tool_version_text(const std::string& tool_name) {

@@ -9,6 +9,7 @@
 
 #include "lib/atomic_file.h"
 #include "lib/error.h"
+#include "lib/output_target.h"
 #include "lib/text.h"
 
 namespace dhelix {
@@ -34,10 +35,12 @@ std::optional<Identity> identity(const std::string& path) {
     if (!S_ISREG(info.st_mode)) return std::nullopt;
     return Identity{.exists = true, .device = info.st_dev, .inode = info.st_ino, .path = ""};
   }
+  // A dangling link stands for the file it will create (lib/output_target.h).
+  const std::string target = follow_links(path);
   std::error_code error;
-  const std::filesystem::path absolute = std::filesystem::weakly_canonical(path, error);
+  const std::filesystem::path absolute = std::filesystem::weakly_canonical(target, error);
   return Identity{
-      .exists = false, .device = 0, .inode = 0, .path = error ? path : absolute.string()};
+      .exists = false, .device = 0, .inode = 0, .path = error ? target : absolute.string()};
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "lib/atomic_file.h"
 #include "lib/error.h"
 #include "runtime/train/checkpoint.h"
 
@@ -102,11 +103,14 @@ void check_loss_log(const TrainOptions& options) {
       refuse(ErrorCode::kIo,
              fmt::format("--loss-log {}: its folder {} does not exist", log, folder.string()));
     }
+    check_output_path(log);  // a dangling link: where it points must take a file
     return;
   }
   if (S_ISDIR(info.st_mode)) {
     refuse(ErrorCode::kIo, fmt::format("--loss-log {}: is a directory, expected a file", log));
   }
+  // The rules of every output (lib/output_target.h): a read-only log is not appended to.
+  check_output_path(log);
   if (!S_ISREG(info.st_mode)) return;  // /dev/null, a FIFO, a terminal: written through
   // Every line dhelix-run writes starts so (Trainer::report).
   const std::string prefix = "{\"step\": ";
@@ -148,6 +152,8 @@ void check_trace_file(const TrainOptions& options) {
     refuse(ErrorCode::kIo,
            fmt::format("--trace {}: its folder {} does not exist", trace, folder.string()));
   }
+  // The rules of every output (lib/output_target.h): read-only files, dangling links.
+  check_output_path(trace);
 }
 
 void check_run_options(const TrainOptions& options) {

@@ -4,13 +4,13 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "lib/error.h"
+#include "lib/input_file.h"
 
 namespace dhelix::rt {
 namespace {
@@ -44,17 +44,9 @@ std::string read_whole_file(const std::string& path, const char* what) {
                             "memory as training data",
                             path, info.st_size, kMaxDataBytes >> 30));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int saved = errno;
-    throw Error(ErrorCode::kIo,
-                fmt::format("{}: cannot read {}: {}", path, what, std::strerror(saved)));
-  }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    throw Error(ErrorCode::kIo, fmt::format("{}: cannot read {}: read error", path, what));
-  }
-  return bytes;
+  // The data-specific messages above first; then the shared reader, which opens without
+  // waiting should a FIFO have taken the file's place meanwhile (lib/input_file.h).
+  return read_input_file(path);
 }
 
 void reject_empty(const std::string& path, const std::string& bytes, const char* what) {

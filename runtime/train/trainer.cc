@@ -6,10 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 #include <unistd.h>
 
@@ -17,6 +15,7 @@
 
 #include "lib/atomic_file.h"
 #include "lib/error.h"
+#include "lib/input_file.h"
 #include "lib/job_reader.h"
 #include "lib/placement.h"
 #include "lib/plan/plan_check.h"
@@ -49,13 +48,8 @@ using Clock = std::chrono::steady_clock;
 // A training check failed: a --verify difference or a non-finite loss or gradient.
 constexpr int kExitTrainingCheckFailed = 1;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::kIo, fmt::format("{}: cannot be read", path));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
+// The plan's bytes, for its checksum: a regular file only (lib/input_file.h).
+std::string read_bytes(const std::string& path) { return read_input_file(path); }
 
 // The runtime runs dense TP/SP/PP/DP plans, CP on both backends (runtime/model/
 // layer_ops_cp.h; the CUDA ring kernels: runtime/cuda/ring_attention_cuda.h) and MoE with
@@ -336,12 +330,9 @@ void Trainer::report(int64_t step, float loss, double step_seconds) {
     out_.flush();
   }
   if (loss_log_.is_open()) {
-    loss_log_ << fmt::format("{{\"step\": {}, \"loss\": {:.9g}, \"loss_bits\": \"0x{:08x}\"}}\n",
-                             step + 1, loss, std::bit_cast<uint32_t>(loss));
-    loss_log_.flush();
-    if (!loss_log_) {
-      throw Error(ErrorCode::kIo, fmt::format("{}: cannot be written", options_.loss_log));
-    }
+    loss_log_.append(
+        fmt::format("{{\"step\": {}, \"loss\": {:.9g}, \"loss_bits\": \"0x{:08x}\"}}\n", step + 1,
+                    loss, std::bit_cast<uint32_t>(loss)));
   }
 }
 
@@ -352,11 +343,7 @@ int64_t Trainer::start_training() {
   const int64_t first_step = options_.resume ? restore_checkpoint() : 0;
   agreed([&] {
     if (rank_ == 0 && !options_.loss_log.empty()) {
-      loss_log_.open(options_.loss_log, std::ios::app);
-      if (!loss_log_) {
-        throw Error(ErrorCode::kIo, fmt::format("{}: cannot be opened for appending the losses",
-                                                options_.loss_log));
-      }
+      loss_log_.open(options_.loss_log);
     }
   });
   return first_step;

@@ -7,12 +7,12 @@
 
 #include <cstdint>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "lib/append_file.h"
 #include "lib/error.h"
 #include "lib/job_spec.h"
 #include "lib/placement.h"
@@ -91,7 +91,7 @@ class Trainer {
   int compute_cpu_ = -1;  // --pin-compute
   bool head_ = false;     // this rank's stage computes the loss of every micro-batch
   // Rank 0's --loss-log, opened once: a FIFO reader sees one stream, not one per step.
-  std::ofstream loss_log_;
+  AppendFile loss_log_;  // --loss-log (lib/append_file.h: a FIFO nobody reads cannot hang it)
 };
 
 // `work`, local to this rank; then every rank learns whether any rank's work failed.

@@ -1,8 +1,11 @@
 #include "lib/json_reader.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 namespace dhelix {
 namespace {
@@ -69,16 +72,55 @@ TEST(ParseJsonTextTest, DuplicateKeysAreRefusedWithBothPositions) {
             "accepted");
 }
 
-// /dev/zero made every reader read until memory ran out.
-TEST(ReadJsonFileTest, ReadsAreBoundedBySize) {
+// /dev/zero made every reader read until memory ran out; now no device is read at all.
+TEST(ReadJsonFileTest, DevicesAreRefused) {
   try {
     read_json_file("/dev/zero");
     FAIL() << "expected an Error";
   } catch (const Error& error) {
-    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
-    EXPECT_STREQ(error.what(),
-                 "/dev/zero: is larger than 256 MiB, the most dhelix reads from a JSON file");
+    EXPECT_EQ(error.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(error.what())
+                  .find("/dev/zero: is a character device, not a regular "
+                        "file"),
+              std::string::npos)
+        << error.what();
   }
+}
+
+// A FIFO nobody writes made the reader wait forever in open(2).
+TEST(ReadJsonFileTest, FifoIsRefusedWithoutWaiting) {
+  const std::string fifo =
+      (std::filesystem::temp_directory_path() / ("dhelix-json-fifo-" + std::to_string(::getpid())))
+          .string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    read_json_file(fifo);
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(error.what()).find(": is a FIFO (named pipe), not a regular file"),
+              std::string::npos)
+        << error.what();
+  }
+  ::unlink(fifo.c_str());
+}
+
+// A regular file is bounded by its size before a byte of it is read.
+TEST(ReadJsonFileTest, ReadsAreBoundedBySize) {
+  const std::string big =
+      (std::filesystem::temp_directory_path() / ("dhelix-json-big-" + std::to_string(::getpid())))
+          .string();
+  std::ofstream(big).close();
+  std::filesystem::resize_file(big, (size_t{256} << 20) + 1);  // sparse: no disk used
+  try {
+    read_json_file(big);
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    EXPECT_EQ(std::string(error.what()),
+              big + ": is larger than 256 MiB, the most dhelix reads from a JSON file");
+  }
+  std::filesystem::remove(big);
 }
 
 TEST(ReadJsonFileTest, DirectoryIsAnIoError) {
