@@ -6,6 +6,7 @@
 
 #include "lib/divisibility_hints.h"
 #include "lib/dtype.h"
+#include "lib/job_limits.h"
 #include "lib/stage_split.h"
 
 namespace dhelix {
@@ -50,14 +51,8 @@ bool check_positive(const JobSpec& job, Checker& check) {
   return all_positive;
 }
 
-// Limits far above any real job. Within them every product the planner forms (world size,
-// micro_batch_size·dp, tokens per rank, tensor bytes) fits in int64, and the O(micro-batches)
-// schedule and simulation finish; beyond them the job is refused before anything multiplies.
-constexpr int64_t kMaxParallelSize = int64_t{1} << 20;
-constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
-constexpr int64_t kMaxBatchSequences = int64_t{1} << 32;
-constexpr int64_t kMaxSeqLength = int64_t{1} << 24;
-constexpr int64_t kMaxMicroBatches = int64_t{1} << 20;
+// Limits (lib/job_limits.h) far above any real job; beyond them the job is refused before
+// anything multiplies.
 // Bytes of one rank's largest tensor and the parameter count: kept below 2^52 (exact in a
 // double) so that byte counts derived from them in int64 cannot overflow.
 constexpr int64_t kMaxPerRankSize = int64_t{1} << 52;
