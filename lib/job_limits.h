@@ -23,6 +23,16 @@ inline constexpr int64_t kMaxBatchSequences = int64_t{1} << 32;
 inline constexpr int64_t kMaxSeqLength = int64_t{1} << 24;
 /// global_batch_size / (micro_batch_size·dp): at most 2^20 micro-batches per iteration.
 inline constexpr int64_t kMaxMicroBatches = int64_t{1} << 20;
+/// micro-batches · pp: the plan lists about two tasks per micro-batch and stage (1.5 KB of
+/// JSON each); beyond 2^17 the plan outgrows the 256 MiB every JSON reader accepts, and
+/// dhelix-plan needs gigabytes (2^19 of them ended in std::bad_alloc at 4 GB). A 405B job
+/// with pp 16 and 256 micro-batches has 2^12.
+inline constexpr int64_t kMaxPipelineTasks = int64_t{1} << 17;
+/// micro-batches · num_layers: every layer's forward and backward of every micro-batch is a
+/// run of instructions in the rank programs the checker and dhelix-run lower (about 18
+/// bytes of program per instruction, 35 instructions a layer pass: 2^17 took 2.3 GB to
+/// check). 126 layers with 4096 micro-batches is 2^19.
+inline constexpr int64_t kMaxLayerPasses = int64_t{1} << 20;
 
 /// The reader's ranges of the sizes above.
 inline constexpr IntRange kParallelSizeRange = {.min = 1, .max = kMaxParallelSize};

@@ -114,6 +114,31 @@ bool check_product_limits(const JobSpec& job, Checker& check) {
   return within;
 }
 
+// What a plan and its rank programs hold grows with the micro-batches times the stages
+// (tasks) and times the layers (layer passes): bounded so that planning, checking and
+// running a plan cannot exhaust memory (lib/job_limits.h). Called once the micro-batch
+// count is within its limit: micro-batches (2^20), pp (2^20) and num_layers (2^16) multiply
+// without overflow.
+void check_plan_size_limits(const JobSpec& job, Checker& check) {
+  const ParallelSpec& p = job.parallel;
+  const int64_t micro_batches = p.global_batch_size / *p.checked_replica_batch_size();
+  if (micro_batches * p.pp > kMaxPipelineTasks) {
+    check.report("parallel.global_batch_size", p.global_batch_size,
+                 fmt::format("gives {} micro-batches on pp = {} stages = {} pipeline tasks; at "
+                             "most {} are supported (the plan lists every task)",
+                             micro_batches, p.pp, micro_batches * p.pp, kMaxPipelineTasks));
+    return;
+  }
+  const int64_t layers = job.model.num_layers;
+  if (layers > 0 && micro_batches * layers > kMaxLayerPasses) {
+    check.report("parallel.global_batch_size", p.global_batch_size,
+                 fmt::format("gives {} micro-batches through num_layers = {} layers = {} layer "
+                             "passes per iteration; at most {} are supported (each is a run of "
+                             "rank-program instructions)",
+                             micro_batches, layers, micro_batches * layers, kMaxLayerPasses));
+  }
+}
+
 // Whole-model parameters, estimated in double so that absurd sizes cannot overflow: Q and O
 // projections, K and V, (expert) MLP weights and router, embeddings and head. Norms and
 // biases are left out: a bound, not the count (parameter_count() is exact).
@@ -375,6 +400,7 @@ ProblemList validate_job(const JobSpec& job) {
   // past the limits they would overflow, so limits come first and stop validation.
   if (!check_size_limits(job, check)) return problems;
   if (!check_product_limits(job, check)) return problems;
+  check_plan_size_limits(job, check);
   check_per_rank_sizes(job, problems);
   check_world_size(job, check);
   check_tensor_parallel(job, check);

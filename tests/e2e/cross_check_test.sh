@@ -119,6 +119,20 @@ run mpirun --allow-run-as-root --oversubscribe -np 2 "$bin/dhelix-run" --plan pl
   --data corpus.txt --steps 1 --no-progress
 expect "plan's job global batch 2^62: dhelix-run" 2 --err "/parallel/global_batch_size: $huge must be at most"
 
+# Sizes each within bounds whose product exhausts memory: 524288 micro-batches of the tiny
+# job (std::bad_alloc within 4 GB before) are refused by the job's rules, and the same
+# batch in a plan's job when the plan is read. (Under a 4 GB address-space limit, so that
+# the code before the fix fails instead of swapping the machine.)
+limited=(bash -c 'ulimit -v 4000000; exec "$@"' limited)
+run "${limited[@]}" "$plan_tool" "$job" --gbs 1048576 -o big.json
+expect "524288 micro-batches" 2 \
+  --err "--gbs: 1048576 gives 524288 micro-batches on pp = 1 stages = 524288 pipeline tasks; at most 131072"
+[[ ! -e big.json ]] || fail "524288 micro-batches" "wrote big.json"
+edit_json p64.json plan-passes.json "
+d['job']['parallel']['global_batch_size'] = 1048576; d['inputs']['parallel']['global_batch_size'] = 1048576"
+run "${limited[@]}" "$plan_tool" --check plan-passes.json
+expect "a plan's job of 524288 micro-batches: --check" 2 --err "pipeline tasks; at most 131072"
+
 # --- 2. the search says what happened ----------------------------------------------------------
 run "$plan_tool" "$job" --search --gpus 7
 expect "--search --gpus 7" 2 --err "--gpus: 7: no parallel configuration to search: 7 GPUs: " \
