@@ -10,7 +10,9 @@
 
 #include "emitter/task_expansion.h"
 #include "lib/error.h"
+#include "lib/plan/plan_job.h"
 #include "lib/plan/plan_writer.h"
+#include "lib/plan_identity.h"
 
 namespace dhelix {
 namespace {
@@ -171,7 +173,8 @@ const PlanStage& plan_stage(const Plan& plan, int64_t stage, const std::string& 
                                plan.stages.size()));
 }
 
-void check_header(const Plan& plan, const Json& trace, const std::string& label) {
+void check_header(const Plan& plan, const Json& trace, const std::string& label,
+                  std::vector<std::string>& warnings) {
   const Json other = trace.value("otherData", Json::object());
   if (!other.value("measured", false)) {
     bad_trace(label,
@@ -182,6 +185,12 @@ void check_header(const Plan& plan, const Json& trace, const std::string& label)
   if (job != plan.job.name) {
     bad_trace(label, fmt::format("/otherData/job: \"{}\", but the plan is for job \"{}\"", job,
                                  plan.job.name));
+  }
+  // The name is not the job: the trace must come from a plan of the same model, cluster
+  // and parallel settings (lib/plan_identity.h), or its ops are other shapes.
+  const PlanIdentity identity = plan_identity(job_from_plan(plan, "the plan"));
+  if (auto warning = check_trace_identity(other, identity, label, "the plan")) {
+    warnings.push_back(*warning);
   }
   const std::string schedule = other.value("schedule", "");
   if (schedule != "co-executed" && schedule != "sequential") {
@@ -199,8 +208,8 @@ std::optional<double> MeasuredRow::error_pct() const {
 
 MeasuredDiff compare_measured(const Plan& plan, const Json& trace, const std::string& trace_label,
                               std::optional<double> fail_if_off_pct) {
-  check_header(plan, trace, trace_label);
   MeasuredDiff diff;
+  check_header(plan, trace, trace_label, diff.warnings);
   diff.trace_label = trace_label;
   diff.schedule = trace["otherData"]["schedule"].get<std::string>();
   const bool sequential = diff.schedule == "sequential";

@@ -59,11 +59,15 @@ struct MeasuredDiff {
   std::vector<MeasuredRow> blocks;
   MeasuredRow iteration;
   std::vector<std::string> failures;  ///< --fail-if-off reasons
+  /// A trace without a plan identity (lib/plan_identity.h): what could not be checked.
+  std::vector<std::string> warnings;
 };
 
 /// Compares `plan` with `trace` (a parsed dhelix-run --trace file named `trace_label`).
 /// Throws Error(kInvalidInput) naming the trace and the field when it is not a measured
-/// trace, was measured for another job, or has ranks or steps missing.
+/// trace, was measured for another job or another plan identity (lib/plan_identity.h: the
+/// message names both hashes and the first job field that differs), or has ranks or steps
+/// missing.
 MeasuredDiff compare_measured(const Plan& plan, const Json& trace, const std::string& trace_label,
                               std::optional<double> fail_if_off_pct);
 

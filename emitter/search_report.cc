@@ -42,9 +42,10 @@ std::string reasons_text(const SearchResult& r) {
   return out;
 }
 
+// `reason`: why there is no best (no_best_reason), shown when `c` is null.
 std::string best_line(const char* scheme, const ConfigOutcome* c,
-                      SearchSchemeFigures ConfigOutcome::*figures) {
-  if (c == nullptr) return fmt::format("best {:<18} none fits in memory\n", scheme);
+                      SearchSchemeFigures ConfigOutcome::*figures, const std::string& reason) {
+  if (c == nullptr) return fmt::format("best {:<18} {}\n", scheme, reason);
   const SearchSchemeFigures& f = (*c).*figures;
   return fmt::format("best {:<18} {:<34} {:>10.3f} s  MFU {:5.1f}%\n", scheme, c->label,
                      f.iteration_us / 1e6, f.mfu * 100);
@@ -166,8 +167,10 @@ double gain(const SearchResult& r) {
 
 std::string search_report_text(const SearchResult& r, const SearchReportContext& context) {
   std::string out = heading(context) + counts_text(r.counts) + reasons_text(r) + "\n";
-  out += best_line("dhelix:", r.best_dhelix(), &ConfigOutcome::dhelix);
-  out += best_line("Megatron-LM 1F1B:", r.best_megatron(), &ConfigOutcome::megatron);
+  out += best_line("dhelix:", r.best_dhelix(), &ConfigOutcome::dhelix,
+                   no_best_reason(r, PipelineScheme::kDHelix));
+  out += best_line("Megatron-LM 1F1B:", r.best_megatron(), &ConfigOutcome::megatron,
+                   no_best_reason(r, PipelineScheme::kMegatron1F1B));
   if (context.all_schemes) out += baseline_lines(r);
   if (gain(r) > 0) {
     const bool same = r.best_dhelix()->index == r.best_megatron()->index;

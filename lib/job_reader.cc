@@ -8,6 +8,7 @@
 #include "lib/cluster_reader.h"
 #include "lib/did_you_mean.h"
 #include "lib/file_kind.h"
+#include "lib/job_limits.h"
 #include "lib/model_reader.h"
 #include "lib/text.h"
 
@@ -97,8 +98,11 @@ ClusterSpec read_job_cluster(ObjectReader& root, const std::string& base_dir,
   return {};
 }
 
-void read_size(ObjectReader& parallel, const std::string& key, int64_t& out) {
-  if (auto value = parallel.integer(key, Need::kOptional, {.min = 1})) out = *value;
+// A size within `range` (lib/job_limits.h): an absurd value is refused here, with its
+// pointer, before anything is sized from it.
+void read_size(ObjectReader& parallel, const std::string& key, int64_t& out,
+               IntRange range = kParallelSizeRange) {
+  if (auto value = parallel.integer(key, Need::kOptional, range)) out = *value;
 }
 
 // ----- activation recompute and uneven pipeline stages -----
@@ -115,9 +119,11 @@ void read_recompute_and_stages(ObjectReader& parallel, ParallelSpec& spec) {
   if (auto m = parallel.string("recompute_method", Need::kOptional, {"uniform", "block"})) {
     spec.recompute.method = *m == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
   }
-  read_size(parallel, "recompute_num_layers", spec.recompute.num_layers);
-  read_size(parallel, "decoder_first_pipeline_num_layers", spec.first_stage_layers);
-  read_size(parallel, "decoder_last_pipeline_num_layers", spec.last_stage_layers);
+  read_size(parallel, "recompute_num_layers", spec.recompute.num_layers, kLayerSettingRange);
+  read_size(parallel, "decoder_first_pipeline_num_layers", spec.first_stage_layers,
+            kLayerSettingRange);
+  read_size(parallel, "decoder_last_pipeline_num_layers", spec.last_stage_layers,
+            kLayerSettingRange);
 }
 // ----- cost-model settings: communication overlap and MoE routing -----
 void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
@@ -144,11 +150,11 @@ ParallelSpec read_parallel(ObjectReader& parallel) {
   read_size(parallel, "pp", spec.pp);
   read_size(parallel, "ep", spec.ep);
   if (auto sp = parallel.boolean("sp", Need::kOptional)) spec.sp = *sp;
-  read_size(parallel, "micro_batch_size", spec.micro_batch_size);
-  if (auto gbs = parallel.integer("global_batch_size", Need::kRequired, {.min = 1})) {
+  read_size(parallel, "micro_batch_size", spec.micro_batch_size, kBatchSequencesRange);
+  if (auto gbs = parallel.integer("global_batch_size", Need::kRequired, kBatchSequencesRange)) {
     spec.global_batch_size = *gbs;
   }
-  if (auto seq = parallel.integer("seq_length", Need::kRequired, {.min = 1})) {
+  if (auto seq = parallel.integer("seq_length", Need::kRequired, kSeqLengthSettingRange)) {
     spec.seq_length = *seq;
   }
   read_cost_model_settings(parallel, spec);

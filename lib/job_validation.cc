@@ -6,6 +6,7 @@
 
 #include "lib/divisibility_hints.h"
 #include "lib/dtype.h"
+#include "lib/job_limits.h"
 #include "lib/stage_split.h"
 
 namespace dhelix {
@@ -50,14 +51,8 @@ bool check_positive(const JobSpec& job, Checker& check) {
   return all_positive;
 }
 
-// Limits far above any real job. Within them every product the planner forms (world size,
-// micro_batch_size·dp, tokens per rank, tensor bytes) fits in int64, and the O(micro-batches)
-// schedule and simulation finish; beyond them the job is refused before anything multiplies.
-constexpr int64_t kMaxParallelSize = int64_t{1} << 20;
-constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
-constexpr int64_t kMaxBatchSequences = int64_t{1} << 32;
-constexpr int64_t kMaxSeqLength = int64_t{1} << 24;
-constexpr int64_t kMaxMicroBatches = int64_t{1} << 20;
+// Limits (lib/job_limits.h) far above any real job; beyond them the job is refused before
+// anything multiplies.
 // Bytes of one rank's largest tensor and the parameter count: kept below 2^52 (exact in a
 // double) so that byte counts derived from them in int64 cannot overflow.
 constexpr int64_t kMaxPerRankSize = int64_t{1} << 52;
@@ -117,6 +112,31 @@ bool check_product_limits(const JobSpec& job, Checker& check) {
     within = false;
   }
   return within;
+}
+
+// What a plan and its rank programs hold grows with the micro-batches times the stages
+// (tasks) and times the layers (layer passes): bounded so that planning, checking and
+// running a plan cannot exhaust memory (lib/job_limits.h). Called once the micro-batch
+// count is within its limit: micro-batches (2^20), pp (2^20) and num_layers (2^16) multiply
+// without overflow.
+void check_plan_size_limits(const JobSpec& job, Checker& check) {
+  const ParallelSpec& p = job.parallel;
+  const int64_t micro_batches = p.global_batch_size / *p.checked_replica_batch_size();
+  if (micro_batches * p.pp > kMaxPipelineTasks) {
+    check.report("parallel.global_batch_size", p.global_batch_size,
+                 fmt::format("gives {} micro-batches on pp = {} stages = {} pipeline tasks; at "
+                             "most {} are supported (the plan lists every task)",
+                             micro_batches, p.pp, micro_batches * p.pp, kMaxPipelineTasks));
+    return;
+  }
+  const int64_t layers = job.model.num_layers;
+  if (layers > 0 && micro_batches * layers > kMaxLayerPasses) {
+    check.report("parallel.global_batch_size", p.global_batch_size,
+                 fmt::format("gives {} micro-batches through num_layers = {} layers = {} layer "
+                             "passes per iteration; at most {} are supported (each is a run of "
+                             "rank-program instructions)",
+                             micro_batches, layers, micro_batches * layers, kMaxLayerPasses));
+  }
 }
 
 // Whole-model parameters, estimated in double so that absurd sizes cannot overflow: Q and O
@@ -380,6 +400,7 @@ ProblemList validate_job(const JobSpec& job) {
   // past the limits they would overflow, so limits come first and stop validation.
   if (!check_size_limits(job, check)) return problems;
   if (!check_product_limits(job, check)) return problems;
+  check_plan_size_limits(job, check);
   check_per_rank_sizes(job, problems);
   check_world_size(job, check);
   check_tensor_parallel(job, check);

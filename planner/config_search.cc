@@ -233,6 +233,18 @@ void check_request(const SearchRequest& r) {
     throw Error(ErrorCode::kInvalidInput, fmt::format("--top: {} must be at least 1", r.top_k));
   }
   DHELIX_CHECK(r.make_profile && r.unprofiled_op_time_us && r.solo_time_us);
+  // A cluster of fixed size holds at most its GPUs: every configuration of more would be
+  // refused by the job's rules, and the report would only list rejections.
+  const ClusterSpec& cluster = r.base.cluster;
+  if (cluster.num_nodes > 0 && cluster.gpus_per_node > 0 &&
+      r.gpus > cluster.num_nodes * cluster.gpus_per_node) {
+    throw Error(
+        ErrorCode::kInvalidInput,
+        fmt::format("--gpus: {} is more GPUs than cluster {} has ({} node{} x {} GPUs "
+                    "= {})",
+                    r.gpus, cluster.name, cluster.num_nodes, cluster.num_nodes == 1 ? "" : "s",
+                    cluster.gpus_per_node, cluster.num_nodes * cluster.gpus_per_node));
+  }
 }
 
 // Rules and static memory for every configuration; the survivors get a profile and a bound.
@@ -402,6 +414,32 @@ const ConfigOutcome* SearchResult::best_megatron() const {
   return megatron_ranking.empty() ? nullptr : &configs[megatron_ranking.front()];
 }
 
+std::string no_best_reason(const SearchResult& result, PipelineScheme scheme) {
+  const bool dhelix = scheme == PipelineScheme::kDHelix;
+  if (!(dhelix ? result.dhelix_ranking : result.megatron_ranking).empty()) return "";
+  const SearchCounts& n = result.counts;
+  const auto plural = [](int64_t count) { return count == 1 ? "" : "s"; };
+  if (n.invalid == n.enumerated) {
+    return fmt::format(
+        "none: each of the {} configuration{} breaks a rule of the job (see the "
+        "most common rejections)",
+        n.enumerated, plural(n.enumerated));
+  }
+  // Every configuration the rules allow was refused on memory under this scheme: by the
+  // static or in-flight memory test, pruned for no memory, or planned over the budget.
+  const int64_t planned_over = n.planned - (dhelix ? n.dhelix_fits : n.megatron_fits);
+  const int64_t refused = n.enumerated - n.invalid;
+  std::string text = fmt::format(
+      "none fits in memory: {} configuration{} refused on memory ({} before planning, {} "
+      "planned over the budget",
+      refused, plural(refused), n.no_memory + n.pruned, planned_over);
+  if (n.invalid > 0) {
+    text +=
+        fmt::format("; {} more break{} a rule of the job", n.invalid, n.invalid == 1 ? "s" : "");
+  }
+  return text + ")";
+}
+
 JobSpec configuration_job(const JobSpec& base, const ParallelSpec& parallel) {
   JobSpec job = base;
   job.parallel = parallel;
@@ -414,6 +452,12 @@ SearchResult search_configurations(const SearchRequest& request) {
   SearchResult result;
   const std::vector<ParallelSpec> space =
       enumerate_configurations(request.base, request.gpus, request.constraints);
+  if (space.empty()) {
+    // Nothing to plan is not "nothing fits in memory": say which axis left nothing.
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("--gpus: {}: no parallel configuration to search: {}", request.gpus,
+                            empty_space_reason(request.base, request.gpus, request.constraints)));
+  }
   for (size_t i = 0; i < space.size(); ++i) {
     ConfigOutcome out;
     out.index = static_cast<int64_t>(i);

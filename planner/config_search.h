@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "lib/job_spec.h"
+#include "lib/plan/plan_kinds.h"
 #include "lib/profile.h"
 #include "planner/config_space.h"
 #include "planner/search_bounds.h"
@@ -117,8 +118,15 @@ struct SearchResult {
 };
 
 /// Runs the search (see the file comment). Errors: kInvalidInput for a bad request (gpus or
-/// threads < 1, top_k < 1); errors of build_plan other than memory propagate.
+/// threads < 1, top_k < 1, more GPUs than a cluster of fixed size has) and for a space with
+/// no configuration (the message says why: empty_space_reason); errors of build_plan other
+/// than memory propagate.
 SearchResult search_configurations(const SearchRequest& request);
+
+/// Why `scheme`'s ranking (kDHelix or kMegatron1F1B) is empty, from the counts: every
+/// configuration broke a rule of the job, or "none fits in memory: N configurations refused
+/// on memory (...)"; "" when the ranking is not empty.
+std::string no_best_reason(const SearchResult& result, PipelineScheme scheme);
 
 /// The job of one configuration: `base` with its parallel settings replaced.
 JobSpec configuration_job(const JobSpec& base, const ParallelSpec& parallel);

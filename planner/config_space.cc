@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <set>
+#include <string>
+
 #include "lib/error.h"
 #include "lib/stage_split.h"
+#include "lib/text.h"
 
 namespace dhelix {
 namespace {
@@ -84,26 +88,40 @@ std::vector<int64_t> expert_tp_values(const JobSpec& base, int64_t tp) {
   return {0, 1};  // 0: as tp (Megatron-Core's default)
 }
 
-}  // namespace
+// How far the enumeration got along its axes: where an empty space stopped.
+struct Funnel {
+  int64_t tp_cp = 0;             ///< (tp, sp, cp) the sequence allows
+  std::set<int64_t> pp_values;   ///< depths the layers split over (with max_pp, pp)
+  std::set<int64_t> dp_values;   ///< dp = gpus / (tp·cp·pp) where that divides
+  std::set<int64_t> dp_with_ep;  ///< ... that also match the dp constraint and have an ep
+};
 
-std::vector<ParallelSpec> enumerate_configurations(const JobSpec& base, int64_t gpus,
-                                                   const SearchConstraints& c) {
+std::vector<ParallelSpec> enumerate(const JobSpec& base, int64_t gpus, const SearchConstraints& c,
+                                    Funnel* funnel) {
   if (gpus < 1) {
     throw Error(ErrorCode::kInvalidInput, fmt::format("--gpus: {} must be at least 1", gpus));
   }
   const ParallelSpec& b = base.parallel;
   std::vector<ParallelSpec> configs;
+  const std::vector<PipelineLayout> layouts = pipeline_layouts(base.model.num_layers, c);
+  if (funnel != nullptr) {
+    for (const PipelineLayout& layout : layouts) funnel->pp_values.insert(layout.pp);
+  }
   for (int64_t tp : axis(c.tp, powers_of_two_up_to(gpus))) {
     for (bool sp : sp_values(c, tp)) {
       const int64_t max_cp = c.allow_cp ? gpus / tp : 1;
       for (int64_t cp : axis(c.cp, powers_of_two_up_to(max_cp))) {
         if (b.seq_length % (2 * cp) != 0 && cp > 1) continue;
-        for (const PipelineLayout& layout : pipeline_layouts(base.model.num_layers, c)) {
+        if (funnel != nullptr) ++funnel->tp_cp;
+        for (const PipelineLayout& layout : layouts) {
           const int64_t pp = layout.pp;
           if (gpus % (tp * cp * pp) != 0) continue;
           const int64_t dp = gpus / (tp * cp * pp);
+          if (funnel != nullptr) funnel->dp_values.insert(dp);
           if (c.dp && *c.dp != dp) continue;
-          for (int64_t ep : ep_values(base, c, dp, cp)) {
+          const std::vector<int64_t> eps = ep_values(base, c, dp, cp);
+          if (funnel != nullptr && !eps.empty()) funnel->dp_with_ep.insert(dp);
+          for (int64_t ep : eps) {
             for (int64_t expert_tp : expert_tp_values(base, tp)) {
               for (int64_t mbs :
                    axis(c.micro_batch_size, powers_of_two_up_to(c.max_micro_batch_size))) {
@@ -131,6 +149,65 @@ std::vector<ParallelSpec> enumerate_configurations(const JobSpec& base, int64_t 
     }
   }
   return configs;
+}
+
+std::string values_text(const std::set<int64_t>& values) {
+  std::vector<std::string> parts;
+  for (int64_t v : values) parts.push_back(std::to_string(v));
+  return join(parts, ", ");
+}
+
+}  // namespace
+
+std::vector<ParallelSpec> enumerate_configurations(const JobSpec& base, int64_t gpus,
+                                                   const SearchConstraints& c) {
+  return enumerate(base, gpus, c, nullptr);
+}
+
+std::string empty_space_reason(const JobSpec& base, int64_t gpus, const SearchConstraints& c) {
+  Funnel f;
+  if (!enumerate(base, gpus, c, &f).empty()) return "";
+  const ParallelSpec& b = base.parallel;
+  const int64_t layers = base.model.num_layers;
+  if (f.tp_cp == 0) {
+    return fmt::format(
+        "{} GPUs: no tensor- and context-parallel size fits: tp and cp are powers "
+        "of two with tp·cp <= {}, and cp > 1 needs seq_length {} divisible by "
+        "2·cp{}",
+        gpus, gpus, b.seq_length, c.tp || c.cp ? " (tp or cp fixed by a flag)" : "");
+  }
+  if (f.pp_values.empty()) {
+    return fmt::format(
+        "{} layers split over no pipeline depth allowed{} (the W folds 2·pp "
+        "chunks, lib/stage_split.h)",
+        layers,
+        c.pp           ? fmt::format(" (--pp {})", *c.pp)
+        : c.max_pp > 0 ? fmt::format(" (--max-pp {})", c.max_pp)
+                       : std::string());
+  }
+  const std::string product = base.model.is_moe() ? "tp·cp·pp·dp (ep within dp·cp)" : "tp·cp·pp·dp";
+  if (f.dp_values.empty()) {
+    return fmt::format(
+        "{} GPUs: no {} = {}: tp and cp are powers of two and pp is one of {} (the "
+        "depths {} layers split over), and no tp·cp·pp of them divides {}",
+        gpus, product, gpus, values_text(f.pp_values), layers, gpus);
+  }
+  if (c.dp && f.dp_values.count(*c.dp) == 0) {
+    return fmt::format("{} GPUs: --dp {} is not {} / (tp·cp·pp) for any layout (dp could be {})",
+                       gpus, *c.dp, gpus, values_text(f.dp_values));
+  }
+  if (f.dp_with_ep.empty()) {
+    return fmt::format("{} GPUs: no expert-parallel size divides both dp·cp and num_experts = {}",
+                       gpus, base.model.is_moe() ? base.model.moe->num_experts : 0);
+  }
+  std::set<int64_t> mbs_values;
+  for (int64_t m : axis(c.micro_batch_size, powers_of_two_up_to(c.max_micro_batch_size))) {
+    mbs_values.insert(m);
+  }
+  return fmt::format(
+      "{} GPUs: every {} = {} has dp in {{{}}}, and no dp·micro_batch_size "
+      "(micro_batch_size in {{{}}}) divides global batch {}",
+      gpus, product, gpus, values_text(f.dp_with_ep), values_text(mbs_values), b.global_batch_size);
 }
 
 std::string configuration_label(const ParallelSpec& p, bool moe) {

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "lib/job_spec.h"
@@ -59,6 +60,13 @@ struct SearchConstraints {
 /// its parallel sizes are ignored. Errors: kInvalidInput when gpus < 1.
 std::vector<ParallelSpec> enumerate_configurations(const JobSpec& base, int64_t gpus,
                                                    const SearchConstraints& constraints);
+
+/// Why enumerate_configurations(base, gpus, constraints) is empty, naming the axis where
+/// every configuration stopped, e.g. "7 GPUs: every tp·cp·pp·dp = 7 has dp in {7}, and no
+/// dp·micro_batch_size (micro_batch_size in {1, 2, 4, 8}) divides global batch 8"; "" when
+/// it is not empty.
+std::string empty_space_reason(const JobSpec& base, int64_t gpus,
+                               const SearchConstraints& constraints);
 
 /// "tp8 sp cp2 pp4 dp2 mbs1 recompute=selective" (ep and expert-tp for MoE models).
 std::string configuration_label(const ParallelSpec& parallel, bool moe);

@@ -10,6 +10,7 @@
 #include "lib/dag_builder.h"
 #include "lib/error.h"
 #include "lib/placement.h"
+#include "lib/plan_identity.h"
 #include "profiler/model_backend.h"
 #include "profiler/sampling.h"
 
@@ -51,7 +52,8 @@ struct Samples {
   std::map<std::pair<std::string, std::string>, std::vector<std::pair<double, double>>> pairs;
 };
 
-std::string checked_schedule(const NamedTrace& t, const JobSpec& job) {
+std::string checked_schedule(const NamedTrace& t, const JobSpec& job, const PlanIdentity& identity,
+                             std::vector<std::string>* warnings) {
   const Json other = t.trace.value("otherData", Json::object());
   if (!other.value("measured", false)) {
     throw Error(ErrorCode::kInvalidInput,
@@ -64,6 +66,11 @@ std::string checked_schedule(const NamedTrace& t, const JobSpec& job) {
                 fmt::format("{}: /otherData/job: \"{}\", but the job is \"{}\"", t.file,
                             other.value("job", ""), job.name));
   }
+  // The same name is not the same job: a trace of another sequence length would record
+  // its times under this job's signatures (lib/plan_identity.h).
+  const std::optional<std::string> warning =
+      check_trace_identity(other, identity, t.file, fmt::format("the job {}", job.source_file));
+  if (warning && warnings != nullptr) warnings->push_back(*warning);
   const std::string schedule = other.value("schedule", "");
   if (schedule != "sequential" && schedule != "co-executed") {
     throw Error(ErrorCode::kInvalidInput,
@@ -125,10 +132,14 @@ void add_samples(const NamedTrace& t, const std::string& schedule,
 }  // namespace
 
 Profile profile_from_traces(const JobSpec& job, const std::vector<NamedTrace>& traces,
-                            const Profile* base, OrderedJson meta) {
+                            const Profile* base, OrderedJson meta,
+                            std::vector<std::string>* warnings) {
   const std::unordered_map<std::string, Op> ops = ops_by_id(job);
+  const PlanIdentity identity = plan_identity(job);
   Samples samples;
-  for (const NamedTrace& t : traces) add_samples(t, checked_schedule(t, job), ops, samples);
+  for (const NamedTrace& t : traces) {
+    add_samples(t, checked_schedule(t, job, identity, warnings), ops, samples);
+  }
   const ProfileSpace space = collect_profile_space(job);
   Profile profile;
   profile.backend = ProfileBackend::kCpu;

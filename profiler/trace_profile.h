@@ -45,9 +45,13 @@ struct NamedTrace {
 
 /// The profile of `job` from `traces` (and `base` for what they lack; may be null); `meta`
 /// is stored with "from_trace" added. Throws Error(kInvalidInput) naming the file for a
-/// trace that is not a dhelix-run trace of this job, and listing what is missing when
-/// neither the traces nor `base` give an entry of the profile space.
+/// trace that is not a dhelix-run trace of this job (its name, or its plan identity,
+/// lib/plan_identity.h: a trace of the same job name with another sequence length is
+/// refused), and listing what is missing when neither the traces nor `base` give an entry
+/// of the profile space. A trace without a plan identity (older dhelix-run) is read with a
+/// warning added to `warnings` (when given).
 Profile profile_from_traces(const JobSpec& job, const std::vector<NamedTrace>& traces,
-                            const Profile* base, OrderedJson meta);
+                            const Profile* base, OrderedJson meta,
+                            std::vector<std::string>* warnings = nullptr);
 
 }  // namespace dhelix

@@ -69,6 +69,9 @@ int run_measured(const DiffFlags& flags, const std::vector<std::string>& argv) {
   dhelix::MeasuredDiff diff =
       dhelix::compare_measured(plan, trace, flags.measured, flags.fail_if_off_pct);
   diff.plan_label = flags.plan_a;
+  for (const std::string& warning : diff.warnings) {
+    dhelix::print_warning(kTool, warning);
+  }
   if (flags.json) {
     dhelix::OrderedJson out = dhelix::measured_diff_json(diff);
     out["provenance"] = dhelix::provenance_to_json(

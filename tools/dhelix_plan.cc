@@ -33,6 +33,7 @@
 #include "lib/profile_match.h"
 #include "lib/provenance.h"
 #include "planner/plan_builder.h"
+#include "planner/plan_figures_check.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "tools/job_cli.h"
@@ -294,7 +295,8 @@ int check(const PlanOptions& options) {
   const Plan plan = read_plan(options.check);
   ProgressBar bar("checking " + options.check);  // on a terminal only
   const PlanCheckReport report = check_plan(
-      plan, options.check, [&bar](int64_t done, int64_t total) { bar.update(done, total); });
+      plan, options.check, [&bar](int64_t done, int64_t total) { bar.update(done, total); },
+      check_plan_memory_figures);
   for (const std::string& warning : report.warnings) print_warning(kToolName, warning);
   std::printf("%s\n", plan_check_summary_text(report, options.check).c_str());
   report.problems.throw_if_any(ErrorCode::kInvalidInput);

@@ -204,7 +204,11 @@ int profile(const ProfileOptions& options, MpiSession& mpi) {
     }
     const std::optional<Profile> base =
         options.base.empty() ? std::nullopt : std::optional<Profile>(read_profile(options.base));
-    write_profile(options.output, profile_from_traces(job, traces, base ? &*base : nullptr, meta));
+    std::vector<std::string> warnings;
+    const Profile profile =
+        profile_from_traces(job, traces, base ? &*base : nullptr, meta, &warnings);
+    for (const std::string& warning : warnings) print_warning(kToolName, warning);
+    write_profile(options.output, profile);
     return 0;
   }
   const Profile result = cuda  ? measure_on_cuda(options, job, meta, mpi)

@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "lib/error.h"
+#include "planner/plan_figures_check.h"
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/train/cpu_engine.h"
 #include "runtime/train/trainer.h"
@@ -121,6 +122,8 @@ int main(int argc, char** argv) {
                                ? fmt::format("dhelix-run (rank {})", mpi->world_rank())
                                : "dhelix-run";
   auto options = std::make_shared<dhelix::rt::TrainOptions>();
+  // The checker recomputes the plan's memory figures with the planner's memory model.
+  options->plan_figures = dhelix::check_plan_memory_figures;
   // Until training starts, every rank does the same (parses the same command line): a failure
   // there is agreed.
   bool agreed = true;

@@ -57,10 +57,11 @@ void write_best_plan(const SearchResult& result, const JobSpec& base, const std:
                      const std::vector<std::string>& argv, const std::vector<std::string>& inputs) {
   const ConfigOutcome* best = result.best_dhelix();
   if (best == nullptr) {
-    throw Error(ErrorCode::kInfeasible,
-                fmt::format("-o {}: no configuration fits in memory under dhelix, so there is "
-                            "no plan to write (see the report's rejections)",
-                            output));
+    const std::string why = no_best_reason(result, PipelineScheme::kDHelix);
+    // Every configuration breaking a rule is bad input; only memory is infeasibility.
+    const bool memory = why.starts_with("none fits in memory");
+    throw Error(memory ? ErrorCode::kInfeasible : ErrorCode::kInvalidInput,
+                fmt::format("-o {}: no dhelix plan to write: {}", output, why));
   }
   const JobSpec job = configuration_job(base, best->parallel);
   PlanRequest request;

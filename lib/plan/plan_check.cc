@@ -462,10 +462,13 @@ void check_every_rank(const Plan& plan, const JobSpec& job, const std::string& p
 }  // namespace
 
 PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
-                           const PlanCheckProgress& progress) {
+                           const PlanCheckProgress& progress, const PlanFiguresCheck& figures) {
   PlanCheckReport report;
   const JobSpec job = job_from_plan(plan, plan_file);
   check_plan_fields(plan, job, plan_file, report.problems);
+  // Check 11: what the plan states but its job determines is recomputed, not trusted.
+  check_op_records(plan, job, plan_file, report.problems);
+  if (figures) figures(plan, job, plan_file, report.problems);
   // The classes of ranks first (lib/plan/plan_check_classes.cc): when they pass, every
   // rank passes. Otherwise every rank is checked, after the classes' steps.
   int64_t class_steps = 0;
@@ -487,8 +490,9 @@ PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
   return report;
 }
 
-PlanCheckReport require_valid_plan(const Plan& plan, const std::string& plan_file) {
-  PlanCheckReport report = check_plan(plan, plan_file);
+PlanCheckReport require_valid_plan(const Plan& plan, const std::string& plan_file,
+                                   const PlanFiguresCheck& figures) {
+  PlanCheckReport report = check_plan(plan, plan_file, {}, figures);
   report.problems.throw_if_any(ErrorCode::kInvalidInput);
   return report;
 }

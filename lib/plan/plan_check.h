@@ -30,6 +30,11 @@
 //      num_micro_batches against the job and the tasks, task indices, blocks' op lists
 //      against their timings, co-executed against sequential ops, waits_for against the
 //      transfers.
+//   11. Recomputed figures: every pairing's op records (id, kind, stream, group,
+//      signature) against the layer DAGs rebuilt from the plan's own job
+//      (lib/plan/plan_check_ops.cc); and, through a PlanFiguresCheck the caller passes
+//      (planner/plan_figures_check.h), the memory budget and every stage's memory, so that
+//      an edited budget cannot make check 5 pass an out-of-memory plan.
 //
 // Problems name the plan file, the plan position (JSON pointer of the task), the mode, and
 // each instruction involved (describe_instruction), e.g.
@@ -83,13 +88,21 @@ struct PlanCheckReport {
 /// each mode's checks). Called on the calling thread only, with `done` never decreasing.
 using PlanCheckProgress = std::function<void(int64_t done, int64_t total)>;
 
+/// Recomputes figures `plan` states from `job` (its own) and adds a problem for each that
+/// differs: planner/plan_figures_check.h's check_plan_memory_figures. A parameter rather than
+/// a call so that the plan library does not depend on the planner; the tools pass it.
+using PlanFiguresCheck = std::function<void(const Plan& plan, const JobSpec& job,
+                                            const std::string& plan_file, ProblemList& problems)>;
+
 /// Runs every check on `plan` (file name `plan_file`, for messages): lowers every rank in
 /// co-executed and sequential mode (on every core) and checks the programs, then the memory. When a
 /// rank does not lower in a mode, the cross-rank checks of that mode are skipped (they would only
 /// repeat the lowering's problem). Throws only when plan.job is not a valid job. `progress`,
-/// when given, hears how far it has come (dhelix-plan --check draws a bar from it).
+/// when given, hears how far it has come (dhelix-plan --check draws a bar from it). `figures`,
+/// when given, recomputes the memory figures (check 11).
 PlanCheckReport check_plan(const Plan& plan, const std::string& plan_file,
-                           const PlanCheckProgress& progress = {});
+                           const PlanCheckProgress& progress = {},
+                           const PlanFiguresCheck& figures = {});
 
 /// Checks 1 to 4, 9 and 10 on one program per class of ranks (ranks with equal
 /// RankLoweringInput), lib/plan/plan_check_classes.cc. Returns the summary's counts when
@@ -106,7 +119,8 @@ std::optional<PlanCheckSummary> check_rank_classes(const Plan& plan, const JobSp
 
 /// check_plan, then throws Error(kInvalidInput) listing every problem (one per line).
 /// Returns the report of a plan that passes (warnings, summary). For dhelix-run.
-PlanCheckReport require_valid_plan(const Plan& plan, const std::string& plan_file);
+PlanCheckReport require_valid_plan(const Plan& plan, const std::string& plan_file,
+                                   const PlanFiguresCheck& figures = {});
 
 /// Checks already-lowered programs of one mode: `programs[r]` is world rank r's program,
 /// one per rank of the job. Runs checks 1 (dependencies), 2, 3 and 4; adds problems and
@@ -164,6 +178,11 @@ void check_same_ops(const Plan& plan, const std::vector<RankProgram>& co_execute
 /// `programs` (co-executed).
 void check_waits_for(const Plan& plan, const std::vector<RankProgram>& programs,
                      const std::string& plan_file, ProblemList& problems);
+
+/// Check 11's op records (lib/plan/plan_check_ops.cc): every pairing's ops against the layer
+/// DAGs rebuilt from `job` at the shape rank of the first stage using the pairing.
+void check_op_records(const Plan& plan, const JobSpec& job, const std::string& plan_file,
+                      ProblemList& problems);
 
 /// Check 5; fills the summary's memory figures.
 void check_memory(const Plan& plan, const std::string& plan_file, PlanCheckReport& report);

@@ -7,6 +7,7 @@
 #include "lib/cluster_reader.h"
 #include "lib/error.h"
 #include "lib/job_reader.h"
+#include "lib/job_validation.h"
 #include "lib/model_reader.h"
 #include "lib/provenance.h"
 #include "lib/text.h"
@@ -28,6 +29,10 @@ JobSpec job_from_plan(const Plan& plan, const std::string& plan_file) {
   ProblemList problems;
   JobSpec job = job_from_json(json, plan_file + " (its /job)", "", problems);
   problems.throw_if_any(ErrorCode::kInvalidInput);
+  // The job's rules and size limits too (lib/job_validation.h): every reader of a plan
+  // (the checker, dhelix-run, dhelix-diff) sizes schedules, programs and buffers from it,
+  // so an edited plan with 2^62 micro-batches must stop here, not in an allocation.
+  validate_job(job).throw_if_any(ErrorCode::kInvalidInput);
   job.source_file = plan_file;
   return job;
 }

@@ -6,6 +6,7 @@
 #include "lib/plan/plan_reader.h"
 
 #include "lib/file_kind.h"
+#include "lib/job_limits.h"
 #include "lib/provenance.h"
 
 #include <fstream>
@@ -44,13 +45,19 @@ std::vector<std::string> read_strings(ObjectReader& r, const std::string& key) {
   return out;
 }
 
-std::vector<int64_t> read_integers(ObjectReader& r, const std::string& key) {
+// Integers from 0 to `max` (nlohmann keeps a non-negative integer as unsigned).
+std::vector<int64_t> read_integers(ObjectReader& r, const std::string& key, int64_t max) {
   std::vector<int64_t> out;
   for_each_element(r, key, [&](const Json& e, const std::string& pointer) {
-    if (e.is_number_integer() && e.get<int64_t>() >= 0) {
-      out.push_back(e.get<int64_t>());
-    } else {
+    const bool integer = e.is_number_integer();
+    const bool negative = integer && !e.is_number_unsigned() && e.get<int64_t>() < 0;
+    if (!integer || negative) {
       r.problems().add(r.file(), pointer, json_value_text(e), "must be an integer >= 0");
+    } else if (e.get<uint64_t>() > static_cast<uint64_t>(max)) {
+      r.problems().add(r.file(), pointer, json_value_text(e),
+                       fmt::format("must be at most {}", max));
+    } else {
+      out.push_back(static_cast<int64_t>(e.get<uint64_t>()));
     }
   });
   return out;
@@ -74,6 +81,23 @@ double time_field(ObjectReader& r, const std::string& key) {
 }
 int64_t count_field(ObjectReader& r, const std::string& key) {
   return r.integer(key, Need::kRequired, kCount).value_or(0);
+}
+
+// Fields that index or size what a reader of the plan builds (schedules, rank programs,
+// per-micro-batch buffers) get the job's own limits (lib/job_limits.h), so that an edited
+// plan with 2^62 layers or micro-batches is refused here, with its pointer, and never
+// reaches an allocation. Indices are below the matching count's limit.
+constexpr IntRange kLayerIndex{.min = 0, .max = kLayerCountRange.max};
+constexpr IntRange kLayerCount{.min = 1, .max = kLayerCountRange.max};
+constexpr IntRange kMicroBatchCount{.min = 1, .max = kMaxMicroBatches};
+constexpr IntRange kMicroBatchIndex{.min = 0, .max = kMaxMicroBatches - 1};
+constexpr IntRange kStageIndex{.min = 0, .max = kMaxParallelSize - 1};
+constexpr IntRange kRankIndex{.min = 0, .max = kMaxWorldSize - 1};
+// A stage runs at most a few tasks per micro-batch and chunk.
+constexpr IntRange kTaskIndex{.min = 0, .max = 8 * kMaxMicroBatches};
+
+int64_t bounded_field(ObjectReader& r, const std::string& key, IntRange range) {
+  return r.integer(key, Need::kRequired, range).value_or(range.min);
 }
 
 // Reads the object at `key` (or at an element) with `fill`, then checks its keys.
@@ -168,10 +192,10 @@ PlanPairing read_pairing(ObjectReader& r) {
   p.forward_ops = read_ops(r, "forward_ops");
   p.backward_ops = read_ops(r, "backward_ops");
   p.scope = read_enum(r, "scope", kPairingScopeNames, PairingScope::kLayer);
-  p.chunk_layers = r.integer("chunk_layers", Need::kRequired, {.min = 1}).value_or(1);
+  p.chunk_layers = bounded_field(r, "chunk_layers", kLayerCount);
   p.layer_scope_us = time_field(r, "layer_scope_us");
   p.chunk_scope_us = time_field(r, "chunk_scope_us");
-  p.window_layers = r.integer("window_layers", Need::kRequired, {.min = 1}).value_or(1);
+  p.window_layers = bounded_field(r, "window_layers", kLayerCount);
   p.sequential_us = time_field(r, "sequential_us");
   p.layer_pair_us = time_field(r, "layer_pair_us");
   p.layer_blocks = read_blocks(r, "layer_blocks");
@@ -184,7 +208,8 @@ PlanPairing read_pairing(ObjectReader& r) {
 }
 
 PlanLayerRange read_range(ObjectReader& r) {
-  return {.first = count_field(r, "first"), .count = count_field(r, "count")};
+  return {.first = bounded_field(r, "first", kLayerIndex),
+          .count = bounded_field(r, "count", kLayerIndex)};
 }
 
 // A task's forward or backward part: an object or null (anything else is reported by the
@@ -194,7 +219,7 @@ std::optional<PlanTaskPart> read_part(ObjectReader& r, const std::string& key) {
   if (value == nullptr || value->is_null()) return std::nullopt;
   PlanTaskPart part;
   with_element(r, *value, r.pointer_of(key), [&](ObjectReader& o) {
-    part.micro_batch = count_field(o, "micro_batch");
+    part.micro_batch = bounded_field(o, "micro_batch", kMicroBatchIndex);
     part.chunk = read_enum(o, "chunk", kChunkSideNames, ChunkSide::kWhole);
     with_object(o, "layers", [&](ObjectReader& l) { part.layers = read_range(l); });
   });
@@ -203,18 +228,20 @@ std::optional<PlanTaskPart> read_part(ObjectReader& r, const std::string& key) {
 
 PlanTask read_task(ObjectReader& r) {
   PlanTask t;
-  t.index = count_field(r, "index");
+  t.index = bounded_field(r, "index", kTaskIndex);
   t.kind = read_enum(r, "kind", kTaskKindNames, TaskKind::kForward);
   t.label = r.string("label", Need::kRequired).value_or("");
   t.forward = read_part(r, "forward");
   t.backward = read_part(r, "backward");
   t.head_loss_micro_batch =
-      r.integer("head_loss_micro_batch", Need::kRequired, {.min = -1}).value_or(-1);
+      r.integer("head_loss_micro_batch", Need::kRequired, {.min = -1, .max = kMicroBatchIndex.max})
+          .value_or(-1);
   t.start_us = time_field(r, "start_us");
   t.end_us = time_field(r, "end_us");
   for_each_element(r, "waits_for", [&](const Json& e, const std::string& pointer) {
     with_element(r, e, pointer, [&](ObjectReader& o) {
-      t.waits_for.push_back({.stage = count_field(o, "stage"), .task = count_field(o, "task")});
+      t.waits_for.push_back({.stage = bounded_field(o, "stage", kStageIndex),
+                             .task = bounded_field(o, "task", kTaskIndex)});
     });
   });
   return t;
@@ -241,9 +268,9 @@ PlanStagePhases read_phases(ObjectReader& r) {
 
 PlanStage read_stage(ObjectReader& r) {
   PlanStage s;
-  s.stage = count_field(r, "stage");
-  s.ranks = read_integers(r, "ranks");
-  s.shape_rank = count_field(r, "shape_rank");
+  s.stage = bounded_field(r, "stage", kStageIndex);
+  s.ranks = read_integers(r, "ranks", kRankIndex.max);
+  s.shape_rank = bounded_field(r, "shape_rank", kRankIndex);
   s.pairing = count_field(r, "pairing");
   with_object(r, "down_layers", [&](ObjectReader& o) { s.down_layers = read_range(o); });
   with_object(r, "up_layers", [&](ObjectReader& o) { s.up_layers = read_range(o); });
@@ -265,7 +292,7 @@ PlanScheme read_scheme(ObjectReader& r) {
   s.scheme = read_enum(r, "scheme", kPipelineSchemeNames, PipelineScheme::kDHelix);
   s.shape = read_enum(r, "shape", kPipelineShapeNames, PipelineShape::kW);
   // Absent from 1.0.0 plans: their shapes were w (2 chunks) and 1f1b (1).
-  s.chunks_per_stage = r.integer("chunks_per_stage", Need::kOptional, {.min = 1})
+  s.chunks_per_stage = r.integer("chunks_per_stage", Need::kOptional, kLayerCount)
                            .value_or(s.shape == PipelineShape::kW ? 2 : 1);
   s.iteration_us = time_field(r, "iteration_us");
   s.bubble_ratio = r.real("bubble_ratio", Need::kRequired, {.min = 0, .max = 1}).value_or(0);
@@ -288,7 +315,7 @@ PlanScheme read_scheme(ObjectReader& r) {
   for_each_element(r, "memory", [&](const Json& e, const std::string& pointer) {
     with_element(r, e, pointer, [&](ObjectReader& o) {
       PlanStageMemory m;
-      m.stage = count_field(o, "stage");
+      m.stage = bounded_field(o, "stage", kStageIndex);
       m.weight_bytes = count_field(o, "weight_bytes");
       m.gradient_bytes = count_field(o, "gradient_bytes");
       m.optimizer_bytes = count_field(o, "optimizer_bytes");
@@ -354,7 +381,7 @@ Plan plan_from_json(const Json& json, const std::string& file) {
         o.integer("cross_layer_max_segment_ops", Need::kRequired, kCount).value_or(0);
   });
   plan.num_micro_batches =
-      root.integer("num_micro_batches", Need::kRequired, {.min = 1}).value_or(1);
+      root.integer("num_micro_batches", Need::kRequired, kMicroBatchCount).value_or(1);
   for_each_element(root, "pairings", [&](const Json& e, const std::string& pointer) {
     with_element(root, e, pointer,
                  [&](ObjectReader& o) { plan.pairings.push_back(read_pairing(o)); });

@@ -14,6 +14,7 @@
 #include "lib/error.h"
 #include "lib/json_reader.h"
 #include "lib/plan/plan_writer.h"
+#include "lib/plan_identity.h"
 #include "runtime/comm/mpi_environment.h"
 
 namespace dhelix::rt {
@@ -275,6 +276,9 @@ void RunTrace::write(const std::string& path, const Plan& plan, const JobSpec& j
       {"job", plan.job.name},
       {"schema_version", plan.schema_version},
       {"num_micro_batches", plan.num_micro_batches},
+      // What the plan's ops follow from (lib/plan_identity.h): dhelix-diff --measured and
+      // dhelix-profile --from-trace refuse the trace for another plan or job.
+      {"plan_identity", plan_identity_json(plan_identity(job))},
       {"measured", true},
       {"schedule", execution_mode_name(mode_)},
       {"ranks", static_cast<int64_t>(records.size())},

@@ -218,7 +218,8 @@ void Trainer::read_inputs() {
   refuse_unsupported(job_, options_.plan_file, options_.backend);
   // The whole-world check lowers every rank's program: rank 0 does it for everyone, and the
   // setup agreement below stops every rank when it fails.
-  if (options_.check_plan && rank_ == 0) require_valid_plan(plan_, options_.plan_file);
+  if (options_.check_plan && rank_ == 0)
+    require_valid_plan(plan_, options_.plan_file, options_.plan_figures);
   placement_ = std::make_unique<Placement>(job_.parallel, job_.cluster.gpus_per_node);
   if (world_size_ != placement_->world_size()) {
     throw Error(

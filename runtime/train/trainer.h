@@ -9,6 +9,7 @@
 #include <string>
 
 #include "lib/error.h"
+#include "lib/plan/plan_check.h"
 #include "runtime/train/optimizer.h"
 #include "runtime/train/setup_failure.h"
 #include "runtime/train/training_engine.h"
@@ -45,6 +46,8 @@ struct TrainOptions {
   /// Longest sleep between two MPI tests with backoff, us; 0: mpi_wait.h's default
   int64_t comm_max_sleep_us = 0;
   bool pin_compute = false;  ///< pin each rank's compute stream (runtime/exec/affinity.h)
+  /// The checker's memory recomputation (planner/plan_figures_check.h; dhelix-run binds it).
+  PlanFiguresCheck plan_figures;
 };
 
 /// Trains as `options` say on the engines `factory` makes. Returns the exit status, the

@@ -193,7 +193,7 @@ done <<'CASES'
 plan job truncated 2 not valid JSON: syntax error while parsing
 plan job wrong-type 2 job-wrong-type.json: /parallel/tp: "4" is string, expected an integer
 plan job huge-number 2 job-huge-number.json: not valid JSON: number overflow parsing '1e400'
-plan job int64-max 2 job-int64-max.json: /parallel/tp: 9223372036854775807 is more than 1048576, the largest parallel size dhelix plans for
+plan job int64-max 2 job-int64-max.json: /parallel/tp: 9223372036854775807 must be at most 1048576
 plan job negative-size 2 job-negative-size.json: /parallel/tp: -4096 must be at least 1
 plan job nan 2 not valid JSON: syntax error while parsing value - invalid literal
 plan job unknown-key 2 job-unknown-key.json: /parallel/tensor_paralel: unknown key
@@ -258,7 +258,7 @@ plan profile deep 2 arrays and objects nest more than 512 deep
 profile job truncated 2 not valid JSON: syntax error while parsing
 profile job wrong-type 2 job-wrong-type.json: /parallel/tp: "4" is string, expected an integer
 profile job huge-number 2 job-huge-number.json: not valid JSON: number overflow parsing '1e400'
-profile job int64-max 2 job-int64-max.json: /parallel/tp: 9223372036854775807 is more than 1048576, the largest parallel size dhelix plans for
+profile job int64-max 2 job-int64-max.json: /parallel/tp: 9223372036854775807 must be at most 1048576
 profile job negative-size 2 job-negative-size.json: /parallel/tp: -4096 must be at least 1
 profile job nan 2 not valid JSON: syntax error while parsing value - invalid literal
 profile job unknown-key 2 job-unknown-key.json: /parallel/tensor_paralel: unknown key
@@ -297,7 +297,7 @@ profile cluster deep 2 arrays and objects nest more than 512 deep
 diff plan truncated 2 not valid JSON: syntax error while parsing
 diff plan wrong-type 2 plan-wrong-type.json: /num_micro_batches: "4" is string, expected an integer
 diff plan huge-number 2 plan-huge-number.json: not valid JSON: number overflow parsing '1e400'
-diff plan int64-max 0 -
+diff plan int64-max 2 plan-int64-max.json: /num_micro_batches: 9223372036854775807 must be at most 1048576
 diff plan negative-size 2 plan-negative-size.json: /num_micro_batches: -4096 must be at least 1
 diff plan nan 2 not valid JSON: syntax error while parsing value - invalid literal
 diff plan unknown-key 2 plan-unknown-key.json: /tensor_paralel: unknown key

@@ -61,9 +61,29 @@ s1 = p["stages"][1]["tasks"]; s1[0:4] = s1[2:4] + s1[0:2]'
 expect_refusal cycle "dhelix-plan: error: cycle.json: /stages/0/tasks/1: co-executed: deadlock: 1166 of 1200 instructions never run; wait cycle: rank 0 stage 0 task 2 (F0u): p2p.activation, layer 3, micro-batch 0 [receive stream] waits for its send rank 2"
 
 # --- memory over budget, and the same plan made with --allow-oom (a warning only) ----------
-corrupt oom 'p["memory_budget"]["usable_bytes"] = 2000000'
+# A plan that does not fit, made by the planner (the checker recomputes the budget and the
+# stages' memory, check 11, so an edited budget is another refusal): tiny-tp2-pp2's job on
+# a cpu-host with 2261000000 bytes (466352 usable), written with --allow-oom; oom.json is
+# the same plan with the flag cleared.
+/usr/bin/python3 - "$src_dir" "$scratch" <<'PY'
+import json, sys
+src, scratch = sys.argv[1:3]
+cluster = json.load(open(f"{src}/examples/clusters/cpu-host.json"))
+cluster["gpu"]["memory_bytes"] = 2261000000
+json.dump(cluster, open(f"{scratch}/small.json", "w"))
+job = json.load(open(f"{src}/examples/jobs/tiny-tp2-pp2.json"))
+job["model"] = f"{src}/examples/models/llama-tiny.json"
+job["cluster"] = "small.json"
+json.dump(job, open(f"{scratch}/job-small.json", "w"))
+PY
+(cd "$scratch" && "$plan" job-small.json --allow-oom -o oom-allowed.json >/dev/null 2>&1) ||
+  fail "oom setup" "dhelix-plan --allow-oom wrote no plan"
+/usr/bin/python3 -c 'import json, sys
+p = json.load(open(sys.argv[1])); p["options"]["allow_oom"] = False
+json.dump(p, open(sys.argv[2], "w"), indent=2)' "$scratch/oom-allowed.json" "$scratch/oom.json"
 expect_refusal oom "dhelix-plan: error: oom.json: /schemes/0/memory/0: stage 0 needs 2.0 MiB (2136320 bytes"
-corrupt oom-allowed 'p["memory_budget"]["usable_bytes"] = 2000000; p["options"]["allow_oom"] = True'
+corrupt budget 'p["memory_budget"]["usable_bytes"] = 2000000'
+expect_refusal budget "dhelix-plan: error: budget.json: /memory_budget/usable_bytes: 2000000 differs from 1932735283 bytes recomputed from the plan's own /job"
 (cd "$scratch" && "$plan" --check oom-allowed.json) >"$scratch/stdout" 2>"$scratch/stderr"
 status=$?
 if [[ $status -eq 0 ]] && grep -q "^dhelix-plan: warning: oom-allowed.json: /schemes/0/memory/0: stage 0 needs" "$scratch/stderr" &&

@@ -131,7 +131,7 @@ expect "planner refusals are invalid configurations" 0 "" \
 stdout_has "planner refusal: its reason" "need sequence parallelism"
 
 # 7. Nothing fits: the report says so and -o writes nothing (exit 6, infeasible).
-expect "nothing fits" 6 "no configuration fits" --model examples/models/hf/llama-3.1-405b.config.json \
+expect "nothing fits" 6 "none fits in memory" --model examples/models/hf/llama-3.1-405b.config.json \
   --cluster a40 --gpus 2 --gbs 2 --seq 4096 --no-cp --no-recompute-search --search \
   -o "$scratch/none.json"
 if [[ ! -e $scratch/none.json ]]; then pass "no plan written"; else fail "nothing fits" "wrote a plan"; fi

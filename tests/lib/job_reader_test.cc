@@ -92,6 +92,42 @@ TEST_F(JobReaderTest, DefaultsLeaveEveryDimensionAtOne) {
   EXPECT_EQ(rank_order_text(job.parallel.rank_order), "tp-cp-ep-dp-pp");
 }
 
+// Every integer setting of the parallel object (taken from schemas/job.schema.json, so a new
+// one is covered) is refused past its schema maximum where it is read: 2^62 layers or
+// micro-batches used to reach an allocation (std::bad_alloc, exit 70).
+TEST_F(JobReaderTest, EveryIntegerSettingHasTheSchemasMaximum) {
+  std::ifstream in(std::string(DHELIX_SOURCE_DIR) + "/schemas/job.schema.json");
+  const Json schema = Json::parse(in);
+  int64_t tried = 0;
+  for (const auto& [key, property] : schema["properties"]["parallel"]["properties"].items()) {
+    if (property.value("type", "") != "integer") continue;
+    ASSERT_TRUE(property.contains("maximum")) << key << " has no maximum in the schema";
+    const int64_t maximum = property["maximum"].get<int64_t>();
+    for (const std::string& value : {std::to_string(int64_t{1} << 62), std::to_string(maximum + 1),
+                                     std::string("18446744073709551616")}) {
+      Json parallel = {{"global_batch_size", 8}, {"seq_length", 64}};
+      parallel[key] = Json::parse(value);
+      const std::string message = error_of(write_job(parallel.dump()), ErrorCode::kInvalidInput);
+      EXPECT_NE(message.find("job.json: /parallel/" + key + ": "), std::string::npos)
+          << key << " = " << value << ": " << message;
+      if (value != "18446744073709551616") {
+        EXPECT_NE(message.find(value + " must be at most " + std::to_string(maximum)),
+                  std::string::npos)
+            << key << " = " << value << ": " << message;
+      }
+      ++tried;
+    }
+    Json at_maximum = {{"global_batch_size", 8}, {"seq_length", 64}};
+    at_maximum[key] = maximum;
+    try {
+      read_job_file(write_job(at_maximum.dump()));  // the reader's bound is the schema's
+    } catch (const Error& e) {
+      ADD_FAILURE() << key << " = " << maximum << " refused by the reader: " << e.what();
+    }
+  }
+  EXPECT_GE(tried, 36);  // 12 settings x 3 values
+}
+
 TEST_F(JobReaderTest, UnknownKeysAreReportedWithASuggestion) {
   const std::string path =
       write_job(R"({"global_batchsize": 8, "seq_length": 512})", R"("descripton": "x", )");

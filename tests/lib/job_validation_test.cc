@@ -226,7 +226,19 @@ TEST(JobValidation, MicroBatchesPerIterationAreBounded) {
   EXPECT_EQ(messages(job),
             Messages{"<flags>: --gbs: 4294967296 gives 4294967296 / (micro_batch_size·dp = 1·16) "
                      "= 268435456 micro-batches per iteration; at most 1048576 are supported"});
-  job.parallel.global_batch_size = int64_t{1} << 24;  // 2^20 micro-batches: the limit
+  // 2^20 micro-batches, the limit of the count alone, of 32 layers on one stage: the plan's
+  // tasks and the programs' layer passes are bounded too (lib/job_limits.h).
+  job.parallel.global_batch_size = int64_t{1} << 24;
+  EXPECT_EQ(messages(job),
+            Messages{"<flags>: --gbs: 16777216 gives 1048576 micro-batches on pp = 1 stages = "
+                     "1048576 pipeline tasks; at most 131072 are supported (the plan lists "
+                     "every task)"});
+  job.parallel.global_batch_size = int64_t{1} << 20;  // 2^16 micro-batches and tasks
+  EXPECT_EQ(messages(job),
+            Messages{"<flags>: --gbs: 1048576 gives 65536 micro-batches through num_layers = 32 "
+                     "layers = 2097152 layer passes per iteration; at most 1048576 are "
+                     "supported (each is a run of rank-program instructions)"});
+  job.parallel.global_batch_size = int64_t{1} << 19;  // 2^15 micro-batches, 2^20 passes
   EXPECT_EQ(messages(job), Messages{});
 }
 
@@ -252,6 +264,7 @@ TEST(JobValidation, PerRankSizesStayBelowTwoToThe52) {
   job.model.source_file = "model.json";
   job.model.hidden_size = 1 << 20;
   job.model.num_layers = 1 << 16;
+  job.parallel.global_batch_size = 16;  // one micro-batch: 2^16 layer passes
   EXPECT_EQ(messages(job),
             Messages{"model.json: /num_layers: 65536 gives about 1.801e+17 parameters; at most "
                      "2^52 = 4503599627370496 are supported"});

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <set>
 #include <string>
 
@@ -212,6 +214,89 @@ TEST(ConfigSearch, RefusesBadRequests) {
   r = small_request(1);
   r.top_k = 0;
   EXPECT_THROW(search_configurations(r), Error);
+}
+
+// ----- issue 37: a search that says what happened -------------------------------------------
+
+std::string search_error(const SearchRequest& request) {
+  try {
+    search_configurations(request);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidInput);
+    return e.what();
+  }
+  ADD_FAILURE() << "the search ran";
+  return "";
+}
+
+// --gpus 7 with a global batch of 8: nothing is enumerated, which used to be reported as
+// "none fits in memory". The error names the axis where every configuration stopped.
+TEST(ConfigSearch, AnEmptySpaceSaysWhyNothingWasEnumerated) {
+  EXPECT_EQ(search_error(model_request(base_job(4, 8, 4096), 7, {})),
+            "--gpus: 7: no parallel configuration to search: 7 GPUs: every tp·cp·pp·dp = 7 has "
+            "dp in {7}, and no dp·micro_batch_size (micro_batch_size in {1, 2, 4, 8}) divides "
+            "global batch 8");
+  SearchConstraints tp4;
+  tp4.tp = 4;
+  EXPECT_EQ(search_error(model_request(base_job(4, 8, 4096), 6, tp4)),
+            "--gpus: 6: no parallel configuration to search: 6 GPUs: no tp·cp·pp·dp = 6: tp and "
+            "cp are powers of two and pp is one of 1, 2 (the depths 4 layers split over), and no "
+            "tp·cp·pp of them divides 6");
+  SearchConstraints pp3;
+  pp3.pp = 3;
+  EXPECT_NE(search_error(model_request(base_job(4, 8, 4096), 6, pp3))
+                .find("4 layers split over no pipeline depth allowed (--pp 3)"),
+            std::string::npos);
+  SearchConstraints dp3;
+  dp3.dp = 3;
+  EXPECT_NE(search_error(model_request(base_job(4, 8, 4096), 8, dp3))
+                .find("8 GPUs: --dp 3 is not 8 / (tp·cp·pp) for any layout (dp could be 1, 2, "
+                      "4, 8)"),
+            std::string::npos);
+  EXPECT_EQ(empty_space_reason(base_job(4, 16, 4096), 8, {}), "");
+}
+
+TEST(ConfigSearch, MoreGpusThanAFixedClusterHasIsRefused) {
+  JobSpec base = base_job(4, 8, 4096);
+  base.cluster.num_nodes = 1;
+  EXPECT_EQ(search_error(model_request(base, 1000000, {})),
+            "--gpus: 1000000 is more GPUs than cluster " + base.cluster.name +
+                " has (1 node x 8 GPUs = 8)");
+  base.cluster.num_nodes = 0;  // as many nodes as the job needs: no bound
+  EXPECT_EQ(empty_space_reason(base, 8, {}), "");
+}
+
+// "none fits in memory" only when configurations were enumerated and refused on memory,
+// with the count; a space whose every configuration breaks a rule says that instead.
+TEST(ConfigSearch, NoBestSaysWhetherRulesOrMemoryRefusedEverything) {
+  SearchConstraints tp16;
+  tp16.tp = 16;  // llama-8b has 8 KV heads: every configuration breaks a rule
+  tp16.search_recompute = false;
+  const SearchResult invalid =
+      search_configurations(model_request(base_job(4, 16, 4096), 16, tp16));
+  ASSERT_GT(invalid.counts.enumerated, 0);
+  EXPECT_EQ(no_best_reason(invalid, PipelineScheme::kDHelix),
+            fmt::format("none: each of the {} configurations breaks a rule of the job (see the "
+                        "most common rejections)",
+                        invalid.counts.enumerated));
+  JobSpec small_gpu = base_job(32, 16, 4096);
+  small_gpu.cluster.gpu.memory_bytes = int64_t{3} << 30;
+  SearchConstraints c;
+  c.search_recompute = false;
+  const SearchResult memory = search_configurations(model_request(small_gpu, 8, c));
+  ASSERT_TRUE(memory.dhelix_ranking.empty());
+  const int64_t refused = memory.counts.enumerated - memory.counts.invalid;
+  ASSERT_GT(refused, 0);
+  EXPECT_EQ(
+      no_best_reason(memory, PipelineScheme::kDHelix)
+          .rfind(fmt::format("none fits in memory: {} configurations refused on memory (", refused),
+                 0),
+      0u)
+      << no_best_reason(memory, PipelineScheme::kDHelix);
+  SearchReportContext context;
+  context.gpus = 8;
+  const std::string text = search_report_text(memory, context);
+  EXPECT_NE(text.find("best dhelix:            none fits in memory: "), std::string::npos) << text;
 }
 
 // Plans that share layers through a memo are the bytes of plans made without one.
