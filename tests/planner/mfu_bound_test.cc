@@ -34,8 +34,7 @@ Profile bounded_profile(const JobSpec& job, Scale scale) {
   Profile profile;
   for (const Op& op : space.ops) {
     // 1e-4 us, the least time the file keeps, for ops with no FLOPs (memory or no work).
-    const double us =
-        std::max(1e-4, at_or_above(minimum_op_time_us(job.cluster, op) * scale(op)));
+    const double us = std::max(1e-4, at_or_above(minimum_op_time_us(job.cluster, op) * scale(op)));
     profile.add_op(profiled_op(op, TimeStats::exactly(us), 1));
   }
   for (const auto& [i, j] : space.pairs) {
