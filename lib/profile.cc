@@ -26,7 +26,7 @@ OrderedJson stats_to_json(const TimeStats& t) {
   return json;
 }
 
-const RealRange kTimeRange{.min = 0};
+const RealRange kTimeRange{.min = 0, .max = kMaxProfileTimeUs};
 
 TimeStats read_stats(ObjectReader& reader) {
   const size_t before = reader.problems().problems().size();

@@ -25,6 +25,11 @@ namespace dhelix {
 inline constexpr const char* kProfileSchemaVersion = "1.0.0";
 inline constexpr int kProfileSchemaMajor = 1;
 
+/// Largest time a profile may hold, microseconds (about 11.6 days; the reader refuses more):
+/// no kernel of one training step takes that long, and sums of larger times could overflow
+/// to infinity in the planner. The least times are physical (lib/profile_bounds.h).
+inline constexpr double kMaxProfileTimeUs = 1e12;
+
 /// Which profiler backend produced a profile.
 enum class ProfileBackend { kModel, kCpu, kCuda };
 inline constexpr EnumNames<ProfileBackend, 3> kProfileBackendNames{{"model", "cpu", "cuda"}};
@@ -107,7 +112,8 @@ std::string profile_to_text(const Profile& profile);
 /// Writes the profile atomically (write_file_atomically).
 void write_profile(const std::string& path, const Profile& profile);
 
-/// Strict reader: unknown keys, another major schema version, negative times, an OEF or
+/// Strict reader: unknown keys, another major schema version, negative times or times above
+/// kMaxProfileTimeUs, an OEF or
 /// makespan that does not follow from the times, and pairs of unknown signatures are
 /// errors. `file` names the input in messages. Throws Error listing every problem.
 Profile profile_from_json(const Json& json, const std::string& file);

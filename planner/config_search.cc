@@ -50,7 +50,7 @@ std::string first_broken_rule(const JobSpec& job) {
 // True when some layout could hold the static memory (no activations) on every stage.
 bool static_memory_fits(const JobSpec& job) {
   const MemoryOptions options = search_memory_options();
-  const int64_t usable = memory_budget(job.cluster.gpu, options).usable_bytes();
+  const int64_t usable = memory_budget(job, options).usable_bytes();
   for (PipelineShape shape : {PipelineShape::kW, PipelineShape::kOneFOneB}) {
     const std::vector<int64_t> no_activations(static_cast<size_t>(job.parallel.pp), 0);
     bool fits = true;
@@ -264,7 +264,7 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
       out.reason = kNoMemoryReason;
       return;
     }
-    const int64_t usable = memory_budget(job.cluster.gpu, search_memory_options()).usable_bytes();
+    const int64_t usable = memory_budget(job, search_memory_options()).usable_bytes();
     out.dhelix.peak_memory_bytes = planned_peak_bytes(job, PipelineScheme::kDHelix);
     out.megatron.peak_memory_bytes = planned_peak_bytes(job, PipelineScheme::kMegatron1F1B);
     Candidate& c = candidates[static_cast<size_t>(i)];

@@ -48,6 +48,14 @@ int64_t optimizer_bytes(const StageParameters& params, const ParallelSpec& paral
 
 std::string gib_text(int64_t bytes) { return fmt::format("{:.2f}", to_gib(bytes)); }
 
+// "4.00 MiB" below a GiB (where "0.00 GiB" would hide the value), else "80.00 GiB".
+std::string size_text(int64_t bytes) {
+  if (bytes < (int64_t{1} << 30)) {
+    return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / static_cast<double>(1 << 20));
+  }
+  return gib_text(bytes) + " GiB";
+}
+
 }  // namespace
 
 double to_gib(int64_t bytes) {
@@ -177,6 +185,29 @@ MemoryBudget memory_budget(const GpuSpec& gpu, const MemoryOptions& options) {
                                                            static_cast<double>(gpu.memory_bytes))) +
                          options.fixed_reserve_bytes;
   return budget;
+}
+
+MemoryBudget memory_budget(const JobSpec& job, const MemoryOptions& options) {
+  const ClusterSpec& cluster = job.cluster;
+  MemoryBudget budget = memory_budget(cluster.gpu, options);
+  if (budget.usable_bytes() > 0) return budget;
+  // A job's inline cluster lives at /cluster of the job file; a cluster file holds it at
+  // its root; a preset has no file.
+  const bool inline_cluster =
+      !cluster.source_file.empty() && cluster.source_file == job.source_file;
+  const std::string where = cluster.source_file.empty()
+                                ? fmt::format("cluster preset {}: gpu.memory_bytes", cluster.name)
+                                : fmt::format("{}: {}/gpu/memory_bytes", cluster.source_file,
+                                              inline_cluster ? "/cluster" : "");
+  throw Error(ErrorCode::kInfeasible,
+              fmt::format("{}: {} bytes ({}) is no more than the memory every plan keeps free "
+                          "on a GPU, {} bytes ({} GiB: {} % of the memory for allocator "
+                          "fragmentation + {} GiB for the CUDA context, library workspaces and "
+                          "NCCL buffers): no plan fits on {}; give the GPU's real memory",
+                          where, cluster.gpu.memory_bytes, size_text(cluster.gpu.memory_bytes),
+                          budget.reserve_bytes, gib_text(budget.reserve_bytes),
+                          options.reserve_fraction * 100, gib_text(options.fixed_reserve_bytes),
+                          cluster.gpu.name.empty() ? std::string("this GPU") : cluster.gpu.name));
 }
 
 void check_fits(const std::vector<StageMemory>& stages, const MemoryBudget& budget,

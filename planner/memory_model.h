@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "lib/cluster_spec.h"
+#include "lib/job_spec.h"
 #include "lib/model_spec.h"
 #include "lib/parallel_spec.h"
 #include "planner/pipeline_schedule.h"
@@ -122,7 +123,14 @@ struct MemoryBudget {
   int64_t usable_bytes() const { return capacity_bytes - reserve_bytes; }
 };
 
+/// The arithmetic alone: usable_bytes() is negative when the reserve exceeds the capacity.
 MemoryBudget memory_budget(const GpuSpec& gpu, const MemoryOptions& options = {});
+/// The budget of the job's GPUs. Error(kInfeasible) when the reserve takes all of the GPU's
+/// memory, naming the cluster field that sets it (its file and JSON pointer:
+/// "h100-small.json: /gpu/memory_bytes", or "/cluster/gpu/memory_bytes" in the job file for
+/// an inline cluster), its value and the reserve: no plan could fit, and a budget of
+/// "-2.00 GiB usable" would say so obscurely.
+MemoryBudget memory_budget(const JobSpec& job, const MemoryOptions& options = {});
 
 /// Throws Error(kInfeasible) when a stage needs more than the usable memory. The message
 /// names `scheme` and, for every stage that does not fit, each term in GiB:

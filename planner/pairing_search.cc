@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <utility>
@@ -348,7 +349,11 @@ class JointSearch {
         // Past it, t + P >= value_[target] (1 + slack) or t + P + remaining > upper_us_ (1 +
         // slack): the tests above with P for the bound. The margin below keeps rounding in
         // this subtraction on the side of simulating.
-        give_up_us = std::min(limit_us - t, upper_limit_us - remaining - t) * (1 + kPruneSlack);
+        // nextafter: a block that exactly ties the incumbent must still be simulated to the
+        // end, or with an incumbent of 0 us (a profile of zero times) every block is given
+        // up at once and the search reaches no plan.
+        give_up_us = std::nextafter(
+            std::min(limit_us - t, upper_limit_us - remaining - t) * (1 + kPruneSlack), kInfinity);
       }
     }
     const double cost = table_.cost_us(sf.piece, sb.piece, give_up_us);

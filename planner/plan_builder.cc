@@ -15,6 +15,7 @@
 #include "lib/job_reader.h"
 #include "lib/model_reader.h"
 #include "lib/placement.h"
+#include "lib/profile_bounds.h"
 #include "lib/provenance.h"
 #include "planner/baseline_schedules.h"
 #include "planner/dp_overlap.h"
@@ -423,8 +424,9 @@ bool fits(const std::vector<StageMemory>& memory, const MemoryBudget& budget) {
 PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryBudget& budget,
                          double megatron_us) {
   const PipelineSimulation& sim = run.simulation;
-  const IterationMetrics metrics = iteration_metrics(
-      ctx.job->model, ctx.job->parallel, ctx.job->cluster.gpu.peak_bf16_tflops, sim.iteration_us);
+  const IterationMetrics metrics =
+      iteration_metrics(ctx.job->model, ctx.job->parallel, ctx.job->cluster.gpu.peak_bf16_tflops,
+                        sim.iteration_us, ctx.request->profile_name);
   PlanScheme s;
   s.scheme = run.scheme;
   s.shape = scheme_shape(run.scheme);
@@ -525,9 +527,12 @@ PlanResult build_plan(const PlanRequest& request) {
   DHELIX_CHECK(static_cast<bool>(request.unprofiled_op_time_us));
   // 1. Layouts and the ranks whose shapes stand for each stage (may refuse the job).
   Context ctx = make_context(request);
-  // 2. The profile must hold every op the plan will look up.
-  check_profile_covers(*request.profile, needed_ops(*request.job, ctx.shape_ranks),
-                       request.profile_name);
+  // 2. The profile must hold every op the plan will look up, at times the hardware allows;
+  // the GPU must have memory beyond the reserve (memory_budget refuses it otherwise).
+  const std::vector<Op> ops = needed_ops(*request.job, ctx.shape_ranks);
+  check_profile_covers(*request.profile, ops, request.profile_name);
+  check_profile_bounds(*request.profile, ops, request.job->cluster, request.profile_name);
+  if (!request.allow_oom) memory_budget(*request.job, request.memory);
   // 3. Layer-level searches per distinct stage shape.
   constexpr PipelineScheme kSchemes[] = {PipelineScheme::kDHelix,
                                          PipelineScheme::kWaveletPlus,
@@ -555,6 +560,7 @@ PlanResult build_plan(const PlanRequest& request) {
   const MemoryBudget budget = memory_budget(request.job->cluster.gpu, request.memory);
   if (request.allow_oom) {
     try {
+      memory_budget(*request.job, request.memory);  // a GPU below the reserve, said clearly
       check_fits(runs.front().memory, budget, PipelineScheme::kDHelix);
     } catch (const Error& error) {
       result.warnings.push_back(std::string(error.what()) +

@@ -78,7 +78,12 @@ int64_t gemm_tiles(int64_t m, int64_t n) {
 }
 
 double gemm_size_factor(int64_t m, int64_t n, int64_t k) {
-  const double d = static_cast<double>(std::min({m, n, k}));
+  // m and n below one tile count as one tile: the kernel computes the whole padded tile,
+  // and the tile count (gemm_tiles) already charges it. Penalising the padding again made
+  // an m = 1 GEMM (sequence 1) cost 54 times an m = 128 one: a 3.3 s iteration for Llama-8B
+  // at sequence 1 against 0.17 s at 128 (docs/cost-model.md).
+  const double d =
+      static_cast<double>(std::min({std::max(m, kGemmTileM), std::max(n, kGemmTileN), k}));
   return d / (d + kGemmSizeHalfDim);
 }
 

@@ -28,7 +28,8 @@ inline constexpr double kKernelLaunchUs = 3.0;
 /// Output tile of one GEMM thread block (CUTLASS/cuBLAS's common 128 x 128 bf16 tile).
 inline constexpr int64_t kGemmTileM = 128;
 inline constexpr int64_t kGemmTileN = 128;
-/// Small-dimension penalty d / (d + kGemmSizeHalfDim) with d = min(m, n, k): fitted so a
+/// Small-dimension penalty d / (d + kGemmSizeHalfDim) with d = min(max(m, 128), max(n, 128),
+/// k) (m and n below one tile are padded to it, which the tile count charges): fitted so a
 /// 1024^3 GEMM on an A100 reaches ~38 % of peak (hardware-figures.md).
 inline constexpr double kGemmSizeHalfDim = 96.0;
 /// Query rows of one flash-attention thread block (FlashAttention-2's forward block size).
@@ -62,7 +63,7 @@ double memory_bytes_per_us(const GpuSpec& gpu);
 int64_t gemm_waves(int64_t tiles, int64_t sms);
 /// Output tiles of an m x n GEMM: ceil(m / 128) * ceil(n / 128).
 int64_t gemm_tiles(int64_t m, int64_t n);
-/// The small-dimension factor d / (d + 96), d = min(m, n, k), in (0, 1).
+/// The small-dimension factor d / (d + 96), d = min(max(m, 128), max(n, 128), k), in (0, 1).
 double gemm_size_factor(int64_t m, int64_t n, int64_t k);
 
 /// KernelCost of a dense GEMM (m x k times k x n, `batch` independent groups in one launch).

@@ -137,12 +137,26 @@ TEST(Profile, OneBadOpDoesNotCascadeIntoItsPairs) {
 
 TEST(Profile, HugeNumbersInMessagesAreShort) {
   Json json = Json::parse(profile_to_text(small_profile()));
-  // (10 + 20 - 1e308) / 10: printed with {:.4f} this was 300 digits.
+  // (10 + 20 - 1e12) / 10: printed with {:.4f} this was 300 digits at 1e308.
+  json["pairs"][0]["finish_b_us"] = kMaxProfileTimeUs;
+  json["pairs"][0]["makespan_us"] = kMaxProfileTimeUs;
+  EXPECT_EQ(message_of(json),
+            "p.json: /pairs/0/oef: 0.5 does not follow from the median times and makespan_us "
+            "((T_a + T_b - makespan) / min(T_a, T_b) = -1e+11)");
+}
+
+// Times past 1e12 us (11.6 days) are refused: 1e300 us once planned a 300-digit iteration.
+TEST(Profile, TimesPastTheLargestAreRefused) {
+  Json json = Json::parse(profile_to_text(small_profile()));
   json["pairs"][0]["finish_b_us"] = 1e308;
   json["pairs"][0]["makespan_us"] = 1e308;
   EXPECT_EQ(message_of(json),
-            "p.json: /pairs/0/oef: 0.5 does not follow from the median times and makespan_us "
-            "((T_a + T_b - makespan) / min(T_a, T_b) = -1e+307)");
+            "p.json: /pairs/0/finish_b_us: 1e+308 must be at most 1000000000000\n"
+            "p.json: /pairs/0/makespan_us: 1e+308 must be at most 1000000000000");
+  json = Json::parse(profile_to_text(small_profile()));
+  json["ops"][0]["time_us"]["max"] = 1.5e12;
+  EXPECT_EQ(message_of(json),
+            "p.json: /ops/0/time_us/max: 1500000000000.0 must be at most 1000000000000");
 }
 
 TEST(Profile, ReaderChecksOefAndMakespanAgainstTheTimes) {

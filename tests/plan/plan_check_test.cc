@@ -279,9 +279,9 @@ TEST(PlanCheck, OpBeforeItsInputIsNamedForEveryRank) {
   const PlanCheckReport report = check_plan(plan, "bad.json");
   EXPECT_EQ(program_messages(report),
             (std::vector<std::string>{
-                "bad.json: co-executed: rank 0 does not lower: plan: stage 0 task 3 block 1: "
+                "bad.json: co-executed: rank 0 does not lower: plan: stage 0 task 3 block 0: "
                 "bwd.allgather_mlp runs before its input bwd.bda_mlp (layer 3, micro-batch 0)",
-                "bad.json: co-executed: rank 1 does not lower: plan: stage 0 task 3 block 1: "
+                "bad.json: co-executed: rank 1 does not lower: plan: stage 0 task 3 block 0: "
                 "bwd.allgather_mlp runs before its input bwd.bda_mlp (layer 3, micro-batch 0)"}));
 }
 

@@ -237,5 +237,62 @@ TEST(IterationMetrics, HandComputed) {
   EXPECT_THROW(iteration_metrics(model, parallel, 100.0, 0.0), Error);
 }
 
+// A GPU whose memory the reserve takes whole: the field that sets it is named, with its
+// value and the reserve (it once read "-2.00 GiB are usable").
+TEST(MemoryModel, GpuBelowTheReserveIsRefused) {
+  JobSpec job;
+  job.source_file = "job.json";
+  job.cluster.name = "small";
+  job.cluster.source_file = "small.json";
+  job.cluster.gpu.name = "Tiny";
+  job.cluster.gpu.memory_bytes = int64_t{4} << 20;
+  try {
+    memory_budget(job);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInfeasible);
+    EXPECT_EQ(std::string(error.what()),
+              "small.json: /gpu/memory_bytes: 4194304 bytes (4.00 MiB) is no more than the "
+              "memory every plan keeps free on a GPU, 2147693363 bytes (2.00 GiB: 5 % of the "
+              "memory for allocator fragmentation + 2.00 GiB for the CUDA context, library "
+              "workspaces and NCCL buffers): no plan fits on Tiny; give the GPU's real memory");
+  }
+  job.cluster.source_file = "job.json";  // an inline cluster
+  EXPECT_THROW(
+      {
+        try {
+          memory_budget(job);
+        } catch (const Error& error) {
+          EXPECT_EQ(std::string(error.what()).rfind("job.json: /cluster/gpu/memory_bytes: ", 0),
+                    0u);
+          throw;
+        }
+      },
+      Error);
+  job.cluster.gpu.memory_bytes = int64_t{80} << 30;
+  EXPECT_EQ(memory_budget(job).usable_bytes(), memory_budget(job.cluster.gpu).usable_bytes());
+}
+
+// An iteration faster than the GPUs' peak allows for the model's FLOPs is refused (it once
+// printed 555 % MFU); exactly at the peak is 100 %.
+TEST(IterationMetrics, AboveThePeakIsRefused) {
+  const ModelSpec model = small_model();
+  const ParallelSpec parallel = small_parallel();
+  const double flops = training_flops_per_iteration(model, 32, 32);
+  const double at_peak_us = flops / 16.0 / 100e12 * 1e6;  // 16 GPUs of 100 TFLOP/s
+  EXPECT_NEAR(iteration_metrics(model, parallel, 100.0, at_peak_us * (1 + 1e-12)).mfu, 1.0, 1e-9);
+  try {
+    iteration_metrics(model, parallel, 100.0, at_peak_us / 5.55, "p.json");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
+    const std::string message = error.what();
+    EXPECT_EQ(message.find("p.json: its times give an iteration of "), 0u) << message;
+    EXPECT_NE(message.find("at 555.0 % of the peak of its 16 GPUs (100 TFLOP/s each)"),
+              std::string::npos)
+        << message;
+  }
+}
+
 }  // namespace
 }  // namespace dhelix

@@ -55,6 +55,37 @@ TEST(Downsets, TooManyIsAnError) {
   }
 }
 
+// Every op of zero time (a profile of zeros, or ops too small to time): the sequential
+// plan's 0 us seeds the branch and bound, and a block that only ties it must still be
+// simulated to the end. The search once gave every block up (cost 0 >= give-up 0) and
+// aborted on "pairing search reached no complete plan".
+TEST(PairingSearch, ZeroTimesReachAPlan) {
+  for (const double time_us : {0.0, 1e-300}) {
+    StrandGraph f, b;
+    f.add_op("f0", kL, time_us, {});
+    f.add_op("f1", kC, time_us, {0});
+    f.add_op("f2", kC, time_us, {1});
+    b.add_op("b0", kC, time_us, {});
+    b.add_op("b1", kL, time_us, {0});
+    b.add_op("b2", kC, time_us, {0});
+    const NoSlowdownModel none;
+    const BlockCostModel model(f, b, none);
+    for (const bool prune : {true, false}) {
+      PairingOptions options;
+      options.prune = prune;
+      const PairingResult r = search_pairing(model, options);
+      EXPECT_LE(r.total_time_us, 6 * time_us);
+      OpMask fo = 0, bo = 0;
+      for (const PairingBlock& block : r.blocks) {
+        fo |= block.forward_ops;
+        bo |= block.backward_ops;
+      }
+      EXPECT_EQ(fo, OpMask{7});
+      EXPECT_EQ(bo, OpMask{7});
+    }
+  }
+}
+
 TEST(PairingSearch, CommPairsWithCompute) {
   // F = f0 (comm 10) -> f1 (compute 10); B = b0 (compute 10) -> b1 (comm 10). Alone each
   // strand takes 20, so 40 one after the other; co-run, f0 hides beside b0 and b1 beside

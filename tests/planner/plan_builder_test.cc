@@ -255,9 +255,23 @@ TEST(PlanBuilder, PlanThatDoesNotFitIsRefusedUnlessAllowed) {
     FAIL() << "expected an error";
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::kInfeasible);
+    // Below the reserve no stage can fit: the budget says so (no "-0.95 GiB are usable").
+    EXPECT_NE(std::string(error.what())
+                  .find("cluster preset test-cluster: gpu.memory_bytes: 1073741824 bytes (1.00 "
+                        "GiB) is no more than the memory every plan keeps free on a GPU"),
+              std::string::npos)
+        << error.what();
+  }
+  job.cluster.gpu.memory_bytes = 2261604041;  // (2 GiB + 1 MiB) / 0.95: 1 MiB usable
+  try {
+    build_plan(request_for(job, profile));
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInfeasible);
     EXPECT_NE(std::string(error.what()).find("dhelix: stage 0 needs"), std::string::npos)
         << error.what();
   }
+  job.cluster.gpu.memory_bytes = int64_t{1} << 30;
   PlanRequest request = request_for(job, profile);
   request.allow_oom = true;
   const PlanResult result = build_plan(request);

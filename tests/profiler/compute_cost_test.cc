@@ -16,7 +16,34 @@ TEST(ComputeCost, TilesAndWaves) {
   EXPECT_EQ(gemm_waves(109, 108), 2);
   EXPECT_EQ(gemm_waves(108, 107), 2);
   EXPECT_DOUBLE_EQ(gemm_size_factor(1024, 4096, 8192), 1024.0 / 1120.0);
-  EXPECT_DOUBLE_EQ(gemm_size_factor(8192, 64, 8192), 64.0 / 160.0);
+  // n = 64 is padded to one tile of 128 columns, which the tile count already charges.
+  EXPECT_DOUBLE_EQ(gemm_size_factor(8192, 64, 8192), 128.0 / 224.0);
+  EXPECT_DOUBLE_EQ(gemm_size_factor(1, 768, 4096), 128.0 / 224.0);
+  EXPECT_DOUBLE_EQ(gemm_size_factor(8192, 8192, 64), 64.0 / 160.0);  // a short k loop
+}
+
+// Sequence 1 (m = 1 token): the GEMM computes one padded tile row, exactly what m = 128 does,
+// so it takes the m = 128 time. Hand computed, A100-like GPU, n = 768, k = 4096 (Llama-8B's
+// QKV at TP 8): 6 tiles, 1 wave; per-SM rate 312e6 * 0.84 * (128/224) / 108 = 1.386667e6
+// FLOP/us; one tile 2*128*128*4096 = 134,217,728 FLOP -> 96.7916 us; + 3 us = 99.7916 us. The
+// size factor once took d = m = 1 (1/97) on top of the padding: 5368 us, 54 times more.
+TEST(ComputeCost, OneTokenGemmCostsOneTileRow) {
+  const double one = compute_time_us(a100_like_gpu(), test::gemm_op("g", 1, 768, 4096));
+  EXPECT_NEAR(one, 99.7916, 1e-3);
+  EXPECT_DOUBLE_EQ(one, compute_time_us(a100_like_gpu(), test::gemm_op("g", 128, 768, 4096)));
+  // Non-decreasing in m up to a tile, and in n likewise.
+  double previous = 0;
+  for (int64_t m = 1; m <= 128; ++m) {
+    const double t = compute_time_us(a100_like_gpu(), test::gemm_op("g", m, 768, 4096));
+    EXPECT_GE(t, previous) << "m = " << m;
+    previous = t;
+  }
+  previous = 0;
+  for (int64_t n = 1; n <= 128; ++n) {
+    const double t = compute_time_us(a100_like_gpu(), test::gemm_op("g", 4096, n, 4096));
+    EXPECT_GE(t, previous) << "n = " << n;
+    previous = t;
+  }
 }
 
 TEST(ComputeCost, Gemm1024CubedReaches38PercentOfPeakOnA100) {
