@@ -27,7 +27,8 @@ std::string parse_whole(const std::string& text, T min, T max, T& value) {
       text.starts_with('+') ? std::string_view(text).substr(1) : std::string_view(text);
   const std::string allowed = range_text(static_cast<int64_t>(min), static_cast<uint64_t>(max));
   const bool negative = digits.starts_with('-');
-  // from_chars reads "-1" as a huge unsigned value would wrap: a minus sign is "too small".
+  // from_chars takes no minus sign for an unsigned type (CLI11 wrapped -1 to 2^64 - 1): a
+  // negative number is "too small", not "not an integer".
   if (std::is_unsigned_v<T> && negative && digits.size() > 1 &&
       digits.find_first_not_of("0123456789", 1) == std::string_view::npos) {
     return fmt::format("{} is too small: give a whole number from {}", text, allowed);
