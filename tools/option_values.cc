@@ -17,6 +17,10 @@ namespace {
 // The first spelling of `names` ("--tp" of "--tp,--tensor-model-parallel-size").
 std::string first_name(const std::string& names) { return names.substr(0, names.find(',')); }
 
+// The name of a check that does nothing but mark an option as read here
+// (is_checked_integer_option); it has no description, so --help does not show it.
+constexpr const char* kIntegerMark = "dhelix-integer";
+
 std::string range_text(int64_t min, uint64_t max) { return fmt::format("{} to {}", min, max); }
 
 // Why `text` is not a whole number in [min, max], or "" when it is one; `value` is set then.
@@ -57,7 +61,8 @@ CLI::Option* add_parsed(CLI::App& app, const std::string& names, const std::stri
       .add_option_function<std::string>(
           names, [flag, set](const std::string& text) { set(flag, text); },
           help + " (" + allowed + ")")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(CLI::Validator([](std::string&) { return std::string(); }, "", kIntegerMark));
 }
 
 }  // namespace
@@ -119,6 +124,15 @@ CLI::Option* add_uint64_option(CLI::App& app, const std::string& names, uint64_t
                       target = value;
                     })
       ->default_str(std::to_string(target));
+}
+
+bool is_checked_integer_option(CLI::Option& option) {
+  try {
+    option.get_validator(kIntegerMark);
+    return true;
+  } catch (const CLI::OptionNotFound&) {
+    return false;
+  }
 }
 
 void refuse_empty_values(CLI::App& app) {

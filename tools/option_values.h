@@ -47,6 +47,10 @@ CLI::Option* add_uint64_option(CLI::App& app, const std::string& names, uint64_t
 /// the range (what add_integer_option runs).
 int64_t parse_integer_value(const std::string& flag, const std::string& text, IntRange range);
 
+/// Whether `option` was added by add_integer_option or add_uint64_option. run_tool stops
+/// a tool (an internal check) that has an integer option read any other way.
+bool is_checked_integer_option(CLI::Option& option);
+
 /// Makes every option of `app` and its subcommands that takes a value (positional ones
 /// included) refuse an empty one: "<name>: '' (an empty value) is not allowed (expected
 /// FILE; leave the option out for its default)". Checked before any other check of the

@@ -81,14 +81,15 @@ std::string unknown_flag_hints(const CLI::App& app, const std::vector<std::strin
 // One placeholder style in every --help: an upper-case noun for what the value is (FILE, N,
 // PLAN). CLI11's generic type names are replaced: TEXT by the flag's own name (--report
 // REPORT:{text,markdown,json}), FLOAT by NUMBER. Integer options show N
-// (tools/option_values.h); one CLI11 reads itself (INT, UINT) would clamp out-of-range
-// values without a word, so it is a bug that stops every run of the tool.
+// (tools/option_values.h); one CLI11 reads itself (INT, UINT, or N set by hand) would clamp
+// out-of-range values without a word, so it is a bug that stops every run of the tool.
 void name_placeholders(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
     const std::string type = option->get_type_name();
     const size_t colon = type.find(':');
     const std::string head = type.substr(0, colon);  // the rest comes from validators
-    DHELIX_CHECK_MSG(head != "INT" && head != "UINT",
+    const bool integer = head == "INT" || head == "UINT" || head == "N";
+    DHELIX_CHECK_MSG(!integer || is_checked_integer_option(*option),
                      option->get_name() + ": add integer options with add_integer_option");
     std::string named;
     if (head == "FLOAT") {
