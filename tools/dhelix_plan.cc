@@ -26,6 +26,7 @@
 #include "lib/error.h"
 #include "lib/job_summary.h"
 #include "lib/job_validation.h"
+#include "lib/model_shape_checks.h"
 #include "lib/placement.h"
 #include "lib/plan/plan_check.h"
 #include "lib/plan/plan_reader.h"
@@ -37,6 +38,7 @@
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "tools/job_cli.h"
+#include "tools/option_values.h"
 #include "tools/output_paths.h"
 #include "tools/plan_search.h"
 #include "tools/progress_bar.h"
@@ -114,16 +116,15 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
       ->type_name("PREFIX");
   app.add_flag("--allow-oom", options.allow_oom,
                "Write a plan that does not fit in GPU memory (with a warning)");
-  CLI::Option* vp =
-      app.add_option("--virtual-pipeline-model-parallel-size", options.virtual_pipeline_size,
-                     "Model chunks per stage of the interleaved 1F1B baseline, as Megatron's flag "
-                     "(default: the largest divisor of the layers per stage up to 8)")
-          ->type_name("V")
-          ->check(CLI::PositiveNumber);
-  app.add_option("--num-layers-per-virtual-pipeline-stage", options.layers_per_virtual_stage,
-                 "The same choice as Megatron's other flag: layers per model chunk")
-      ->type_name("K")
-      ->check(CLI::PositiveNumber)
+  // At most a model's layer count (lib/model_shape_checks.h): chunks or layers per chunk.
+  CLI::Option* vp = add_integer_option(
+      app, "--virtual-pipeline-model-parallel-size", options.virtual_pipeline_size,
+      kLayerCountRange,
+      "Model chunks per stage of the interleaved 1F1B baseline, as Megatron's flag (default: "
+      "the largest divisor of the layers per stage up to 8)");
+  add_integer_option(app, "--num-layers-per-virtual-pipeline-stage",
+                     options.layers_per_virtual_stage, kLayerCountRange,
+                     "The same choice as Megatron's other flag: layers per model chunk")
       ->excludes(vp);
   app.add_option("--check", options.check,
                  "Check a plan: collectives, transfers, deadlock, memory (exit 2 on a problem)")

@@ -23,6 +23,7 @@
 #include "profiler/trace_profile.h"
 #include "runtime/comm/mpi_environment.h"
 #include "tools/job_cli.h"
+#include "tools/option_values.h"
 #include "tools/output_paths.h"
 #include "tools/progress_bar.h"
 #include "tools/tool_main.h"
@@ -59,17 +60,14 @@ void add_profile_options(CLI::App& app, ProfileOptions& options) {
   add_job_options(app, options.job);
   app.add_option("--backend", options.backend, "model (analytic), cpu or cuda (measured)")
       ->check(CLI::IsMember({"model", "cpu", "cuda"}));
-  app.add_option("-o,--output", options.output, "Profile file to write");
+  app.add_option("-o,--output", options.output, "Profile file to write")->type_name("FILE");
   app.add_flag("--list", options.list, "Print the ops and pairs a profile covers; time nothing");
-  app.add_option("--samples", options.samples, "cpu: timed runs per op and per pair")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
-  app.add_option("--warmup", options.warmup, "cpu: untimed runs before the samples")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1000}));
-  app.add_option("--blas-threads", options.blas_threads, "cpu: OpenBLAS threads per rank")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+  add_integer_option(app, "--samples", options.samples, {.min = 1, .max = 1000},
+                     "cpu: timed runs per op and per pair");
+  add_integer_option(app, "--warmup", options.warmup, {.min = 0, .max = 1000},
+                     "cpu: untimed runs before the samples");
+  add_integer_option(app, "--blas-threads", options.blas_threads, {.min = 1, .max = 256},
+                     "cpu: OpenBLAS threads per rank");
   app.add_option("--from-trace", options.from_trace,
                  "Make the profile from dhelix-run --trace timelines instead: solo times from "
                  "--sequential runs, pairs from co-executed runs")
@@ -78,10 +76,9 @@ void add_profile_options(CLI::App& app, ProfileOptions& options) {
                  "With --from-trace: a profile of the same job for the ops and pairs the "
                  "traces do not time")
       ->option_text("PROFILE");
-  app.add_option("--max-samples", options.max_samples,
-                 "cuda: most timed runs per op and pair (fewer once the median is known to 1 %)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  add_integer_option(
+      app, "--max-samples", options.max_samples, {.min = 1, .max = 100000},
+      "cuda: most timed runs per op and pair (fewer once the median is known to 1 %)");
 }
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal (tools/progress_bar.h).

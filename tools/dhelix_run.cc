@@ -23,12 +23,19 @@
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/train/cpu_engine.h"
 #include "runtime/train/trainer.h"
+#include "tools/option_values.h"
 #include "tools/tool_main.h"
 #ifdef DHELIX_WITH_CUDA
 #include "runtime/cuda/cuda_engine.h"
 #endif
 
 namespace {
+
+using dhelix::add_integer_option;
+using dhelix::add_uint64_option;
+
+// --steps and --checkpoint-every: at most 2^40 steps.
+constexpr dhelix::IntRange kStepRange = {.min = 1, .max = int64_t{1} << 40};
 
 dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options) {
   if (options.backend == "cpu") return dhelix::rt::cpu_engine_factory(options.blas_threads);
@@ -53,15 +60,14 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
   app.add_option("--data", o.data_file, "Training data (examples/data/corpus.txt)")->required();
   app.add_option("--data-format", o.data_format, "text (bytes), uint16 or uint32 token ids")
       ->capture_default_str();
-  app.add_option("--steps", o.steps, "Training steps in all")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  app.add_option("--checkpoint-dir", o.checkpoint_dir, "Directory of checkpoints");
-  app.add_option("--checkpoint-every", o.checkpoint_every,
-                 "Steps between checkpoints (0: only after the last step)")
-      ->check(CLI::NonNegativeNumber);
+  add_integer_option(app, "--steps", o.steps, kStepRange, "Training steps in all");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "Directory of checkpoints")
+      ->type_name("DIR");
+  add_integer_option(app, "--checkpoint-every", o.checkpoint_every,
+                     {.min = 0, .max = kStepRange.max},
+                     "Steps between checkpoints (0: only after the last step)");
   app.add_flag("--resume", o.resume, "Continue from the latest checkpoint of --checkpoint-dir");
-  app.add_option("--seed", o.seed, "Seed of the weight initialisation")->capture_default_str();
+  add_uint64_option(app, "--seed", o.seed, "Seed of the weight initialisation");
   app.add_option("--lr", o.adamw.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")
       ->capture_default_str();
@@ -72,22 +78,19 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
                "Train with the sequential schedule instead of the plan's co-execution");
   app.add_flag("!--no-check", o.check_plan,
                "Skip the plan checker (dhelix-plan --check) that runs before training");
-  app.add_option("--jitter-us", o.jitter_us,
-                 "Sleep a random 0..N us before every op: shakes the streams' timing so that "
-                 "--verify exposes a missing dependency")
-      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
+  add_integer_option(app, "--jitter-us", o.jitter_us, {.min = 0, .max = 1000000},
+                     "Sleep a random 0..N us before every op: shakes the streams' timing so "
+                     "that --verify exposes a missing dependency");
   app.add_option("--backend", o.backend,
                  "cpu: MPI ranks on the host; cuda: one GPU per rank, NCCL (docs/gpu.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--ddp-bucket-size", o.ddp_bucket_size,
-                 "Elements per data-parallel gradient bucket, one NCCL all-reduce each (cuda "
-                 "backend; as Megatron-LM's --ddp-bucket-size)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  app.add_option("--blas-threads", o.blas_threads, "OpenBLAS threads per rank (cpu backend)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+  add_integer_option(app, "--ddp-bucket-size", o.ddp_bucket_size,
+                     {.min = 1, .max = int64_t{1} << 40},
+                     "Elements per data-parallel gradient bucket, one NCCL all-reduce each (cuda "
+                     "backend; as Megatron-LM's --ddp-bucket-size)");
+  add_integer_option(app, "--blas-threads", o.blas_threads, {.min = 1, .max = 256},
+                     "OpenBLAS threads per rank (cpu backend)");
   app.add_option("--loss-log", o.loss_log,
                  "Append one JSON line per step (rank 0) to a new file or an existing loss log");
   app.add_flag("!--no-progress", o.progress, "Do not print a line per step");
@@ -99,10 +102,9 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
                  "spin (MPI's blocking calls)")
       ->capture_default_str()
       ->check(CLI::IsMember({"backoff", "spin"}));
-  app.add_option("--comm-max-sleep-us", o.comm_max_sleep_us,
-                 "Longest sleep between two MPI tests with --comm-wait backoff, us (default 50; "
-                 "shorter: faster MPI progress over TCP, more CPU time)")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  add_integer_option(app, "--comm-max-sleep-us", o.comm_max_sleep_us, {.min = 1, .max = 100000},
+                     "Longest sleep between two MPI tests with --comm-wait backoff, us, default "
+                     "50 (shorter: faster MPI progress over TCP, more CPU time)");
   app.add_flag("--pin-compute", o.pin_compute,
                "Pin each rank's compute stream to CPU (local rank mod CPUs)");
 }

@@ -1,47 +1,25 @@
 #include "tools/job_cli.h"
 
-#include <charconv>
-#include <string_view>
-
 #include <fmt/format.h>
 
 #include "lib/job_reader.h"
 #include "lib/job_validation.h"
 #include "lib/model_reader.h"
+#include "lib/model_shape_checks.h"
 #include "lib/text.h"
+#include "tools/option_values.h"
 
 namespace dhelix {
 namespace {
 
 constexpr const char* kFlags = "<flags>";
 
-// A size flag's text as an integer. CLI11's own conversion clamps out-of-range values to
-// INT64_MAX, so a later message would show a number the user never typed; this one
-// repeats what was typed.
-int64_t parse_size_flag(const std::string& flag, const std::string& text) {
-  const std::string_view digits =
-      text.starts_with('+') ? std::string_view(text).substr(1) : std::string_view(text);
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (error == std::errc::result_out_of_range) {
-    throw CLI::ValidationError(
-        flag, fmt::format("{} is too {}", text, text.starts_with('-') ? "small" : "large"));
-  }
-  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size()) {
-    throw CLI::ValidationError(flag, fmt::format("\"{}\" is not an integer", text));
-  }
-  return value;
-}
-
-// `names` starts with the short flag ("--tp,--tensor-model-parallel-size"): messages name it.
-void add_size_option(CLI::App& app, const std::string& names, std::optional<int64_t>& target,
-                     const std::string& help) {
-  const std::string flag = names.substr(0, names.find(','));
-  app.add_option_function<std::string>(
-         names, [&target, flag](const std::string& text) { target = parse_size_flag(flag, text); },
-         help)
-      ->type_name("N");
-}
+// The flags' ranges: those lib/job_validation.cc checks the job against (a flag under
+// --search skips that validation, so the flag itself is bounded), and the model's layer
+// count (lib/model_shape_checks.h). 0 and negative sizes are never meaningful. Each flag's
+// names start with the short one ("--tp,--tensor-model-parallel-size"): messages name it.
+constexpr IntRange kParallelSizeRange = {.min = 1, .max = int64_t{1} << 20};
+constexpr IntRange kBatchRange = {.min = 1, .max = int64_t{1} << 32};
 
 // One flag's value replaces the job's, and validation messages then point at the flag.
 void override_size(JobSpec& job, const std::optional<int64_t>& value, int64_t& field,
@@ -85,12 +63,14 @@ void add_recompute_and_stage_options(CLI::App& app, JobOptions& options) {
                  "block (the first --recompute-num-layers layers of each chunk)")
       ->check(CLI::IsMember({"uniform", "block"}))
       ->type_name("uniform|block");
-  add_size_option(app, "--recompute-num-layers", options.recompute_num_layers,
-                  "Layers per recompute group (uniform) or recomputed per chunk (block)");
-  add_size_option(app, "--decoder-first-pipeline-num-layers", options.first_stage_layers,
-                  "Transformer layers on the first pipeline stage (uneven stages)");
-  add_size_option(app, "--decoder-last-pipeline-num-layers", options.last_stage_layers,
-                  "Transformer layers on the last pipeline stage (uneven stages)");
+  add_integer_option(app, "--recompute-num-layers", options.recompute_num_layers, kLayerCountRange,
+                     "Layers per recompute group (uniform) or recomputed per chunk (block)");
+  add_integer_option(app, "--decoder-first-pipeline-num-layers", options.first_stage_layers,
+                     kLayerCountRange,
+                     "Transformer layers on the first pipeline stage (uneven stages)");
+  add_integer_option(app, "--decoder-last-pipeline-num-layers", options.last_stage_layers,
+                     kLayerCountRange,
+                     "Transformer layers on the last pipeline stage (uneven stages)");
 }
 
 // ----- cost-model settings: communication overlap and MoE routing -----
@@ -175,34 +155,40 @@ void add_job_options(CLI::App& app, JobOptions& options) {
       ->type_name("FILE");
   app.add_option("--cluster", options.cluster, "Cluster preset (a40, a800, h100, h200) or file")
       ->type_name("FILE|PRESET");
-  add_size_option(app, "--dp,--data-parallel-size", options.dp, "Data-parallel size");
-  add_size_option(app, "--tp,--tensor-model-parallel-size", options.tp, "Tensor-parallel size");
-  add_size_option(app, "--pp,--pipeline-model-parallel-size", options.pp, "Pipeline stages");
-  add_size_option(app, "--cp,--context-parallel-size", options.cp, "Context-parallel size");
-  add_size_option(app, "--ep,--expert-model-parallel-size", options.ep, "Expert-parallel size");
+  add_integer_option(app, "--dp,--data-parallel-size", options.dp, kParallelSizeRange,
+                     "Data-parallel size");
+  add_integer_option(app, "--tp,--tensor-model-parallel-size", options.tp, kParallelSizeRange,
+                     "Tensor-parallel size");
+  add_integer_option(app, "--pp,--pipeline-model-parallel-size", options.pp, kParallelSizeRange,
+                     "Pipeline stages");
+  add_integer_option(app, "--cp,--context-parallel-size", options.cp, kParallelSizeRange,
+                     "Context-parallel size");
+  add_integer_option(app, "--ep,--expert-model-parallel-size", options.ep, kParallelSizeRange,
+                     "Expert-parallel size");
   // Two flags that exclude each other: `--sp --no-sp` is an error, not "the last one wins".
   CLI::Option* sp_on = app.add_flag_callback(
       "--sp,--sequence-parallel", [&options] { options.sp = true; }, "Sequence parallelism on");
   CLI::Option* sp_off = app.add_flag_callback(
       "--no-sp", [&options] { options.sp = false; }, "Sequence parallelism off");
   sp_on->excludes(sp_off);
-  add_size_option(app, "--mbs,--micro-batch-size", options.micro_batch_size,
-                  "Sequences per micro-batch per data-parallel replica");
-  add_size_option(app, "--gbs,--global-batch-size", options.global_batch_size,
-                  "Sequences per iteration over all replicas");
-  add_size_option(app, "--seq,--seq-length", options.seq_length, "Tokens per sequence");
+  add_integer_option(app, "--mbs,--micro-batch-size", options.micro_batch_size, kBatchRange,
+                     "Sequences per micro-batch per data-parallel replica");
+  add_integer_option(app, "--gbs,--global-batch-size", options.global_batch_size, kBatchRange,
+                     "Sequences per iteration over all replicas");
+  add_integer_option(app, "--seq,--seq-length", options.seq_length, kSeqLengthRange,
+                     "Tokens per sequence");
   app.add_option_function<std::string>(
          "--rank-order", [&options](const std::string& value) { options.rank_order = value; },
          "Rank order, fastest first (default tp-cp-ep-dp-pp)")
       ->type_name("ORDER");
   add_recompute_and_stage_options(app, options);
   // cost-model settings
-  add_size_option(app, "--expert-tensor-parallel-size", options.expert_tp,
-                  "TP ranks each expert is split over (default: --tp, as Megatron-Core)");
+  add_integer_option(app, "--expert-tensor-parallel-size", options.expert_tp, kParallelSizeRange,
+                     "TP ranks each expert is split over (default: --tp, as Megatron-Core)");
   app.add_option_function<double>(
          "--moe-load-imbalance", [&options](double value) { options.moe_load_imbalance = value; },
          "Busiest expert's tokens over the mean (default 1.72, docs/cost-model.md)")
-      ->type_name("X");
+      ->type_name("NUMBER");
   app.add_flag_function(
       "--overlap-grad-reduce,!--no-overlap-grad-reduce",
       [&options](int64_t count) { options.overlap_grad_reduce = count > 0; },

@@ -15,6 +15,7 @@
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "profiler/model_search.h"
+#include "tools/option_values.h"
 #include "tools/output_paths.h"
 #include "tools/progress_bar.h"
 
@@ -22,6 +23,13 @@ namespace dhelix {
 namespace {
 
 constexpr const char* kFlags = "<flags>";
+
+// The search options' documented ranges (docs/search.md). --gpus: the largest world dhelix
+// plans for (lib/job_validation.cc), so that no absurd count reaches the enumeration.
+constexpr IntRange kGpuRange = {.min = 1, .max = int64_t{1} << 24};
+constexpr IntRange kParallelSizeRange = {.min = 1, .max = int64_t{1} << 20};
+constexpr IntRange kTopRange = {.min = 1, .max = 10000};
+constexpr IntRange kThreadRange = {.min = 1, .max = 1024};
 
 SearchConstraints constraints_from(const SearchCliOptions& search, const JobOptions& job) {
   SearchConstraints c;
@@ -84,21 +92,17 @@ void add_search_options(CLI::App& app, SearchCliOptions& o) {
   app.add_flag("--search", o.search,
                "Search the parallel configurations (tp, sp, cp, pp, dp, ep, mbs, recompute) "
                "for the fastest under dhelix and under Megatron-LM 1F1B (docs/search.md)");
-  app.add_option("--gpus", o.gpus, "With --search: GPUs to spread the job over")
-      ->type_name("N")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--max-pp", o.max_pp, "With --search: at most this many pipeline stages")
-      ->type_name("N")
-      ->check(CLI::PositiveNumber);
+  add_integer_option(app, "--gpus", o.gpus, kGpuRange,
+                     "With --search: GPUs to spread the job over");
+  add_integer_option(app, "--max-pp", o.max_pp, kParallelSizeRange,
+                     "With --search: at most this many pipeline stages");
   app.add_flag("--no-cp", o.no_cp, "With --search: no context parallelism");
   app.add_flag("--no-recompute-search", o.fixed_recompute,
                "With --search: keep the job's recompute setting instead of searching it");
-  app.add_option("--top", o.top_k, "With --search: configurations listed per scheme (default 5)")
-      ->type_name("K")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--threads", o.threads, "With --search: worker threads (default: every core)")
-      ->type_name("N")
-      ->check(CLI::PositiveNumber);
+  add_integer_option(app, "--top", o.top_k, kTopRange,
+                     "With --search: configurations listed per scheme");
+  add_integer_option(app, "--threads", o.threads, kThreadRange,
+                     "With --search: worker threads, default every core");
   app.add_flag("--all-schemes", o.all_schemes,
                "With --search: the text report also names the best configuration planned under "
                "each other baseline (Wavelet+, intra-batch, ...)");

@@ -2,7 +2,7 @@
 // `dhelix-plan --search`: which parallel configuration should this job use?
 //
 //   dhelix-plan --model M --cluster C --gpus N --gbs B --seq S --search [-o best.json]
-//       [--tp 8] [--max-pp 4] [--no-cp] [--top K] [--threads T] [--all-schemes]
+//       [--tp 8] [--max-pp 4] [--no-cp] [--top N] [--threads N] [--all-schemes]
 //       [--report text|json]
 //
 // The job's parallel flags (--tp, --cp, --pp, --dp, --ep, --sp/--no-sp, --mbs) become

@@ -8,6 +8,7 @@
 #include "lib/did_you_mean.h"
 #include "lib/error.h"
 #include "lib/provenance.h"
+#include "tools/option_values.h"
 
 namespace dhelix {
 namespace {
@@ -79,16 +80,19 @@ std::string unknown_flag_hints(const CLI::App& app, const std::vector<std::strin
 
 // One placeholder style in every --help: an upper-case noun for what the value is (FILE, N,
 // PLAN). CLI11's generic type names are replaced: TEXT by the flag's own name (--report
-// REPORT:{text,markdown,json}), INT and UINT by N, FLOAT by NUMBER.
+// REPORT:{text,markdown,json}), FLOAT by NUMBER. Integer options show N
+// (tools/option_values.h); one CLI11 reads itself (INT, UINT, or N set by hand) would clamp
+// out-of-range values without a word, so it is a bug that stops every run of the tool.
 void name_placeholders(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
     const std::string type = option->get_type_name();
     const size_t colon = type.find(':');
     const std::string head = type.substr(0, colon);  // the rest comes from validators
+    const bool integer = head == "INT" || head == "UINT" || head == "N";
+    DHELIX_CHECK_MSG(!integer || is_checked_integer_option(*option),
+                     option->get_name() + ": add integer options with add_integer_option");
     std::string named;
-    if (head == "INT" || head == "UINT") {
-      named = "N";
-    } else if (head == "FLOAT") {
+    if (head == "FLOAT") {
       named = "NUMBER";
     } else if (head == "TEXT" && !option->get_lnames().empty()) {
       named = option->get_lnames().front();
@@ -136,6 +140,7 @@ int run_tool(const std::string& tool_name, int argc, char** argv, const ToolSetu
     const std::function<int()> work = setup(app);
     if (app.get_footer().empty()) app.footer(kDefaultExitStatuses);
     name_placeholders(app);
+    refuse_empty_values(app);  // '' is a mistake, never "not given" (tools/option_values.h)
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& error) {
