@@ -8,7 +8,7 @@
 #   scripts/gpu-first-light.sh [OUT_DIR]     (default ./gpu-first-light-out)
 #   env: BUDGET_S (420), JOBS, DHELIX_BUILD_DIR (./build-gpu), CUDA_HOME, DHELIX_PREBUILT=1
 #
-# Most valuable first (docs/gpu.md, "First light"):
+# Most valuable first (docs/gpu.md, "The GPU self-check and first light"):
 #   1. operator times at real shapes: dhelix-profile --backend cuda on one GPU, set beside
 #      dhelix-profile --backend model for the same job (scripts/profile-table.py: measured,
 #      model, error per op): Llama-3-8B at sequence 8192, micro-batch 1;
