@@ -31,7 +31,7 @@ set -uo pipefail # no -e: every step reports and the script goes on
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-./gpu-check-out}
 BUDGET_S=${BUDGET_S:-540}
-# shellcheck source=scripts/gpu-lib.sh
+# shellcheck source=gpu-lib.sh
 . "$SRC/scripts/gpu-lib.sh"
 gpu_lib_init
 mkdir -p "$OUT/plans" "$OUT/loss"

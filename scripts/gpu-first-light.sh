@@ -27,7 +27,7 @@ set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-./gpu-first-light-out}
 BUDGET_S=${BUDGET_S:-420}
-# shellcheck source=scripts/gpu-lib.sh
+# shellcheck source=gpu-lib.sh
 . "$SRC/scripts/gpu-lib.sh"
 gpu_lib_init
 mkdir -p "$OUT/jobs" "$OUT/profiles" "$OUT/tables" "$OUT/runs"

@@ -94,7 +94,7 @@ for path in sys.argv[1:]:
     body = strip_quotes("\n".join(lines))
     body = re.sub(r"\b\w+=\([^)]*\)", "", body, flags=re.S)  # arrays: packages=( ... )
     body = re.sub(r"\$?\(\([^()]*(\([^()]*\)[^()]*)*\)\)", "0", body)
-    body = re.sub(r"^[ \t]*[A-Za-z0-9_*|. -]+\)", "", body, flags=re.M)  # case patterns
+    body = re.sub(r"^[ \t]*[A-Za-z0-9_*|./ -]+\)", "", body, flags=re.M)  # case patterns
     start = r"(?:^|[;&|(!{]|\$\(|\bthen\b|\bdo\b|\belse\b|\btime\b)"
     for word in re.findall(start + r"[ \t]*([a-z][a-z0-9_.+-]*)(?=[ \t]|$|\))", body, re.M):
         if word not in functions:

@@ -25,7 +25,7 @@ for script in "${scripts[@]}"; do
   bash -n "$script" || fail "bash -n ${script#"$src"/}"
 done
 if command -v shellcheck >/dev/null 2>&1; then
-  shellcheck -x -P "$src/scripts" "${scripts[@]}" || fail "shellcheck"
+  shellcheck "${scripts[@]}" || fail "shellcheck (.shellcheckrc follows gpu-lib.sh)"
 else
   echo "shellcheck not installed: skipped (scripts/install-deps.sh installs it)"
 fi
@@ -78,7 +78,8 @@ PY
   first=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ops"][0]["signature"])' "$profile")
   "$table" "$profile" "$work/doubled.json" >"$work/doubled.md"
   grep -F "\`$first\`" "$work/doubled.md" | grep -q '+100.0 %' || fail "profile-table.py: doubling $first is not +100.0 %"
-  "$table" --families "$profile" | grep -qE '^gemm +[0-9]+ ' || fail "profile-table.py --families: no gemm row"
+  "$table" --families "$profile" >"$work/families.txt" || fail "profile-table.py --families: exit $?"
+  grep -qE '^gemm +[0-9]+ ' "$work/families.txt" || fail "profile-table.py --families: no gemm row"
   "$table" "$profile" >/dev/null 2>&1 && fail "profile-table.py: one profile without --families accepted"
 else
   fail "gpu-first-light.sh left no model profile of llama3-8b"
