@@ -10,23 +10,10 @@
 
 #include "lib/did_you_mean.h"
 #include "lib/input_file.h"
+#include "lib/json_difference.h"
 
 namespace dhelix {
 namespace {
-
-std::string escape_pointer_token(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 // Line and column (1-based) of a byte offset, for parse errors.
 std::pair<int, int> line_and_column(const std::string& text, size_t offset) {
@@ -154,7 +141,7 @@ class StructureScan {
   std::string pointer() const {
     std::string out;
     for (const Frame& frame : frames_) {
-      out += "/" + (frame.object ? escape_pointer_token(frame.key) : std::to_string(frame.index));
+      out += "/" + (frame.object ? json_pointer_token(frame.key) : std::to_string(frame.index));
     }
     return out;
   }
@@ -232,7 +219,7 @@ ObjectReader::ObjectReader(const Json& value, std::string file, std::string poin
 }
 
 std::string ObjectReader::pointer_of(const std::string& key) const {
-  return pointer_ + "/" + escape_pointer_token(key);
+  return pointer_ + "/" + json_pointer_token(key);
 }
 
 bool ObjectReader::has(const std::string& key) const { return is_object_ && value_->contains(key); }

@@ -5,6 +5,7 @@
 #include "lib/cluster_reader.h"
 #include "lib/error.h"
 #include "lib/job_reader.h"
+#include "lib/json_difference.h"
 #include "lib/model_reader.h"
 #include "lib/provenance.h"
 
@@ -12,40 +13,6 @@ namespace dhelix {
 namespace {
 
 std::string short_hash(const std::string& sha256) { return sha256.substr(0, 12); }
-
-// A JSON pointer token: '~' and '/' escaped (RFC 6901).
-std::string pointer_token(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string value_text(const Json* value) { return value ? value->dump() : "(absent)"; }
-
-std::string difference(const Json* a, const Json* b, const std::string& pointer) {
-  if (a && b && a->is_object() && b->is_object()) {
-    for (const auto& [key, value] : a->items()) {
-      const auto other = b->find(key);
-      const std::string found = difference(&value, other == b->end() ? nullptr : &*other,
-                                           pointer + "/" + pointer_token(key));
-      if (!found.empty()) return found;
-    }
-    for (const auto& [key, value] : b->items()) {
-      if (!a->contains(key)) return difference(nullptr, &value, pointer + "/" + pointer_token(key));
-    }
-    return "";
-  }
-  if (a && b && *a == *b) return "";
-  return fmt::format("{}: {} vs {}", pointer.empty() ? "/" : pointer, value_text(a), value_text(b));
-}
 
 }  // namespace
 
@@ -63,8 +30,6 @@ PlanIdentity plan_identity(const JobSpec& job) {
 OrderedJson plan_identity_json(const PlanIdentity& identity) {
   return OrderedJson{{"sha256", identity.sha256}, {"job", identity.job}};
 }
-
-std::string first_json_difference(const Json& a, const Json& b) { return difference(&a, &b, ""); }
 
 std::optional<std::string> check_trace_identity(const Json& other_data,
                                                 const PlanIdentity& expected,
@@ -91,8 +56,9 @@ std::optional<std::string> check_trace_identity(const Json& other_data,
   const auto job = recorded->find("job");
   if (job != recorded->end()) {
     const Json expected_job = Json::parse(expected.job.dump());
-    const std::string found = first_json_difference(*job, expected_job);
-    if (!found.empty()) field = fmt::format("; first difference: {} (trace vs ours)", found);
+    if (const auto found = first_json_difference(*job, expected_job)) {
+      field = fmt::format("; first difference: {} (trace vs ours)", json_difference_text(*found));
+    }
   }
   throw Error(
       ErrorCode::kInvalidInput,

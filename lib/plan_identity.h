@@ -34,10 +34,6 @@ PlanIdentity plan_identity(const JobSpec& job);
 /// {"sha256": ..., "job": {...}}: what a trace stores under /otherData/plan_identity.
 OrderedJson plan_identity_json(const PlanIdentity& identity);
 
-/// The first leaf (JSON pointer, depth first in `a`'s key order, then keys only `b` has)
-/// where `a` and `b` differ, as "/parallel/seq_length: 256 vs 64"; "" when equal.
-std::string first_json_difference(const Json& a, const Json& b);
-
 /// Checks a trace's /otherData (`other_data`, of file `trace_file`) against the identity of
 /// the plan or job it is read with (`expected`, described by `against`: "the plan
 /// plan.json"). Throws Error(kInvalidInput) naming both hashes and the first differing job

@@ -5,27 +5,13 @@
 // Its op signatures may well match (they depend on the model and parallel settings, not on
 // the hardware), so coverage alone does not catch the mistake.
 
-#include <optional>
 #include <string>
 
 #include "lib/job_spec.h"
-#include "lib/json_reader.h"
+#include "lib/json_difference.h"
 #include "lib/profile.h"
 
 namespace dhelix {
-
-/// Where two JSON values first differ: a JSON pointer and each side's value as text
-/// ("(absent)" for a key or element one side lacks).
-struct JsonDifference {
-  std::string pointer;
-  std::string first;
-  std::string second;
-};
-
-/// The first difference of `a` and `b` in document order (object keys sorted), pointers
-/// starting with `pointer`; nullopt when equal (numbers compare by value: 2 == 2.0).
-std::optional<JsonDifference> first_json_difference(const Json& a, const Json& b,
-                                                    const std::string& pointer);
 
 /// Throws Error(kInvalidInput) when the profile was made for other hardware than
 /// `job.cluster`: every figure of the cluster description (GPU, links, NCCL settings) must be

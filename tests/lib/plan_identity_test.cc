@@ -6,6 +6,7 @@
 
 #include "lib/error.h"
 #include "lib/job_reader.h"
+#include "lib/json_difference.h"
 
 namespace dhelix {
 namespace {
@@ -48,9 +49,16 @@ TEST(PlanIdentity, FirstDifferenceNamesTheField) {
   seq.parallel.seq_length = 256;
   const Json a = Json::parse(plan_identity(seq).job.dump());
   const Json b = Json::parse(plan_identity(tiny_job()).job.dump());
-  EXPECT_EQ(first_json_difference(a, b), "/parallel/seq_length: 256 vs 64");
-  EXPECT_EQ(first_json_difference(a, a), "");
-  EXPECT_EQ(first_json_difference(Json{{"x", 1}}, Json{{"x", 1}, {"y", 2}}), "/y: (absent) vs 2");
+  const auto text = [](const Json& first, const Json& second) {
+    const auto found = first_json_difference(first, second);
+    return found ? json_difference_text(*found) : std::string();
+  };
+  EXPECT_EQ(text(a, b), "/parallel/seq_length: 256 vs 64");
+  EXPECT_EQ(text(a, a), "");
+  EXPECT_EQ(text(Json{{"x", 1}}, Json{{"x", 1}, {"y", 2}}), "/y: (absent) vs 2");
+  EXPECT_EQ(text(Json{{"x", {1, 2}}}, Json{{"x", {1, 3}}}), "/x/1: 2 vs 3");
+  EXPECT_EQ(text(Json{{"a/b~", 1}}, Json{{"a/b~", 2}}), "/a~1b~0: 1 vs 2");
+  EXPECT_EQ(text(Json(1), Json(2)), "/: 1 vs 2");
 }
 
 TEST(PlanIdentity, TraceOfTheSamePlanPasses) {
