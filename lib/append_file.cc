@@ -4,22 +4,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
-#include <fmt/format.h>
-
-#include "lib/error.h"
 #include "lib/output_target.h"
 
 namespace dhelix {
-namespace {
-
-[[noreturn]] void fail(const std::string& path, const std::string& what, int error_number) {
-  throw Error(ErrorCode::kIo, fmt::format("{}: cannot write file: {}: {}", path, what,
-                                          std::strerror(error_number)));
-}
-
-}  // namespace
 
 AppendFile::~AppendFile() {
   if (fd_ >= 0) ::close(fd_);
@@ -33,7 +21,7 @@ void AppendFile::open(const std::string& path) {
   } else {
     // The resolved path, not `path`: a dangling link's target is created where it points.
     fd = ::open(target.path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) fail(path, "opening for appending", errno);
+    if (fd < 0) throw_write_error(path, "opening for appending", errno);
   }
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
@@ -46,7 +34,7 @@ void AppendFile::append(const std::string& text) {
     const ssize_t n = ::write(fd_, text.data() + written, text.size() - written);
     if (n < 0) {
       if (errno == EINTR) continue;
-      fail(path_, "appending", errno);
+      throw_write_error(path_, "appending", errno);
     }
     written += static_cast<size_t>(n);
   }

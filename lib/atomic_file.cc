@@ -18,22 +18,13 @@
 namespace dhelix {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what, int error_number) {
-  throw Error(ErrorCode::kIo, fmt::format("{}: cannot write file: {}: {}", path, what,
-                                          std::strerror(error_number)));
-}
-
-[[noreturn]] void refuse(const std::string& path, const std::string& why) {
-  throw Error(ErrorCode::kIo, fmt::format("{}: cannot write file: {}", path, why));
-}
-
 void write_all(int fd, const std::string& path, const std::string& content) {
   size_t written = 0;
   while (written < content.size()) {
     const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
     if (n < 0) {
       if (errno == EINTR) continue;
-      fail(path, "writing", errno);
+      throw_write_error(path, "writing", errno);
     }
     written += static_cast<size_t>(n);
   }
@@ -64,7 +55,7 @@ void write_through(const std::string& path, const std::string& content) {
     ::close(fd);
     throw;
   }
-  if (::close(fd) != 0) fail(path, "closing", errno);
+  if (::close(fd) != 0) throw_write_error(path, "closing", errno);
 }
 
 // Writes `content` to a new temporary file beside the target and flushes it to disk; returns
@@ -73,7 +64,7 @@ std::string write_temporary(const OutputTarget& target, const std::string& conte
   // The temporary file lives in the same directory so that rename() stays atomic.
   std::string temporary = target.path + ".tmp.XXXXXX";
   const int fd = mkstemp(temporary.data());
-  if (fd < 0) fail(target.path, "creating a temporary file", errno);
+  if (fd < 0) throw_write_error(target.path, "creating a temporary file", errno);
   try {
     write_all(fd, target.path, content);
   } catch (...) {
@@ -99,7 +90,7 @@ std::string write_temporary(const OutputTarget& target, const std::string& conte
   const int close_error = ::close(fd) != 0 ? errno : 0;
   if (sync_error != 0 || close_error != 0) {
     ::unlink(temporary.c_str());
-    fail(target.path, "flushing to disk", sync_error != 0 ? sync_error : close_error);
+    throw_write_error(target.path, "flushing to disk", sync_error != 0 ? sync_error : close_error);
   }
   return temporary;
 }
@@ -112,10 +103,12 @@ void check_output_path(const std::string& path) {
   std::filesystem::path folder = std::filesystem::path(target.path).parent_path();
   if (folder.empty()) folder = ".";
   struct stat info {};
-  if (::stat(folder.c_str(), &info) != 0) fail(path, "its folder " + folder.string(), errno);
-  if (!S_ISDIR(info.st_mode)) refuse(path, fmt::format("{} is not a directory", folder.string()));
+  if (::stat(folder.c_str(), &info) != 0)
+    throw_write_error(path, "its folder " + folder.string(), errno);
+  if (!S_ISDIR(info.st_mode))
+    throw_write_refusal(path, fmt::format("{} is not a directory", folder.string()));
   if (::access(folder.c_str(), W_OK | X_OK) != 0) {
-    fail(path, "its folder " + folder.string(), errno);
+    throw_write_error(path, "its folder " + folder.string(), errno);
   }
 }
 
@@ -158,7 +151,7 @@ void OutputFiles::commit() {
     if (std::rename(p.temporary.c_str(), p.target.path.c_str()) != 0) {
       const int saved = errno;
       remove_temporaries(i);
-      fail(*p.path, "renaming the temporary file into place", saved);
+      throw_write_error(*p.path, "renaming the temporary file into place", saved);
     }
   }
 }

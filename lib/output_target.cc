@@ -16,15 +16,6 @@
 namespace dhelix {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what, int error_number) {
-  throw Error(ErrorCode::kIo, fmt::format("{}: cannot write file: {}: {}", path, what,
-                                          std::strerror(error_number)));
-}
-
-[[noreturn]] void refuse(const std::string& path, const std::string& why) {
-  throw Error(ErrorCode::kIo, fmt::format("{}: cannot write file: {}", path, why));
-}
-
 // How long an output FIFO may wait for its reader to open it.
 constexpr int kFifoGraceMs = 2000;
 constexpr int kFifoPollMs = 10;
@@ -58,9 +49,10 @@ bool write_protected(const std::string& path, const struct stat& info) {
 
 // An output whose path exists (`info` is stat(2) of `path`, links followed).
 OutputTarget existing_target(const std::string& path, const struct stat& info) {
-  if (S_ISDIR(info.st_mode)) refuse(path, "is a directory, expected a file");
-  if (S_ISBLK(info.st_mode)) refuse(path, "is a block device; dhelix never writes one");
-  if (S_ISSOCK(info.st_mode)) refuse(path, "is a socket, expected a file");
+  if (S_ISDIR(info.st_mode)) throw_write_refusal(path, "is a directory, expected a file");
+  if (S_ISBLK(info.st_mode))
+    throw_write_refusal(path, "is a block device; dhelix never writes one");
+  if (S_ISSOCK(info.st_mode)) throw_write_refusal(path, "is a socket, expected a file");
   if (S_ISCHR(info.st_mode) || S_ISFIFO(info.st_mode)) return {.path = path, .write_through = true};
   // A regular file behind /dev/stdout or /proc/self/fd/N belongs to whoever opened it.
   if (under_system_folder(path)) return {.path = path, .write_through = true};
@@ -69,13 +61,14 @@ OutputTarget existing_target(const std::string& path, const struct stat& info) {
   if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
     std::error_code error;
     resolved = std::filesystem::canonical(path, error).string();
-    if (error) fail(path, "resolving the symbolic link", error.value());
+    if (error) throw_write_error(path, "resolving the symbolic link", error.value());
   }
   if (write_protected(resolved, info)) {
-    refuse(path, fmt::format("{} read-only; dhelix does not overwrite a file without write "
-                             "permission (make it writable, e.g. chmod u+w, or choose another "
-                             "file)",
-                             resolved == path ? "is" : "links to " + resolved + ", which is"));
+    throw_write_refusal(
+        path, fmt::format("{} read-only; dhelix does not overwrite a file without write "
+                          "permission (make it writable, e.g. chmod u+w, or choose another "
+                          "file)",
+                          resolved == path ? "is" : "links to " + resolved + ", which is"));
   }
   return {.path = resolved,
           .write_through = false,
@@ -87,15 +80,24 @@ OutputTarget existing_target(const std::string& path, const struct stat& info) {
 
 }  // namespace
 
+void throw_write_error(const std::string& path, const std::string& what, int error_number) {
+  throw Error(ErrorCode::kIo, fmt::format("{}: cannot write file: {}: {}", path, what,
+                                          std::strerror(error_number)));
+}
+
+void throw_write_refusal(const std::string& path, const std::string& why) {
+  throw Error(ErrorCode::kIo, fmt::format("{}: cannot write file: {}", path, why));
+}
+
 OutputTarget resolve_output_target(const std::string& path) {
-  if (path.empty()) refuse(path, "the file name is empty");
+  if (path.empty()) throw_write_refusal(path, "the file name is empty");
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0) return existing_target(path, info);
-  if (errno != ENOENT) fail(path, "looking at the target", errno);
+  if (errno != ENOENT) throw_write_error(path, "looking at the target", errno);
   // Nothing is there, or a dangling link: the file goes where the last link points, so
   // that the link is kept and its target written (replacing the link lost both).
   const std::optional<std::string> end = end_of_links(path);
-  if (!end) fail(path, "resolving the symbolic link", ELOOP);
+  if (!end) throw_write_error(path, "resolving the symbolic link", ELOOP);
   if (*end != path && ::stat(end->c_str(), &info) == 0) return existing_target(path, info);
   return {.path = *end, .write_through = false};
 }
@@ -113,10 +115,10 @@ int open_write_through(const std::string& path) {
   }
   if (fd < 0) {
     if (errno == ENXIO) {
-      refuse(path, fmt::format("is a FIFO that no process is reading (waited {} s)",
-                               kFifoGraceMs / 1000));
+      throw_write_refusal(path, fmt::format("is a FIFO that no process is reading (waited {} s)",
+                                            kFifoGraceMs / 1000));
     }
-    fail(path, "opening", errno);
+    throw_write_error(path, "opening", errno);
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);

@@ -26,6 +26,12 @@
 
 namespace dhelix {
 
+/// Throw Error(kIo) "<path>: cannot write file: <what>: <strerror(error_number)>", and
+/// "<path>: cannot write file: <why>": the two shapes of every output error.
+[[noreturn]] void throw_write_error(const std::string& path, const std::string& what,
+                                    int error_number);
+[[noreturn]] void throw_write_refusal(const std::string& path, const std::string& why);
+
 /// Where one output goes (the table above).
 struct OutputTarget {
   std::string path;            ///< the file written: the user's path with links followed
