@@ -47,7 +47,7 @@ expect_once() {
 }
 
 # 1. Errors once.
-expect_once 3 "dhelix-run: error: $work/missing.json: cannot be read" \
+expect_once 3 "dhelix-run: error: $work/missing.json: cannot open file for reading" \
   --plan "$work/missing.json" --data "$corpus" --steps 1
 expect_once 2 "--tensor-parallel" --plan "$plan" --data "$corpus" --tensor-parallel 2
 expect_once 2 "holds no checkpoint" --plan "$plan" --data "$corpus" --steps 1 --resume \
