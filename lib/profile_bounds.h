@@ -11,9 +11,13 @@
 // the file format's rounding (4 decimals, 0.5e-4 us at most) is allowed for.
 //
 // Work counted:
-// - computation: Op::flops at cluster.gpu.peak_bf16_tflops (also the fp16 peak, and above the
-//   fp32 one), except causal attention, whose kernels skip the masked half: there the work of
-//   the (query, key) pairs a causal kernel must compute (see minimum_work_flops).
+// - matrix work (GEMMs, grouped GEMMs, the head, the router, attention): Op::flops at
+//   cluster.gpu.peak_bf16_tflops (also the fp16 peak, and above the fp32 one), except causal
+//   attention, whose kernels skip the masked half: there the work of the (query, key) pairs a
+//   causal kernel must compute (see minimum_work_flops). Other computation (elementwise ops,
+//   norms, the loss) has no FLOP bound: its kernels are memory-bound, fusable or skippable,
+//   so its FLOP count says nothing about its least time; it may only not take less than
+//   the 1 ns resolution of any timer (zero included).
 // - communication: the bytes that must reach one rank over its links whatever the algorithm
 //   (see minimum_link_bytes), at the hardware bandwidth of every link the GPU could use at
 //   once (intra_node.bandwidth_gbps, plus nics_per_node x inter_node.bandwidth_gbps when the
@@ -48,12 +52,12 @@ double minimum_op_time_us(const ClusterSpec& cluster, const Op& op);
 std::string minimum_op_time_reason(const ClusterSpec& cluster, const Op& op);
 
 /// Throws Error(kInvalidInput) when a time of `profile` is faster than the hardware of
-/// `cluster` allows for an op of `ops` with its signature: every statistic of the op's solo
-/// time (the min is checked; the reader keeps the others above it) and its finish time in
-/// every pair. A zero time of an op with work (FLOPs, bytes of device memory or bytes over a
-/// link: an embedding lookup has no FLOPs but moves memory) is refused as such. The message names
-/// `profile_file`, each time's JSON pointer, its value, the op and the bound (at most 8
-/// problems listed, then how many more).
+/// `cluster` allows for an op of `ops` with its signature: the median of the op's solo time
+/// (what the planner prices it at; a single fastest sample may undercut the bound by a
+/// timer's resolution) and its finish time in every pair (medians too). A zero time of an op with
+/// work (FLOPs, bytes of device memory or bytes over a link: an embedding lookup has no FLOPs but
+/// moves memory) is refused as such. The message names `profile_file`, each time's JSON pointer,
+/// its value, the op and the bound (at most 8 problems listed, then how many more).
 void check_profile_bounds(const Profile& profile, const std::vector<Op>& ops,
                           const ClusterSpec& cluster, const std::string& profile_file);
 

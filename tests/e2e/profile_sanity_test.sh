@@ -84,10 +84,10 @@ for p in d["pairs"]:
     p["oef"] = 1.0
 '
 edit_json good.json zero.json "T = 0${all_times}"
-expect_refusal "all times 0" 2 "zero.json: /ops/0/time_us/min: 0 us for op norm.fwd:fp32:rmsnorm:m=64,n=64: no op that does work takes zero time: its 16384 FLOPs need at least 0.04096 us at the GPU's peak of 0.4 TFLOP/s (cluster gpu.peak_bf16_tflops)" \
+expect_refusal "all times 0" 2 "zero.json: /ops/0/time_us/median: 0 us for op norm.fwd:fp32:rmsnorm:m=64,n=64: no op that does work takes zero time: it does 16384 FLOPs" \
   "$plan" "$job" --profile zero.json
 edit_json good.json tiny.json "T = 1e-300${all_times}"
-expect_refusal "all times 1e-300 us" 2 "tiny.json: /ops/1/time_us/min: 1e-300 us is faster than the hardware allows for op all_gather:fp32:bytes=32768:tp2:local: the 16384 bytes that must reach each of its 2 ranks need at least 0.08192 us at 200 GB/s (cluster intra_node.bandwidth_gbps)" \
+expect_refusal "all times 1e-300 us" 2 "tiny.json: /ops/1/time_us/median: 1e-300 us is faster than the hardware allows for op all_gather:fp32:bytes=32768:tp2:local: the 16384 bytes that must reach each of its 2 ranks need at least 0.08192 us at 200 GB/s (cluster intra_node.bandwidth_gbps)" \
   "$plan" "$job" --profile tiny.json
 edit_json good.json huge.json "T = 1e300${all_times}"
 expect_refusal "all times 1e300 us" 2 "huge.json: /ops/0/time_us/median: 1e+300 must be at most 1000000000000" \
@@ -112,7 +112,7 @@ for p in d['pairs']:
     p['oef'] = 1.0 if s <= 0 else round(1 - (p['makespan_us'] - max(ta, tb)) / s, 4)
     p['oef'] = max(-1.0, min(1.0, p['oef']))
 "
-  expect_refusal "op $i at 0 us" 2 "op$i.json: /ops/$i/time_us/min: 0 us for op " \
+  expect_refusal "op $i at 0 us" 2 "op$i.json: /ops/$i/time_us/median: 0 us for op " \
     "$plan" "$job" --profile "op$i.json"
 done
 
@@ -125,7 +125,7 @@ p = json.load(open(sys.argv[1]))["pairs"][int(sys.argv[2])]
 print("a" if p["finish_a_us"] <= p["finish_b_us"] else "b")' good.json "$i")
   edit_json good.json "pair$i.json" "d['pairs'][$i]['finish_${side}_us'] = 1e-300"
   expect_refusal "pair $i finish_${side}_us 1e-300" 2 \
-    "pair$i.json: /pairs/$i/finish_${side}_us: 1e-300 us is faster than the hardware allows for op " \
+    "pair$i.json: /pairs/$i/finish_${side}_us: 1e-300 us " \
     "$plan" "$job" --profile "pair$i.json"
 done
 
