@@ -106,7 +106,7 @@ else
     exclude=$(grep -v '^$' <<<"$exclude" | sort -u | paste -sd:)
     round=$((round + 1))
   done
-  skipped=$(cat "$LOGS"/gpu-tests-*.log | grep -c '^\[ *SKIPPED *\] [A-Za-z]')
+  skipped=$(cat "$LOGS"/gpu-tests-*.log | grep -c '^\[ *SKIPPED *\] [A-Za-z0-9_/.]* (')
   failed=$(xargs <<<"$failed") hung=$(xargs <<<"$hung")
   if [ -z "$failed" ] && [ -z "$hung" ] && [ "$passed" -gt 0 ]; then
     result PASS gpu-tests "$passed passed, $skipped skipped"
