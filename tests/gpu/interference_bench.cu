@@ -73,11 +73,16 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     const char* value = argv[i + 1];
-    if (flag == "--m") o.m = std::atoi(value);
-    else if (flag == "--n") o.n = std::atoi(value);
-    else if (flag == "--k") o.k = std::atoi(value);
-    else if (flag == "--reps") o.reps = std::atoi(value);
-    else if (flag == "--mib") o.mib = std::strtoull(value, nullptr, 10);
+    if (flag == "--m")
+      o.m = std::atoi(value);
+    else if (flag == "--n")
+      o.n = std::atoi(value);
+    else if (flag == "--k")
+      o.k = std::atoi(value);
+    else if (flag == "--reps")
+      o.reps = std::atoi(value);
+    else if (flag == "--mib")
+      o.mib = std::strtoull(value, nullptr, 10);
     else if (flag == "--ctas") {
       o.ctas.clear();
       for (const char* p = value; *p != '\0';) {
@@ -104,7 +109,8 @@ class Bench {
     check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "stream");
     check(cublasCreate(&handle_), "cublasCreate");
     check(cublasSetStream(handle_, gemm_stream_), "cublasSetStream");
-    size_t elements = static_cast<size_t>(o.m) * o.k + static_cast<size_t>(o.k) * o.n + static_cast<size_t>(o.m) * o.n;
+    size_t elements = static_cast<size_t>(o.m) * o.k + static_cast<size_t>(o.k) * o.n +
+                      static_cast<size_t>(o.m) * o.n;
     check(cudaMalloc(&operands_, elements * sizeof(__nv_bfloat16)), "cudaMalloc operands");
     fill<<<1024, 256>>>(operands_, elements);
     words_ = o.mib * 1024 * 1024 / sizeof(uint4);
@@ -121,7 +127,8 @@ class Bench {
     const float alpha = 1.0f, beta = 0.0f;
     const __nv_bfloat16* a = operands_;
     const __nv_bfloat16* b = a + static_cast<size_t>(o_.m) * o_.k;
-    __nv_bfloat16* c = operands_ + static_cast<size_t>(o_.m) * o_.k + static_cast<size_t>(o_.k) * o_.n;
+    __nv_bfloat16* c =
+        operands_ + static_cast<size_t>(o_.m) * o_.k + static_cast<size_t>(o_.k) * o_.n;
     check(cudaEventRecord(start_, gemm_stream_), "record");
     for (int r = 0; r < reps; ++r) {
       check(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, o_.m, o_.n, o_.k, &alpha, a,
