@@ -23,6 +23,7 @@
 #include "runtime/comm/loopback_communicator.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/checkpoint_lock.h"
+#include "tests/runtime/error_of.h"
 #include "tests/runtime/scratch_dir.h"
 
 namespace dhelix::rt {
@@ -33,16 +34,7 @@ namespace fs = std::filesystem;
 const std::string kPlanSha(64, 'a');
 constexpr const char* kRunId = "0123456789abcdef0123456789abcdef";
 
-template <typename Body>
-std::pair<ErrorCode, std::string> error_of(Body body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return {error.code(), error.what()};
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return {ErrorCode::kInternal, ""};
-}
+using test::error_of;
 
 class CheckpointIdentityTest : public ::testing::Test {
  protected:

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "lib/error.h"
+#include "tests/runtime/error_of.h"
 #include "tests/runtime/scratch_dir.h"
 
 namespace dhelix::rt {
@@ -60,16 +61,7 @@ class CheckpointTest : public ::testing::Test {
   std::vector<float> b_ = {-1.0f, 0.5f};
 };
 
-template <typename Body>
-std::pair<ErrorCode, std::string> error_of(Body body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return {error.code(), error.what()};
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return {ErrorCode::kInternal, ""};
-}
+using test::error_of;
 
 // An independent FNV-1a 64 to predict the checksum message.
 uint64_t fnv1a64(const std::string& bytes) {

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "lib/error.h"
+#include "tests/runtime/error_of.h"
 #include "tests/runtime/scratch_dir.h"
 
 namespace dhelix::rt {
@@ -31,17 +32,7 @@ class TokenDataTest : public ::testing::Test {
   }
 };
 
-// The message and code of the Error `body` throws.
-template <typename Body>
-std::pair<ErrorCode, std::string> error_of(Body body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return {error.code(), error.what()};
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return {ErrorCode::kInternal, ""};
-}
+using test::error_of;
 
 TokenSource counting_source(int64_t size) {
   std::vector<uint32_t> tokens(static_cast<size_t>(size));
