@@ -174,6 +174,18 @@ class CudaEngine final : public TrainingEngine {
     DHELIX_CUDA(cudaDeviceSynchronize());
   }
 
+  MemoryReport memory_report() override {
+    MemoryReport report;
+    // fp32 masters, bf16 compute copies, fp32 gradients and two fp32 AdamW moments.
+    for (const CudaParameterView& p : model_->parameters()) {
+      report.weight_bytes += p.count * static_cast<int64_t>(sizeof(float) + sizeof(uint16_t));
+      report.gradient_bytes += p.count * static_cast<int64_t>(sizeof(float));
+      report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+    }
+    report.activation_element_bytes = 2;
+    return report;
+  }
+
   void start_iteration(std::vector<MicroBatchTokens> micro_batches, float loss_scale) override {
     micro_batches_ = static_cast<int64_t>(micro_batches.size());
     pool_->set_growth_allowed(true);

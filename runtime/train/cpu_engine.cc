@@ -62,6 +62,18 @@ class CpuEngine final : public TrainingEngine {
 
   int64_t last_sync_end_ns() const override { return sync_end_ns_; }
 
+  MemoryReport memory_report() override {
+    MemoryReport report;
+    // The master weights are what the CPU's ops read: no compute copies.
+    for (const ParameterView& p : model_.parameters()) {
+      report.weight_bytes += p.count * static_cast<int64_t>(sizeof(float));
+      report.gradient_bytes += p.count * static_cast<int64_t>(sizeof(float));
+      report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+    }
+    report.activation_element_bytes = sizeof(float);
+    return report;
+  }
+
   std::vector<NamedTensor> state() override {
     std::vector<NamedTensor> tensors;
     const std::vector<ParameterView> params = model_.parameters();

@@ -26,6 +26,7 @@
 #include "lib/plan/rank_program.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/exec/interpreter.h"
+#include "runtime/memory/memory_report.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/optimizer.h"
@@ -69,6 +70,9 @@ class TrainingEngine {
   /// When the last update()'s gradient sums ended and AdamW began, steady_clock ns (0: the
   /// engine does not tell; dhelix-run --trace then shows one "update" slice).
   virtual int64_t last_sync_end_ns() const { return 0; }
+  /// What this rank's memory holds (runtime/memory/memory_report.h), once connect() has
+  /// laid out the activation arena.
+  virtual MemoryReport memory_report() = 0;
   /// Host copies of every tensor a checkpoint holds: each parameter by name, then its
   /// AdamW moments as "adam_m/<name>" and "adam_v/<name>".
   virtual std::vector<NamedTensor> state() = 0;

@@ -1,0 +1,46 @@
+#pragma once
+// What one rank's memory holds, as dhelix-run measures it: the model states (weights,
+// gradients, optimizer states: exact byte counts of what the engine allocated) and the
+// activation arena (runtime/memory/arena_plan.h): its size, which is the high-water mark of
+// activation memory because every activation buffer of an iteration has a fixed place in it,
+// and each buffer's place and lifetime, from which the activation bytes live at any moment
+// of a traced iteration follow (dhelix-run --trace's "memory" counter track).
+//
+// The plan predicts the same four terms per stage (schemes[].memory, planner/memory_model.h)
+// for the plan's element sizes (2-byte activations and weights); a backend with other element
+// sizes (the CPU's fp32 activations) states its own in activation_element_bytes, and
+// dhelix-diff --measured scales the prediction by it before comparing.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dhelix::rt {
+
+/// One activation buffer of the arena.
+struct ArenaBufferRecord {
+  std::string name;  ///< "mb3.L5.q", "mb0.residual.4", "mb1.head.logits", ...
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  /// The instructions (indices into the co-executed rank program) of its first and last
+  /// use: it is live from the start of `first_instruction` to the end of `last_instruction`;
+  /// -1 / -1 for a buffer live over the whole iteration (tokens, received messages, losses).
+  int64_t first_instruction = -1;
+  int64_t last_instruction = -1;
+};
+
+struct MemoryReport {
+  int64_t weight_bytes = 0;     ///< master weights and any compute copies
+  int64_t gradient_bytes = 0;   ///< the weights' gradient accumulators
+  int64_t optimizer_bytes = 0;  ///< AdamW's moments (the shard, with a distributed optimizer)
+  /// The activation arena's size: no activation allocation happens outside it.
+  int64_t activation_arena_bytes = 0;
+  /// The most bytes of activation buffers live at once at any point of the rank program
+  /// (a lower bound on any arena for these lifetimes).
+  int64_t activation_live_peak_bytes = 0;
+  /// Bytes of one activation element on this backend (4: fp32 on the CPU; 2: bf16 on CUDA).
+  int64_t activation_element_bytes = 4;
+  std::vector<ArenaBufferRecord> buffers;
+};
+
+}  // namespace dhelix::rt
