@@ -17,6 +17,16 @@ std::string span_name(const SpanKey& key) {
       return fmt::format("{}.L{}.saved", mb, key.layer);
     case SpanKind::kLayerBackward:
       return fmt::format("{}.L{}.backward", mb, key.layer);
+    case SpanKind::kAttentionForward:
+      return fmt::format("{}.L{}.attention_forward", mb, key.layer);
+    case SpanKind::kMlpForward:
+      return fmt::format("{}.L{}.mlp_forward", mb, key.layer);
+    case SpanKind::kMlpBackward:
+      return fmt::format("{}.L{}.mlp_backward", mb, key.layer);
+    case SpanKind::kAttentionBackward:
+      return fmt::format("{}.L{}.attention_backward", mb, key.layer);
+    case SpanKind::kRecomputeForward:
+      return fmt::format("{}.L{}.recompute_forward", mb, key.layer);
     case SpanKind::kEmbeddingForward:
       return mb + ".embedding.forward";
     case SpanKind::kEmbeddingBackward:
@@ -29,6 +39,12 @@ std::string span_name(const SpanKey& key) {
       return fmt::format("{}.residual_grad{}", mb, key.layer);
   }
   return mb;
+}
+
+bool attention_block_op(std::string_view op) {
+  return op.find("attn") != std::string_view::npos || op.find("qkv") != std::string_view::npos ||
+         op.find("proj") != std::string_view::npos ||
+         op.find("kv_sendrecv") != std::string_view::npos;
 }
 
 ProgramOrder::ProgramOrder(const RankProgram& program) {
@@ -85,17 +101,26 @@ std::vector<SpanKey> spans_of(const Instruction& in, int64_t num_layers,
   const bool backward = in.op.starts_with("bwd.");
   if (in.layer >= 0) {
     const int64_t l = in.layer;
+    const bool attention = attention_block_op(in.op);
     if (!backward) {
-      return {{SpanKind::kLayerForward, mb, l},
-              {SpanKind::kLayerSaved, mb, l},
-              {SpanKind::kResidual, mb, l},
-              {SpanKind::kResidual, mb, l + 1}};
+      std::vector<SpanKey> spans{
+          {SpanKind::kLayerForward, mb, l},
+          {attention ? SpanKind::kAttentionForward : SpanKind::kMlpForward, mb, l},
+          {SpanKind::kLayerSaved, mb, l},
+          {SpanKind::kResidual, mb, l}};
+      // The layer's output is written by its last op only (layer_ops_forward.h).
+      if (in.op == "fwd.bda_mlp") spans.push_back({SpanKind::kResidual, mb, l + 1});
+      return spans;
     }
-    return {{SpanKind::kLayerSaved, mb, l},
-            {SpanKind::kLayerBackward, mb, l},
-            {SpanKind::kResidual, mb, l},
-            {SpanKind::kResidualGrad, mb, l},
-            {SpanKind::kResidualGrad, mb, l - 1}};
+    std::vector<SpanKey> spans{
+        {SpanKind::kLayerSaved, mb, l},
+        {SpanKind::kLayerBackward, mb, l},
+        {attention ? SpanKind::kAttentionBackward : SpanKind::kMlpBackward, mb, l},
+        {SpanKind::kResidual, mb, l},
+        {SpanKind::kResidualGrad, mb, l},
+        {SpanKind::kResidualGrad, mb, l - 1}};
+    if (in.op.starts_with("bwd.recompute.")) spans.push_back({SpanKind::kRecomputeForward, mb, l});
+    return spans;
   }
   if (extra_owner(in.op) == ExtraOwner::kEmbedding) {
     if (!backward) return {{SpanKind::kEmbeddingForward, mb, -1}, {SpanKind::kResidual, mb, 0}};

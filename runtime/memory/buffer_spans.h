@@ -10,8 +10,15 @@
 //   layer_saved    (mb, l)    the forward and the backward ops of (mb, l): what the backward
 //                             reads of the forward (Megatron's saved tensors)
 //   layer_backward (mb, l)    the backward ops of (mb, l), bwd.recompute.* included
+//   attention_forward / mlp_forward / mlp_backward / attention_backward (mb, l)
+//                             one half of the layer's forward or backward: the ops of the
+//                             attention block (ln_attn to bda_attn, the CP ring) or of the
+//                             MLP block (ln_mlp to bda_mlp, the MoE ops): a temporary of one
+//                             half is dead before the other half runs
+//   recompute_forward (mb, l) the bwd.recompute.* ops of (mb, l): the temporaries of the
+//                             repeated forward
 //   embedding_forward / _backward (mb), head (mb: forward and backward)
-//   residual (mb, l)          the input of layer l: the forward of l - 1 (the embedding for
+//   residual (mb, l)          the input of layer l: fwd.bda_mlp of l - 1 (the embedding for
 //                             l = 0) that writes it, the forward and backward of l (the head
 //                             for l = num_layers), and its pipeline transfers
 //   residual_grad (mb, l)     the gradient of layer l's output: the backward of l + 1 (the
@@ -51,6 +58,11 @@ enum class SpanKind : uint8_t {
   kLayerForward,
   kLayerSaved,
   kLayerBackward,
+  kAttentionForward,
+  kMlpForward,
+  kMlpBackward,
+  kAttentionBackward,
+  kRecomputeForward,
   kEmbeddingForward,
   kEmbeddingBackward,
   kHead,
@@ -67,6 +79,11 @@ struct SpanKey {
 
 /// "mb2.L5.saved", "mb0.residual4", "mb1.head", ...
 std::string span_name(const SpanKey& key);
+
+/// Whether a layer op (fwd.*, bwd.*, bwd.recompute.*) is of the attention block: its id
+/// names attention, qkv, the projection or the CP ring's exchange (lib/dag_builder*.cc);
+/// every other layer op is of the MLP block.
+bool attention_block_op(std::string_view op);
 
 /// What a stage-extra op (layer -1) belongs to; the model's classification
 /// (model_detail::is_embedding_op / is_head_op).

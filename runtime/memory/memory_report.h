@@ -27,6 +27,12 @@ struct ArenaBufferRecord {
   /// -1 / -1 for a buffer live over the whole iteration (tokens, received messages, losses).
   int64_t first_instruction = -1;
   int64_t last_instruction = -1;
+  /// Whether the plan's activation model (planner/memory_model.h) counts it: what the
+  /// backward reads of the forward (the recomputed copy under recompute), the layers'
+  /// inputs and the head's buffers. The rest is the runtime's working set: the forward's
+  /// temporaries, the backward's gradient buffers, the residual gradients and the
+  /// embedding's and the CP ring's messages.
+  bool counted_by_plan = false;
 };
 
 struct MemoryReport {
@@ -38,6 +44,9 @@ struct MemoryReport {
   /// The most bytes of activation buffers live at once at any point of the rank program
   /// (a lower bound on any arena for these lifetimes).
   int64_t activation_live_peak_bytes = 0;
+  /// The most bytes of the buffers the plan counts (ArenaBufferRecord::counted_by_plan)
+  /// live at once: the figure to hold against the plan's activation prediction.
+  int64_t activation_counted_peak_bytes = 0;
   /// Bytes of one activation element on this backend (4: fp32 on the CPU; 2: bf16 on CUDA).
   int64_t activation_element_bytes = 4;
   std::vector<ArenaBufferRecord> buffers;

@@ -15,9 +15,10 @@ bool activation_arena_wanted() {
                           value));
 }
 
-void ArenaLayout::record(const SpanKey& key, std::string_view name, int64_t bytes) {
+void ArenaLayout::record(const SpanKey& key, std::string_view name, int64_t bytes, bool counted) {
   Block& block = blocks_[key];
-  const auto [it, inserted] = block.buffers.try_emplace(std::string(name), Buffer{bytes, 0});
+  const auto [it, inserted] =
+      block.buffers.try_emplace(std::string(name), Buffer{bytes, 0, counted});
   if (inserted) {
     it->second.offset_in_block = block.bytes;
     block.bytes += align_up(bytes, kArenaAlignment);
@@ -75,6 +76,13 @@ void ArenaLayout::place(const std::vector<const RankProgram*>& programs, int64_t
   for (size_t i = 0; i < n; ++i) blocks[i]->offset = placement.offsets[i];
   arena_bytes_ = placement.arena_bytes;
   live_peak_bytes_ = live_peak_bytes(bytes, intervals);
+  std::vector<int64_t> counted(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    for (const auto& [name, buffer] : blocks[i]->buffers) {
+      if (buffer.counted) counted[i] += buffer.bytes;
+    }
+  }
+  counted_peak_bytes_ = live_peak_bytes(counted, intervals);
 }
 
 int64_t ArenaLayout::offset_of(const SpanKey& key, std::string_view name, int64_t bytes) const {
@@ -93,6 +101,7 @@ int64_t ArenaLayout::offset_of(const SpanKey& key, std::string_view name, int64_
 void ArenaLayout::fill_report(MemoryReport& report) const {
   report.activation_arena_bytes = arena_bytes_;
   report.activation_live_peak_bytes = live_peak_bytes_;
+  report.activation_counted_peak_bytes = counted_peak_bytes_;
   report.buffers.clear();
   for (const auto& [key, block] : blocks_) {
     for (const auto& [name, buffer] : block.buffers) {
@@ -105,7 +114,8 @@ void ArenaLayout::fill_report(MemoryReport& report) const {
                             .offset = block.offset + buffer.offset_in_block,
                             .bytes = buffer.bytes,
                             .first_instruction = unused ? -1 : (u.from_start ? 0 : u.first),
-                            .last_instruction = unused ? -1 : u.last});
+                            .last_instruction = unused ? -1 : u.last,
+                            .counted_by_plan = buffer.counted});
     }
   }
 }

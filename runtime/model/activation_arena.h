@@ -49,8 +49,8 @@ bool activation_arena_wanted();
 /// offsets (activation_arena.cc).
 class ArenaLayout {
  public:
-  /// Records a buffer in layout mode; returns its index.
-  void record(const SpanKey& key, std::string_view name, int64_t bytes);
+  /// Records a buffer in layout mode; `counted`: ArenaBufferRecord::counted_by_plan.
+  void record(const SpanKey& key, std::string_view name, int64_t bytes, bool counted);
   bool empty() const { return blocks_.empty(); }
   /// Packs the recorded blocks for `programs` (every one the rank runs). Afterwards
   /// offset_of answers.
@@ -68,6 +68,7 @@ class ArenaLayout {
   struct Buffer {
     int64_t bytes = 0;
     int64_t offset_in_block = 0;
+    bool counted = false;
   };
   struct Block {
     std::map<std::string, Buffer, std::less<>> buffers;
@@ -78,6 +79,7 @@ class ArenaLayout {
   std::map<SpanKey, Block> blocks_;
   int64_t arena_bytes_ = 0;
   int64_t live_peak_bytes_ = 0;
+  int64_t counted_peak_bytes_ = 0;
 };
 
 /// The model's allocator of activation buffers over backend memory B::Memory.
@@ -86,14 +88,15 @@ class ActivationArena {
  public:
   explicit ActivationArena(Memory& memory) : memory_(memory) {}
 
+  /// `counted`: whether the plan's activation model counts the buffer (memory_report.h).
   template <class T>
-  T* allocate(const SpanKey& key, std::string_view name, int64_t count) {
+  T* allocate(const SpanKey& key, std::string_view name, int64_t count, bool counted) {
     const int64_t bytes = std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T));
     switch (mode_) {
       case Mode::kSeparate:
         return memory_.template allocate<T>(count);
       case Mode::kLayout: {
-        layout_.record(key, name, bytes);
+        layout_.record(key, name, bytes, counted);
         // A distinct, aligned, unmapped address: a dereference faults at once.
         next_fake_ = align_up(next_fake_ + bytes, kArenaAlignment);
         return reinterpret_cast<T*>(static_cast<uintptr_t>(next_fake_));

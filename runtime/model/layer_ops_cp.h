@@ -128,7 +128,7 @@ struct CpStateParts {
   bool forward = true;
   bool own_block = true;
   SpanKind own_block_span = SpanKind::kLayerSaved;
-  SpanKind forward_span = SpanKind::kLayerForward;
+  SpanKind forward_span = SpanKind::kAttentionForward;
   bool backward = true;
 };
 
@@ -155,7 +155,7 @@ std::unique_ptr<CpLayerState<B>> make_cp_state(Allocator& allocate, const Dims& 
         attention_shape(d));
   }
   if (!parts.backward) return s;
-  const SpanKind back = SpanKind::kLayerBackward;
+  const SpanKind back = SpanKind::kAttentionBackward;
   for (int64_t i = 0; i < d.cp; ++i) {
     s->share.push_back(
         allocate.template allocate<A>(back, fmt::format("cp.share{}", i), cp_block(d)));

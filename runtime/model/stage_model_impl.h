@@ -73,8 +73,9 @@ struct BasicStageModel<B>::Impl {
     DHELIX_CHECK(micro_batch >= 0);
     A*& buffer = buffers[{micro_batch, layer}];
     if (buffer == nullptr) {
-      buffer =
-          arena.template allocate<A>({kind, micro_batch, layer}, "x", dims.residual_elements());
+      // The plan counts a layer's input (Korthikanti's norm input), not residual gradients.
+      buffer = arena.template allocate<A>({kind, micro_batch, layer}, "x", dims.residual_elements(),
+                                          kind == SpanKind::kResidual);
     }
     return buffer;
   }
@@ -93,15 +94,26 @@ struct BasicStageModel<B>::Impl {
     int64_t mb = 0;
     int64_t layer = -1;
     std::string prefix;
+    /// Whether the plan's activation model counts what is allocated (memory_report.h):
+    /// saved spans and the head always, and what sets this (the recompute state's copy of
+    /// the saved activations).
+    bool counted = false;
     template <class T>
-    T* allocate(SpanKind kind, std::string_view name, int64_t count) {
-      return m.arena.template allocate<T>({kind, mb, layer}, prefix + std::string(name), count);
+    T* allocate(SpanKind kind, std::string_view name, int64_t count, bool uncounted = false) {
+      const bool plan_counts =
+          !uncounted && (counted || kind == SpanKind::kLayerSaved || kind == SpanKind::kHead);
+      return m.arena.template allocate<T>({kind, mb, layer}, prefix + std::string(name), count,
+                                          plan_counts);
     }
     A* act(SpanKind kind, std::string_view name, int64_t count) {
       return allocate<A>(kind, name, count);
     }
     float* f32(SpanKind kind, std::string_view name, int64_t count) {
       return allocate<float>(kind, name, count);
+    }
+    /// Per-row statistics (rstd, lse): Korthikanti's count leaves them out, as the plan.
+    float* stat(SpanKind kind, std::string_view name, int64_t count) {
+      return allocate<float>(kind, name, count, true);
     }
   };
   /// Which forward buffers live how long (allocate_forward): the plain forward keeps what
@@ -178,22 +190,24 @@ void BasicStageModel<B>::Impl::allocate_backward(model_detail::LayerState<B>& s,
                                                  LayerAllocator& a) {
   const model_detail::Dims& d = dims;
   const int64_t res = d.residual_elements(), full = d.full_elements(), t = d.tokens;
-  const SpanKind k = SpanKind::kLayerBackward;
-  s.d_mlp_full = d.sp ? a.act(k, "d_mlp_full", full) : s.dout;
-  s.d_act = a.act(k, "d_act", t * d.ffn);
-  s.d_gate_up = a.act(k, "d_gate_up", t * 2 * d.ffn);
-  s.d_mlp_in = a.act(k, "d_mlp_in", full);
-  s.d_ln2_out = d.sp ? a.act(k, "d_ln2_out", res) : s.d_mlp_in;
-  s.d_h1 = a.act(k, "d_h1", res);
-  s.d_attn_full = d.sp ? a.act(k, "d_attn_full", full) : s.d_h1;
-  s.d_attn_out = a.act(k, "d_attn_out", t * d.q_width);
-  s.dq = a.act(k, "dq", t * d.q_width);
-  s.dk = a.act(k, "dk", t * d.kv_width);
-  s.dv = a.act(k, "dv", t * d.kv_width);
-  s.d_qkv = a.act(k, "d_qkv", t * d.qkv_width);
-  s.d_attn_in = a.act(k, "d_attn_in", full);
-  s.d_ln1_out = d.sp ? a.act(k, "d_ln1_out", res) : s.d_attn_in;
-  s.attn_delta = a.f32(k, "attn_delta", d.micro_batch * d.heads * d.seq_shard);
+  // The MLP block's backward runs first; d_h1, its result, is what the attention block's
+  // backward starts from.
+  const SpanKind mlp = SpanKind::kMlpBackward, attn = SpanKind::kAttentionBackward;
+  s.d_mlp_full = d.sp ? a.act(mlp, "d_mlp_full", full) : s.dout;
+  s.d_act = a.act(mlp, "d_act", t * d.ffn);
+  s.d_gate_up = a.act(mlp, "d_gate_up", t * 2 * d.ffn);
+  s.d_mlp_in = a.act(mlp, "d_mlp_in", full);
+  s.d_ln2_out = d.sp ? a.act(mlp, "d_ln2_out", res) : s.d_mlp_in;
+  s.d_h1 = a.act(SpanKind::kLayerBackward, "d_h1", res);
+  s.d_attn_full = d.sp ? a.act(attn, "d_attn_full", full) : s.d_h1;
+  s.d_attn_out = a.act(attn, "d_attn_out", t * d.q_width);
+  s.dq = a.act(attn, "dq", t * d.q_width);
+  s.dk = a.act(attn, "dk", t * d.kv_width);
+  s.dv = a.act(attn, "dv", t * d.kv_width);
+  s.d_qkv = a.act(attn, "d_qkv", t * d.qkv_width);
+  s.d_attn_in = a.act(attn, "d_attn_in", full);
+  s.d_ln1_out = d.sp ? a.act(attn, "d_ln1_out", res) : s.d_attn_in;
+  s.attn_delta = a.stat(attn, "attn_delta", d.micro_batch * d.heads * d.seq_shard);
 }
 
 // The forward's buffers. Saved (read by the backward: layer_ops_backward.h): the norms'
@@ -205,35 +219,56 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
                                                 ForwardRole role) {
   const model_detail::Dims& d = dims;
   const int64_t res = d.residual_elements(), full = d.full_elements(), t = d.tokens;
-  const SpanKind temp =
-      role == ForwardRole::kRecompute ? SpanKind::kLayerBackward : SpanKind::kLayerForward;
-  const SpanKind saved = role == ForwardRole::kRecompute              ? SpanKind::kLayerBackward
-                         : role == ForwardRole::kFullRecomputeForward ? SpanKind::kLayerForward
-                                                                      : SpanKind::kLayerSaved;
+  // Temporaries die with their block's forward (recomputed: with the repeated forward).
+  // What the backward reads lives from the forward to the backward; under full recompute
+  // the forward keeps none of it (each block's dies with the block's forward, h1 with the
+  // layer's) and the recompute state's lives in the backward block that reads it.
+  SpanKind attn_temp = SpanKind::kAttentionForward, mlp_temp = SpanKind::kMlpForward;
+  SpanKind attn_saved = SpanKind::kLayerSaved, mlp_saved = SpanKind::kLayerSaved;
+  SpanKind h1_span = SpanKind::kLayerSaved;
+  if (role == ForwardRole::kFullRecomputeForward) {
+    attn_saved = SpanKind::kAttentionForward;
+    mlp_saved = SpanKind::kMlpForward;
+    h1_span = SpanKind::kLayerForward;
+  } else if (role == ForwardRole::kRecompute) {
+    attn_temp = mlp_temp = SpanKind::kRecomputeForward;
+    attn_saved = SpanKind::kAttentionBackward;
+    mlp_saved = SpanKind::kMlpBackward;
+    h1_span = SpanKind::kLayerBackward;
+  }
   // Selective recompute repeats the core attention: its q (but under CP, where gemm_qkv
   // makes q), k, v and lse are the recompute state's; the output stays saved for
   // bwd.proj_wgrad (bind's kept_output).
   const bool selective = role == ForwardRole::kSelectiveForward;
-  const SpanKind core = selective ? SpanKind::kLayerForward : saved;
-  s.ln1_out = a.act(d.sp ? temp : saved, "ln1_out", res);
-  s.ln1_rstd = a.f32(saved, "ln1_rstd", d.rows);
-  s.attn_in = d.sp ? a.act(saved, "attn_in", full) : s.ln1_out;
-  s.qkv = a.act(temp, "qkv", t * d.qkv_width);
-  s.q = a.act(selective && d.cp == 1 ? core : saved, "q", t * d.q_width);
-  s.k = a.act(core, "k", t * d.kv_width);
-  s.v = a.act(core, "v", t * d.kv_width);
-  s.attn_out = a.act(saved, "attn_out", t * d.q_width);
-  s.lse = a.f32(core, "lse", d.micro_batch * d.heads * d.seq_shard);
-  s.proj_out = a.act(temp, "proj_out", full);
-  s.attn_branch = d.sp ? a.act(temp, "attn_branch", res) : s.proj_out;
-  s.h1 = a.act(saved, "h1", res);
-  s.ln2_out = a.act(d.sp ? temp : saved, "ln2_out", res);
-  s.ln2_rstd = a.f32(saved, "ln2_rstd", d.rows);
-  s.mlp_in = d.sp ? a.act(saved, "mlp_in", full) : s.ln2_out;
-  s.gate_up = a.act(saved, "gate_up", t * 2 * d.ffn);
-  s.act = a.act(saved, "act", t * d.ffn);
-  s.fc2_out = a.act(temp, "fc2_out", full);
-  s.mlp_branch = d.sp ? a.act(temp, "mlp_branch", res) : s.fc2_out;
+  const SpanKind core = selective ? SpanKind::kAttentionForward : attn_saved;
+  // The repeated forward's saved activations are what the plan's recompute transient
+  // counts (planner/memory_model.h); its temporaries are not.
+  const auto saved_act = [&](SpanKind kind, std::string_view name, int64_t count) {
+    a.counted = role == ForwardRole::kRecompute;
+    A* buffer = a.act(kind, name, count);
+    a.counted = false;
+    return buffer;
+  };
+  s.ln1_out = d.sp ? a.act(attn_temp, "ln1_out", res) : saved_act(attn_saved, "ln1_out", res);
+  s.ln1_rstd = a.stat(attn_saved, "ln1_rstd", d.rows);
+  s.attn_in = d.sp ? saved_act(attn_saved, "attn_in", full) : s.ln1_out;
+  s.qkv = a.act(attn_temp, "qkv", t * d.qkv_width);
+  s.q = saved_act(selective && d.cp == 1 ? core : attn_saved, "q", t * d.q_width);
+  s.k = saved_act(core, "k", t * d.kv_width);
+  s.v = saved_act(core, "v", t * d.kv_width);
+  s.attn_out = saved_act(attn_saved, "attn_out", t * d.q_width);
+  s.lse = a.stat(core, "lse", d.micro_batch * d.heads * d.seq_shard);
+  s.proj_out = a.act(attn_temp, "proj_out", full);
+  s.attn_branch = d.sp ? a.act(attn_temp, "attn_branch", res) : s.proj_out;
+  s.h1 = saved_act(h1_span, "h1", res);
+  // A MoE MLP reads its input rows (ln2_out, sharded under SP) in its backward too.
+  s.ln2_out = d.sp && !moe ? a.act(mlp_temp, "ln2_out", res) : saved_act(mlp_saved, "ln2_out", res);
+  s.ln2_rstd = a.stat(mlp_saved, "ln2_rstd", d.rows);
+  s.mlp_in = d.sp ? saved_act(mlp_saved, "mlp_in", full) : s.ln2_out;
+  s.gate_up = saved_act(mlp_saved, "gate_up", t * 2 * d.ffn);
+  s.act = saved_act(mlp_saved, "act", t * d.ffn);
+  s.fc2_out = a.act(mlp_temp, "fc2_out", full);
+  s.mlp_branch = d.sp ? a.act(mlp_temp, "mlp_branch", res) : s.fc2_out;
 }
 
 // A copy of the stored state whose recomputed activations live in buffers of their own:
@@ -250,17 +285,17 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::recompute_state(int64_t m
   model_detail::LayerState<B>& s = *slot;
   const model_detail::Dims& d = dims;
   LayerAllocator a{*this, mb, layer, "re."};
-  const SpanKind k = SpanKind::kLayerBackward;
+  const SpanKind attn = SpanKind::kAttentionBackward;  // selective: the attention block's
   if (recompute == RecomputeGranularity::kFull) {
     allocate_forward(s, a, ForwardRole::kRecompute);
-    s.out = a.act(k, "out", d.residual_elements());
+    s.out = a.act(SpanKind::kRecomputeForward, "out", d.residual_elements());
   } else {
     // Under CP, q is split and rotated by fwd.gemm_qkv, which selective recompute keeps.
-    if (d.cp == 1) s.q = a.act(k, "q", d.tokens * d.q_width);
-    s.k = a.act(k, "k", d.tokens * d.kv_width);
-    s.v = a.act(k, "v", d.tokens * d.kv_width);
-    s.attn_out = a.act(k, "attn_out", d.tokens * d.q_width);
-    s.lse = a.f32(k, "lse", d.micro_batch * d.heads * d.seq_shard);
+    if (d.cp == 1) s.q = a.act(attn, "q", d.tokens * d.q_width);
+    s.k = a.act(attn, "k", d.tokens * d.kv_width);
+    s.v = a.act(attn, "v", d.tokens * d.kv_width);
+    s.attn_out = a.act(attn, "attn_out", d.tokens * d.q_width);
+    s.lse = a.stat(attn, "lse", d.micro_batch * d.heads * d.seq_shard);
   }
   if (recompute == RecomputeGranularity::kFull) allocate_backward(s, a);
   return s;
@@ -283,10 +318,10 @@ model_detail::CpLayerState<B>& BasicStageModel<B>::Impl::cp_state(int64_t mb, in
   const bool selective = recompute == RecomputeGranularity::kSelective;
   if (recompute != RecomputeGranularity::kNone && !recomputing) {
     parts.backward = false;
-    if (full) parts.own_block_span = SpanKind::kLayerForward;
+    if (full) parts.own_block_span = SpanKind::kAttentionForward;
   } else if (recomputing) {
     parts.own_block = !selective;
-    parts.own_block_span = parts.forward_span = SpanKind::kLayerBackward;
+    parts.own_block_span = parts.forward_span = SpanKind::kAttentionBackward;
   }
   LayerAllocator a{*this, mb, layer, recomputing ? "re." : ""};
   slot = model_detail::make_cp_state<B>(a, dims, parts);

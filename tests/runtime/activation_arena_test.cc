@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -118,6 +120,7 @@ TEST(BufferSpans, AReceivedBufferIsLiveFromTheStart) {
 }
 
 // Rank 0 of a shipped tiny plan, laid out for both of its programs.
+}  // namespace
 MemoryReport laid_out(const std::string& name) {
   const Plan plan = read_plan(std::string(DHELIX_SOURCE_DIR) + "/examples/plans/" + name + ".json");
   const JobSpec job = job_from_plan(plan, name);
@@ -142,6 +145,7 @@ MemoryReport laid_out(const std::string& name) {
   return report;
 }
 
+namespace {
 int64_t bytes_named(const MemoryReport& report, std::string_view part) {
   int64_t sum = 0;
   for (const ArenaBufferRecord& b : report.buffers) {
