@@ -41,6 +41,17 @@ struct MemoryReport {
   /// Bytes of one activation element on this backend (4: fp32 on the CPU; 2: bf16 on CUDA).
   int64_t activation_element_bytes = 4;
   std::vector<ArenaBufferRecord> buffers;
+
+  // What a model-state term holds per parameter, so that dhelix-diff --measured compares
+  // parameter counts (bytes x shards / bytes per parameter) with the plan's and explains a
+  // difference in bytes by these sizes (emitter/measured_memory.h). The defaults are the
+  // CPU backend's: fp32 master weights that the ops read (4), fp32 gradients (4), AdamW's
+  // two fp32 moments (8), every rank holding its parameters' optimizer states (1 shard).
+  int64_t weight_bytes_per_parameter = 4;
+  int64_t gradient_bytes_per_parameter = 4;
+  int64_t optimizer_bytes_per_parameter = 8;
+  /// Ranks a parameter's optimizer states are split over (1: not split).
+  int64_t optimizer_shards = 1;
 };
 
 }  // namespace dhelix::rt
