@@ -369,11 +369,16 @@ OrderedJson measured_diff_json(const MeasuredDiff& diff) {
   for (const MeasuredRow& row : diff.op_kinds) kinds.push_back(row_json(row));
   OrderedJson blocks = OrderedJson::array();
   for (const MeasuredRow& row : diff.blocks) blocks.push_back(row_json(row));
-  return {{"plan", diff.plan_label},      {"trace", diff.trace_label},
-          {"schedule", diff.schedule},    {"steps", diff.steps},
-          {"ranks", diff.ranks},          {"iteration", row_json(diff.iteration)},
-          {"op_kinds", std::move(kinds)}, {"blocks", std::move(blocks)},
-          {"memory", measured_memory_json(diff.memory)}, {"failures", diff.failures}};
+  return {{"plan", diff.plan_label},
+          {"trace", diff.trace_label},
+          {"schedule", diff.schedule},
+          {"steps", diff.steps},
+          {"ranks", diff.ranks},
+          {"iteration", row_json(diff.iteration)},
+          {"op_kinds", std::move(kinds)},
+          {"blocks", std::move(blocks)},
+          {"memory", measured_memory_json(diff.memory)},
+          {"failures", diff.failures}};
 }
 
 }  // namespace dhelix

@@ -57,18 +57,16 @@ std::vector<MeasuredRecord> read_records(const Json& memory, const std::string& 
   for (size_t i = 0; i < memory.size(); ++i) {
     const Json& m = memory[i];
     if (!m.is_object()) bad_record(label, fmt::format("/otherData/memory/{}: not an object", i));
-    records.push_back({field(m, i, "rank", 0, label), field(m, i, "stage", 0, label),
-                       field(m, i, "weight_bytes", 0, label),
-                       field(m, i, "gradient_bytes", 0, label),
-                       field(m, i, "optimizer_bytes", 0, label),
-                       field(m, i, "activation_arena_bytes", 0, label),
-                       field(m, i, "activation_live_peak_bytes", 0, label),
-                       field(m, i, "activation_element_bytes", 1, label),
-                       field(m, i, "weight_bytes_per_parameter", 1, label),
-                       field(m, i, "gradient_bytes_per_parameter", 1, label),
-                       field(m, i, "optimizer_bytes_per_parameter", 1, label),
-                       field(m, i, "optimizer_shards", 1, label),
-                       field(m, i, "buffers", 0, label)});
+    records.push_back(
+        {field(m, i, "rank", 0, label), field(m, i, "stage", 0, label),
+         field(m, i, "weight_bytes", 0, label), field(m, i, "gradient_bytes", 0, label),
+         field(m, i, "optimizer_bytes", 0, label), field(m, i, "activation_arena_bytes", 0, label),
+         field(m, i, "activation_live_peak_bytes", 0, label),
+         field(m, i, "activation_element_bytes", 1, label),
+         field(m, i, "weight_bytes_per_parameter", 1, label),
+         field(m, i, "gradient_bytes_per_parameter", 1, label),
+         field(m, i, "optimizer_bytes_per_parameter", 1, label),
+         field(m, i, "optimizer_shards", 1, label), field(m, i, "buffers", 0, label)});
   }
   return records;
 }
@@ -121,13 +119,16 @@ std::optional<MeasuredMemory> compare_memory(const Plan& plan, const Json& trace
   const std::vector<MeasuredRecord> records = read_records(*it, trace_label);
   const PlanScheme* scheme = plan.find_scheme(PipelineScheme::kDHelix);
   if (scheme == nullptr || scheme->memory.empty()) {
-    bad_record(trace_label, "the plan has no dhelix scheme memory (schemes[dhelix].memory) to "
-                            "compare /otherData/memory with");
+    bad_record(trace_label,
+               "the plan has no dhelix scheme memory (schemes[dhelix].memory) to "
+               "compare /otherData/memory with");
   }
   const JobSpec job = job_from_plan(plan, "the plan");
   const ParallelSpec& p = job.parallel;
   const bool sharded = plan.options.distributed_optimizer;
   const int64_t dense_shards = sharded ? p.dp * p.cp : 1;
+  const int64_t expert_shards =
+      sharded ? std::max<int64_t>(1, p.dp * p.cp * p.tp / (p.ep * p.expert_tp_size())) : 1;
   const int64_t plan_element = dtype_bytes(job.model.dtype);
   MeasuredMemory out;
   out.scheme = "dhelix";
@@ -139,7 +140,8 @@ std::optional<MeasuredMemory> compare_memory(const Plan& plan, const Json& trace
                              r.stage, p.pp));
     }
     const PlanStageMemory& m = stage_memory_of(*scheme, r.stage, trace_label, i);
-    const int64_t params = stage_parameters(job.model, p, scheme->shape, r.stage).total();
+    const StageParameters stage_params = stage_parameters(job.model, p, scheme->shape, r.stage);
+    const int64_t params = stage_params.total();
     RankMemoryDiff rank{.rank = r.rank,
                         .stage = r.stage,
                         .activation_element_bytes = r.activation_element_bytes,
@@ -154,10 +156,11 @@ std::optional<MeasuredMemory> compare_memory(const Plan& plan, const Json& trace
     rank.terms.push_back(state_row("optimizer states", m.optimizer_bytes, params,
                                    kOptimizerBytesPerParameter, dense_shards, r.optimizer_bytes,
                                    r.optimizer_bytes_per_parameter, r.optimizer_shards));
-    const auto activations = static_cast<int64_t>(
-        std::llround(static_cast<double>(m.activation_bytes) *
-                     static_cast<double>(r.activation_element_bytes) /
-                     static_cast<double>(plan_element)));
+    rank.terms.back().predicted_expert_parameters = stage_params.expert;
+    rank.terms.back().predicted_expert_shards = expert_shards;
+    const auto activations = static_cast<int64_t>(std::llround(
+        static_cast<double>(m.activation_bytes) * static_cast<double>(r.activation_element_bytes) /
+        static_cast<double>(plan_element)));
     for (const auto& [name, measured] :
          {std::pair{"activations (arena)", r.activation_arena_bytes},
           std::pair{"activations (live peak)", r.activation_live_peak_bytes}}) {
@@ -193,9 +196,7 @@ std::string error_text(const std::optional<double>& error) {
   return error ? fmt::format("{:+.1f} %", *error) : "-";
 }
 
-std::string count_text(const std::optional<int64_t>& n) {
-  return n ? fmt::format("{}", *n) : "-";
-}
+std::string count_text(const std::optional<int64_t>& n) { return n ? fmt::format("{}", *n) : "-"; }
 
 }  // namespace
 
@@ -221,9 +222,8 @@ std::string measured_memory_text(const std::optional<MeasuredMemory>& memory) {
   for (const RankMemoryDiff& rank : memory->ranks) {
     out += fmt::format("\nrank {} (stage {}): activations x {}/{}\n", rank.rank, rank.stage,
                        rank.activation_element_bytes, rank.plan_activation_element_bytes);
-    out += fmt::format("{:<24} {:>13} {:>13} {:>9} {:>21} {:>11} {:>7}\n", "term",
-                       "predicted MiB", "measured MiB", "error", "parameters plan/run",
-                       "bytes/param", "shards");
+    out += fmt::format("{:<24} {:>13} {:>13} {:>9} {:>21} {:>11} {:>7}\n", "term", "predicted MiB",
+                       "measured MiB", "error", "parameters plan/run", "bytes/param", "shards");
     bool match = true;
     for (const MemoryTermRow& row : rank.terms) {
       match = match && row.parameters_match();
@@ -231,21 +231,30 @@ std::string measured_memory_text(const std::optional<MeasuredMemory>& memory) {
       out += fmt::format(
           "{:<24} {:>13.3f} {:>13.3f} {:>9} {:>21} {:>11} {:>7}\n", row.term,
           mib(row.predicted_bytes), mib(row.measured_bytes), error_text(row.error_pct()),
-          state ? fmt::format("{} {} {}", count_text(row.predicted_parameters),
-                              row.parameters_match() ? "=" : "!=",
-                              count_text(row.measured_parameters))
+          state ? fmt::format(
+                      "{} {} {}", count_text(row.predicted_parameters),
+                      row.parameters_match() ? "=" : "!=", count_text(row.measured_parameters))
                 : "-",
           state ? fmt::format("{} / {}", row.predicted_bytes_per_parameter,
                               row.measured_bytes_per_parameter)
                 : "-",
           state ? fmt::format("{} / {}", row.predicted_shards, row.measured_shards) : "-");
     }
+    for (const MemoryTermRow& row : rank.terms) {
+      if (row.predicted_expert_parameters == 0) continue;
+      out += fmt::format(
+          "{}: the plan splits the states of {} dense parameters over {} rank(s) and of {} "
+          "expert parameters over {}\n",
+          row.term, *row.predicted_parameters - row.predicted_expert_parameters,
+          row.predicted_shards, row.predicted_expert_parameters, row.predicted_expert_shards);
+    }
     out += match ? "model states: parameter counts equal the plan's; byte differences follow "
                    "from the sizes\n"
                  : "model states: PARAMETER COUNTS DIFFER from the plan's (see the failures)\n";
     if (rank.buffers == 0) {
-      out += "activations: the run recorded no activation arena (no buffers): its activation "
-             "rows measure nothing yet\n";
+      out +=
+          "activations: the run recorded no activation arena (no buffers): its activation "
+          "rows measure nothing yet\n";
     }
   }
   return out;
@@ -262,20 +271,23 @@ OrderedJson measured_memory_json(const std::optional<MeasuredMemory>& memory) {
       const auto optional_int = [](const std::optional<int64_t>& v) {
         return v ? OrderedJson(*v) : OrderedJson(nullptr);
       };
-      terms.push_back(
-          {{"term", row.term},
-           {"predicted_bytes", row.predicted_bytes},
-           {"measured_bytes", row.measured_bytes},
-           {"error_pct", error ? OrderedJson(std::round(*error * 100) / 100) : nullptr},
-           {"predicted_parameters", optional_int(row.predicted_parameters)},
-           {"measured_parameters", optional_int(row.measured_parameters)},
-           {"parameters_match", row.parameters_match()},
-           {"predicted_bytes_per_parameter",
-            state ? OrderedJson(row.predicted_bytes_per_parameter) : nullptr},
-           {"measured_bytes_per_parameter",
-            state ? OrderedJson(row.measured_bytes_per_parameter) : nullptr},
-           {"predicted_shards", state ? OrderedJson(row.predicted_shards) : nullptr},
-           {"measured_shards", state ? OrderedJson(row.measured_shards) : nullptr}});
+      terms.push_back({{"term", row.term},
+                       {"predicted_bytes", row.predicted_bytes},
+                       {"measured_bytes", row.measured_bytes},
+                       {"error_pct", error ? OrderedJson(std::round(*error * 100) / 100) : nullptr},
+                       {"predicted_parameters", optional_int(row.predicted_parameters)},
+                       {"measured_parameters", optional_int(row.measured_parameters)},
+                       {"parameters_match", row.parameters_match()},
+                       {"predicted_bytes_per_parameter",
+                        state ? OrderedJson(row.predicted_bytes_per_parameter) : nullptr},
+                       {"measured_bytes_per_parameter",
+                        state ? OrderedJson(row.measured_bytes_per_parameter) : nullptr},
+                       {"predicted_shards", state ? OrderedJson(row.predicted_shards) : nullptr},
+                       {"measured_shards", state ? OrderedJson(row.measured_shards) : nullptr},
+                       {"predicted_expert_parameters",
+                        state ? OrderedJson(row.predicted_expert_parameters) : nullptr},
+                       {"predicted_expert_shards",
+                        state ? OrderedJson(row.predicted_expert_shards) : nullptr}});
     }
     ranks.push_back({{"rank", rank.rank},
                      {"stage", rank.stage},
@@ -284,9 +296,8 @@ OrderedJson measured_memory_json(const std::optional<MeasuredMemory>& memory) {
                      {"buffers", rank.buffers},
                      {"terms", std::move(terms)}});
   }
-  return {{"scheme", memory->scheme},
-          {"ranks", std::move(ranks)},
-          {"mismatches", memory->mismatches}};
+  return {
+      {"scheme", memory->scheme}, {"ranks", std::move(ranks)}, {"mismatches", memory->mismatches}};
 }
 
 }  // namespace dhelix

@@ -58,6 +58,10 @@ struct MemoryTermRow {
   int64_t measured_bytes_per_parameter = 0;
   int64_t predicted_shards = 1;
   int64_t measured_shards = 1;
+  /// Optimizer states of a MoE stage: the plan's expert parameters (part of
+  /// predicted_parameters) and the ranks their states are split over.
+  int64_t predicted_expert_parameters = 0;
+  int64_t predicted_expert_shards = 1;
   /// (measured - predicted) / predicted x 100; absent when nothing is predicted.
   std::optional<double> error_pct() const;
   /// Model-state terms: the parameter counts are equal (true for activation rows).
@@ -94,7 +98,8 @@ std::string measured_memory_text(const std::optional<MeasuredMemory>& memory);
 /// "plan_activation_element_bytes", "buffers", "terms": [{"term", "predicted_bytes",
 /// "measured_bytes", "error_pct", "predicted_parameters", "measured_parameters",
 /// "parameters_match", "predicted_bytes_per_parameter", "measured_bytes_per_parameter",
-/// "predicted_shards", "measured_shards"}]}], "mismatches"}; null without a record.
+/// "predicted_shards", "measured_shards", "predicted_expert_parameters",
+/// "predicted_expert_shards"}]}], "mismatches"}; null without a record.
 OrderedJson measured_memory_json(const std::optional<MeasuredMemory>& memory);
 
 }  // namespace dhelix

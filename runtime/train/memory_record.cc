@@ -64,7 +64,8 @@ RankMemory unflatten_memory(int64_t rank, const int64_t* flat, size_t size) {
   return m;
 }
 
-std::vector<RankMemory> gather_rank_memory(int64_t rank, int64_t stage, const MemoryReport& report) {
+std::vector<RankMemory> gather_rank_memory(int64_t rank, int64_t stage,
+                                           const MemoryReport& report) {
   int size = 1;
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
   const std::vector<int64_t> flat = flatten_memory(stage, report);

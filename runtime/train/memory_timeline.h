@@ -45,7 +45,6 @@ std::vector<int64_t> instruction_map(const RankProgram& reference, const RankPro
 std::vector<MemorySample> activation_timeline(const MemoryReport& report,
                                               const std::vector<OpTiming>& ops,
                                               const std::vector<int64_t>& map,
-                                              int64_t iteration_start_ns,
-                                              int64_t iteration_end_ns);
+                                              int64_t iteration_start_ns, int64_t iteration_end_ns);
 
 }  // namespace dhelix::rt

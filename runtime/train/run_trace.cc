@@ -229,8 +229,8 @@ void add_memory_events(const RankMemory& memory, const RankProgram& program,
                        int64_t rank, const RankClock& clock, OrderedJson& events) {
   if (program.mode == ExecutionMode::kSequential && map.empty()) return;  // not the same program
   for (const StepRecord& s : steps) {
-    for (const MemorySample& sample : activation_timeline(
-             memory.report, s.ops, map, s.iteration_start_ns, s.iteration_end_ns)) {
+    for (const MemorySample& sample :
+         activation_timeline(memory.report, s.ops, map, s.iteration_start_ns, s.iteration_end_ns)) {
       events.push_back({{"name", "memory"},
                         {"ph", "C"},
                         {"ts", clock.us(sample.time_ns)},
@@ -295,8 +295,8 @@ void RunTrace::write(const std::string& path, const Plan& plan, const JobSpec& j
                                                    ExecutionMode::kCoExecuted),
                                 program)
               : std::vector<int64_t>{};
-      add_memory_events(memory_[r], program, map, records[r].steps, static_cast<int64_t>(r),
-                        clock, events);
+      add_memory_events(memory_[r], program, map, records[r].steps, static_cast<int64_t>(r), clock,
+                        events);
     }
   }
   OrderedJson steps = OrderedJson::array();

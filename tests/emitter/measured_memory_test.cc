@@ -143,6 +143,30 @@ TEST(MeasuredMemory, DistributedOptimizerShardsArePartOfTheComparison) {
   EXPECT_TRUE(compare_memory(plan, trace_with({sharded}), "t.json")->mismatches.empty());
 }
 
+TEST(MeasuredMemory, ExpertStatesSplitOverTheirOwnShards) {
+  // llama-tiny-moe on dp 2 x tp 2 x ep 2 (4 experts of ffn 64, router 64 x 4, expert tp =
+  // tp): per layer dense 12288 / 2 + 128 + 256 = 6528, experts 4 x 3 x 64 x 64 / (2 x 2) =
+  // 12288; with the embedding, final norm and head: dense 4 x 6528 + 16448 = 42560,
+  // experts 49152, 91712 in all. The plan splits dense states over dp x cp = 2 and expert
+  // states over dp x cp x tp / (ep x expert tp) = 1: 12 x 42560 / 2 + 12 x 49152 = 845184.
+  const Plan plan = shipped_plan("tiny-moe-ep2-tp2");
+  const std::optional<MeasuredMemory> memory =
+      compare_memory(plan, trace_with({record(0, 0, 91712, 0, 0)}), "t.json");
+  ASSERT_TRUE(memory);
+  EXPECT_TRUE(memory->mismatches.empty());
+  const MemoryTermRow& o = term(memory->ranks[0], "optimizer states");
+  EXPECT_EQ(o.predicted_bytes, 845184);
+  EXPECT_EQ(o.predicted_parameters, 91712);
+  EXPECT_EQ(o.predicted_expert_parameters, 49152);
+  EXPECT_EQ(o.predicted_shards, 2);
+  EXPECT_EQ(o.predicted_expert_shards, 1);
+  EXPECT_NEAR(*o.error_pct(), (8.0 * 91712 - 845184) / 845184 * 100, 1e-9);
+  EXPECT_NE(measured_memory_text(memory).find(
+                "optimizer states: the plan splits the states of 42560 dense parameters over 2 "
+                "rank(s) and of 49152 expert parameters over 1\n"),
+            std::string::npos);
+}
+
 TEST(MeasuredMemory, PipelineStagesEachAgainstTheirOwn) {
   const Plan plan = shipped_plan("tiny-tp2-pp2");
   const std::optional<MeasuredMemory> memory = compare_memory(
@@ -190,10 +214,12 @@ TEST(MeasuredMemory, MalformedRecordsNameTheField) {
             "t.json: /otherData/memory/0/stage: 1, but the plan has 1 stages");
   Json missing = record(0, 0, 10, 0, 0);
   missing.erase("weight_bytes");
-  EXPECT_EQ(message(trace_with({missing})), "t.json: /otherData/memory/0/weight_bytes: missing or not an integer");
+  EXPECT_EQ(message(trace_with({missing})),
+            "t.json: /otherData/memory/0/weight_bytes: missing or not an integer");
   Json zero = record(0, 0, 10, 0, 0);
   zero["optimizer_bytes_per_parameter"] = 0;
-  EXPECT_EQ(message(trace_with({zero})), "t.json: /otherData/memory/0/optimizer_bytes_per_parameter: 0 is below 1");
+  EXPECT_EQ(message(trace_with({zero})),
+            "t.json: /otherData/memory/0/optimizer_bytes_per_parameter: 0 is below 1");
   EXPECT_EQ(message({{"otherData", {{"memory", Json::object()}}}}),
             "t.json: /otherData/memory: not an array");
 }

@@ -80,7 +80,7 @@ TEST(MemoryRecord, FlattenRoundTripAndLines) {
   r.weight_bytes = 13107200;  // 12.5 MiB
   r.gradient_bytes = 13107200;
   r.optimizer_bytes = 26214400;
-  r.activation_arena_bytes = 42074112;  // 40.125 MiB
+  r.activation_arena_bytes = 42074112;      // 40.125 MiB
   r.activation_live_peak_bytes = 40370176;  // 38.5 MiB
   r.optimizer_shards = 2;
   const std::vector<int64_t> flat = flatten_memory(1, r);
