@@ -13,8 +13,9 @@
 #      on the checked-in pair tests/e2e/data/measured/ against its expected output; its
 #      memory section: every rank's weights, gradients and optimizer states hold the plan
 #      stage's parameters (the fp32 plans: weights and gradients +0.0 %, optimizer states
-#      -33.33 %: 8 bytes per parameter against 12), and a trace whose record lacks 64
-#      parameters fails (exit 1) naming the rank;
+#      -33.33 %: 8 bytes per parameter against 12), the --json output matches
+#      schemas/measured-diff.schema.json, and a trace whose record lacks 64 parameters fails
+#      (exit 1) naming the rank;
 #   3. dhelix-profile --from-trace: a profile from a --sequential and a co-executed trace of
 #      TP2 (with a measured cpu profile as --base for what they do not time) is valid and
 #      plans; its solo times are the traces' (fwd.flash_attn, alone in its signature: the
@@ -133,10 +134,12 @@ print(f"{trace_file}: memory of {ranks} ranks recorded, printed and counted")
 PY
 }
 
-check_memory_diff() { # check_memory_diff DIFF_JSON RANKS
-  python3 - "$@" <<'PY'
+check_memory_diff() { # check_memory_diff DIFF_JSON RANKS SCHEMA
+  /usr/bin/python3 - "$@" <<'PY'
 import json, sys
+import jsonschema
 diff, ranks = json.load(open(sys.argv[1])), int(sys.argv[2])
+jsonschema.Draft202012Validator(json.load(open(sys.argv[3]))).validate(diff)
 memory = diff["memory"]
 assert memory["scheme"] == "dhelix" and not memory["mismatches"], memory["mismatches"]
 assert [r["rank"] for r in memory["ranks"]] == list(range(ranks))
@@ -184,7 +187,8 @@ for case in "tiny-tp2-pp2 4 co-executed" "tiny-tp2 2 sequential"; do
     fail "no memory section in dhelix-diff --measured ($mode)"
   grep -q "^optimizer states .* -33\.3 % .* \([0-9]*\) = \1 .* 12 / 8 " "$work/diff.txt" ||
     fail "no optimizer states row with equal parameters in dhelix-diff --measured ($mode)"
-  check_memory_diff "$work/diff.json" "$ranks" || fail "dhelix-diff --measured memory ($mode)"
+  check_memory_diff "$work/diff.json" "$ranks" "$src/schemas/measured-diff.schema.json" ||
+    fail "dhelix-diff --measured memory ($mode)"
   python3 - "$trace" "$work/fewer.json" <<'PY'
 import json, sys
 trace = json.load(open(sys.argv[1]))
@@ -219,6 +223,12 @@ import json, sys
 got = json.load(sys.stdin); got.pop("provenance")
 sys.exit(0 if got == json.load(open(sys.argv[1])) else 1)' $pair/tiny-tp2.expected.json ||
   fail "dhelix-diff --measured --json differs from $pair/tiny-tp2.expected.json"
+/usr/bin/python3 -c '
+import json, sys
+import jsonschema
+jsonschema.Draft202012Validator(json.load(open(sys.argv[2]))).validate(json.load(open(sys.argv[1])))' \
+  $pair/tiny-tp2.expected.json schemas/measured-diff.schema.json ||
+  fail "$pair/tiny-tp2.expected.json does not match schemas/measured-diff.schema.json"
 
 # 3. A profile from the traces, and a plan from it.
 tp2_job=examples/jobs/tiny-tp2.json
