@@ -36,6 +36,7 @@ using rt::AdamWSettings;
 using rt::EngineFactory;
 using rt::ExecutionOptions;
 using rt::IterationSnapshot;
+using rt::MemoryReport;
 using rt::MicroBatchTokens;
 using rt::ModelSlice;
 using rt::NamedTensor;
@@ -184,6 +185,7 @@ class CudaEngine final : public TrainingEngine {
       report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
     }
     report.activation_element_bytes = 2;
+    report.weight_bytes_per_parameter = sizeof(float) + sizeof(uint16_t);
     model_->fill_memory_report(report);
     return report;
   }

@@ -7,9 +7,12 @@
 // of a traced iteration follow (dhelix-run --trace's "memory" counter track).
 //
 // The plan predicts the same four terms per stage (schemes[].memory, planner/memory_model.h)
-// for the plan's element sizes (2-byte activations and weights); a backend with other element
-// sizes (the CPU's fp32 activations) states its own in activation_element_bytes, and
-// dhelix-diff --measured scales the prediction by it before comparing.
+// for the model's data type; a backend with other element sizes (bf16 activations on CUDA for
+// an fp32 model file) states its own in activation_element_bytes, and dhelix-diff --measured
+// scales the prediction by it before comparing. The plan's activation model counts what the
+// backward reads of the forward; the runtime's working set on top of it (temporaries,
+// gradient buffers) is in the arena but not in that count: activation_counted_peak_bytes is
+// the figure to compare, activation_arena_bytes what the rank really holds.
 
 #include <cstdint>
 #include <string>
@@ -50,6 +53,17 @@ struct MemoryReport {
   /// Bytes of one activation element on this backend (4: fp32 on the CPU; 2: bf16 on CUDA).
   int64_t activation_element_bytes = 4;
   std::vector<ArenaBufferRecord> buffers;
+
+  // What a model-state term holds per parameter, so that dhelix-diff --measured compares
+  // parameter counts (bytes x shards / bytes per parameter) with the plan's and explains a
+  // difference in bytes by these sizes (emitter/measured_memory.h). The defaults are the
+  // CPU backend's: fp32 master weights that the ops read (4), fp32 gradients (4), AdamW's
+  // two fp32 moments (8), every rank holding its parameters' optimizer states (1 shard).
+  int64_t weight_bytes_per_parameter = 4;
+  int64_t gradient_bytes_per_parameter = 4;
+  int64_t optimizer_bytes_per_parameter = 8;
+  /// Ranks a parameter's optimizer states are split over (1: not split).
+  int64_t optimizer_shards = 1;
 };
 
 }  // namespace dhelix::rt

@@ -18,9 +18,9 @@ class CpuEngine final : public TrainingEngine {
       : model_(job, rank, slice.layer_ranges, slice.embedding, slice.head, slice.seed),
         adamw_(model_.parameters()) {}
 
-  void connect(ProcessGroups& groups,
-               const std::vector<const RankProgram*>& /*programs*/) override {
+  void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
     comms_ = std::make_unique<RankComms>(groups);
+    model_.plan_activation_memory(programs);
   }
 
   void start_iteration(std::vector<MicroBatchTokens> micro_batches, float loss_scale) override {
@@ -71,6 +71,7 @@ class CpuEngine final : public TrainingEngine {
       report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
     }
     report.activation_element_bytes = sizeof(float);
+    model_.fill_memory_report(report);
     return report;
   }
 
