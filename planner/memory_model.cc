@@ -113,7 +113,11 @@ int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& pa
   const RecomputeSpec& r = parallel.recompute;
   if (r.granularity != RecomputeGranularity::kFull || layers == 0) return 0;
   const int64_t group = r.method == RecomputeMethod::kUniform ? std::min(r.num_layers, layers) : 1;
-  return group * layer_activation_bytes(model, parallel, options);
+  // The group's first input is the checkpoint chunk_activation_bytes already keeps: the
+  // recomputed forward reads it where it is (Megatron's checkpoint is that tensor), so it is
+  // not held twice. dhelix-run measured the double count (docs/runtime.md).
+  return group * layer_activation_bytes(model, parallel, options) -
+         layer_input_bytes(model, parallel);
 }
 
 int64_t stage_layer_count(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,

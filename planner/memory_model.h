@@ -25,7 +25,8 @@
 //   full, uniform, n layers per group: a chunk of k layers keeps only the input of each of
 //     its ceil(k/n) groups, 2·s·b·h bytes (split over t with SP, as Megatron checkpoints the
 //     sequence-parallel hidden state): Korthikanti's "2sbhL". While one group's backward
-//     runs, its recomputed forward holds min(n, k) layers of full activations.
+//     runs, its recomputed forward holds min(n, k) layers of full activations, less the
+//     group's input, which is the checkpoint already kept (not a second copy).
 //   full, block, n: the first r = min(n, k) layers of each chunk keep their input, the rest
 //     everything; one recomputed layer's activations are live during its backward.
 //   selective (core attention): Korthikanti's selective case drops the attention-score
@@ -75,7 +76,8 @@ int64_t chunk_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
                                const MemoryOptions& options = {});
 
 /// Bytes live on top of the kept ones while the backward of such a chunk runs: the
-/// recomputed activations of one recompute group (0 without full recompute).
+/// recomputed activations of one recompute group but its input, which is kept (0 without
+/// full recompute).
 int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel,
                                   int64_t layers, const MemoryOptions& options = {});
 

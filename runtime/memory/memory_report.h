@@ -32,7 +32,8 @@ struct ArenaBufferRecord {
   int64_t last_instruction = -1;
   /// The bytes of it the plan's activation model (planner/memory_model.h) counts: what the
   /// backward reads of the forward (the recomputed copy under recompute), the layers'
-  /// inputs and the head's buffers, whole; under sequence parallelism the gathered GEMM
+  /// inputs, and the head's logits and their gradient (the plan's logits and fp32 softmax),
+  /// whole; under sequence parallelism the gathered GEMM
   /// inputs (attn_in, mlp_in) 1/tp of them, the sharded input Megatron keeps (the runtime
   /// keeps the gathered one instead of gathering it again in the backward). The rest is the
   /// runtime's working set: the forward's temporaries, the backward's gradient buffers,

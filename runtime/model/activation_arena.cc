@@ -83,6 +83,10 @@ void ArenaLayout::place(const std::vector<const RankProgram*>& programs, int64_t
       counted[i] += buffer.counted;
     }
   }
+  // The plan holds a received activation from its arrival, not from the iteration's start
+  // where the runtime posts its receive: the count's intervals start at the first use.
+  for (size_t i = 0; i < n; ++i)
+    intervals[i].first = std::max<int64_t>(blocks[i]->reported.first, 0);
   counted_peak_bytes_ = live_peak_bytes(counted, intervals);
 }
 

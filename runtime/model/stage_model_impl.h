@@ -75,7 +75,7 @@ struct BasicStageModel<B>::Impl {
     if (buffer == nullptr) {
       // The plan counts a layer's input (Korthikanti's norm input), not residual gradients.
       buffer = arena.template allocate<A>({kind, micro_batch, layer}, "x", dims.residual_elements(),
-                                          kind == SpanKind::kResidual ? 1 : 0);
+                                          kind == SpanKind::kResidual && layer < dims.num_layers);
     }
     return buffer;
   }
@@ -101,7 +101,7 @@ struct BasicStageModel<B>::Impl {
     int64_t counted_share = 0;
     template <class T>
     T* allocate(SpanKind kind, std::string_view name, int64_t count, bool uncounted = false) {
-      const bool always = kind == SpanKind::kLayerSaved || kind == SpanKind::kHead;
+      const bool always = kind == SpanKind::kLayerSaved;
       const int64_t share = uncounted ? 0 : counted_share > 0 ? counted_share : always ? 1 : 0;
       return m.arena.template allocate<T>({kind, mb, layer}, prefix + std::string(name), count,
                                           share);
@@ -202,13 +202,15 @@ void BasicStageModel<B>::Impl::allocate_backward(model_detail::LayerState<B>& s,
   s.d_h1 = a.act(SpanKind::kLayerBackward, "d_h1", res);
   s.d_attn_full = d.sp ? a.act(attn, "d_attn_full", full) : s.d_h1;
   s.d_attn_out = a.act(attn, "d_attn_out", t * d.q_width);
-  s.dq = a.act(attn, "dq", t * d.q_width);
-  s.dk = a.act(attn, "dk", t * d.kv_width);
-  s.dv = a.act(attn, "dv", t * d.kv_width);
+  // Under CP the ring's state has its own dq, dK, dV and delta (layer_ops_cp.h).
+  const bool ring = d.cp > 1;
+  s.dq = ring ? nullptr : a.act(attn, "dq", t * d.q_width);
+  s.dk = ring ? nullptr : a.act(attn, "dk", t * d.kv_width);
+  s.dv = ring ? nullptr : a.act(attn, "dv", t * d.kv_width);
   s.d_qkv = a.act(attn, "d_qkv", t * d.qkv_width);
   s.d_attn_in = a.act(attn, "d_attn_in", full);
   s.d_ln1_out = d.sp ? a.act(attn, "d_ln1_out", res) : s.d_attn_in;
-  s.attn_delta = a.stat(attn, "attn_delta", d.micro_batch * d.heads * d.seq_shard);
+  s.attn_delta = ring ? nullptr : a.stat(attn, "attn_delta", d.micro_batch * d.heads * d.seq_shard);
 }
 
 // The forward's buffers. Saved (read by the backward: layer_ops_backward.h): the norms'
@@ -256,10 +258,14 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   s.ln1_out = d.sp ? a.act(attn_temp, "ln1_out", res) : saved_act(attn_saved, "ln1_out", res);
   s.ln1_rstd = a.stat(attn_saved, "ln1_rstd", d.rows);
   s.attn_in = d.sp ? saved_act(attn_saved, "attn_in", full, d.tp) : s.ln1_out;
-  s.qkv = a.act(attn_temp, "qkv", t * d.qkv_width);
+  // Selective recompute repeats the core attention from the fused QKV output: it is saved
+  // (Megatron keeps the core attention's input), the split q, k, v are not.
+  s.qkv = selective ? saved_act(SpanKind::kLayerSaved, "qkv", t * d.qkv_width)
+                    : a.act(attn_temp, "qkv", t * d.qkv_width);
   s.q = saved_act(selective && d.cp == 1 ? core : attn_saved, "q", t * d.q_width);
-  s.k = saved_act(core, "k", t * d.kv_width);
-  s.v = saved_act(core, "v", t * d.kv_width);
+  // Under CP the ring's own block (cp.kv0, layer_ops_cp.h) holds K and V.
+  s.k = d.cp == 1 ? saved_act(core, "k", t * d.kv_width) : nullptr;
+  s.v = d.cp == 1 ? saved_act(core, "v", t * d.kv_width) : nullptr;
   s.attn_out = saved_act(attn_saved, "attn_out", t * d.q_width);
   s.lse = a.stat(core, "lse", d.micro_batch * d.heads * d.seq_shard);
   s.proj_out = a.act(attn_temp, "proj_out", full);
@@ -296,8 +302,8 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::recompute_state(int64_t m
   } else {
     // Under CP, q is split and rotated by fwd.gemm_qkv, which selective recompute keeps.
     if (d.cp == 1) s.q = a.act(attn, "q", d.tokens * d.q_width);
-    s.k = a.act(attn, "k", d.tokens * d.kv_width);
-    s.v = a.act(attn, "v", d.tokens * d.kv_width);
+    if (d.cp == 1) s.k = a.act(attn, "k", d.tokens * d.kv_width);
+    if (d.cp == 1) s.v = a.act(attn, "v", d.tokens * d.kv_width);
     s.attn_out = a.act(attn, "attn_out", d.tokens * d.q_width);
     s.lse = a.stat(attn, "lse", d.micro_batch * d.heads * d.seq_shard);
   }
@@ -365,12 +371,16 @@ model_detail::HeadState<B>& BasicStageModel<B>::Impl::head_state(int64_t mb) {
   s.norm_out = a.act(k, "norm_out", d.residual_elements());
   s.norm_rstd = a.f32(k, "norm_rstd", d.rows);
   s.head_in = d.sp ? a.act(k, "head_in", d.full_elements()) : s.norm_out;
+  // The plan counts the logits and their fp32 softmax (planner/memory_model.h's
+  // head_loss_transient_bytes): here the logits and their gradient.
+  a.counted_share = 1;
   s.logits = a.act(k, "logits", d.tokens * d.vocab_local);
+  s.dlogits = a.act(k, "dlogits", d.tokens * d.vocab_local);
+  a.counted_share = 0;
   s.stats_local = a.f32(k, "stats_local", stats);
   s.stats_all = d.tp > 1 ? a.f32(k, "stats_all", d.tp * stats) : s.stats_local;
   s.lse = a.f32(k, "lse", d.tokens);
   s.token_loss = token_loss(mb);
-  s.dlogits = a.act(k, "dlogits", d.tokens * d.vocab_local);
   s.d_head_in = a.act(k, "d_head_in", d.full_elements());
   s.d_norm_out = d.sp ? a.act(k, "d_norm_out", d.residual_elements()) : s.d_head_in;
   return s;

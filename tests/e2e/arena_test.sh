@@ -8,7 +8,7 @@
 #   2. each rank's memory line: an arena above zero, at least the live peak, at least the
 #      plan's count;
 #   3. the plan's count against the plan's stage prediction (dhelix-diff --measured): within
-#      2 % on the dense examples (TP, PP, CP, DP, recompute);
+#      2 % on the dense examples (TP, PP, CP, DP, full and selective recompute);
 #   4. full recompute lowers the plan's count by the factor the plan predicts, within 5 %;
 #   5. an unknown DHELIX_ACTIVATION_ARENA value is refused by name.
 # Usage: arena_test.sh BIN_DIR SOURCE_DIR
@@ -38,11 +38,18 @@ counted_mib() {
   sed -n 's/^memory rank 0 .*of which the plan counts \([0-9.]*\) MiB.*/\1/p' "$1"
 }
 
-for name in tiny-tp2-pp2 tiny-cp2-tp2 tiny-tp2-recompute tiny-dp2-tp2 tiny-moe-ep2-tp2; do
-  plan=$plans/$name.json
+# Selective recompute: the storing plan with --recompute-granularity selective.
+"$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2.json" --recompute-granularity selective \
+  -o "$work/tiny-tp2-selective.json" >/dev/null
+selective=$work/tiny-tp2-selective.json
+
+for plan in "$plans"/tiny-tp2-pp2.json "$plans"/tiny-cp2-tp2.json "$plans"/tiny-tp2-recompute.json \
+  "$plans"/tiny-dp2-tp2.json "$plans"/tiny-moe-ep2-tp2.json "$selective"; do
+  name=$(basename "$plan" .json)
   # 1. arena == separate, bit for bit, under --verify with jitter.
   run "$plan" "$work/$name.arena.out" --steps 4 --verify --jitter-us 100 \
-    --loss-log "$work/$name.arena.log" --trace "$work/$name.trace.json"
+    --loss-log "$work/$name.arena.log"
+  run "$plan" "$work/$name.trace.out" --steps 1 --trace "$work/$name.trace.json"
   DHELIX_ACTIVATION_ARENA=separate run "$plan" "$work/$name.separate.out" --steps 4 \
     --loss-log "$work/$name.separate.log"
   cmp "$work/$name.arena.log" "$work/$name.separate.log" ||
@@ -63,9 +70,10 @@ done
 echo "ok: the arena gives the separate buffers' losses bit for bit; memory lines consistent"
 
 # 3. the plan's count against the plan, per rank, from dhelix-diff --measured --json.
-for name in tiny-tp2-pp2 tiny-cp2-tp2 tiny-tp2-recompute tiny-dp2-tp2; do
-  "$bin/dhelix-diff" "$plans/$name.json" --measured "$work/$name.trace.json" --json \
-    >"$work/$name.diff.json"
+for plan in "$plans"/tiny-tp2-pp2.json "$plans"/tiny-cp2-tp2.json "$plans"/tiny-tp2-recompute.json \
+  "$plans"/tiny-dp2-tp2.json "$selective"; do
+  name=$(basename "$plan" .json)
+  "$bin/dhelix-diff" "$plan" --measured "$work/$name.trace.json" --json >"$work/$name.diff.json"
   python3 - "$work/$name.diff.json" "$name" <<'EOF'
 import json, sys
 diff = json.load(open(sys.argv[1]))

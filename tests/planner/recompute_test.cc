@@ -62,12 +62,13 @@ TEST(Recompute, FullUniformKeepsOneInputPerGroup) {
   p.recompute.granularity = RecomputeGranularity::kFull;
   EXPECT_EQ(layer_input_bytes(gpt(), p), 2 * kSbh / 4);
   EXPECT_EQ(chunk_activation_bytes(gpt(), p, 6, with_dropout()), 6 * 2 * kSbh / 4);
-  // The recomputed layer's 34·s·b·h/t are live while its backward runs.
-  EXPECT_EQ(recompute_transient_bytes(gpt(), p, 6, with_dropout()), 34 * kSbh / 4);
+  // The recomputed layer's 34·s·b·h/t are live while its backward runs, its input (2·s·b·h/t)
+  // being the checkpoint already kept.
+  EXPECT_EQ(recompute_transient_bytes(gpt(), p, 6, with_dropout()), (34 - 2) * kSbh / 4);
   // Groups of 4: ceil(6/4) = 2 inputs kept; a group of 4 layers recomputed at once.
   p.recompute.num_layers = 4;
   EXPECT_EQ(chunk_activation_bytes(gpt(), p, 6, with_dropout()), 2 * 2 * kSbh / 4);
-  EXPECT_EQ(recompute_transient_bytes(gpt(), p, 6, with_dropout()), 4 * 34 * kSbh / 4);
+  EXPECT_EQ(recompute_transient_bytes(gpt(), p, 6, with_dropout()), (4 * 34 - 2) * kSbh / 4);
   // Without SP the input is whole on every rank: 2·s·b·h.
   p.sp = false;
   p.recompute.num_layers = 1;
@@ -82,7 +83,7 @@ TEST(Recompute, FullBlockMixesKeptAndRecomputedLayers) {
   p.recompute.num_layers = 2;
   EXPECT_EQ(chunk_activation_bytes(gpt(), p, 6, with_dropout()),
             2 * 2 * kSbh / 4 + 4 * 34 * kSbh / 4);
-  EXPECT_EQ(recompute_transient_bytes(gpt(), p, 6, with_dropout()), 34 * kSbh / 4);
+  EXPECT_EQ(recompute_transient_bytes(gpt(), p, 6, with_dropout()), (34 - 2) * kSbh / 4);
   // More recomputed layers than the chunk holds: all of them.
   p.recompute.num_layers = 9;
   EXPECT_EQ(chunk_activation_bytes(gpt(), p, 6, with_dropout()), 6 * 2 * kSbh / 4);
