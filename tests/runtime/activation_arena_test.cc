@@ -120,7 +120,6 @@ TEST(BufferSpans, AReceivedBufferIsLiveFromTheStart) {
 }
 
 // Rank 0 of a shipped tiny plan, laid out for both of its programs.
-}  // namespace
 MemoryReport laid_out(const std::string& name) {
   const Plan plan = read_plan(std::string(DHELIX_SOURCE_DIR) + "/examples/plans/" + name + ".json");
   const JobSpec job = job_from_plan(plan, name);
@@ -145,7 +144,6 @@ MemoryReport laid_out(const std::string& name) {
   return report;
 }
 
-namespace {
 int64_t bytes_named(const MemoryReport& report, std::string_view part) {
   int64_t sum = 0;
   for (const ArenaBufferRecord& b : report.buffers) {
@@ -173,6 +171,28 @@ TEST(ActivationArena, FullRecomputeKeepsNoSavedActivations) {
   EXPECT_EQ(bytes_named(recompute, ".saved."), 0);
   EXPECT_GT(bytes_named(recompute, ".backward.re."), 0);
   EXPECT_LT(recompute.activation_arena_bytes, plain.activation_arena_bytes);
+}
+
+// What the plan counts of a layer (planner/memory_model.h, per token: 4h/t of norm and GEMM
+// inputs, (2q + 2kv)/t of attention, 3f/t of SwiGLU) is what the arena's count holds at its
+// peak: on tiny-tp2 (h 64, q 64, kv 32, f 128, t 2, 128 tokens, fp32) 416 elements a token,
+// 212992 bytes a layer and micro-batch, five such sets at the peak; CP halves the tokens;
+// full recompute keeps four layer inputs (16384 bytes each) and one recomputed layer.
+TEST(ActivationArena, ThePlansCountEqualsThePlansPrediction) {
+  for (const char* name : {"tiny-tp2", "tiny-cp2-tp2", "tiny-tp2-recompute"}) {
+    const Plan plan =
+        read_plan(std::string(DHELIX_SOURCE_DIR) + "/examples/plans/" + name + ".json");
+    const PlanScheme* dhelix = nullptr;
+    for (const PlanScheme& scheme : plan.schemes) {
+      if (scheme.scheme == PipelineScheme::kDHelix) dhelix = &scheme;
+    }
+    ASSERT_NE(dhelix, nullptr);
+    EXPECT_EQ(laid_out(name).activation_counted_peak_bytes, dhelix->memory.front().activation_bytes)
+        << name;
+  }
+  EXPECT_EQ(laid_out("tiny-tp2").activation_counted_peak_bytes, 5 * 212992);
+  EXPECT_EQ(laid_out("tiny-cp2-tp2").activation_counted_peak_bytes, 5 * 212992 / 2);
+  EXPECT_EQ(laid_out("tiny-tp2-recompute").activation_counted_peak_bytes, 4 * 16384 + 212992);
 }
 
 }  // namespace
