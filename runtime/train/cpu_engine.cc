@@ -6,6 +6,7 @@
 #include "lib/error.h"
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/kernels/finite_check.h"
+#include "runtime/train/gradient_reduction.h"
 #include "runtime/train/rank_comms.h"
 
 namespace dhelix::rt {
@@ -14,16 +15,39 @@ namespace {
 
 class CpuEngine final : public TrainingEngine {
  public:
-  CpuEngine(const JobSpec& job, int64_t rank, const ModelSlice& slice)
+  CpuEngine(const JobSpec& job, int64_t rank, const ModelSlice& slice,
+            const CpuEngineOptions& options)
       : model_(job, rank, slice.layer_ranges, slice.embedding, slice.head, slice.seed),
-        adamw_(model_.parameters()) {}
+        adamw_(model_.parameters()),
+        bucket_elements_(options.ddp_bucket_elements),
+        overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
+        experts_apart_(job.parallel.ep > 1) {}
 
-  void connect(ProcessGroups& groups,
-               const std::vector<const RankProgram*>& /*programs*/) override {
+  // The buckets follow the first program (the plan's co-executed one): the order in which
+  // its instructions finish the gradients (gradient_reduction.h).
+  void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
     comms_ = std::make_unique<RankComms>(groups);
+    const std::vector<ParameterView> params = model_.parameters();
+    std::vector<std::string> names;
+    std::vector<int64_t> sizes;
+    std::vector<bool> expert;
+    for (const ParameterView& p : params) {
+      names.push_back(p.name);
+      sizes.push_back(p.count);
+      expert.push_back(p.expert);
+    }
+    const std::vector<int64_t> last_writer =
+        programs.empty() ? std::vector<int64_t>(params.size(), -1)
+                         : last_gradient_writers(names, *programs.front());
+    reducer_ = std::make_unique<GradientReducer>(
+        params, plan_reduction_buckets(sizes, expert, last_writer, bucket_elements_, experts_apart_),
+        ReductionGroups{.tp = &groups.reduction_tp(),
+                        .dense = &groups.reduction_gradient_group(),
+                        .expert = &groups.reduction_expert_data_parallel()});
   }
 
   void start_iteration(std::vector<MicroBatchTokens> micro_batches, float loss_scale) override {
+    reducer_->wait_for_started();  // the last execution's buckets, before the zeroing
     micro_batches_ = static_cast<int64_t>(micro_batches.size());
     model_.start_iteration(micro_batches_);
     model_.set_loss_scale(loss_scale);
@@ -34,6 +58,7 @@ class CpuEngine final : public TrainingEngine {
 
   double execute(const Plan& plan, const RankProgram& program, ExecutionOptions options) override {
     DHELIX_CHECK(comms_ != nullptr);
+    options.on_instruction_done = reducer_->start(program, overlap_, options.on_failure);
     return execute_program(plan, program, model_, *comms_, std::move(options)).wall_us;
   }
 
@@ -41,9 +66,15 @@ class CpuEngine final : public TrainingEngine {
 
   float moe_aux_loss_sum() override { return model_.moe_aux_loss_sum(micro_batches_); }
 
-  IterationSnapshot snapshot() override { return take_snapshot(model_); }
+  // With overlap the gradients leave execute() summed (or being summed): both read them
+  // once the started buckets are done.
+  IterationSnapshot snapshot() override {
+    reducer_->wait_for_started();
+    return take_snapshot(model_);
+  }
 
   bool gradients_finite() override {
+    reducer_->wait_for_started();
     for (const ParameterView& p : model_.parameters()) {
       if (kernels::count_non_finite(p.gradient, p.count) > 0) return false;
     }
@@ -52,8 +83,7 @@ class CpuEngine final : public TrainingEngine {
 
   void update(int64_t t, const AdamWSettings& settings) override {
     const std::vector<ParameterView> params = model_.parameters();
-    synchronise_gradients(params, comms_->main_group(ParallelDim::kTp), comms_->gradient_group(),
-                          &comms_->main_expert_data_parallel());
+    reducer_->finish();
     sync_end_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::steady_clock::now().time_since_epoch())
                        .count();
@@ -61,6 +91,8 @@ class CpuEngine final : public TrainingEngine {
   }
 
   int64_t last_sync_end_ns() const override { return sync_end_ns_; }
+
+  std::vector<BucketTiming> last_bucket_timings() const override { return reducer_->timings(); }
 
   MemoryReport memory_report() override {
     MemoryReport report;
@@ -100,16 +132,20 @@ class CpuEngine final : public TrainingEngine {
   StageModel model_;
   AdamW adamw_;
   std::unique_ptr<RankComms> comms_;
+  int64_t bucket_elements_;
+  bool overlap_;
+  bool experts_apart_;
+  std::unique_ptr<GradientReducer> reducer_;  // after comms_ and model_: destroyed first
   int64_t sync_end_ns_ = 0;
   int64_t micro_batches_ = 0;
 };
 
 }  // namespace
 
-EngineFactory cpu_engine_factory(int blas_threads) {
-  return [blas_threads](const JobSpec& job, int64_t rank, const ModelSlice& slice) {
-    cpu::set_blas_threads(blas_threads);
-    return std::unique_ptr<TrainingEngine>(std::make_unique<CpuEngine>(job, rank, slice));
+EngineFactory cpu_engine_factory(CpuEngineOptions options) {
+  return [options](const JobSpec& job, int64_t rank, const ModelSlice& slice) {
+    cpu::set_blas_threads(options.blas_threads);
+    return std::unique_ptr<TrainingEngine>(std::make_unique<CpuEngine>(job, rank, slice, options));
   };
 }
 

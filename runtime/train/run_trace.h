@@ -13,8 +13,12 @@
 //                                     "receive" (4): pipeline receives, each slice the wait
 //                                       for its message
 //                                     "step" (5): "iteration" (the program's execution),
-//                                       "dp_reduction" (the gradient sums over tp and dp)
-//                                       and "optimizer" (AdamW) of each step
+//                                       "dp_reduction" (the gradient sums over tp and dp,
+//                                       or the wait for them where they overlapped the
+//                                       backward) and "optimizer" (AdamW) of each step
+//                                     "dp buckets" (6): one "dp_bucket" slice (cat
+//                                       "dp_bucket", args step and bucket) per gradient
+//                                       bucket's reduction (gradient_reduction.h)
 //
 // Slices carry "args": step, instruction, task label, micro_batch, layer, block, group. A
 // sequential run (--sequential) has every instruction on the compute thread (it runs there).
@@ -39,6 +43,7 @@
 #include "lib/plan/plan.h"
 #include "lib/plan/rank_program.h"
 #include "runtime/exec/interpreter.h"
+#include "runtime/train/gradient_reduction.h"
 
 namespace dhelix::rt {
 
@@ -51,6 +56,7 @@ struct StepRecord {
   int64_t sync_end_ns = 0;  ///< gradient sums done, optimizer starts (0: not known)
   int64_t update_end_ns = 0;
   std::vector<OpTiming> ops;  ///< by instruction index
+  std::vector<BucketTiming> buckets;  ///< the gradient buckets' reductions
 };
 
 /// A rank's measured timeline over the steps of one run.

@@ -285,6 +285,7 @@ void Trainer::update(int64_t step, StepRecord* record) {
   if (record != nullptr) {
     record->update_end_ns = steady_now_ns();
     record->sync_end_ns = engine_->last_sync_end_ns();
+    record->buckets = engine_->last_bucket_timings();
   }
 }
 

@@ -1,0 +1,258 @@
+#include "runtime/train/gradient_reduction.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <unordered_map>
+#include <utility>
+
+#include "lib/error.h"
+#include "runtime/model/gradient_writers.h"
+#include "runtime/train/gradient_buckets.h"
+
+namespace dhelix::rt {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// name -> index in the parameter list.
+std::unordered_map<std::string, int64_t> index_of(const std::vector<std::string>& names) {
+  std::unordered_map<std::string, int64_t> index;
+  for (size_t i = 0; i < names.size(); ++i) index.emplace(names[i], static_cast<int64_t>(i));
+  return index;
+}
+
+// For each instruction of `program`, the parameters (indices) whose gradients it writes.
+template <class Visit>
+void for_each_gradient_write(const std::vector<std::string>& names, const RankProgram& program,
+                             Visit&& visit) {
+  const std::unordered_map<std::string, int64_t> index = index_of(names);
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction& instruction = program.instructions[i];
+    if (instruction.kind != InstructionKind::kCompute) continue;
+    for (const std::string& name : gradients_written_by(instruction.op, instruction.layer)) {
+      const auto it = index.find(name);
+      if (it != index.end()) visit(i, it->second);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> last_gradient_writers(const std::vector<std::string>& names,
+                                           const RankProgram& program) {
+  std::vector<int64_t> last(names.size(), -1);
+  for_each_gradient_write(names, program, [&](size_t instruction, int64_t parameter) {
+    last[static_cast<size_t>(parameter)] = static_cast<int64_t>(instruction);
+  });
+  return last;
+}
+
+std::vector<ReductionBucket> plan_reduction_buckets(const std::vector<int64_t>& sizes,
+                                                    const std::vector<bool>& expert,
+                                                    const std::vector<int64_t>& last_writer,
+                                                    int64_t bucket_elements, bool experts_apart) {
+  DHELIX_CHECK(sizes.size() == expert.size() && sizes.size() == last_writer.size());
+  std::vector<ReductionBucket> buckets;
+  for (const bool experts : {false, true}) {
+    if (experts && !experts_apart) break;
+    // This group's parameters in the order their gradients become final.
+    std::vector<int64_t> order;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (!experts_apart || expert[i] == experts) order.push_back(static_cast<int64_t>(i));
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return last_writer[static_cast<size_t>(a)] < last_writer[static_cast<size_t>(b)];
+    });
+    std::vector<int64_t> ordered_sizes;
+    for (int64_t i : order) ordered_sizes.push_back(sizes[static_cast<size_t>(i)]);
+    for (const GradientBucket& layout : plan_gradient_buckets(ordered_sizes, bucket_elements)) {
+      ReductionBucket bucket;
+      bucket.elements = layout.elements;
+      bucket.offsets = layout.offsets;
+      bucket.expert = experts_apart && experts;
+      for (int64_t j = 0; j < layout.count; ++j) {
+        const int64_t parameter = order[static_cast<size_t>(layout.first + j)];
+        bucket.parameters.push_back(parameter);
+        bucket.completed_by =
+            std::max(bucket.completed_by, last_writer[static_cast<size_t>(parameter)]);
+      }
+      buckets.push_back(std::move(bucket));
+    }
+  }
+  std::stable_sort(buckets.begin(), buckets.end(),
+                   [](const ReductionBucket& a, const ReductionBucket& b) {
+                     return a.completed_by < b.completed_by;
+                   });
+  return buckets;
+}
+
+GradientReducer::GradientReducer(std::vector<ParameterView> params,
+                                 std::vector<ReductionBucket> buckets, ReductionGroups groups)
+    : params_(std::move(params)), buckets_(std::move(buckets)), groups_(groups) {
+  DHELIX_CHECK(groups_.tp != nullptr && groups_.dense != nullptr && groups_.expert != nullptr);
+  for (const ParameterView& p : params_) names_.push_back(p.name);
+  int64_t largest = 0;
+  for (const ReductionBucket& b : buckets_) {
+    if (b.parameters.size() > 1) largest = std::max(largest, b.elements);
+  }
+  staging_.resize(static_cast<size_t>(largest));
+  // Nothing pending until the first start(); finish() before it sums nothing.
+  released_.assign(buckets_.size(), 1);
+  next_ = buckets_.size();
+  thread_ = std::thread([this] { run(); });
+}
+
+GradientReducer::~GradientReducer() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+const GradientReducer::Writers& GradientReducer::writers_of(const RankProgram& program) {
+  auto it = writers_.find(&program);
+  if (it != writers_.end() && it->second.buckets_of.size() == program.instructions.size()) {
+    return it->second;
+  }
+  std::vector<int32_t> bucket_of(params_.size(), -1);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (int64_t p : buckets_[b].parameters) {
+      bucket_of[static_cast<size_t>(p)] = static_cast<int32_t>(b);
+    }
+  }
+  Writers writers;
+  writers.buckets_of.resize(program.instructions.size());
+  writers.count.assign(buckets_.size(), 0);
+  for_each_gradient_write(names_, program, [&](size_t instruction, int64_t parameter) {
+    const int32_t b = bucket_of[static_cast<size_t>(parameter)];
+    if (b < 0) return;
+    std::vector<int32_t>& of = writers.buckets_of[instruction];
+    if (std::find(of.begin(), of.end(), b) != of.end()) return;
+    of.push_back(b);
+    ++writers.count[static_cast<size_t>(b)];
+  });
+  return writers_[&program] = std::move(writers);
+}
+
+std::function<void(size_t)> GradientReducer::start(const RankProgram& program, bool overlap,
+                                                   FailureHandler on_failure) {
+  const Writers& writers = writers_of(program);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  DHELIX_CHECK_MSG(idle(), "GradientReducer::start while buckets are being summed");
+  current_ = &writers;
+  pending_ = writers.count;
+  released_.assign(buckets_.size(), 0);
+  next_ = 0;
+  failure_ = nullptr;
+  on_failure_ = std::move(on_failure);
+  timings_.assign(buckets_.size(), BucketTiming{});
+  if (!overlap) return {};
+  // A bucket no instruction writes is complete at once.
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (pending_[b] == 0) release(b);
+  }
+  return [this](size_t index) { instruction_done(index); };
+}
+
+void GradientReducer::instruction_done(size_t index) {
+  const std::vector<int32_t>& buckets = current_->buckets_of[index];
+  if (buckets.empty()) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (int32_t b : buckets) {
+    int64_t& pending = pending_[static_cast<size_t>(b)];
+    DHELIX_CHECK(pending > 0);
+    if (--pending == 0) release(static_cast<size_t>(b));
+  }
+}
+
+void GradientReducer::release(size_t bucket) {
+  released_[bucket] = 1;
+  changed_.notify_all();
+}
+
+bool GradientReducer::idle() const {
+  return !busy_ && (next_ >= buckets_.size() || !released_[next_]);
+}
+
+void GradientReducer::finish() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (size_t b = 0; b < buckets_.size(); ++b) released_[b] = 1;
+  changed_.notify_all();
+  changed_.wait(lock, [this] { return idle(); });
+  if (failure_) std::rethrow_exception(failure_);
+}
+
+void GradientReducer::wait_for_started() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return idle(); });
+}
+
+void GradientReducer::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock,
+                  [this] { return stopping_ || (next_ < buckets_.size() && released_[next_]); });
+    if (stopping_) return;
+    const size_t b = next_;
+    busy_ = true;
+    lock.unlock();
+    std::exception_ptr failure;
+    const int64_t start = now_ns();
+    try {
+      reduce(buckets_[b]);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    const int64_t end = now_ns();
+    lock.lock();
+    timings_[b] = {static_cast<int64_t>(b), start, end};
+    busy_ = false;
+    ++next_;
+    if (failure) {
+      failure_ = failure;
+      next_ = buckets_.size();  // skip the rest
+      if (on_failure_) {
+        lock.unlock();
+        on_failure_(failure);
+        lock.lock();
+      }
+    }
+    changed_.notify_all();
+  }
+}
+
+void GradientReducer::reduce(const ReductionBucket& bucket) {
+  Communicator& tp = *groups_.tp;
+  for (int64_t p : bucket.parameters) {
+    const ParameterView& param = params_[static_cast<size_t>(p)];
+    if (param.sum_gradient_over_tp && tp.size() > 1) tp.all_reduce_sum(param.gradient, param.count);
+  }
+  Communicator& replicas = bucket.expert ? *groups_.expert : *groups_.dense;
+  if (replicas.size() == 1) return;
+  if (bucket.parameters.size() == 1) {
+    const ParameterView& param = params_[static_cast<size_t>(bucket.parameters.front())];
+    replicas.all_reduce_sum(param.gradient, param.count);
+    return;
+  }
+  for (size_t j = 0; j < bucket.parameters.size(); ++j) {
+    const ParameterView& param = params_[static_cast<size_t>(bucket.parameters[j])];
+    std::memcpy(staging_.data() + bucket.offsets[j], param.gradient,
+                static_cast<size_t>(param.count) * sizeof(float));
+  }
+  replicas.all_reduce_sum(staging_.data(), bucket.elements);
+  for (size_t j = 0; j < bucket.parameters.size(); ++j) {
+    const ParameterView& param = params_[static_cast<size_t>(bucket.parameters[j])];
+    std::memcpy(param.gradient, staging_.data() + bucket.offsets[j],
+                static_cast<size_t>(param.count) * sizeof(float));
+  }
+}
+
+}  // namespace dhelix::rt

@@ -1,0 +1,147 @@
+#pragma once
+// The CPU engine's data-parallel gradient reduction, as Megatron-LM's distributed data
+// parallel with --overlap-grad-reduce (the planner's model of it: planner/dp_overlap.h).
+//
+// Layout, once per run (connect time): each parameter's gradient is final after the last
+// instruction of the rank program that writes it (runtime/model/gradient_writers.h). The
+// parameters, ordered by that instruction, are cut into buckets of about --ddp-bucket-size
+// elements (plan_gradient_buckets, runtime/train/gradient_buckets.h; default the planner's
+// megatron_dp_bucket_parameters(dp x cp)); under expert parallelism the MoE experts'
+// gradients get buckets of their own, summed over the expert-data-parallel group instead of
+// DP x CP. A bucket is complete when its last writing instruction has run; the buckets are
+// numbered in that order.
+//
+// Work, per iteration: one thread of its own, with communicators of its own (an MPI
+// communicator never runs two collectives at once; runtime/comm/process_groups.h,
+// reduction_*), sums bucket 0, 1, ... in that fixed order, each as soon as it is complete:
+// first the TP sum of the parameters that ask for one (sum_gradient_over_tp, per parameter),
+// then one all-reduce of the bucket's gradients packed back to back. With overlap the
+// interpreter reports each finished instruction (ExecutionOptions::on_instruction_done) and
+// the buckets run while the backward goes on; without, they all start in finish(), after the
+// iteration. The fixed order keeps every member of a group calling the same collectives in
+// the same order whatever the thread timing.
+//
+// Bits: the communicators sum element by element in group-rank order (runtime/comm/
+// communicator.h), so packing, bucket size and overlap change no bit: the gradients equal
+// those of the per-parameter sums after the iteration, and --verify stays bitwise.
+//
+// Failure: a collective's error is passed to the execution's failure handler (which ends a
+// multi-rank job) and rethrown by finish(); the buckets after it are skipped.
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lib/plan/rank_program.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/exec/stream.h"
+#include "runtime/model/stage_model.h"
+
+namespace dhelix::rt {
+
+/// One bucket's reduction in one iteration, steady_clock nanoseconds (dhelix-run --trace).
+struct BucketTiming {
+  int64_t bucket = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+
+/// One bucket: parameters (indices into the rank's parameter list, in the order their
+/// gradients become final), packed back to back.
+struct ReductionBucket {
+  std::vector<int64_t> parameters;
+  std::vector<int64_t> offsets;  ///< per parameter, elements from the bucket's start
+  int64_t elements = 0;
+  bool expert = false;       ///< summed over the expert-data-parallel group, else DP x CP
+  int64_t completed_by = -1;  ///< the instruction after which it is complete (-1: at once)
+};
+
+/// For each parameter named in `names`, the index of the last instruction of `program`
+/// writing its gradient (gradients_written_by); -1 when none does.
+std::vector<int64_t> last_gradient_writers(const std::vector<std::string>& names,
+                                           const RankProgram& program);
+
+/// The buckets (see the file comment) of parameters of `sizes` elements whose gradients
+/// are final after instruction `last_writer[i]`; `expert[i]` parameters get buckets apart
+/// when `experts_apart` (ep > 1). Ordered by completed_by, dense before expert on a tie.
+/// Throws Error(kInvalidInput) naming --ddp-bucket-size for bucket_elements < 1.
+std::vector<ReductionBucket> plan_reduction_buckets(const std::vector<int64_t>& sizes,
+                                                    const std::vector<bool>& expert,
+                                                    const std::vector<int64_t>& last_writer,
+                                                    int64_t bucket_elements, bool experts_apart);
+
+/// The reduction thread's communicators (not used by any other thread).
+struct ReductionGroups {
+  Communicator* tp = nullptr;
+  Communicator* dense = nullptr;   ///< DP x CP
+  Communicator* expert = nullptr;  ///< expert data parallel
+};
+
+class GradientReducer {
+ public:
+  /// Starts the reduction thread. `params` are the rank's parameters (their gradient
+  /// buffers stay valid for the reducer's life); `buckets` index into them.
+  GradientReducer(std::vector<ParameterView> params, std::vector<ReductionBucket> buckets,
+                  ReductionGroups groups);
+  /// Stops the thread (after the bucket it is summing, if any).
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  /// Before an execution of `program`: every bucket pending, timings cleared. With
+  /// `overlap`, returns the hook for ExecutionOptions::on_instruction_done that starts each
+  /// bucket once its last writer has run; without, an empty function. Call only when idle
+  /// (after finish() or wait_for_started()).
+  std::function<void(size_t)> start(const RankProgram& program, bool overlap,
+                                    FailureHandler on_failure);
+  /// Starts every bucket not started yet and waits until all are summed; rethrows the
+  /// reduction's failure. Does nothing more when called again before the next start().
+  void finish();
+  /// Waits until every started bucket is summed (after an overlapped execution: all of
+  /// them), so that the gradients may be read or zeroed.
+  void wait_for_started();
+  /// Each bucket's reduction in the last iteration, in bucket order (after finish()).
+  const std::vector<BucketTiming>& timings() const { return timings_; }
+  const std::vector<ReductionBucket>& buckets() const { return buckets_; }
+
+ private:
+  // Per program: the buckets each instruction writes into, and each bucket's writers.
+  struct Writers {
+    std::vector<std::vector<int32_t>> buckets_of;
+    std::vector<int64_t> count;
+  };
+  const Writers& writers_of(const RankProgram& program);
+  void instruction_done(size_t index);
+  void release(size_t bucket);  // with mutex_ held
+  void run();
+  void reduce(const ReductionBucket& bucket);
+  bool idle() const;  // with mutex_ held
+
+  std::vector<ParameterView> params_;
+  std::vector<std::string> names_;
+  std::vector<ReductionBucket> buckets_;
+  ReductionGroups groups_;
+  std::vector<float> staging_;
+  std::map<const RankProgram*, Writers> writers_;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  const Writers* current_ = nullptr;
+  std::vector<int64_t> pending_;  // writers still to run, per bucket
+  std::vector<char> released_;
+  size_t next_ = 0;  // the bucket the thread sums next
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::exception_ptr failure_;
+  FailureHandler on_failure_;
+  std::vector<BucketTiming> timings_;
+  std::thread thread_;
+};
+
+}  // namespace dhelix::rt
