@@ -52,9 +52,10 @@ dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options
   if (options.backend == "cpu") {
     const int blas_threads = options.blas_threads;
     return [=](const dhelix::JobSpec& job, int64_t rank, const dhelix::rt::ModelSlice& slice) {
-      return dhelix::rt::cpu_engine_factory({.blas_threads = blas_threads,
-                                             .ddp_bucket_elements = bucket_elements(bucket_size, job),
-                                             .overlap_grad_reduce = overlap})(job, rank, slice);
+      return dhelix::rt::cpu_engine_factory(
+          {.blas_threads = blas_threads,
+           .ddp_bucket_elements = bucket_elements(bucket_size, job),
+           .overlap_grad_reduce = overlap})(job, rank, slice);
     };
   }
 #ifdef DHELIX_WITH_CUDA
@@ -66,8 +67,9 @@ dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options
                           "--overlap-grad-reduce: the cuda backend sums the gradient buckets "
                           "after the iteration; use --backend cpu or leave the flag out");
     }
-    return dhelix::cuda::cuda_engine_factory({.ddp_bucket_elements = bucket_elements(bucket_size, job),
-                                              .deterministic = deterministic})(job, rank, slice);
+    return dhelix::cuda::cuda_engine_factory(
+        {.ddp_bucket_elements = bucket_elements(bucket_size, job), .deterministic = deterministic})(
+        job, rank, slice);
   };
 #else
   // Thrown when the engine is made, inside the ranks' setup agreement: every rank stops

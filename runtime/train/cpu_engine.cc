@@ -36,11 +36,12 @@ class CpuEngine final : public TrainingEngine {
       sizes.push_back(p.count);
       expert.push_back(p.expert);
     }
-    const std::vector<int64_t> last_writer =
-        programs.empty() ? std::vector<int64_t>(params.size(), -1)
-                         : last_gradient_writers(names, *programs.front());
+    const std::vector<int64_t> last_writer = programs.empty()
+                                                 ? std::vector<int64_t>(params.size(), -1)
+                                                 : last_gradient_writers(names, *programs.front());
     reducer_ = std::make_unique<GradientReducer>(
-        params, plan_reduction_buckets(sizes, expert, last_writer, bucket_elements_, experts_apart_),
+        params,
+        plan_reduction_buckets(sizes, expert, last_writer, bucket_elements_, experts_apart_),
         ReductionGroups{.tp = &groups.reduction_tp(),
                         .dense = &groups.reduction_gradient_group(),
                         .expert = &groups.reduction_expert_data_parallel()});

@@ -9,13 +9,13 @@
 // {3, 5} (8 elements), {2} (adding the 9 would pass 8) and {9} (alone, over the size).
 //
 // Both backends use this layout. The CPU engine orders the parameters by when their
-// gradients become final in the rank program and reduces each bucket as soon as it is
-// (runtime/train/gradient_reduction.h); the CUDA engine packs each bucket into a contiguous staging buffer (device-to-device
-// copies on the compute stream), all-reduces it, and copies the sums back: the same
-// additions NCCL would make per parameter, in one collective. Sums of the same bucket
-// layout are reproducible run to run under NCCL's pinned algorithm and protocol
-// (nccl_communicator.h); changing the bucket size changes NCCL's reduction chunking and
-// hence the last bits, so --verify compares runs of one size.
+// gradients become final in the rank program and sums each bucket as soon as it is
+// (runtime/train/gradient_reduction.h). The CUDA engine packs each bucket into a
+// contiguous staging buffer (device-to-device copies on the compute stream), all-reduces
+// it, and copies the sums back: the same additions NCCL would make per parameter, in one
+// collective. Sums of the same bucket layout are reproducible run to run under NCCL's pinned
+// algorithm and protocol (nccl_communicator.h); changing the bucket size changes NCCL's reduction
+// chunking and hence the last bits, so --verify compares runs of one size.
 
 #include <cstdint>
 #include <vector>

@@ -58,7 +58,7 @@ struct ReductionBucket {
   std::vector<int64_t> parameters;
   std::vector<int64_t> offsets;  ///< per parameter, elements from the bucket's start
   int64_t elements = 0;
-  bool expert = false;       ///< summed over the expert-data-parallel group, else DP x CP
+  bool expert = false;        ///< summed over the expert-data-parallel group, else DP x CP
   int64_t completed_by = -1;  ///< the instruction after which it is complete (-1: at once)
 };
 

@@ -50,7 +50,8 @@ std::vector<int64_t> flatten(int64_t origin_ns, const std::vector<StepRecord>& s
                              s.sync_end_ns, s.update_end_ns, static_cast<int64_t>(s.ops.size()),
                              static_cast<int64_t>(s.buckets.size())});
     for (const OpTiming& op : s.ops) flat.insert(flat.end(), {op.ready_ns, op.start_ns, op.end_ns});
-    for (const BucketTiming& b : s.buckets) flat.insert(flat.end(), {b.bucket, b.start_ns, b.end_ns});
+    for (const BucketTiming& b : s.buckets)
+      flat.insert(flat.end(), {b.bucket, b.start_ns, b.end_ns});
   }
   return flat;
 }

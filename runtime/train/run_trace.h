@@ -55,7 +55,7 @@ struct StepRecord {
   int64_t update_start_ns = 0;
   int64_t sync_end_ns = 0;  ///< gradient sums done, optimizer starts (0: not known)
   int64_t update_end_ns = 0;
-  std::vector<OpTiming> ops;  ///< by instruction index
+  std::vector<OpTiming> ops;          ///< by instruction index
   std::vector<BucketTiming> buckets;  ///< the gradient buckets' reductions
 };
 

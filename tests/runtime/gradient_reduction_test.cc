@@ -50,8 +50,8 @@ TEST(GradientWriters, NameLayerAndExtraParameters) {
 TEST(ReductionBuckets, FollowTheOrderInWhichGradientsBecomeFinal) {
   // Parameters of 3, 5, 2, 9 elements, final after instructions 7, 2, 9, 4: in that order
   // 5 (p1), 9 (p3), 3 (p0), 2 (p2), cut at 8 elements.
-  const auto buckets = plan_reduction_buckets({3, 5, 2, 9}, {false, false, false, false},
-                                              {7, 2, 9, 4}, 8, false);
+  const auto buckets =
+      plan_reduction_buckets({3, 5, 2, 9}, {false, false, false, false}, {7, 2, 9, 4}, 8, false);
   ASSERT_EQ(buckets.size(), 3u);
   EXPECT_EQ(buckets[0].parameters, (std::vector<int64_t>{1}));
   EXPECT_EQ(buckets[1].parameters, (std::vector<int64_t>{3}));
@@ -116,8 +116,8 @@ std::unique_ptr<StageModel> make_model(const PlannedJob& p, const Placement& pla
       std::make_unique<StageModel>(p.job, rank, ranges, stage.embedding, stage.head_loss, 11);
   const ParallelSpec& par = p.job.parallel;
   model->start_iteration(p.plan.num_micro_batches);
-  model->set_loss_scale(1.0f / static_cast<float>(p.plan.num_micro_batches *
-                                                  par.micro_batch_size * par.seq_length * par.dp));
+  model->set_loss_scale(1.0f / static_cast<float>(p.plan.num_micro_batches * par.micro_batch_size *
+                                                  par.seq_length * par.dp));
   const RankCoordinates c = placement.coordinates(rank);
   for (int64_t mb = 0; mb < p.plan.num_micro_batches; ++mb) {
     MicroBatchTokens tokens =
@@ -207,15 +207,13 @@ TEST_P(GradientWritersMatchTheModel, InstructionByInstruction) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, GradientWritersMatchTheModel,
                          ::testing::Values("tiny-tp2-pp2", "tiny-cp2-tp2", "tiny-tp2-recompute",
-                                           "tiny-moe-ep2-tp2", "tiny-moe-ep2-pp2",
-                                           "shared-expert"),
+                                           "tiny-moe-ep2-tp2", "tiny-moe-ep2-pp2", "shared-expert"),
                          [](const auto& plan) { return test_name(plan.param); });
 
 // Every rank's gradients after one co-executed iteration, summed either by the reference
 // (per parameter, after the iteration) or by the overlapped reducer in buckets of
 // `bucket_elements`.
-std::vector<std::vector<std::vector<float>>> summed_gradients(const PlannedJob& p,
-                                                              bool overlapped,
+std::vector<std::vector<std::vector<float>>> summed_gradients(const PlannedJob& p, bool overlapped,
                                                               int64_t bucket_elements,
                                                               int64_t& buckets_seen) {
   const Placement placement(p.job.parallel, p.job.cluster.gpus_per_node);
@@ -245,11 +243,11 @@ std::vector<std::vector<std::vector<float>>> summed_gradients(const PlannedJob& 
         sizes.push_back(v.count);
         is_expert.push_back(v.expert);
       }
-      GradientReducer reducer(params,
-                              plan_reduction_buckets(sizes, is_expert,
-                                                     last_gradient_writers(names, program),
-                                                     bucket_elements, p.job.parallel.ep > 1),
-                              {.tp = tp.get(), .dense = dense.get(), .expert = expert.get()});
+      GradientReducer reducer(
+          params,
+          plan_reduction_buckets(sizes, is_expert, last_gradient_writers(names, program),
+                                 bucket_elements, p.job.parallel.ep > 1),
+          {.tp = tp.get(), .dense = dense.get(), .expert = expert.get()});
       ExecutionOptions options{.jitter_us = 100, .jitter_seed = 3, .on_failure = {}};
       options.on_instruction_done = reducer.start(program, true, {});
       execute_program(p.plan, program, *model, comms, std::move(options));
