@@ -49,19 +49,26 @@ int64_t bucket_elements(int64_t ddp_bucket_size, const dhelix::JobSpec& job) {
 dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options) {
   const int64_t bucket_size = options.ddp_bucket_size;
   const std::optional<bool> overlap = options.overlap_grad_reduce;
+  const std::optional<bool> distributed = options.distributed_optimizer;
   if (options.backend == "cpu") {
     const int blas_threads = options.blas_threads;
     return [=](const dhelix::JobSpec& job, int64_t rank, const dhelix::rt::ModelSlice& slice) {
       return dhelix::rt::cpu_engine_factory(
           {.blas_threads = blas_threads,
            .ddp_bucket_elements = bucket_elements(bucket_size, job),
-           .overlap_grad_reduce = overlap})(job, rank, slice);
+           .overlap_grad_reduce = overlap,
+           .distributed_optimizer = distributed})(job, rank, slice);
     };
   }
 #ifdef DHELIX_WITH_CUDA
   const bool deterministic = options.verify;
   return [=](const dhelix::JobSpec& job, int64_t rank, const dhelix::rt::ModelSlice& slice) {
     // Thrown inside the ranks' setup agreement: every rank stops with it.
+    if (distributed.value_or(false)) {
+      throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
+                          "--distributed-optimizer: the cuda backend keeps the whole AdamW "
+                          "state on every replica; use --backend cpu or leave the flag out");
+    }
     if (overlap.value_or(false)) {
       throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
                           "--overlap-grad-reduce: the cuda backend sums the gradient buckets "
@@ -125,6 +132,12 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
       "Sum each gradient bucket as soon as the backward has finished it, while the backward "
       "goes on (cpu backend; default: the plan's parallel.overlap_grad_reduce); --no-...: "
       "after the iteration");
+  app.add_flag_function(
+      "--distributed-optimizer,!--no-distributed-optimizer",
+      [&o](int64_t count) { o.distributed_optimizer = count > 0; },
+      "Shard the AdamW state over the data-parallel replicas: reduce-scatter the gradients, "
+      "step this rank's shard, all-gather the weights (cpu backend; default: the plan's "
+      "options.distributed_optimizer); --no-...: every replica steps every weight");
   add_integer_option(app, "--blas-threads", o.blas_threads, {.min = 1, .max = 256},
                      "OpenBLAS threads per rank (cpu backend)");
   app.add_option("--loss-log", o.loss_log,

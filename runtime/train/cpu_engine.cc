@@ -8,6 +8,7 @@
 #include "runtime/kernels/finite_check.h"
 #include "runtime/train/gradient_reduction.h"
 #include "runtime/train/rank_comms.h"
+#include "runtime/train/sharded_adamw.h"
 
 namespace dhelix::rt {
 
@@ -18,10 +19,12 @@ class CpuEngine final : public TrainingEngine {
   CpuEngine(const JobSpec& job, int64_t rank, const ModelSlice& slice,
             const CpuEngineOptions& options)
       : model_(job, rank, slice.layer_ranges, slice.embedding, slice.head, slice.seed),
-        adamw_(model_.parameters()),
+        distributed_(options.distributed_optimizer.value_or(slice.distributed_optimizer)),
         bucket_elements_(options.ddp_bucket_elements),
         overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
-        experts_apart_(job.parallel.ep > 1) {}
+        experts_apart_(job.parallel.ep > 1) {
+    if (!distributed_) adamw_ = std::make_unique<AdamW>(model_.parameters());
+  }
 
   // The buckets follow the first program (the plan's co-executed one): the order in which
   // its instructions finish the gradients (gradient_reduction.h).
@@ -44,7 +47,9 @@ class CpuEngine final : public TrainingEngine {
         plan_reduction_buckets(sizes, expert, last_writer, bucket_elements_, experts_apart_),
         ReductionGroups{.tp = &groups.reduction_tp(),
                         .dense = &groups.reduction_gradient_group(),
-                        .expert = &groups.reduction_expert_data_parallel()});
+                        .expert = &groups.reduction_expert_data_parallel()},
+        distributed_);
+    if (distributed_) sharded_ = std::make_unique<ShardedAdamW>(params, *reducer_);
   }
 
   void start_iteration(std::vector<MicroBatchTokens> micro_batches, float loss_scale) override {
@@ -88,7 +93,11 @@ class CpuEngine final : public TrainingEngine {
     sync_end_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::steady_clock::now().time_since_epoch())
                        .count();
-    adamw_.step(params, t, settings);
+    if (sharded_) {
+      sharded_->step(t, settings);
+    } else {
+      adamw_->step(params, t, settings);
+    }
   }
 
   int64_t last_sync_end_ns() const override { return sync_end_ns_; }
@@ -101,7 +110,11 @@ class CpuEngine final : public TrainingEngine {
     for (const ParameterView& p : model_.parameters()) {
       report.weight_bytes += p.count * static_cast<int64_t>(sizeof(float));
       report.gradient_bytes += p.count * static_cast<int64_t>(sizeof(float));
-      report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+      if (!sharded_) report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+    }
+    if (sharded_) {
+      report.optimizer_bytes =
+          2 * sharded_->shard_elements_held() * static_cast<int64_t>(sizeof(float));
     }
     report.activation_element_bytes = sizeof(float);
     return report;
@@ -110,11 +123,16 @@ class CpuEngine final : public TrainingEngine {
   std::vector<NamedTensor> state() override {
     std::vector<NamedTensor> tensors;
     const std::vector<ParameterView> params = model_.parameters();
+    // The distributed optimizer's moments are gathered whole: checkpoints keep one format.
+    std::vector<std::vector<float>> first, second;
+    if (sharded_) sharded_->gather_moments(first, second);
     for (size_t i = 0; i < params.size(); ++i) {
       const float* values = params[i].values;
       tensors.push_back({params[i].name, {values, values + params[i].count}});
-      tensors.push_back({"adam_m/" + params[i].name, adamw_.first_moment(i)});
-      tensors.push_back({"adam_v/" + params[i].name, adamw_.second_moment(i)});
+      tensors.push_back(
+          {"adam_m/" + params[i].name, sharded_ ? first[i] : adamw_->first_moment(i)});
+      tensors.push_back(
+          {"adam_v/" + params[i].name, sharded_ ? second[i] : adamw_->second_moment(i)});
     }
     return tensors;
   }
@@ -124,19 +142,28 @@ class CpuEngine final : public TrainingEngine {
     for (size_t i = 0; i < params.size(); ++i) {
       const int64_t count = params[i].count;
       shard.copy_into(params[i].name, params[i].values, count);
-      shard.copy_into("adam_m/" + params[i].name, adamw_.first_moment(i).data(), count);
-      shard.copy_into("adam_v/" + params[i].name, adamw_.second_moment(i).data(), count);
+      if (sharded_) {
+        std::vector<float> first(static_cast<size_t>(count)), second(first.size());
+        shard.copy_into("adam_m/" + params[i].name, first.data(), count);
+        shard.copy_into("adam_v/" + params[i].name, second.data(), count);
+        sharded_->restore_moments(i, first.data(), second.data());
+        continue;
+      }
+      shard.copy_into("adam_m/" + params[i].name, adamw_->first_moment(i).data(), count);
+      shard.copy_into("adam_v/" + params[i].name, adamw_->second_moment(i).data(), count);
     }
   }
 
  private:
   StageModel model_;
-  AdamW adamw_;
+  bool distributed_;              // the distributed optimizer (sharded_adamw.h)
+  std::unique_ptr<AdamW> adamw_;  // without it
   std::unique_ptr<RankComms> comms_;
   int64_t bucket_elements_;
   bool overlap_;
   bool experts_apart_;
   std::unique_ptr<GradientReducer> reducer_;  // after comms_ and model_: destroyed first
+  std::unique_ptr<ShardedAdamW> sharded_;     // with it
   int64_t sync_end_ns_ = 0;
   int64_t micro_batches_ = 0;
 };

@@ -2,7 +2,9 @@
 // The CPU backend's training engine (runtime/train/training_engine.h): StageModel in host
 // memory, the plan interpreter (runtime/exec/interpreter.h) over MPI communicators, and
 // AdamW on the host. The data-parallel gradient sums run in buckets on a thread of their
-// own, overlapped with the backward when the job asks for it (gradient_reduction.h).
+// own, overlapped with the backward when the job asks for it (gradient_reduction.h); with
+// the distributed optimizer they are reduce-scattered and AdamW steps this rank's shard
+// (sharded_adamw.h).
 
 #include <cstdint>
 #include <memory>
@@ -19,6 +21,9 @@ struct CpuEngineOptions {
   /// --overlap-grad-reduce / --no-overlap-grad-reduce; unset: the job's
   /// parallel.overlap_grad_reduce.
   std::optional<bool> overlap_grad_reduce;
+  /// --distributed-optimizer / --no-distributed-optimizer; unset: the plan's
+  /// options.distributed_optimizer (ModelSlice).
+  std::optional<bool> distributed_optimizer;
 };
 
 /// The CPU engine's factory.

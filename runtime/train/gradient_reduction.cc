@@ -93,13 +93,21 @@ std::vector<ReductionBucket> plan_reduction_buckets(const std::vector<int64_t>& 
 }
 
 GradientReducer::GradientReducer(std::vector<ParameterView> params,
-                                 std::vector<ReductionBucket> buckets, ReductionGroups groups)
-    : params_(std::move(params)), buckets_(std::move(buckets)), groups_(groups) {
+                                 std::vector<ReductionBucket> buckets, ReductionGroups groups,
+                                 bool sharded)
+    : params_(std::move(params)), buckets_(std::move(buckets)), groups_(groups), sharded_(sharded) {
   DHELIX_CHECK(groups_.tp != nullptr && groups_.dense != nullptr && groups_.expert != nullptr);
   for (const ParameterView& p : params_) names_.push_back(p.name);
   int64_t largest = 0;
-  for (const ReductionBucket& b : buckets_) {
-    if (b.parameters.size() > 1) largest = std::max(largest, b.elements);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const int64_t members = group_of(b).size();
+    const int64_t shard = shard_elements(buckets_[b].elements, members);
+    if (sharded_) {
+      shards_.emplace_back(static_cast<size_t>(shard), 0.0f);
+      largest = std::max(largest, shard * members);
+    } else if (buckets_[b].parameters.size() > 1) {
+      largest = std::max(largest, buckets_[b].elements);
+    }
   }
   staging_.resize(static_cast<size_t>(largest));
   // Nothing pending until the first start(); finish() before it sums nothing.
@@ -207,7 +215,7 @@ void GradientReducer::run() {
     std::exception_ptr failure;
     const int64_t start = now_ns();
     try {
-      reduce(buckets_[b]);
+      reduce(b);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -229,13 +237,31 @@ void GradientReducer::run() {
   }
 }
 
-void GradientReducer::reduce(const ReductionBucket& bucket) {
+Communicator& GradientReducer::group_of(size_t bucket) const {
+  return buckets_[bucket].expert ? *groups_.expert : *groups_.dense;
+}
+
+void GradientReducer::reduce(size_t index) {
+  const ReductionBucket& bucket = buckets_[index];
   Communicator& tp = *groups_.tp;
   for (int64_t p : bucket.parameters) {
     const ParameterView& param = params_[static_cast<size_t>(p)];
     if (param.sum_gradient_over_tp && tp.size() > 1) tp.all_reduce_sum(param.gradient, param.count);
   }
-  Communicator& replicas = bucket.expert ? *groups_.expert : *groups_.dense;
+  Communicator& replicas = group_of(index);
+  if (sharded_) {
+    // Packed, zero-padded to members x shard, reduce-scattered: the local gradients stay.
+    std::vector<float>& shard = shards_[index];
+    const auto padded = static_cast<int64_t>(shard.size()) * replicas.size();
+    std::fill(staging_.begin() + bucket.elements, staging_.begin() + padded, 0.0f);
+    for (size_t j = 0; j < bucket.parameters.size(); ++j) {
+      const ParameterView& param = params_[static_cast<size_t>(bucket.parameters[j])];
+      std::memcpy(staging_.data() + bucket.offsets[j], param.gradient,
+                  static_cast<size_t>(param.count) * sizeof(float));
+    }
+    replicas.reduce_scatter_sum(staging_.data(), static_cast<int64_t>(shard.size()), shard.data());
+    return;
+  }
   if (replicas.size() == 1) return;
   if (bucket.parameters.size() == 1) {
     const ParameterView& param = params_[static_cast<size_t>(bucket.parameters.front())];

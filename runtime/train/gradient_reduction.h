@@ -25,6 +25,11 @@
 // communicator.h), so packing, bucket size and overlap change no bit: the gradients equal
 // those of the per-parameter sums after the iteration, and --verify stays bitwise.
 //
+// Distributed optimizer (the plan's options.distributed_optimizer; sharded_adamw.h): the
+// bucket is reduce-scattered instead, each member of its group keeping the sum of its
+// shard, elements [r·s, (r+1)·s) of the bucket padded to n·s (s = ceil(elements / n)):
+// the same additions as the all-reduce's, so the same bits.
+//
 // Failure: a collective's error is passed to the execution's failure handler (which ends a
 // multi-rank job) and rethrown by finish(); the buckets after it are skipped.
 
@@ -77,6 +82,12 @@ std::vector<ReductionBucket> plan_reduction_buckets(const std::vector<int64_t>& 
                                                     int64_t bucket_elements, bool experts_apart);
 
 /// The reduction thread's communicators (not used by any other thread).
+/// Distributed optimizer: the elements of a bucket of `elements` each of `members` owns
+/// (the last shards padded with zeros).
+inline int64_t shard_elements(int64_t elements, int64_t members) {
+  return (elements + members - 1) / members;
+}
+
 struct ReductionGroups {
   Communicator* tp = nullptr;
   Communicator* dense = nullptr;   ///< DP x CP
@@ -87,8 +98,11 @@ class GradientReducer {
  public:
   /// Starts the reduction thread. `params` are the rank's parameters (their gradient
   /// buffers stay valid for the reducer's life); `buckets` index into them.
+  /// `sharded`: reduce-scatter each bucket (distributed optimizer) instead of
+  /// all-reducing it; the gradient buffers then keep the local sums and shard_gradient()
+  /// holds this rank's shard of the total.
   GradientReducer(std::vector<ParameterView> params, std::vector<ReductionBucket> buckets,
-                  ReductionGroups groups);
+                  ReductionGroups groups, bool sharded = false);
   /// Stops the thread (after the bucket it is summing, if any).
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
@@ -109,6 +123,11 @@ class GradientReducer {
   /// Each bucket's reduction in the last iteration, in bucket order (after finish()).
   const std::vector<BucketTiming>& timings() const { return timings_; }
   const std::vector<ReductionBucket>& buckets() const { return buckets_; }
+  /// Sharded: this rank's shard of bucket `bucket`'s summed gradients (shard_elements of
+  /// it, zero past the bucket's end), valid after finish().
+  const std::vector<float>& shard_gradient(size_t bucket) const { return shards_[bucket]; }
+  /// The group bucket `bucket` is summed over.
+  Communicator& group_of(size_t bucket) const;
 
  private:
   // Per program: the buckets each instruction writes into, and each bucket's writers.
@@ -120,13 +139,15 @@ class GradientReducer {
   void instruction_done(size_t index);
   void release(size_t bucket);  // with mutex_ held
   void run();
-  void reduce(const ReductionBucket& bucket);
+  void reduce(size_t bucket);
   bool idle() const;  // with mutex_ held
 
   std::vector<ParameterView> params_;
   std::vector<std::string> names_;
   std::vector<ReductionBucket> buckets_;
   ReductionGroups groups_;
+  bool sharded_ = false;
+  std::vector<std::vector<float>> shards_;  // sharded: per bucket
   std::vector<float> staging_;
   std::map<const RankProgram*, Writers> writers_;
 

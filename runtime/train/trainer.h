@@ -41,6 +41,9 @@ struct TrainOptions {
   /// --overlap-grad-reduce / --no-overlap-grad-reduce; unset: the plan's
   /// parallel.overlap_grad_reduce (cpu backend; runtime/train/gradient_reduction.h).
   std::optional<bool> overlap_grad_reduce;
+  /// --distributed-optimizer / --no-distributed-optimizer; unset: the plan's
+  /// options.distributed_optimizer (cpu backend; runtime/train/sharded_adamw.h).
+  std::optional<bool> distributed_optimizer;
   int blas_threads = 1;  ///< OpenBLAS threads of the CPU backend
   std::string loss_log;  ///< "" or a file receiving one JSON line per step (rank 0)
   bool progress = true;  ///< print a line per step (rank 0)

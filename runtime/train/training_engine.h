@@ -41,6 +41,9 @@ struct ModelSlice {
   bool embedding = false;
   bool head = false;
   uint64_t seed = 0;
+  /// The plan's options.distributed_optimizer: AdamW state sharded over the data-parallel
+  /// replicas (runtime/train/sharded_adamw.h; the CPU engine).
+  bool distributed_optimizer = false;
 };
 
 class TrainingEngine {

@@ -5,8 +5,14 @@
 #      steps give bitwise-equal losses and checkpoints (weights and AdamW moments) whether
 #      the buckets are summed while the backward runs (--overlap-grad-reduce, small buckets
 #      of 4096 elements), after the iteration (--no-overlap-grad-reduce), one parameter per
-#      bucket after the iteration (--ddp-bucket-size 1: the per-parameter sums of before),
-#      or in the planner's bucket (the default, one bucket on these tiny models);
+#      bucket after the iteration (--ddp-bucket-size 1), or in the planner's bucket (the
+#      default, one bucket on these tiny models); with the plans' distributed optimizer
+#      (reduce-scatter, AdamW on the shard, all-gather; sharded_adamw.h) and without it
+#      (--no-distributed-optimizer: all-reduce and AdamW everywhere; per parameter after the
+#      iteration, as dhelix-run summed before the buckets, and overlapped);
+#   1b. resume: 5 steps straight equal 3 steps + a resume of 2 more, also when the
+#      checkpoint was written with the distributed optimizer and resumed without it, and
+#      the other way round (one checkpoint format);
 #   2. --verify passes bitwise under --jitter-us with small overlapped buckets;
 #   3. the trace (--trace) has one dp_bucket slice per bucket and step on the "dp buckets"
 #      thread, buckets numbered 0..n-1; overlapped, on every rank some step's first bucket
@@ -64,6 +70,8 @@ for case in "tiny-dp2-tp2 4" "tiny-moe-ep2 2" "tiny-cp2-tp2 4"; do
     [after]="--no-overlap-grad-reduce --ddp-bucket-size 4096"
     [per-parameter]="--no-overlap-grad-reduce --ddp-bucket-size 1"
     [planner]=""
+    [replicated]="--no-distributed-optimizer --no-overlap-grad-reduce --ddp-bucket-size 1"
+    [replicated-overlap]="--no-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 4096"
   )
   for name in "${!variants[@]}"; do
     # shellcheck disable=SC2086 # the variant's flags are words
@@ -75,7 +83,7 @@ for case in "tiny-dp2-tp2 4" "tiny-moe-ep2 2" "tiny-cp2-tp2 4"; do
     fi
     python3 "$work/tensors.py" "$work/$plan-$name/step-3" >"$work/$plan-$name.tensors"
   done
-  for name in after per-parameter planner; do
+  for name in after per-parameter planner replicated replicated-overlap; do
     cmp -s <(grep -o '"loss_bits": "[^"]*"' "$work/$plan-overlap.log") \
       <(grep -o '"loss_bits": "[^"]*"' "$work/$plan-$name.log") ||
       fail "$plan: the losses of $name differ from the overlapped run's"
@@ -92,6 +100,27 @@ for case in "tiny-dp2-tp2 4" "tiny-moe-ep2 2" "tiny-cp2-tp2 4"; do
     cat "$work/out"
   fi
   unset variants
+done
+
+# 1b. Resume across the two optimizers.
+dp2=$plans/tiny-dp2-tp2.json
+run 4 --plan "$dp2" --steps 5 --ddp-bucket-size 4096 --loss-log "$work/straight.log" ||
+  fail "5 straight steps"
+for first in --distributed-optimizer --no-distributed-optimizer; do
+  second=--distributed-optimizer
+  [[ $first == "$second" ]] && second=--no-distributed-optimizer
+  rm -rf "$work/ckpt" "$work/resumed.log"
+  if run 4 --plan "$dp2" --steps 3 --ddp-bucket-size 4096 "$first" --checkpoint-dir "$work/ckpt" \
+    --loss-log "$work/resumed.log" &&
+    run 4 --plan "$dp2" --steps 5 --ddp-bucket-size 4096 "$second" --checkpoint-dir "$work/ckpt" \
+      --resume --loss-log "$work/resumed.log"; then
+    cmp -s <(grep -o '"loss_bits": "[^"]*"' "$work/straight.log") \
+      <(grep -o '"loss_bits": "[^"]*"' "$work/resumed.log") ||
+      fail "3 steps $first + resume $second differ from 5 straight steps"
+  else
+    fail "3 steps $first + resume $second"
+    cat "$work/out"
+  fi
 done
 
 # 3. The trace.
