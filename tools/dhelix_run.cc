@@ -50,6 +50,7 @@ dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options
   const int64_t bucket_size = options.ddp_bucket_size;
   const std::optional<bool> overlap = options.overlap_grad_reduce;
   const std::optional<bool> distributed = options.distributed_optimizer;
+  const std::optional<bool> gather = options.overlap_param_gather;
   if (options.backend == "cpu") {
     const int blas_threads = options.blas_threads;
     return [=](const dhelix::JobSpec& job, int64_t rank, const dhelix::rt::ModelSlice& slice) {
@@ -57,17 +58,20 @@ dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options
           {.blas_threads = blas_threads,
            .ddp_bucket_elements = bucket_elements(bucket_size, job),
            .overlap_grad_reduce = overlap,
-           .distributed_optimizer = distributed})(job, rank, slice);
+           .distributed_optimizer = distributed,
+           .overlap_param_gather = gather})(job, rank, slice);
     };
   }
 #ifdef DHELIX_WITH_CUDA
   const bool deterministic = options.verify;
   return [=](const dhelix::JobSpec& job, int64_t rank, const dhelix::rt::ModelSlice& slice) {
     // Thrown inside the ranks' setup agreement: every rank stops with it.
-    if (distributed.value_or(false)) {
+    if (distributed.value_or(false) || gather.value_or(false)) {
       throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
-                          "--distributed-optimizer: the cuda backend keeps the whole AdamW "
-                          "state on every replica; use --backend cpu or leave the flag out");
+                          fmt::format("{}: the cuda backend keeps the whole AdamW state on "
+                                      "every replica; use --backend cpu or leave the flag out",
+                                      distributed.value_or(false) ? "--distributed-optimizer"
+                                                                  : "--overlap-param-gather"));
     }
     if (overlap.value_or(false)) {
       throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
@@ -138,6 +142,12 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
       "Shard the AdamW state over the data-parallel replicas: reduce-scatter the gradients, "
       "step this rank's shard, all-gather the weights (cpu backend; default: the plan's "
       "options.distributed_optimizer); --no-...: every replica steps every weight");
+  app.add_flag_function(
+      "--overlap-param-gather,!--no-overlap-param-gather",
+      [&o](int64_t count) { o.overlap_param_gather = count > 0; },
+      "With the distributed optimizer, all-gather the updated weights bucket by bucket while "
+      "the next iteration's forward starts (cpu backend; default: the plan's "
+      "parallel.overlap_param_gather); --no-...: in the optimizer step");
   add_integer_option(app, "--blas-threads", o.blas_threads, {.min = 1, .max = 256},
                      "OpenBLAS threads per rank (cpu backend)");
   app.add_option("--loss-log", o.loss_log,

@@ -111,6 +111,7 @@ class Execution {
     OpTiming* timing = options_.timings != nullptr ? &(*options_.timings)[index] : nullptr;
     return [this, &instruction, work = std::move(work), busy, jitter_us, timing, index] {
       if (jitter_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter_us));
+      if (options_.before_instruction) options_.before_instruction(index);
       const Clock::time_point start = Clock::now();
       run_naming_instruction(plan_, program_, instruction, work);
       const Clock::time_point end = Clock::now();

@@ -81,6 +81,10 @@ struct ExecutionOptions {
   /// gradient reduction learns that a bucket's last writer has run
   /// (runtime/train/gradient_reduction.h). Must be quick and must not throw.
   std::function<void(size_t)> on_instruction_done = nullptr;
+  /// Non-empty: called with an instruction's index before its work starts, on the thread
+  /// that runs it; may block (the distributed optimizer's parameter gathers the
+  /// instruction reads, runtime/train/gradient_reduction.h). Must not throw.
+  std::function<void(size_t)> before_instruction = nullptr;
 };
 
 /// Runs `program` (lowered from `plan` for this rank) on `model`. The model must have its

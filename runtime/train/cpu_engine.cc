@@ -22,6 +22,7 @@ class CpuEngine final : public TrainingEngine {
         distributed_(options.distributed_optimizer.value_or(slice.distributed_optimizer)),
         bucket_elements_(options.ddp_bucket_elements),
         overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
+        overlap_gather_(options.overlap_param_gather.value_or(job.parallel.overlap_param_gather)),
         experts_apart_(job.parallel.ep > 1) {
     if (!distributed_) adamw_ = std::make_unique<AdamW>(model_.parameters());
   }
@@ -65,6 +66,7 @@ class CpuEngine final : public TrainingEngine {
   double execute(const Plan& plan, const RankProgram& program, ExecutionOptions options) override {
     DHELIX_CHECK(comms_ != nullptr);
     options.on_instruction_done = reducer_->start(program, overlap_, options.on_failure);
+    options.before_instruction = reducer_->gather_waits(program);
     return execute_program(plan, program, model_, *comms_, std::move(options)).wall_us;
   }
 
@@ -90,11 +92,12 @@ class CpuEngine final : public TrainingEngine {
   void update(int64_t t, const AdamWSettings& settings) override {
     const std::vector<ParameterView> params = model_.parameters();
     reducer_->finish();
+    last_timings_ = reducer_->timings();  // before the step starts the next gathers
     sync_end_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::steady_clock::now().time_since_epoch())
                        .count();
     if (sharded_) {
-      sharded_->step(t, settings);
+      sharded_->step(t, settings, overlap_gather_);
     } else {
       adamw_->step(params, t, settings);
     }
@@ -102,7 +105,7 @@ class CpuEngine final : public TrainingEngine {
 
   int64_t last_sync_end_ns() const override { return sync_end_ns_; }
 
-  std::vector<BucketTiming> last_bucket_timings() const override { return reducer_->timings(); }
+  std::vector<BucketTiming> last_bucket_timings() const override { return last_timings_; }
 
   MemoryReport memory_report() override {
     MemoryReport report;
@@ -125,7 +128,10 @@ class CpuEngine final : public TrainingEngine {
     const std::vector<ParameterView> params = model_.parameters();
     // The distributed optimizer's moments are gathered whole: checkpoints keep one format.
     std::vector<std::vector<float>> first, second;
-    if (sharded_) sharded_->gather_moments(first, second);
+    if (sharded_) {
+      reducer_->wait_for_gathers();  // the weights, whole
+      sharded_->gather_moments(first, second);
+    }
     for (size_t i = 0; i < params.size(); ++i) {
       const float* values = params[i].values;
       tensors.push_back({params[i].name, {values, values + params[i].count}});
@@ -161,9 +167,13 @@ class CpuEngine final : public TrainingEngine {
   std::unique_ptr<RankComms> comms_;
   int64_t bucket_elements_;
   bool overlap_;
+  bool overlap_gather_;  // the distributed optimizer's weights gathered under the forward
   bool experts_apart_;
-  std::unique_ptr<GradientReducer> reducer_;  // after comms_ and model_: destroyed first
-  std::unique_ptr<ShardedAdamW> sharded_;     // with it
+  // The reducer runs the optimizer's gathers: destroyed first (it finishes them), before
+  // the optimizer, the communicators and the model it uses.
+  std::unique_ptr<ShardedAdamW> sharded_;  // with the distributed optimizer
+  std::unique_ptr<GradientReducer> reducer_;
+  std::vector<BucketTiming> last_timings_;
   int64_t sync_end_ns_ = 0;
   int64_t micro_batches_ = 0;
 };

@@ -24,6 +24,9 @@ struct CpuEngineOptions {
   /// --distributed-optimizer / --no-distributed-optimizer; unset: the plan's
   /// options.distributed_optimizer (ModelSlice).
   std::optional<bool> distributed_optimizer;
+  /// --overlap-param-gather / --no-overlap-param-gather; unset: the job's
+  /// parallel.overlap_param_gather (with the distributed optimizer only).
+  std::optional<bool> overlap_param_gather;
 };
 
 /// The CPU engine's factory.

@@ -44,6 +44,21 @@ void for_each_gradient_write(const std::vector<std::string>& names, const RankPr
 
 }  // namespace
 
+int64_t read_key_of_parameter(const std::string& name) {
+  const std::string_view prefix = "layers.";
+  if (name.starts_with(prefix)) return std::stoll(name.substr(prefix.size()));
+  return name == "embedding" ? -1 : -2;
+}
+
+std::optional<int64_t> read_key_of_instruction(const Instruction& instruction) {
+  if (instruction.kind != InstructionKind::kCompute &&
+      instruction.kind != InstructionKind::kCollective) {
+    return std::nullopt;  // transfers move activations only
+  }
+  if (instruction.layer >= 0) return instruction.layer;
+  return instruction.op.find("embedding") != std::string_view::npos ? -1 : -2;
+}
+
 std::vector<int64_t> last_gradient_writers(const std::vector<std::string>& names,
                                            const RankProgram& program) {
   std::vector<int64_t> last(names.size(), -1);
@@ -113,12 +128,16 @@ GradientReducer::GradientReducer(std::vector<ParameterView> params,
   // Nothing pending until the first start(); finish() before it sums nothing.
   released_.assign(buckets_.size(), 1);
   next_ = buckets_.size();
+  gathered_.assign(buckets_.size(), 1);
+  for (size_t b = buckets_.size(); b-- > 0;) gather_order_.push_back(b);
+  next_gather_ = gather_order_.size();
   thread_ = std::thread([this] { run(); });
 }
 
 GradientReducer::~GradientReducer() {
   {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return idle() && !gathering() && !gather_busy_; });
     stopping_ = true;
   }
   changed_.notify_all();
@@ -138,6 +157,22 @@ const GradientReducer::Writers& GradientReducer::writers_of(const RankProgram& p
   }
   Writers writers;
   writers.buckets_of.resize(program.instructions.size());
+  // The buckets holding the parameters each instruction may read (read_key_of_*).
+  std::map<int64_t, std::vector<int32_t>> of_key;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (int64_t p : buckets_[b].parameters) {
+      std::vector<int32_t>& list = of_key[read_key_of_parameter(names_[static_cast<size_t>(p)])];
+      if (list.empty() || list.back() != static_cast<int32_t>(b)) {
+        list.push_back(static_cast<int32_t>(b));
+      }
+    }
+  }
+  writers.reads.resize(program.instructions.size());
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const std::optional<int64_t> key = read_key_of_instruction(program.instructions[i]);
+    const auto found = key ? of_key.find(*key) : of_key.end();
+    if (found != of_key.end()) writers.reads[i] = found->second;
+  }
   writers.count.assign(buckets_.size(), 0);
   for_each_gradient_write(names_, program, [&](size_t instruction, int64_t parameter) {
     const int32_t b = bucket_of[static_cast<size_t>(parameter)];
@@ -186,6 +221,51 @@ void GradientReducer::release(size_t bucket) {
   changed_.notify_all();
 }
 
+std::vector<BucketTiming> GradientReducer::timings() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<BucketTiming> all = timings_;
+  all.insert(all.end(), gather_timings_.begin(), gather_timings_.end());
+  return all;
+}
+
+void GradientReducer::start_gathers() {
+  DHELIX_CHECK(gather_ != nullptr);
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    DHELIX_CHECK(!gathering());
+    gathered_.assign(buckets_.size(), 0);
+    next_gather_ = 0;
+    gather_timings_.clear();
+  }
+  changed_.notify_all();
+}
+
+void GradientReducer::wait_for_gathers() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return !gathering() && !gather_busy_; });
+  if (failure_) std::rethrow_exception(failure_);
+}
+
+void GradientReducer::wait_for_gathered(const std::vector<int32_t>& buckets) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] {
+    return std::all_of(buckets.begin(), buckets.end(),
+                       [this](int32_t b) { return gathered_[static_cast<size_t>(b)] != 0; });
+  });
+}
+
+std::function<void(size_t)> GradientReducer::gather_waits(const RankProgram& program) {
+  const Writers& writers = writers_of(program);
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (!gathering() && !gather_busy_) return {};
+  }
+  return [this, &writers](size_t index) {
+    const std::vector<int32_t>& reads = writers.reads[index];
+    if (!reads.empty()) wait_for_gathered(reads);
+  };
+}
+
 bool GradientReducer::idle() const {
   return !busy_ && (next_ >= buckets_.size() || !released_[next_]);
 }
@@ -206,9 +286,14 @@ void GradientReducer::wait_for_started() {
 void GradientReducer::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    changed_.wait(lock,
-                  [this] { return stopping_ || (next_ < buckets_.size() && released_[next_]); });
+    changed_.wait(lock, [this] {
+      return stopping_ || gathering() || (next_ < buckets_.size() && released_[next_]);
+    });
     if (stopping_) return;
+    if (gathering()) {
+      run_gather(lock);
+      continue;
+    }
     const size_t b = next_;
     busy_ = true;
     lock.unlock();
@@ -221,7 +306,7 @@ void GradientReducer::run() {
     }
     const int64_t end = now_ns();
     lock.lock();
-    timings_[b] = {static_cast<int64_t>(b), start, end};
+    timings_[b] = {static_cast<int64_t>(b), start, end, false};
     busy_ = false;
     ++next_;
     if (failure) {
@@ -239,6 +324,38 @@ void GradientReducer::run() {
 
 Communicator& GradientReducer::group_of(size_t bucket) const {
   return buckets_[bucket].expert ? *groups_.expert : *groups_.dense;
+}
+
+// One gather, with mutex_ held on entry and exit (released while it runs).
+void GradientReducer::run_gather(std::unique_lock<std::mutex>& lock) {
+  const size_t b = gather_order_[next_gather_];
+  gather_busy_ = true;
+  lock.unlock();
+  std::exception_ptr failure;
+  const int64_t start = now_ns();
+  try {
+    gather_(b);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  const int64_t end = now_ns();
+  lock.lock();
+  gather_timings_.push_back({static_cast<int64_t>(b), start, end, true});
+  gather_busy_ = false;
+  gathered_[b] = 1;
+  ++next_gather_;
+  if (failure) {
+    failure_ = failure;
+    // Nothing waits forever: the rest counts as gathered (the failure ends the run).
+    std::fill(gathered_.begin(), gathered_.end(), 1);
+    next_gather_ = gather_order_.size();
+    if (on_failure_) {
+      lock.unlock();
+      on_failure_(failure);
+      lock.lock();
+    }
+  }
+  changed_.notify_all();
 }
 
 void GradientReducer::reduce(size_t index) {

@@ -30,6 +30,16 @@
 // shard, elements [r·s, (r+1)·s) of the bucket padded to n·s (s = ceil(elements / n)):
 // the same additions as the all-reduce's, so the same bits.
 //
+// Parameter gathers (distributed optimizer with overlap_param_gather): after the optimizer
+// step the same thread all-gathers the updated weights bucket by bucket, last bucket first
+// (the order the next forward needs them, as Megatron-LM dispatches them), before any
+// reduction of the next iteration. An instruction of layer l reads only layer l's
+// parameters (of the stage extras' ops, the embedding's read the embedding, the others the
+// final norm and head: the model binds each op to its own layer's tensors), so the interpreter's
+// before_instruction hook makes it wait for the gathers of the buckets holding its layer's
+// parameters only: the first layers' forward starts while the later buckets are still being
+// gathered.
+//
 // Failure: a collective's error is passed to the execution's failure handler (which ends a
 // multi-rank job) and rethrown by finish(); the buckets after it are skipped.
 
@@ -39,6 +49,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +66,7 @@ struct BucketTiming {
   int64_t bucket = 0;
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  bool gather = false;  ///< a parameter all-gather (distributed optimizer), else a reduction
 };
 
 /// One bucket: parameters (indices into the rank's parameter list, in the order their
@@ -81,6 +93,15 @@ std::vector<ReductionBucket> plan_reduction_buckets(const std::vector<int64_t>& 
                                                     const std::vector<int64_t>& last_writer,
                                                     int64_t bucket_elements, bool experts_apart);
 
+/// Which parameters an instruction may read, as keys: an instruction reads only
+/// parameters with its key (see the file comment; tested instruction by instruction in
+/// tests/runtime/gradient_reduction_test.cc). A parameter's: the layer of
+/// "layers.<l>.<part>", -1 for the embedding, -2 for the final norm and head.
+int64_t read_key_of_parameter(const std::string& name);
+/// An instruction's: its layer; for the stage extras -1 (the embedding's ops) or -2 (the
+/// final norm's, head's and loss's); nullopt for a transfer (reads no parameter).
+std::optional<int64_t> read_key_of_instruction(const Instruction& instruction);
+
 /// The reduction thread's communicators (not used by any other thread).
 /// Distributed optimizer: the elements of a bucket of `elements` each of `members` owns
 /// (the last shards padded with zeros).
@@ -103,7 +124,8 @@ class GradientReducer {
   /// holds this rank's shard of the total.
   GradientReducer(std::vector<ParameterView> params, std::vector<ReductionBucket> buckets,
                   ReductionGroups groups, bool sharded = false);
-  /// Stops the thread (after the bucket it is summing, if any).
+  /// Finishes the gathers started (every member of a group runs the same collectives),
+  /// then stops the thread.
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -120,8 +142,20 @@ class GradientReducer {
   /// Waits until every started bucket is summed (after an overlapped execution: all of
   /// them), so that the gradients may be read or zeroed.
   void wait_for_started();
-  /// Each bucket's reduction in the last iteration, in bucket order (after finish()).
-  const std::vector<BucketTiming>& timings() const { return timings_; }
+  /// Each bucket's reduction in the last iteration, in bucket order (after finish()), then
+  /// the parameter gathers that ran since the previous finish().
+  std::vector<BucketTiming> timings();
+
+  /// Distributed optimizer: `gather(b)` all-gathers bucket b's updated weights; run on the
+  /// reduction thread for every bucket, last first, from the next start_gathers() on.
+  void set_gather(std::function<void(size_t)> gather) { gather_ = std::move(gather); }
+  /// Starts the gathers (after the optimizer step; the reductions are finished).
+  void start_gathers();
+  /// Waits until every started gather has run (the weights may then be read whole).
+  void wait_for_gathers();
+  /// The hook for ExecutionOptions::before_instruction: waits until the buckets holding
+  /// the parameters of the instruction's layer are gathered. Empty when none is pending.
+  std::function<void(size_t)> gather_waits(const RankProgram& program);
   const std::vector<ReductionBucket>& buckets() const { return buckets_; }
   /// Sharded: this rank's shard of bucket `bucket`'s summed gradients (shard_elements of
   /// it, zero past the bucket's end), valid after finish().
@@ -134,13 +168,17 @@ class GradientReducer {
   struct Writers {
     std::vector<std::vector<int32_t>> buckets_of;
     std::vector<int64_t> count;
+    std::vector<std::vector<int32_t>> reads;  // per instruction: buckets of its layer
   };
   const Writers& writers_of(const RankProgram& program);
   void instruction_done(size_t index);
   void release(size_t bucket);  // with mutex_ held
   void run();
   void reduce(size_t bucket);
-  bool idle() const;  // with mutex_ held
+  bool idle() const;  // with mutex_ held: no reduction released and not yet summed
+  bool gathering() const { return next_gather_ < gather_order_.size(); }  // with mutex_ held
+  void run_gather(std::unique_lock<std::mutex>& lock);
+  void wait_for_gathered(const std::vector<int32_t>& buckets);
 
   std::vector<ParameterView> params_;
   std::vector<std::string> names_;
@@ -156,12 +194,18 @@ class GradientReducer {
   const Writers* current_ = nullptr;
   std::vector<int64_t> pending_;  // writers still to run, per bucket
   std::vector<char> released_;
-  size_t next_ = 0;  // the bucket the thread sums next
-  bool busy_ = false;
+  size_t next_ = 0;           // the bucket the thread sums next
+  bool busy_ = false;         // summing a bucket
+  bool gather_busy_ = false;  // gathering a bucket
   bool stopping_ = false;
   std::exception_ptr failure_;
   FailureHandler on_failure_;
   std::vector<BucketTiming> timings_;
+  std::function<void(size_t)> gather_;
+  std::vector<size_t> gather_order_;  // last bucket first
+  size_t next_gather_ = 0;            // index into gather_order_; its size: none pending
+  std::vector<char> gathered_;
+  std::vector<BucketTiming> gather_timings_;
   std::thread thread_;
 };
 

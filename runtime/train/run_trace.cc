@@ -42,7 +42,7 @@ int world_size() {
 }
 
 // This rank's records as one flat array: origin, step count, then per step its header and
-// (ready, start, end) per instruction, then (bucket, start, end) per gradient bucket.
+// (ready, start, end) per instruction, then (bucket, start, end, gather) per bucket slice.
 std::vector<int64_t> flatten(int64_t origin_ns, const std::vector<StepRecord>& steps) {
   std::vector<int64_t> flat = {origin_ns, static_cast<int64_t>(steps.size())};
   for (const StepRecord& s : steps) {
@@ -50,8 +50,9 @@ std::vector<int64_t> flatten(int64_t origin_ns, const std::vector<StepRecord>& s
                              s.sync_end_ns, s.update_end_ns, static_cast<int64_t>(s.ops.size()),
                              static_cast<int64_t>(s.buckets.size())});
     for (const OpTiming& op : s.ops) flat.insert(flat.end(), {op.ready_ns, op.start_ns, op.end_ns});
-    for (const BucketTiming& b : s.buckets)
-      flat.insert(flat.end(), {b.bucket, b.start_ns, b.end_ns});
+    for (const BucketTiming& b : s.buckets) {
+      flat.insert(flat.end(), {b.bucket, b.start_ns, b.end_ns, b.gather ? 1 : 0});
+    }
   }
   return flat;
 }
@@ -67,7 +68,7 @@ std::vector<StepRecord> unflatten(const int64_t* flat, size_t size, int64_t& ori
     const auto n = static_cast<size_t>(flat[at + 6]);
     const auto buckets = static_cast<size_t>(flat[at + 7]);
     at += kStepHeader;
-    DHELIX_CHECK(at + 3 * (n + buckets) <= size);
+    DHELIX_CHECK(at + 3 * n + 4 * buckets <= size);
     s.ops.resize(n);
     for (OpTiming& op : s.ops) {
       op = {flat[at], flat[at + 1], flat[at + 2]};
@@ -75,8 +76,8 @@ std::vector<StepRecord> unflatten(const int64_t* flat, size_t size, int64_t& ori
     }
     s.buckets.resize(buckets);
     for (BucketTiming& b : s.buckets) {
-      b = {flat[at], flat[at + 1], flat[at + 2]};
-      at += 3;
+      b = {flat[at], flat[at + 1], flat[at + 2], flat[at + 3] != 0};
+      at += 4;
     }
   }
   return steps;
@@ -233,7 +234,8 @@ void add_step_events(const PlanStage& stage, const RankProgram& program, const S
   }
   for (const BucketTiming& b : s.buckets) {
     if (b.end_ns == 0) continue;  // never ran (a failed step)
-    events.push_back(slice("dp_bucket", "dp_bucket", rank, kBucketTid, clock, b.start_ns, b.end_ns,
+    events.push_back(slice(b.gather ? "dp_param_gather" : "dp_bucket", "dp_bucket", rank,
+                           kBucketTid, clock, b.start_ns, b.end_ns,
                            {{"step", s.step}, {"bucket", b.bucket}}));
   }
 }

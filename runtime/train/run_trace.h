@@ -18,7 +18,11 @@
 //                                       backward) and "optimizer" (AdamW) of each step
 //                                     "dp buckets" (6): one "dp_bucket" slice (cat
 //                                       "dp_bucket", args step and bucket) per gradient
-//                                       bucket's reduction (gradient_reduction.h)
+//                                       bucket's reduction (gradient_reduction.h), and
+//                                       with the distributed optimizer a
+//                                       "dp_param_gather" per bucket: the previous step's
+//                                       weights, gathered during this step when
+//                                       overlapped (the last step's are not traced)
 //
 // Slices carry "args": step, instruction, task label, micro_batch, layer, block, group. A
 // sequential run (--sequential) has every instruction on the compute thread (it runs there).

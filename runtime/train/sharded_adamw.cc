@@ -9,13 +9,15 @@
 
 namespace dhelix::rt {
 
-ShardedAdamW::ShardedAdamW(std::vector<ParameterView> params, const GradientReducer& reducer)
+ShardedAdamW::ShardedAdamW(std::vector<ParameterView> params, GradientReducer& reducer)
     : params_(std::move(params)), reducer_(reducer) {
   for (size_t b = 0; b < reducer_.buckets().size(); ++b) {
     const size_t shard = reducer_.shard_gradient(b).size();
     first_.emplace_back(shard, 0.0f);
     second_.emplace_back(shard, 0.0f);
+    updated_.emplace_back(shard, 0.0f);
   }
+  reducer_.set_gather([this](size_t b) { gather_weights(b, gather_staging_); });
 }
 
 template <class Visit>
@@ -40,13 +42,23 @@ void ShardedAdamW::all_gather_bucket(size_t b, const std::vector<float>& shard,
   group.all_gather(shard.data(), static_cast<int64_t>(shard.size()), out.data());
 }
 
-void ShardedAdamW::step(int64_t t, const AdamWSettings& settings) {
+void ShardedAdamW::gather_weights(size_t b, std::vector<float>& staging) {
+  // Every member's updated shard, back into every parameter of the bucket.
+  all_gather_bucket(b, updated_[b], staging);
+  const ReductionBucket& bucket = reducer_.buckets()[b];
+  for (size_t j = 0; j < bucket.parameters.size(); ++j) {
+    const ParameterView& param = params_[static_cast<size_t>(bucket.parameters[j])];
+    std::memcpy(param.values, staging.data() + bucket.offsets[j],
+                static_cast<size_t>(param.count) * sizeof(float));
+  }
+}
+
+void ShardedAdamW::step(int64_t t, const AdamWSettings& settings, bool overlap_gather) {
   const kernels::AdamWStep step = kernels::make_adamw_step(
       t, settings.lr, settings.beta1, settings.beta2, settings.eps, settings.weight_decay);
-  std::vector<float> shard_values;
   for (size_t b = 0; b < first_.size(); ++b) {
     const std::vector<float>& gradient = reducer_.shard_gradient(b);
-    shard_values.assign(first_[b].size(), 0.0f);
+    std::vector<float>& shard_values = updated_[b];
     for_each_piece(b, [&](int64_t p, int64_t at, int64_t in_shard, int64_t count) {
       float* values = params_[static_cast<size_t>(p)].values + at;
       cpu::adamw_update(step, count, gradient.data() + in_shard, values,
@@ -54,15 +66,12 @@ void ShardedAdamW::step(int64_t t, const AdamWSettings& settings) {
       std::memcpy(shard_values.data() + in_shard, values,
                   static_cast<size_t>(count) * sizeof(float));
     });
-    // Every member's updated shard, back into every parameter of the bucket.
-    all_gather_bucket(b, shard_values, staging_);
-    const ReductionBucket& bucket = reducer_.buckets()[b];
-    for (size_t j = 0; j < bucket.parameters.size(); ++j) {
-      const ParameterView& param = params_[static_cast<size_t>(bucket.parameters[j])];
-      std::memcpy(param.values, staging_.data() + bucket.offsets[j],
-                  static_cast<size_t>(param.count) * sizeof(float));
-    }
   }
+  if (overlap_gather) {
+    reducer_.start_gathers();
+    return;
+  }
+  for (size_t b = 0; b < first_.size(); ++b) gather_weights(b, staging_);
 }
 
 void ShardedAdamW::gather_moments(std::vector<std::vector<float>>& first,

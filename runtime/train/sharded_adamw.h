@@ -15,8 +15,13 @@
 // (collective over each bucket's group: every rank calls it together, as the trainer does)
 // and restore() keeps this rank's shard of the whole moments a checkpoint holds.
 //
-// Threads: the all-gathers use the reduction's communicators; call step(),
-// gather_moments() only while the GradientReducer is idle (after finish()).
+// Overlapped gather (the job's overlap_param_gather): step() leaves the all-gathers to the
+// reduction thread (GradientReducer::start_gathers), and the next iteration's ops wait only
+// for the buckets of their own layer.
+//
+// Threads: the all-gathers use the reduction's communicators; call step() and
+// gather_moments() only while the GradientReducer is idle (after finish(); after
+// wait_for_gathers() for gather_moments()).
 
 #include <cstdint>
 #include <vector>
@@ -29,11 +34,12 @@ namespace dhelix::rt {
 class ShardedAdamW {
  public:
   /// Moments for this rank's shard of every bucket of `reducer` (which must be sharded).
-  ShardedAdamW(std::vector<ParameterView> params, const GradientReducer& reducer);
+  ShardedAdamW(std::vector<ParameterView> params, GradientReducer& reducer);
 
   /// AdamW step t (1-based) on this rank's shards from the reducer's shard gradients, then
-  /// the all-gather of the updated weights into every parameter's values.
-  void step(int64_t t, const AdamWSettings& settings);
+  /// the all-gather of the updated weights into every parameter's values: here, or with
+  /// `overlap_gather` started on the reduction thread (see the file comment).
+  void step(int64_t t, const AdamWSettings& settings, bool overlap_gather);
 
   /// Every parameter's whole first and second moments (in the parameter list's order),
   /// all-gathered from the shards. Collective over every bucket's group.
@@ -51,12 +57,16 @@ class ShardedAdamW {
   template <class Visit>
   void for_each_piece(size_t b, Visit&& visit) const;
   void all_gather_bucket(size_t b, const std::vector<float>& shard, std::vector<float>& out);
+  // Bucket b's updated weights, all-gathered into every parameter of it.
+  void gather_weights(size_t b, std::vector<float>& staging);
 
   std::vector<ParameterView> params_;
-  const GradientReducer& reducer_;
-  std::vector<std::vector<float>> first_;   // per bucket, this rank's shard
-  std::vector<std::vector<float>> second_;  // per bucket, this rank's shard
-  std::vector<float> staging_;
+  GradientReducer& reducer_;
+  std::vector<std::vector<float>> first_;    // per bucket, this rank's shard
+  std::vector<std::vector<float>> second_;   // per bucket, this rank's shard
+  std::vector<std::vector<float>> updated_;  // per bucket, this rank's shard of the weights
+  std::vector<float> staging_;               // the calling thread's
+  std::vector<float> gather_staging_;        // the reduction thread's
 };
 
 }  // namespace dhelix::rt

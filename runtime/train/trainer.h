@@ -44,6 +44,9 @@ struct TrainOptions {
   /// --distributed-optimizer / --no-distributed-optimizer; unset: the plan's
   /// options.distributed_optimizer (cpu backend; runtime/train/sharded_adamw.h).
   std::optional<bool> distributed_optimizer;
+  /// --overlap-param-gather / --no-overlap-param-gather; unset: the plan's
+  /// parallel.overlap_param_gather (cpu backend, distributed optimizer).
+  std::optional<bool> overlap_param_gather;
   int blas_threads = 1;  ///< OpenBLAS threads of the CPU backend
   std::string loss_log;  ///< "" or a file receiving one JSON line per step (rank 0)
   bool progress = true;  ///< print a line per step (rank 0)

@@ -9,16 +9,19 @@
 #      default, one bucket on these tiny models); with the plans' distributed optimizer
 #      (reduce-scatter, AdamW on the shard, all-gather; sharded_adamw.h) and without it
 #      (--no-distributed-optimizer: all-reduce and AdamW everywhere; per parameter after the
-#      iteration, as dhelix-run summed before the buckets, and overlapped);
+#      iteration, as dhelix-run summed before the buckets, and overlapped); with the weights
+#      all-gathered under the next forward (the plans' overlap_param_gather) and in the
+#      optimizer step (--no-overlap-param-gather);
 #   1b. resume: 5 steps straight equal 3 steps + a resume of 2 more, also when the
 #      checkpoint was written with the distributed optimizer and resumed without it, and
 #      the other way round (one checkpoint format);
 #   2. --verify passes bitwise under --jitter-us with small overlapped buckets;
 #   3. the trace (--trace) has one dp_bucket slice per bucket and step on the "dp buckets"
 #      thread, buckets numbered 0..n-1; overlapped, on every rank some step's first bucket
-#      starts before the iteration's last backward instruction ends (and most of the
-#      reduction time lies inside the iteration); after the iteration, every bucket starts
-#      after the iteration's end;
+#      starts before the iteration's last backward instruction ends; after the iteration,
+#      every bucket starts after the iteration's end; overlapped, the previous step's
+#      weights are gathered in one dp_param_gather slice per bucket, and on every rank some
+#      step's forward starts before its last gather ends;
 #   4. bad input: --ddp-bucket-size 0.
 # Usage: dp_overlap_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
@@ -70,6 +73,7 @@ for case in "tiny-dp2-tp2 4" "tiny-moe-ep2 2" "tiny-cp2-tp2 4"; do
     [after]="--no-overlap-grad-reduce --ddp-bucket-size 4096"
     [per-parameter]="--no-overlap-grad-reduce --ddp-bucket-size 1"
     [planner]=""
+    [gather-after]="--no-overlap-param-gather --ddp-bucket-size 4096"
     [replicated]="--no-distributed-optimizer --no-overlap-grad-reduce --ddp-bucket-size 1"
     [replicated-overlap]="--no-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 4096"
   )
@@ -83,7 +87,7 @@ for case in "tiny-dp2-tp2 4" "tiny-moe-ep2 2" "tiny-cp2-tp2 4"; do
     fi
     python3 "$work/tensors.py" "$work/$plan-$name/step-3" >"$work/$plan-$name.tensors"
   done
-  for name in after per-parameter planner replicated replicated-overlap; do
+  for name in after per-parameter planner gather-after replicated replicated-overlap; do
     cmp -s <(grep -o '"loss_bits": "[^"]*"' "$work/$plan-overlap.log") \
       <(grep -o '"loss_bits": "[^"]*"' "$work/$plan-$name.log") ||
       fail "$plan: the losses of $name differ from the overlapped run's"
@@ -134,10 +138,17 @@ threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
 slices = [e for e in events if e["ph"] == "X"]
 problems, ranks = [], sorted({e["pid"] for e in slices})
 for pid in ranks:
-    early_steps = 0
+    early_steps = gathers_under_forward = 0
     for step in (0, 1, 2):
         mine = [e for e in slices if e["pid"] == pid and e["args"].get("step") == step]
-        buckets = [e for e in mine if e["cat"] == "dp_bucket"]
+        buckets = [e for e in mine if e["cat"] == "dp_bucket" and e["name"] == "dp_bucket"]
+        gathers = [e for e in mine if e["cat"] == "dp_bucket" and e["name"] == "dp_param_gather"]
+        if mode == "overlap" and step > 0:
+            if len(gathers) != len(buckets):
+                problems.append(f"rank {pid} step {step}: {len(gathers)} gathers, {len(buckets)} buckets")
+            elif gathers:
+                first_forward = min(e["ts"] for e in mine if e["cat"] == "fwd")
+                gathers_under_forward += first_forward < max(e["ts"] + e["dur"] for e in gathers)
         if sorted(e["args"]["bucket"] for e in buckets) != list(range(len(buckets))) or len(buckets) < 3:
             problems.append(f"rank {pid} step {step}: buckets {[e['args'].get('bucket') for e in buckets]}")
             continue
@@ -153,6 +164,8 @@ for pid in ranks:
             problems.append(f"rank {pid} step {step}: a bucket started inside the iteration")
     if mode == "overlap" and early_steps == 0:
         problems.append(f"rank {pid}: no step's first bucket started before its last backward op ended")
+    if mode == "overlap" and gathers_under_forward == 0:
+        problems.append(f"rank {pid}: no step's forward started before its last weight gather ended")
 for p in problems:
     print(p)
 sys.exit(1 if problems else 0)
