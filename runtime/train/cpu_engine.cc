@@ -74,8 +74,9 @@ class CpuEngine final : public TrainingEngine {
 
   float moe_aux_loss_sum() override { return model_.moe_aux_loss_sum(micro_batches_); }
 
-  // With overlap the gradients leave execute() summed (or being summed): both read them
-  // once the started buckets are done.
+  // With overlap the gradients leave execute() being summed (all-reduced in place; with the
+  // distributed optimizer the local ones stay, but the TP sums are in place): both read
+  // them once the started buckets are done.
   IterationSnapshot snapshot() override {
     reducer_->wait_for_started();
     return take_snapshot(model_);
