@@ -306,6 +306,11 @@ MeasuredDiff compare_measured(const Plan& plan, const Json& trace, const std::st
     }
   }
   diff.iteration = {"iteration", predicted, median(per_step)};
+  diff.memory = compare_memory(plan, trace, trace_label);
+  if (diff.memory) {
+    diff.failures.insert(diff.failures.end(), diff.memory->mismatches.begin(),
+                         diff.memory->mismatches.end());
+  }
   if (fail_if_off_pct) {
     const std::optional<double> error = diff.iteration.error_pct();
     if (!error || std::fabs(*error) > *fail_if_off_pct) {
@@ -355,6 +360,7 @@ std::string measured_diff_text(const MeasuredDiff& diff) {
   add_rows(out, "iteration", {diff.iteration});
   add_rows(out, "op kind (per iteration, all stages)", diff.op_kinds);
   add_rows(out, "SI block (summed over a stage's tasks)", diff.blocks);
+  out += measured_memory_text(diff.memory);
   return out;
 }
 
@@ -363,10 +369,15 @@ OrderedJson measured_diff_json(const MeasuredDiff& diff) {
   for (const MeasuredRow& row : diff.op_kinds) kinds.push_back(row_json(row));
   OrderedJson blocks = OrderedJson::array();
   for (const MeasuredRow& row : diff.blocks) blocks.push_back(row_json(row));
-  return {{"plan", diff.plan_label},      {"trace", diff.trace_label},
-          {"schedule", diff.schedule},    {"steps", diff.steps},
-          {"ranks", diff.ranks},          {"iteration", row_json(diff.iteration)},
-          {"op_kinds", std::move(kinds)}, {"blocks", std::move(blocks)},
+  return {{"plan", diff.plan_label},
+          {"trace", diff.trace_label},
+          {"schedule", diff.schedule},
+          {"steps", diff.steps},
+          {"ranks", diff.ranks},
+          {"iteration", row_json(diff.iteration)},
+          {"op_kinds", std::move(kinds)},
+          {"blocks", std::move(blocks)},
+          {"memory", measured_memory_json(diff.memory)},
           {"failures", diff.failures}};
 }
 

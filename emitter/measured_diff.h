@@ -27,14 +27,20 @@
 //              sequential trace: the largest stage's sum of the ops' solo times (exact for
 //              one pipeline stage; pipeline bubbles not counted) against the median of the
 //              longest rank's "iteration" slice (the ops alone).
+//   memory     per rank, the plan's stage memory against the trace's otherData.memory
+//              (emitter/measured_memory.h): weights, gradients, optimizer states (by
+//              parameter count and bytes per parameter) and activations (arena and live
+//              peak); a trace without a memory record has no memory section.
 // error = (measured - predicted) / predicted, in percent.
 //
-// --fail-if-off PCT fails when the iteration's |error| exceeds PCT.
+// --fail-if-off PCT fails when the iteration's |error| exceeds PCT. A rank whose model
+// states hold another parameter count than the plan's stage fails whatever the flags.
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "emitter/measured_memory.h"
 #include "lib/json_reader.h"
 #include "lib/plan/plan.h"
 
@@ -58,7 +64,8 @@ struct MeasuredDiff {
   std::vector<MeasuredRow> op_kinds;
   std::vector<MeasuredRow> blocks;
   MeasuredRow iteration;
-  std::vector<std::string> failures;  ///< --fail-if-off reasons
+  std::optional<MeasuredMemory> memory;  ///< absent: the trace has no memory record
+  std::vector<std::string> failures;     ///< --fail-if-off reasons, parameter mismatches
   /// A trace without a plan identity (lib/plan_identity.h): what could not be checked.
   std::vector<std::string> warnings;
 };
@@ -71,12 +78,12 @@ struct MeasuredDiff {
 MeasuredDiff compare_measured(const Plan& plan, const Json& trace, const std::string& trace_label,
                               std::optional<double> fail_if_off_pct);
 
-/// A fixed-width table of the three sections.
+/// A fixed-width table of the three time sections, then the memory section.
 std::string measured_diff_text(const MeasuredDiff& diff);
 
 /// {"plan", "trace", "schedule", "steps", "ranks", "iteration", "op_kinds", "blocks",
-/// "failures"}; rows as {"name", "predicted_us", "measured_us", "error_pct"} (null where
-/// absent).
+/// "memory", "failures"}; rows as {"name", "predicted_us", "measured_us", "error_pct"} (null
+/// where absent); "memory" as measured_memory_json (null without a record).
 OrderedJson measured_diff_json(const MeasuredDiff& diff);
 
 }  // namespace dhelix

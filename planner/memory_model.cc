@@ -13,8 +13,6 @@ namespace dhelix {
 
 namespace {
 
-constexpr int64_t kGradientBytesPerParam = 4;    // fp32 main gradients
-constexpr int64_t kOptimizerBytesPerParam = 12;  // fp32 master, Adam m and v
 constexpr int64_t kFp32Bytes = 4;
 
 // Per-GPU parameters of one layer: attention and dense MLP split over tp, norms and the
@@ -38,12 +36,12 @@ StageParameters layer_parameters(const ModelSpec& model, const ParallelSpec& par
 // Optimizer bytes of a stage's parameters on one GPU.
 int64_t optimizer_bytes(const StageParameters& params, const ParallelSpec& parallel,
                         bool distributed) {
-  if (!distributed) return kOptimizerBytesPerParam * params.total();
+  if (!distributed) return kOptimizerBytesPerParameter * params.total();
   const int64_t dense_shards = parallel.dp * parallel.cp;
   const int64_t expert_shards = std::max<int64_t>(
       1, parallel.dp * parallel.cp * parallel.tp / (parallel.ep * parallel.expert_tp_size()));
-  return ceil_div(kOptimizerBytesPerParam * params.dense, dense_shards) +
-         ceil_div(kOptimizerBytesPerParam * params.expert, expert_shards);
+  return ceil_div(kOptimizerBytesPerParameter * params.dense, dense_shards) +
+         ceil_div(kOptimizerBytesPerParameter * params.expert, expert_shards);
 }
 
 std::string gib_text(int64_t bytes) { return fmt::format("{:.2f}", to_gib(bytes)); }
@@ -169,7 +167,7 @@ std::vector<StageMemory> stage_memory(const ModelSpec& model, const ParallelSpec
     m.stage = p;
     m.parameters = stage_parameters(model, parallel, shape, p);
     m.weight_bytes = dtype_bytes(model.dtype) * m.parameters.total();
-    m.gradient_bytes = kGradientBytesPerParam * m.parameters.total();
+    m.gradient_bytes = kGradientBytesPerParameter * m.parameters.total();
     m.optimizer_bytes = optimizer_bytes(m.parameters, parallel, options.distributed_optimizer);
     m.activation_bytes = peak_activation_bytes[static_cast<size_t>(p)];
     stages.push_back(m);

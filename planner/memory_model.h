@@ -45,6 +45,11 @@
 
 namespace dhelix {
 
+/// Bytes per parameter of the gradients (fp32 main gradients) and of the optimizer states
+/// (Adam's fp32 master weights, first and second moments) before any sharding.
+inline constexpr int64_t kGradientBytesPerParameter = 4;
+inline constexpr int64_t kOptimizerBytesPerParameter = 12;
+
 struct MemoryOptions {
   /// Megatron's distributed optimizer: optimizer states split over the DP group.
   bool distributed_optimizer = false;

@@ -30,7 +30,8 @@ constexpr int kExitCheckFailed = 1;
 constexpr const char* kExitStatuses = R"(
 Exit statuses:
   0  no --fail-if condition met (the plans may still differ)
-  1  a --fail-if condition met; each reason is printed on stderr
+  1  a --fail-if condition met, or (--measured) a rank's model states hold another
+     parameter count than the plan's stage; each reason is printed on stderr
   2  bad input: a malformed plan or a bad flag
   3  a plan file cannot be read
   5  a plan of another major schema version
@@ -151,7 +152,7 @@ int main(int argc, char** argv) {
         ->option_text("FILE");
     app.add_option("--measured", flags->measured,
                    "Compare plan A's prediction with this timeline of dhelix-run --trace: per op "
-                   "kind, per SI block and for the iteration")
+                   "kind, per SI block and for the iteration, and each rank's memory")
         ->option_text("TRACE");
     app.add_option_function<std::string>(
            "--fail-if-off",

@@ -159,6 +159,7 @@ class CudaEngine final : public TrainingEngine {
       workspace_bytes_ = std::max(workspace_bytes_, cudnn->workspace_bytes(attention_->shape));
     }
     workspace_ = pool_->allocate_array<char>(workspace_bytes_);
+    model_->plan_activation_memory(programs);
     finite_flag_ = pool_->allocate_array<int>(1);
     device_model_ = std::make_unique<StageModelOnDevice<CudaBackend>>(
         *model_, [this, compute](StreamHandle stream) {
@@ -179,8 +180,8 @@ class CudaEngine final : public TrainingEngine {
     DHELIX_CUDA(cudaDeviceSynchronize());
   }
 
-  MemoryReport memory_report() override {
-    MemoryReport report;
+  rt::MemoryReport memory_report() override {
+    rt::MemoryReport report;
     // fp32 masters, bf16 compute copies, fp32 gradients and two fp32 AdamW moments.
     for (const CudaParameterView& p : model_->parameters()) {
       report.weight_bytes += p.count * static_cast<int64_t>(sizeof(float) + sizeof(uint16_t));
@@ -188,6 +189,8 @@ class CudaEngine final : public TrainingEngine {
       report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
     }
     report.activation_element_bytes = 2;
+    report.weight_bytes_per_parameter = sizeof(float) + sizeof(uint16_t);
+    model_->fill_memory_report(report);
     return report;
   }
 

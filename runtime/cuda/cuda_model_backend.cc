@@ -92,6 +92,11 @@ void CudaBackend::Memory::upload_bytes(const void* host, void* destination, int6
   DHELIX_CUDA(cudaStreamSynchronize(stream()));
 }
 
+void CudaBackend::Memory::poison(std::byte* pointer, int64_t bytes) {
+  if (bytes == 0) return;
+  DHELIX_CUDA(cudaMemsetAsync(pointer, 0xFF, as_size(bytes), stream()));
+}
+
 void CudaBackend::Memory::download_bytes(const void* source, void* host, int64_t bytes) {
   if (bytes == 0) return;
   DHELIX_CUDA(cudaMemcpyAsync(host, source, as_size(bytes), cudaMemcpyDeviceToHost, stream()));
@@ -244,10 +249,10 @@ void CudaBackend::add_tensors(const Exec& exec, int64_t count, const Act* a, con
   cuda::add_tensors(count, a, b, out, exec.stream);
 }
 
-CudaBackend::RingState CudaBackend::make_ring_state(Memory& memory,
+CudaBackend::RingState CudaBackend::make_ring_state(const rt::RingStateAllocator& allocate,
                                                     const kernels::AttentionShape& shape) {
-  return {.stats = memory.allocate<float>(ring_state_stats_elements(shape)),
-          .acc = memory.allocate<float>(ring_state_acc_elements(shape))};
+  return {.stats = allocate("ring_stats", ring_state_stats_elements(shape)),
+          .acc = allocate("ring_acc", ring_state_acc_elements(shape))};
 }
 
 void CudaBackend::ring_forward_start(const Exec& exec, const kernels::AttentionShape& shape,

@@ -26,6 +26,7 @@
 #include "runtime/cuda/ring_attention_cuda.h"
 #include "runtime/kernels/moe_padded.h"
 #include "runtime/model/element_type.h"
+#include "runtime/model/model_backend.h"
 
 namespace dhelix::cuda {
 
@@ -109,6 +110,9 @@ struct CudaBackend {
     void zero(T* pointer, int64_t count) {
       zero_bytes(pointer, count * static_cast<int64_t>(sizeof(T)));
     }
+    /// Enqueues pointer[0, bytes) = 0xFF (NaN as bf16 and fp32) on the pool stream:
+    /// runtime/model/activation_arena.h.
+    void poison(std::byte* pointer, int64_t bytes);
     /// A new bf16 buffer holding master[count] rounded to nearest even (enqueued).
     Act* compute_copy(float* master, int64_t count);
     /// Enqueues copy[count] = bf16(master[count]).
@@ -168,8 +172,10 @@ struct CudaBackend {
   // RingAttentionBackend concept): runtime/cuda/ring_attention_cuda.h, CpuBackend's
   // contracts with Act = bf16.
   using RingState = cuda::RingDeviceState;
-  /// The state's device buffers for `shape`, allocated from `memory` when a layer is bound.
-  static RingState make_ring_state(Memory& memory, const kernels::AttentionShape& shape);
+  /// The state's device buffers for `shape`, from the model's activation arena when a layer
+  /// is bound.
+  static RingState make_ring_state(const rt::RingStateAllocator& allocate,
+                                   const kernels::AttentionShape& shape);
   static void ring_forward_start(const Exec& exec, const kernels::AttentionShape& shape,
                                  RingState& state);
   static void ring_forward_step(const Exec& exec, const kernels::AttentionShape& shape,

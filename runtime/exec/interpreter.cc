@@ -142,7 +142,12 @@ class Execution {
         return [this, index, data = static_cast<const float*>(bound.buffer),
                 count = model_.boundary_elements(), comm = bound.comm, peer = instruction.peer,
                 tag = instruction.tag] {
+          // The send ends when its data has left the buffer, as a send on a CUDA stream
+          // does: the buffer's memory may then hold another activation (the activation
+          // arena, runtime/memory/buffer_spans.h). Receives are posted before any work, so
+          // this waits for the transfer only, never for the receiver to reach its own.
           transfers_[index] = comm->start_send(data, count, peer, tag);
+          transfers_[index]->wait();
         };
       case InstructionKind::kRecv:
         return [this, index] { transfers_[index]->wait(); };

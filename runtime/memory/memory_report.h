@@ -7,9 +7,12 @@
 // of a traced iteration follow (dhelix-run --trace's "memory" counter track).
 //
 // The plan predicts the same four terms per stage (schemes[].memory, planner/memory_model.h)
-// for the plan's element sizes (2-byte activations and weights); a backend with other element
-// sizes (the CPU's fp32 activations) states its own in activation_element_bytes, and
-// dhelix-diff --measured scales the prediction by it before comparing.
+// for the model's data type; a backend with other element sizes (bf16 activations on CUDA for
+// an fp32 model file) states its own in activation_element_bytes, and dhelix-diff --measured
+// scales the prediction by it before comparing. The plan's activation model counts what the
+// backward reads of the forward; the runtime's working set on top of it (temporaries,
+// gradient buffers) is in the arena but not in that count: activation_counted_peak_bytes is
+// the figure to compare, activation_arena_bytes what the rank really holds.
 
 #include <cstdint>
 #include <string>
@@ -27,6 +30,12 @@ struct ArenaBufferRecord {
   /// -1 / -1 for a buffer live over the whole iteration (tokens, received messages, losses).
   int64_t first_instruction = -1;
   int64_t last_instruction = -1;
+  /// Whether the plan's activation model (planner/memory_model.h) counts it: what the
+  /// backward reads of the forward (the recomputed copy under recompute), the layers'
+  /// inputs and the head's buffers. The rest is the runtime's working set: the forward's
+  /// temporaries, the backward's gradient buffers, the residual gradients and the
+  /// embedding's and the CP ring's messages.
+  bool counted_by_plan = false;
 };
 
 struct MemoryReport {
@@ -38,9 +47,23 @@ struct MemoryReport {
   /// The most bytes of activation buffers live at once at any point of the rank program
   /// (a lower bound on any arena for these lifetimes).
   int64_t activation_live_peak_bytes = 0;
+  /// The most bytes of the buffers the plan counts (ArenaBufferRecord::counted_by_plan)
+  /// live at once: the figure to hold against the plan's activation prediction.
+  int64_t activation_counted_peak_bytes = 0;
   /// Bytes of one activation element on this backend (4: fp32 on the CPU; 2: bf16 on CUDA).
   int64_t activation_element_bytes = 4;
   std::vector<ArenaBufferRecord> buffers;
+
+  // What a model-state term holds per parameter, so that dhelix-diff --measured compares
+  // parameter counts (bytes x shards / bytes per parameter) with the plan's and explains a
+  // difference in bytes by these sizes (emitter/measured_memory.h). The defaults are the
+  // CPU backend's: fp32 master weights that the ops read (4), fp32 gradients (4), AdamW's
+  // two fp32 moments (8), every rank holding its parameters' optimizer states (1 shard).
+  int64_t weight_bytes_per_parameter = 4;
+  int64_t gradient_bytes_per_parameter = 4;
+  int64_t optimizer_bytes_per_parameter = 8;
+  /// Ranks a parameter's optimizer states are split over (1: not split).
+  int64_t optimizer_shards = 1;
 };
 
 }  // namespace dhelix::rt

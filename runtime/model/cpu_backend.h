@@ -13,6 +13,7 @@
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/cpu/ring_attention_cpu.h"
 #include "runtime/model/element_type.h"
+#include "runtime/model/model_backend.h"
 
 namespace dhelix::rt {
 
@@ -45,6 +46,8 @@ struct CpuBackend {
     void zero(T* pointer, int64_t count) {
       std::fill_n(pointer, count, T{});
     }
+    /// Fills bytes with all-ones (NaN as fp32): runtime/model/activation_arena.h.
+    void poison(std::byte* pointer, int64_t bytes) { std::fill_n(pointer, bytes, std::byte{0xFF}); }
     Act* compute_copy(float* master, int64_t /*count*/) { return master; }
     void refresh(const float* /*master*/, Act* /*copy*/, int64_t /*count*/) {}
     Rope rope(cpu::RopeTable table) { return table; }
@@ -144,7 +147,9 @@ struct CpuBackend {
   // RingAttentionBackend concept): runtime/cpu/ring_attention_cpu.h.
   using RingState = cpu::RingForwardState;
   /// Empty: ring_forward_start sizes it (host vectors).
-  static RingState make_ring_state(Memory&, const kernels::AttentionShape&) { return {}; }
+  static RingState make_ring_state(const RingStateAllocator&, const kernels::AttentionShape&) {
+    return {};
+  }
   static void ring_forward_start(const Exec&, const kernels::AttentionShape& shape,
                                  cpu::RingForwardState& state) {
     state.reset(shape);

@@ -50,6 +50,8 @@
 // forward's online-softmax state, made when the layer is bound (B::make_ring_state), since
 // the CUDA backend allocates nothing while an iteration runs.
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <concepts>
 #include <memory>
@@ -59,15 +61,16 @@
 #include <vector>
 
 #include "runtime/cpu/ring_attention_cpu.h"
+#include "runtime/memory/buffer_spans.h"
 #include "runtime/model/stage_model_internal.h"
 
 namespace dhelix::rt::model_detail {
 
 template <class B>
 concept RingAttentionBackend = requires(const typename B::Exec& e, typename B::RingState& f,
-                                        typename B::Memory& memory,
+                                        const RingStateAllocator& allocate,
                                         const kernels::AttentionShape& shape, typename B::Act* x) {
-  { B::make_ring_state(memory, shape) } -> std::same_as<typename B::RingState>;
+  { B::make_ring_state(allocate, shape) } -> std::same_as<typename B::RingState>;
   B::ring_forward_start(e, shape, f);
   B::ring_scale(e, shape, int64_t{1}, x);
   B::copy_tensor(e, int64_t{1}, x, x);
@@ -117,21 +120,55 @@ inline int64_t cp_message(const Dims& d, int64_t i) {
   return cp_block(d) * ((cp_carries_kv(d, i) ? 1 : 0) + (cp_carries_dkv(i) ? 1 : 0));
 }
 
-template <class B>
-std::unique_ptr<CpLayerState<B>> make_cp_state(typename B::Memory& memory, const Dims& d) {
+/// Which of a CP layer state's buffers to make, and their spans
+/// (runtime/memory/buffer_spans.h): the forward ring's (kv, the online state) and the
+/// backward's (messages, shares, dq, delta). The own block kv[0] is not made when
+/// !own_block (selective recompute shares the forward's).
+struct CpStateParts {
+  bool forward = true;
+  bool own_block = true;
+  SpanKind own_block_span = SpanKind::kLayerSaved;
+  SpanKind forward_span = SpanKind::kAttentionForward;
+  bool backward = true;
+};
+
+/// `allocate.template allocate<T>(span kind, name, count)` gives each buffer
+/// (stage_model_impl.h's LayerAllocator).
+template <class B, class Allocator>
+std::unique_ptr<CpLayerState<B>> make_cp_state(Allocator& allocate, const Dims& d,
+                                               const CpStateParts& parts) {
+  using A = typename B::Act;
   auto s = std::make_unique<CpLayerState<B>>();
+  if (parts.forward) {
+    s->kv.assign(static_cast<size_t>(d.cp), nullptr);
+    for (int64_t i = 0; i < d.cp; ++i) {
+      if (i == 0 && !parts.own_block) continue;
+      s->kv[static_cast<size_t>(i)] =
+          allocate.template allocate<A>(i == 0 ? parts.own_block_span : parts.forward_span,
+                                        fmt::format("cp.kv{}", i), cp_block(d));
+    }
+    s->forward = B::make_ring_state(
+        [&](std::string_view name, int64_t count) {
+          return allocate.template allocate<float>(parts.forward_span, "cp." + std::string(name),
+                                                   count);
+        },
+        attention_shape(d));
+  }
+  if (!parts.backward) return s;
+  const SpanKind back = SpanKind::kAttentionBackward;
   for (int64_t i = 0; i < d.cp; ++i) {
-    s->kv.push_back(memory.template allocate<typename B::Act>(cp_block(d)));
-    s->share.push_back(memory.template allocate<typename B::Act>(cp_block(d)));
+    s->share.push_back(
+        allocate.template allocate<A>(back, fmt::format("cp.share{}", i), cp_block(d)));
   }
   for (int64_t i = 0; i <= d.cp; ++i) {
     const int64_t count = cp_message(d, i);
-    s->send.push_back(i == 0 ? nullptr : memory.template allocate<typename B::Act>(count));
-    s->recv.push_back(memory.template allocate<typename B::Act>(count));
+    s->send.push_back(
+        i == 0 ? nullptr : allocate.template allocate<A>(back, fmt::format("cp.send{}", i), count));
+    s->recv.push_back(allocate.template allocate<A>(back, fmt::format("cp.recv{}", i), count));
   }
-  s->dq = memory.template allocate<typename B::Act>(d.tokens * d.q_width);
-  s->forward = B::make_ring_state(memory, attention_shape(d));
-  s->delta = memory.template allocate<float>(d.micro_batch * d.heads * d.seq_shard);
+  s->dq = allocate.template allocate<A>(back, "cp.dq", d.tokens * d.q_width);
+  s->delta =
+      allocate.template allocate<float>(back, "cp.delta", d.micro_batch * d.heads * d.seq_shard);
   return s;
 }
 

@@ -18,6 +18,7 @@
 //     upload(host, dst, count)    host -> memory, done when it returns (T = float, int64_t)
 //     download(src, host, count)  memory -> host, after the work writing src has finished
 //     zero(p, count)              p[0, count) = 0 before any op enqueued after the call
+//     poison(bytes, n)            bytes[0, n) = 0xFF (NaN): the activation arena's fill
 //     compute_copy(master, count) the Act copy of fp32 master weights (CPU: master itself)
 //     refresh(master, copy, count) rewrites a compute copy (CPU: nothing)
 //     rope(table)                 the table in the kernels' memory
@@ -33,11 +34,17 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
+#include <string_view>
 
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/model/element_type.h"
 
 namespace dhelix::rt {
+
+/// Where a backend's ring-attention state (B::make_ring_state) gets its fp32 buffers: the
+/// model's activation arena (runtime/model/activation_arena.h), by name.
+using RingStateAllocator = std::function<float*(std::string_view name, int64_t count)>;
 
 template <class B>
 concept ModelBackend = requires(typename B::Memory& memory, const typename B::Exec& exec,

@@ -42,6 +42,8 @@
 #include <vector>
 
 #include "lib/job_spec.h"
+#include "lib/plan/rank_program.h"
+#include "runtime/memory/memory_report.h"
 #include "runtime/model/cpu_backend.h"
 #include "runtime/model/element_type.h"
 #include "runtime/model/model_backend.h"
@@ -161,6 +163,16 @@ class BasicStageModel {
   /// bwd.recompute.<op> binds fwd.<op> over the layer's recompute buffers, which every
   /// backward op then reads (docs/runtime.md, "Activation recompute").
   BoundOp bind(const OpRef& ref);
+
+  /// Lays out the activation arena for `programs` (every program this rank will run;
+  /// runtime/model/activation_arena.h) unless the environment says
+  /// DHELIX_ACTIVATION_ARENA=separate: binds each instruction once to learn the buffers,
+  /// plans their places from the programs' lifetimes and forgets the bindings, so that
+  /// later binding (the executors') puts every activation in the arena. Call once, before
+  /// the first execution; without it every buffer is an allocation of its own.
+  void plan_activation_memory(const std::vector<const RankProgram*>& programs);
+  /// The activation part of the rank's memory report (zero before plan_activation_memory).
+  void fill_memory_report(MemoryReport& report) const;
 
   /// Elements in one residual-stream buffer (rows of this rank x hidden).
   int64_t boundary_elements() const;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "runtime/model/activation_arena.h"
 #include "runtime/model/layer_ops_backward.h"
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/layer_ops_forward.h"
@@ -33,9 +34,12 @@ struct BasicStageModel<B>::Impl {
   using A = typename B::Act;
   using Key = std::pair<int64_t, int64_t>;  // (micro-batch, layer)
 
-  explicit Impl(typename B::MemoryConfig config) : memory(config) {}
+  explicit Impl(typename B::MemoryConfig config) : memory(config), arena(memory) {}
 
   typename B::Memory memory;
+  // Every activation buffer: its span and name, and (once plan_activation_memory has run)
+  // its place in the rank's arena (runtime/model/activation_arena.h).
+  ActivationArena<typename B::Memory> arena;
   model_detail::Dims dims;
   int64_t rank = 0;
   std::map<int64_t, model_detail::LayerParameters<B>> layers;  // by absolute layer index
@@ -43,9 +47,12 @@ struct BasicStageModel<B>::Impl {
   std::optional<typename B::Rope> rope;
   float loss_scale = 1.0f;
   std::vector<char> loss_ran;  // by micro-batch: fwd.loss ran (or was enqueued) this iteration
-  // Buffers, created on first use and never freed (closures hold their addresses).
+  // Buffers, created on first use (closures hold their addresses) from the arena.
   std::map<Key, A*> residuals, residual_grads;
+  // Tokens and per-token losses: written before and read after an iteration, so outside the
+  // arena, made once.
   std::map<int64_t, model_detail::TokenBuffers<B>> tokens;
+  std::map<int64_t, float*> token_losses;
   std::map<Key, std::unique_ptr<model_detail::LayerState<B>>> layer_states;
   // Activation recompute (the plan's bwd.recompute.* ops): the backward reads the
   // recomputed activations from states of their own, never the forward's (see bind).
@@ -62,27 +69,80 @@ struct BasicStageModel<B>::Impl {
   static constexpr bool kRunsMoe = !std::is_same_v<MoeLayers, NoMoeLayers>;
   std::unique_ptr<MoeLayers> moe;
 
-  A* boundary(std::map<Key, A*>& buffers, int64_t micro_batch, int64_t layer) {
+  A* boundary(std::map<Key, A*>& buffers, SpanKind kind, int64_t micro_batch, int64_t layer) {
     DHELIX_CHECK(micro_batch >= 0);
     A*& buffer = buffers[{micro_batch, layer}];
-    if (buffer == nullptr) buffer = memory.template allocate<A>(dims.residual_elements());
+    if (buffer == nullptr) {
+      // The plan counts a layer's input (Korthikanti's norm input), not residual gradients.
+      buffer = arena.template allocate<A>({kind, micro_batch, layer}, "x", dims.residual_elements(),
+                                          kind == SpanKind::kResidual);
+    }
     return buffer;
   }
   A* residual(int64_t mb, int64_t layer) {
     DHELIX_CHECK(layer >= 0 && layer <= dims.num_layers);
-    return boundary(residuals, mb, layer);
+    return boundary(residuals, SpanKind::kResidual, mb, layer);
   }
   A* residual_grad(int64_t mb, int64_t layer) {
     DHELIX_CHECK(layer >= -1 && layer < dims.num_layers);
-    return boundary(residual_grads, mb, layer);
+    return boundary(residual_grads, SpanKind::kResidualGrad, mb, layer);
   }
-  A* allocate(int64_t count) { return memory.template allocate<A>(count); }
-  float* allocate_f32(int64_t count) { return memory.template allocate<float>(count); }
+  /// The arena's buffers of one (micro-batch, layer) or stage extra; `prefix` keeps apart
+  /// the names of the states that share a span (the recompute state's "re.").
+  struct LayerAllocator {
+    Impl& m;
+    int64_t mb = 0;
+    int64_t layer = -1;
+    std::string prefix;
+    /// Whether the plan's activation model counts what is allocated (memory_report.h):
+    /// saved spans and the head always, and what sets this (the recompute state's copy of
+    /// the saved activations).
+    bool counted = false;
+    template <class T>
+    T* allocate(SpanKind kind, std::string_view name, int64_t count, bool uncounted = false) {
+      const bool plan_counts =
+          !uncounted && (counted || kind == SpanKind::kLayerSaved || kind == SpanKind::kHead);
+      return m.arena.template allocate<T>({kind, mb, layer}, prefix + std::string(name), count,
+                                          plan_counts);
+    }
+    A* act(SpanKind kind, std::string_view name, int64_t count) {
+      return allocate<A>(kind, name, count);
+    }
+    float* f32(SpanKind kind, std::string_view name, int64_t count) {
+      return allocate<float>(kind, name, count);
+    }
+    /// Per-row statistics (rstd, lse): Korthikanti's count leaves them out, as the plan.
+    float* stat(SpanKind kind, std::string_view name, int64_t count) {
+      return allocate<float>(kind, name, count, true);
+    }
+  };
+  /// Which forward buffers live how long (allocate_forward): the plain forward keeps what
+  /// the backward reads; under full recompute the forward keeps nothing (the backward reads
+  /// the recompute state) and the recompute state lives in the backward; under selective
+  /// recompute the forward drops the core attention's buffers the backward recomputes.
+  enum class ForwardRole { kPlain, kFullRecomputeForward, kSelectiveForward, kRecompute };
+  float* token_loss(int64_t mb) {
+    float*& loss = token_losses[mb];
+    if (loss == nullptr) loss = memory.template allocate<float>(dims.tokens);
+    return loss;
+  }
+  /// Forgets every activation buffer and state (plan_activation_memory, after the layout).
+  void drop_activation_states() {
+    residuals.clear();
+    residual_grads.clear();
+    layer_states.clear();
+    recompute_states.clear();
+    embedding_states.clear();
+    head_states.clear();
+    cp_states.clear();
+    recompute_cp_states.clear();
+  }
 
   model_detail::TokenBuffers<B>& token_buffers(int64_t mb);
   model_detail::LayerState<B>& layer_state(int64_t mb, int64_t layer);
   model_detail::LayerState<B>& recompute_state(int64_t mb, int64_t layer);
-  void allocate_forward(model_detail::LayerState<B>& s);
+  void allocate_forward(model_detail::LayerState<B>& s, LayerAllocator& a, ForwardRole role);
+  void allocate_backward(model_detail::LayerState<B>& s, LayerAllocator& a);
   model_detail::EmbeddingState<B>& embedding_state(int64_t mb);
   model_detail::CpLayerState<B>& cp_state(int64_t mb, int64_t layer, bool recomputing);
   model_detail::HeadState<B>& head_state(int64_t mb);
@@ -110,55 +170,105 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::layer_state(int64_t mb, i
   if (slot) return *slot;
   slot = std::make_unique<model_detail::LayerState<B>>();
   model_detail::LayerState<B>& s = *slot;
-  const model_detail::Dims& d = dims;
-  const int64_t res = d.residual_elements(), full = d.full_elements(), t = d.tokens;
   s.x = residual(mb, layer);
   s.out = residual(mb, layer + 1);
   s.dout = residual_grad(mb, layer);
   s.dx = residual_grad(mb, layer - 1);
-  allocate_forward(s);
-  // Backward.
-  s.d_mlp_full = d.sp ? allocate(full) : s.dout;
-  s.d_act = allocate(t * d.ffn);
-  s.d_gate_up = allocate(t * 2 * d.ffn);
-  s.d_mlp_in = allocate(full);
-  s.d_ln2_out = d.sp ? allocate(res) : s.d_mlp_in;
-  s.d_h1 = allocate(res);
-  s.d_attn_full = d.sp ? allocate(full) : s.d_h1;
-  s.d_attn_out = allocate(t * d.q_width);
-  s.dq = allocate(t * d.q_width);
-  s.dk = allocate(t * d.kv_width);
-  s.dv = allocate(t * d.kv_width);
-  s.d_qkv = allocate(t * d.qkv_width);
-  s.d_attn_in = allocate(full);
-  s.d_ln1_out = d.sp ? allocate(res) : s.d_attn_in;
-  s.attn_delta = allocate_f32(d.micro_batch * d.heads * d.seq_shard);
+  LayerAllocator a{*this, mb, layer, ""};
+  allocate_forward(s, a,
+                   recompute == RecomputeGranularity::kFull ? ForwardRole::kFullRecomputeForward
+                   : recompute == RecomputeGranularity::kSelective ? ForwardRole::kSelectiveForward
+                                                                   : ForwardRole::kPlain);
+  // Under full recompute every backward op reads the recompute state, which has its own;
+  // selective recompute's copies these (bwd.proj_wgrad reads this state: bind's kept_output).
+  if (recompute != RecomputeGranularity::kFull) allocate_backward(s, a);
   return s;
 }
 
 template <class B>
-void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s) {
+void BasicStageModel<B>::Impl::allocate_backward(model_detail::LayerState<B>& s,
+                                                 LayerAllocator& a) {
   const model_detail::Dims& d = dims;
   const int64_t res = d.residual_elements(), full = d.full_elements(), t = d.tokens;
-  s.ln1_out = allocate(res);
-  s.ln1_rstd = allocate_f32(d.rows);
-  s.attn_in = d.sp ? allocate(full) : s.ln1_out;
-  s.qkv = allocate(t * d.qkv_width);
-  s.q = allocate(t * d.q_width);
-  s.k = allocate(t * d.kv_width);
-  s.v = allocate(t * d.kv_width);
-  s.attn_out = allocate(t * d.q_width);
-  s.lse = allocate_f32(d.micro_batch * d.heads * d.seq_shard);
-  s.proj_out = allocate(full);
-  s.attn_branch = d.sp ? allocate(res) : s.proj_out;
-  s.h1 = allocate(res);
-  s.ln2_out = allocate(res);
-  s.ln2_rstd = allocate_f32(d.rows);
-  s.mlp_in = d.sp ? allocate(full) : s.ln2_out;
-  s.gate_up = allocate(t * 2 * d.ffn);
-  s.act = allocate(t * d.ffn);
-  s.fc2_out = allocate(full);
-  s.mlp_branch = d.sp ? allocate(res) : s.fc2_out;
+  // The MLP block's backward runs first; d_h1, its result, is what the attention block's
+  // backward starts from.
+  const SpanKind mlp = SpanKind::kMlpBackward, attn = SpanKind::kAttentionBackward;
+  s.d_mlp_full = d.sp ? a.act(mlp, "d_mlp_full", full) : s.dout;
+  s.d_act = a.act(mlp, "d_act", t * d.ffn);
+  s.d_gate_up = a.act(mlp, "d_gate_up", t * 2 * d.ffn);
+  s.d_mlp_in = a.act(mlp, "d_mlp_in", full);
+  s.d_ln2_out = d.sp ? a.act(mlp, "d_ln2_out", res) : s.d_mlp_in;
+  s.d_h1 = a.act(SpanKind::kLayerBackward, "d_h1", res);
+  s.d_attn_full = d.sp ? a.act(attn, "d_attn_full", full) : s.d_h1;
+  s.d_attn_out = a.act(attn, "d_attn_out", t * d.q_width);
+  s.dq = a.act(attn, "dq", t * d.q_width);
+  s.dk = a.act(attn, "dk", t * d.kv_width);
+  s.dv = a.act(attn, "dv", t * d.kv_width);
+  s.d_qkv = a.act(attn, "d_qkv", t * d.qkv_width);
+  s.d_attn_in = a.act(attn, "d_attn_in", full);
+  s.d_ln1_out = d.sp ? a.act(attn, "d_ln1_out", res) : s.d_attn_in;
+  s.attn_delta = a.stat(attn, "attn_delta", d.micro_batch * d.heads * d.seq_shard);
+}
+
+// The forward's buffers. Saved (read by the backward: layer_ops_backward.h): the norms'
+// rstd, the GEMM inputs attn_in and mlp_in (== the norm outputs without SP), q, k, v, the
+// attention output and lse, h1, gate_up and act. The rest (qkv, the GEMM outputs, the
+// sharded norm outputs and branches under SP) die with the layer's forward.
+template <class B>
+void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, LayerAllocator& a,
+                                                ForwardRole role) {
+  const model_detail::Dims& d = dims;
+  const int64_t res = d.residual_elements(), full = d.full_elements(), t = d.tokens;
+  // Temporaries die with their block's forward (recomputed: with the repeated forward).
+  // What the backward reads lives from the forward to the backward; under full recompute
+  // the forward keeps none of it (each block's dies with the block's forward, h1 with the
+  // layer's) and the recompute state's lives in the backward block that reads it.
+  SpanKind attn_temp = SpanKind::kAttentionForward, mlp_temp = SpanKind::kMlpForward;
+  SpanKind attn_saved = SpanKind::kLayerSaved, mlp_saved = SpanKind::kLayerSaved;
+  SpanKind h1_span = SpanKind::kLayerSaved;
+  if (role == ForwardRole::kFullRecomputeForward) {
+    attn_saved = SpanKind::kAttentionForward;
+    mlp_saved = SpanKind::kMlpForward;
+    h1_span = SpanKind::kLayerForward;
+  } else if (role == ForwardRole::kRecompute) {
+    attn_temp = mlp_temp = SpanKind::kRecomputeForward;
+    attn_saved = SpanKind::kAttentionBackward;
+    mlp_saved = SpanKind::kMlpBackward;
+    h1_span = SpanKind::kLayerBackward;
+  }
+  // Selective recompute repeats the core attention: its q (but under CP, where gemm_qkv
+  // makes q), k, v and lse are the recompute state's; the output stays saved for
+  // bwd.proj_wgrad (bind's kept_output).
+  const bool selective = role == ForwardRole::kSelectiveForward;
+  const SpanKind core = selective ? SpanKind::kAttentionForward : attn_saved;
+  // The repeated forward's saved activations are what the plan's recompute transient
+  // counts (planner/memory_model.h); its temporaries are not.
+  const auto saved_act = [&](SpanKind kind, std::string_view name, int64_t count) {
+    a.counted = role == ForwardRole::kRecompute;
+    A* buffer = a.act(kind, name, count);
+    a.counted = false;
+    return buffer;
+  };
+  s.ln1_out = d.sp ? a.act(attn_temp, "ln1_out", res) : saved_act(attn_saved, "ln1_out", res);
+  s.ln1_rstd = a.stat(attn_saved, "ln1_rstd", d.rows);
+  s.attn_in = d.sp ? saved_act(attn_saved, "attn_in", full) : s.ln1_out;
+  s.qkv = a.act(attn_temp, "qkv", t * d.qkv_width);
+  s.q = saved_act(selective && d.cp == 1 ? core : attn_saved, "q", t * d.q_width);
+  s.k = saved_act(core, "k", t * d.kv_width);
+  s.v = saved_act(core, "v", t * d.kv_width);
+  s.attn_out = saved_act(attn_saved, "attn_out", t * d.q_width);
+  s.lse = a.stat(core, "lse", d.micro_batch * d.heads * d.seq_shard);
+  s.proj_out = a.act(attn_temp, "proj_out", full);
+  s.attn_branch = d.sp ? a.act(attn_temp, "attn_branch", res) : s.proj_out;
+  s.h1 = saved_act(h1_span, "h1", res);
+  // A MoE MLP reads its input rows (ln2_out, sharded under SP) in its backward too.
+  s.ln2_out = d.sp && !moe ? a.act(mlp_temp, "ln2_out", res) : saved_act(mlp_saved, "ln2_out", res);
+  s.ln2_rstd = a.stat(mlp_saved, "ln2_rstd", d.rows);
+  s.mlp_in = d.sp ? saved_act(mlp_saved, "mlp_in", full) : s.ln2_out;
+  s.gate_up = saved_act(mlp_saved, "gate_up", t * 2 * d.ffn);
+  s.act = saved_act(mlp_saved, "act", t * d.ffn);
+  s.fc2_out = a.act(mlp_temp, "fc2_out", full);
+  s.mlp_branch = d.sp ? a.act(mlp_temp, "mlp_branch", res) : s.fc2_out;
 }
 
 // A copy of the stored state whose recomputed activations live in buffers of their own:
@@ -174,17 +284,20 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::recompute_state(int64_t m
   slot = std::make_unique<model_detail::LayerState<B>>(layer_state(mb, layer));
   model_detail::LayerState<B>& s = *slot;
   const model_detail::Dims& d = dims;
+  LayerAllocator a{*this, mb, layer, "re."};
+  const SpanKind attn = SpanKind::kAttentionBackward;  // selective: the attention block's
   if (recompute == RecomputeGranularity::kFull) {
-    allocate_forward(s);
-    s.out = allocate(d.residual_elements());
+    allocate_forward(s, a, ForwardRole::kRecompute);
+    s.out = a.act(SpanKind::kRecomputeForward, "out", d.residual_elements());
   } else {
     // Under CP, q is split and rotated by fwd.gemm_qkv, which selective recompute keeps.
-    if (d.cp == 1) s.q = allocate(d.tokens * d.q_width);
-    s.k = allocate(d.tokens * d.kv_width);
-    s.v = allocate(d.tokens * d.kv_width);
-    s.attn_out = allocate(d.tokens * d.q_width);
-    s.lse = allocate_f32(d.micro_batch * d.heads * d.seq_shard);
+    if (d.cp == 1) s.q = a.act(attn, "q", d.tokens * d.q_width);
+    s.k = a.act(attn, "k", d.tokens * d.kv_width);
+    s.v = a.act(attn, "v", d.tokens * d.kv_width);
+    s.attn_out = a.act(attn, "attn_out", d.tokens * d.q_width);
+    s.lse = a.stat(attn, "lse", d.micro_batch * d.heads * d.seq_shard);
   }
+  if (recompute == RecomputeGranularity::kFull) allocate_backward(s, a);
   return s;
 }
 
@@ -197,10 +310,22 @@ model_detail::CpLayerState<B>& BasicStageModel<B>::Impl::cp_state(int64_t mb, in
   std::unique_ptr<model_detail::CpLayerState<B>>& slot =
       (recomputing ? recompute_cp_states : cp_states)[{mb, layer}];
   if (slot) return *slot;
-  slot = model_detail::make_cp_state<B>(memory, dims);
-  if (recomputing && recompute == RecomputeGranularity::kSelective) {
-    slot->kv[0] = cp_state(mb, layer, false).kv[0];
+  // Without recompute one state holds both rings; with it the forward's state holds the
+  // forward ring only and the recomputing state both (the repeated forward ring and the
+  // backward's), its own block shared with the forward's under selective recompute.
+  model_detail::CpStateParts parts;
+  const bool full = recompute == RecomputeGranularity::kFull;
+  const bool selective = recompute == RecomputeGranularity::kSelective;
+  if (recompute != RecomputeGranularity::kNone && !recomputing) {
+    parts.backward = false;
+    if (full) parts.own_block_span = SpanKind::kAttentionForward;
+  } else if (recomputing) {
+    parts.own_block = !selective;
+    parts.own_block_span = parts.forward_span = SpanKind::kAttentionBackward;
   }
+  LayerAllocator a{*this, mb, layer, recomputing ? "re." : ""};
+  slot = model_detail::make_cp_state<B>(a, dims, parts);
+  if (recomputing && selective) slot->kv[0] = cp_state(mb, layer, false).kv[0];
   return *slot;
 }
 
@@ -210,10 +335,12 @@ model_detail::EmbeddingState<B>& BasicStageModel<B>::Impl::embedding_state(int64
   if (slot) return *slot;
   slot = std::make_unique<model_detail::EmbeddingState<B>>();
   model_detail::EmbeddingState<B>& s = *slot;
+  LayerAllocator a{*this, mb, -1, ""};
   s.out = residual(mb, 0);
-  s.partial = dims.sp ? allocate(dims.full_elements()) : s.out;
+  s.partial = dims.sp ? a.act(SpanKind::kEmbeddingForward, "partial", dims.full_elements()) : s.out;
   s.dout = residual_grad(mb, -1);
-  s.dout_full = dims.sp ? allocate(dims.full_elements()) : s.dout;
+  s.dout_full =
+      dims.sp ? a.act(SpanKind::kEmbeddingBackward, "dout_full", dims.full_elements()) : s.dout;
   return s;
 }
 
@@ -225,19 +352,23 @@ model_detail::HeadState<B>& BasicStageModel<B>::Impl::head_state(int64_t mb) {
   model_detail::HeadState<B>& s = *slot;
   const model_detail::Dims& d = dims;
   const int64_t stats = d.tokens * cpu::kVocabStatsPerRow;
+  // The head runs forward and backward as one task (the loss's micro-batch), so its buffers
+  // share one span.
+  LayerAllocator a{*this, mb, -1, ""};
+  const SpanKind k = SpanKind::kHead;
   s.x = residual(mb, d.num_layers);
   s.dx = residual_grad(mb, d.num_layers - 1);
-  s.norm_out = allocate(d.residual_elements());
-  s.norm_rstd = allocate_f32(d.rows);
-  s.head_in = d.sp ? allocate(d.full_elements()) : s.norm_out;
-  s.logits = allocate(d.tokens * d.vocab_local);
-  s.stats_local = allocate_f32(stats);
-  s.stats_all = d.tp > 1 ? allocate_f32(d.tp * stats) : s.stats_local;
-  s.lse = allocate_f32(d.tokens);
-  s.token_loss = allocate_f32(d.tokens);
-  s.dlogits = allocate(d.tokens * d.vocab_local);
-  s.d_head_in = allocate(d.full_elements());
-  s.d_norm_out = d.sp ? allocate(d.residual_elements()) : s.d_head_in;
+  s.norm_out = a.act(k, "norm_out", d.residual_elements());
+  s.norm_rstd = a.f32(k, "norm_rstd", d.rows);
+  s.head_in = d.sp ? a.act(k, "head_in", d.full_elements()) : s.norm_out;
+  s.logits = a.act(k, "logits", d.tokens * d.vocab_local);
+  s.stats_local = a.f32(k, "stats_local", stats);
+  s.stats_all = d.tp > 1 ? a.f32(k, "stats_all", d.tp * stats) : s.stats_local;
+  s.lse = a.f32(k, "lse", d.tokens);
+  s.token_loss = token_loss(mb);
+  s.dlogits = a.act(k, "dlogits", d.tokens * d.vocab_local);
+  s.d_head_in = a.act(k, "d_head_in", d.full_elements());
+  s.d_norm_out = d.sp ? a.act(k, "d_norm_out", d.residual_elements()) : s.d_head_in;
   return s;
 }
 
@@ -459,6 +590,37 @@ BasicBoundOp<B> BasicStageModel<B>::bind_moe(const OpRef& ref) {
 }
 
 template <class B>
+void BasicStageModel<B>::plan_activation_memory(const std::vector<const RankProgram*>& programs) {
+  Impl& m = *impl_;
+  if (programs.empty() || m.arena.placed() || !activation_arena_wanted()) return;
+  // Which buffers exist: bind every instruction once with fake addresses...
+  m.arena.begin_layout();
+  for (const RankProgram* program : programs) {
+    for (const Instruction& in : program->instructions) {
+      if (in.kind == InstructionKind::kSend || in.kind == InstructionKind::kRecv) {
+        static_cast<void>(in.gradient ? m.residual_grad(in.micro_batch, in.layer)
+                                      : m.residual(in.micro_batch, in.layer));
+      } else {
+        static_cast<void>(bind(
+            OpRef{.op = std::string(in.op), .layer = in.layer, .micro_batch = in.micro_batch}));
+      }
+    }
+  }
+  // ...then place them, and forget the states that hold fake addresses: the executors' own
+  // binding makes them again at their places.
+  m.arena.place(programs, m.dims.num_layers, [](std::string_view op) {
+    return model_detail::is_embedding_op(std::string(op)) ? ExtraOwner::kEmbedding
+                                                          : ExtraOwner::kHead;
+  });
+  m.drop_activation_states();
+}
+
+template <class B>
+void BasicStageModel<B>::fill_memory_report(MemoryReport& report) const {
+  impl_->arena.fill_report(report);
+}
+
+template <class B>
 int64_t BasicStageModel<B>::boundary_elements() const {
   return impl_->dims.residual_elements();
 }
@@ -481,7 +643,7 @@ std::vector<float> BasicStageModel<B>::micro_batch_losses() {
   for (size_t mb = 0; mb < m.loss_ran.size(); ++mb) {
     if (!m.loss_ran[mb]) continue;
     const int64_t key = static_cast<int64_t>(mb);
-    m.memory.download(m.head_states.at(key)->token_loss, token_loss.data(), m.dims.tokens);
+    m.memory.download(m.token_losses.at(key), token_loss.data(), m.dims.tokens);
     losses[mb] = model_detail::mean_valid_loss(token_loss, m.tokens.at(key).host_targets);
   }
   return losses;

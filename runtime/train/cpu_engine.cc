@@ -31,6 +31,7 @@ class CpuEngine final : public TrainingEngine {
   // its instructions finish the gradients (gradient_reduction.h).
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
     comms_ = std::make_unique<RankComms>(groups);
+    model_.plan_activation_memory(programs);
     const std::vector<ParameterView> params = model_.parameters();
     std::vector<std::string> names;
     std::vector<int64_t> sizes;
@@ -117,10 +118,15 @@ class CpuEngine final : public TrainingEngine {
       if (!sharded_) report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
     }
     if (sharded_) {
+      // This rank's shards, padding included (gradient_reduction.h); the dense buckets'
+      // group is what the states are split over (the experts' is the expert-data-parallel
+      // group: docs/runtime.md, "Data-parallel gradient reduction").
       report.optimizer_bytes =
           2 * sharded_->shard_elements_held() * static_cast<int64_t>(sizeof(float));
+      report.optimizer_shards = reducer_->dense_group_size();
     }
     report.activation_element_bytes = sizeof(float);
+    model_.fill_memory_report(report);
     return report;
   }
 

@@ -162,6 +162,8 @@ class GradientReducer {
   const std::vector<float>& shard_gradient(size_t bucket) const { return shards_[bucket]; }
   /// The group bucket `bucket` is summed over.
   Communicator& group_of(size_t bucket) const;
+  /// Members of the DP x CP group (the dense buckets').
+  int64_t dense_group_size() const { return groups_.dense->size(); }
 
  private:
   // Per program: the buckets each instruction writes into, and each bucket's writers.

@@ -16,6 +16,7 @@
 #include "lib/plan/plan_writer.h"
 #include "lib/plan_identity.h"
 #include "runtime/comm/mpi_environment.h"
+#include "runtime/train/memory_timeline.h"
 
 namespace dhelix::rt {
 namespace {
@@ -240,6 +241,23 @@ void add_step_events(const PlanStage& stage, const RankProgram& program, const S
   }
 }
 
+// The "memory" counter track of one rank over its traced steps (memory_timeline.h).
+void add_memory_events(const RankMemory& memory, const RankProgram& program,
+                       const std::vector<int64_t>& map, const std::vector<StepRecord>& steps,
+                       int64_t rank, const RankClock& clock, OrderedJson& events) {
+  if (program.mode == ExecutionMode::kSequential && map.empty()) return;  // not the same program
+  for (const StepRecord& s : steps) {
+    for (const MemorySample& sample :
+         activation_timeline(memory.report, s.ops, map, s.iteration_start_ns, s.iteration_end_ns)) {
+      events.push_back({{"name", "memory"},
+                        {"ph", "C"},
+                        {"ts", clock.us(sample.time_ns)},
+                        {"pid", rank},
+                        {"args", {{"activation_bytes", sample.bytes}}}});
+    }
+  }
+}
+
 std::string trace_text(const OrderedJson& events, const OrderedJson& other) {
   std::string out = "{\"traceEvents\": [\n";
   for (size_t i = 0; i < events.size(); ++i) {
@@ -287,10 +305,21 @@ void RunTrace::write(const std::string& path, const Plan& plan, const JobSpec& j
     for (const StepRecord& s : records[r].steps) {
       add_step_events(*stage, program, s, static_cast<int64_t>(r), clock, events);
     }
+    if (r < memory_.size()) {
+      // Buffer lifetimes index the co-executed program; a sequential trace's are mapped.
+      const std::vector<int64_t> map =
+          mode_ == ExecutionMode::kSequential
+              ? instruction_map(lower_rank_program(plan, job, static_cast<int64_t>(r),
+                                                   ExecutionMode::kCoExecuted),
+                                program)
+              : std::vector<int64_t>{};
+      add_memory_events(memory_[r], program, map, records[r].steps, static_cast<int64_t>(r), clock,
+                        events);
+    }
   }
   OrderedJson steps = OrderedJson::array();
   for (const StepRecord& s : steps_) steps.push_back(s.step);
-  const OrderedJson other = {
+  OrderedJson other = {
       {"job", plan.job.name},
       {"schema_version", plan.schema_version},
       {"num_micro_batches", plan.num_micro_batches},
@@ -305,6 +334,11 @@ void RunTrace::write(const std::string& path, const Plan& plan, const JobSpec& j
       {"clock",
        "steady_clock, one per host, origin at a barrier before the first step (the lowest "
        "rank's reading on each host)"}};
+  if (!memory_.empty()) {
+    OrderedJson memory = OrderedJson::array();
+    for (const RankMemory& m : memory_) memory.push_back(memory_record_json(m));
+    other["memory"] = std::move(memory);
+  }
   write_file_atomically(path, trace_text(events, other));
 }
 

@@ -23,9 +23,21 @@
 //                                       "dp_param_gather" per bucket: the previous step's
 //                                       weights, gathered during this step when
 //                                       overlapped (the last step's are not traced)
+//                                     counter "memory" ("ph": "C", per process): the
+//                                       activation bytes live over each step, args
+//                                       {"activation_bytes": N}, one event per change
+//                                       (memory_timeline.h)
 //
 // Slices carry "args": step, instruction, task label, micro_batch, layer, block, group. A
 // sequential run (--sequential) has every instruction on the compute thread (it runs there).
+//
+// Metadata ("otherData"): job, schema_version, num_micro_batches, plan_identity, measured
+// (true), schedule, ranks, steps, hosts, clock, and "memory": per rank, in rank order, its
+// measured memory in exact bytes (memory_record.h, memory_record_json): {rank, stage,
+// weight_bytes, gradient_bytes, optimizer_bytes, activation_arena_bytes,
+// activation_live_peak_bytes, activation_element_bytes, weight_bytes_per_parameter,
+// gradient_bytes_per_parameter, optimizer_bytes_per_parameter, optimizer_shards, buffers}:
+// what dhelix-diff --measured compares with the plan's stage memory.
 //
 // Clock: steady_clock (CLOCK_MONOTONIC), one per host. Before the first step the ranks pass
 // a barrier and each reads its clock; every rank's times are relative to the reading of the
@@ -41,6 +53,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/job_spec.h"
@@ -48,6 +61,7 @@
 #include "lib/plan/rank_program.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/gradient_reduction.h"
+#include "runtime/train/memory_record.h"
 
 namespace dhelix::rt {
 
@@ -72,6 +86,10 @@ class RunTrace {
   /// The record the next step fills (valid until the next call).
   StepRecord& add_step(int64_t step);
 
+  /// Every rank's memory (gather_rank_memory's answer; read on rank 0 only): the "memory"
+  /// counter tracks and otherData.memory. Without it the trace has neither.
+  void set_memory(std::vector<RankMemory> ranks) { memory_ = std::move(ranks); }
+
   /// Collective over MPI_COMM_WORLD: rank 0 gathers every rank's records and writes the
   /// trace to `path` atomically (Error(kIo) naming the path when it cannot).
   void write(const std::string& path, const Plan& plan, const JobSpec& job) const;
@@ -81,6 +99,7 @@ class RunTrace {
   int64_t rank_ = 0;
   int64_t origin_ns_ = 0;
   std::vector<StepRecord> steps_;
+  std::vector<RankMemory> memory_;
 };
 
 }  // namespace dhelix::rt

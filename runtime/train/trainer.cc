@@ -31,6 +31,7 @@
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/checkpoint_identity.h"
 #include "runtime/train/context_split.h"
+#include "runtime/train/memory_record.h"
 #include "runtime/train/moe_support.h"
 #include "runtime/train/rank_agreement.h"
 #include "runtime/train/rank_comms.h"
@@ -352,6 +353,11 @@ int64_t Trainer::start_training() {
   return first_step;
 }
 
+// Collective: every rank's memory (runtime/train/memory_record.h), at rank 0.
+std::vector<RankMemory> Trainer::gather_memory() {
+  return gather_rank_memory(rank_, co_executed_.stage, engine_->memory_report());
+}
+
 // Rank 0's last line: what the run did.
 void Trainer::print_summary(int64_t first_step, double seconds, float loss) const {
   if (rank_ != 0) return;
@@ -420,10 +426,13 @@ int Trainer::run() {
     }
   }
   // Written only after the last step: every rank reaches this point together.
+  const std::vector<RankMemory> memory = gather_memory();
   if (trace) {
+    trace->set_memory(memory);
     trace->write(options_.trace_file, plan_, job_);
     if (rank_ == 0) out_ << fmt::format("dhelix-run: wrote {}\n", options_.trace_file);
   }
+  if (rank_ == 0) out_ << memory_report_lines(memory);
   print_summary(first_step, std::chrono::duration<double>(Clock::now() - started).count(), loss);
   return 0;
 }

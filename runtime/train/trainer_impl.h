@@ -23,6 +23,7 @@
 #include "runtime/comm/process_groups.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/checkpoint_lock.h"
+#include "runtime/train/memory_record.h"
 #include "runtime/train/rank_agreement.h"
 #include "runtime/train/rank_comms.h"
 #include "runtime/train/run_trace.h"
@@ -46,6 +47,7 @@ class Trainer {
   void agreed(Work work);
   int64_t start_training();
   void print_summary(int64_t first_step, double seconds, float loss) const;
+  std::vector<RankMemory> gather_memory();
   void build_engine(const EngineFactory& factory);
   int64_t micro_batches() const { return plan_.num_micro_batches; }
   int64_t global_tokens() const {

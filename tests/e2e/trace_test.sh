@@ -6,8 +6,16 @@
 #      micro-batch, per step and per rank; one iteration, dp_reduction and optimizer slice
 #      per step and rank; every op inside its step's iteration slice (one clock per host);
 #      co-executed ops on their plan stream's thread, sequential ones on the compute thread;
+#      every rank's memory: one "memory rank R (stage S)" line per rank at the end of the run,
+#      otherData.memory with a record per rank, and a "memory" counter track per rank with
+#      an event at the start of each step's iteration;
 #   2. dhelix-diff PLAN --measured TRACE on those traces (text, --json, --fail-if-off), and
-#      on the checked-in pair tests/e2e/data/measured/ against its expected output;
+#      on the checked-in pair tests/e2e/data/measured/ against its expected output; its
+#      memory section: every rank's weights, gradients and optimizer states hold the plan
+#      stage's parameters (the fp32 plans: weights and gradients +0.0 %, optimizer states
+#      -33.33 %: 8 bytes per parameter against 12), the --json output matches
+#      schemas/measured-diff.schema.json, and a trace whose record lacks 64 parameters fails
+#      (exit 1) naming the rank;
 #   3. dhelix-profile --from-trace: a profile from a --sequential and a co-executed trace of
 #      TP2 (with a measured cpu profile as --base for what they do not time) is valid and
 #      plans; its solo times are the traces' (fwd.flash_attn, alone in its signature: the
@@ -94,6 +102,61 @@ sys.exit(1 if problems else 0)
 PY
 }
 
+check_memory() { # check_memory TRACE RUN_OUTPUT STEPS
+  python3 - "$@" <<'PY'
+import json, re, sys
+trace_file, out_file, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+trace = json.load(open(trace_file))
+ranks = trace["otherData"]["ranks"]
+records = trace["otherData"]["memory"]
+assert [r["rank"] for r in records] == list(range(ranks)), records
+for r in records:
+    assert r["weight_bytes"] > 0 and r["weight_bytes"] == r["gradient_bytes"], r
+    assert r["optimizer_bytes"] == 2 * r["weight_bytes"], r  # CPU: 8 against 4 per parameter
+lines = [l for l in open(out_file) if l.startswith("memory rank ")]
+pattern = (r"memory rank (\d+) \(stage (\d+)\): weights [0-9.]+ MiB, gradients [0-9.]+ MiB, "
+           r"optimizer states [0-9.]+ MiB, activations [0-9.]+ MiB peak \(live peak [0-9.]+ MiB, of which the plan counts [0-9.]+ MiB\)$")
+assert len(lines) == ranks, lines
+for rank, line in enumerate(lines):
+    m = re.match(pattern, line.strip())
+    assert m and int(m.group(1)) == rank and int(m.group(2)) == records[rank]["stage"], line
+    assert f"weights {records[rank]['weight_bytes'] / 2**20:.3f} MiB" in line, line
+starts = {(e["pid"], e["args"]["step"]): e["ts"] for e in trace["traceEvents"]
+          if e["ph"] == "X" and e["name"] == "iteration"}
+counters = {}
+for e in trace["traceEvents"]:
+    if e["ph"] == "C":
+        assert e["name"] == "memory" and e["args"]["activation_bytes"] >= 0, e
+        counters.setdefault(e["pid"], []).append(e["ts"])
+for (pid, step), ts in starts.items():
+    assert any(abs(t - ts) < 1 for t in counters.get(pid, [])), (pid, step, "no counter event")
+print(f"{trace_file}: memory of {ranks} ranks recorded, printed and counted")
+PY
+}
+
+check_memory_diff() { # check_memory_diff DIFF_JSON RANKS SCHEMA
+  /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+import jsonschema
+diff, ranks = json.load(open(sys.argv[1])), int(sys.argv[2])
+jsonschema.Draft202012Validator(json.load(open(sys.argv[3]))).validate(diff)
+memory = diff["memory"]
+assert memory["scheme"] == "dhelix" and not memory["mismatches"], memory["mismatches"]
+assert [r["rank"] for r in memory["ranks"]] == list(range(ranks))
+for r in memory["ranks"]:
+    terms = {t["term"]: t for t in r["terms"]}
+    for name in ("weights", "gradients", "optimizer states"):
+        t = terms[name]
+        assert t["parameters_match"] and t["measured_parameters"] == t["predicted_parameters"] > 0, t
+    assert terms["weights"]["error_pct"] == 0 and terms["gradients"]["error_pct"] == 0, terms
+    assert terms["optimizer states"]["error_pct"] == -33.33, terms["optimizer states"]
+    assert (terms["optimizer states"]["predicted_bytes_per_parameter"],
+            terms["optimizer states"]["measured_bytes_per_parameter"]) == (12, 8)
+    assert terms["activations (arena)"]["predicted_bytes"] > 0
+print(f"memory diff: {ranks} ranks, parameters equal the plan's")
+PY
+}
+
 # 1. Complete traces, both schedules.
 for case in "tiny-tp2-pp2 4 co-executed" "tiny-tp2 2 sequential"; do
   read -r plan ranks mode <<<"$case"
@@ -108,6 +171,7 @@ for case in "tiny-tp2-pp2 4 co-executed" "tiny-tp2 2 sequential"; do
     continue
   fi
   check_trace "$plans/$plan.json" "$trace" 2 "$mode" || fail "$plan $mode trace incomplete"
+  check_memory "$trace" "$work/out" 2 || fail "$plan $mode: memory not reported or traced"
 
   # 2. Predicted vs measured on it.
   if ! "$bin/dhelix-diff" "$plans/$plan.json" --measured "$trace" >"$work/diff.txt"; then
@@ -116,9 +180,26 @@ for case in "tiny-tp2-pp2 4 co-executed" "tiny-tp2 2 sequential"; do
   grep -q "^iteration  *[0-9.]*  *[0-9.]*  *[-+][0-9.]* %" "$work/diff.txt" ||
     fail "no iteration row in dhelix-diff --measured ($mode)"
   grep -q "^gemm " "$work/diff.txt" || fail "no gemm row in dhelix-diff --measured ($mode)"
-  "$bin/dhelix-diff" --json "$plans/$plan.json" --measured "$trace" |
-    python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["iteration"]["measured_us"] > 0 and d["op_kinds"]' ||
-    fail "dhelix-diff --measured --json ($mode)"
+  "$bin/dhelix-diff" --json "$plans/$plan.json" --measured "$trace" >"$work/diff.json"
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["iteration"]["measured_us"] > 0 and d["op_kinds"]' \
+    "$work/diff.json" || fail "dhelix-diff --measured --json ($mode)"
+  grep -q "^memory per rank: the plan's dhelix stage memory" "$work/diff.txt" ||
+    fail "no memory section in dhelix-diff --measured ($mode)"
+  grep -q "^optimizer states .* -33\.3 % .* \([0-9]*\) = \1 .* 12 / 8 " "$work/diff.txt" ||
+    fail "no optimizer states row with equal parameters in dhelix-diff --measured ($mode)"
+  check_memory_diff "$work/diff.json" "$ranks" "$src/schemas/measured-diff.schema.json" ||
+    fail "dhelix-diff --measured memory ($mode)"
+  python3 - "$trace" "$work/fewer.json" <<'PY'
+import json, sys
+trace = json.load(open(sys.argv[1]))
+trace["otherData"]["memory"][0]["weight_bytes"] -= 4 * 64  # a norm's parameters fewer
+json.dump(trace, open(sys.argv[2], "w"))
+PY
+  status=0
+  "$bin/dhelix-diff" "$plans/$plan.json" --measured "$work/fewer.json" >/dev/null 2>"$work/err" ||
+    status=$?
+  [[ $status == 1 ]] && grep -q "failed: measured memory: rank 0 (stage 0): weights: .* hold [0-9]* parameters, but the plan's stage 0 has" "$work/err" ||
+    fail "a parameter count off the plan's exited $status: $(cat "$work/err")"
   status=0
   "$bin/dhelix-diff" "$plans/$plan.json" --measured "$trace" --fail-if-off 0 >/dev/null \
     2>"$work/err" || status=$?
@@ -142,6 +223,12 @@ import json, sys
 got = json.load(sys.stdin); got.pop("provenance")
 sys.exit(0 if got == json.load(open(sys.argv[1])) else 1)' $pair/tiny-tp2.expected.json ||
   fail "dhelix-diff --measured --json differs from $pair/tiny-tp2.expected.json"
+/usr/bin/python3 -c '
+import json, sys
+import jsonschema
+jsonschema.Draft202012Validator(json.load(open(sys.argv[2]))).validate(json.load(open(sys.argv[1])))' \
+  $pair/tiny-tp2.expected.json schemas/measured-diff.schema.json ||
+  fail "$pair/tiny-tp2.expected.json does not match schemas/measured-diff.schema.json"
 
 # 3. A profile from the traces, and a plan from it.
 tp2_job=examples/jobs/tiny-tp2.json
