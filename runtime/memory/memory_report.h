@@ -30,12 +30,14 @@ struct ArenaBufferRecord {
   /// -1 / -1 for a buffer live over the whole iteration (tokens, received messages, losses).
   int64_t first_instruction = -1;
   int64_t last_instruction = -1;
-  /// Whether the plan's activation model (planner/memory_model.h) counts it: what the
+  /// The bytes of it the plan's activation model (planner/memory_model.h) counts: what the
   /// backward reads of the forward (the recomputed copy under recompute), the layers'
-  /// inputs and the head's buffers. The rest is the runtime's working set: the forward's
-  /// temporaries, the backward's gradient buffers, the residual gradients and the
-  /// embedding's and the CP ring's messages.
-  bool counted_by_plan = false;
+  /// inputs and the head's buffers, whole; under sequence parallelism the gathered GEMM
+  /// inputs (attn_in, mlp_in) 1/tp of them, the sharded input Megatron keeps (the runtime
+  /// keeps the gathered one instead of gathering it again in the backward). The rest is the
+  /// runtime's working set: the forward's temporaries, the backward's gradient buffers,
+  /// the residual gradients and the embedding's and the CP ring's messages.
+  int64_t counted_bytes = 0;
 };
 
 struct MemoryReport {
@@ -47,8 +49,8 @@ struct MemoryReport {
   /// The most bytes of activation buffers live at once at any point of the rank program
   /// (a lower bound on any arena for these lifetimes).
   int64_t activation_live_peak_bytes = 0;
-  /// The most bytes of the buffers the plan counts (ArenaBufferRecord::counted_by_plan)
-  /// live at once: the figure to hold against the plan's activation prediction.
+  /// The most bytes the plan counts (ArenaBufferRecord::counted_bytes) live at once: the figure to
+  /// hold against the plan's activation prediction.
   int64_t activation_counted_peak_bytes = 0;
   /// Bytes of one activation element on this backend (4: fp32 on the CPU; 2: bf16 on CUDA).
   int64_t activation_element_bytes = 4;

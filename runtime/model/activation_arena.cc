@@ -15,7 +15,8 @@ bool activation_arena_wanted() {
                           value));
 }
 
-void ArenaLayout::record(const SpanKey& key, std::string_view name, int64_t bytes, bool counted) {
+void ArenaLayout::record(const SpanKey& key, std::string_view name, int64_t bytes,
+                         int64_t counted) {
   Block& block = blocks_[key];
   const auto [it, inserted] =
       block.buffers.try_emplace(std::string(name), Buffer{bytes, 0, counted});
@@ -79,7 +80,7 @@ void ArenaLayout::place(const std::vector<const RankProgram*>& programs, int64_t
   std::vector<int64_t> counted(n, 0);
   for (size_t i = 0; i < n; ++i) {
     for (const auto& [name, buffer] : blocks[i]->buffers) {
-      if (buffer.counted) counted[i] += buffer.bytes;
+      counted[i] += buffer.counted;
     }
   }
   counted_peak_bytes_ = live_peak_bytes(counted, intervals);
@@ -115,7 +116,7 @@ void ArenaLayout::fill_report(MemoryReport& report) const {
                             .bytes = buffer.bytes,
                             .first_instruction = unused ? -1 : (u.from_start ? 0 : u.first),
                             .last_instruction = unused ? -1 : u.last,
-                            .counted_by_plan = buffer.counted});
+                            .counted_bytes = buffer.counted});
     }
   }
 }

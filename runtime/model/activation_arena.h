@@ -49,8 +49,8 @@ bool activation_arena_wanted();
 /// offsets (activation_arena.cc).
 class ArenaLayout {
  public:
-  /// Records a buffer in layout mode; `counted`: ArenaBufferRecord::counted_by_plan.
-  void record(const SpanKey& key, std::string_view name, int64_t bytes, bool counted);
+  /// Records a buffer in layout mode; `counted`: ArenaBufferRecord::counted_bytes.
+  void record(const SpanKey& key, std::string_view name, int64_t bytes, int64_t counted);
   bool empty() const { return blocks_.empty(); }
   /// Packs the recorded blocks for `programs` (every one the rank runs). Afterwards
   /// offset_of answers.
@@ -68,7 +68,7 @@ class ArenaLayout {
   struct Buffer {
     int64_t bytes = 0;
     int64_t offset_in_block = 0;
-    bool counted = false;
+    int64_t counted = 0;
   };
   struct Block {
     std::map<std::string, Buffer, std::less<>> buffers;
@@ -88,15 +88,16 @@ class ActivationArena {
  public:
   explicit ActivationArena(Memory& memory) : memory_(memory) {}
 
-  /// `counted`: whether the plan's activation model counts the buffer (memory_report.h).
+  /// `counted_share`: the plan's activation model counts bytes / counted_share of the
+  /// buffer (memory_report.h's counted_bytes); 0: none of it.
   template <class T>
-  T* allocate(const SpanKey& key, std::string_view name, int64_t count, bool counted) {
+  T* allocate(const SpanKey& key, std::string_view name, int64_t count, int64_t counted_share) {
     const int64_t bytes = std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T));
     switch (mode_) {
       case Mode::kSeparate:
         return memory_.template allocate<T>(count);
       case Mode::kLayout: {
-        layout_.record(key, name, bytes, counted);
+        layout_.record(key, name, bytes, counted_share > 0 ? bytes / counted_share : 0);
         // A distinct, aligned, unmapped address: a dereference faults at once.
         next_fake_ = align_up(next_fake_ + bytes, kArenaAlignment);
         return reinterpret_cast<T*>(static_cast<uintptr_t>(next_fake_));

@@ -75,7 +75,7 @@ struct BasicStageModel<B>::Impl {
     if (buffer == nullptr) {
       // The plan counts a layer's input (Korthikanti's norm input), not residual gradients.
       buffer = arena.template allocate<A>({kind, micro_batch, layer}, "x", dims.residual_elements(),
-                                          kind == SpanKind::kResidual);
+                                          kind == SpanKind::kResidual ? 1 : 0);
     }
     return buffer;
   }
@@ -94,16 +94,17 @@ struct BasicStageModel<B>::Impl {
     int64_t mb = 0;
     int64_t layer = -1;
     std::string prefix;
-    /// Whether the plan's activation model counts what is allocated (memory_report.h):
-    /// saved spans and the head always, and what sets this (the recompute state's copy of
-    /// the saved activations).
-    bool counted = false;
+    /// 1 / the share of what is allocated the plan's activation model counts
+    /// (memory_report.h's counted_bytes): saved spans and the head wholly; what sets this
+    /// (the recompute state's copy of the saved activations, the gathered inputs under
+    /// SP); 0: none.
+    int64_t counted_share = 0;
     template <class T>
     T* allocate(SpanKind kind, std::string_view name, int64_t count, bool uncounted = false) {
-      const bool plan_counts =
-          !uncounted && (counted || kind == SpanKind::kLayerSaved || kind == SpanKind::kHead);
+      const bool always = kind == SpanKind::kLayerSaved || kind == SpanKind::kHead;
+      const int64_t share = uncounted ? 0 : counted_share > 0 ? counted_share : always ? 1 : 0;
       return m.arena.template allocate<T>({kind, mb, layer}, prefix + std::string(name), count,
-                                          plan_counts);
+                                          share);
     }
     A* act(SpanKind kind, std::string_view name, int64_t count) {
       return allocate<A>(kind, name, count);
@@ -243,15 +244,18 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   const SpanKind core = selective ? SpanKind::kAttentionForward : attn_saved;
   // The repeated forward's saved activations are what the plan's recompute transient
   // counts (planner/memory_model.h); its temporaries are not.
-  const auto saved_act = [&](SpanKind kind, std::string_view name, int64_t count) {
-    a.counted = role == ForwardRole::kRecompute;
+  // Under SP the plan counts the sharded GEMM input Megatron keeps, 1/tp of the gathered
+  // one the runtime keeps (memory_report.h).
+  const auto saved_act = [&](SpanKind kind, std::string_view name, int64_t count,
+                             int64_t share = 1) {
+    if (role == ForwardRole::kRecompute || kind == SpanKind::kLayerSaved) a.counted_share = share;
     A* buffer = a.act(kind, name, count);
-    a.counted = false;
+    a.counted_share = 0;
     return buffer;
   };
   s.ln1_out = d.sp ? a.act(attn_temp, "ln1_out", res) : saved_act(attn_saved, "ln1_out", res);
   s.ln1_rstd = a.stat(attn_saved, "ln1_rstd", d.rows);
-  s.attn_in = d.sp ? saved_act(attn_saved, "attn_in", full) : s.ln1_out;
+  s.attn_in = d.sp ? saved_act(attn_saved, "attn_in", full, d.tp) : s.ln1_out;
   s.qkv = a.act(attn_temp, "qkv", t * d.qkv_width);
   s.q = saved_act(selective && d.cp == 1 ? core : attn_saved, "q", t * d.q_width);
   s.k = saved_act(core, "k", t * d.kv_width);
@@ -264,7 +268,7 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   // A MoE MLP reads its input rows (ln2_out, sharded under SP) in its backward too.
   s.ln2_out = d.sp && !moe ? a.act(mlp_temp, "ln2_out", res) : saved_act(mlp_saved, "ln2_out", res);
   s.ln2_rstd = a.stat(mlp_saved, "ln2_rstd", d.rows);
-  s.mlp_in = d.sp ? saved_act(mlp_saved, "mlp_in", full) : s.ln2_out;
+  s.mlp_in = d.sp ? saved_act(mlp_saved, "mlp_in", full, d.tp) : s.ln2_out;
   s.gate_up = saved_act(mlp_saved, "gate_up", t * 2 * d.ffn);
   s.act = saved_act(mlp_saved, "act", t * d.ffn);
   s.fc2_out = a.act(mlp_temp, "fc2_out", full);
@@ -613,6 +617,18 @@ void BasicStageModel<B>::plan_activation_memory(const std::vector<const RankProg
                                                           : ExtraOwner::kHead;
   });
   m.drop_activation_states();
+  // The tokens and losses (outside the arena) of every micro-batch now, not when the first
+  // iteration gives its tokens: nothing is allocated once the activations are laid out.
+  int64_t micro_batches = 0;
+  for (const RankProgram* program : programs) {
+    for (const Instruction& in : program->instructions) {
+      micro_batches = std::max(micro_batches, in.micro_batch + 1);
+    }
+  }
+  for (int64_t mb = 0; mb < micro_batches; ++mb) {
+    static_cast<void>(m.token_buffers(mb));
+    if (m.head) static_cast<void>(m.token_loss(mb));
+  }
 }
 
 template <class B>

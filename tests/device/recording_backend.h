@@ -20,8 +20,27 @@ struct RecordingBackend {
   using Act = float;
   static constexpr rt::ElementType kActivationType = rt::ElementType::kFloat32;
   using Rope = rt::CpuBackend::Rope;
-  using MemoryConfig = rt::CpuBackend::MemoryConfig;
-  using Memory = rt::CpuBackend::Memory;
+  /// Where the model's allocations are logged (none: not logged).
+  struct MemoryConfig {
+    RecordingDevice* device = nullptr;
+  };
+  /// CpuBackend's host memory, each allocation logged as the CUDA backend's would call the
+  /// device pool: so a test sees when the model allocates (activation_arena.h).
+  class Memory : public rt::CpuBackend::Memory {
+   public:
+    Memory() : device_(nullptr) {}
+    explicit Memory(MemoryConfig config) : device_(config.device) {}
+    template <class T>
+    T* allocate(int64_t count) {
+      if (device_ != nullptr) {
+        device_->note_allocation(std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T)));
+      }
+      return rt::CpuBackend::Memory::allocate<T>(count);
+    }
+
+   private:
+    RecordingDevice* device_;
+  };
   struct Exec {
     RecordingDevice* device = nullptr;
     StreamHandle stream = nullptr;
@@ -111,7 +130,9 @@ struct RecordingBackend {
 
   // Context parallelism's ring kernels (runtime/model/layer_ops_cp.h), CudaBackend's list.
   using RingState = cpu::RingForwardState;
-  static RingState make_ring_state(Memory&, const kernels::AttentionShape&) { return {}; }
+  static RingState make_ring_state(const rt::RingStateAllocator&, const kernels::AttentionShape&) {
+    return {};
+  }
   static void ring_forward_start(const Exec& e, const kernels::AttentionShape&, RingState&) {
     launch(e, "ring_forward_start");
   }

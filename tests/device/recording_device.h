@@ -71,6 +71,13 @@ class RecordingDevice final : public DeviceApi {
       : kernel_stack_bytes_(kernel_stack_bytes) {}
 
   const std::vector<DeviceCall>& calls() const { return calls_; }
+  /// Records an allocation of model memory (RecordingBackend::Memory), as kAllocate.
+  void note_allocation(int64_t bytes) {
+    DeviceCall call;
+    call.kind = DeviceCall::Kind::kAllocate;
+    call.value = bytes;
+    add(std::move(call));
+  }
   /// Adds a marker ("iteration 1") to the log.
   void mark(const std::string& label) {
     DeviceCall call;

@@ -128,7 +128,7 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
   for (const PlanLayerRange& range : {stage.down_layers, stage.up_layers}) {
     if (range.count > 0) layer_ranges.emplace_back(range.first, range.count);
   }
-  Model model(world.job, rank, layer_ranges, stage.embedding, stage.head_loss, 7, {});
+  Model model(world.job, rank, layer_ranges, stage.embedding, stage.head_loss, 7, {&device});
   // The engine's communicators (cuda_engine.cc): TP; with CP the ring's and DP x CP; with EP
   // the all-to-alls' and the expert-data-parallel group.
   DeviceCommSetup setup = model_comm_setup(world.job.parallel);
@@ -147,6 +147,9 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
     record.library_streams = session.streams().count().library;
     record.communicators = session.comms().size();
     record.attention = session.preparation().attention;
+    // As the CUDA engine's connect(): every activation's place before the first iteration.
+    model.plan_activation_memory({&programs[0], &programs[1]});
+    device.mark("activations laid out");
     StageModelOnDevice<RecordingBackend> on_device(model, [&](StreamHandle stream) {
       return RecordingBackend::Exec{&device, stream};
     });

@@ -246,6 +246,26 @@ TEST_P(SimulatedRun, NoHostSynchronisationInsideAnIteration) {
   }
 }
 
+TEST_P(SimulatedRun, NoAllocationOnceTheActivationsAreLaidOut) {
+  // The arena (runtime/model/activation_arena.h) is allocated while the activations are
+  // laid out, before the first iteration: no iteration allocates, not even the first one's
+  // binding. Without the arena every (micro-batch, layer) buffer was allocated there.
+  for (const RankRecord& r : run()) {
+    const size_t laid_out = first_index(r.calls, Kind::kMark, "activations laid out");
+    ASSERT_LT(laid_out, r.calls.size());
+    int64_t arena = 0;
+    for (size_t i = 0; i < laid_out; ++i) {
+      if (r.calls[i].kind == Kind::kAllocate) arena = std::max(arena, r.calls[i].value);
+    }
+    EXPECT_GT(arena, 0) << "rank " << r.rank << ": no arena allocated";
+    for (size_t i = laid_out; i < r.calls.size(); ++i) {
+      EXPECT_NE(r.calls[i].kind, Kind::kAllocate)
+          << "rank " << r.rank << ": an allocation of " << r.calls[i].value
+          << " bytes after the activations were laid out, at call " << i;
+    }
+  }
+}
+
 TEST_P(SimulatedRun, StreamsCountedAgainstTheConnectionLimitIncludeNcclsOwn) {
   for (const RankRecord& r : run(1)) {
     // Streams alive when the iteration starts: created minus destroyed before it.
