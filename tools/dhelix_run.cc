@@ -17,8 +17,10 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "lib/error.h"
+#include "planner/dp_overlap.h"
 #include "planner/plan_figures_check.h"
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/train/cpu_engine.h"
@@ -37,11 +39,49 @@ using dhelix::add_uint64_option;
 // --steps and --checkpoint-every: at most 2^40 steps.
 constexpr dhelix::IntRange kStepRange = {.min = 1, .max = int64_t{1} << 40};
 
+// --ddp-bucket-size, else the planner's bucket for the job's DP x CP group (Megatron-Core's
+// default, planner/dp_overlap.h): the runtime reduces in the buckets the plan assumed.
+int64_t bucket_elements(int64_t ddp_bucket_size, const dhelix::JobSpec& job) {
+  if (ddp_bucket_size > 0) return ddp_bucket_size;
+  return dhelix::megatron_dp_bucket_parameters(job.parallel.dp * job.parallel.cp);
+}
+
 dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options) {
-  if (options.backend == "cpu") return dhelix::rt::cpu_engine_factory(options.blas_threads);
+  const int64_t bucket_size = options.ddp_bucket_size;
+  const std::optional<bool> overlap = options.overlap_grad_reduce;
+  const std::optional<bool> distributed = options.distributed_optimizer;
+  const std::optional<bool> gather = options.overlap_param_gather;
+  if (options.backend == "cpu") {
+    const int blas_threads = options.blas_threads;
+    return [=](const dhelix::JobSpec& job, int64_t rank, const dhelix::rt::ModelSlice& slice) {
+      return dhelix::rt::cpu_engine_factory(
+          {.blas_threads = blas_threads,
+           .ddp_bucket_elements = bucket_elements(bucket_size, job),
+           .overlap_grad_reduce = overlap,
+           .distributed_optimizer = distributed,
+           .overlap_param_gather = gather})(job, rank, slice);
+    };
+  }
 #ifdef DHELIX_WITH_CUDA
-  return dhelix::cuda::cuda_engine_factory(
-      {.ddp_bucket_elements = options.ddp_bucket_size, .deterministic = options.verify});
+  const bool deterministic = options.verify;
+  return [=](const dhelix::JobSpec& job, int64_t rank, const dhelix::rt::ModelSlice& slice) {
+    // Thrown inside the ranks' setup agreement: every rank stops with it.
+    if (distributed.value_or(false) || gather.value_or(false)) {
+      throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
+                          fmt::format("{}: the cuda backend keeps the whole AdamW state on "
+                                      "every replica; use --backend cpu or leave the flag out",
+                                      distributed.value_or(false) ? "--distributed-optimizer"
+                                                                  : "--overlap-param-gather"));
+    }
+    if (overlap.value_or(false)) {
+      throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
+                          "--overlap-grad-reduce: the cuda backend sums the gradient buckets "
+                          "after the iteration; use --backend cpu or leave the flag out");
+    }
+    return dhelix::cuda::cuda_engine_factory(
+        {.ddp_bucket_elements = bucket_elements(bucket_size, job), .deterministic = deterministic})(
+        job, rank, slice);
+  };
 #else
   // Thrown when the engine is made, inside the ranks' setup agreement: every rank stops
   // with this message instead of aborting the job.
@@ -87,8 +127,27 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   add_integer_option(app, "--ddp-bucket-size", o.ddp_bucket_size,
                      {.min = 1, .max = int64_t{1} << 40},
-                     "Elements per data-parallel gradient bucket, one NCCL all-reduce each (cuda "
-                     "backend; as Megatron-LM's --ddp-bucket-size)");
+                     "Elements per data-parallel gradient bucket, one all-reduce each (as "
+                     "Megatron-LM's --ddp-bucket-size; default the planner's, max(40M, 1M x dp "
+                     "x cp))");
+  app.add_flag_function(
+      "--overlap-grad-reduce,!--no-overlap-grad-reduce",
+      [&o](int64_t count) { o.overlap_grad_reduce = count > 0; },
+      "Sum each gradient bucket as soon as the backward has finished it, while the backward "
+      "goes on (cpu backend; default: the plan's parallel.overlap_grad_reduce); --no-...: "
+      "after the iteration");
+  app.add_flag_function(
+      "--distributed-optimizer,!--no-distributed-optimizer",
+      [&o](int64_t count) { o.distributed_optimizer = count > 0; },
+      "Shard the AdamW state over the data-parallel replicas: reduce-scatter the gradients, "
+      "step this rank's shard, all-gather the weights (cpu backend; default: the plan's "
+      "options.distributed_optimizer); --no-...: every replica steps every weight");
+  app.add_flag_function(
+      "--overlap-param-gather,!--no-overlap-param-gather",
+      [&o](int64_t count) { o.overlap_param_gather = count > 0; },
+      "With the distributed optimizer, all-gather the updated weights bucket by bucket while "
+      "the next iteration's forward starts (cpu backend; default: the plan's "
+      "parallel.overlap_param_gather); --no-...: in the optimizer step");
   add_integer_option(app, "--blas-threads", o.blas_threads, {.min = 1, .max = 256},
                      "OpenBLAS threads per rank (cpu backend)");
   app.add_option("--loss-log", o.loss_log,

@@ -85,12 +85,18 @@ ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank)
     for (auto& slot : groups_[d]) slot = split_world(colour, key, parallel_dim_name(kDims[d]));
   }
   for (auto& slot : worlds_) slot = split_world(0, key, "world");
-  if (dim_size(placement, ParallelDim::kCp) > 1) {
+  const int64_t cp = dim_size(placement, ParallelDim::kCp);
+  if (cp > 1) {
     const std::vector<int64_t> members = dp_cp_members(placement, world_rank);
     dp_cp_ = split_world(static_cast<int>(members.front()), key, "dp x cp");
   }
   const std::vector<int64_t> expert_dp = expert_data_parallel_ranks(placement, world_rank);
   expert_dp_ = split_world(static_cast<int>(expert_dp.front()), key, "expert-dp");
+  const ProcessGroup tp = placement.group(ParallelDim::kTp, world_rank);
+  reduction_tp_ = split_world(static_cast<int>(tp.ranks.front()), key, "tp");
+  const std::vector<int64_t> dp_cp = dp_cp_members(placement, world_rank);
+  reduction_dp_cp_ = split_world(static_cast<int>(dp_cp.front()), key, cp > 1 ? "dp x cp" : "dp");
+  reduction_expert_dp_ = split_world(static_cast<int>(expert_dp.front()), key, "expert-dp");
 }
 
 std::vector<int64_t> ProcessGroups::expert_data_parallel_ranks(const Placement& placement,

@@ -7,7 +7,8 @@
 //
 // Creation is collective: every rank of the world splits MPI_COMM_WORLD in the same fixed
 // order (dims tp, cp, dp, pp, ep; within each, slots main, local, cross; then the world per
-// slot; then, with cp > 1, the DP x CP group; then the expert-data-parallel group), with the
+// slot; then, with cp > 1, the DP x CP group; then the expert-data-parallel group; then the
+// gradient-reduction thread's TP, DP x CP and expert-data-parallel groups), with the
 // group's lowest world rank as colour and the world rank as key, so group rank i is the i-th
 // lowest world rank of the group, as in Placement::group(): a CP group's rank i is CP
 // coordinate i, the ring order of runtime/kernels/context_parallel.h.
@@ -74,6 +75,13 @@ class ProcessGroups {
   /// with this rank's TP coordinate and stage, ascending (the DP group when cp = 1).
   Communicator& gradient_group();
 
+  /// The gradient-reduction thread's own copies (runtime/train/gradient_reduction.h) of
+  /// the TP group, gradient_group() and expert_data_parallel(): the same members, used by
+  /// no other thread.
+  Communicator& reduction_tp() { return *reduction_tp_; }
+  Communicator& reduction_gradient_group() { return *reduction_dp_cp_; }
+  Communicator& reduction_expert_data_parallel() { return *reduction_expert_dp_; }
+
   int64_t world_rank() const { return world_rank_; }
 
  private:
@@ -85,6 +93,9 @@ class ProcessGroups {
   std::array<std::unique_ptr<MpiCommunicator>, kNumCommSlots> worlds_;
   std::unique_ptr<MpiCommunicator> dp_cp_;  // cp > 1 only
   std::unique_ptr<MpiCommunicator> expert_dp_;
+  std::unique_ptr<MpiCommunicator> reduction_tp_;
+  std::unique_ptr<MpiCommunicator> reduction_dp_cp_;
+  std::unique_ptr<MpiCommunicator> reduction_expert_dp_;
 };
 
 }  // namespace dhelix::rt

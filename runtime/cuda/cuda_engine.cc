@@ -26,20 +26,24 @@
 #include "runtime/cuda/device_session.h"
 #include "runtime/cuda/device_setup.h"
 #include "runtime/cuda/device_streams.h"
-#include "runtime/cuda/gradient_buckets.h"
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/train/gradient_buckets.h"
 
 namespace dhelix::cuda {
 namespace {
 
 using rt::AdamWSettings;
+using rt::dense_gradient_indices;
 using rt::EngineFactory;
 using rt::ExecutionOptions;
+using rt::GradientBucket;
 using rt::IterationSnapshot;
+using rt::largest_bucket;
 using rt::MemoryReport;
 using rt::MicroBatchTokens;
 using rt::ModelSlice;
 using rt::NamedTensor;
+using rt::plan_gradient_buckets;
 using rt::ProcessGroups;
 using rt::RankShard;
 using rt::TrainingEngine;

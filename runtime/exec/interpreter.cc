@@ -109,8 +109,9 @@ class Execution {
                                                               : busy_counter(instruction.stream);
     const int64_t jitter_us = jitter_us_for(options_.jitter_seed, index, options_.jitter_us);
     OpTiming* timing = options_.timings != nullptr ? &(*options_.timings)[index] : nullptr;
-    return [this, &instruction, work = std::move(work), busy, jitter_us, timing] {
+    return [this, &instruction, work = std::move(work), busy, jitter_us, timing, index] {
       if (jitter_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter_us));
+      if (options_.before_instruction) options_.before_instruction(index);
       const Clock::time_point start = Clock::now();
       run_naming_instruction(plan_, program_, instruction, work);
       const Clock::time_point end = Clock::now();
@@ -119,6 +120,7 @@ class Execution {
         timing->start_ns = to_ns(start);
         timing->end_ns = to_ns(end);
       }
+      if (options_.on_instruction_done) options_.on_instruction_done(index);
     };
   }
 

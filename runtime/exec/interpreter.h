@@ -21,6 +21,7 @@
 // op (describe_instruction), and the other streams skip what is left.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,15 @@ struct ExecutionOptions {
   /// Non-null: resized to the program's length and filled with each instruction's times.
   /// Reading the clock twice per op costs well under 1 % of an op of the tiny models.
   std::vector<OpTiming>* timings = nullptr;
+  /// Non-empty: called with an instruction's index once its work has finished, on the
+  /// thread that ran it (never for one that failed or was skipped): how the overlapped
+  /// gradient reduction learns that a bucket's last writer has run
+  /// (runtime/train/gradient_reduction.h). Must be quick and must not throw.
+  std::function<void(size_t)> on_instruction_done = nullptr;
+  /// Non-empty: called with an instruction's index before its work starts, on the thread
+  /// that runs it; may block (the distributed optimizer's parameter gathers the
+  /// instruction reads, runtime/train/gradient_reduction.h). Must not throw.
+  std::function<void(size_t)> before_instruction = nullptr;
 };
 
 /// Runs `program` (lowered from `plan` for this rank) on `model`. The model must have its

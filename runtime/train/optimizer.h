@@ -26,6 +26,8 @@ struct AdamWSettings {
   float weight_decay = 0.0f;
 };
 
+/// The reference reduction, one parameter at a time after the iteration (the CPU engine sums
+/// in buckets: runtime/train/gradient_reduction.h, tested bitwise against this).
 /// Sums gradients over `tp` where the model asks for it and over `dp` (when it has more
 /// than one member): the DP x CP group of the ranks holding the same weights. MoE experts'
 /// gradients (ParameterView::expert) go over `expert_dp` instead, the expert-data-parallel

@@ -24,9 +24,11 @@ namespace {
 constexpr int64_t kTasksTid = 0;
 constexpr int64_t kReceiveTid = 4;
 constexpr int64_t kStepTid = 5;
+constexpr int64_t kBucketTid = 6;
 constexpr size_t kHostChars = 256;
-// Per step: step, iteration start and end, update start, sync end, update end, op count.
-constexpr size_t kStepHeader = 7;
+// Per step: step, iteration start and end, update start, sync end, update end, op count,
+// bucket count.
+constexpr size_t kStepHeader = 8;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -41,13 +43,17 @@ int world_size() {
 }
 
 // This rank's records as one flat array: origin, step count, then per step its header and
-// (ready, start, end) per instruction.
+// (ready, start, end) per instruction, then (bucket, start, end, gather) per bucket slice.
 std::vector<int64_t> flatten(int64_t origin_ns, const std::vector<StepRecord>& steps) {
   std::vector<int64_t> flat = {origin_ns, static_cast<int64_t>(steps.size())};
   for (const StepRecord& s : steps) {
     flat.insert(flat.end(), {s.step, s.iteration_start_ns, s.iteration_end_ns, s.update_start_ns,
-                             s.sync_end_ns, s.update_end_ns, static_cast<int64_t>(s.ops.size())});
+                             s.sync_end_ns, s.update_end_ns, static_cast<int64_t>(s.ops.size()),
+                             static_cast<int64_t>(s.buckets.size())});
     for (const OpTiming& op : s.ops) flat.insert(flat.end(), {op.ready_ns, op.start_ns, op.end_ns});
+    for (const BucketTiming& b : s.buckets) {
+      flat.insert(flat.end(), {b.bucket, b.start_ns, b.end_ns, b.gather ? 1 : 0});
+    }
   }
   return flat;
 }
@@ -59,14 +65,20 @@ std::vector<StepRecord> unflatten(const int64_t* flat, size_t size, int64_t& ori
   size_t at = 2;
   for (StepRecord& s : steps) {
     DHELIX_CHECK(at + kStepHeader <= size);
-    s = {flat[at], flat[at + 1], flat[at + 2], flat[at + 3], flat[at + 4], flat[at + 5], {}};
+    s = {flat[at], flat[at + 1], flat[at + 2], flat[at + 3], flat[at + 4], flat[at + 5], {}, {}};
     const auto n = static_cast<size_t>(flat[at + 6]);
+    const auto buckets = static_cast<size_t>(flat[at + 7]);
     at += kStepHeader;
-    DHELIX_CHECK(at + 3 * n <= size);
+    DHELIX_CHECK(at + 3 * n + 4 * buckets <= size);
     s.ops.resize(n);
     for (OpTiming& op : s.ops) {
       op = {flat[at], flat[at + 1], flat[at + 2]};
       at += 3;
+    }
+    s.buckets.resize(buckets);
+    for (BucketTiming& b : s.buckets) {
+      b = {flat[at], flat[at + 1], flat[at + 2], flat[at + 3] != 0};
+      at += 4;
     }
   }
   return steps;
@@ -130,8 +142,8 @@ void add_rank_metadata(int64_t rank, int64_t stage, OrderedJson& events) {
   events.push_back(
       metadata("process_name", rank, -1, {{"name", fmt::format("stage {} rank {}", stage, rank)}}));
   events.push_back(metadata("process_sort_index", rank, -1, {{"sort_index", rank}}));
-  const std::array<const char*, 6> names = {"tasks",      "compute", "local comm",
-                                            "cross comm", "receive", "step"};
+  const std::array<const char*, 7> names = {"tasks",   "compute", "local comm", "cross comm",
+                                            "receive", "step",    "dp buckets"};
   for (size_t tid = 0; tid < names.size(); ++tid) {
     const auto t = static_cast<int64_t>(tid);
     events.push_back(metadata("thread_name", rank, t, {{"name", names[tid]}}));
@@ -220,6 +232,12 @@ void add_step_events(const PlanStage& stage, const RankProgram& program, const S
   } else {
     events.push_back(slice("update", "step", rank, kStepTid, clock, s.update_start_ns,
                            s.update_end_ns, step_args));
+  }
+  for (const BucketTiming& b : s.buckets) {
+    if (b.end_ns == 0) continue;  // never ran (a failed step)
+    events.push_back(slice(b.gather ? "dp_param_gather" : "dp_bucket", "dp_bucket", rank,
+                           kBucketTid, clock, b.start_ns, b.end_ns,
+                           {{"step", s.step}, {"bucket", b.bucket}}));
   }
 }
 

@@ -13,8 +13,16 @@
 //                                     "receive" (4): pipeline receives, each slice the wait
 //                                       for its message
 //                                     "step" (5): "iteration" (the program's execution),
-//                                       "dp_reduction" (the gradient sums over tp and dp)
-//                                       and "optimizer" (AdamW) of each step
+//                                       "dp_reduction" (the gradient sums over tp and dp,
+//                                       or the wait for them where they overlapped the
+//                                       backward) and "optimizer" (AdamW) of each step
+//                                     "dp buckets" (6): one "dp_bucket" slice (cat
+//                                       "dp_bucket", args step and bucket) per gradient
+//                                       bucket's reduction (gradient_reduction.h), and
+//                                       with the distributed optimizer a
+//                                       "dp_param_gather" per bucket: the previous step's
+//                                       weights, gathered during this step when
+//                                       overlapped (the last step's are not traced)
 //                                     counter "memory" ("ph": "C", per process): the
 //                                       activation bytes live over each step, args
 //                                       {"activation_bytes": N}, one event per change
@@ -52,6 +60,7 @@
 #include "lib/plan/plan.h"
 #include "lib/plan/rank_program.h"
 #include "runtime/exec/interpreter.h"
+#include "runtime/train/gradient_reduction.h"
 #include "runtime/train/memory_record.h"
 
 namespace dhelix::rt {
@@ -64,7 +73,8 @@ struct StepRecord {
   int64_t update_start_ns = 0;
   int64_t sync_end_ns = 0;  ///< gradient sums done, optimizer starts (0: not known)
   int64_t update_end_ns = 0;
-  std::vector<OpTiming> ops;  ///< by instruction index
+  std::vector<OpTiming> ops;          ///< by instruction index
+  std::vector<BucketTiming> buckets;  ///< the gradient buckets' reductions
 };
 
 /// A rank's measured timeline over the steps of one run.

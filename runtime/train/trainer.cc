@@ -244,7 +244,8 @@ void Trainer::build_engine(const EngineFactory& factory) {
   ModelSlice slice{.layer_ranges = {},
                    .embedding = stage->embedding,
                    .head = stage->head_loss,
-                   .seed = options_.seed};
+                   .seed = options_.seed,
+                   .distributed_optimizer = plan_.options.distributed_optimizer};
   for (const PlanLayerRange& range : {stage->down_layers, stage->up_layers}) {
     if (range.count > 0) slice.layer_ranges.emplace_back(range.first, range.count);
   }
@@ -286,6 +287,7 @@ void Trainer::update(int64_t step, StepRecord* record) {
   if (record != nullptr) {
     record->update_end_ns = steady_now_ns();
     record->sync_end_ns = engine_->last_sync_end_ns();
+    record->buckets = engine_->last_bucket_timings();
   }
 }
 

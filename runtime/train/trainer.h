@@ -5,6 +5,7 @@
 // the sequential schedule and demands bitwise-equal losses and gradients.
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -34,8 +35,18 @@ struct TrainOptions {
   bool check_plan = true;       ///< run the plan checker (lib/plan/plan_check.h) before training
   int64_t jitter_us = 0;        ///< random delay before each op (runtime/exec/jitter.h)
   std::string backend = "cpu";  ///< "cpu" or "cuda" (which engine the factory makes)
-  /// Elements per data-parallel gradient bucket on GPUs (runtime/cuda/gradient_buckets.h).
-  int64_t ddp_bucket_size = 40'000'000;
+  /// Elements per data-parallel gradient bucket (runtime/train/gradient_buckets.h); 0: the
+  /// planner's, megatron_dp_bucket_parameters(dp x cp) (dhelix-run resolves it).
+  int64_t ddp_bucket_size = 0;
+  /// --overlap-grad-reduce / --no-overlap-grad-reduce; unset: the plan's
+  /// parallel.overlap_grad_reduce (cpu backend; runtime/train/gradient_reduction.h).
+  std::optional<bool> overlap_grad_reduce;
+  /// --distributed-optimizer / --no-distributed-optimizer; unset: the plan's
+  /// options.distributed_optimizer (cpu backend; runtime/train/sharded_adamw.h).
+  std::optional<bool> distributed_optimizer;
+  /// --overlap-param-gather / --no-overlap-param-gather; unset: the plan's
+  /// parallel.overlap_param_gather (cpu backend, distributed optimizer).
+  std::optional<bool> overlap_param_gather;
   int blas_threads = 1;  ///< OpenBLAS threads of the CPU backend
   std::string loss_log;  ///< "" or a file receiving one JSON line per step (rank 0)
   bool progress = true;  ///< print a line per step (rank 0)

@@ -29,6 +29,7 @@
 #include "runtime/memory/memory_report.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/gradient_reduction.h"
 #include "runtime/train/optimizer.h"
 #include "runtime/train/verification.h"
 
@@ -40,6 +41,9 @@ struct ModelSlice {
   bool embedding = false;
   bool head = false;
   uint64_t seed = 0;
+  /// The plan's options.distributed_optimizer: AdamW state sharded over the data-parallel
+  /// replicas (runtime/train/sharded_adamw.h; the CPU engine).
+  bool distributed_optimizer = false;
 };
 
 class TrainingEngine {
@@ -59,17 +63,22 @@ class TrainingEngine {
   /// MoE: the sum of this rank's load-balancing losses of the last iteration over its
   /// layers and micro-batches (runtime/model/moe_layers_cpu.h); 0 without MoE layers.
   virtual float moe_aux_loss_sum() { return 0.0f; }
-  /// Losses and local gradients (before synchronisation), on the host.
+  /// Losses and gradients, on the host: local (before synchronisation), or already summed
+  /// where the reduction overlapped the execution.
   virtual IterationSnapshot snapshot() = 0;
-  /// Whether every local gradient (before synchronisation) is finite, tested where the
+  /// Whether every gradient (as snapshot() sees it) is finite, tested where the
   /// gradients live (kernels/finite_check.h): on a GPU one flag comes back, not the
   /// gradients. The training loop asks every step; snapshot() only names the culprit.
   virtual bool gradients_finite() = 0;
-  /// Sums gradients over TP (where asked) and DP, then applies AdamW step t (1-based).
+  /// Sums gradients over TP (where asked) and DP (or waits for the sums that overlapped the
+  /// backward), then applies AdamW step t (1-based).
   virtual void update(int64_t t, const AdamWSettings& settings) = 0;
   /// When the last update()'s gradient sums ended and AdamW began, steady_clock ns (0: the
   /// engine does not tell; dhelix-run --trace then shows one "update" slice).
   virtual int64_t last_sync_end_ns() const { return 0; }
+  /// Each gradient bucket's reduction in the last iteration (empty: the engine does not
+  /// tell; runtime/train/gradient_reduction.h), for dhelix-run --trace.
+  virtual std::vector<BucketTiming> last_bucket_timings() const { return {}; }
   /// What this rank's memory holds (runtime/memory/memory_report.h), once connect() has
   /// laid out the activation arena.
   virtual MemoryReport memory_report() = 0;

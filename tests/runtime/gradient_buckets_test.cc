@@ -1,10 +1,10 @@
-#include "runtime/cuda/gradient_buckets.h"
+#include "runtime/train/gradient_buckets.h"
 
 #include <gtest/gtest.h>
 
 #include "lib/error.h"
 
-namespace dhelix::cuda {
+namespace dhelix::rt {
 namespace {
 
 TEST(GradientBuckets, ExpertsLeaveTheDpBucketsOnlyUnderExpertParallelism) {
@@ -48,4 +48,4 @@ TEST(GradientBuckets, RefusesANonPositiveSize) {
 }
 
 }  // namespace
-}  // namespace dhelix::cuda
+}  // namespace dhelix::rt

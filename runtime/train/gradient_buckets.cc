@@ -1,4 +1,4 @@
-#include "runtime/cuda/gradient_buckets.h"
+#include "runtime/train/gradient_buckets.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 
 #include "lib/error.h"
 
-namespace dhelix::cuda {
+namespace dhelix::rt {
 
 std::vector<GradientBucket> plan_gradient_buckets(const std::vector<int64_t>& sizes,
                                                   int64_t bucket_elements) {
@@ -48,4 +48,4 @@ std::vector<int64_t> dense_gradient_indices(const std::vector<bool>& expert, int
   return dense;
 }
 
-}  // namespace dhelix::cuda
+}  // namespace dhelix::rt

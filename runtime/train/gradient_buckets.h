@@ -8,17 +8,19 @@
 // Example: parameters of 3, 5, 2 and 9 elements with bucket_elements = 8 give the buckets
 // {3, 5} (8 elements), {2} (adding the 9 would pass 8) and {9} (alone, over the size).
 //
-// The CUDA engine packs each bucket into a contiguous staging buffer (device-to-device
-// copies on the compute stream), all-reduces it, and copies the sums back: the same
-// additions NCCL would make per parameter, in one collective. Sums of the same bucket
-// layout are reproducible run to run under NCCL's pinned algorithm and protocol
-// (nccl_communicator.h); changing the bucket size changes NCCL's reduction chunking and
-// hence the last bits, so --verify compares runs of one size.
+// Both backends use this layout. The CPU engine orders the parameters by when their
+// gradients become final in the rank program and sums each bucket as soon as it is
+// (runtime/train/gradient_reduction.h). The CUDA engine packs each bucket into a
+// contiguous staging buffer (device-to-device copies on the compute stream), all-reduces
+// it, and copies the sums back: the same additions NCCL would make per parameter, in one
+// collective. Sums of the same bucket layout are reproducible run to run under NCCL's pinned
+// algorithm and protocol (nccl_communicator.h); changing the bucket size changes NCCL's reduction
+// chunking and hence the last bits, so --verify compares runs of one size.
 
 #include <cstdint>
 #include <vector>
 
-namespace dhelix::cuda {
+namespace dhelix::rt {
 
 /// Megatron-LM's default bucket size, elements.
 inline constexpr int64_t kDefaultDdpBucketElements = 40'000'000;
@@ -45,4 +47,4 @@ int64_t largest_bucket(const std::vector<GradientBucket>& buckets);
 /// engine sums over the expert-data-parallel group (runtime/comm/process_groups.h).
 std::vector<int64_t> dense_gradient_indices(const std::vector<bool>& expert, int64_t ep);
 
-}  // namespace dhelix::cuda
+}  // namespace dhelix::rt
