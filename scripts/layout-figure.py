@@ -24,7 +24,7 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Every folder of code, most specific first (a file belongs to the first that holds it).
 FOLDERS = [
     "lib/plan", "lib", "planner", "emitter", "profiler/cpu", "profiler/cuda", "profiler",
-    "runtime/comm", "runtime/cpu", "runtime/cuda", "runtime/exec", "runtime/kernels",
+    "runtime/comm", "runtime/cpu", "runtime/cuda", "runtime/exec", "runtime/kernels", "runtime/memory",
     "runtime/model", "runtime/train", "tools",
 ]
 TOP_LEVEL = ["lib", "planner", "emitter", "profiler", "runtime", "tools"]

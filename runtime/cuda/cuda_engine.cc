@@ -27,6 +27,7 @@
 #include "runtime/cuda/device_setup.h"
 #include "runtime/cuda/device_streams.h"
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/exec/stream_lowering.h"
 #include "runtime/train/gradient_buckets.h"
 
 namespace dhelix::cuda {
@@ -159,7 +160,7 @@ class CudaEngine final : public TrainingEngine {
       workspace_bytes_ = std::max(workspace_bytes_, cudnn->workspace_bytes(attention_->shape));
     }
     workspace_ = pool_->allocate_array<char>(workspace_bytes_);
-    model_->plan_activation_memory(programs);
+    model_->plan_activation_memory(programs, rt::program_orders(programs));
     finite_flag_ = pool_->allocate_array<int>(1);
     device_model_ = std::make_unique<StageModelOnDevice<CudaBackend>>(
         *model_, [this, compute](StreamHandle stream) {

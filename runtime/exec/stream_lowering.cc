@@ -101,4 +101,30 @@ StreamLowering lower_to_streams(const RankProgram& program) {
   return lowering;
 }
 
+static_assert(kNumDeviceStreams <= kMaxStreams);
+
+ProgramOrder program_order(const RankProgram& program) {
+  if (program.mode == ExecutionMode::kSequential) {
+    return ProgramOrder::sequential(static_cast<int64_t>(program.instructions.size()));
+  }
+  const StreamLowering lowering = lower_to_streams(program);
+  std::vector<int64_t> producer(static_cast<size_t>(lowering.num_events), -1);
+  std::vector<OrderedInstruction> ordered(program.instructions.size());
+  for (const StreamOp& op : lowering.ops) {
+    OrderedInstruction& o = ordered[static_cast<size_t>(op.instruction)];
+    o.stream = static_cast<int>(op.stream);
+    for (const int64_t event : op.wait_events) {
+      o.waits.push_back(producer[static_cast<size_t>(event)]);
+    }
+    if (op.record_event >= 0) producer[static_cast<size_t>(op.record_event)] = op.instruction;
+  }
+  return ProgramOrder(ordered);
+}
+
+std::vector<ProgramOrder> program_orders(const std::vector<const RankProgram*>& programs) {
+  std::vector<ProgramOrder> orders;
+  for (const RankProgram* program : programs) orders.push_back(program_order(*program));
+  return orders;
+}
+
 }  // namespace dhelix::rt

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "lib/plan/rank_program.h"
+#include "runtime/memory/buffer_spans.h"
 
 namespace dhelix::rt {
 
@@ -74,6 +75,13 @@ DeviceStream stream_of(const Instruction& instruction);
 /// Lowers `program` onto streams and events (see the file comment). Aborts (DHELIX_CHECK)
 /// on a dependency that does not point to an earlier instruction.
 StreamLowering lower_to_streams(const RankProgram& program);
+
+/// The order the executors give `program`'s instructions (runtime/memory/buffer_spans.h,
+/// for the activation arena's lifetimes): co-executed, the lowering's streams and event
+/// waits; sequential, program order on one stream.
+ProgramOrder program_order(const RankProgram& program);
+/// program_order of each program.
+std::vector<ProgramOrder> program_orders(const std::vector<const RankProgram*>& programs);
 
 }  // namespace dhelix::rt
 

@@ -47,40 +47,36 @@ bool attention_block_op(std::string_view op) {
          op.find("kv_sendrecv") != std::string_view::npos;
 }
 
-ProgramOrder::ProgramOrder(const RankProgram& program) {
-  const size_t n = program.instructions.size();
+ProgramOrder::ProgramOrder(const std::vector<OrderedInstruction>& instructions) {
+  const size_t n = instructions.size();
   stream_.assign(n, 0);
-  std::array<int64_t, kNumDeviceStreams> none;
+  std::array<int64_t, kMaxStreams> none;
   none.fill(-1);
   clock_.assign(n, none);
-  if (program.mode == ExecutionMode::kSequential) {
-    for (size_t i = 1; i < n; ++i) clock_[i][0] = static_cast<int64_t>(i) - 1;
-    return;
-  }
-  const StreamLowering lowering = lower_to_streams(program);
-  std::vector<int64_t> producer(static_cast<size_t>(lowering.num_events), -1);
-  std::array<int64_t, kNumDeviceStreams> last_on = none;  // last instruction per stream so far
-  for (const StreamOp& op : lowering.ops) {
-    const auto i = static_cast<size_t>(op.instruction);
-    const int s = static_cast<int>(op.stream);
+  std::array<int64_t, kMaxStreams> last_on = none;  // last instruction per stream so far
+  for (size_t i = 0; i < n; ++i) {
+    const int s = instructions[i].stream;
+    DHELIX_CHECK(s >= 0 && s < kMaxStreams);
     stream_[i] = s;
-    std::array<int64_t, kNumDeviceStreams>& clock = clock_[i];
+    std::array<int64_t, kMaxStreams>& clock = clock_[i];
     // The previous instruction of the stream has finished, and all it knew finished.
     if (const int64_t previous = last_on[static_cast<size_t>(s)]; previous >= 0) {
       clock = clock_[static_cast<size_t>(previous)];
       clock[static_cast<size_t>(s)] = previous;
     }
-    for (const int64_t event : op.wait_events) {
-      const int64_t p = producer[static_cast<size_t>(event)];
-      DHELIX_CHECK(p >= 0);
+    for (const int64_t p : instructions[i].waits) {
+      DHELIX_CHECK(p >= 0 && static_cast<size_t>(p) < i);
       const auto& theirs = clock_[static_cast<size_t>(p)];
       for (size_t t = 0; t < clock.size(); ++t) clock[t] = std::max(clock[t], theirs[t]);
       const auto their_stream = static_cast<size_t>(stream_[static_cast<size_t>(p)]);
       clock[their_stream] = std::max(clock[their_stream], p);
     }
-    if (op.record_event >= 0) producer[static_cast<size_t>(op.record_event)] = op.instruction;
-    last_on[static_cast<size_t>(s)] = op.instruction;
+    last_on[static_cast<size_t>(s)] = static_cast<int64_t>(i);
   }
+}
+
+ProgramOrder ProgramOrder::sequential(int64_t count) {
+  return ProgramOrder(std::vector<OrderedInstruction>(static_cast<size_t>(count)));
 }
 
 bool ProgramOrder::finished_before_start(int64_t a, int64_t b) const {

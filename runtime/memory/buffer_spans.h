@@ -50,7 +50,6 @@
 #include <vector>
 
 #include "lib/plan/rank_program.h"
-#include "runtime/exec/stream_lowering.h"
 
 namespace dhelix::rt {
 
@@ -90,11 +89,25 @@ bool attention_block_op(std::string_view op);
 enum class ExtraOwner { kEmbedding, kHead };
 using ExtraOwnerOf = std::function<ExtraOwner(std::string_view op)>;
 
-/// Happens-before over one program's instructions (see the file comment).
+/// Streams an executor runs a program on, at most (runtime/exec/stream_lowering.h has 4).
+inline constexpr int kMaxStreams = 4;
+
+/// One instruction as an executor orders it: its stream, and the earlier instructions whose
+/// completion it waits for besides its stream's previous one.
+struct OrderedInstruction {
+  int stream = 0;
+  std::vector<int64_t> waits;
+};
+
+/// Happens-before over one program's instructions (see the file comment). The executors'
+/// order comes from runtime/exec/stream_lowering.h's program_order().
 class ProgramOrder {
  public:
-  /// As the program's mode runs it: co-executed on the stream lowering, else sequential.
-  explicit ProgramOrder(const RankProgram& program);
+  /// `instructions` in program order, which is the order they are enqueued in: every wait
+  /// names an earlier instruction.
+  explicit ProgramOrder(const std::vector<OrderedInstruction>& instructions);
+  /// `count` instructions run one after another (the sequential mode).
+  static ProgramOrder sequential(int64_t count);
 
   int64_t size() const { return static_cast<int64_t>(stream_.size()); }
   int stream(int64_t instruction) const { return stream_[static_cast<size_t>(instruction)]; }
@@ -105,7 +118,7 @@ class ProgramOrder {
   std::vector<int> stream_;
   /// Per instruction, per stream: the last position on that stream finished when it starts
   /// (-1: none).
-  std::vector<std::array<int64_t, kNumDeviceStreams>> clock_;
+  std::vector<std::array<int64_t, kMaxStreams>> clock_;
 };
 
 /// One span's uses in one program.
@@ -113,8 +126,8 @@ struct SpanUses {
   bool from_start = false;  ///< a pipeline receive writes it
   int64_t first = -1;       ///< earliest and latest program position
   int64_t last = -1;
-  std::array<int64_t, kNumDeviceStreams> first_on{-1, -1, -1, -1};
-  std::array<int64_t, kNumDeviceStreams> last_on{-1, -1, -1, -1};
+  std::array<int64_t, kMaxStreams> first_on{-1, -1, -1, -1};
+  std::array<int64_t, kMaxStreams> last_on{-1, -1, -1, -1};
 };
 
 /// The uses of every span `program`'s instructions touch; `num_layers` of the model (the

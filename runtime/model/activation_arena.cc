@@ -30,9 +30,10 @@ void ArenaLayout::record(const SpanKey& key, std::string_view name, int64_t byte
   }
 }
 
-void ArenaLayout::place(const std::vector<const RankProgram*>& programs, int64_t num_layers,
+void ArenaLayout::place(const std::vector<const RankProgram*>& programs,
+                        const std::vector<ProgramOrder>& orders, int64_t num_layers,
                         const ExtraOwnerOf& extra_owner) {
-  DHELIX_CHECK(!programs.empty());
+  DHELIX_CHECK(!programs.empty() && programs.size() == orders.size());
   std::vector<Block*> blocks;
   std::vector<SpanKey> keys;
   for (auto& [key, block] : blocks_) {
@@ -43,7 +44,7 @@ void ArenaLayout::place(const std::vector<const RankProgram*>& programs, int64_t
   // conflict[i * n + j]: blocks i and j may be in use at once in some program.
   std::vector<char> conflict(n * n, 0);
   for (size_t p = 0; p < programs.size(); ++p) {
-    const ProgramOrder order(*programs[p]);
+    const ProgramOrder& order = orders[p];
     const std::map<SpanKey, SpanUses> uses =
         span_uses(*programs[p], order, num_layers, extra_owner);
     std::vector<const SpanUses*> of(n, nullptr);

@@ -52,9 +52,11 @@ class ArenaLayout {
   /// Records a buffer in layout mode; `counted`: ArenaBufferRecord::counted_bytes.
   void record(const SpanKey& key, std::string_view name, int64_t bytes, int64_t counted);
   bool empty() const { return blocks_.empty(); }
-  /// Packs the recorded blocks for `programs` (every one the rank runs). Afterwards
+  /// Packs the recorded blocks for `programs` (every one the rank runs), each in its
+  /// executors' order (`orders`, runtime/exec/stream_lowering.h's program_order). Afterwards
   /// offset_of answers.
-  void place(const std::vector<const RankProgram*>& programs, int64_t num_layers,
+  void place(const std::vector<const RankProgram*>& programs,
+             const std::vector<ProgramOrder>& orders, int64_t num_layers,
              const ExtraOwnerOf& extra_owner);
   /// The planned offset of (key, name); Error(kInternal) if the layout did not record it
   /// or recorded another size.
@@ -116,10 +118,11 @@ class ActivationArena {
     mode_ = Mode::kLayout;
   }
   /// Plans the offsets, allocates the arena and poisons it (see the file comment).
-  void place(const std::vector<const RankProgram*>& programs, int64_t num_layers,
+  void place(const std::vector<const RankProgram*>& programs,
+             const std::vector<ProgramOrder>& orders, int64_t num_layers,
              const ExtraOwnerOf& extra_owner) {
     DHELIX_CHECK(mode_ == Mode::kLayout);
-    layout_.place(programs, num_layers, extra_owner);
+    layout_.place(programs, orders, num_layers, extra_owner);
     base_ = memory_.template allocate<std::byte>(std::max<int64_t>(layout_.arena_bytes(), 1));
     memory_.poison(base_, layout_.arena_bytes());
     mode_ = Mode::kPlaced;

@@ -43,6 +43,7 @@
 
 #include "lib/job_spec.h"
 #include "lib/plan/rank_program.h"
+#include "runtime/memory/buffer_spans.h"
 #include "runtime/memory/memory_report.h"
 #include "runtime/model/cpu_backend.h"
 #include "runtime/model/element_type.h"
@@ -164,13 +165,15 @@ class BasicStageModel {
   /// backward op then reads (docs/runtime.md, "Activation recompute").
   BoundOp bind(const OpRef& ref);
 
-  /// Lays out the activation arena for `programs` (every program this rank will run;
-  /// runtime/model/activation_arena.h) unless the environment says
+  /// Lays out the activation arena for `programs` (every program this rank will run, each
+  /// with the order its executor gives it, `orders`: runtime/exec/stream_lowering.h's
+  /// program_orders; runtime/model/activation_arena.h) unless the environment says
   /// DHELIX_ACTIVATION_ARENA=separate: binds each instruction once to learn the buffers,
   /// plans their places from the programs' lifetimes and forgets the bindings, so that
   /// later binding (the executors') puts every activation in the arena. Call once, before
   /// the first execution; without it every buffer is an allocation of its own.
-  void plan_activation_memory(const std::vector<const RankProgram*>& programs);
+  void plan_activation_memory(const std::vector<const RankProgram*>& programs,
+                              const std::vector<ProgramOrder>& orders);
   /// The activation part of the rank's memory report (zero before plan_activation_memory).
   void fill_memory_report(MemoryReport& report) const;
 

@@ -604,7 +604,8 @@ BasicBoundOp<B> BasicStageModel<B>::bind_moe(const OpRef& ref) {
 }
 
 template <class B>
-void BasicStageModel<B>::plan_activation_memory(const std::vector<const RankProgram*>& programs) {
+void BasicStageModel<B>::plan_activation_memory(const std::vector<const RankProgram*>& programs,
+                                                const std::vector<ProgramOrder>& orders) {
   Impl& m = *impl_;
   if (programs.empty() || m.arena.placed() || !activation_arena_wanted()) return;
   // Which buffers exist: bind every instruction once with fake addresses...
@@ -622,7 +623,7 @@ void BasicStageModel<B>::plan_activation_memory(const std::vector<const RankProg
   }
   // ...then place them, and forget the states that hold fake addresses: the executors' own
   // binding makes them again at their places.
-  m.arena.place(programs, m.dims.num_layers, [](std::string_view op) {
+  m.arena.place(programs, orders, m.dims.num_layers, [](std::string_view op) {
     return model_detail::is_embedding_op(std::string(op)) ? ExtraOwner::kEmbedding
                                                           : ExtraOwner::kHead;
   });

@@ -5,6 +5,7 @@
 
 #include "lib/error.h"
 #include "runtime/cpu/kernels_cpu.h"
+#include "runtime/exec/stream_lowering.h"
 #include "runtime/kernels/finite_check.h"
 #include "runtime/train/gradient_reduction.h"
 #include "runtime/train/rank_comms.h"
@@ -31,7 +32,7 @@ class CpuEngine final : public TrainingEngine {
   // its instructions finish the gradients (gradient_reduction.h).
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
     comms_ = std::make_unique<RankComms>(groups);
-    model_.plan_activation_memory(programs);
+    model_.plan_activation_memory(programs, program_orders(programs));
     const std::vector<ParameterView> params = model_.parameters();
     std::vector<std::string> names;
     std::vector<int64_t> sizes;

@@ -148,7 +148,8 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
     record.communicators = session.comms().size();
     record.attention = session.preparation().attention;
     // As the CUDA engine's connect(): every activation's place before the first iteration.
-    model.plan_activation_memory({&programs[0], &programs[1]});
+    model.plan_activation_memory({&programs[0], &programs[1]},
+                                 rt::program_orders({&programs[0], &programs[1]}));
     device.mark("activations laid out");
     StageModelOnDevice<RecordingBackend> on_device(model, [&](StreamHandle stream) {
       return RecordingBackend::Exec{&device, stream};

@@ -12,6 +12,7 @@
 
 #include "lib/plan/plan_job.h"
 #include "lib/plan/plan_reader.h"
+#include "runtime/exec/stream_lowering.h"
 #include "runtime/memory/arena_plan.h"
 #include "runtime/memory/buffer_spans.h"
 #include "runtime/model/stage_model.h"
@@ -82,7 +83,7 @@ TEST(BufferSpans, ProgramOrderFollowsWaitsNotProgramPositions) {
   program.instructions.push_back(gather);
   program.instructions.push_back(compute({}, 1, "fwd.ln_attn"));
   program.instructions.push_back(compute({1}, 1, "fwd.gemm_qkv"));
-  const ProgramOrder order(program);
+  const ProgramOrder order = program_order(program);
   EXPECT_TRUE(order.finished_before_start(0, 1));
   EXPECT_TRUE(order.finished_before_start(0, 2));   // stream order
   EXPECT_FALSE(order.finished_before_start(1, 2));  // no wait: may overlap
@@ -96,7 +97,7 @@ TEST(BufferSpans, ProgramOrderFollowsWaitsNotProgramPositions) {
   EXPECT_FALSE(ordered_before(a, b, order));
   // In program order (sequential mode) they are ordered.
   program.mode = ExecutionMode::kSequential;
-  const ProgramOrder sequential(program);
+  const ProgramOrder sequential = program_order(program);
   const auto seq_uses = span_uses(program, sequential, 2, owner);
   EXPECT_TRUE(ordered_before(seq_uses.at({SpanKind::kLayerForward, 0, 0}),
                              seq_uses.at({SpanKind::kLayerForward, 0, 1}), sequential));
@@ -111,7 +112,7 @@ TEST(BufferSpans, AReceivedBufferIsLiveFromTheStart) {
   recv.op = "p2p.activation";
   recv.layer = 5;
   program.instructions.push_back(recv);
-  const ProgramOrder order(program);
+  const ProgramOrder order = program_order(program);
   const auto uses =
       span_uses(program, order, 8, [](std::string_view) { return ExtraOwner::kHead; });
   const SpanUses& received = uses.at({SpanKind::kResidual, 0, 5});
@@ -131,7 +132,7 @@ MemoryReport laid_out(const std::string& name) {
     if (range.count > 0) ranges.emplace_back(range.first, range.count);
   }
   StageModel model(job, 0, ranges, stage.embedding, stage.head_loss, 7);
-  model.plan_activation_memory({&co, &seq});
+  model.plan_activation_memory({&co, &seq}, program_orders({&co, &seq}));
   MemoryReport report;
   model.fill_memory_report(report);
   // Bound again, every instruction finds its buffers in the arena.
