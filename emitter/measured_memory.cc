@@ -31,6 +31,8 @@ struct MeasuredRecord {
   int64_t optimizer_bytes_per_parameter = 0;
   int64_t optimizer_shards = 0;
   int64_t buffers = 0;
+  int64_t expert_optimizer_bytes = 0;
+  int64_t expert_optimizer_shards = 1;
 };
 
 [[noreturn]] void bad_record(const std::string& label, const std::string& what) {
@@ -68,7 +70,9 @@ std::vector<MeasuredRecord> read_records(const Json& memory, const std::string& 
          field(m, i, "weight_bytes_per_parameter", 1, label),
          field(m, i, "gradient_bytes_per_parameter", 1, label),
          field(m, i, "optimizer_bytes_per_parameter", 1, label),
-         field(m, i, "optimizer_shards", 1, label), field(m, i, "buffers", 0, label)});
+         field(m, i, "optimizer_shards", 1, label), field(m, i, "buffers", 0, label),
+         field(m, i, "expert_optimizer_bytes", 0, label),
+         field(m, i, "expert_optimizer_shards", 1, label)});
   }
   return records;
 }
@@ -158,8 +162,16 @@ std::optional<MeasuredMemory> compare_memory(const Plan& plan, const Json& trace
     rank.terms.push_back(state_row("optimizer states", m.optimizer_bytes, params,
                                    kOptimizerBytesPerParameter, dense_shards, r.optimizer_bytes,
                                    r.optimizer_bytes_per_parameter, r.optimizer_shards));
-    rank.terms.back().predicted_expert_parameters = stage_params.expert;
-    rank.terms.back().predicted_expert_shards = expert_shards;
+    MemoryTermRow& optimizer = rank.terms.back();
+    optimizer.predicted_expert_parameters = stage_params.expert;
+    optimizer.predicted_expert_shards = expert_shards;
+    // The experts' states are split over their own group (expert data parallel).
+    const int64_t held = (r.optimizer_bytes - r.expert_optimizer_bytes) * r.optimizer_shards +
+                         r.expert_optimizer_bytes * r.expert_optimizer_shards;
+    optimizer.measured_parameters =
+        held % r.optimizer_bytes_per_parameter == 0
+            ? std::optional<int64_t>(held / r.optimizer_bytes_per_parameter)
+            : std::nullopt;
     const auto activations = static_cast<int64_t>(std::llround(
         static_cast<double>(m.activation_bytes) * static_cast<double>(r.activation_element_bytes) /
         static_cast<double>(plan_element)));

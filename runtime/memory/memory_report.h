@@ -67,6 +67,10 @@ struct MemoryReport {
   int64_t optimizer_bytes_per_parameter = 8;
   /// Ranks a parameter's optimizer states are split over (1: not split).
   int64_t optimizer_shards = 1;
+  /// Of optimizer_bytes, the MoE experts' states, split over expert_optimizer_shards ranks
+  /// (the expert-data-parallel group) instead; the rest is split over optimizer_shards.
+  int64_t expert_optimizer_bytes = 0;
+  int64_t expert_optimizer_shards = 1;
 };
 
 }  // namespace dhelix::rt

@@ -125,6 +125,9 @@ class CpuEngine final : public TrainingEngine {
       report.optimizer_bytes =
           2 * sharded_->shard_elements_held() * static_cast<int64_t>(sizeof(float));
       report.optimizer_shards = reducer_->dense_group_size();
+      report.expert_optimizer_bytes =
+          2 * sharded_->shard_elements_held(true) * static_cast<int64_t>(sizeof(float));
+      report.expert_optimizer_shards = reducer_->expert_group_size();
     }
     report.activation_element_bytes = sizeof(float);
     model_.fill_memory_report(report);

@@ -164,6 +164,8 @@ class GradientReducer {
   Communicator& group_of(size_t bucket) const;
   /// Members of the DP x CP group (the dense buckets').
   int64_t dense_group_size() const { return groups_.dense->size(); }
+  /// The expert-data-parallel group's size (1 without it).
+  int64_t expert_group_size() const { return groups_.expert ? groups_.expert->size() : 1; }
 
  private:
   // Per program: the buckets each instruction writes into, and each bucket's writers.

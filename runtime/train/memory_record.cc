@@ -11,8 +11,9 @@
 namespace dhelix::rt {
 namespace {
 
-// stage, the seven sizes, three bytes per parameter, shards, buffer count.
-constexpr size_t kHeader = 13;
+// stage, the seven sizes, three bytes per parameter, shards, the experts' optimizer bytes
+// and shards, buffer count.
+constexpr size_t kHeader = 15;
 constexpr size_t kBufferFields = 4;  // offset, bytes, first and last instruction
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(1 << 20); }
@@ -32,6 +33,8 @@ std::vector<int64_t> flatten_memory(int64_t stage, const MemoryReport& r) {
                                r.gradient_bytes_per_parameter,
                                r.optimizer_bytes_per_parameter,
                                r.optimizer_shards,
+                               r.expert_optimizer_bytes,
+                               r.expert_optimizer_shards,
                                static_cast<int64_t>(r.buffers.size())};
   for (const ArenaBufferRecord& b : r.buffers) {
     flat.insert(flat.end(), {b.offset, b.bytes, b.first_instruction, b.last_instruction});
@@ -56,7 +59,9 @@ RankMemory unflatten_memory(int64_t rank, const int64_t* flat, size_t size) {
   r.gradient_bytes_per_parameter = flat[9];
   r.optimizer_bytes_per_parameter = flat[10];
   r.optimizer_shards = flat[11];
-  const auto buffers = static_cast<size_t>(flat[12]);
+  r.expert_optimizer_bytes = flat[12];
+  r.expert_optimizer_shards = flat[13];
+  const auto buffers = static_cast<size_t>(flat[14]);
   DHELIX_CHECK(size == kHeader + kBufferFields * buffers);
   r.buffers.resize(buffers);
   for (size_t i = 0; i < buffers; ++i) {
@@ -125,6 +130,8 @@ OrderedJson memory_record_json(const RankMemory& m) {
           {"gradient_bytes_per_parameter", r.gradient_bytes_per_parameter},
           {"optimizer_bytes_per_parameter", r.optimizer_bytes_per_parameter},
           {"optimizer_shards", r.optimizer_shards},
+          {"expert_optimizer_bytes", r.expert_optimizer_bytes},
+          {"expert_optimizer_shards", r.expert_optimizer_shards},
           {"buffers", static_cast<int64_t>(r.buffers.size())}};
 }
 

@@ -101,9 +101,13 @@ void ShardedAdamW::restore_moments(size_t index, const float* first, const float
   }
 }
 
-int64_t ShardedAdamW::shard_elements_held() const {
+int64_t ShardedAdamW::shard_elements_held(bool experts_only) const {
   int64_t held = 0;
-  for (const std::vector<float>& shard : first_) held += static_cast<int64_t>(shard.size());
+  for (size_t b = 0; b < first_.size(); ++b) {
+    if (!experts_only || reducer_.buckets()[b].expert) {
+      held += static_cast<int64_t>(first_[b].size());
+    }
+  }
   return held;
 }
 

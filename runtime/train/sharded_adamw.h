@@ -48,8 +48,9 @@ class ShardedAdamW {
   /// Takes this rank's shard of parameter `index`'s whole moments (count elements each).
   void restore_moments(size_t index, const float* first, const float* second);
 
-  /// Elements of moments this rank holds (per moment).
-  int64_t shard_elements_held() const;
+  /// Elements of moments this rank holds (per moment): of every bucket, or of the experts'
+  /// buckets only (`experts_only`).
+  int64_t shard_elements_held(bool experts_only = false) const;
 
  private:
   // Calls visit(parameter, offset in the parameter, offset in the shard, count) for every

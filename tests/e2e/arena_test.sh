@@ -9,6 +9,7 @@
 #      plan's count;
 #   3. the plan's count against the plan's stage prediction (dhelix-diff --measured): within
 #      2 % on the dense examples (TP, PP, CP, DP, full and selective recompute);
+#      on MoE the model states' parameter counts match the plan's (dhelix-diff passes);
 #   4. full recompute lowers the plan's count by the factor the plan predicts, within 5 %;
 #   5. an unknown DHELIX_ACTIVATION_ARENA value is refused by name.
 # Usage: arena_test.sh BIN_DIR SOURCE_DIR
@@ -44,7 +45,8 @@ counted_mib() {
 selective=$work/tiny-tp2-selective.json
 
 for plan in "$plans"/tiny-tp2-pp2.json "$plans"/tiny-cp2-tp2.json "$plans"/tiny-tp2-recompute.json \
-  "$plans"/tiny-dp2-tp2.json "$plans"/tiny-moe-ep2-tp2.json "$selective"; do
+  "$plans"/tiny-dp2-tp2.json "$plans"/tiny-moe-ep2.json "$plans"/tiny-moe-ep2-tp2.json \
+  "$selective"; do
   name=$(basename "$plan" .json)
   # 1. arena == separate, bit for bit, under --verify with jitter.
   run "$plan" "$work/$name.arena.out" --steps 4 --verify --jitter-us 100 \
@@ -84,6 +86,13 @@ for rank in diff["memory"]["ranks"]:
 EOF
 done
 echo "ok: the plan's count within 2 % of the plan's activation prediction on every rank"
+# MoE: the model states' parameter counts match the plan's (the experts' optimizer states
+# split over the expert-data-parallel group, the rest over DP x CP), so dhelix-diff passes.
+for name in tiny-moe-ep2 tiny-moe-ep2-tp2; do
+  "$bin/dhelix-diff" "$plans/$name.json" --measured "$work/$name.trace.json" >"$work/$name.diff.txt" ||
+    { cat "$work/$name.diff.txt"; echo "FAIL: dhelix-diff --measured on $name"; exit 1; }
+done
+echo "ok: MoE model states match the plan's parameter counts"
 
 # 4. recompute's factor: measured counts against the plans' predictions.
 python3 - "$work" "$plans" <<'EOF'

@@ -44,6 +44,8 @@ Json record(int64_t rank, int64_t stage, int64_t parameters, int64_t arena, int6
           {"gradient_bytes_per_parameter", 4},
           {"optimizer_bytes_per_parameter", 8},
           {"optimizer_shards", 1},
+          {"expert_optimizer_bytes", 0},
+          {"expert_optimizer_shards", 1},
           {"buffers", arena > 0 ? 7 : 0}};
 }
 
