@@ -237,14 +237,14 @@ std::string measured_memory_text(const std::optional<MeasuredMemory>& memory) {
   for (const RankMemoryDiff& rank : memory->ranks) {
     out += fmt::format("\nrank {} (stage {}): activations x {}/{}\n", rank.rank, rank.stage,
                        rank.activation_element_bytes, rank.plan_activation_element_bytes);
-    out += fmt::format("{:<24} {:>13} {:>13} {:>9} {:>21} {:>11} {:>7}\n", "term", "predicted MiB",
+    out += fmt::format("{:<30} {:>13} {:>13} {:>9} {:>21} {:>11} {:>7}\n", "term", "predicted MiB",
                        "measured MiB", "error", "parameters plan/run", "bytes/param", "shards");
     bool match = true;
     for (const MemoryTermRow& row : rank.terms) {
       match = match && row.parameters_match();
       const bool state = row.predicted_parameters.has_value();
       out += fmt::format(
-          "{:<24} {:>13.3f} {:>13.3f} {:>9} {:>21} {:>11} {:>7}\n", row.term,
+          "{:<30} {:>13.3f} {:>13.3f} {:>9} {:>21} {:>11} {:>7}\n", row.term,
           mib(row.predicted_bytes), mib(row.measured_bytes), error_text(row.error_pct()),
           state ? fmt::format(
                       "{} {} {}", count_text(row.predicted_parameters),

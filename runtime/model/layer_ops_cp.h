@@ -133,7 +133,7 @@ struct CpStateParts {
 };
 
 /// `allocate.template allocate<T>(span kind, name, count)` gives each buffer
-/// (stage_model_impl.h's LayerAllocator).
+/// (stage_model_state.h's LayerAllocator).
 template <class B, class Allocator>
 std::unique_ptr<CpLayerState<B>> make_cp_state(Allocator& allocate, const Dims& d,
                                                const CpStateParts& parts) {

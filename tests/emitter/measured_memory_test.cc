@@ -96,7 +96,7 @@ TEST(MeasuredMemory, CpuRunOfTinyTp2EqualParametersExplainedBytes) {
   EXPECT_DOUBLE_EQ(*term(r1, "activations (live peak)").error_pct(), 0.0);
 
   const std::string text = measured_memory_text(memory);
-  EXPECT_NE(text.find("optimizer states                 1.038         0.692   -33.3 %"
+  EXPECT_NE(text.find("optimizer states                       1.038         0.692   -33.3 %"
                       "         90688 = 90688      12 / 8   1 / 1\n"),
             std::string::npos)
       << text;
