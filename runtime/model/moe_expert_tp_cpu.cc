@@ -82,7 +82,7 @@ std::optional<BoundOp> MoeLayersCpu::bind_expert_tp(const std::string& op, State
     return bound;
   };
   // Before a gather: `own` (the own rows, expert-major) copied once per TP member.
-  auto replicate = [&s, h, etp, local](const float* own, std::vector<float>& to) {
+  auto replicate = [&s, h, etp, local](const float* own, const ArenaFloats& to) {
     int64_t n = 0;
     for (int64_t e = 0; e < local; ++e) n += s.local_rows[to_size(e)] * h;
     for (int64_t t = 0; t < etp; ++t) {
@@ -95,8 +95,7 @@ std::optional<BoundOp> MoeLayersCpu::bind_expert_tp(const std::string& op, State
   // After a reduce-scatter: the members' partials of the own rows (member-major, each block
   // the own rows expert-major) summed in TP rank order into `sum`, then EP source-major
   // into `src` when the combine (or the backward dispatch) follows.
-  auto reduce = [&s, h, etp, ep, local](const std::vector<float>& partials, float* sum,
-                                        float* src) {
+  auto reduce = [&s, h, etp, ep, local](const ArenaFloats& partials, float* sum, float* src) {
     int64_t n = 0;
     for (int64_t e = 0; e < local; ++e) n += s.local_rows[to_size(e)] * h;
     std::copy(partials.data(), partials.data() + n, sum);

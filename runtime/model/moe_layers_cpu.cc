@@ -21,7 +21,8 @@ using moe_detail::to_size;
 
 MoeLayersCpu::MoeLayersCpu(const JobSpec& job, int64_t rank, const std::vector<int64_t>& layers,
                            uint64_t seed, const float* loss_scale)
-    : loss_scale_(loss_scale) {
+    : loss_scale_(loss_scale),
+      full_recompute_(job.parallel.recompute.granularity == RecomputeGranularity::kFull) {
   const MoeSpec& moe = *job.model.moe;
   const RankShape dims = rank_shape(job, rank);
   // With tp > 1 the MoE layer works on the rank's sequence-parallel rows (N = T / tp), and
@@ -120,52 +121,85 @@ MoeLayersCpu::State& MoeLayersCpu::state(int64_t micro_batch, int64_t layer, boo
   s.tp_scratch_counts.assign(tp_counts, 0);
   s.local_rows.assign(to_size(local_), 0);
   s.gemm_rows.assign(to_size(local_), 0);
-  s.permuted.assign(copies * to_size(h), 0.0f);
-  s.combined.assign(copies * to_size(h), 0.0f);
-  s.d_combined.assign(copies * to_size(h), 0.0f);
-  s.d_permuted.assign(copies * to_size(h), 0.0f);
-  s.dgate.assign(copies, 0.0f);
-  for (std::vector<float>* buffer : {&s.received, &s.expert_in, &s.expert_out_src,
-                                     &s.d_expert_out_src, &s.d_expert_out, &s.d_expert_in_src}) {
-    buffer->assign(arrived * to_size(h), 0.0f);
-  }
-  s.expert_out.assign(gathered * to_size(h), 0.0f);
-  s.d_expert_in.assign(gathered * to_size(h), 0.0f);
-  if (etp_ > 1) {
-    for (std::vector<float>* buffer :
-         {&s.tp_send, &s.tp_recv, &s.gathered, &s.d_tp_send, &s.d_tp_recv, &s.d_gathered}) {
-      buffer->assign(gathered * to_size(h), 0.0f);
+  // Spans (runtime/memory/buffer_spans.h): the forward's buffers live to the layer's
+  // backward (all of them, conservatively), die with the forward in full recompute's first
+  // pass and live in the backward for its repeat; gradient buffers live in the MLP block's
+  // backward. What the plan counts of a layer's experts (planner/memory_model.h: per routed
+  // copy the fc1 input, fc1's output and the activation, and the combine's input) is the
+  // buffers the backward reads of those. The dispatched ones are sized at their bound, ep
+  // times the balanced rows the plan counts (etp x N k of the etp x ep x N k reserved for
+  // fc1's output and the activation, F / etp wide): the count takes 1/ep of them; of the
+  // gathered fc1 input, 1/(etp x ep), the plan's sharded T k h / tp.
+  const bool first_pass = full_recompute_ && !recomputing;
+  const SpanKind fwd = recomputing  ? SpanKind::kLayerBackward
+                       : first_pass ? SpanKind::kMlpForward
+                                    : SpanKind::kLayerSaved;
+  const SpanKind bwd = first_pass ? SpanKind::kMlpForward : SpanKind::kMlpBackward;
+  const std::string prefix = recomputing ? "re.moe." : "moe.";
+  const auto make = [&](SpanKind kind, const char* name, size_t n, int64_t share = 0) {
+    const auto count = static_cast<int64_t>(n);
+    float* data = nullptr;
+    if (allocate_) {
+      data = allocate_(kind, micro_batch, layer, prefix + name, count, first_pass ? 0 : share);
+    } else {
+      own_buffers_.push_back(std::make_unique<float[]>(std::max<size_t>(n, 1)));
+      data = own_buffers_.back().get();
     }
-    s.expert_own.assign(arrived * to_size(h), 0.0f);
-    s.d_expert_own.assign(arrived * to_size(h), 0.0f);
+    return ArenaFloats{data, n};
+  };
+  const bool ep = ep_ > 1, etp = etp_ > 1;
+  const size_t hs = to_size(h);
+  s.permuted = make(fwd, "permuted", copies * hs, !ep && !etp ? 1 : 0);
+  s.combined = make(fwd, "combined", copies * hs, ep ? 1 : 0);
+  s.d_combined = make(bwd, "d_combined", copies * hs);
+  s.d_permuted = make(bwd, "d_permuted", copies * hs);
+  s.dgate = make(bwd, "dgate", copies);
+  s.received = make(fwd, "received", arrived * hs);
+  s.expert_in = make(fwd, "expert_in", arrived * hs, ep && !etp ? ep_ : 0);
+  s.expert_out_src = make(fwd, "expert_out_src", arrived * hs);
+  s.d_expert_out_src = make(bwd, "d_expert_out_src", arrived * hs);
+  s.d_expert_out = make(bwd, "d_expert_out", arrived * hs);
+  s.d_expert_in_src = make(bwd, "d_expert_in_src", arrived * hs);
+  s.expert_out = make(fwd, "expert_out", gathered * hs, !ep && !etp ? 1 : 0);
+  s.d_expert_in = make(bwd, "d_expert_in", gathered * hs);
+  if (etp) {
+    s.tp_send = make(fwd, "tp_send", gathered * hs);
+    s.tp_recv = make(fwd, "tp_recv", gathered * hs);
+    s.gathered = make(fwd, "gathered", gathered * hs, etp_ * ep_);
+    s.d_tp_send = make(bwd, "d_tp_send", gathered * hs);
+    s.d_tp_recv = make(bwd, "d_tp_recv", gathered * hs);
+    s.d_gathered = make(bwd, "d_gathered", gathered * hs);
+    s.expert_own = make(fwd, "expert_own", arrived * hs, !ep ? 1 : 0);
+    s.d_expert_own = make(bwd, "d_expert_own", arrived * hs);
   }
-  s.fc1_out.assign(gathered * to_size(2 * f), 0.0f);
-  s.d_fc1.assign(gathered * to_size(2 * f), 0.0f);
-  s.act.assign(gathered * to_size(f), 0.0f);
-  s.d_act.assign(gathered * to_size(f), 0.0f);
-  s.d_from_permute.assign(to_size(t * h), 0.0f);
-  s.d_from_router.assign(to_size(t * h), 0.0f);
-  s.dz.assign(to_size(t * shape_.experts), 0.0f);
+  s.fc1_out = make(fwd, "fc1_out", gathered * to_size(2 * f), ep_);
+  s.d_fc1 = make(bwd, "d_fc1", gathered * to_size(2 * f));
+  s.act = make(fwd, "act", gathered * to_size(f), ep_);
+  s.d_act = make(bwd, "d_act", gathered * to_size(f));
+  s.d_from_permute = make(bwd, "d_from_permute", to_size(t * h));
+  s.d_from_router = make(bwd, "d_from_router", to_size(t * h));
+  s.dz = make(bwd, "dz", to_size(t * shape_.experts));
   if (shared_ffn_ > 0) {  // moe_shared_expert_cpu.cc
     const size_t rows = to_size(t), all = to_size(t * tp_), fs = to_size(shared_ffn_ / tp_);
-    s.s_fc1.assign(all * 2 * fs, 0.0f);
-    s.s_d_fc1.assign(all * 2 * fs, 0.0f);
-    s.s_act.assign(all * fs, 0.0f);
-    s.s_d_act.assign(all * fs, 0.0f);
+    s.s_fc1 = make(fwd, "s_fc1", all * 2 * fs);
+    s.s_d_fc1 = make(bwd, "s_d_fc1", all * 2 * fs);
+    s.s_act = make(fwd, "s_act", all * fs);
+    s.s_d_act = make(bwd, "s_d_act", all * fs);
     if (tp_ > 1) {
-      for (std::vector<float>* buffer : {&s.s_x_all, &s.s_out_all, &s.s_d_out_all, &s.s_d_x_all}) {
-        buffer->assign(all * to_size(h), 0.0f);
-      }
+      s.s_x_all = make(fwd, "s_x_all", all * hs);
+      s.s_out_all = make(fwd, "s_out_all", all * hs);
+      s.s_d_out_all = make(bwd, "s_d_out_all", all * hs);
+      s.s_d_x_all = make(bwd, "s_d_x_all", all * hs);
     }
-    for (std::vector<float>* buffer :
-         {&s.s_out, &s.s_d_out, &s.s_d_out_w, &s.d_from_shared, &s.d_from_gate}) {
-      buffer->assign(rows * to_size(h), 0.0f);
-    }
-    for (std::vector<float>* buffer : {&s.s_logit, &s.s_gate, &s.s_d_logit}) {
-      buffer->assign(rows, 0.0f);
-    }
+    s.s_out = make(fwd, "s_out", rows * hs);
+    s.s_logit = make(fwd, "s_logit", rows);
+    s.s_gate = make(fwd, "s_gate", rows);
+    s.s_d_out = make(bwd, "s_d_out", rows * hs);
+    s.s_d_out_w = make(bwd, "s_d_out_w", rows * hs);
+    s.d_from_shared = make(bwd, "d_from_shared", rows * hs);
+    s.d_from_gate = make(bwd, "d_from_gate", rows * hs);
+    s.s_d_logit = make(bwd, "s_d_logit", rows);
   }
-  const bool ep = ep_ > 1, etp = etp_ > 1;
   s.own_in = ep ? s.expert_in.data() : s.permuted.data();
   s.experts_read = etp ? s.gathered.data() : s.own_in;
   s.own_out = etp ? s.expert_own.data() : s.expert_out.data();
@@ -447,6 +481,11 @@ float MoeLayersCpu::aux_loss_sum(int64_t micro_batches) const {
     if (key.first < micro_batches) sum += s->routing.aux_loss;
   }
   return sum;
+}
+
+void MoeLayersCpu::drop_states() {
+  states_.clear();
+  recompute_states_.clear();
 }
 
 int64_t MoeLayersCpu::dropped_copies() const {

@@ -63,15 +63,18 @@
 // that tp does not divide.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "lib/job_spec.h"
 #include "runtime/cpu/moe_cpu.h"
+#include "runtime/memory/buffer_spans.h"
 #include "runtime/model/moe_layers_of.h"
 #include "runtime/model/stage_model.h"
 
@@ -120,6 +123,18 @@ class MoeLayersCpu {
   /// Token copies dropped over capacity in the last forward, over micro-batches and layers.
   int64_t dropped_copies() const;
 
+  /// Where the layers' activation buffers come from: allocate(span kind, micro_batch,
+  /// layer, name, count, counted_share) returns count floats of the stage model's
+  /// activation arena (runtime/model/activation_arena.h; counted_share as its allocate's).
+  /// Until one is set, each buffer is a zeroed allocation of the layers' own.
+  using Allocator =
+      std::function<float*(SpanKind kind, int64_t micro_batch, int64_t layer, std::string_view name,
+                           int64_t count, int64_t counted_share)>;
+  void set_allocator(Allocator allocate) { allocate_ = std::move(allocate); }
+  /// Forgets every (micro-batch, layer) state: the arena's layout pass bound them with
+  /// fake addresses (BasicStageModel::plan_activation_memory).
+  void drop_states();
+
  private:
   struct Weights;
   struct State;
@@ -137,6 +152,9 @@ class MoeLayersCpu {
   int64_t local_ = 0;       // L: experts held here
   int64_t shared_ffn_ = 0;  // Fs: the shared expert's FFN width (0: none)
   const float* loss_scale_;
+  bool full_recompute_ = false;
+  Allocator allocate_;
+  std::vector<std::unique_ptr<float[]>> own_buffers_;  // without an allocator
   std::map<int64_t, std::unique_ptr<Weights>> weights_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)
   // Full recompute's second set (bind's `recomputing`); its aux losses are not counted twice.

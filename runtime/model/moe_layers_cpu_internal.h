@@ -35,6 +35,19 @@ struct MoeLayersCpu::Weights {
 // One (micro-batch, layer)'s buffers, sized at their bounds once (closures keep pointers):
 // N tokens on this rank (T / tp with SP), N k copies leave it, at most ep N k own rows
 // arrive, etp times those are gathered. F here is the local FFN width F_e / etp.
+/// A float buffer from the MoE layers' allocator (MoeLayersCpu::set_allocator: the stage
+/// model's activation arena), not owned: where it is and how many elements.
+struct ArenaFloats {
+  float* ptr = nullptr;
+  size_t n = 0;
+  float* data() const { return ptr; }
+  size_t size() const { return n; }
+  bool empty() const { return n == 0; }
+  float& operator[](size_t i) const { return ptr[i]; }
+  float* begin() const { return ptr; }
+  float* end() const { return ptr + n; }
+};
+
 struct MoeLayersCpu::State {
   cpu::MoeRouting routing;
   std::vector<int64_t> send_counts;     // [ep, L] elements of this rank's copies per expert
@@ -43,30 +56,30 @@ struct MoeLayersCpu::State {
   std::vector<int64_t> local_rows;      // [L] own rows per local expert (all EP sources)
   std::vector<int64_t> gemm_rows;       // [L] rows each local expert computes on
   // Expert tensor parallelism: [etp, L] elements per (TP member, local expert).
-  std::vector<int64_t> tp_send_counts;      // own rows, to every member
-  std::vector<int64_t> tp_recv_counts;      // every member's own rows, from the gather
-  std::vector<int64_t> tp_scratch_counts;   // what the other TP exchanges return
-  std::vector<float> permuted;              // [N k, h] rank layout
-  std::vector<float> received;              // [ep N k, h] EP source-major
-  std::vector<float> expert_in;             // [ep N k, h] own rows, expert-major
-  std::vector<float> tp_send, tp_recv;      // [etp ep N k, h] forward TP exchanges
-  std::vector<float> gathered;              // [etp ep N k, h] gathered rows, expert-major
-  std::vector<float> fc1_out, act;          // [etp ep N k, 2F], [etp ep N k, F]
-  std::vector<float> expert_out;            // [etp ep N k, h] expert-major (partial with etp)
-  std::vector<float> expert_own;            // [ep N k, h] own rows summed over TP, expert-major
-  std::vector<float> expert_out_src;        // [ep N k, h] EP source-major
-  std::vector<float> combined;              // [N k, h] rank layout
-  std::vector<float> d_combined, dgate;     // [N k, h], [N k]
-  std::vector<float> d_expert_out_src;      // [ep N k, h]
-  std::vector<float> d_expert_out;          // [ep N k, h] own rows, expert-major
-  std::vector<float> d_tp_send, d_tp_recv;  // [etp ep N k, h] backward TP exchanges
-  std::vector<float> d_gathered;            // [etp ep N k, h] expert-major
-  std::vector<float> d_act, d_fc1;          // [etp ep N k, F], [etp ep N k, 2F]
-  std::vector<float> d_expert_in;           // [etp ep N k, h] expert-major (partial with etp)
-  std::vector<float> d_expert_own;          // [ep N k, h] summed over TP, expert-major
-  std::vector<float> d_expert_in_src;       // [ep N k, h] EP source-major
-  std::vector<float> d_permuted;            // [N k, h] rank layout
-  std::vector<float> d_from_permute, d_from_router, dz;  // [N, h], [N, h], [N, E]
+  std::vector<int64_t> tp_send_counts;     // own rows, to every member
+  std::vector<int64_t> tp_recv_counts;     // every member's own rows, from the gather
+  std::vector<int64_t> tp_scratch_counts;  // what the other TP exchanges return
+  ArenaFloats permuted;                    // [N k, h] rank layout
+  ArenaFloats received;                    // [ep N k, h] EP source-major
+  ArenaFloats expert_in;                   // [ep N k, h] own rows, expert-major
+  ArenaFloats tp_send, tp_recv;            // [etp ep N k, h] forward TP exchanges
+  ArenaFloats gathered;                    // [etp ep N k, h] gathered rows, expert-major
+  ArenaFloats fc1_out, act;                // [etp ep N k, 2F], [etp ep N k, F]
+  ArenaFloats expert_out;                  // [etp ep N k, h] expert-major (partial with etp)
+  ArenaFloats expert_own;                  // [ep N k, h] own rows summed over TP, expert-major
+  ArenaFloats expert_out_src;              // [ep N k, h] EP source-major
+  ArenaFloats combined;                    // [N k, h] rank layout
+  ArenaFloats d_combined, dgate;           // [N k, h], [N k]
+  ArenaFloats d_expert_out_src;            // [ep N k, h]
+  ArenaFloats d_expert_out;                // [ep N k, h] own rows, expert-major
+  ArenaFloats d_tp_send, d_tp_recv;        // [etp ep N k, h] backward TP exchanges
+  ArenaFloats d_gathered;                  // [etp ep N k, h] expert-major
+  ArenaFloats d_act, d_fc1;                // [etp ep N k, F], [etp ep N k, 2F]
+  ArenaFloats d_expert_in;                 // [etp ep N k, h] expert-major (partial with etp)
+  ArenaFloats d_expert_own;                // [ep N k, h] summed over TP, expert-major
+  ArenaFloats d_expert_in_src;             // [ep N k, h] EP source-major
+  ArenaFloats d_permuted;                  // [N k, h] rank layout
+  ArenaFloats d_from_permute, d_from_router, dz;  // [N, h], [N, h], [N, E]
   // The shared expert: fc1 output [N, 2Fs], activation [N, Fs], output before the gate
   // [N, h], gate logit and gate per token [N]; backward: d of each, d(logit) [N], the
   // gate-scaled output gradient (dgrad's [N, h] and wgrad's own copy [N, h]), and the two
@@ -74,9 +87,9 @@ struct MoeLayersCpu::State {
   // With tp > 1 fc1, the activation and their gradients hold the TP group's T = tp N rows
   // (Fs/tp wide), and so do the gathered input, the partial output, the gathered d out and
   // fc1's partial input gradient (s_*_all, [T, h]; empty with tp = 1).
-  std::vector<float> s_fc1, s_act, s_out, s_logit, s_gate;
-  std::vector<float> s_d_act, s_d_fc1, s_d_logit, s_d_out, s_d_out_w, d_from_shared, d_from_gate;
-  std::vector<float> s_x_all, s_out_all, s_d_out_all, s_d_x_all;
+  ArenaFloats s_fc1, s_act, s_out, s_logit, s_gate;
+  ArenaFloats s_d_act, s_d_fc1, s_d_logit, s_d_out, s_d_out_w, d_from_shared, d_from_gate;
+  ArenaFloats s_x_all, s_out_all, s_d_out_all, s_d_x_all;
   // Where each stage reads (see the file comment for the aliasing without EP or ETP).
   float* own_in = nullptr;          // own rows, expert-major: expert_in or permuted
   float* experts_read = nullptr;    // gathered, or own_in

@@ -34,15 +34,15 @@ namespace {
 using moe_detail::to_size;
 
 // y[r] += g[r] * out[r] for n rows of h.
-void add_gated(int64_t n, int64_t h, const std::vector<float>& gate, const float* out, float* y) {
+void add_gated(int64_t n, int64_t h, const ArenaFloats& gate, const float* out, float* y) {
   for (int64_t r = 0; r < n; ++r) {
     kernels::shared_gate_add_row(h, gate[to_size(r)], out + r * h, y + r * h);
   }
 }
 
 // The gate's backward on n rows: d_logit = <dy, out> g (1 - g) and d_out = g dy.
-void gate_backward(int64_t n, int64_t h, const float* dy, const float* out,
-                   const std::vector<float>& gate, float* d_logit, float* d_out) {
+void gate_backward(int64_t n, int64_t h, const float* dy, const float* out, const ArenaFloats& gate,
+                   float* d_logit, float* d_out) {
   for (int64_t r = 0; r < n; ++r) {
     d_logit[r] = kernels::shared_gate_backward_row(h, gate[to_size(r)], dy + r * h, out + r * h,
                                                    d_out + r * h);
@@ -50,8 +50,8 @@ void gate_backward(int64_t n, int64_t h, const float* dy, const float* out,
 }
 
 // logit = x w_g and g = sigmoid(logit) on n rows.
-void gate_forward(int64_t n, int64_t h, const float* x, const float* wg, std::vector<float>& logit,
-                  std::vector<float>& gate) {
+void gate_forward(int64_t n, int64_t h, const float* x, const float* wg, const ArenaFloats& logit,
+                  const ArenaFloats& gate) {
   cpu::linear_forward(n, h, 1, x, wg, logit.data());
   for (int64_t r = 0; r < n; ++r) gate[to_size(r)] = kernels::shared_gate(logit[to_size(r)]);
 }

@@ -137,6 +137,9 @@ struct BasicStageModel<B>::Impl {
     head_states.clear();
     cp_states.clear();
     recompute_cp_states.clear();
+    if constexpr (requires { moe->drop_states(); }) {
+      if (moe) moe->drop_states();
+    }
   }
 
   model_detail::TokenBuffers<B>& token_buffers(int64_t mb);
@@ -274,7 +277,8 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   // A MoE MLP reads its input rows (ln2_out, sharded under SP) in its backward too.
   s.ln2_out = d.sp && !moe ? a.act(mlp_temp, "ln2_out", res) : saved_act(mlp_saved, "ln2_out", res);
   s.ln2_rstd = a.stat(mlp_saved, "ln2_rstd", d.rows);
-  s.mlp_in = d.sp ? saved_act(mlp_saved, "mlp_in", full, d.tp) : s.ln2_out;
+  // A MoE layer has no dense FC1 to gather for: its router and permute read ln2_out.
+  s.mlp_in = d.sp && !moe ? saved_act(mlp_saved, "mlp_in", full, d.tp) : s.ln2_out;
   s.gate_up = saved_act(mlp_saved, "gate_up", t * 2 * d.ffn);
   s.act = saved_act(mlp_saved, "act", t * d.ffn);
   s.fc2_out = a.act(mlp_temp, "fc2_out", full);

@@ -8,7 +8,7 @@
 #   2. each rank's memory line: an arena above zero, at least the live peak, at least the
 #      plan's count;
 #   3. the plan's count against the plan's stage prediction (dhelix-diff --measured): within
-#      2 % on the dense examples (TP, PP, CP, DP, full and selective recompute);
+#      2 % (TP, PP, CP, DP, full and selective recompute, MoE with EP, MoE with EP and TP);
 #      on MoE the model states' parameter counts match the plan's (dhelix-diff passes);
 #   4. full recompute lowers the plan's count by the factor the plan predicts, within 5 %;
 #   5. an unknown DHELIX_ACTIVATION_ARENA value is refused by name.
@@ -73,7 +73,7 @@ echo "ok: the arena gives the separate buffers' losses bit for bit; memory lines
 
 # 3. the plan's count against the plan, per rank, from dhelix-diff --measured --json.
 for plan in "$plans"/tiny-tp2-pp2.json "$plans"/tiny-cp2-tp2.json "$plans"/tiny-tp2-recompute.json \
-  "$plans"/tiny-dp2-tp2.json "$selective"; do
+  "$plans"/tiny-dp2-tp2.json "$plans"/tiny-moe-ep2.json "$plans"/tiny-moe-ep2-tp2.json "$selective"; do
   name=$(basename "$plan" .json)
   "$bin/dhelix-diff" "$plan" --measured "$work/$name.trace.json" --json >"$work/$name.diff.json"
   python3 - "$work/$name.diff.json" "$name" <<'EOF'
