@@ -18,6 +18,7 @@
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/context_split.h"
 #include "tests/runtime/loopback_directory.h"
+#include "tests/runtime/shipped_plan.h"
 #include "tests/runtime/stage_model_test_util.h"
 
 namespace dhelix::rt {
@@ -28,18 +29,6 @@ struct RankResult {
   std::vector<std::vector<float>> gradients;
   std::string error;
 };
-
-struct PlannedJob {
-  Plan plan;
-  JobSpec job;
-};
-
-PlannedJob shipped(const std::string& name) {
-  PlannedJob p;
-  p.plan = read_plan(std::string(DHELIX_SOURCE_DIR) + "/examples/plans/" + name + ".json");
-  p.job = job_from_plan(p.plan, name);
-  return p;
-}
 
 // The micro-batch's whole sequences, the same for every job of these tests.
 MicroBatchTokens full_tokens(const JobSpec& job, int64_t mb) {

@@ -35,6 +35,7 @@
 #include "runtime/train/optimizer.h"
 #include "tests/device/plan_in_process.h"
 #include "tests/runtime/loopback_directory.h"
+#include "tests/runtime/shipped_plan.h"
 #include "tests/runtime/stage_model_test_util.h"
 
 namespace dhelix::rt {
@@ -82,18 +83,6 @@ TEST(ReductionBuckets, ExpertsGetBucketsOfTheirOwnUnderExpertParallelism) {
 
 TEST(ReductionBuckets, RefuseABucketSizeBelowOne) {
   EXPECT_THROW(plan_reduction_buckets({1}, {false}, {0}, 0, false), Error);
-}
-
-struct PlannedJob {
-  Plan plan;
-  JobSpec job;
-};
-
-PlannedJob shipped(const std::string& name) {
-  PlannedJob p;
-  p.plan = read_plan(std::string(DHELIX_SOURCE_DIR) + "/examples/plans/" + name + ".json");
-  p.job = job_from_plan(p.plan, name);
-  return p;
 }
 
 // tiny-moe-ep2-tp2's job with a shared expert (no shipped plan has one), planned here.
