@@ -247,10 +247,9 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   // bwd.proj_wgrad (bind's kept_output).
   const bool selective = role == ForwardRole::kSelectiveForward;
   const SpanKind core = selective ? SpanKind::kAttentionForward : attn_saved;
-  // The repeated forward's saved activations are what the plan's recompute transient
-  // counts (planner/memory_model.h); its temporaries are not.
-  // Under SP the plan counts the sharded GEMM input Megatron keeps, 1/tp of the gathered
-  // one the runtime keeps (memory_report.h).
+  // What the plan counts (memory_report.h): the saved activations, and the repeated
+  // forward's (the plan's recompute transient), not temporaries; under SP `share` = tp
+  // for the gathered GEMM inputs (the plan counts the sharded one Megatron keeps).
   const auto saved_act = [&](SpanKind kind, std::string_view name, int64_t count,
                              int64_t share = 1) {
     if (role == ForwardRole::kRecompute || kind == SpanKind::kLayerSaved) a.counted_share = share;
@@ -262,9 +261,10 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   s.ln1_rstd = a.stat(attn_saved, "ln1_rstd", d.rows);
   s.attn_in = d.sp ? saved_act(attn_saved, "attn_in", full, d.tp) : s.ln1_out;
   // Selective recompute repeats the core attention from the fused QKV output: it is saved
-  // (Megatron keeps the core attention's input), the split q, k, v are not.
-  s.qkv = selective ? saved_act(SpanKind::kLayerSaved, "qkv", t * d.qkv_width)
-                    : a.act(attn_temp, "qkv", t * d.qkv_width);
+  // (Megatron keeps the core attention's input), the split q, k, v are not. Under CP the
+  // repeated ring reads gemm_qkv's q and K/V block instead.
+  s.qkv = selective && d.cp == 1 ? saved_act(SpanKind::kLayerSaved, "qkv", t * d.qkv_width)
+                                 : a.act(attn_temp, "qkv", t * d.qkv_width);
   s.q = saved_act(selective && d.cp == 1 ? core : attn_saved, "q", t * d.q_width);
   // Under CP the ring's own block (cp.kv0, layer_ops_cp.h) holds K and V.
   s.k = d.cp == 1 ? saved_act(core, "k", t * d.kv_width) : nullptr;
