@@ -34,20 +34,10 @@ class CpuEngine final : public TrainingEngine {
     comms_ = std::make_unique<RankComms>(groups);
     model_.plan_activation_memory(programs, program_orders(programs));
     const std::vector<ParameterView> params = model_.parameters();
-    std::vector<std::string> names;
-    std::vector<int64_t> sizes;
-    std::vector<bool> expert;
-    for (const ParameterView& p : params) {
-      names.push_back(p.name);
-      sizes.push_back(p.count);
-      expert.push_back(p.expert);
-    }
-    const std::vector<int64_t> last_writer = programs.empty()
-                                                 ? std::vector<int64_t>(params.size(), -1)
-                                                 : last_gradient_writers(names, *programs.front());
     reducer_ = std::make_unique<GradientReducer>(
         params,
-        plan_reduction_buckets(sizes, expert, last_writer, bucket_elements_, experts_apart_),
+        reduction_buckets_of(params, programs.empty() ? nullptr : programs.front(),
+                             bucket_elements_, experts_apart_),
         ReductionGroups{.tp = &groups.reduction_tp(),
                         .dense = &groups.reduction_gradient_group(),
                         .expert = &groups.reduction_expert_data_parallel()},

@@ -20,6 +20,29 @@ int64_t now_ns() {
       .count();
 }
 
+// What ran with the reducer's lock released: when, and what it threw.
+struct UnlockedRun {
+  int64_t start = 0;
+  int64_t end = 0;
+  std::exception_ptr failure;
+};
+
+// Runs `work` with `lock` released (the lock held again on return).
+template <class Work>
+UnlockedRun run_unlocked(std::unique_lock<std::mutex>& lock, Work&& work) {
+  UnlockedRun run;
+  lock.unlock();
+  run.start = now_ns();
+  try {
+    work();
+  } catch (...) {
+    run.failure = std::current_exception();
+  }
+  run.end = now_ns();
+  lock.lock();
+  return run;
+}
+
 // name -> index in the parameter list.
 std::unordered_map<std::string, int64_t> index_of(const std::vector<std::string>& names) {
   std::unordered_map<std::string, int64_t> index;
@@ -66,6 +89,23 @@ std::vector<int64_t> last_gradient_writers(const std::vector<std::string>& names
     last[static_cast<size_t>(parameter)] = static_cast<int64_t>(instruction);
   });
   return last;
+}
+
+std::vector<ReductionBucket> reduction_buckets_of(const std::vector<ParameterView>& params,
+                                                  const RankProgram* program,
+                                                  int64_t bucket_elements, bool experts_apart) {
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  std::vector<bool> expert;
+  for (const ParameterView& p : params) {
+    names.push_back(p.name);
+    sizes.push_back(p.count);
+    expert.push_back(p.expert);
+  }
+  const std::vector<int64_t> last_writer = program == nullptr
+                                               ? std::vector<int64_t>(params.size(), -1)
+                                               : last_gradient_writers(names, *program);
+  return plan_reduction_buckets(sizes, expert, last_writer, bucket_elements, experts_apart);
 }
 
 std::vector<ReductionBucket> plan_reduction_buckets(const std::vector<int64_t>& sizes,
@@ -296,27 +336,13 @@ void GradientReducer::run() {
     }
     const size_t b = next_;
     busy_ = true;
-    lock.unlock();
-    std::exception_ptr failure;
-    const int64_t start = now_ns();
-    try {
-      reduce(b);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    const int64_t end = now_ns();
-    lock.lock();
-    timings_[b] = {static_cast<int64_t>(b), start, end, false};
+    const UnlockedRun run = run_unlocked(lock, [&] { reduce(b); });
+    timings_[b] = {static_cast<int64_t>(b), run.start, run.end, false};
     busy_ = false;
     ++next_;
-    if (failure) {
-      failure_ = failure;
+    if (run.failure) {
       next_ = buckets_.size();  // skip the rest
-      if (on_failure_) {
-        lock.unlock();
-        on_failure_(failure);
-        lock.lock();
-      }
+      fail(lock, run.failure);
     }
     changed_.notify_all();
   }
@@ -326,34 +352,30 @@ Communicator& GradientReducer::group_of(size_t bucket) const {
   return buckets_[bucket].expert ? *groups_.expert : *groups_.dense;
 }
 
+// Keeps the first failure and tells on_failure_, with mutex_ held on entry and exit.
+void GradientReducer::fail(std::unique_lock<std::mutex>& lock, std::exception_ptr failure) {
+  failure_ = failure;
+  if (on_failure_) {
+    lock.unlock();
+    on_failure_(failure);
+    lock.lock();
+  }
+}
+
 // One gather, with mutex_ held on entry and exit (released while it runs).
 void GradientReducer::run_gather(std::unique_lock<std::mutex>& lock) {
   const size_t b = gather_order_[next_gather_];
   gather_busy_ = true;
-  lock.unlock();
-  std::exception_ptr failure;
-  const int64_t start = now_ns();
-  try {
-    gather_(b);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  const int64_t end = now_ns();
-  lock.lock();
-  gather_timings_.push_back({static_cast<int64_t>(b), start, end, true});
+  const UnlockedRun run = run_unlocked(lock, [&] { gather_(b); });
+  gather_timings_.push_back({static_cast<int64_t>(b), run.start, run.end, true});
   gather_busy_ = false;
   gathered_[b] = 1;
   ++next_gather_;
-  if (failure) {
-    failure_ = failure;
+  if (run.failure) {
     // Nothing waits forever: the rest counts as gathered (the failure ends the run).
     std::fill(gathered_.begin(), gathered_.end(), 1);
     next_gather_ = gather_order_.size();
-    if (on_failure_) {
-      lock.unlock();
-      on_failure_(failure);
-      lock.lock();
-    }
+    fail(lock, run.failure);
   }
   changed_.notify_all();
 }

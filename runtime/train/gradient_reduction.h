@@ -93,6 +93,12 @@ std::vector<ReductionBucket> plan_reduction_buckets(const std::vector<int64_t>& 
                                                     const std::vector<int64_t>& last_writer,
                                                     int64_t bucket_elements, bool experts_apart);
 
+/// plan_reduction_buckets for `params` (a rank's StageModel::parameters()), their gradients
+/// final as `program` finishes them (last_gradient_writers); without a program, all at -1.
+std::vector<ReductionBucket> reduction_buckets_of(const std::vector<ParameterView>& params,
+                                                  const RankProgram* program,
+                                                  int64_t bucket_elements, bool experts_apart);
+
 /// Which parameters an instruction may read, as keys: an instruction reads only
 /// parameters with its key (see the file comment; tested instruction by instruction in
 /// tests/runtime/gradient_reduction_test.cc). A parameter's: the layer of
@@ -182,6 +188,7 @@ class GradientReducer {
   bool idle() const;  // with mutex_ held: no reduction released and not yet summed
   bool gathering() const { return next_gather_ < gather_order_.size(); }  // with mutex_ held
   void run_gather(std::unique_lock<std::mutex>& lock);
+  void fail(std::unique_lock<std::mutex>& lock, std::exception_ptr failure);
   void wait_for_gathered(const std::vector<int32_t>& buckets);
 
   std::vector<ParameterView> params_;

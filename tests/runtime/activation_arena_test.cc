@@ -10,12 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "lib/plan/plan_job.h"
-#include "lib/plan/plan_reader.h"
 #include "runtime/exec/stream_lowering.h"
 #include "runtime/memory/arena_plan.h"
 #include "runtime/memory/buffer_spans.h"
 #include "runtime/model/stage_model.h"
+#include "tests/runtime/shipped_plan.h"
 
 namespace dhelix::rt {
 namespace {
@@ -122,8 +121,9 @@ TEST(BufferSpans, AReceivedBufferIsLiveFromTheStart) {
 
 // Rank 0 of a shipped tiny plan, laid out for both of its programs.
 MemoryReport laid_out(const std::string& name) {
-  const Plan plan = read_plan(std::string(DHELIX_SOURCE_DIR) + "/examples/plans/" + name + ".json");
-  const JobSpec job = job_from_plan(plan, name);
+  const PlannedJob shipped_job = shipped(name);
+  const Plan& plan = shipped_job.plan;
+  const JobSpec& job = shipped_job.job;
   const RankProgram co = lower_rank_program(plan, job, 0, ExecutionMode::kCoExecuted);
   const RankProgram seq = lower_rank_program(plan, job, 0, ExecutionMode::kSequential);
   const PlanStage& stage = plan.stages.front();
@@ -181,8 +181,7 @@ TEST(ActivationArena, FullRecomputeKeepsNoSavedActivations) {
 // full recompute keeps four layer inputs (16384 bytes each) and one recomputed layer.
 TEST(ActivationArena, ThePlansCountEqualsThePlansPrediction) {
   for (const char* name : {"tiny-tp2", "tiny-cp2-tp2", "tiny-tp2-recompute"}) {
-    const Plan plan =
-        read_plan(std::string(DHELIX_SOURCE_DIR) + "/examples/plans/" + name + ".json");
+    const Plan plan = shipped(name).plan;
     const PlanScheme* dhelix = nullptr;
     for (const PlanScheme& scheme : plan.schemes) {
       if (scheme.scheme == PipelineScheme::kDHelix) dhelix = &scheme;

@@ -285,18 +285,8 @@ std::vector<std::vector<std::vector<float>>> summed_gradients(const PlannedJob& 
         group("expert/", ProcessGroups::expert_data_parallel_ranks(placement, rank), "expert-dp");
     LoopbackDirectory comms(world, placement, rank, run);
     if (overlapped) {
-      std::vector<std::string> names;
-      std::vector<int64_t> sizes;
-      std::vector<bool> is_expert;
-      for (const ParameterView& v : params) {
-        names.push_back(v.name);
-        sizes.push_back(v.count);
-        is_expert.push_back(v.expert);
-      }
       GradientReducer reducer(
-          params,
-          plan_reduction_buckets(sizes, is_expert, last_gradient_writers(names, program),
-                                 bucket_elements, p.job.parallel.ep > 1),
+          params, reduction_buckets_of(params, &program, bucket_elements, p.job.parallel.ep > 1),
           {.tp = tp.get(), .dense = dense.get(), .expert = expert.get()});
       ExecutionOptions options{.jitter_us = 100, .jitter_seed = 3, .on_failure = {}};
       options.on_instruction_done = reducer.start(program, true, {});
