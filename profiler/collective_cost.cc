@@ -5,41 +5,6 @@
 #include "lib/error.h"
 
 namespace dhelix {
-namespace {
-
-double time_on_link_us(OpKind kind, int64_t n, double bytes, const CollectiveLink& link) {
-  if (n <= 1) return 0;
-  const double bytes_per_us = link.bus_bandwidth_gbps * 1e9 / 1e6;
-  return static_cast<double>(latency_steps(kind, n)) * link.latency_us +
-         bus_bandwidth_factor(kind, n) * bytes / bytes_per_us;
-}
-
-}  // namespace
-
-double bus_bandwidth_factor(OpKind kind, int64_t n) {
-  DHELIX_CHECK(is_communication(kind) && n >= 1);
-  const double ranks = static_cast<double>(n);
-  switch (kind) {
-    case OpKind::kAllReduce:
-      return 2.0 * (ranks - 1) / ranks;
-    case OpKind::kSendRecv:
-      return 1.0;
-    default:
-      return (ranks - 1) / ranks;
-  }
-}
-
-int64_t latency_steps(OpKind kind, int64_t n) {
-  DHELIX_CHECK(is_communication(kind) && n >= 1);
-  switch (kind) {
-    case OpKind::kAllReduce:
-      return 2 * (n - 1);
-    case OpKind::kSendRecv:
-      return 1;
-    default:
-      return n - 1;
-  }
-}
 
 double cross_node_bus_bandwidth_gbps(const ClusterSpec& cluster, int64_t group_size,
                                      int64_t nodes_spanned) {
@@ -74,8 +39,9 @@ CollectiveLink collective_link(const ClusterSpec& cluster, const Op& op) {
 }
 
 double collective_time_us(const ClusterSpec& cluster, const Op& op) {
-  return time_on_link_us(op.kind, op.group_size, static_cast<double>(op.comm_bytes),
-                         collective_link(cluster, op));
+  const CollectiveLink link = collective_link(cluster, op);
+  return link_time_us(op.kind, op.group_size, static_cast<double>(op.comm_bytes),
+                      link.bus_bandwidth_gbps, link.latency_us);
 }
 
 double collective_link_bytes_per_us(const ClusterSpec& cluster, const Op& op) {
@@ -85,7 +51,7 @@ double collective_link_bytes_per_us(const ClusterSpec& cluster, const Op& op) {
 
 double modelled_bus_bandwidth_gbps(OpKind kind, int64_t n, double bytes,
                                    const CollectiveLink& link) {
-  const double time_us = time_on_link_us(kind, n, bytes, link);
+  const double time_us = link_time_us(kind, n, bytes, link.bus_bandwidth_gbps, link.latency_us);
   if (time_us <= 0) return 0;
   return bus_bandwidth_factor(kind, n) * bytes / time_us * 1e6 / 1e9;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Analytic solo time of a communication operator: the ring alpha-beta model with
-// nccl-tests' bus-bandwidth factors (docs/cost-model.md, hardware-figures.md):
+// nccl-tests' bus-bandwidth factors (lib/link_cost.h has the arithmetic; docs/cost-model.md,
+// hardware-figures.md):
 //
 //   all-reduce                      t = 2(n-1)·alpha + 2(n-1)/n · S/B
 //   all-gather, reduce-scatter      t =  (n-1)·alpha +  (n-1)/n · S/B
@@ -29,6 +30,7 @@
 // nccl-tests measures half of the peak on A100 and H100 (16-18 MB).
 
 #include "lib/cluster_spec.h"
+#include "lib/link_cost.h"
 #include "lib/op_catalogue.h"
 
 namespace dhelix {
@@ -39,14 +41,6 @@ struct CollectiveLink {
   double latency_us = 0;          ///< alpha, per ring step
   bool network = false;           ///< true when the traffic leaves the node
 };
-
-/// nccl-tests' factor from algorithm bandwidth (size / time) to bus bandwidth for a
-/// collective of `n` ranks: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all
-/// (n-1)/n; send/recv 1. DHELIX_CHECKs that `kind` is communication.
-double bus_bandwidth_factor(OpKind kind, int64_t n);
-
-/// Ring steps that each pay alpha: all-reduce 2(n-1), send/recv 1, others n-1.
-int64_t latency_steps(OpKind kind, int64_t n);
 
 /// Bus bandwidth (GB/s) of the network share of one cross-node group of `group_size` ranks
 /// spread over `nodes_spanned` nodes, all groups of its dimension running at once: the NIC

@@ -44,6 +44,7 @@ struct ProfileOptions {
   int64_t max_samples = 200;            // cuda: --samples is the minimum, this the cap
   std::vector<std::string> from_trace;  // --from-trace: dhelix-run --trace files
   std::string base;                     // --base: profile for what the traces lack
+  std::vector<std::string> emulate_link;  // cpu: --emulate-link (runtime/comm/link_emulation.h)
   std::vector<std::string> argv;
   const CLI::App* app = nullptr;  // which flags were given (check_flag_combinations)
 };
@@ -76,6 +77,13 @@ void add_profile_options(CLI::App& app, ProfileOptions& options) {
                  "With --from-trace: a profile of the same job for the ops and pairs the "
                  "traces do not time")
       ->option_text("PROFILE");
+  app.add_option("--emulate-link", options.emulate_link,
+                 "cpu: [KIND=]RATE[@LATENCY], repeatable: collectives of KIND (tp, cp, ep, dp, "
+                 "pp; every kind when left out) complete when a link of RATE (tc's units: "
+                 "2gbit) and LATENCY per ring step (20us) would have finished them, as "
+                 "dhelix-run --emulate-link (docs/runtime.md)")
+      ->type_name("LINK")
+      ->take_all();
   add_integer_option(
       app, "--max-samples", options.max_samples, {.min = 1, .max = 100000},
       "cuda: most timed runs per op and pair (fewer once the median is known to 1 %)");
@@ -93,11 +101,13 @@ Profile measure_on_cpu(const ProfileOptions& options, const JobSpec& job, const 
   const rt::MpiEnvironment& environment = *mpi.environment;
   // Every rank sees the same job and world, so a wrong rank count stops all alike.
   check_cpu_world_size(collect_profile_space(job), environment.world_size());
+  rt::LinkEmulation links = rt::LinkEmulation::parse(options.emulate_link);
   mpi.measuring = true;
   const CpuProfileOptions cpu{.timing = {.warmup = options.warmup, .samples = options.samples},
                               .blas_threads = options.blas_threads,
                               .world_rank = environment.world_rank(),
-                              .world_size = environment.world_size()};
+                              .world_size = environment.world_size(),
+                              .link_emulation = std::move(links)};
   return make_cpu_profile(job, meta, cpu,
                           environment.world_rank() == 0 ? progress_bar() : ProgressCallback{});
 }
@@ -134,7 +144,8 @@ void check_flag_combinations(const ProfileOptions& options) {
   const CLI::App& app = *options.app;
   if (options.list) {
     refuse_flags_with(app, "--list", "times nothing and writes no profile",
-                      {"-o", "--samples", "--warmup", "--blas-threads", "--max-samples"},
+                      {"-o", "--samples", "--warmup", "--blas-threads", "--max-samples",
+                       "--emulate-link"},
                       "drop --list to profile");
     return;
   }
@@ -143,7 +154,8 @@ void check_flag_combinations(const ProfileOptions& options) {
   }
   if (!options.from_trace.empty()) {
     refuse_flags_with(app, "--from-trace", "reads measured timelines, it runs nothing",
-                      {"--backend", "--samples", "--warmup", "--blas-threads", "--max-samples"},
+                      {"--backend", "--samples", "--warmup", "--blas-threads", "--max-samples",
+                       "--emulate-link"},
                       "drop them, or drop --from-trace to measure");
     return;
   }
@@ -152,14 +164,15 @@ void check_flag_combinations(const ProfileOptions& options) {
   }
   if (options.backend == "model") {
     refuse_flags_with(app, "--backend model", "computes times, it measures nothing",
-                      {"--samples", "--warmup", "--blas-threads", "--max-samples"},
+                      {"--samples", "--warmup", "--blas-threads", "--max-samples",
+                       "--emulate-link"},
                       "measure with --backend cpu or cuda");
   } else if (options.backend == "cpu") {
     refuse_flags_with(app, "--backend cpu", "takes a fixed number of samples", {"--max-samples"},
                       "--max-samples is for --backend cuda");
   } else {
-    refuse_flags_with(app, "--backend cuda", "uses no OpenBLAS", {"--blas-threads"},
-                      "--blas-threads is for --backend cpu");
+    refuse_flags_with(app, "--backend cuda", "uses no OpenBLAS and times NCCL on real links",
+                      {"--blas-threads", "--emulate-link"}, "these flags are for --backend cpu");
   }
 }
 

@@ -164,6 +164,14 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
   add_integer_option(app, "--comm-max-sleep-us", o.comm_max_sleep_us, {.min = 1, .max = 100000},
                      "Longest sleep between two MPI tests with --comm-wait backoff, us, default "
                      "50 (shorter: faster MPI progress over TCP, more CPU time)");
+  app.add_option("--emulate-link", o.emulate_link,
+                 "[KIND=]RATE[@LATENCY], repeatable: collectives and pipeline transfers of KIND "
+                 "(tp, cp, ep, dp, pp; every kind when left out) complete when a link of RATE "
+                 "(tc's units: 2gbit) and LATENCY per ring step (20us) would have finished "
+                 "them; the bytes move through shared memory (cpu backend, one host; "
+                 "docs/runtime.md)")
+      ->type_name("LINK")
+      ->take_all();
   app.add_flag("--pin-compute", o.pin_compute,
                "Pin each rank's compute stream to CPU (local rank mod CPUs)");
 }

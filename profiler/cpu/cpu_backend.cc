@@ -71,6 +71,9 @@ OrderedJson measurement_meta(const CpuProfileOptions& options, const Adjustments
   json["kernels"] =
       "fp32 CPU kernels of runtime/cpu whatever the op's dtype; collectives through "
       "runtime/comm's MpiCommunicator over this host's MPI transport, also for cross-node ops";
+  if (options.link_emulation.enabled()) {
+    json["link_emulation"] = options.link_emulation.to_json();
+  }
   json["pairs_raised_to_solo"] = adjusted.raised_to_solo;
   json["pairs_capped_at_oef_minus_one"] = adjusted.capped_at_oef_minus_one;
   return json;
@@ -83,7 +86,8 @@ class CpuMeasurer {
               const ProgressCallback& progress)
       : space_(space),
         options_(options),
-        groups_(group_sizes(space), options.world_rank, options.world_size),
+        groups_(group_sizes(space), options.world_rank, options.world_size,
+                options.link_emulation),
         progress_(progress),
         total_(static_cast<int64_t>(space.ops.size() + space.pairs.size())) {}
 
@@ -151,7 +155,7 @@ class CpuMeasurer {
 
   cpu_profile::CommBinding binding(const Op& op, int strand) const {
     if (!is_communication(op.kind)) return {};
-    return groups_.binding(op.group_size, strand);
+    return groups_.binding(op.group_size, strand, op.group);
   }
 
   void tick() {

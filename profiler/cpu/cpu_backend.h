@@ -20,6 +20,10 @@
 // (lib/profile.h). Profiles hold OEFs in [-1, 1] only: a co-run slower than that (possible
 // when busy-polling MPI threads crowd a small machine) is capped at -1 and counted in the
 // profile's meta.measurement.
+//
+// With CpuProfileOptions::link_emulation enabled, each collective runs on the emulated link
+// of its group kind (runtime/comm/emulated_link.h), as dhelix-run --emulate-link runs it,
+// and meta.measurement.link_emulation records the links.
 
 #include <cstdint>
 
@@ -28,6 +32,7 @@
 #include "lib/profile.h"
 #include "profiler/cpu/cpu_timing.h"
 #include "profiler/model_backend.h"
+#include "runtime/comm/link_emulation.h"
 
 namespace dhelix {
 
@@ -37,6 +42,8 @@ struct CpuProfileOptions {
   int blas_threads = 1;    ///< OpenBLAS threads per rank (cpu::set_blas_threads)
   int64_t world_rank = 0;  ///< this process's rank in MPI_COMM_WORLD
   int64_t world_size = 1;  ///< ranks in MPI_COMM_WORLD
+  /// --emulate-link: collectives complete on modelled links (runtime/comm/emulated_link.h)
+  rt::LinkEmulation link_emulation;
 };
 
 /// Ranks the cpu backend needs for `space`: the largest group size among its communication

@@ -10,7 +10,7 @@
 namespace dhelix::cpu_profile {
 
 MeasureGroups::MeasureGroups(const std::vector<int64_t>& group_sizes, int64_t world_rank,
-                             int64_t world_size) {
+                             int64_t world_size, const rt::LinkEmulation& emulation) {
   MPI_Comm world = MPI_COMM_NULL;
   rt::check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
   world_ = std::make_unique<rt::MpiCommunicator>(world, "world");
@@ -30,14 +30,30 @@ MeasureGroups::MeasureGroups(const std::vector<int64_t>& group_sizes, int64_t wo
       }
     }
   }
+  for (const ParallelDim kind : kParallelDimNames.values()) {
+    const rt::LinkRate* rate = emulation.rate(kind);
+    if (rate == nullptr) continue;
+    rt::EmulatedLink* link =
+        (links_[static_cast<size_t>(kind)] = std::make_unique<rt::EmulatedLink>(*rate)).get();
+    for (auto& [size, slots] : groups_) {
+      for (const auto& comm : slots) {
+        if (!comm) continue;
+        wrapped_[{comm.get(), kind}] =
+            std::make_unique<rt::EmulatedLinkCommunicator>(*comm, link, link);
+      }
+    }
+  }
 }
 
-CommBinding MeasureGroups::binding(int64_t group_size, int strand) const {
+CommBinding MeasureGroups::binding(int64_t group_size, int strand, ParallelDim kind) const {
   const auto it = groups_.find(group_size);
   DHELIX_CHECK(it != groups_.end() && strand >= 0 && strand < kStrands);
   rt::MpiCommunicator* comm = it->second[static_cast<size_t>(strand)].get();
   if (comm == nullptr) return {};
-  return {.comm = comm, .world_ranks = comm->world_ranks()};
+  const auto wrapper = wrapped_.find({comm, kind});
+  rt::Communicator* used =
+      wrapper == wrapped_.end() ? static_cast<rt::Communicator*>(comm) : wrapper->second.get();
+  return {.comm = used, .world_ranks = comm->world_ranks()};
 }
 
 }  // namespace dhelix::cpu_profile

@@ -1,5 +1,6 @@
 #include "runtime/comm/process_groups.h"
 
+#include <fmt/format.h>
 #include <mpi.h>
 
 #include <string>
@@ -64,7 +65,8 @@ const char* comm_slot_name(CommSlot slot) {
   return "?";
 }
 
-ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank)
+ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank,
+                             const LinkEmulation& emulation)
     : world_rank_(world_rank) {
   // Every rank sees the same sizes, so every rank throws here alike and none is left
   // waiting in a split below.
@@ -97,6 +99,53 @@ ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank)
   const std::vector<int64_t> dp_cp = dp_cp_members(placement, world_rank);
   reduction_dp_cp_ = split_world(static_cast<int>(dp_cp.front()), key, cp > 1 ? "dp x cp" : "dp");
   reduction_expert_dp_ = split_world(static_cast<int>(expert_dp.front()), key, "expert-dp");
+  if (emulation.enabled()) wrap_for_emulation(emulation);
+}
+
+void ProcessGroups::wrap_for_emulation(const LinkEmulation& emulation) {
+  // Clock readings are compared across ranks (a send's start travels to its receiver):
+  // every rank must read the same CLOCK_MONOTONIC. Every rank sees the same answer, so
+  // every rank throws alike.
+  MPI_Comm host = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host),
+            "MPI_Comm_split_type");
+  int on_host = 0, world = 0;
+  MPI_Comm_size(host, &on_host);
+  MPI_Comm_free(&host);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (on_host != world) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("--emulate-link: {} of the {} ranks share this host; the emulated "
+                            "link needs every rank on one host (it compares their clocks)",
+                            on_host, world));
+  }
+  for (const ParallelDim kind : kParallelDimNames.values()) {
+    if (const LinkRate* rate = emulation.rate(kind)) {
+      links_[static_cast<size_t>(kind)] = std::make_unique<EmulatedLink>(*rate);
+    }
+  }
+  const auto link = [this](ParallelDim kind) { return links_[static_cast<size_t>(kind)].get(); };
+  for (size_t d = 0; d < kDims.size(); ++d) {
+    for (const auto& slot : groups_[d]) wrap(slot, link(kDims[d]), link(kDims[d]));
+  }
+  for (const auto& slot : worlds_) wrap(slot, nullptr, link(ParallelDim::kPp));
+  for (const auto* comm : {&dp_cp_, &expert_dp_, &reduction_dp_cp_, &reduction_expert_dp_}) {
+    if (*comm) wrap(*comm, link(ParallelDim::kDp), link(ParallelDim::kDp));
+  }
+  wrap(reduction_tp_, link(ParallelDim::kTp), link(ParallelDim::kTp));
+  emulation_text_ = emulation.describe();
+}
+
+void ProcessGroups::wrap(const std::unique_ptr<MpiCommunicator>& comm, EmulatedLink* collectives,
+                         EmulatedLink* transfers) {
+  if (collectives == nullptr && transfers == nullptr) return;
+  wrapped_[comm.get()] = std::make_unique<EmulatedLinkCommunicator>(*comm, collectives, transfers);
+}
+
+Communicator& ProcessGroups::emulated(const std::unique_ptr<MpiCommunicator>& comm) {
+  const auto found = wrapped_.find(comm.get());
+  if (found == wrapped_.end()) return *comm;
+  return *found->second;
 }
 
 std::vector<int64_t> ProcessGroups::expert_data_parallel_ranks(const Placement& placement,
@@ -112,7 +161,7 @@ std::vector<int64_t> ProcessGroups::expert_data_parallel_ranks(const Placement& 
 
 Communicator& ProcessGroups::group(ParallelDim dim, CommSlot slot) {
   for (size_t d = 0; d < kDims.size(); ++d) {
-    if (kDims[d] == dim) return *groups_[d][static_cast<size_t>(slot)];
+    if (kDims[d] == dim) return emulated(groups_[d][static_cast<size_t>(slot)]);
   }
   throw Error(ErrorCode::kUnsupported, std::string("no communicator for the ") +
                                            parallel_dim_name(dim) +
@@ -120,9 +169,11 @@ Communicator& ProcessGroups::group(ParallelDim dim, CommSlot slot) {
 }
 
 Communicator& ProcessGroups::gradient_group() {
-  return dp_cp_ ? *dp_cp_ : group(ParallelDim::kDp, CommSlot::kMain);
+  return dp_cp_ ? emulated(dp_cp_) : group(ParallelDim::kDp, CommSlot::kMain);
 }
 
-Communicator& ProcessGroups::world(CommSlot slot) { return *worlds_[static_cast<size_t>(slot)]; }
+Communicator& ProcessGroups::world(CommSlot slot) {
+  return emulated(worlds_[static_cast<size_t>(slot)]);
+}
 
 }  // namespace dhelix::rt

@@ -28,15 +28,26 @@
 // Both are sums of gradients of the one global loss (the trainer scales by 1 / tokens of
 // the global batch), the semantics of Megatron-Core's DDP where dense and expert gradients
 // are both scaled by 1 / (dp·cp) and reduced over dp·cp and the expert-dp group.
+//
+// Emulated links (dhelix-run --emulate-link, runtime/comm/emulated_link.h): every accessor
+// then returns the MPI communicator wrapped so that its transfers complete on the rank's
+// link of its kind: a dim's groups on that dim's link; the DP x CP, expert-data-parallel
+// and gradient-reduction groups on the dp link (the gradient sums cross the data-parallel
+// network), the reduction thread's TP copy on the tp link; the worlds' point-to-point
+// transfers (pipeline sends and receives) on the pp link.
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lib/parallel_spec.h"
 #include "lib/placement.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/emulated_link.h"
+#include "runtime/comm/link_emulation.h"
 #include "runtime/comm/mpi_communicator.h"
 
 namespace dhelix::rt {
@@ -58,14 +69,17 @@ class ProcessGroups {
   /// (dp 1 x tp 2 x pp 2), mpirun started 2" when the world's size differs from the
   /// placement's (on every rank alike, before any collective). world_rank must be this
   /// process's rank in MPI_COMM_WORLD.
-  ProcessGroups(const Placement& placement, int64_t world_rank);
+  /// With `emulation` enabled, throws Error(kUnsupported) on every rank unless all ranks
+  /// run on one host (the emulated link compares clock readings across ranks).
+  ProcessGroups(const Placement& placement, int64_t world_rank,
+                const LinkEmulation& emulation = {});
 
   /// This rank's group of `dim` (tp, cp, dp, pp or ep) for the thread of `slot`; throws
   /// Error(kUnsupported) for another dimension.
   Communicator& group(ParallelDim dim, CommSlot slot);
   /// The expert-data-parallel group (see the file comment), for the main thread: where
   /// expert weights' gradients are summed; the dp group's members when ep = 1.
-  Communicator& expert_data_parallel() { return *expert_dp_; }
+  Communicator& expert_data_parallel() { return emulated(expert_dp_); }
   /// The world ranks of `world_rank`'s expert-data-parallel group, ascending.
   static std::vector<int64_t> expert_data_parallel_ranks(const Placement& placement,
                                                          int64_t world_rank);
@@ -78,9 +92,11 @@ class ProcessGroups {
   /// The gradient-reduction thread's own copies (runtime/train/gradient_reduction.h) of
   /// the TP group, gradient_group() and expert_data_parallel(): the same members, used by
   /// no other thread.
-  Communicator& reduction_tp() { return *reduction_tp_; }
-  Communicator& reduction_gradient_group() { return *reduction_dp_cp_; }
-  Communicator& reduction_expert_data_parallel() { return *reduction_expert_dp_; }
+  Communicator& reduction_tp() { return emulated(reduction_tp_); }
+  Communicator& reduction_gradient_group() { return emulated(reduction_dp_cp_); }
+  Communicator& reduction_expert_data_parallel() { return emulated(reduction_expert_dp_); }
+  /// The links in use, "" when none is emulated (LinkEmulation::describe()).
+  const std::string& link_emulation() const { return emulation_text_; }
 
   int64_t world_rank() const { return world_rank_; }
 
@@ -96,6 +112,16 @@ class ProcessGroups {
   std::unique_ptr<MpiCommunicator> reduction_tp_;
   std::unique_ptr<MpiCommunicator> reduction_dp_cp_;
   std::unique_ptr<MpiCommunicator> reduction_expert_dp_;
+
+  // Emulated links: one per kind (null: not emulated), and the wrapper of each
+  // communicator above that has one.
+  void wrap_for_emulation(const LinkEmulation& emulation);
+  void wrap(const std::unique_ptr<MpiCommunicator>& comm, EmulatedLink* collectives,
+            EmulatedLink* transfers);
+  Communicator& emulated(const std::unique_ptr<MpiCommunicator>& comm);
+  std::array<std::unique_ptr<EmulatedLink>, kParallelDimNames.names.size()> links_;
+  std::map<const Communicator*, std::unique_ptr<EmulatedLinkCommunicator>> wrapped_;
+  std::string emulation_text_;
 };
 
 }  // namespace dhelix::rt

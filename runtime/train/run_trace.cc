@@ -339,6 +339,7 @@ void RunTrace::write(const std::string& path, const Plan& plan, const JobSpec& j
     for (const RankMemory& m : memory_) memory.push_back(memory_record_json(m));
     other["memory"] = std::move(memory);
   }
+  if (!link_emulation_.is_null()) other["link_emulation"] = link_emulation_;
   write_file_atomically(path, trace_text(events, other));
 }
 

@@ -89,6 +89,8 @@ class RunTrace {
   /// Every rank's memory (gather_rank_memory's answer; read on rank 0 only): the "memory"
   /// counter tracks and otherData.memory. Without it the trace has neither.
   void set_memory(std::vector<RankMemory> ranks) { memory_ = std::move(ranks); }
+  /// The emulated links the run used (LinkEmulation::to_json()): otherData.link_emulation.
+  void set_link_emulation(OrderedJson links) { link_emulation_ = std::move(links); }
 
   /// Collective over MPI_COMM_WORLD: rank 0 gathers every rank's records and writes the
   /// trace to `path` atomically (Error(kIo) naming the path when it cannot).
@@ -100,6 +102,7 @@ class RunTrace {
   int64_t origin_ns_ = 0;
   std::vector<StepRecord> steps_;
   std::vector<RankMemory> memory_;
+  OrderedJson link_emulation_;  // null: the real transport
 };
 
 }  // namespace dhelix::rt

@@ -168,7 +168,8 @@ Trainer::Trainer(const TrainOptions& options, const MpiEnvironment& mpi,
   }
   agree_on_setup(*world_, failure);
   compute_cpu_ = compute_cpu(options_.pin_compute);
-  groups_ = std::make_unique<ProcessGroups>(*placement_, rank_);
+  // Collective on every rank; the emulated link's host check fails on all of them alike.
+  agreed([&] { groups_ = std::make_unique<ProcessGroups>(*placement_, rank_, link_emulation_); });
   comms_ = std::make_unique<RankComms>(*groups_);
   engine_->connect(*groups_, {&co_executed_, &sequential_});
 }
@@ -194,6 +195,13 @@ void Trainer::read_inputs() {
                               options_.comm_max_sleep_us));
     }
     set_mpi_max_sleep_us(options_.comm_max_sleep_us);
+  }
+  link_emulation_ = LinkEmulation::parse(options_.emulate_link);
+  if (link_emulation_.enabled() && options_.backend != "cpu") {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("--emulate-link: the {} backend moves its bytes over NCCL; the "
+                            "emulated link is the cpu backend's (leave the flag out)",
+                            options_.backend));
   }
   if (!options_.trace_file.empty()) {
     if (options_.verify) {
@@ -366,10 +374,16 @@ void Trainer::print_summary(int64_t first_step, double seconds, float loss) cons
       options_.checkpoint_dir.empty()
           ? "no checkpoint written (no --checkpoint-dir)"
           : fmt::format("checkpoint {} written", step_dir(options_.checkpoint_dir, options_.steps));
+  // A run on an emulated link says so: its speed is the modelled link's, not a network's.
+  const std::string link = link_emulation_.enabled()
+                               ? fmt::format(", on an emulated link ({})", link_emulation_.describe())
+                               : "";
   out_ << fmt::format(
-      "dhelix-run: done: {} step{} ({}..{}) in {:.2f} s, {:.0f} tokens/s, final loss {:.4f}, {}\n",
+      "dhelix-run: done: {} step{} ({}..{}) in {:.2f} s, {:.0f} tokens/s{}, final loss {:.4f}, "
+      "{}\n",
       steps, steps == 1 ? "" : "s", first_step + 1, options_.steps, seconds,
-      seconds > 0 ? static_cast<double>(steps * global_tokens()) / seconds : 0.0, loss, checkpoint);
+      seconds > 0 ? static_cast<double>(steps * global_tokens()) / seconds : 0.0, link, loss,
+      checkpoint);
   out_.flush();
 }
 
@@ -429,6 +443,7 @@ int Trainer::run() {
   const std::vector<RankMemory> memory = gather_memory();
   if (trace) {
     trace->set_memory(memory);
+    if (link_emulation_.enabled()) trace->set_link_emulation(link_emulation_.to_json());
     trace->write(options_.trace_file, plan_, job_);
     if (rank_ == 0) out_ << fmt::format("dhelix-run: wrote {}\n", options_.trace_file);
   }

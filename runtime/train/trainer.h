@@ -8,6 +8,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "lib/error.h"
 #include "lib/plan/plan_check.h"
@@ -57,6 +58,8 @@ struct TrainOptions {
   /// Longest sleep between two MPI tests with backoff, us; 0: mpi_wait.h's default
   int64_t comm_max_sleep_us = 0;
   bool pin_compute = false;  ///< pin each rank's compute stream (runtime/exec/affinity.h)
+  /// --emulate-link values (runtime/comm/link_emulation.h); empty: the real transport
+  std::vector<std::string> emulate_link;
   /// The checker's memory recomputation (planner/plan_figures_check.h; dhelix-run binds it).
   PlanFiguresCheck plan_figures;
 };

@@ -85,6 +85,7 @@ class Trainer {
   std::unique_ptr<Placement> placement_;
   RankCoordinates coordinates_;
   std::unique_ptr<TokenSource> tokens_;
+  LinkEmulation link_emulation_;  // --emulate-link
   std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<RankComms> comms_;
   std::unique_ptr<TrainingEngine> engine_;

@@ -1,0 +1,114 @@
+#pragma once
+// A link that costs wire time and no cores: the CPU runtime's stand-in for NVLink or an
+// RDMA NIC, whose copy engines move the bytes while the SMs compute. On CPU ranks over
+// TCP the network stack is kernel work on the very cores the ranks compute on, so a
+// collective beside computation slows both and no run could show communication hidden
+// (docs/runtime.md, "The co-execution benchmark"). Here the payload moves through the
+// host's MPI transport at once (shared memory) and the call returns when the modelled
+// link would have finished the transfer; the thread waits in one absolute-time sleep
+// (clock_nanosleep), holding no core.
+//
+// When a transfer finishes. Each rank has one EmulatedLink per process-group kind (tp, cp,
+// ep, dp, pp), shared by every communicator and thread of that kind, with two directions:
+// egress (what this rank sends) and ingress (what it receives). A transfer of duration d
+// (lib/link_cost.h's link_time_us: the wire bytes of the collective's ring algorithm, as
+// the model backend counts them) that may start at `ready` takes each direction it uses
+// from max(ready, that direction's previous end) for d, and completes at the later end:
+//
+//   collective (all-gather, reduce-scatter, all-reduce, all-to-all, ring exchange):
+//     ready = when the MPI exchange returned on this rank, i.e. every member had joined
+//     (a ring cannot move before its last member arrives); both directions.
+//   send:    ready = the call; egress only. The start is sent to the receiver ahead of
+//            the payload (a 16-byte header on the same tag).
+//   receive: ready = the sender's start; ingress only.
+//
+// Worked example (rank 0 of a tp-2 link at 2gbit@20us, B = 0.25 GB/s = 250 B/us): an
+// all-gather of 512 KiB per rank (S = 1 MiB) whose exchange returns at t = 0 ends at
+// 20 + 1/2 · 1048576 / 250 = 2117 us; a reduce-scatter of the same S issued from another
+// thread at t = 500 us starts when the link is free, at 2117 us, and ends at 4234 us.
+//
+// What is not modelled: barriers and all_reduce_max (control traffic, on the real
+// transport), the exchange's own time (the ready point follows it: tens of microseconds
+// on shared memory), contention between kinds (each kind has its own link, as NVLink and
+// the NIC are separate), and sender/receiver clocks on different hosts (every rank must
+// share the host's CLOCK_MONOTONIC; ProcessGroups refuses otherwise).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "lib/op_catalogue.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/link_emulation.h"
+
+namespace dhelix::rt {
+
+/// The clock every rank of a host shares (CLOCK_MONOTONIC).
+using LinkClock = std::chrono::steady_clock;
+
+/// Sleeps until `deadline` in one absolute sleep (no polling), with a 1 ns timer slack so
+/// that the sleep ends when asked, not up to 50 us later (Linux's default slack).
+void sleep_until_deadline(LinkClock::time_point deadline);
+
+/// One rank's link of one group kind (see the file comment). Thread-safe.
+class EmulatedLink {
+ public:
+  explicit EmulatedLink(LinkRate rate) : rate_(std::move(rate)) {}
+
+  const LinkRate& rate() const { return rate_; }
+  /// The modelled duration of a `kind` op of `bytes` (S of lib/link_cost.h) over `n` ranks.
+  std::chrono::nanoseconds duration(OpKind kind, int64_t n, double bytes) const;
+  /// Takes the directions asked for from max(ready, their previous ends) for `duration`
+  /// and returns the completion time (the later end).
+  LinkClock::time_point reserve(LinkClock::time_point ready, std::chrono::nanoseconds duration,
+                                bool egress, bool ingress);
+
+ private:
+  LinkRate rate_;
+  std::mutex mutex_;
+  LinkClock::time_point egress_free_{};
+  LinkClock::time_point ingress_free_{};
+};
+
+/// A communicator whose transfers complete on emulated links (see the file comment).
+/// `collectives` prices the collectives (null: they run as the inner communicator's),
+/// `transfers` the point-to-point sends and receives (null: likewise). The inner
+/// communicator and the links must outlive this one.
+class EmulatedLinkCommunicator final : public Communicator {
+ public:
+  EmulatedLinkCommunicator(Communicator& inner, EmulatedLink* collectives,
+                           EmulatedLink* transfers);
+
+  int64_t size() const override { return inner_.size(); }
+  int64_t rank() const override { return inner_.rank(); }
+  const std::string& name() const override { return inner_.name(); }
+
+  void all_gather(const float* in, int64_t count, float* out) override;
+  void reduce_scatter_sum(const float* in, int64_t count, float* out) override;
+  void all_reduce_sum(float* inout, int64_t count) override;
+  void barrier() override { inner_.barrier(); }
+  void ring_exchange(const float* send, float* recv, int64_t count) override;
+  void all_to_all_v(const float* in, const int64_t* send_counts, int64_t chunks, float* out,
+                    int64_t* recv_counts, int64_t out_capacity) override;
+  int64_t all_reduce_max(int64_t value) override { return inner_.all_reduce_max(value); }
+  std::unique_ptr<TransferRequest> start_send(const float* data, int64_t count, int64_t peer,
+                                              int64_t tag) override;
+  std::unique_ptr<TransferRequest> start_recv(float* data, int64_t count, int64_t peer,
+                                              int64_t tag) override;
+
+  /// The wrapped communicator.
+  Communicator& inner() { return inner_; }
+
+ private:
+  // Completes a collective whose exchange just returned: reserves both directions for the
+  // op's duration and sleeps until the link is done.
+  void complete_collective(OpKind kind, double bytes);
+
+  Communicator& inner_;
+  EmulatedLink* collectives_;
+  EmulatedLink* transfers_;
+};
+
+}  // namespace dhelix::rt
