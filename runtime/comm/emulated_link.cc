@@ -114,44 +114,65 @@ EmulatedLinkCommunicator::EmulatedLinkCommunicator(Communicator& inner, Emulated
                                                    EmulatedLink* transfers)
     : inner_(inner), collectives_(collectives), transfers_(transfers) {}
 
-void EmulatedLinkCommunicator::complete_collective(OpKind kind, double bytes) {
-  if (collectives_ == nullptr || inner_.size() <= 1) return;
-  const LinkClock::time_point ready = LinkClock::now();
+LinkClock::time_point EmulatedLinkCommunicator::last_arrival(LinkClock::time_point mine) {
+  // Every member's call time, gathered as the int64 nanoseconds of the shared clock.
+  const int64_t own = std::chrono::duration_cast<std::chrono::nanoseconds>(mine.time_since_epoch())
+                          .count();
+  arrivals_.assign(static_cast<size_t>(inner_.size()), 0);
+  inner_.all_gather(reinterpret_cast<const float*>(&own), kHeaderFloats,
+                    reinterpret_cast<float*>(arrivals_.data()));
+  return LinkClock::time_point{
+      std::chrono::nanoseconds(*std::max_element(arrivals_.begin(), arrivals_.end()))};
+}
+
+template <typename Exchange>
+void EmulatedLinkCommunicator::run_collective(OpKind kind, double bytes, Exchange exchange) {
+  if (collectives_ == nullptr || inner_.size() <= 1) {
+    exchange();
+    return;
+  }
+  const LinkClock::time_point ready = last_arrival(LinkClock::now());
+  exchange();
   const std::chrono::nanoseconds duration = collectives_->duration(kind, inner_.size(), bytes);
   sleep_until_deadline(collectives_->reserve(ready, duration, /*egress=*/true, /*ingress=*/true));
 }
 
 void EmulatedLinkCommunicator::all_gather(const float* in, int64_t count, float* out) {
-  inner_.all_gather(in, count, out);
   // S: the gathered buffer.
-  complete_collective(OpKind::kAllGather, static_cast<double>(size() * count * kFloat));
+  run_collective(OpKind::kAllGather, static_cast<double>(size() * count * kFloat),
+                 [&] { inner_.all_gather(in, count, out); });
 }
 
 void EmulatedLinkCommunicator::reduce_scatter_sum(const float* in, int64_t count, float* out) {
-  inner_.reduce_scatter_sum(in, count, out);
   // S: the input, n blocks.
-  complete_collective(OpKind::kReduceScatter, static_cast<double>(size() * count * kFloat));
+  run_collective(OpKind::kReduceScatter, static_cast<double>(size() * count * kFloat),
+                 [&] { inner_.reduce_scatter_sum(in, count, out); });
 }
 
 void EmulatedLinkCommunicator::all_reduce_sum(float* inout, int64_t count) {
-  inner_.all_reduce_sum(inout, count);
-  complete_collective(OpKind::kAllReduce, static_cast<double>(count * kFloat));
+  run_collective(OpKind::kAllReduce, static_cast<double>(count * kFloat),
+                 [&] { inner_.all_reduce_sum(inout, count); });
 }
 
 void EmulatedLinkCommunicator::ring_exchange(const float* send, float* recv, int64_t count) {
-  inner_.ring_exchange(send, recv, count);
   // One send to the next member and one receive from the previous one: a send/recv of S.
-  complete_collective(OpKind::kSendRecv, static_cast<double>(count * kFloat));
+  run_collective(OpKind::kSendRecv, static_cast<double>(count * kFloat),
+                 [&] { inner_.ring_exchange(send, recv, count); });
 }
 
 void EmulatedLinkCommunicator::all_to_all_v(const float* in, const int64_t* send_counts,
                                             int64_t chunks, float* out, int64_t* recv_counts,
                                             int64_t out_capacity) {
-  inner_.all_to_all_v(in, send_counts, chunks, out, recv_counts, out_capacity);
   // What crosses the link: the blocks for and from the other members; the busier
   // direction sets the time. (n-1)/n · S of lib/link_cost.h is that, so S = busier · n/(n-1).
+  // The receive counts are known after the exchange, so the link is priced after it.
   const int64_t n = size();
-  if (n <= 1) return;
+  if (collectives_ == nullptr || n <= 1) {
+    inner_.all_to_all_v(in, send_counts, chunks, out, recv_counts, out_capacity);
+    return;
+  }
+  const LinkClock::time_point ready = last_arrival(LinkClock::now());
+  inner_.all_to_all_v(in, send_counts, chunks, out, recv_counts, out_capacity);
   int64_t sent = 0, received = 0;
   for (int64_t j = 0; j < n; ++j) {
     if (j == rank()) continue;
@@ -161,8 +182,9 @@ void EmulatedLinkCommunicator::all_to_all_v(const float* in, const int64_t* send
     }
   }
   const double busier = static_cast<double>(std::max(sent, received) * kFloat);
-  complete_collective(OpKind::kAllToAll,
-                      busier * static_cast<double>(n) / static_cast<double>(n - 1));
+  const std::chrono::nanoseconds duration = collectives_->duration(
+      OpKind::kAllToAll, n, busier * static_cast<double>(n) / static_cast<double>(n - 1));
+  sleep_until_deadline(collectives_->reserve(ready, duration, /*egress=*/true, /*ingress=*/true));
 }
 
 std::unique_ptr<TransferRequest> EmulatedLinkCommunicator::start_send(const float* data,

@@ -16,20 +16,24 @@
 // from max(ready, that direction's previous end) for d, and completes at the later end:
 //
 //   collective (all-gather, reduce-scatter, all-reduce, all-to-all, ring exchange):
-//     ready = when the MPI exchange returned on this rank, i.e. every member had joined
-//     (a ring cannot move before its last member arrives); both directions.
+//     ready = the last member's call (a ring cannot move before its last member arrives),
+//     learnt from a small all-gather of the members' call times ahead of the payload, so
+//     that a communication thread the scheduler wakes late does not delay the link (a
+//     DMA engine runs whether or not the CPU looks); both directions. The call returns at
+//     the link's completion or when the exchange returned, whichever is later.
 //   send:    ready = the call; egress only. The start is sent to the receiver ahead of
 //            the payload (a 16-byte header on the same tag).
 //   receive: ready = the sender's start; ingress only.
 //
 // Worked example (rank 0 of a tp-2 link at 2gbit@20us, B = 0.25 GB/s = 250 B/us): an
-// all-gather of 512 KiB per rank (S = 1 MiB) whose exchange returns at t = 0 ends at
+// all-gather of 512 KiB per rank (S = 1 MiB) whose last member calls at t = 0 ends at
 // 20 + 1/2 · 1048576 / 250 = 2117 us; a reduce-scatter of the same S issued from another
 // thread at t = 500 us starts when the link is free, at 2117 us, and ends at 4234 us.
 //
-// What is not modelled: barriers and all_reduce_max (control traffic, on the real
-// transport), the exchange's own time (the ready point follows it: tens of microseconds
-// on shared memory), contention between kinds (each kind has its own link, as NVLink and
+// What is not modelled: barriers, all_reduce_max and the call-time all-gather (control
+// traffic, on the real transport), an exchange slower than the link (the call then
+// returns when the exchange does: shared memory moves the tiny jobs' megabytes in well
+// under their wire time), contention between kinds (each kind has its own link, as NVLink and
 // the NIC are separate), and sender/receiver clocks on different hosts (every rank must
 // share the host's CLOCK_MONOTONIC; ProcessGroups refuses otherwise).
 
@@ -38,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "lib/op_catalogue.h"
 #include "runtime/comm/communicator.h"
@@ -102,13 +107,18 @@ class EmulatedLinkCommunicator final : public Communicator {
   Communicator& inner() { return inner_; }
 
  private:
-  // Completes a collective whose exchange just returned: reserves both directions for the
-  // op's duration and sleeps until the link is done.
-  void complete_collective(OpKind kind, double bytes);
+  // The latest of the members' call times (`mine` is this rank's), agreed by an all-gather
+  // of the call times ahead of the payload.
+  LinkClock::time_point last_arrival(LinkClock::time_point mine);
+  // Runs `exchange` (the inner communicator's collective) and returns when the link would
+  // have finished it: both directions taken for the op's duration from the last arrival.
+  template <typename Exchange>
+  void run_collective(OpKind kind, double bytes, Exchange exchange);
 
   Communicator& inner_;
   EmulatedLink* collectives_;
   EmulatedLink* transfers_;
+  std::vector<int64_t> arrivals_;  // last_arrival's scratch
 };
 
 }  // namespace dhelix::rt
