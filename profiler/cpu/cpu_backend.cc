@@ -15,6 +15,7 @@
 #include "profiler/sampling.h"
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/cpu/kernels_cpu.h"
+#include "runtime/exec/prompt_wakeup.h"
 
 namespace dhelix {
 namespace {
@@ -110,7 +111,8 @@ class CpuMeasurer {
     const double solo_first_us = swap ? solo_b_us : solo_a_us;
     const double solo_second_us = swap ? solo_a_us : solo_b_us;
     const RunnableOp run_first = cpu_profile::make_runnable_op(first, binding(first, 0));
-    const RunnableOp run_second = cpu_profile::make_runnable_op(second, binding(second, 1));
+    const RunnableOp run_second =
+        prompt_if_communication(second, cpu_profile::make_runnable_op(second, binding(second, 1)));
     const cpu_profile::PairRepeats repeats = agreed_repeats(solo_first_us, solo_second_us);
     std::vector<cpu_profile::PairSample> samples = cpu_profile::time_pair_samples(
         options_.timing, [this] { groups_.world().barrier(); }, repeated(run_first, repeats.a),
@@ -145,6 +147,22 @@ class CpuMeasurer {
     const cpu_profile::PairRepeats mine = cpu_profile::pair_repeats(solo_first_us, solo_second_us);
     return {.a = groups_.world().all_reduce_max(mine.a),
             .b = groups_.world().all_reduce_max(mine.b)};
+  }
+
+  // A collective's thread asks for prompt wake-ups, as a run's communication streams do
+  // (runtime/exec/prompt_wakeup.h), once per thread: the pair's second thread is new for
+  // every pair, and the request happens in its first (warm-up) run, outside the samples.
+  static RunnableOp prompt_if_communication(const Op& op, RunnableOp runnable) {
+    if (!is_communication(op.kind)) return runnable;
+    runnable.run = [run = std::move(runnable.run)] {
+      thread_local bool asked = false;
+      if (!asked) {
+        rt::request_prompt_wakeups();
+        asked = true;
+      }
+      run();
+    };
+    return runnable;
   }
 
   static std::function<void()> repeated(const RunnableOp& op, int64_t times) {

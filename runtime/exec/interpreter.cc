@@ -205,7 +205,7 @@ class Execution {
       const bool compute = static_cast<DeviceStream>(s) == DeviceStream::kCompute;
       streams[static_cast<size_t>(s)] =
           std::make_unique<Stream>(device_stream_name(static_cast<DeviceStream>(s)), failure,
-                                   compute ? options_.compute_cpu : -1);
+                                   compute ? options_.compute_cpu : -1, !compute);
     }
     const StreamLowering lowering = lower_to_streams(program_);
     std::vector<size_t> recorded_by(static_cast<size_t>(lowering.num_events));

@@ -1,9 +1,11 @@
 #include "runtime/exec/stream.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
 #include "runtime/exec/affinity.h"
+#include "runtime/exec/prompt_wakeup.h"
 
 namespace dhelix::rt {
 
@@ -49,8 +51,13 @@ void FailureState::rethrow_if_failed() const {
   if (error) std::rethrow_exception(error);
 }
 
-Stream::Stream(std::string name, std::shared_ptr<FailureState> failure, int cpu)
-    : name_(std::move(name)), failure_(std::move(failure)), cpu_(cpu), thread_([this] { run(); }) {}
+Stream::Stream(std::string name, std::shared_ptr<FailureState> failure, int cpu,
+               bool prompt_wakeups)
+    : name_(std::move(name)),
+      failure_(std::move(failure)),
+      cpu_(cpu),
+      prompt_wakeups_(prompt_wakeups),
+      thread_([this] { run(); }) {}
 
 Stream::~Stream() {
   {
@@ -83,6 +90,7 @@ void Stream::run() {
   } catch (...) {
     failure_->record(std::current_exception());
   }
+  if (prompt_wakeups_) request_prompt_wakeups();
   for (;;) {
     Item item;
     {

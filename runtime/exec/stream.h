@@ -67,8 +67,10 @@ class Stream {
  public:
   /// Starts the stream's thread. `failure` is shared by the streams of one executor. `cpu`
   /// >= 0 pins the thread to that CPU (runtime/exec/affinity.h); a refusal fails the first
-  /// piece of work.
-  Stream(std::string name, std::shared_ptr<FailureState> failure, int cpu = -1);
+  /// piece of work. `prompt_wakeups`: the thread asks for a short time slice
+  /// (runtime/exec/prompt_wakeup.h), as communication streams do.
+  Stream(std::string name, std::shared_ptr<FailureState> failure, int cpu = -1,
+         bool prompt_wakeups = false);
   /// Finishes the enqueued work (as drain()) without rethrowing, then joins the thread.
   ~Stream();
   Stream(const Stream&) = delete;
@@ -95,6 +97,7 @@ class Stream {
   std::string name_;
   std::shared_ptr<FailureState> failure_;
   int cpu_ = -1;
+  bool prompt_wakeups_ = false;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Item> queue_;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "lib/error.h"
+#include "runtime/exec/prompt_wakeup.h"
 #include "runtime/model/gradient_writers.h"
 #include "runtime/train/gradient_buckets.h"
 
@@ -324,6 +325,8 @@ void GradientReducer::wait_for_started() {
 }
 
 void GradientReducer::run() {
+  // A communication thread: it runs when its bucket is due (runtime/exec/prompt_wakeup.h).
+  request_prompt_wakeups();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [this] {

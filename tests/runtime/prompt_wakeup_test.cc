@@ -1,0 +1,77 @@
+// runtime/exec/prompt_wakeup.h: where the kernel takes the request (Linux 6.12 and later),
+// the thread's slice reads back as the requested 0.1 ms and its nice value is unchanged;
+// DHELIX_NO_PROMPT_WAKEUPS makes it ask nothing. A communication stream asks, the compute
+// stream does not.
+
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "runtime/exec/prompt_wakeup.h"
+#include "runtime/exec/stream.h"
+
+namespace dhelix::rt {
+namespace {
+
+struct SchedAttr {
+  uint32_t size = sizeof(SchedAttr);
+  uint32_t sched_policy = 0;
+  uint64_t sched_flags = 0;
+  int32_t sched_nice = 0;
+  uint32_t sched_priority = 0;
+  uint64_t sched_runtime = 0;
+  uint64_t sched_deadline = 0;
+  uint64_t sched_period = 0;
+};
+
+// The calling thread's requested slice, ns (0: the kernel's default); -1 where unreadable.
+int64_t current_slice_ns() {
+  SchedAttr attr;
+  if (syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0) return -1;
+  return static_cast<int64_t>(attr.sched_runtime);
+}
+
+TEST(PromptWakeup, TheThreadsSliceBecomesTheShortestAndItsNiceStays) {
+  std::thread([] {
+    ASSERT_EQ(setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 3), 0);
+    if (!request_prompt_wakeups()) GTEST_SKIP() << "this kernel takes no slice request";
+    EXPECT_EQ(current_slice_ns(), int64_t{kCommSliceUs} * 1000);
+    EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))), 3);
+  }).join();
+}
+
+TEST(PromptWakeup, CommunicationStreamsAskAndTheComputeStreamDoesNot) {
+  std::thread([] {
+    if (!request_prompt_wakeups()) GTEST_SKIP() << "this kernel takes no slice request";
+  }).join();
+  auto failure = std::make_shared<FailureState>();
+  int64_t comm_slice = -2, compute_slice = -2;
+  {
+    Stream comm("local_comm", failure, -1, /*prompt_wakeups=*/true);
+    Stream compute("compute", failure);
+    comm.enqueue([&] { comm_slice = current_slice_ns(); }, {}, nullptr);
+    compute.enqueue([&] { compute_slice = current_slice_ns(); }, {}, nullptr);
+  }
+  EXPECT_EQ(comm_slice, int64_t{kCommSliceUs} * 1000);
+  EXPECT_NE(compute_slice, int64_t{kCommSliceUs} * 1000);
+}
+
+TEST(PromptWakeup, TheEnvironmentTurnsItOff) {
+  setenv("DHELIX_NO_PROMPT_WAKEUPS", "1", 1);
+  std::thread([] {
+    EXPECT_FALSE(request_prompt_wakeups());
+    EXPECT_NE(current_slice_ns(), int64_t{kCommSliceUs} * 1000);
+  }).join();
+  unsetenv("DHELIX_NO_PROMPT_WAKEUPS");
+}
+
+}  // namespace
+}  // namespace dhelix::rt
