@@ -65,22 +65,12 @@ dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options
 #ifdef DHELIX_WITH_CUDA
   const bool deterministic = options.verify;
   return [=](const dhelix::JobSpec& job, int64_t rank, const dhelix::rt::ModelSlice& slice) {
-    // Thrown inside the ranks' setup agreement: every rank stops with it.
-    if (distributed.value_or(false) || gather.value_or(false)) {
-      throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
-                          fmt::format("{}: the cuda backend keeps the whole AdamW state on "
-                                      "every replica; use --backend cpu or leave the flag out",
-                                      distributed.value_or(false) ? "--distributed-optimizer"
-                                                                  : "--overlap-param-gather"));
-    }
-    if (overlap.value_or(false)) {
-      throw dhelix::Error(dhelix::ErrorCode::kUnsupported,
-                          "--overlap-grad-reduce: the cuda backend sums the gradient buckets "
-                          "after the iteration; use --backend cpu or leave the flag out");
-    }
     return dhelix::cuda::cuda_engine_factory(
-        {.ddp_bucket_elements = bucket_elements(bucket_size, job), .deterministic = deterministic})(
-        job, rank, slice);
+        {.ddp_bucket_elements = bucket_elements(bucket_size, job),
+         .deterministic = deterministic,
+         .overlap_grad_reduce = overlap,
+         .distributed_optimizer = distributed,
+         .overlap_param_gather = gather})(job, rank, slice);
   };
 #else
   // Thrown when the engine is made, inside the ranks' setup agreement: every rank stops
@@ -134,19 +124,19 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
       "--overlap-grad-reduce,!--no-overlap-grad-reduce",
       [&o](int64_t count) { o.overlap_grad_reduce = count > 0; },
       "Sum each gradient bucket as soon as the backward has finished it, while the backward "
-      "goes on (cpu backend; default: the plan's parallel.overlap_grad_reduce); --no-...: "
+      "goes on (default: the plan's parallel.overlap_grad_reduce); --no-...: "
       "after the iteration");
   app.add_flag_function(
       "--distributed-optimizer,!--no-distributed-optimizer",
       [&o](int64_t count) { o.distributed_optimizer = count > 0; },
       "Shard the AdamW state over the data-parallel replicas: reduce-scatter the gradients, "
-      "step this rank's shard, all-gather the weights (cpu backend; default: the plan's "
+      "step this rank's shard, all-gather the weights (default: the plan's "
       "options.distributed_optimizer); --no-...: every replica steps every weight");
   app.add_flag_function(
       "--overlap-param-gather,!--no-overlap-param-gather",
       [&o](int64_t count) { o.overlap_param_gather = count > 0; },
       "With the distributed optimizer, all-gather the updated weights bucket by bucket while "
-      "the next iteration's forward starts (cpu backend; default: the plan's "
+      "the next iteration's forward starts (default: the plan's "
       "parallel.overlap_param_gather); --no-...: in the optimizer step");
   add_integer_option(app, "--blas-threads", o.blas_threads, {.min = 1, .max = 256},
                      "OpenBLAS threads per rank (cpu backend)");

@@ -21,6 +21,7 @@
 #include "runtime/cuda/device_choice.h"
 #include "runtime/cuda/device_comms.h"
 #include "runtime/cuda/device_executor.h"
+#include "runtime/cuda/device_gradient_reducer.h"
 #include "runtime/cuda/device_model.h"
 #include "runtime/cuda/device_pool.h"
 #include "runtime/cuda/device_session.h"
@@ -28,23 +29,19 @@
 #include "runtime/cuda/device_streams.h"
 #include "runtime/cuda/kernels_cuda.h"
 #include "runtime/exec/stream_lowering.h"
-#include "runtime/train/gradient_buckets.h"
+#include "runtime/train/gradient_reduction.h"
 
 namespace dhelix::cuda {
 namespace {
 
 using rt::AdamWSettings;
-using rt::dense_gradient_indices;
 using rt::EngineFactory;
 using rt::ExecutionOptions;
-using rt::GradientBucket;
 using rt::IterationSnapshot;
-using rt::largest_bucket;
 using rt::MemoryReport;
 using rt::MicroBatchTokens;
 using rt::ModelSlice;
 using rt::NamedTensor;
-using rt::plan_gradient_buckets;
 using rt::ProcessGroups;
 using rt::RankShard;
 using rt::TrainingEngine;
@@ -126,7 +123,15 @@ class CudaEngine final : public TrainingEngine {
         attention_(model_attention_setup(
             rank_shape(job, rank), !slice.layer_ranges.empty() && job.parallel.cp == 1,
             options.deterministic, parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
-        workspace_bytes_(workspace_bytes(rank_shape(job, rank))) {
+        workspace_bytes_(workspace_bytes(rank_shape(job, rank))),
+        overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
+        // Over a DP x CP group of one there is nothing to shard: the whole state.
+        sharded_(options.distributed_optimizer.value_or(slice.distributed_optimizer) &&
+                 job.parallel.dp * job.parallel.cp > 1),
+        overlap_gather_(sharded_ &&
+                        options.overlap_param_gather.value_or(job.parallel.overlap_param_gather)) {
+    // The distributed optimizer's moments are the reducer's shards (connect()).
+    if (sharded_) return;
     for (const CudaParameterView& p : model_->parameters()) {
       moments_.push_back(
           {pool_->allocate_array<float>(p.count), pool_->allocate_array<float>(p.count)});
@@ -172,12 +177,7 @@ class CudaEngine final : public TrainingEngine {
                                    .workspace = {workspace_, workspace_bytes_},
                                    .cudnn = api_->cudnn_attention()};
         });
-    // Buckets over the dense parameters; under EP the experts' are summed apart, over the
-    // expert-data-parallel group (update()).
-    std::vector<int64_t> sizes;
-    for (const CudaParameterView& p : dense_parameters()) sizes.push_back(p.count);
-    buckets_ = plan_gradient_buckets(sizes, options_.ddp_bucket_elements);
-    if (dp_ * cp_ > 1) staging_ = pool_->allocate_array<float>(largest_bucket(buckets_));
+    make_reducer(programs.empty() ? nullptr : programs.front());
     DHELIX_CUDA(cudaDeviceSynchronize());
   }
 
@@ -187,7 +187,16 @@ class CudaEngine final : public TrainingEngine {
     for (const CudaParameterView& p : model_->parameters()) {
       report.weight_bytes += p.count * static_cast<int64_t>(sizeof(float) + sizeof(uint16_t));
       report.gradient_bytes += p.count * static_cast<int64_t>(sizeof(float));
-      report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+      if (!sharded_) report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+    }
+    if (sharded_) {
+      // This rank's shards, padding included, as the CPU engine counts them.
+      report.optimizer_bytes =
+          2 * reducer_->shard_elements_held() * static_cast<int64_t>(sizeof(float));
+      report.optimizer_shards = reducer_->dense_group_size();
+      report.expert_optimizer_bytes =
+          2 * reducer_->shard_elements_held(true) * static_cast<int64_t>(sizeof(float));
+      report.expert_optimizer_shards = reducer_->expert_group_size();
     }
     report.activation_element_bytes = 2;
     report.weight_bytes_per_parameter = sizeof(float) + sizeof(uint16_t);
@@ -196,6 +205,8 @@ class CudaEngine final : public TrainingEngine {
   }
 
   void start_iteration(std::vector<MicroBatchTokens> micro_batches, float loss_scale) override {
+    // The zeroing below must not overtake the last execution's reductions.
+    if (reductions_pending_) synchronize_reductions();
     micro_batches_ = static_cast<int64_t>(micro_batches.size());
     pool_->set_growth_allowed(true);
     model_->start_iteration(static_cast<int64_t>(micro_batches.size()));
@@ -214,6 +225,13 @@ class CudaEngine final : public TrainingEngine {
       DHELIX_CUDA(cudaStreamSynchronize(pool_stream_.get()));  // zeroed buffers ready
       pool_->set_growth_allowed(false);
     };
+    DeviceGradientReducer::Hooks hooks = reducer_->start(program, overlap_);
+    device_options.before_instruction = std::move(hooks.before_instruction);
+    device_options.after_instruction = std::move(hooks.after_instruction);
+    // The gathers of the last step go on across the iteration's start; after_binding waits
+    // for the pool's stream, where binding's work is.
+    device_options.synchronize_after_binding = !overlap_gather_;
+    reductions_pending_ = overlap_;
     device_options.on_failure = std::move(options.on_failure);
     device_options.jitter_us = options.jitter_us;
     device_options.jitter_seed = options.jitter_seed;
@@ -226,7 +244,10 @@ class CudaEngine final : public TrainingEngine {
   // Downloads (after execute() waited for every stream): one float per layer and micro-batch.
   float moe_aux_loss_sum() override { return model_->moe_aux_loss_sum(micro_batches_); }
 
+  // With overlap the gradients leave execute() being summed (in place; with the
+  // distributed optimizer the local ones stay, the TP sums in place): read after the sums.
   IterationSnapshot snapshot() override {
+    synchronize_reductions();
     IterationSnapshot snapshot;
     snapshot.losses = model_->micro_batch_losses();
     for (const CudaParameterView& p : model_->parameters()) {
@@ -237,6 +258,7 @@ class CudaEngine final : public TrainingEngine {
   }
 
   bool gradients_finite() override {
+    synchronize_reductions();
     const cudaStream_t stream = cuda_of(streams_->stream(DeviceStream::kCompute));
     DHELIX_CUDA(cudaMemsetAsync(finite_flag_, 0, sizeof(int), stream));
     for (const CudaParameterView& p : model_->parameters()) {
@@ -251,43 +273,25 @@ class CudaEngine final : public TrainingEngine {
   void update(int64_t t, const AdamWSettings& settings) override {
     const StreamHandle compute = streams_->stream(DeviceStream::kCompute);
     const cudaStream_t stream = cuda_of(compute);
-    const std::vector<CudaParameterView> params = model_->parameters();
-    DeviceCommunicator* last_used = nullptr;
-    if (tp_ > 1) {
-      for (const CudaParameterView& p : params) {
-        if (!p.sum_gradient_over_tp) continue;
-        last_used = &comms_->group(ParallelDim::kTp, DeviceStream::kCompute);
-        last_used->all_reduce_sum(p.gradient, p.count, DeviceDtype::kFloat32, compute);
-      }
-    }
-    if (dp_ * cp_ > 1) {
-      last_used = cp_ > 1 ? &comms_->gradient_group()
-                          : &comms_->group(ParallelDim::kDp, DeviceStream::kCompute);
-      const std::vector<CudaParameterView> dense = dense_parameters();
-      for (const GradientBucket& bucket : buckets_) {
-        sum_bucket(bucket, dense, *last_used, compute);
-      }
-    }
-    if (ep_ > 1) {
-      // MoE experts (runtime/comm/process_groups.h): the dispatch brought every EP member's
-      // tokens to them, so their gradients are summed over the expert-data-parallel group.
-      last_used = &comms_->expert_gradient_group();
-      for (const CudaParameterView& p : params) {
-        if (p.expert)
-          last_used->all_reduce_sum(p.gradient, p.count, DeviceDtype::kFloat32, compute);
-      }
-    }
+    reducer_->finish();  // the compute stream waits for the sums
+    reductions_pending_ = false;
     const kernels::AdamWStep step = kernels::make_adamw_step(
         t, settings.lr, settings.beta1, settings.beta2, settings.eps, settings.weight_decay);
-    for (size_t i = 0; i < params.size(); ++i) {
-      const CudaParameterView& p = params[i];
-      adamw_update(step, p.count, p.gradient, p.values, moments_[i].first, moments_[i].second,
-                   p.compute, stream);
+    if (sharded_) {
+      reducer_->step(step, overlap_gather_);
+    } else {
+      const std::vector<CudaParameterView> params = model_->parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        const CudaParameterView& p = params[i];
+        adamw_update(step, p.count, p.gradient, p.values, moments_[i].first, moments_[i].second,
+                     p.compute, stream);
+      }
     }
-    // The one host wait of the update; through a communicator when NCCL ran, so that an
+    // The one host wait of the update (not for overlapped gathers: the compute stream
+    // waited for the step only); through a communicator when NCCL ran, so that an
     // asynchronous NCCL error or a hung peer is reported instead of waited for forever.
-    if (last_used != nullptr) {
-      last_used->wait(compute);
+    if (watchdog_ != nullptr) {
+      watchdog_->wait(compute);
     } else {
       DHELIX_CUDA(cudaStreamSynchronize(stream));
     }
@@ -296,26 +300,47 @@ class CudaEngine final : public TrainingEngine {
   std::vector<NamedTensor> state() override {
     std::vector<NamedTensor> tensors;
     const std::vector<CudaParameterView> params = model_->parameters();
+    // The distributed optimizer's moments are gathered whole (collective over each
+    // bucket's group): checkpoints keep one format.
+    std::vector<std::vector<float>> first(params.size()), second(params.size());
+    if (sharded_) {
+      reducer_->synchronize();  // the weights, whole
+      for (auto [moment, whole] : {std::pair{false, &first}, std::pair{true, &second}}) {
+        reducer_->gather_moments(moment, [&, whole](size_t p, const float* device) {
+          (*whole)[p] = download(device, params[p].count);
+        });
+      }
+    }
     for (size_t i = 0; i < params.size(); ++i) {
       const CudaParameterView& p = params[i];
       tensors.push_back({p.name, download(p.values, p.count)});
-      tensors.push_back({"adam_m/" + p.name, download(moments_[i].first, p.count)});
-      tensors.push_back({"adam_v/" + p.name, download(moments_[i].second, p.count)});
+      tensors.push_back(
+          {"adam_m/" + p.name, sharded_ ? first[i] : download(moments_[i].first, p.count)});
+      tensors.push_back(
+          {"adam_v/" + p.name, sharded_ ? second[i] : download(moments_[i].second, p.count)});
     }
     return tensors;
   }
 
   void restore(const RankShard& shard) override {
     const std::vector<CudaParameterView> params = model_->parameters();
+    reducer_->synchronize();  // no gather still writing the weights
     std::vector<float> host;
     for (size_t i = 0; i < params.size(); ++i) {
       const CudaParameterView& p = params[i];
       host.resize(static_cast<size_t>(p.count));
-      for (const auto& [name, device] :
-           {std::pair{p.name, p.values}, std::pair{"adam_m/" + p.name, moments_[i].first},
-            std::pair{"adam_v/" + p.name, moments_[i].second}}) {
-        shard.copy_into(name, host.data(), p.count);
-        DHELIX_CUDA(cudaMemcpy(device, host.data(), bytes(p.count), cudaMemcpyHostToDevice));
+      shard.copy_into(p.name, host.data(), p.count);
+      upload(host.data(), p.values, p.count);
+      for (const bool second : {false, true}) {
+        shard.copy_into((second ? "adam_v/" : "adam_m/") + p.name, host.data(), p.count);
+        if (!sharded_) {
+          upload(host.data(), second ? moments_[i].second : moments_[i].first, p.count);
+          continue;
+        }
+        // This rank's shard of the whole moments (the distributed optimizer).
+        for (const DeviceGradientReducer::MomentPiece& piece : reducer_->moment_pieces(i)) {
+          upload(host.data() + piece.offset, second ? piece.second : piece.first, piece.count);
+        }
       }
     }
     model_->refresh_compute_copies();
@@ -343,40 +368,59 @@ class CudaEngine final : public TrainingEngine {
                     embedding_backward_workspace_bytes(shape.tokens));
   }
 
-  // The parameters whose gradients are summed over dp (x cp): all but the MoE experts when
-  // ep > 1 (with ep = 1 the expert-data-parallel group is the dp group itself).
-  std::vector<CudaParameterView> dense_parameters() {
-    const std::vector<CudaParameterView> all = model_->parameters();
-    std::vector<bool> expert;
-    for (const CudaParameterView& p : all) expert.push_back(p.expert);
-    std::vector<CudaParameterView> dense;
-    for (int64_t i : dense_gradient_indices(expert, ep_))
-      dense.push_back(all[static_cast<size_t>(i)]);
-    return dense;
+  // The reducer over the rank's parameters, in the buckets of the first program (the
+  // plan's co-executed one), its buffers from the pool, zeroed.
+  void make_reducer(const RankProgram* co_executed) {
+    std::vector<DeviceParameter> params;
+    std::vector<rt::BucketedParameter> shapes;
+    const std::vector<CudaParameterView> views = model_->parameters();
+    for (const CudaParameterView& p : views) {
+      params.push_back({p.name, p.values, p.gradient, p.count, p.sum_gradient_over_tp, p.expert});
+      shapes.push_back({p.name, p.count, p.expert});
+    }
+    DeviceReductionGroups groups;
+    if (tp_ > 1) groups.tp = &comms_->group(ParallelDim::kTp, DeviceStream::kCompute);
+    if (cp_ > 1) {
+      groups.dense = &comms_->gradient_group();
+    } else if (dp_ > 1) {
+      groups.dense = &comms_->group(ParallelDim::kDp, DeviceStream::kCompute);
+    }
+    if (ep_ > 1) groups.expert = &comms_->expert_gradient_group();
+    watchdog_ = groups.dense != nullptr ? groups.dense : groups.expert ? groups.expert : groups.tp;
+    const DeviceFloats allocate = [this](int64_t count) {
+      float* buffer = pool_->allocate_array<float>(count);
+      DHELIX_CUDA(cudaMemsetAsync(buffer, 0, bytes(count), pool_stream_.get()));
+      return buffer;
+    };
+    DeviceOptimizerKernels kernels;
+    if (sharded_) {
+      kernels.adamw = [views](const kernels::AdamWStep& step, size_t p, int64_t offset,
+                              int64_t count, const float* gradient, float* first, float* second,
+                              StreamHandle stream) {
+        adamw_update(step, count, gradient, views[p].values + offset, first, second,
+                     views[p].compute + offset, cuda_of(stream));
+      };
+      kernels.refresh = [views](size_t p, StreamHandle stream) {
+        convert_to_bf16(views[p].count, views[p].values, views[p].compute, cuda_of(stream));
+      };
+    }
+    reducer_ = std::make_unique<DeviceGradientReducer>(
+        *api_, std::move(params),
+        rt::reduction_buckets_of(shapes, co_executed, options_.ddp_bucket_elements, ep_ > 1),
+        groups, streams_->stream(DeviceStream::kCompute), streams_->reduction_stream(), sharded_,
+        allocate, std::move(kernels));
+    DHELIX_CUDA(cudaStreamSynchronize(pool_stream_.get()));
   }
 
-  // One DP all-reduce over a bucket: gradients packed back to back into the staging
-  // buffer, summed, copied back (gradient_buckets.h). A single-parameter bucket is summed
-  // in place.
-  void sum_bucket(const GradientBucket& bucket, const std::vector<CudaParameterView>& params,
-                  DeviceCommunicator& dp, StreamHandle compute) {
-    const cudaStream_t stream = cuda_of(compute);
-    if (bucket.count == 1) {
-      const CudaParameterView& p = params[static_cast<size_t>(bucket.first)];
-      dp.all_reduce_sum(p.gradient, p.count, DeviceDtype::kFloat32, compute);
-      return;
-    }
-    for (int64_t j = 0; j < bucket.count; ++j) {
-      const CudaParameterView& p = params[static_cast<size_t>(bucket.first + j)];
-      DHELIX_CUDA(cudaMemcpyAsync(staging_ + bucket.offsets[static_cast<size_t>(j)], p.gradient,
-                                  bytes(p.count), cudaMemcpyDeviceToDevice, stream));
-    }
-    dp.all_reduce_sum(staging_, bucket.elements, DeviceDtype::kFloat32, compute);
-    for (int64_t j = 0; j < bucket.count; ++j) {
-      const CudaParameterView& p = params[static_cast<size_t>(bucket.first + j)];
-      DHELIX_CUDA(cudaMemcpyAsync(p.gradient, staging_ + bucket.offsets[static_cast<size_t>(j)],
-                                  bytes(p.count), cudaMemcpyDeviceToDevice, stream));
-    }
+  // A host wait for the reduction stream: the gradients are summed (or the weights
+  // gathered) and may be read or zeroed.
+  void synchronize_reductions() {
+    reducer_->synchronize();
+    reductions_pending_ = false;
+  }
+
+  void upload(const float* host, float* device, int64_t count) const {
+    DHELIX_CUDA(cudaMemcpy(device, host, bytes(count), cudaMemcpyHostToDevice));
   }
 
   std::vector<float> download(const float* device, int64_t count) const {
@@ -404,9 +448,11 @@ class CudaEngine final : public TrainingEngine {
   std::optional<AttentionSetup> attention_;
   int64_t workspace_bytes_;
   char* workspace_ = nullptr;
-  int* finite_flag_ = nullptr;  // gradients_finite()'s one flag
-  float* staging_ = nullptr;
-  std::vector<GradientBucket> buckets_;
+  int* finite_flag_ = nullptr;       // gradients_finite()'s one flag
+  bool overlap_;                     // --overlap-grad-reduce
+  bool sharded_;                     // the distributed optimizer
+  bool overlap_gather_;              // its gathers under the next forward
+  bool reductions_pending_ = false;  // an overlapped execution's sums not waited for yet
   // Destroyed first (reverse order): the executor's view, then the session (the
   // communicators in their agreed order, then the streams); the API (and its cuBLAS
   // handles) outlives them.
@@ -414,6 +460,9 @@ class CudaEngine final : public TrainingEngine {
   DeviceStreams* streams_ = nullptr;
   DeviceCommDirectory* comms_ = nullptr;
   std::unique_ptr<DeviceModel> device_model_;
+  // Destroyed before the session: its events, and the streams and communicators it uses.
+  std::unique_ptr<DeviceGradientReducer> reducer_;
+  DeviceCommunicator* watchdog_ = nullptr;  // the communicator update()'s host wait polls
 };
 
 }  // namespace

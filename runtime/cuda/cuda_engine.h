@@ -10,16 +10,22 @@
 //     (device_comms.h): TP collectives on every stream that runs them, DP on the compute
 //     stream when dp > 1, and one channel per pipeline neighbour;
 //   * execute(): the device executor (runtime/cuda/device_executor.h);
-//   * update(): gradient sums with NCCL on the compute stream (TP for the norm gains under
-//     sequence parallelism, then DP in buckets: gradient_buckets.h), then AdamW on the
-//     device, which also rewrites the bf16 copies the GEMMs read. One host wait at the
-//     end, through the communicators' watchdog.
+//   * the gradient sums (device_gradient_reducer.h): TP for the norm gains under sequence
+//     parallelism, then DP in the CPU engine's buckets on a reduction stream of their own,
+//     each bucket as soon as the backward has finished it (--overlap-grad-reduce) or all
+//     after the iteration; with the distributed optimizer reduce-scattered, AdamW on this
+//     rank's shards and the weights all-gathered (under the next forward with
+//     --overlap-param-gather);
+//   * update(): waits for the sums on the compute stream, then AdamW on the device (which
+//     also rewrites the bf16 copies the GEMMs read), or the distributed optimizer's step.
+//     One host wait at the end, through the communicators' watchdog.
 // All CUDA, NCCL and cuBLAS calls of the set-up and the executor go through one
 // CudaDeviceApi (cuda_device_api.h). CUDA_MODULE_LOADING and CUDA_DEVICE_MAX_CONNECTIONS
 // are set (when unset) before the engine's first CUDA call (device_setup.h, step 0).
 // Host copies (snapshots for --verify, checkpoints) are made between iterations only.
 
 #include <cstdint>
+#include <optional>
 
 #include "runtime/train/training_engine.h"
 
@@ -32,6 +38,12 @@ struct CudaEngineOptions {
   /// --verify: attention must give the same bits every run (attention_path.h: cuDNN only
   /// with a deterministic backward that proved repeatable, else dhelix's kernel).
   bool deterministic = false;
+  /// --overlap-grad-reduce / --no-...; unset: the job's parallel.overlap_grad_reduce.
+  std::optional<bool> overlap_grad_reduce;
+  /// --distributed-optimizer / --no-...; unset: the plan's options.distributed_optimizer.
+  std::optional<bool> distributed_optimizer;
+  /// --overlap-param-gather / --no-...; unset: the job's parallel.overlap_param_gather.
+  std::optional<bool> overlap_param_gather;
 };
 
 /// The CUDA engine's factory. Making an engine throws Error(kUnsupported) when the rank

@@ -74,6 +74,7 @@ DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
     for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kEp, stream});
     setup.expert_gradient_group = true;
   }
+  setup.reduction_stream = parallel.cp > 1 || parallel.dp > 1 || parallel.ep > 1;
   return setup;
 }
 

@@ -78,6 +78,10 @@ struct DeviceCommSetup {
   /// expert_data_parallel: where MoE experts' gradients are summed under EP), on the
   /// compute stream, after the gradient group.
   bool expert_gradient_group = false;
+  /// Whether the rank keeps a stream for the gradient reduction of its own
+  /// (device_gradient_reducer.h, DeviceStreams::reduction_stream): the DP (or DP x CP) and
+  /// expert-data-parallel communicators run there and on no other stream.
+  bool reduction_stream = false;
   /// The model's layer count, to decode tags in messages.
   int64_t num_layers = 0;
   /// Watchdog timeout of every communicator (world_rank is filled in).
@@ -92,8 +96,10 @@ struct DeviceCommSetup {
 /// The collective communicators dhelix-run's CUDA engine creates for a job of `parallel`
 /// (the same on every rank): TP on every stream that runs the model's collectives (compute:
 /// sequential programs and the norm gains' gradient sums); with cp > 1 the CP ring's on the
-/// same three streams and the DP x CP gradient group; else DP on compute when dp > 1; with
-/// ep > 1 the EP group's all-to-alls on the three streams and the expert-data-parallel group.
+/// same three streams and the DP x CP gradient group; else DP when dp > 1; with ep > 1 the EP
+/// group's all-to-alls on the three streams and the expert-data-parallel group. The DP, DP x
+/// CP and expert-data-parallel groups run on the reduction stream, which is asked for with
+/// any of them.
 DeviceCommSetup model_comm_setup(const ParallelSpec& parallel);
 
 /// One communicator this rank joins: its size, this rank's member index, and how member

@@ -74,7 +74,7 @@ class DeviceExecution {
     // Binding allocates and zeroes buffers on the device pool's stream, which the model
     // does not wait for; the device is otherwise idle between iterations, so waiting for
     // all of it is cheap and keeps the first op from seeing a buffer before it is ready.
-    api_.synchronize_device();
+    if (options_.synchronize_after_binding) api_.synchronize_device();
     if (options_.after_binding) options_.after_binding();
     try {
       enqueue_all();
@@ -176,11 +176,13 @@ class DeviceExecution {
     at_instruction(instruction, [&] {
       StreamHandle stream = streams_.stream(op.stream);
       for (int64_t event : op.wait_events) wait(stream, streams_.event(event));
+      if (options_.before_instruction) options_.before_instruction(index, stream);
       api_.delay(
           rt::jitter_us_for(options_.jitter_seed, static_cast<uint64_t>(index), options_.jitter_us),
           stream);
       run(instruction, bound_[index], stream, schedule_.receive_event[index]);
       if (op.record_event >= 0) record(op.record_event, stream);
+      if (options_.after_instruction) options_.after_instruction(index, stream);
     });
   }
 

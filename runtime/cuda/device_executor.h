@@ -5,8 +5,9 @@
 //   1. every instruction is bound to the model first (model.bind allocates its buffers,
 //      and the communicator each one uses is looked up), so no allocation and no lookup
 //      happens while work is enqueued; the host then waits for the device (binding's
-//      allocations and zeroing run on the pool's stream) and options.after_binding runs
-//      (e.g. to forbid the device pool to grow during the iteration);
+//      allocations and zeroing run on the pool's stream; options.synchronize_after_binding)
+//      and options.after_binding runs (e.g. to forbid the device pool to grow during the
+//      iteration);
 //   2. every pipeline receive is posted on its channel stream, in the sender's order
 //      (device_schedule.h);
 //   3. the lowering's ops are walked in program order: each op's stream waits on its
@@ -14,7 +15,8 @@
 //      collective: the model's before_collective step, the NCCL call on the communicator
 //      of (group, stream), then the model's after_collective step, all on that stream; send:
 //      ncclSend on the channel to the peer; receive: a wait on the posted receive's event), then
-//      its event is recorded;
+//      its event is recorded; options.before_instruction and after_instruction run around
+//      each (the gradient reduction's hooks, device_gradient_reducer.h);
 //   4. every stream is joined into the compute stream and the host waits for it, polling
 //      every NCCL communicator the iteration used for asynchronous errors, up to
 //      options.timeout_s.
@@ -63,6 +65,18 @@ struct DeviceExecutionOptions {
   /// microseconds (runtime/exec/jitter.h; the same sequence as the CPU interpreter's).
   int64_t jitter_us = 0;
   uint64_t jitter_seed = 0;
+  /// Called for instruction `index` (of the program) once its stream waits on its events,
+  /// before it is enqueued there: a wait on the gather of the weights it reads
+  /// (device_gradient_reducer.h, the overlapped parameter gather).
+  std::function<void(size_t index, StreamHandle stream)> before_instruction;
+  /// Called for instruction `index` once it is enqueued on `stream` and its event recorded:
+  /// the reduction of the gradient buckets it finished (device_gradient_reducer.h).
+  std::function<void(size_t index, StreamHandle stream)> after_instruction;
+  /// Whether the host waits for the whole device once the program is bound (step 1 of the
+  /// file comment). Off where another stream's work must go on across the iteration's
+  /// start (the overlapped parameter gathers); after_binding then waits for what binding
+  /// enqueued.
+  bool synchronize_after_binding = true;
 };
 
 /// Runs `program` (lowered from `plan` for this rank) on `model`, with the communicators of

@@ -14,7 +14,7 @@ DeviceSession::DeviceSession(DeviceApi& api, const DeviceCommSetup& setup,
                              const CommFactory& make_comms) {
   const CommFootprint footprint = comm_footprint(setup, programs);
   streams_ = std::make_unique<DeviceStreams>(api, footprint.receive_peers, footprint.communicators,
-                                             max_connections);
+                                             max_connections, setup.reduction_stream);
   preparation_ =
       prepare_device(api, gemm_shapes, attention, streams_->stream(DeviceStream::kCompute));
   comms_ = make_comms(api, setup);

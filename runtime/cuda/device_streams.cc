@@ -43,9 +43,10 @@ void check_device_max_connections(const std::optional<std::string>& setting, Str
 
 DeviceStreams::DeviceStreams(DeviceApi& api, std::vector<int64_t> receive_peers,
                              int64_t communicators,
-                             const std::optional<std::string>& max_connections)
+                             const std::optional<std::string>& max_connections, bool reduction)
     : api_(api), receive_peers_(std::move(receive_peers)) {
-  count_.own = kNumDeviceStreams + static_cast<int64_t>(receive_peers_.size());
+  count_.own =
+      kNumDeviceStreams + static_cast<int64_t>(receive_peers_.size()) + (reduction ? 1 : 0);
   count_.library = communicators * api_.internal_streams_per_comm();
   check_device_max_connections(max_connections, count_);
   try {
@@ -56,6 +57,7 @@ DeviceStreams::DeviceStreams(DeviceApi& api, std::vector<int64_t> receive_peers,
     for (size_t i = 0; i < receive_peers_.size(); ++i) {
       channel_streams_.push_back(api_.create_stream(true));
     }
+    if (reduction) reduction_ = api_.create_stream(true);
     start_ = api_.create_event(true);
     end_ = api_.create_event(true);
   } catch (...) {
@@ -73,6 +75,8 @@ void DeviceStreams::destroy() noexcept {
     if (*event != nullptr) api_.destroy_event(*event);
     *event = nullptr;
   }
+  if (reduction_ != nullptr) api_.destroy_stream(reduction_);
+  reduction_ = nullptr;
   for (StreamHandle stream : channel_streams_) api_.destroy_stream(stream);
   channel_streams_.clear();
   for (StreamHandle& stream : streams_) {

@@ -10,6 +10,9 @@
 //     most for the receives of the same channel before it, whose sends it has already
 //     made. The receive stream then only waits on the channel streams' events, in program
 //     order (device_executor.h);
+//   * with reduction, one stream for the data-parallel gradient reduction
+//     (device_gradient_reducer.h), at the greatest priority: its collectives are on the
+//     critical path of the step as the other communication streams' are;
 //   * a pool of synchronisation events (cudaEventDisableTiming), grown at setup time only,
 //     and two timing events for the wall time of an iteration.
 // Everything is created through DeviceApi on the current device. The destructor never throws.
@@ -38,7 +41,8 @@ namespace dhelix::cuda {
 
 /// The streams one rank's process keeps busy at once.
 struct StreamCount {
-  int64_t own = 0;      ///< dhelix's: the four of DeviceStream plus one per receive peer
+  int64_t own = 0;      ///< dhelix's: the four of DeviceStream, one per receive peer, the
+                        ///< reduction stream
   int64_t library = 0;  ///< NCCL's: internal streams per communicator x communicators
   int64_t total() const { return own + library; }
 };
@@ -57,7 +61,7 @@ class DeviceStreams {
   /// environment's value) against these streams plus the internal streams of
   /// `communicators` NCCL communicators (check_device_max_connections).
   DeviceStreams(DeviceApi& api, std::vector<int64_t> receive_peers, int64_t communicators,
-                const std::optional<std::string>& max_connections);
+                const std::optional<std::string>& max_connections, bool reduction = false);
   ~DeviceStreams();
   DeviceStreams(const DeviceStreams&) = delete;
   DeviceStreams& operator=(const DeviceStreams&) = delete;
@@ -66,6 +70,8 @@ class DeviceStreams {
   /// The stream that receives from world rank `peer`; DHELIX_CHECKs it was asked for.
   StreamHandle channel_stream(int64_t peer) const;
   const std::vector<int64_t>& receive_peers() const { return receive_peers_; }
+  /// The gradient reduction's stream; null when not asked for.
+  StreamHandle reduction_stream() const { return reduction_; }
   /// Streams this rank's process uses (own and NCCL's).
   StreamCount count() const { return count_; }
 
@@ -86,6 +92,7 @@ class DeviceStreams {
   StreamCount count_;
   std::array<StreamHandle, kNumDeviceStreams> streams_{};
   std::vector<StreamHandle> channel_streams_;  // parallel to receive_peers_
+  StreamHandle reduction_ = nullptr;
   std::vector<EventHandle> events_;
   EventHandle start_ = nullptr;
   EventHandle end_ = nullptr;

@@ -57,8 +57,10 @@
 #include "lib/rank_shape.h"
 #include "runtime/kernels/moe_capacity.h"
 #include "runtime/kernels/moe_padded.h"
+#include "runtime/model/activation_arena.h"
 #include "runtime/model/moe_layers_of.h"
 #include "runtime/model/moe_op_names.h"
+#include "runtime/model/moe_padded_buffers.h"
 #include "runtime/model/moe_shared_expert_padded.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/model/stage_model_internal.h"
@@ -132,6 +134,12 @@ class PaddedMoeLayers {
   int64_t dropped_copies();
   /// C: rows per expert block.
   int64_t capacity() const { return shape_.capacity; }
+  /// Buffers from the stage model's activation arena from now on (moe_padded_buffers.h).
+  void set_arena(ActivationArena<typename B::Memory>* arena);
+  /// Forgets every (micro-batch, layer) state: the arena's layout pass bound them with fake
+  /// addresses (BasicStageModel::plan_activation_memory). The buffers outside the arena
+  /// stay (moe_padded_buffers.h).
+  void drop_states();
 
  private:
   struct Weights;
@@ -149,6 +157,7 @@ class PaddedMoeLayers {
   int64_t local_ = 0;    // L = E / ep
   const float* loss_scale_;
   typename B::Memory& memory_;
+  PaddedMoeBuffers<typename B::Memory> buffers_;
   std::map<int64_t, std::unique_ptr<Weights>> weights_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<State>> states_;  // (mb, layer)
   // Full recompute's second set (bind's `recomputing`); its aux losses are not counted twice.
@@ -167,59 +176,13 @@ struct PaddedMoeLayers<B>::Weights {
   model_detail::Parameter<B> router, fc1, fc2;  // [E, h], [L, 2F, h], [L, h, F]
 };
 
-// One (micro-batch, layer)'s device buffers. R = E C = L ep C padded rows: the rank's
-// permuted copies, and the own rows its local experts receive over EP; with expert tensor
-// parallelism the experts compute on the TP group's etp R gathered rows (the CPU's row
-// orders, moe_layers_cpu_internal.h, with every block padded).
-template <class B>
-struct PaddedMoeLayers<B>::State {
-  int32_t* chosen = nullptr;
-  float *gate = nullptr, *probs = nullptr, *aux = nullptr, *dgate = nullptr;
-  uint8_t* kept = nullptr;
-  int64_t *row = nullptr, *routed = nullptr, *send_counts = nullptr, *recv_counts = nullptr,
-          *scratch_counts = nullptr;
-  A *logits = nullptr, *dz = nullptr;                                // [T, E]
-  A *permuted = nullptr, *received = nullptr, *expert_in = nullptr;  // [R, h]
-  A *tp_recv = nullptr, *gathered = nullptr;                         // [etp R, h]
-  A *fc1_out = nullptr, *act = nullptr;                              // [etp R, 2F], [etp R, F]
-  A *expert_out = nullptr, *tp_send = nullptr;       // [etp R, h] (partial with etp)
-  A* expert_own = nullptr;                           // [R, h] summed over TP
-  A *expert_out_src = nullptr, *combined = nullptr;  // [R, h]
-  A *d_combined = nullptr, *d_expert_out_src = nullptr, *d_expert_out = nullptr;  // [R, h]
-  A *d_tp_recv = nullptr, *d_gathered = nullptr;                                  // [etp R, h]
-  A *d_act = nullptr, *d_fc1 = nullptr;
-  A *d_expert_in = nullptr, *d_tp_send = nullptr;  // [etp R, h] (partial with etp)
-  A* d_expert_own = nullptr;                       // [R, h] summed over TP
-  A *d_expert_in_src = nullptr, *d_permuted = nullptr;
-  A *d_from_permute = nullptr, *d_from_router = nullptr;  // [T, h]
-  // Where each stage reads. Without EP there is no all-to-all and the own rows are the
-  // rank's layout (expert-major and source-major coincide with ep = 1); without expert TP
-  // there is no gather and the experts compute on the own rows.
-  A* own_in = nullptr;          // own rows, expert-major: expert_in or permuted
-  A* experts_read = nullptr;    // gathered, or own_in
-  A* own_out = nullptr;         // the experts' output of the own rows: expert_own or expert_out
-  A* unpermute_read = nullptr;  // combined, or own_out
-  A* own_grad = nullptr;        // d of the own rows' output: d_expert_out or d_combined
-  A* experts_grad = nullptr;    // d_gathered, or own_grad
-  A* own_in_grad = nullptr;     // d of the own rows' input: d_expert_own or d_expert_in
-  A* permute_grad = nullptr;    // d_permuted, or own_in_grad
-  kernels::MoePaddedRouting routing() const {
-    return {.chosen = chosen,
-            .gate = gate,
-            .probs = probs,
-            .kept = kept,
-            .row = row,
-            .routed = routed,
-            .send_counts = send_counts,
-            .aux_loss = aux};
-  }
-};
-
 template <class B>
 PaddedMoeLayers<B>::PaddedMoeLayers(const JobSpec& job, int64_t rank,
                                     const std::vector<int64_t>& layers, uint64_t seed,
                                     const float* loss_scale, typename B::Memory& memory)
-    : loss_scale_(loss_scale), memory_(memory) {
+    : loss_scale_(loss_scale),
+      memory_(memory),
+      buffers_(memory, job.parallel.recompute.granularity == RecomputeGranularity::kFull) {
   const MoeSpec& moe = *job.model.moe;
   const RankShape dims = rank_shape(job, rank);
   // As the CPU's (moe_layers_cpu.cc): the planner refuses MoE under TP without SP, and
@@ -285,66 +248,6 @@ template <class B>
 bool PaddedMoeLayers<B>::handles(const std::string& op) {
   return names_op(kRoutedMoeOps, op) || names_op(kExpertTpOps, op) ||
          PaddedSharedExpert<B>::handles(op);
-}
-
-template <class B>
-typename PaddedMoeLayers<B>::State& PaddedMoeLayers<B>::state(int64_t micro_batch, int64_t layer,
-                                                              bool recomputing) {
-  std::unique_ptr<State>& slot = (recomputing ? recompute_states_ : states_)[{micro_batch, layer}];
-  if (slot) return *slot;
-  slot = std::make_unique<State>();
-  State& s = *slot;
-  typename B::Memory& m = memory_;
-  const int64_t t = shape_.tokens, h = shape_.hidden, e = shape_.experts, k = shape_.top_k;
-  const int64_t rows = kernels::padded_rows(e, shape_.capacity), f = ffn_;
-  const int64_t gathered = etp_ * rows;  // the rows the experts compute on
-  s.chosen = m.template allocate<int32_t>(t * k);
-  s.gate = m.template allocate<float>(t * k);
-  s.dgate = m.template allocate<float>(t * k);
-  s.probs = m.template allocate<float>(t * e);
-  s.aux = m.template allocate<float>(1);
-  s.kept = m.template allocate<uint8_t>(t * k);
-  s.row = m.template allocate<int64_t>(t * k);
-  s.routed = m.template allocate<int64_t>(e);
-  s.send_counts = m.template allocate<int64_t>(e);
-  s.recv_counts = m.template allocate<int64_t>(e);
-  s.scratch_counts = m.template allocate<int64_t>(e);
-  s.logits = m.template allocate<A>(t * e);
-  s.dz = m.template allocate<A>(t * e);
-  for (A** buffer : {&s.permuted, &s.d_combined}) *buffer = m.template allocate<A>(rows * h);
-  for (A** buffer : {&s.expert_out, &s.d_expert_in}) {
-    *buffer = m.template allocate<A>(gathered * h);
-  }
-  s.fc1_out = m.template allocate<A>(gathered * 2 * f);
-  s.d_fc1 = m.template allocate<A>(gathered * 2 * f);
-  s.act = m.template allocate<A>(gathered * f);
-  s.d_act = m.template allocate<A>(gathered * f);
-  s.d_from_permute = m.template allocate<A>(t * h);
-  s.d_from_router = m.template allocate<A>(t * h);
-  const bool ep = ep_ > 1, etp = etp_ > 1;
-  if (ep) {
-    for (A** buffer : {&s.received, &s.expert_in, &s.expert_out_src, &s.combined,
-                       &s.d_expert_out_src, &s.d_expert_out, &s.d_expert_in_src, &s.d_permuted}) {
-      *buffer = m.template allocate<A>(rows * h);
-    }
-  }
-  if (etp) {
-    for (A** buffer :
-         {&s.tp_recv, &s.gathered, &s.tp_send, &s.d_tp_recv, &s.d_gathered, &s.d_tp_send}) {
-      *buffer = m.template allocate<A>(gathered * h);
-    }
-    s.expert_own = m.template allocate<A>(rows * h);
-    s.d_expert_own = m.template allocate<A>(rows * h);
-  }
-  s.own_in = ep ? s.expert_in : s.permuted;
-  s.experts_read = etp ? s.gathered : s.own_in;
-  s.own_out = etp ? s.expert_own : s.expert_out;
-  s.unpermute_read = ep ? s.combined : s.own_out;
-  s.own_grad = ep ? s.d_expert_out : s.d_combined;
-  s.experts_grad = etp ? s.d_gathered : s.own_grad;
-  s.own_in_grad = etp ? s.d_expert_own : s.d_expert_in;
-  s.permute_grad = ep ? s.d_permuted : s.own_in_grad;
-  return s;
 }
 
 template <class B>
@@ -569,6 +472,19 @@ std::vector<typename PaddedMoeLayers<B>::ParameterView> PaddedMoeLayers<B>::para
 }
 
 template <class B>
+void PaddedMoeLayers<B>::set_arena(ActivationArena<typename B::Memory>* arena) {
+  buffers_.set_arena(arena);
+  if (shared_) shared_->set_arena(arena);
+}
+
+template <class B>
+void PaddedMoeLayers<B>::drop_states() {
+  states_.clear();
+  recompute_states_.clear();
+  if (shared_) shared_->drop_states();
+}
+
+template <class B>
 float PaddedMoeLayers<B>::aux_loss_sum(int64_t micro_batches) {
   float sum = 0.0f;
   for (const auto& [key, s] : states_) {
@@ -608,4 +524,5 @@ struct MoeLayersOf<B> {
 
 }  // namespace dhelix::rt
 
-#include "runtime/model/moe_expert_tp_padded.h"  // IWYU pragma: keep (bind_expert_tp)
+#include "runtime/model/moe_expert_tp_padded.h"     // IWYU pragma: keep (bind_expert_tp)
+#include "runtime/model/moe_layers_padded_state.h"  // IWYU pragma: keep (State, state)

@@ -46,6 +46,7 @@
 #include "lib/job_spec.h"
 #include "lib/rank_shape.h"
 #include "runtime/model/moe_op_names.h"
+#include "runtime/model/moe_padded_buffers.h"
 #include "runtime/model/stage_model.h"
 #include "runtime/model/stage_model_internal.h"
 
@@ -92,6 +93,10 @@ class PaddedSharedExpert {
                                                 bool recomputing);
   /// `layer`'s ".shared_gate", ".shared_fc1", ".shared_fc2" (none expert).
   std::vector<ParameterView> parameters(int64_t layer);
+  /// Buffers from the stage model's activation arena from now on (moe_padded_buffers.h).
+  void set_arena(ActivationArena<typename B::Memory>* arena) { buffers_.set_arena(arena); }
+  /// Forgets every state (the arena's layout pass bound them with fake addresses).
+  void drop_states() { states_.clear(); }
 
  private:
   struct Weights {
@@ -113,6 +118,7 @@ class PaddedSharedExpert {
   int64_t tp_ = 1;
   int64_t ffn_ = 0;  // fs = Fs / tp: this rank's width
   typename B::Memory& memory_;
+  PaddedMoeBuffers<typename B::Memory> buffers_;
   std::map<int64_t, Weights> weights_;
   std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<State>> states_;
 };
@@ -121,7 +127,8 @@ template <class B>
 PaddedSharedExpert<B>::PaddedSharedExpert(const JobSpec& job, int64_t rank,
                                           const std::vector<int64_t>& layers, uint64_t seed,
                                           typename B::Memory& memory)
-    : memory_(memory) {
+    : memory_(memory),
+      buffers_(memory, job.parallel.recompute.granularity == RecomputeGranularity::kFull) {
   const RankShape dims = rank_shape(job, rank);
   const int64_t full_fs = job.model.moe->shared_expert_ffn_hidden_size;
   DHELIX_CHECK(full_fs > 0 && full_fs % dims.tp == 0);
@@ -170,23 +177,28 @@ typename PaddedSharedExpert<B>::State& PaddedSharedExpert<B>::state(int64_t micr
   if (slot) return *slot;
   slot = std::make_unique<State>();
   State& s = *slot;
-  typename B::Memory& m = memory_;
+  // The CPU's spans (moe_layers_cpu.cc), none of it counted by the plan.
+  typename PaddedMoeBuffers<typename B::Memory>::Scope m(buffers_, micro_batch, layer, recomputing);
   const int64_t n = rows_, t = rows_ * tp_, h = hidden_, fs = ffn_;
-  s.fc1 = m.template allocate<A>(t * 2 * fs);
-  s.d_fc1 = m.template allocate<A>(t * 2 * fs);
-  s.act = m.template allocate<A>(t * fs);
-  s.d_act = m.template allocate<A>(t * fs);
+  s.fc1 = m.template forward<A>("s_fc1", t * 2 * fs);
+  s.d_fc1 = m.template backward<A>("s_d_fc1", t * 2 * fs);
+  s.act = m.template forward<A>("s_act", t * fs);
+  s.d_act = m.template backward<A>("s_d_act", t * fs);
   if (tp_ > 1) {
-    for (A** buffer : {&s.x_all, &s.out_all, &s.d_out_all, &s.d_x_all}) {
-      *buffer = m.template allocate<A>(t * h);
-    }
+    s.x_all = m.template forward<A>("s_x_all", t * h);
+    s.out_all = m.template forward<A>("s_out_all", t * h);
+    s.d_out_all = m.template backward<A>("s_d_out_all", t * h);
+    s.d_x_all = m.template backward<A>("s_d_x_all", t * h);
   }
-  for (A** buffer : {&s.out, &s.d_out, &s.d_out_w, &s.d_from_shared, &s.d_from_gate}) {
-    *buffer = m.template allocate<A>(n * h);
+  s.out = m.template forward<A>("s_out", n * h);
+  for (auto [buffer, name] :
+       {std::pair{&s.d_out, "s_d_out"}, std::pair{&s.d_out_w, "s_d_out_w"},
+        std::pair{&s.d_from_shared, "d_from_shared"}, std::pair{&s.d_from_gate, "d_from_gate"}}) {
+    *buffer = m.template backward<A>(name, n * h);
   }
-  s.logit = m.template allocate<A>(n);
-  s.d_logit = m.template allocate<A>(n);
-  s.gate = m.template allocate<float>(n);
+  s.logit = m.template forward<A>("s_logit", n);
+  s.d_logit = m.template backward<A>("s_d_logit", n);
+  s.gate = m.template forward<float>("s_gate", n);
   return s;
 }
 

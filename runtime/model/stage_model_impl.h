@@ -77,8 +77,11 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
       std::vector<int64_t> moe_layers;
       for (const auto& [layer, parameters] : m.layers) moe_layers.push_back(layer);
       m.moe = MoeLayersOf<B>::make(job, rank, moe_layers, seed, &m.loss_scale, m.memory);
-      // The CPU MoE layers' activations live in the arena too (moe_layers_cpu.h).
-      if constexpr (requires { m.moe->set_allocator({}); }) {
+      // The MoE layers' activations live in the arena too (moe_layers_cpu.h;
+      // moe_padded_buffers.h).
+      if constexpr (requires { m.moe->set_arena(&m.arena); }) {
+        m.moe->set_arena(&m.arena);
+      } else if constexpr (requires { m.moe->set_allocator({}); }) {
         m.moe->set_allocator([&m](SpanKind kind, int64_t mb, int64_t layer, std::string_view name,
                                   int64_t count, int64_t counted_share) {
           return m.arena.template allocate<float>({kind, mb, layer}, name, count, counted_share);

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "lib/error.h"
 
 namespace dhelix::rt {
@@ -32,20 +30,6 @@ std::vector<GradientBucket> plan_gradient_buckets(const std::vector<int64_t>& si
     ++bucket.count;
   }
   return buckets;
-}
-
-int64_t largest_bucket(const std::vector<GradientBucket>& buckets) {
-  int64_t largest = 0;
-  for (const GradientBucket& bucket : buckets) largest = std::max(largest, bucket.elements);
-  return largest;
-}
-
-std::vector<int64_t> dense_gradient_indices(const std::vector<bool>& expert, int64_t ep) {
-  std::vector<int64_t> dense;
-  for (size_t i = 0; i < expert.size(); ++i) {
-    if (ep == 1 || !expert[i]) dense.push_back(static_cast<int64_t>(i));
-  }
-  return dense;
 }
 
 }  // namespace dhelix::rt

@@ -10,12 +10,11 @@
 //
 // Both backends use this layout. The CPU engine orders the parameters by when their
 // gradients become final in the rank program and sums each bucket as soon as it is
-// (runtime/train/gradient_reduction.h). The CUDA engine packs each bucket into a
-// contiguous staging buffer (device-to-device copies on the compute stream), all-reduces
-// it, and copies the sums back: the same additions NCCL would make per parameter, in one
-// collective. Sums of the same bucket layout are reproducible run to run under NCCL's pinned
-// algorithm and protocol (nccl_communicator.h); changing the bucket size changes NCCL's reduction
-// chunking and hence the last bits, so --verify compares runs of one size.
+// (runtime/train/gradient_reduction.h); the CUDA engine in the same buckets, each packed
+// into a contiguous staging buffer on a reduction stream, all-reduced, and copied back
+// (runtime/cuda/device_gradient_reducer.h). Sums of the same bucket layout are reproducible run to
+// run under NCCL's pinned algorithm and protocol (nccl_communicator.h); changing the bucket size
+// changes NCCL's reduction chunking and hence the last bits, so --verify compares runs of one size.
 
 #include <cstdint>
 #include <vector>
@@ -38,13 +37,5 @@ struct GradientBucket {
 /// Throws Error(kInvalidInput) for bucket_elements < 1 or a negative size.
 std::vector<GradientBucket> plan_gradient_buckets(const std::vector<int64_t>& sizes,
                                                   int64_t bucket_elements);
-
-/// The largest bucket's elements (the staging buffer's size); 0 without buckets.
-int64_t largest_bucket(const std::vector<GradientBucket>& buckets);
-
-/// Which parameters (indices, ascending) have their gradients summed over dp (x cp) in
-/// buckets: every one with ep = 1, else all but the MoE experts' (`expert[i]`), which the
-/// engine sums over the expert-data-parallel group (runtime/comm/process_groups.h).
-std::vector<int64_t> dense_gradient_indices(const std::vector<bool>& expert, int64_t ep);
 
 }  // namespace dhelix::rt

@@ -92,13 +92,13 @@ std::vector<int64_t> last_gradient_writers(const std::vector<std::string>& names
   return last;
 }
 
-std::vector<ReductionBucket> reduction_buckets_of(const std::vector<ParameterView>& params,
+std::vector<ReductionBucket> reduction_buckets_of(const std::vector<BucketedParameter>& params,
                                                   const RankProgram* program,
                                                   int64_t bucket_elements, bool experts_apart) {
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
   std::vector<bool> expert;
-  for (const ParameterView& p : params) {
+  for (const BucketedParameter& p : params) {
     names.push_back(p.name);
     sizes.push_back(p.count);
     expert.push_back(p.expert);
@@ -107,6 +107,49 @@ std::vector<ReductionBucket> reduction_buckets_of(const std::vector<ParameterVie
                                                ? std::vector<int64_t>(params.size(), -1)
                                                : last_gradient_writers(names, *program);
   return plan_reduction_buckets(sizes, expert, last_writer, bucket_elements, experts_apart);
+}
+
+std::vector<ReductionBucket> reduction_buckets_of(const std::vector<ParameterView>& params,
+                                                  const RankProgram* program,
+                                                  int64_t bucket_elements, bool experts_apart) {
+  std::vector<BucketedParameter> shapes;
+  for (const ParameterView& p : params) shapes.push_back({p.name, p.count, p.expert});
+  return reduction_buckets_of(shapes, program, bucket_elements, experts_apart);
+}
+
+std::vector<int64_t> bucket_last_writers(const std::vector<ReductionBucket>& buckets,
+                                         const std::vector<std::string>& names,
+                                         const RankProgram& program) {
+  const std::vector<int64_t> last = last_gradient_writers(names, program);
+  std::vector<int64_t> of_bucket;
+  for (const ReductionBucket& bucket : buckets) {
+    int64_t writer = -1;
+    for (int64_t p : bucket.parameters) writer = std::max(writer, last[static_cast<size_t>(p)]);
+    of_bucket.push_back(writer);
+  }
+  return of_bucket;
+}
+
+std::vector<std::vector<int32_t>> buckets_read_by(const std::vector<ReductionBucket>& buckets,
+                                                  const std::vector<std::string>& names,
+                                                  const RankProgram& program) {
+  // The buckets holding the parameters of each read key, ascending.
+  std::map<int64_t, std::vector<int32_t>> of_key;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    for (int64_t p : buckets[b].parameters) {
+      std::vector<int32_t>& list = of_key[read_key_of_parameter(names[static_cast<size_t>(p)])];
+      if (list.empty() || list.back() != static_cast<int32_t>(b)) {
+        list.push_back(static_cast<int32_t>(b));
+      }
+    }
+  }
+  std::vector<std::vector<int32_t>> reads(program.instructions.size());
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const std::optional<int64_t> key = read_key_of_instruction(program.instructions[i]);
+    const auto found = key ? of_key.find(*key) : of_key.end();
+    if (found != of_key.end()) reads[i] = found->second;
+  }
+  return reads;
 }
 
 std::vector<ReductionBucket> plan_reduction_buckets(const std::vector<int64_t>& sizes,
@@ -198,22 +241,7 @@ const GradientReducer::Writers& GradientReducer::writers_of(const RankProgram& p
   }
   Writers writers;
   writers.buckets_of.resize(program.instructions.size());
-  // The buckets holding the parameters each instruction may read (read_key_of_*).
-  std::map<int64_t, std::vector<int32_t>> of_key;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    for (int64_t p : buckets_[b].parameters) {
-      std::vector<int32_t>& list = of_key[read_key_of_parameter(names_[static_cast<size_t>(p)])];
-      if (list.empty() || list.back() != static_cast<int32_t>(b)) {
-        list.push_back(static_cast<int32_t>(b));
-      }
-    }
-  }
-  writers.reads.resize(program.instructions.size());
-  for (size_t i = 0; i < program.instructions.size(); ++i) {
-    const std::optional<int64_t> key = read_key_of_instruction(program.instructions[i]);
-    const auto found = key ? of_key.find(*key) : of_key.end();
-    if (found != of_key.end()) writers.reads[i] = found->second;
-  }
+  writers.reads = buckets_read_by(buckets_, names_, program);
   writers.count.assign(buckets_.size(), 0);
   for_each_gradient_write(names_, program, [&](size_t instruction, int64_t parameter) {
     const int32_t b = bucket_of[static_cast<size_t>(parameter)];

@@ -93,11 +93,35 @@ std::vector<ReductionBucket> plan_reduction_buckets(const std::vector<int64_t>& 
                                                     const std::vector<int64_t>& last_writer,
                                                     int64_t bucket_elements, bool experts_apart);
 
-/// plan_reduction_buckets for `params` (a rank's StageModel::parameters()), their gradients
-/// final as `program` finishes them (last_gradient_writers); without a program, all at -1.
+/// A parameter as the bucket layout sees it (either backend's parameter views).
+struct BucketedParameter {
+  std::string name;
+  int64_t count = 0;
+  bool expert = false;
+};
+
+/// plan_reduction_buckets for `params` (a rank's parameters), their gradients final as
+/// `program` finishes them (last_gradient_writers); without a program, all at -1.
+std::vector<ReductionBucket> reduction_buckets_of(const std::vector<BucketedParameter>& params,
+                                                  const RankProgram* program,
+                                                  int64_t bucket_elements, bool experts_apart);
+/// The same for a rank's StageModel::parameters().
 std::vector<ReductionBucket> reduction_buckets_of(const std::vector<ParameterView>& params,
                                                   const RankProgram* program,
                                                   int64_t bucket_elements, bool experts_apart);
+
+/// For `program` (any program of the rank, not only the one the buckets follow): per
+/// bucket, the last instruction writing a gradient of it; -1 when none does. `names`: the
+/// parameters' names, by index.
+std::vector<int64_t> bucket_last_writers(const std::vector<ReductionBucket>& buckets,
+                                         const std::vector<std::string>& names,
+                                         const RankProgram& program);
+
+/// For `program`: per instruction, the buckets holding the parameters it may read
+/// (read_key_of_instruction / read_key_of_parameter), ascending.
+std::vector<std::vector<int32_t>> buckets_read_by(const std::vector<ReductionBucket>& buckets,
+                                                  const std::vector<std::string>& names,
+                                                  const RankProgram& program);
 
 /// Which parameters an instruction may read, as keys: an instruction reads only
 /// parameters with its key (see the file comment; tested instruction by instruction in

@@ -6,11 +6,13 @@
 
 #include "lib/error.h"
 #include "runtime/cpu/kernels_cpu.h"
+#include "runtime/train/bucket_shards.h"
 
 namespace dhelix::rt {
 
 ShardedAdamW::ShardedAdamW(std::vector<ParameterView> params, GradientReducer& reducer)
     : params_(std::move(params)), reducer_(reducer) {
+  for (const ParameterView& p : params_) counts_.push_back(p.count);
   for (size_t b = 0; b < reducer_.buckets().size(); ++b) {
     const size_t shard = reducer_.shard_gradient(b).size();
     first_.emplace_back(shard, 0.0f);
@@ -22,17 +24,8 @@ ShardedAdamW::ShardedAdamW(std::vector<ParameterView> params, GradientReducer& r
 
 template <class Visit>
 void ShardedAdamW::for_each_piece(size_t b, Visit&& visit) const {
-  const ReductionBucket& bucket = reducer_.buckets()[b];
-  const auto shard = static_cast<int64_t>(first_[b].size());
-  const int64_t begin = reducer_.group_of(b).rank() * shard;
-  const int64_t end = std::min(begin + shard, bucket.elements);
-  for (size_t j = 0; j < bucket.parameters.size(); ++j) {
-    const int64_t parameter = bucket.parameters[j];
-    const int64_t from = std::max(begin, bucket.offsets[j]);
-    const int64_t to =
-        std::min(end, bucket.offsets[j] + params_[static_cast<size_t>(parameter)].count);
-    if (from < to) visit(parameter, from - bucket.offsets[j], from - begin, to - from);
-  }
+  for_each_shard_piece(reducer_.buckets()[b], counts_, reducer_.group_of(b).rank(),
+                       static_cast<int64_t>(first_[b].size()), visit);
 }
 
 void ShardedAdamW::all_gather_bucket(size_t b, const std::vector<float>& shard,

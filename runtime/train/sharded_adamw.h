@@ -5,9 +5,7 @@
 // the bucket only, steps its shard from the reduce-scattered gradient, and the updated
 // weights are all-gathered bucket by bucket so that every replica holds all of them again.
 //
-// Example: a bucket of parameters of 3 and 4 elements summed over 2 ranks: 7 elements
-// padded to 8, rank 0 owns elements [0, 4) (the first parameter and the second's first
-// element), rank 1 [4, 7) (the rest of the second; its padding element is never stepped).
+// The shards: bucket_shards.h (shared with the CUDA backend's device_gradient_reducer.h).
 //
 // Bits: AdamW is element by element (runtime/kernels/adamw.h) and the shard's gradient is
 // the all-reduce's sum, so weights and moments equal those of AdamW on every element
@@ -53,8 +51,7 @@ class ShardedAdamW {
   int64_t shard_elements_held(bool experts_only = false) const;
 
  private:
-  // Calls visit(parameter, offset in the parameter, offset in the shard, count) for every
-  // piece of bucket `b`'s parameters inside this rank's shard.
+  // for_each_shard_piece (bucket_shards.h) over this rank's shard of bucket `b`.
   template <class Visit>
   void for_each_piece(size_t b, Visit&& visit) const;
   void all_gather_bucket(size_t b, const std::vector<float>& shard, std::vector<float>& out);
@@ -62,6 +59,7 @@ class ShardedAdamW {
   void gather_weights(size_t b, std::vector<float>& staging);
 
   std::vector<ParameterView> params_;
+  std::vector<int64_t> counts_;  // per parameter, elements
   GradientReducer& reducer_;
   std::vector<std::vector<float>> first_;    // per bucket, this rank's shard
   std::vector<std::vector<float>> second_;   // per bucket, this rank's shard

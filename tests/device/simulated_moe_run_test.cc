@@ -19,7 +19,10 @@
 //      padded rows, 1/etp of the FFN);
 //   4. the MoE ops ran: the router once per micro-batch and layer (twice under full
 //      recompute), and the arrivals of the dispatch and of the etp gather (with expert TP)
-//      regrouped expert-major in forward, in a recompute's repeat and in backward.
+//      regrouped expert-major in forward, in a recompute's repeat and in backward;
+//   5. nothing is allocated once the activations are laid out: the MoE layers' buffers
+//      (dispatched and gathered rows, expert activations, the shared expert's) are in the
+//      activation arena (runtime/model/moe_padded_buffers.h), so no iteration allocates.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -189,6 +192,18 @@ TEST_P(SimulatedMoeRun, EveryGemmShapeIsWarmedAndTheMoeOpsRun) {
     const int64_t exchanges = (job.parallel.ep > 1 ? 1 : 0) + (expert_tp ? 1 : 0);
     EXPECT_EQ(kernels["moe_regroup to expert"], pairs * (full ? 3 : 2) * exchanges)
         << "rank " << r.rank;
+  }
+}
+
+TEST_P(SimulatedMoeRun, NoAllocationOnceTheActivationsAreLaidOut) {
+  for (const RankRecord& r : run()) {
+    const size_t laid_out = marker(r.calls, "activations laid out");
+    ASSERT_LT(laid_out, r.calls.size());
+    for (size_t i = laid_out; i < r.calls.size(); ++i) {
+      EXPECT_NE(r.calls[i].kind, Kind::kAllocate)
+          << "rank " << r.rank << ": an allocation of " << r.calls[i].value
+          << " bytes after the activations were laid out, at call " << i;
+    }
   }
 }
 

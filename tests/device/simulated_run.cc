@@ -12,6 +12,7 @@
 #include "lib/rank_shape.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/cuda/device_executor.h"
+#include "runtime/cuda/device_gradient_reducer.h"
 #include "runtime/cuda/device_model.h"
 #include "runtime/cuda/device_session.h"
 #include "runtime/model/stage_model_impl.h"
@@ -116,8 +117,48 @@ const PlanStage& stage_of(const Plan& plan, int64_t stage_index) {
   throw Error(ErrorCode::kInternal, fmt::format("no stage {}", stage_index));
 }
 
+// The CUDA engine's reducer (cuda_engine.cc's connect()) over the recording device: its
+// buffers are logged allocations of host memory, its kernels recorded launches.
+std::unique_ptr<DeviceGradientReducer> make_reducer(const World& world, RecordingDevice& device,
+                                                    Model& model, DeviceSession& session,
+                                                    const RankProgram& first,
+                                                    const SimulatedReduction& options,
+                                                    std::vector<std::vector<float>>& memory) {
+  const ParallelSpec& parallel = world.job.parallel;
+  std::vector<DeviceParameter> params;
+  std::vector<rt::BucketedParameter> shapes;
+  for (const auto& p : model.parameters()) {
+    params.push_back({p.name, p.values, p.gradient, p.count, p.sum_gradient_over_tp, p.expert});
+    shapes.push_back({p.name, p.count, p.expert});
+  }
+  DeviceCommDirectory& comms = session.comms();
+  DeviceReductionGroups groups;
+  if (parallel.tp > 1) groups.tp = &comms.group(ParallelDim::kTp, DeviceStream::kCompute);
+  if (parallel.cp > 1) {
+    groups.dense = &comms.gradient_group();
+  } else if (parallel.dp > 1) {
+    groups.dense = &comms.group(ParallelDim::kDp, DeviceStream::kCompute);
+  }
+  if (parallel.ep > 1) groups.expert = &comms.expert_gradient_group();
+  const DeviceFloats allocate = [&](int64_t count) {
+    device.note_allocation(count * static_cast<int64_t>(sizeof(float)));
+    memory.emplace_back(static_cast<size_t>(std::max<int64_t>(count, 1)), 0.0f);
+    return memory.back().data();
+  };
+  DeviceOptimizerKernels kernels{
+      .adamw = [&device](const kernels::AdamWStep&, size_t, int64_t, int64_t, const float*, float*,
+                         float*, StreamHandle stream) { device.kernel("adamw", stream); },
+      .refresh = [&device](size_t, StreamHandle stream) { device.kernel("refresh", stream); }};
+  return std::make_unique<DeviceGradientReducer>(
+      device, std::move(params),
+      rt::reduction_buckets_of(shapes, &first, options.bucket_elements, parallel.ep > 1), groups,
+      session.streams().stream(DeviceStream::kCompute), session.streams().reduction_stream(),
+      options.sharded, allocate, std::move(kernels));
+}
+
 RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, int64_t iterations,
-                         const std::string& max_connections) {
+                         const std::string& max_connections,
+                         const std::optional<SimulatedReduction>& reduction) {
   RecordingDevice device;
   RankRecord record;
   record.rank = rank;
@@ -150,6 +191,19 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
     // As the CUDA engine's connect(): every activation's place before the first iteration.
     model.plan_activation_memory({&programs[0], &programs[1]},
                                  rt::program_orders({&programs[0], &programs[1]}));
+    std::vector<std::vector<float>> reducer_memory;  // outlives the reducer
+    std::unique_ptr<DeviceGradientReducer> reducer;
+    if (reduction) {
+      reducer =
+          make_reducer(world, device, model, session, programs[0], *reduction, reducer_memory);
+      record.buckets = reducer->buckets();
+      std::vector<std::string> names;
+      for (const auto& p : model.parameters()) {
+        names.push_back(p.name);
+        record.parameter_elements += p.count;
+      }
+      record.last_writers = rt::bucket_last_writers(record.buckets, names, program);
+    }
     device.mark("activations laid out");
     StageModelOnDevice<RecordingBackend> on_device(model, [&](StreamHandle stream) {
       return RecordingBackend::Exec{&device, stream};
@@ -168,8 +222,32 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
                               .targets = std::vector<int32_t>(static_cast<size_t>(tokens), 2)});
       }
       device.mark(fmt::format("iteration {}", i));
+      DeviceExecutionOptions options;
+      if (reducer) {
+        DeviceGradientReducer::Hooks hooks = reducer->start(program, reduction->overlap);
+        options.before_instruction = std::move(hooks.before_instruction);
+        options.after_instruction = std::move(hooks.after_instruction);
+        if (reduction->mark_instructions) {
+          options.after_instruction = [&device, after = std::move(options.after_instruction)](
+                                          size_t index, StreamHandle stream) {
+            device.mark(fmt::format("done {}", index));
+            if (after) after(index, stream);
+          };
+        }
+        options.synchronize_after_binding = !reduction->overlap_gather;
+      }
       execute_device_program(device, world.plan, program, on_device, session.comms(),
-                             session.streams());
+                             session.streams(), std::move(options));
+      if (!reducer) continue;
+      device.mark(fmt::format("update {}", i));
+      reducer->finish();
+      const StreamHandle compute = session.streams().stream(DeviceStream::kCompute);
+      if (reduction->sharded) {
+        reducer->step(kernels::make_adamw_step(i, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f),
+                      reduction->overlap_gather);
+      } else {
+        for (size_t p = 0; p < model.parameters().size(); ++p) device.kernel("adamw", compute);
+      }
     }
     device.mark("teardown");
   }
@@ -180,7 +258,8 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
 }  // namespace
 
 std::vector<RankRecord> simulate_run(const Plan& plan, const JobSpec& job, ExecutionMode mode,
-                                     int64_t iterations, const std::string& max_connections) {
+                                     int64_t iterations, const std::string& max_connections,
+                                     std::optional<SimulatedReduction> reduction) {
   World world{.plan = plan,
               .job = job,
               .placement = Placement(job.parallel, job.cluster.gpus_per_node),
@@ -192,7 +271,7 @@ std::vector<RankRecord> simulate_run(const Plan& plan, const JobSpec& job, Execu
   }
   std::vector<RankRecord> records;
   for (int64_t r = 0; r < ranks; ++r) {
-    records.push_back(simulate_rank(world, r, mode, iterations, max_connections));
+    records.push_back(simulate_rank(world, r, mode, iterations, max_connections, reduction));
   }
   return records;
 }

@@ -14,6 +14,7 @@
 #include "lib/job_spec.h"
 #include "lib/plan/plan.h"
 #include "lib/plan/rank_program.h"
+#include "runtime/train/gradient_reduction.h"
 #include "tests/device/recording_device.h"
 
 namespace dhelix::cuda::testing {
@@ -26,11 +27,33 @@ struct RankRecord {
   int64_t library_streams = 0;  ///< DeviceStreams::count().library
   int64_t communicators = 0;
   std::optional<AttentionDecision> attention;  ///< the set-up's attention decision
+  /// With a SimulatedReduction: the reducer's buckets, and per bucket the last instruction
+  /// of the program run that writes one of its gradients (rt::bucket_last_writers).
+  std::vector<rt::ReductionBucket> buckets;
+  std::vector<int64_t> last_writers;
+  int64_t parameter_elements = 0;  ///< of every parameter of the rank
+};
+
+/// The gradient reduction of a simulated run, as the CUDA engine's update() runs it
+/// (runtime/cuda/device_gradient_reducer.h): each iteration is followed by a marker
+/// "update <k>", the reducer's finish() and AdamW ("adamw" kernels on compute, or the
+/// distributed optimizer's step and gathers).
+struct SimulatedReduction {
+  int64_t bucket_elements = 40'000'000;  ///< --ddp-bucket-size
+  bool overlap = false;                  ///< --overlap-grad-reduce
+  bool sharded = false;                  ///< --distributed-optimizer
+  bool overlap_gather = false;           ///< --overlap-param-gather
+  /// Mark "done <i>" in the log right after instruction i is enqueued (and before the
+  /// reducer's hook runs).
+  bool mark_instructions = false;
 };
 
 /// Runs `iterations` iterations of every rank's program of `mode` (and sets up for both
-/// modes, as dhelix-run does), with CUDA_DEVICE_MAX_CONNECTIONS = `max_connections`.
+/// modes, as dhelix-run does), with CUDA_DEVICE_MAX_CONNECTIONS = `max_connections`; with
+/// `reduction`, the gradients are reduced as it says (set up before "activations laid
+/// out", which then marks the end of the set-up).
 std::vector<RankRecord> simulate_run(const Plan& plan, const JobSpec& job, ExecutionMode mode,
-                                     int64_t iterations, const std::string& max_connections = "32");
+                                     int64_t iterations, const std::string& max_connections = "32",
+                                     std::optional<SimulatedReduction> reduction = std::nullopt);
 
 }  // namespace dhelix::cuda::testing

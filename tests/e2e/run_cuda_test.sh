@@ -14,7 +14,10 @@
 #     then stay within 2 % of tiny-tp2's on the same data (the same model and sequences;
 #     bf16 and another fold order of the attention, docs/kernels.md). MoE: --verify on
 #     tiny-moe-ep2 and tiny-moe-ep2-recompute (2 GPUs), tiny-moe-ep2-tp2 (expert TP) and
-#     tiny-moe-ep2-pp2 (4 GPUs).
+#     tiny-moe-ep2-pp2 (4 GPUs); tiny-dp2-tp2 with the overlapped reduction, and with the
+#     distributed optimizer and the overlapped gather (4 GPUs), whose losses equal the
+#     after-iteration reduction's bit for bit.
+#   * Without a GPU also: the DP reduction's flags reach the device (none refused by name).
 #   * With exactly 1 GPU: skipped (exit 77): every shipped plan needs 2 ranks or more.
 # Usage: run_cuda_test.sh BIN_DIR SOURCE_DIR <ON|OFF: built with CUDA>
 set -uo pipefail
@@ -62,6 +65,17 @@ if [ "$gpus" -eq 0 ]; then
   else
     echo "ok    no GPU: $(grep -F -- "$expected" "$work/out" | head -n 1)"
   fi
+  # The data-parallel reduction's flags are the CPU's on CUDA too (not refused by name):
+  # the same error.
+  run 4 --plan "$plans/tiny-dp2-tp2.json" --steps 1 --overlap-grad-reduce \
+    --distributed-optimizer --overlap-param-gather --ddp-bucket-size 1000
+  status=$?
+  if [ "$status" -ne 4 ] || [ "$(grep -cF -- "$expected" "$work/out")" -lt 1 ]; then
+    fail "no GPU, DP flags: exit $status, expected 4 and '$expected'"
+    cat "$work/out"
+  else
+    echo "ok    no GPU, --overlap-grad-reduce --distributed-optimizer --overlap-param-gather: the same error"
+  fi
   # Every MoE plan reaches the device (no MoE setting is refused on CUDA): the same error.
   run 4 --plan "$plans/tiny-moe-ep2-tp2.json" --steps 1 --checkpoint-dir "$work/ckpt"
   status=$?
@@ -86,7 +100,9 @@ cases=("tiny-tp2 2" "tiny-tp2-recompute 2" "tiny-moe-ep2 2" "tiny-moe-ep2-recomp
 # The last case sums DP gradients in many small buckets (--ddp-bucket-size).
 if [ "$gpus" -ge 4 ]; then
   cases+=("tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-dp2-tp2 4 --ddp-bucket-size 1000"
-    "tiny-cp2-tp2 4" "tiny-moe-ep2-tp2 4" "tiny-moe-ep2-pp2 4")
+    "tiny-cp2-tp2 4" "tiny-moe-ep2-tp2 4" "tiny-moe-ep2-pp2 4"
+    "tiny-dp2-tp2 4 --overlap-grad-reduce --ddp-bucket-size 1000"
+    "tiny-dp2-tp2 4 --overlap-grad-reduce --distributed-optimizer --overlap-param-gather --ddp-bucket-size 1000")
 fi
 for case in "${cases[@]}"; do
   read -r plan ranks extra <<<"$case"
@@ -99,6 +115,20 @@ for case in "${cases[@]}"; do
     cat "$work/out"
   fi
 done
+
+# The overlapped reduction sums what the after-iteration one sums, bit for bit
+# (device_gradient_reducer.h): the same losses over 4 steps.
+if [ "$gpus" -ge 4 ]; then
+  for mode in overlap no-overlap; do
+    run 4 --plan "$plans/tiny-dp2-tp2.json" --steps 4 --ddp-bucket-size 1000 \
+      "--$mode-grad-reduce" --loss-log "$work/$mode.jsonl" || cat "$work/out"
+  done
+  if [ -s "$work/overlap.jsonl" ] && [ "$(loss_bits "$work/overlap.jsonl" 4)" = "$(loss_bits "$work/no-overlap.jsonl" 4)" ]; then
+    echo "ok    tiny-dp2-tp2: overlapped and after-iteration reduction bitwise equal"
+  else
+    fail "tiny-dp2-tp2: overlapped and after-iteration losses differ"
+  fi
+fi
 
 # The CPU test's criterion (run_test.sh): the loss of step 30 below 3/4 of step 1's.
 if run 2 --plan "$plans/tiny-tp2.json" --steps 30 --loss-log "$work/loss.jsonl"; then

@@ -7,14 +7,6 @@
 namespace dhelix::rt {
 namespace {
 
-TEST(GradientBuckets, ExpertsLeaveTheDpBucketsOnlyUnderExpertParallelism) {
-  // router, experts_fc1, experts_fc2, head: with ep = 1 the expert-dp group is dp itself.
-  const std::vector<bool> expert = {false, true, true, false};
-  EXPECT_EQ(dense_gradient_indices(expert, 1), (std::vector<int64_t>{0, 1, 2, 3}));
-  EXPECT_EQ(dense_gradient_indices(expert, 2), (std::vector<int64_t>{0, 3}));
-  EXPECT_TRUE(dense_gradient_indices({}, 2).empty());
-}
-
 TEST(GradientBuckets, TheFileCommentsExample) {
   const auto buckets = plan_gradient_buckets({3, 5, 2, 9}, 8);
   ASSERT_EQ(buckets.size(), 3u);
@@ -27,14 +19,12 @@ TEST(GradientBuckets, TheFileCommentsExample) {
   EXPECT_EQ(buckets[2].first, 3);
   EXPECT_EQ(buckets[2].count, 1);
   EXPECT_EQ(buckets[2].elements, 9);  // alone, larger than the size
-  EXPECT_EQ(largest_bucket(buckets), 9);
 }
 
 TEST(GradientBuckets, OneBucketWhenEverythingFitsAndOneEachWhenNothingDoes) {
   EXPECT_EQ(plan_gradient_buckets({4, 4, 4}, 40'000'000).size(), 1u);
   EXPECT_EQ(plan_gradient_buckets({4, 4, 4}, 1).size(), 3u);
   EXPECT_TRUE(plan_gradient_buckets({}, 8).empty());
-  EXPECT_EQ(largest_bucket({}), 0);
 }
 
 TEST(GradientBuckets, RefusesANonPositiveSize) {
