@@ -23,22 +23,14 @@
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/comm/mpi_wait.h"
 #include "runtime/comm/process_groups.h"
+#include "tests/runtime/mpi_world.h"
 #include "tests/runtime/all_to_all_pattern.h"
 
 namespace dhelix::rt {
 namespace {
 
-int64_t world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int64_t world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using test::world_rank;
+using test::world_size;
 
 Placement placement_of(int64_t tp, int64_t dp, int64_t pp) {
   ParallelSpec parallel;

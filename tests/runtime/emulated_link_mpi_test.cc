@@ -19,6 +19,7 @@
 #include "lib/placement.h"
 #include "runtime/comm/link_emulation.h"
 #include "runtime/comm/process_groups.h"
+#include "tests/runtime/mpi_world.h"
 
 namespace dhelix::rt {
 namespace {
@@ -35,17 +36,8 @@ constexpr double kLatencyUs = 100;
 // 42 ms later.
 constexpr double kToleranceUs = 40000;
 
-int64_t world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int64_t world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using test::world_rank;
+using test::world_size;
 
 // Every rank in one TP group (the collectives) and one pipeline world (the transfers), on
 // links of 25mbit@100us.
