@@ -16,9 +16,11 @@ DIR: plan.json, {co-executed,sequential}.trace.json and .diff.json (dhelix-diff 
                  definition, planner/layer_costs.cc), averaged over ranks, median over steps;
                  in the plan, the dhelix scheme's hidden communication per GPU and iteration;
                  hiding = measured / planned
-  compute_ms, collectives_ms, waiting_ms
-                 where the time goes (rank 0, co-executed, median over steps): compute ops,
-                 collectives, the compute thread waiting
+  {co,seq}_compute_ms, _collectives_ms, _waiting_ms, _iteration_ms
+                 where the time goes (rank 0, median over steps): compute ops, collectives,
+                 the compute thread waiting, the program's execution
+  op_kinds       per schedule, dhelix-diff's predicted and measured time per op kind
+                 (sums per iteration) and the error
 """
 import json
 import statistics
@@ -119,6 +121,10 @@ def main(d):
     result["hiding"] = result["hidden_ms"] / plan_hidden if plan_hidden > 0 else None
     result.update({f"co_{k}": v for k, v in rank0(co).items()})
     result.update({f"seq_{k}": v for k, v in seq0.items()})
+    result["op_kinds"] = {
+        name: {k["name"]: [k["predicted_us"], k["measured_us"], k["error_pct"]]
+               for k in json.load(open(f"{d}/{name}.diff.json"))["op_kinds"]}
+        for name in ("co-executed", "sequential")}
     print(json.dumps(result))
 
 
