@@ -31,6 +31,8 @@
 
 #include <cstdint>
 
+#include "runtime/cuda/device_api.h"
+
 namespace dhelix::cuda {
 
 /// The row-major GEMM C[m, n] = op(A) op(B) as one column-major cuBLAS call (see the file
@@ -55,6 +57,14 @@ struct ColumnMajorGemm {
 ColumnMajorGemm map_row_major_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n,
                                    int64_t k, int64_t lda, int64_t ldb, int64_t ldc);
 
+/// Enqueues the GEMM `shape` describes (device_api.h: packed operands, A and B bf16, C
+/// fp32 when shape.fp32_output else bf16, alpha 1, beta 1 when shape.accumulate else 0) on
+/// `handle`'s stream. The one place that turns a GemmShape into a cuBLAS call: the runtime
+/// (CublasGemm), its set-up's warm-up and dhelix-profile all call it, so the profile times
+/// the kernels training runs.
+void enqueue_gemm(cublasHandle_t handle, const GemmShape& shape, const __nv_bfloat16* a,
+                  const __nv_bfloat16* b, void* c);
+
 /// One cuBLAS handle bound to one stream with its own workspace.
 class CublasGemm {
  public:
@@ -73,6 +83,9 @@ class CublasGemm {
   void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
             const __nv_bfloat16* a, int64_t lda, const __nv_bfloat16* b, int64_t ldb, float beta,
             float* c, int64_t ldc);
+
+  /// enqueue_gemm on this handle and stream.
+  void run(const GemmShape& shape, const __nv_bfloat16* a, const __nv_bfloat16* b, void* c);
 
   /// y[rows, out] = x[rows, in] W^T, W[out, in].
   void linear_forward(int64_t rows, int64_t in, int64_t out, const __nv_bfloat16* x,
