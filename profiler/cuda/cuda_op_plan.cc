@@ -11,7 +11,11 @@ namespace {
 
 GemmLaunch gemm_of(const Op& op) {
   const OpShape& s = op.shape;
-  return {.call = cuda::gemm_shape_of_role(op.gemm_role, s.m, s.n, s.k),
+  // The router is a fused op without a role; its backward's GEMM has the dgrad's shape
+  // (lib/dag_builder_moe.cc, make_router) and the runtime runs a dgrad there.
+  const GemmRole role =
+      op.kind == OpKind::kRouter && op.pass == Pass::kBackward ? GemmRole::kDgrad : op.gemm_role;
+  return {.call = cuda::gemm_shape_of_role(role, s.m, s.n, s.k),
           .batch = std::max<int64_t>(1, s.batch),
           .repeats = 1};
 }
@@ -82,6 +86,17 @@ const char* launch_kind_name(LaunchKind kind) {
       return "attention";
   }
   return "unknown";
+}
+
+std::vector<GemmCallAt> gemm_calls(const GemmLaunch& launch) {
+  const cuda::GemmShape& g = launch.call;
+  std::vector<GemmCallAt> calls;
+  for (int64_t r = 0; r < launch.repeats; ++r) {
+    for (int64_t e = 0; e < launch.batch; ++e) {
+      calls.push_back({.call = g, .a = e * g.m * g.k, .b = e * g.k * g.n, .c = e * g.m * g.n});
+    }
+  }
+  return calls;
 }
 
 int64_t OpLaunchPlan::device_bytes() const {

@@ -4,7 +4,8 @@
 // profiler/cuda/cuda_op_runner.h turns the plan into an enqueue-able closure.
 //
 // Kind -> launch (shapes as lib/dag_builder_ops.cc fills them; row-major C[m, n]):
-//   gemm, head, router    the runtime's own cuBLAS call for the op's role (runtime/cuda/
+//   gemm, head, router    the runtime's own cuBLAS call for the op's role (the router's
+//                         backward: its dgrad; runtime/cuda/
 //                         device_setup.h, gemm_shape_of_role; issued by cublas_gemm.h's
 //                         enqueue_gemm, as training issues it): bf16 operands, fp32
 //                         accumulation, fwd C = A B^T, dgrad C = A B, wgrad C += A^T B into
@@ -35,6 +36,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "lib/op_catalogue.h"
 #include "runtime/cuda/device_api.h"
@@ -63,6 +65,18 @@ struct GemmLaunch {
   int64_t batch = 1;
   int64_t repeats = 1;
 };
+
+/// One cuBLAS call of a GemmLaunch: the call on the operands at these element offsets of
+/// the launch's A, B and C buffers (packed, one block per expert).
+struct GemmCallAt {
+  cuda::GemmShape call;
+  int64_t a = 0, b = 0, c = 0;
+  auto operator<=>(const GemmCallAt&) const = default;
+};
+/// Every call `launch` enqueues, in order: for each repeat, the call once per expert on the
+/// expert's own operands (the runtime's MoE layer runs its local experts so, one GEMM
+/// each); what the runner's closure issues.
+std::vector<GemmCallAt> gemm_calls(const GemmLaunch& launch);
 
 /// The attention kernels' launch: causal self-attention, layouts of
 /// runtime/kernels/attention.h.

@@ -84,15 +84,13 @@ Enqueue gemm_closure(cublasHandle_t handle, const OpLaunchPlan& plan, uint64_t s
   Buffer a = random_operands(DType::kBf16, g.batch * call.m * call.k, seed);
   Buffer b = random_operands(DType::kBf16, g.batch * call.k * call.n, seed + 1);
   Buffer c = zeroed(g.batch * call.m * call.n * c_width);
+  const std::vector<GemmCallAt> calls = gemm_calls(g);
   return [=](cudaStream_t stream) {
     DHELIX_CUBLAS(cublasSetStream(handle, stream));
     const auto* a0 = static_cast<const cuda::bf16*>(a->get());
     const auto* b0 = static_cast<const cuda::bf16*>(b->get());
-    for (int64_t r = 0; r < g.repeats; ++r) {
-      for (int64_t e = 0; e < g.batch; ++e) {
-        cuda::enqueue_gemm(handle, call, a0 + e * call.m * call.k, b0 + e * call.k * call.n,
-                           c->bytes() + e * call.m * call.n * c_width);
-      }
+    for (const GemmCallAt& at : calls) {
+      cuda::enqueue_gemm(handle, at.call, a0 + at.a, b0 + at.b, c->bytes() + at.c * c_width);
     }
   };
 }

@@ -185,12 +185,31 @@ TEST(CudaOpPlan, EveryGemmTheRuntimeWarmsIsOneTheProfileTimes) {
 }
 
 TEST(CudaOpPlan, GroupedGemmsRunOneGemmPerExpertAsTheRuntime) {
+  // The runtime's MoE layer runs one linear GEMM per local expert on its own rows and
+  // weights (runtime/model/moe_layers_padded.h); before, the profile timed one strided
+  // batched GEMM instead.
   Op op = gemm_op(GemmRole::kForward);
   op.kind = OpKind::kGroupedGemm;
   op.shape.batch = 4;
   const OpLaunchPlan plan = plan_cuda_op(op);
-  EXPECT_EQ(plan.gemm.batch, 4);  // four calls of the expert's own GEMM, not a batched one
-  EXPECT_EQ(plan.gemm.call, cuda::linear_forward_shape(8, 32, 16));
+  const cuda::GemmShape call = cuda::linear_forward_shape(8, 32, 16);
+  const std::vector<GemmCallAt> calls = gemm_calls(plan.gemm);
+  ASSERT_EQ(calls.size(), 4u);
+  for (int64_t e = 0; e < 4; ++e) {
+    EXPECT_EQ(calls[static_cast<size_t>(e)],
+              (GemmCallAt{.call = call, .a = e * 8 * 32, .b = e * 32 * 16, .c = e * 8 * 16}));
+  }
+  // The buffers hold every expert's operands.
+  EXPECT_EQ(plan.device_bytes(), 4 * (8 * 32 + 32 * 16 + 8 * 16) * 2);
+}
+
+TEST(CudaOpPlan, TheRoutersBackwardIsTheRuntimesDgrad) {
+  Op op = gemm_op(GemmRole::kNone);
+  op.kind = OpKind::kRouter;
+  op.pass = Pass::kForward;  // logits[T 8, E 16] = x[8, h 32] W_r^T
+  EXPECT_EQ(plan_cuda_op(op).gemm.call, cuda::linear_forward_shape(8, 32, 16));
+  op.pass = Pass::kBackward;  // dx[T 8, h 16] = d logits[8, E 32] W_r
+  EXPECT_EQ(plan_cuda_op(op).gemm.call, cuda::linear_dgrad_shape(8, 16, 32));
 }
 
 TEST(CudaOpPlan, AttentionRunsTheRuntimesKernels) {
