@@ -224,6 +224,9 @@ CudaOpRunner::CudaOpRunner(const Placement& placement, const std::vector<Paralle
     : rank_(rank) {
   DHELIX_CUBLAS(cublasCreate(&cublas_));
   try {
+    // The runtime's handle settings, workspace included (cublas_gemm.h).
+    DHELIX_CUDA(cudaMalloc(&cublas_workspace_, static_cast<size_t>(cuda::kCublasWorkspaceBytes)));
+    cuda::configure_gemm_handle(cublas_, cublas_workspace_, cuda::kCublasWorkspaceBytes);
     for (const NcclGroupSetup& setup : nccl_group_setups(placement, dims, rank)) {
       MPI_Comm group = MPI_COMM_NULL;
       rt::check_mpi(
@@ -258,6 +261,8 @@ void CudaOpRunner::release() noexcept {
   }
   if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
   cublas_ = nullptr;
+  if (cublas_workspace_ != nullptr) (void)cudaFree(cublas_workspace_);
+  cublas_workspace_ = nullptr;
 }
 
 cuda::CudnnSdpa* CudaOpRunner::attention_for(const AttentionLaunch& a) {

@@ -47,6 +47,14 @@ ColumnMajorGemm map_row_major_gemm(bool transpose_a, bool transpose_b, int64_t m
   return args;
 }
 
+void configure_gemm_handle(cublasHandle_t handle, void* workspace, int64_t bytes) {
+  // No TF32 or other reduced-precision shortcuts beyond the bf16 inputs themselves.
+  DHELIX_CUBLAS(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  if (bytes > 0) {
+    DHELIX_CUBLAS(cublasSetWorkspace(handle, workspace, static_cast<size_t>(bytes)));
+  }
+}
+
 void enqueue_gemm(cublasHandle_t handle, const GemmShape& shape, const __nv_bfloat16* a,
                   const __nv_bfloat16* b, void* c) {
   // Packed operands as stored: A [m, k] ([k, m] transposed), B [k, n] ([n, k]), C [m, n].
@@ -68,12 +76,10 @@ CublasGemm::CublasGemm(cudaStream_t stream, int64_t workspace_bytes) : stream_(s
   DHELIX_CUBLAS(cublasCreate(&handle_));
   try {
     DHELIX_CUBLAS(cublasSetStream(handle_, stream_));
-    // No TF32 or other reduced-precision shortcuts beyond the bf16 inputs themselves.
-    DHELIX_CUBLAS(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
     if (workspace_bytes > 0) {
       DHELIX_CUDA(cudaMalloc(&workspace_, static_cast<size_t>(workspace_bytes)));
-      DHELIX_CUBLAS(cublasSetWorkspace(handle_, workspace_, static_cast<size_t>(workspace_bytes)));
     }
+    configure_gemm_handle(handle_, workspace_, workspace_bytes);
   } catch (...) {
     if (workspace_ != nullptr) static_cast<void>(cudaFree(workspace_));
     static_cast<void>(cublasDestroy(handle_));

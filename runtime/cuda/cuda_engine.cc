@@ -369,8 +369,6 @@ class CudaEngine final : public TrainingEngine {
                     embedding_backward_workspace_bytes(shape.tokens));
   }
 
-  // The reducer over the rank's parameters, in the buckets of the first program (the
-  // plan's co-executed one), its buffers from the pool, zeroed.
   // The gradient buckets, in the order `co_executed` finishes their gradients: the
   // reducer's, and the sizes the gradient groups are warmed at.
   std::vector<rt::ReductionBucket> buckets(const RankProgram* co_executed) const {
@@ -381,6 +379,8 @@ class CudaEngine final : public TrainingEngine {
     return rt::reduction_buckets_of(shapes, co_executed, options_.ddp_bucket_elements, ep_ > 1);
   }
 
+  // The reducer over the rank's parameters, in the buckets of the first program (the
+  // plan's co-executed one), its buffers from the pool, zeroed.
   void make_reducer(const RankProgram* co_executed) {
     std::vector<DeviceParameter> params;
     const std::vector<CudaParameterView> views = model_->parameters();
