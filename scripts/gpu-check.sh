@@ -46,7 +46,8 @@ GTESTS=$BUILD/tests/dhelix_gpu_tests
 note "dhelix gpu-check, $(date -Is), $(git -C "$SRC" rev-parse --short=12 HEAD 2>/dev/null || echo 'no git'), budget ${BUDGET_S} s, ${JOBS} build jobs"
 # docs/gpu.md, checklist 2: dhelix-run sets these itself; a site's values would change what
 # is measured (Megatron-LM recipes set CUDA_DEVICE_MAX_CONNECTIONS=1).
-for variable in CUDA_MODULE_LOADING CUDA_DEVICE_MAX_CONNECTIONS NCCL_ALGO NCCL_PROTO DHELIX_ATTENTION; do
+for variable in CUDA_MODULE_LOADING CUDA_DEVICE_MAX_CONNECTIONS NCCL_RUNTIME_CONNECT NCCL_ALGO NCCL_PROTO \
+  DHELIX_ATTENTION; do
   if [ -n "${!variable+x}" ]; then
     note "INFO  $variable=${!variable} was set; unset for this check"
     unset "$variable"

@@ -46,7 +46,8 @@ if [ "$GPUS" -eq 0 ]; then
   note "INFO  no GPU: nothing is measured; each job is only checked against the model backend"
 else
   note "INFO  GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1)"
-  unset CUDA_MODULE_LOADING CUDA_DEVICE_MAX_CONNECTIONS NCCL_ALGO NCCL_PROTO DHELIX_ATTENTION
+  unset CUDA_MODULE_LOADING CUDA_DEVICE_MAX_CONNECTIONS NCCL_RUNTIME_CONNECT NCCL_ALGO NCCL_PROTO \
+    DHELIX_ATTENTION
   ensure_built "$(budget 240 150)" dhelix-plan dhelix-profile dhelix-run dhelix-diff \
     dhelix_gpu_interference
 fi

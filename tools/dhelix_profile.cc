@@ -18,6 +18,7 @@
 #ifdef DHELIX_WITH_CUDA
 #include "profiler/cuda/cuda_backend.h"
 #include "profiler/cuda/cuda_setup.h"
+#include "runtime/cuda/cuda_environment.h"
 #endif
 #include "profiler/model_backend.h"
 #include "profiler/trace_profile.h"
@@ -120,6 +121,12 @@ Profile measure_on_cuda(const ProfileOptions& options, const JobSpec& job, const
   // A machine without GPUs, or the wrong rank count, fails every rank alike: no collective yet.
   check_cuda_device_present();
   cuda_profile::check_cuda_world_size(job, environment.world_size());
+  // CUDA's start-up settings made too late are not what training will run with.
+  if (environment.world_rank() == 0) {
+    for (const std::string& note : cuda::late_setting_notes(cuda::process_cuda_environment())) {
+      print_warning(kToolName, note);
+    }
+  }
   mpi.measuring = true;
   const CudaProfileOptions cuda{
       .sampling = {.warmup = options.warmup,
@@ -179,10 +186,16 @@ void check_flag_combinations(const ProfileOptions& options) {
 int profile(const ProfileOptions& options, MpiSession& mpi) {
   // 1. Flags that the mode ignores, and a missing -o, are refused.
   check_flag_combinations(options);
-  // 2. --backend cpu runs on every rank of an MPI job: start MPI (not for --list).
+  // 2. --backend cpu and cuda run on every rank of an MPI job: start MPI (not for --list).
   const bool traced = !options.from_trace.empty();
   const bool cpu = options.backend == "cpu" && !options.list && !traced;
   const bool cuda = options.backend == "cuda" && !options.list && !traced;
+  //    --backend cuda sets the environment CUDA reads when it starts before that: a
+  //    CUDA-aware MPI may start CUDA in MPI_Init (runtime/cuda/cuda_environment.h), and
+  //    the profile must be measured under the settings dhelix-run trains with.
+#ifdef DHELIX_WITH_CUDA
+  if (cuda) static_cast<void>(cuda::process_cuda_environment());
+#endif
   if (cpu || cuda) mpi.environment = std::make_unique<rt::MpiEnvironment>(nullptr, nullptr);
   const bool lead = !(cpu || cuda) || mpi.environment->world_rank() == 0;
   // 3. Load the job file and flags into one validated job.

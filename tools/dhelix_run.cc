@@ -5,8 +5,9 @@
 //   mpirun -np 8 dhelix-run --backend cuda --plan plan.json --data corpus.txt   (one GPU a rank)
 //
 // MPI is initialised before the command line is parsed (mpirun may add arguments of its
-// own, which MPI_Init removes). Every message is printed once, not once per rank: rank 0
-// alone prints --help and command-line errors (every rank parses the same line); a failure
+// own, which MPI_Init removes); with --backend cuda, the environment CUDA reads when it
+// starts is set before that (tools/cuda_start.h). Every message is printed once, not once per rank:
+// rank 0 alone prints --help and command-line errors (every rank parses the same line); a failure
 // the ranks agree on (setup, resume, a checkpoint write: runtime/train/setup_failure.h) is
 // printed by the first rank that failed and ends every rank normally, with its status. Any
 // other error with several ranks ends the whole job (MPI_Abort, and OpenMPI's notice): the
@@ -25,10 +26,12 @@
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/train/cpu_engine.h"
 #include "runtime/train/trainer.h"
+#include "tools/cuda_start.h"
 #include "tools/option_values.h"
 #include "tools/tool_main.h"
 #ifdef DHELIX_WITH_CUDA
 #include "runtime/cuda/cuda_engine.h"
+#include "runtime/cuda/cuda_environment.h"
 #endif
 
 namespace {
@@ -169,6 +172,15 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // 1. With --backend cuda, CUDA_MODULE_LOADING and CUDA_DEVICE_MAX_CONNECTIONS before
+  //    MPI_Init: a CUDA-aware MPI may start CUDA there, after which CUDA ignores both
+  //    (runtime/cuda/cuda_environment.h).
+#ifdef DHELIX_WITH_CUDA
+  if (dhelix::command_line_asks_for_cuda(argc, argv)) {
+    static_cast<void>(dhelix::cuda::process_cuda_environment());
+  }
+#endif
+  // 2. MPI, then this rank's name in messages.
   std::unique_ptr<dhelix::rt::MpiEnvironment> mpi;
   try {
     mpi = std::make_unique<dhelix::rt::MpiEnvironment>(&argc, &argv);
@@ -180,6 +192,7 @@ int main(int argc, char** argv) {
   const std::string name = several && mpi->world_rank() > 0
                                ? fmt::format("dhelix-run (rank {})", mpi->world_rank())
                                : "dhelix-run";
+  // 3. The command line, then training (run_training) with the backend's engine.
   auto options = std::make_shared<dhelix::rt::TrainOptions>();
   // The checker recomputes the plan's memory figures with the planner's memory model.
   options->plan_figures = dhelix::check_plan_memory_figures;
@@ -224,7 +237,7 @@ Exit statuses:
         };
       },
       /*quiet_command_line=*/several && mpi->world_rank() > 0);
-  // A rank that failed alone would leave the others waiting for it. Failures every rank
+  // 4. A rank that failed alone would leave the others waiting for it. Failures every rank
   // agreed on (the command line, setup, a --verify mismatch, divergence, a stop signal) end
   // every rank normally.
   if (status > 1 && several && !agreed) dhelix::rt::abort_world(status);

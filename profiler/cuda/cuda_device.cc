@@ -1,9 +1,13 @@
 #include "profiler/cuda/cuda_device.h"
 
 #include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "lib/error.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cuda_environment.h"
 
 namespace dhelix::cuda_profile {
 namespace {
@@ -85,11 +89,18 @@ OrderedJson device_to_json(const DeviceInfo& info) {
 OrderedJson environment_to_json() {
   OrderedJson json = OrderedJson::object();
   for (const char* name :
-       {"CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_NTHREADS",
-        "NCCL_ALGO", "NCCL_PROTO", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_NET_GDR_LEVEL",
-        "NCCL_P2P_LEVEL", "NCCL_BUFFSIZE"}) {
+       {"CUDA_MODULE_LOADING", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_MAX_NCHANNELS",
+        "NCCL_MIN_NCHANNELS", "NCCL_NTHREADS", "NCCL_ALGO", "NCCL_PROTO", "NCCL_IB_HCA",
+        "NCCL_SOCKET_IFNAME", "NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL", "NCCL_BUFFSIZE"}) {
     const char* value = std::getenv(name);
     json[name] = value == nullptr ? "<unset>" : value;
+  }
+  // CUDA's two start-up settings as CUDA works with them: dhelix's own value reads back
+  // even when CUDA had started before it was set (runtime/cuda/cuda_environment.h).
+  const std::vector<cuda::EnvironmentSetting>& settings = cuda::process_cuda_environment();
+  for (const cuda::EnvironmentSetting& setting : settings) {
+    const std::optional<std::string> value = cuda::value_in_effect(settings, setting.name);
+    json[setting.name] = value.value_or("<unset>");
   }
   return json;
 }

@@ -40,7 +40,8 @@ DeviceInfo use_device(int device);
 OrderedJson device_to_json(const DeviceInfo& info);
 
 /// The environment settings that change what NCCL and the CUDA streams do, as set for this
-/// process ("<unset>" when not set): CUDA_DEVICE_MAX_CONNECTIONS, NCCL_MAX_NCHANNELS,
+/// process ("<unset>" when not set; CUDA_MODULE_LOADING and CUDA_DEVICE_MAX_CONNECTIONS as
+/// in effect, cuda_environment.h): those two, NCCL_MAX_NCHANNELS,
 /// NCCL_MIN_NCHANNELS, NCCL_NTHREADS, NCCL_ALGO, NCCL_PROTO, NCCL_IB_HCA, NCCL_SOCKET_IFNAME,
 /// NCCL_NET_GDR_LEVEL, NCCL_P2P_LEVEL, NCCL_BUFFSIZE.
 OrderedJson environment_to_json();

@@ -4,19 +4,20 @@
 #include <cmath>
 
 #include "lib/error.h"
+#include "runtime/cuda/device_setup.h"
 
 namespace dhelix::cuda_profile {
 namespace {
 
 GemmLaunch gemm_of(const Op& op) {
   const OpShape& s = op.shape;
-  return {.m = s.m,
-          .n = s.n,
-          .k = s.k,
+  // The router is a fused op without a role; its backward's GEMM has the dgrad's shape
+  // (lib/dag_builder_moe.cc, make_router) and the runtime runs a dgrad there.
+  const GemmRole role =
+      op.kind == OpKind::kRouter && op.pass == Pass::kBackward ? GemmRole::kDgrad : op.gemm_role;
+  return {.call = cuda::gemm_shape_of_role(role, s.m, s.n, s.k),
           .batch = std::max<int64_t>(1, s.batch),
-          .repeats = 1,
-          .transpose_a = op.gemm_role == GemmRole::kWgrad,
-          .transpose_b = op.gemm_role == GemmRole::kForward || op.gemm_role == GemmRole::kNone};
+          .repeats = 1};
 }
 
 // GEMMs with the attention's FLOPs (half of them under a causal mask, as a flash kernel
@@ -29,13 +30,10 @@ GemmLaunch attention_stand_in(const Op& op) {
   const auto n_total =
       std::max<int64_t>(1, std::llround(flops / (2.0 * static_cast<double>(m * k))));
   const int64_t repeats = (n_total + kMaxStandInColumns - 1) / kMaxStandInColumns;
-  return {.m = m,
-          .n = std::max<int64_t>(1, n_total / repeats),
-          .k = k,
+  return {.call = cuda::linear_forward_shape(/*rows=*/m, /*in=*/k,
+                                             /*out=*/std::max<int64_t>(1, n_total / repeats)),
           .batch = 1,
-          .repeats = repeats,
-          .transpose_a = false,
-          .transpose_b = true};
+          .repeats = repeats};
 }
 
 // Whether runtime/cuda's attention kernels take the op's shape (launch_config.h: causal
@@ -90,11 +88,24 @@ const char* launch_kind_name(LaunchKind kind) {
   return "unknown";
 }
 
+std::vector<GemmCallAt> gemm_calls(const GemmLaunch& launch) {
+  const cuda::GemmShape& g = launch.call;
+  std::vector<GemmCallAt> calls;
+  for (int64_t r = 0; r < launch.repeats; ++r) {
+    for (int64_t e = 0; e < launch.batch; ++e) {
+      calls.push_back({.call = g, .a = e * g.m * g.k, .b = e * g.k * g.n, .c = e * g.m * g.n});
+    }
+  }
+  return calls;
+}
+
 int64_t OpLaunchPlan::device_bytes() const {
   const int64_t width = dtype_bytes(dtype);
   switch (kind) {
-    case LaunchKind::kGemm:
-      return gemm.batch * (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n) * width;
+    case LaunchKind::kGemm: {
+      const cuda::GemmShape& g = gemm.call;
+      return gemm.batch * ((g.m * g.k + g.k * g.n) * 2 + g.m * g.n * (g.fp32_output ? 4 : 2));
+    }
     case LaunchKind::kCopy:
       return 2 * copy_bytes;
     case LaunchKind::kAllGather:
@@ -137,6 +148,7 @@ OpLaunchPlan plan_cuda_op(const Op& op) {
     case OpKind::kRouter:
     case OpKind::kGroupedGemm:
       plan.kind = LaunchKind::kGemm;
+      plan.dtype = DType::kBf16;  // the runtime's GEMMs read bf16 (device_api.h)
       plan.gemm = gemm_of(op);
       return plan;
     case OpKind::kAttention:
@@ -152,6 +164,7 @@ OpLaunchPlan plan_cuda_op(const Op& op) {
         return plan;
       }
       plan.kind = LaunchKind::kGemm;
+      plan.dtype = DType::kBf16;
       plan.gemm = attention_stand_in(op);
       plan.approximate = true;
       plan.stand_in =

@@ -4,11 +4,15 @@
 // profiler/cuda/cuda_op_runner.h turns the plan into an enqueue-able closure.
 //
 // Kind -> launch (shapes as lib/dag_builder_ops.cc fills them; row-major C[m, n]):
-//   gemm, head, router    one cublasGemmEx of the op's m, n, k in the op's dtype with fp32
-//                         accumulation; the weight operand is transposed as Megatron's
-//                         linear layers store it: fwd C = A B^T ("TN"), dgrad C = A B
-//                         ("NN"), wgrad C = A^T B ("NT")
-//   grouped_gemm          cublasGemmStridedBatchedEx over op.shape.batch experts
+//   gemm, head, router    the runtime's own cuBLAS call for the op's role (the router's
+//                         backward: its dgrad; runtime/cuda/
+//                         device_setup.h, gemm_shape_of_role; issued by cublas_gemm.h's
+//                         enqueue_gemm, as training issues it): bf16 operands, fp32
+//                         accumulation, fwd C = A B^T, dgrad C = A B, wgrad C += A^T B into
+//                         fp32 (beta 1: micro-batches accumulate)
+//   grouped_gemm          that call once per expert, op.shape.batch of them one after
+//                         another on distinct operands, as the runtime's MoE layer runs its
+//                         local experts (runtime/model/moe_layers_padded.h)
 //   attention             the attention dhelix-run runs: cuDNN's fused SDPA or
 //                         runtime/cuda's causal GQA kernels, whichever dhelix-run's set-up
 //                         picks for the shape (runtime/cuda/attention_path.h, decided by
@@ -32,8 +36,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "lib/op_catalogue.h"
+#include "runtime/cuda/device_api.h"
 
 namespace dhelix::cuda_profile {
 
@@ -41,7 +47,7 @@ namespace dhelix::cuda_profile {
 inline constexpr int64_t kMaxStandInColumns = 16384;
 
 enum class LaunchKind {
-  kGemm,  ///< cublasGemmEx (batch == 1) or strided batched (batch > 1)
+  kGemm,  ///< the runtime's cublasGemmEx, batch x repeats times
   kCopy,  ///< cudaMemcpyAsync device to device
   kAllGather,
   kReduceScatter,
@@ -52,15 +58,25 @@ enum class LaunchKind {
 };
 const char* launch_kind_name(LaunchKind kind);  ///< "gemm", "copy", "all_gather", ...
 
-/// A row-major GEMM C[m, n] = op(A)[m, k] op(B)[k, n], `batch` times over distinct operands,
-/// repeated `repeats` times on the same operands.
+/// The runtime's GEMM call `call` (runtime/cuda/device_api.h), `batch` times one after
+/// another over distinct operands, repeated `repeats` times on the same operands.
 struct GemmLaunch {
-  int64_t m = 0, n = 0, k = 0;
+  cuda::GemmShape call;
   int64_t batch = 1;
   int64_t repeats = 1;
-  bool transpose_a = false;  ///< A stored [k, m]
-  bool transpose_b = false;  ///< B stored [n, k]
 };
+
+/// One cuBLAS call of a GemmLaunch: the call on the operands at these element offsets of
+/// the launch's A, B and C buffers (packed, one block per expert).
+struct GemmCallAt {
+  cuda::GemmShape call;
+  int64_t a = 0, b = 0, c = 0;
+  auto operator<=>(const GemmCallAt&) const = default;
+};
+/// Every call `launch` enqueues, in order: for each repeat, the call once per expert on the
+/// expert's own operands (the runtime's MoE layer runs its local experts so, one GEMM
+/// each); what the runner's closure issues.
+std::vector<GemmCallAt> gemm_calls(const GemmLaunch& launch);
 
 /// The attention kernels' launch: causal self-attention, layouts of
 /// runtime/kernels/attention.h.

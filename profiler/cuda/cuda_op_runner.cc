@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <tuple>
 
@@ -11,7 +12,9 @@
 #include "profiler/cuda/cuda_setup.h"
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/cuda/attention_self_check.h"
+#include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cuda_device_api.h"
 #include "runtime/cuda/kernels_cuda.h"
 #include "runtime/kernels/attention.h"
 
@@ -59,18 +62,6 @@ Buffer random_operands(DType dtype, int64_t elements, uint64_t seed) {
   return buffer;
 }
 
-cudaDataType_t cuda_type(DType dtype) {
-  switch (dtype) {
-    case DType::kBf16:
-      return CUDA_R_16BF;
-    case DType::kFp16:
-      return CUDA_R_16F;
-    case DType::kFp32:
-      return CUDA_R_32F;
-  }
-  return CUDA_R_16BF;
-}
-
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
     case DType::kBf16:
@@ -83,33 +74,23 @@ ncclDataType_t nccl_type(DType dtype) {
   return ncclBfloat16;
 }
 
-// Row-major C[m, n] = op(A) op(B) as cuBLAS's column-major C^T = op(B)^T op(A)^T.
+// The runtime's GEMM call (cublas_gemm.h, enqueue_gemm), once per expert of a batch, on
+// operands of the runtime's types: bf16 A and B, C fp32 (zeroed: a weight gradient
+// accumulates into it) or bf16.
 Enqueue gemm_closure(cublasHandle_t handle, const OpLaunchPlan& plan, uint64_t seed) {
   const GemmLaunch g = plan.gemm;
-  const int64_t width = dtype_bytes(plan.dtype);
-  Buffer a = random_operands(plan.dtype, g.batch * g.m * g.k, seed);
-  Buffer b = random_operands(plan.dtype, g.batch * g.k * g.n, seed + 1);
-  Buffer c = zeroed(g.batch * g.m * g.n * width);
-  const cudaDataType_t type = cuda_type(plan.dtype);
+  const cuda::GemmShape call = g.call;
+  const int64_t c_width = call.fp32_output ? 4 : 2;
+  Buffer a = random_operands(DType::kBf16, g.batch * call.m * call.k, seed);
+  Buffer b = random_operands(DType::kBf16, g.batch * call.k * call.n, seed + 1);
+  Buffer c = zeroed(g.batch * call.m * call.n * c_width);
+  const std::vector<GemmCallAt> calls = gemm_calls(g);
   return [=](cudaStream_t stream) {
-    const float alpha = 1.0f, beta = 0.0f;
-    const auto m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
-    const cublasOperation_t op_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const int ldb = g.transpose_b ? k : n;
-    const int lda = g.transpose_a ? m : k;
     DHELIX_CUBLAS(cublasSetStream(handle, stream));
-    for (int64_t r = 0; r < g.repeats; ++r) {
-      if (g.batch == 1) {
-        DHELIX_CUBLAS(cublasGemmEx(handle, op_b, op_a, n, m, k, &alpha, b->get(), type, ldb,
-                                   a->get(), type, lda, &beta, c->get(), type, n,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      } else {
-        DHELIX_CUBLAS(cublasGemmStridedBatchedEx(
-            handle, op_b, op_a, n, m, k, &alpha, b->get(), type, ldb, g.k * g.n, a->get(), type,
-            lda, g.m * g.k, &beta, c->get(), type, n, g.m * g.n, static_cast<int>(g.batch),
-            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      }
+    const auto* a0 = static_cast<const cuda::bf16*>(a->get());
+    const auto* b0 = static_cast<const cuda::bf16*>(b->get());
+    for (const GemmCallAt& at : calls) {
+      cuda::enqueue_gemm(handle, at.call, a0 + at.a, b0 + at.b, c->bytes() + at.c * c_width);
     }
   };
 }
@@ -228,10 +209,12 @@ ncclComm_t init_nccl(const NcclGroupSetup& setup, MPI_Comm group) {
   ncclUniqueId id{};
   if (setup.key == 0) DHELIX_NCCL(ncclGetUniqueId(&id));
   rt::check_mpi(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group), "MPI_Bcast");
-  ncclComm_t comm = nullptr;
-  DHELIX_NCCL(
-      ncclCommInitRank(&comm, static_cast<int>(setup.size), id, static_cast<int>(setup.key)));
-  return comm;
+  // The runtime's configuration for the dimension (maxCTAs of pipeline channels).
+  cuda::CommId shared{};
+  static_assert(sizeof shared == sizeof id);
+  std::memcpy(shared.data(), &id, sizeof id);
+  return reinterpret_cast<ncclComm_t>(
+      cuda::nccl_comm_init(shared, setup.size, setup.key, setup.max_ctas));
 }
 
 }  // namespace
@@ -241,6 +224,9 @@ CudaOpRunner::CudaOpRunner(const Placement& placement, const std::vector<Paralle
     : rank_(rank) {
   DHELIX_CUBLAS(cublasCreate(&cublas_));
   try {
+    // The runtime's handle settings, workspace included (cublas_gemm.h).
+    DHELIX_CUDA(cudaMalloc(&cublas_workspace_, static_cast<size_t>(cuda::kCublasWorkspaceBytes)));
+    cuda::configure_gemm_handle(cublas_, cublas_workspace_, cuda::kCublasWorkspaceBytes);
     for (const NcclGroupSetup& setup : nccl_group_setups(placement, dims, rank)) {
       MPI_Comm group = MPI_COMM_NULL;
       rt::check_mpi(
@@ -275,6 +261,8 @@ void CudaOpRunner::release() noexcept {
   }
   if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
   cublas_ = nullptr;
+  if (cublas_workspace_ != nullptr) (void)cudaFree(cublas_workspace_);
+  cublas_workspace_ = nullptr;
 }
 
 cuda::CudnnSdpa* CudaOpRunner::attention_for(const AttentionLaunch& a) {

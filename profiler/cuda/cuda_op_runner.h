@@ -62,6 +62,7 @@ class CudaOpRunner {
   void release() noexcept;
 
   cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;  // the runtime's workspace size (cublas_gemm.h)
   std::map<ParallelDim, std::array<ncclComm_t, 2>> comms_;
   uint64_t next_seed_ = 1;
   int64_t rank_ = 0;

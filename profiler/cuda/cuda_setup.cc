@@ -11,6 +11,7 @@
 #include <random>
 
 #include "lib/error.h"
+#include "runtime/cuda/device_comms.h"
 
 namespace dhelix::cuda_profile {
 namespace {
@@ -78,7 +79,8 @@ std::vector<NcclGroupSetup> nccl_group_setups(const Placement& placement,
     setups.push_back({.dim = dim,
                       .root = group.ranks.front(),
                       .key = member - group.ranks.begin(),
-                      .size = static_cast<int64_t>(group.ranks.size())});
+                      .size = static_cast<int64_t>(group.ranks.size()),
+                      .max_ctas = cuda::runtime_max_ctas(dim)});
   }
   return setups;
 }

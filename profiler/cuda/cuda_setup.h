@@ -39,6 +39,9 @@ struct NcclGroupSetup {
   int64_t root = 0;  ///< world rank of the group's first member: the split colour
   int64_t key = 0;   ///< the rank's index within its group (its NCCL rank)
   int64_t size = 1;  ///< ranks in the group
+  /// ncclConfig_t::maxCTAs, the runtime's for the dimension (runtime/cuda/device_comms.h,
+  /// runtime_max_ctas: 2 for pipeline channels); 0: NCCL's default.
+  int64_t max_ctas = 0;
 };
 /// One setup per dimension of `dims`, in that order, for world rank `rank`.
 std::vector<NcclGroupSetup> nccl_group_setups(const Placement& placement,

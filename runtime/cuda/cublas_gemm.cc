@@ -47,16 +47,39 @@ ColumnMajorGemm map_row_major_gemm(bool transpose_a, bool transpose_b, int64_t m
   return args;
 }
 
+void configure_gemm_handle(cublasHandle_t handle, void* workspace, int64_t bytes) {
+  // No TF32 or other reduced-precision shortcuts beyond the bf16 inputs themselves.
+  DHELIX_CUBLAS(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  if (bytes > 0) {
+    DHELIX_CUBLAS(cublasSetWorkspace(handle, workspace, static_cast<size_t>(bytes)));
+  }
+}
+
+void enqueue_gemm(cublasHandle_t handle, const GemmShape& shape, const __nv_bfloat16* a,
+                  const __nv_bfloat16* b, void* c) {
+  // Packed operands as stored: A [m, k] ([k, m] transposed), B [k, n] ([n, k]), C [m, n].
+  const ColumnMajorGemm args = map_row_major_gemm(
+      shape.transpose_a, shape.transpose_b, shape.m, shape.n, shape.k,
+      shape.transpose_a ? shape.m : shape.k, shape.transpose_b ? shape.k : shape.n, shape.n);
+  if (args.m == 0 || args.n == 0) return;
+  const float alpha = 1.0f;
+  const float beta = shape.accumulate ? 1.0f : 0.0f;
+  DHELIX_CUBLAS(cublasGemmEx(handle, args.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             args.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(args.m),
+                             as_int(args.n), as_int(args.k), &alpha, b, CUDA_R_16BF,
+                             as_int(args.ld_first), a, CUDA_R_16BF, as_int(args.ld_second), &beta,
+                             c, shape.fp32_output ? CUDA_R_32F : CUDA_R_16BF, as_int(args.ld_c),
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 CublasGemm::CublasGemm(cudaStream_t stream, int64_t workspace_bytes) : stream_(stream) {
   DHELIX_CUBLAS(cublasCreate(&handle_));
   try {
     DHELIX_CUBLAS(cublasSetStream(handle_, stream_));
-    // No TF32 or other reduced-precision shortcuts beyond the bf16 inputs themselves.
-    DHELIX_CUBLAS(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
     if (workspace_bytes > 0) {
       DHELIX_CUDA(cudaMalloc(&workspace_, static_cast<size_t>(workspace_bytes)));
-      DHELIX_CUBLAS(cublasSetWorkspace(handle_, workspace_, static_cast<size_t>(workspace_bytes)));
     }
+    configure_gemm_handle(handle_, workspace_, workspace_bytes);
   } catch (...) {
     if (workspace_ != nullptr) static_cast<void>(cudaFree(workspace_));
     static_cast<void>(cublasDestroy(handle_));
@@ -94,23 +117,25 @@ void CublasGemm::gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, 
           c, CUDA_R_32F);
 }
 
+void CublasGemm::run(const GemmShape& shape, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                     void* c) {
+  enqueue_gemm(handle_, shape, a, b, c);
+}
+
 void CublasGemm::linear_forward(int64_t rows, int64_t in, int64_t out, const __nv_bfloat16* x,
                                 const __nv_bfloat16* w, __nv_bfloat16* y) {
-  const GemmShape s = linear_forward_shape(rows, in, out);
-  gemm(s.transpose_a, s.transpose_b, s.m, s.n, s.k, 1.0f, x, in, w, in, 0.0f, y, out);
+  run(linear_forward_shape(rows, in, out), x, w, y);
 }
 
 void CublasGemm::linear_dgrad(int64_t rows, int64_t in, int64_t out, const __nv_bfloat16* dy,
                               const __nv_bfloat16* w, __nv_bfloat16* dx) {
-  const GemmShape s = linear_dgrad_shape(rows, in, out);
-  gemm(s.transpose_a, s.transpose_b, s.m, s.n, s.k, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  run(linear_dgrad_shape(rows, in, out), dy, w, dx);
 }
 
 void CublasGemm::linear_wgrad_accumulate(int64_t rows, int64_t in, int64_t out,
                                          const __nv_bfloat16* dy, const __nv_bfloat16* x,
                                          float* dw) {
-  const GemmShape s = linear_wgrad_shape(rows, in, out);
-  gemm(s.transpose_a, s.transpose_b, s.m, s.n, s.k, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  run(linear_wgrad_shape(rows, in, out), dy, x, dw);
 }
 
 }  // namespace dhelix::cuda

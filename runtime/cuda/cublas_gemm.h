@@ -31,6 +31,8 @@
 
 #include <cstdint>
 
+#include "runtime/cuda/device_api.h"
+
 namespace dhelix::cuda {
 
 /// The row-major GEMM C[m, n] = op(A) op(B) as one column-major cuBLAS call (see the file
@@ -55,12 +57,28 @@ struct ColumnMajorGemm {
 ColumnMajorGemm map_row_major_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n,
                                    int64_t k, int64_t lda, int64_t ldb, int64_t ldc);
 
+/// cuBLAS's workspace per handle (cuBLAS's own recommendation for Hopper). The workspace
+/// bounds the kernels cuBLAS's heuristics may pick, so the runtime's handles and
+/// dhelix-profile's have the same.
+inline constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;
+
+/// The settings of every handle that runs dhelix's GEMMs: default math (no TF32 or other
+/// shortcuts beyond the bf16 inputs) and `workspace` of `bytes` (none when 0).
+void configure_gemm_handle(cublasHandle_t handle, void* workspace, int64_t bytes);
+
+/// Enqueues the GEMM `shape` describes (device_api.h: packed operands, A and B bf16, C
+/// fp32 when shape.fp32_output else bf16, alpha 1, beta 1 when shape.accumulate else 0) on
+/// `handle`'s stream. The one place that turns a GemmShape into a cuBLAS call: the runtime
+/// (CublasGemm), its set-up's warm-up and dhelix-profile all call it, so the profile times
+/// the kernels training runs.
+void enqueue_gemm(cublasHandle_t handle, const GemmShape& shape, const __nv_bfloat16* a,
+                  const __nv_bfloat16* b, void* c);
+
 /// One cuBLAS handle bound to one stream with its own workspace.
 class CublasGemm {
  public:
-  /// workspace_bytes of device memory for cuBLAS (32 MiB default, cuBLAS's own
-  /// recommendation for Hopper).
-  explicit CublasGemm(cudaStream_t stream, int64_t workspace_bytes = int64_t{32} << 20);
+  /// workspace_bytes of device memory for cuBLAS (configure_gemm_handle).
+  explicit CublasGemm(cudaStream_t stream, int64_t workspace_bytes = kCublasWorkspaceBytes);
   ~CublasGemm();
   CublasGemm(const CublasGemm&) = delete;
   CublasGemm& operator=(const CublasGemm&) = delete;
@@ -73,6 +91,9 @@ class CublasGemm {
   void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
             const __nv_bfloat16* a, int64_t lda, const __nv_bfloat16* b, int64_t ldb, float beta,
             float* c, int64_t ldc);
+
+  /// enqueue_gemm on this handle and stream.
+  void run(const GemmShape& shape, const __nv_bfloat16* a, const __nv_bfloat16* b, void* c);
 
   /// y[rows, out] = x[rows, in] W^T, W[out, in].
   void linear_forward(int64_t rows, int64_t in, int64_t out, const __nv_bfloat16* x,

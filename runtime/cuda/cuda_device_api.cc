@@ -155,22 +155,12 @@ CublasGemm& CudaDeviceApi::gemm_for(StreamHandle stream) {
 }
 
 void CudaDeviceApi::warm_gemm(const GemmShape& shape, StreamHandle stream) {
-  // Operands as stored: A is [m, k] ([k, m] transposed), B [k, n] ([n, k]), C [m, n].
-  const int64_t lda = shape.transpose_a ? shape.m : shape.k;
-  const int64_t ldb = shape.transpose_b ? shape.k : shape.n;
-  const int64_t c_bytes = shape.m * shape.n * (shape.fp32_output ? 4 : 2);
+  // Packed operands as the call reads them: A [m, k], B [k, n], C [m, n]; the same call
+  // (beta included) as the iteration's (cublas_gemm.h, enqueue_gemm).
   Scratch a(shape.m * shape.k * 2);
   Scratch b(shape.k * shape.n * 2);
-  Scratch c(c_bytes);
-  CublasGemm& gemm = gemm_for(stream);
-  if (shape.fp32_output) {
-    gemm.gemm(shape.transpose_a, shape.transpose_b, shape.m, shape.n, shape.k, 1.0f,
-              a.as<__nv_bfloat16>(), lda, b.as<__nv_bfloat16>(), ldb, 0.0f, c.as<float>(), shape.n);
-  } else {
-    gemm.gemm(shape.transpose_a, shape.transpose_b, shape.m, shape.n, shape.k, 1.0f,
-              a.as<__nv_bfloat16>(), lda, b.as<__nv_bfloat16>(), ldb, 0.0f, c.as<__nv_bfloat16>(),
-              shape.n);
-  }
+  Scratch c(shape.m * shape.n * (shape.fp32_output ? 4 : 2));
+  gemm_for(stream).run(shape, a.as<__nv_bfloat16>(), b.as<__nv_bfloat16>(), c.as<void>());
   // The scratch goes when this returns: wait for the GEMM (set-up, not an iteration).
   DHELIX_CUDA(cudaStreamSynchronize(cuda_of(stream)));
 }
@@ -197,6 +187,10 @@ CommId CudaDeviceApi::comm_unique_id() {
 
 CommHandle CudaDeviceApi::comm_init(const CommId& id, int64_t size, int64_t rank,
                                     const std::string& /*label*/, int64_t max_ctas) {
+  return nccl_comm_init(id, size, rank, max_ctas);
+}
+
+CommHandle nccl_comm_init(const CommId& id, int64_t size, int64_t rank, int64_t max_ctas) {
   ncclUniqueId nccl_id{};
   std::memcpy(&nccl_id, id.data(), sizeof(nccl_id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

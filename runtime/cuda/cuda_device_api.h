@@ -27,6 +27,13 @@ namespace dhelix::cuda {
 
 class CublasGemm;
 
+/// ncclCommInitRankConfig of member `rank` of `size` with id `id`, its blocks capped at
+/// `max_ctas` (ncclConfig_t::maxCTAs; 0: NCCL's default): the ncclComm_t as a CommHandle.
+/// CudaDeviceApi::comm_init and dhelix-profile's communicators both make theirs here, so
+/// that a profiled collective runs with the runtime's configuration
+/// (device_comms.h, runtime_max_ctas).
+CommHandle nccl_comm_init(const CommId& id, int64_t size, int64_t rank, int64_t max_ctas);
+
 /// CUDA streams NCCL 2.x keeps per communicator for its own work (its proxy's host stream
 /// and its device-side stream). Not a documented constant: the review of docs/gpu.md,
 /// "hardware queues", counts them as NCCL's source does; an over-count only makes the

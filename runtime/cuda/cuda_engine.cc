@@ -16,6 +16,7 @@
 #include "lib/rank_shape.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_device_api.h"
+#include "runtime/cuda/cuda_environment.h"
 #include "runtime/cuda/cuda_stage_model.h"
 #include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/device_choice.h"
@@ -48,20 +49,15 @@ using rt::TrainingEngine;
 
 using CudaParameterView = CudaStageModel::ParameterView;
 
-std::optional<std::string> environment(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
-
-// Selects the rank's GPU before anything else touches CUDA, after setting the environment
-// CUDA reads when it starts (device_setup.h, step 0). Without a launcher's local rank the
-// world rank stands in: the ranks may not talk to each other yet
-// (runtime/cuda/device_choice.h).
+// Selects the rank's GPU before anything else touches CUDA, after the environment CUDA
+// reads when it starts (cuda_environment.h: dhelix-run prepared it before MPI_Init; an
+// engine made elsewhere prepares it here, and a setting made too late is reported). Without
+// a launcher's local rank the world rank stands in: the ranks may not talk to each other
+// yet (runtime/cuda/device_choice.h).
 int select_device(int64_t rank) {
-  prepare_cuda_environment(
-      [](const char* name) { return std::getenv(name); },
-      [](const char* name, const char* value) { static_cast<void>(setenv(name, value, 0)); });
+  for (const std::string& note : late_setting_notes(process_cuda_environment())) {
+    std::cerr << fmt::format("dhelix: warning: rank {}: {}\n", rank, note);
+  }
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count < 1) {
@@ -119,6 +115,7 @@ class CudaEngine final : public TrainingEngine {
         ep_(job.parallel.ep),
         parallel_(job.parallel),
         gemm_shapes_(job_gemm_shapes(job, rank, !slice.layer_ranges.empty(), slice.head)),
+        warmup_sizes_(comm_warmup_sizes(job, rank)),
         // Under CP the layers run the ring kernels, not this attention (layer_ops_cp.h).
         attention_(model_attention_setup(
             rank_shape(job, rank), !slice.layer_ranges.empty() && job.parallel.cp == 1,
@@ -149,10 +146,14 @@ class CudaEngine final : public TrainingEngine {
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
     DeviceCommSetup setup = model_comm_setup(parallel_);
     setup.num_layers = num_layers_;
+    // The gradient groups are warmed at the reducer's largest buckets (make_reducer).
+    setup.warmup = warmup_sizes_;
+    size_gradient_warmups(setup.warmup, buckets(programs.empty() ? nullptr : programs.front()));
     setup.options.world_rank = rank_;
     session_ = std::make_unique<DeviceSession>(
         *api_, setup, programs, gemm_shapes_, attention_,
-        environment("CUDA_DEVICE_MAX_CONNECTIONS"),
+        // What CUDA works with, not what the environment reads now (cuda_environment.h).
+        value_in_effect(process_cuda_environment(), "CUDA_DEVICE_MAX_CONNECTIONS"),
         [&](DeviceApi& api, const DeviceCommSetup& comm_setup) {
           return DeviceCommDirectory::over_mpi(api, groups, programs, comm_setup);
         });
@@ -368,15 +369,23 @@ class CudaEngine final : public TrainingEngine {
                     embedding_backward_workspace_bytes(shape.tokens));
   }
 
+  // The gradient buckets, in the order `co_executed` finishes their gradients: the
+  // reducer's, and the sizes the gradient groups are warmed at.
+  std::vector<rt::ReductionBucket> buckets(const RankProgram* co_executed) const {
+    std::vector<rt::BucketedParameter> shapes;
+    for (const CudaParameterView& p : model_->parameters()) {
+      shapes.push_back({p.name, p.count, p.expert});
+    }
+    return rt::reduction_buckets_of(shapes, co_executed, options_.ddp_bucket_elements, ep_ > 1);
+  }
+
   // The reducer over the rank's parameters, in the buckets of the first program (the
   // plan's co-executed one), its buffers from the pool, zeroed.
   void make_reducer(const RankProgram* co_executed) {
     std::vector<DeviceParameter> params;
-    std::vector<rt::BucketedParameter> shapes;
     const std::vector<CudaParameterView> views = model_->parameters();
     for (const CudaParameterView& p : views) {
       params.push_back({p.name, p.values, p.gradient, p.count, p.sum_gradient_over_tp, p.expert});
-      shapes.push_back({p.name, p.count, p.expert});
     }
     DeviceReductionGroups groups;
     if (tp_ > 1) groups.tp = &comms_->group(ParallelDim::kTp, DeviceStream::kCompute);
@@ -405,10 +414,9 @@ class CudaEngine final : public TrainingEngine {
       };
     }
     reducer_ = std::make_unique<DeviceGradientReducer>(
-        *api_, std::move(params),
-        rt::reduction_buckets_of(shapes, co_executed, options_.ddp_bucket_elements, ep_ > 1),
-        groups, streams_->stream(DeviceStream::kCompute), streams_->reduction_stream(), sharded_,
-        allocate, std::move(kernels));
+        *api_, std::move(params), buckets(co_executed), groups,
+        streams_->stream(DeviceStream::kCompute), streams_->reduction_stream(), sharded_, allocate,
+        std::move(kernels));
     DHELIX_CUDA(cudaStreamSynchronize(pool_stream_.get()));
   }
 
@@ -445,6 +453,7 @@ class CudaEngine final : public TrainingEngine {
   int64_t micro_batches_ = 0;  // of the current iteration
   ParallelSpec parallel_;
   std::vector<GemmShape> gemm_shapes_;
+  CommWarmupSizes warmup_sizes_;  // the NCCL warm-up's sizes (comm_warmup.h)
   std::optional<AttentionSetup> attention_;
   int64_t workspace_bytes_;
   char* workspace_ = nullptr;

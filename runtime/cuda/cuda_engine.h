@@ -6,9 +6,10 @@
 //   * connect(), everything before the first receive of iteration 1 (device_setup.h):
 //     the rank's streams, counted with NCCL's own against the hardware queues
 //     (device_streams.h); every kernel loaded, the stack limit set and each GEMM shape run
-//     once (device_setup.h); the NCCL communicators created and each warmed
-//     (device_comms.h): TP collectives on every stream that runs them, DP on the compute
-//     stream when dp > 1, and one channel per pipeline neighbour;
+//     once (device_setup.h); the NCCL communicators created (device_comms.h): TP
+//     collectives on every stream that runs them, DP on the compute stream when dp > 1,
+//     and one channel per pipeline neighbour; each warmed with every operation it runs, at
+//     every size class (comm_warmup.h);
 //   * execute(): the device executor (runtime/cuda/device_executor.h);
 //   * the gradient sums (device_gradient_reducer.h): TP for the norm gains under sequence
 //     parallelism, then DP in the CPU engine's buckets on a reduction stream of their own,
@@ -21,7 +22,8 @@
 //     One host wait at the end, through the communicators' watchdog.
 // All CUDA, NCCL and cuBLAS calls of the set-up and the executor go through one
 // CudaDeviceApi (cuda_device_api.h). CUDA_MODULE_LOADING and CUDA_DEVICE_MAX_CONNECTIONS
-// are set (when unset) before the engine's first CUDA call (device_setup.h, step 0).
+// are set (when unset) before MPI_Init by dhelix-run (cuda_environment.h); the engine reports
+// a setting made after CUDA had started and checks the streams against the value in effect.
 // Host copies (snapshots for --verify, checkpoints) are made between iterations only.
 
 #include <cstdint>

@@ -41,9 +41,12 @@ int64_t device_dtype_bytes(DeviceDtype dtype);
 /// ncclUniqueId's 128 bytes.
 using CommId = std::array<char, 128>;
 
-/// A row-major GEMM shape as CublasGemm::gemm takes it: C[m, n] = op(A)[m, k] op(B)[k, n],
-/// bf16 inputs, C bf16 or fp32 (weight gradients). Warming a shape runs it once on scratch
-/// memory, so that cuBLAS loads (and, for cuBLASLt heuristics, picks) its kernel at set-up.
+/// One cuBLAS GEMM exactly as runtime/cuda issues it (CublasGemm::run, cublas_gemm.h):
+/// row-major C[m, n] = op(A)[m, k] op(B)[k, n] + beta C on packed operands, bf16 inputs,
+/// fp32 accumulation, C bf16 or fp32 (weight gradients), beta 1 when accumulating (weight
+/// gradients over micro-batches) else 0. The set-up warms each shape (cuBLAS loads, and its
+/// heuristics pick, a kernel per call description on first use) and dhelix-profile times
+/// these same calls (profiler/cuda/cuda_op_plan.h), so all three agree on the kernel.
 struct GemmShape {
   bool transpose_a = false;
   bool transpose_b = false;
@@ -51,6 +54,7 @@ struct GemmShape {
   int64_t n = 0;
   int64_t k = 0;
   bool fp32_output = false;
+  bool accumulate = false;  ///< beta = 1
   auto operator<=>(const GemmShape&) const = default;
 };
 

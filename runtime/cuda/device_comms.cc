@@ -54,6 +54,10 @@ CommFootprint comm_footprint(const DeviceCommSetup& setup,
               (setup.expert_gradient_group ? 1 : 0) + senders.size() + receivers.size())};
 }
 
+int64_t runtime_max_ctas(ParallelDim dim) {
+  return dim == ParallelDim::kPp ? DeviceCommSetup::kChannelMaxCtas : 0;
+}
+
 DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
   DeviceCommSetup setup;
   constexpr std::array<DeviceStream, 3> kStreams = {
@@ -167,7 +171,7 @@ void DeviceCommDirectory::create(DeviceCommPlan& plan) {
   };
   for (size_t i = 0; i < setup_.collectives.size(); ++i) {
     const CollectiveSlot& slot = setup_.collectives[i];
-    groups_[{slot.dim, slot.stream}] = join(plan.collectives[i], 0);
+    groups_[{slot.dim, slot.stream}] = join(plan.collectives[i], runtime_max_ctas(slot.dim));
   }
   if (plan.gradient) gradient_ = join(*plan.gradient, 0);
   if (plan.expert_gradient) expert_gradient_ = join(*plan.expert_gradient, 0);
@@ -183,8 +187,50 @@ void DeviceCommDirectory::create(DeviceCommPlan& plan) {
   }
 }
 
+std::vector<WarmupOp> DeviceCommDirectory::warmup_of(const DeviceCommunicator* comm) const {
+  const CommWarmupSizes& sizes = setup_.warmup;
+  const auto is = [&](const auto& map) {
+    return std::any_of(map.begin(), map.end(),
+                       [&](const auto& entry) { return entry.second == comm; });
+  };
+  const auto group_of = [&]() -> std::optional<ParallelDim> {
+    for (const auto& [key, member] : groups_) {
+      if (member == comm) return key.first;
+    }
+    return std::nullopt;
+  };
+  const int64_t members = comm->size();
+  if (is(to_)) return comm_warmup_ops(CommRole::kSend, sizes.channel, DeviceDtype::kBFloat16, 2);
+  if (is(from_)) return comm_warmup_ops(CommRole::kRecv, sizes.channel, DeviceDtype::kBFloat16, 2);
+  const std::optional<ParallelDim> dim = group_of();
+  if (dim == ParallelDim::kCp) {
+    return comm_warmup_ops(CommRole::kRing, sizes.cp, DeviceDtype::kBFloat16, members);
+  }
+  if (dim == ParallelDim::kEp) {
+    return comm_warmup_ops(CommRole::kAllToAll, sizes.ep, DeviceDtype::kBFloat16, members);
+  }
+  if (dim == ParallelDim::kTp) {
+    return comm_warmup_ops(CommRole::kCollectives, sizes.tp, DeviceDtype::kBFloat16, members);
+  }
+  // DP, the DP x CP gradient group and the expert-data-parallel group: fp32 gradient
+  // buckets, all-reduced or (distributed optimizer) reduce-scattered and all-gathered.
+  const int64_t largest = comm == expert_gradient_ ? sizes.expert_dp : sizes.dp;
+  return comm_warmup_ops(CommRole::kCollectives, largest, DeviceDtype::kFloat32, members);
+}
+
 void DeviceCommDirectory::warm_up() {
   if (created_.empty()) return;
+  // Creation order: collectives, then channels in channel order (see the file comment).
+  // Each communicator runs every kind of operation it will run, at every size class
+  // (comm_warmup.h): NCCL connects each algorithm, and point-to-point peers apart from its
+  // collective rings, on first use.
+  std::vector<std::vector<WarmupOp>> ops;
+  int64_t buffer_bytes = 1, largest = 1;
+  for (const auto& comm : created_) {
+    ops.push_back(warmup_of(comm.get()));
+    buffer_bytes = std::max(buffer_bytes, warmup_buffer_bytes(ops.back(), comm->size()));
+    largest = std::max(largest, comm->size());
+  }
   StreamHandle stream = api_.create_stream(false);
   void* scratch = nullptr;
   struct Release {
@@ -196,37 +242,39 @@ void DeviceCommDirectory::warm_up() {
       api.destroy_stream(stream);
     }
   } release{api_, stream, &scratch};
-  // Two floats, or an EP all-to-all's 1-element blocks and counts: in[n], out[n] (float),
-  // then send and receive counts [n] each (int64), n the largest group.
-  int64_t largest = 1;
-  for (const auto& comm : created_) largest = std::max(largest, comm->size());
-  scratch = api_.allocate_scratch(
-      static_cast<int64_t>(2 * largest * (sizeof(float) + sizeof(int64_t)) + 2 * sizeof(float)));
-  float* const first = static_cast<float*>(scratch);
-  int64_t* const counts = reinterpret_cast<int64_t*>(first + 2 * largest + 2);
-  // Creation order: collectives, then channels in channel order (see the file comment).
-  // Each communicator is warmed with the kind of operation it will run: NCCL connects
-  // point-to-point peers separately from its collective rings, so the CP ring's
-  // communicators run a ring step (a send and a receive), not an all-reduce.
-  for (const auto& comm : created_) {
-    const auto channel = std::find_if(
-        to_.begin(), to_.end(), [&](const auto& entry) { return entry.second == comm.get(); });
-    if (channel != to_.end()) {
-      comm->send(first, 1, DeviceDtype::kFloat32, 1, stream);
-    } else if (std::any_of(from_.begin(), from_.end(),
-                           [&](const auto& entry) { return entry.second == comm.get(); })) {
-      comm->recv(first, 1, DeviceDtype::kFloat32, 0, stream);
-    } else if (std::any_of(groups_.begin(), groups_.end(), [&](const auto& entry) {
-                 return entry.first.first == ParallelDim::kCp && entry.second == comm.get();
-               })) {
-      comm->ring_exchange(first, first + 1, 1, DeviceDtype::kFloat32, stream);
-    } else if (std::any_of(groups_.begin(), groups_.end(), [&](const auto& entry) {
-                 return entry.first.first == ParallelDim::kEp && entry.second == comm.get();
-               })) {
-      comm->all_to_all_v(first, counts, 1, first + comm->size(), counts + comm->size(), 1,
-                         DeviceDtype::kFloat32, stream);
-    } else {
-      comm->all_reduce_sum(first, 1, DeviceDtype::kFloat32, stream);
+  // in and out, then the all-to-all's send and receive counts (int64, one per member).
+  constexpr int64_t kAlign = 256;
+  const int64_t side = (buffer_bytes + kAlign - 1) / kAlign * kAlign;
+  scratch = api_.allocate_scratch(2 * side + 2 * largest * static_cast<int64_t>(sizeof(int64_t)));
+  char* const in = static_cast<char*>(scratch);
+  char* const out = in + side;
+  int64_t* const counts = reinterpret_cast<int64_t*>(out + side);
+  for (size_t c = 0; c < created_.size(); ++c) {
+    DeviceCommunicator& comm = *created_[c];
+    for (const WarmupOp& op : ops[c]) {
+      switch (op.role) {
+        case CommRole::kCollectives:
+          if (op.op == CollectiveOp::kAllGather) {
+            comm.all_gather(in, op.count, op.dtype, out, stream);
+          } else if (op.op == CollectiveOp::kReduceScatterSum) {
+            comm.reduce_scatter_sum(in, op.count, op.dtype, out, stream);
+          } else {
+            comm.all_reduce_sum(in, op.count, op.dtype, stream);
+          }
+          break;
+        case CommRole::kRing:
+          comm.ring_exchange(in, out, op.count, op.dtype, stream);
+          break;
+        case CommRole::kAllToAll:
+          comm.all_to_all_v(in, counts, 1, out, counts + comm.size(), op.count, op.dtype, stream);
+          break;
+        case CommRole::kSend:
+          comm.send(in, op.count, op.dtype, 1, stream);
+          break;
+        case CommRole::kRecv:
+          comm.recv(out, op.count, op.dtype, 0, stream);
+          break;
+      }
     }
   }
   // Every communicator polled while the host waits: a peer that never arrives ends the

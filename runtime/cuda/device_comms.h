@@ -24,14 +24,16 @@
 //      total order over pairs means the earliest pending pair always has both members
 //      waiting on it);
 //   4. warm-up of EVERY communicator, in creation order, on one set-up stream, waited for:
-//      a 1-element all-reduce on each collective communicator, a 1-element ring step on
-//      each CP communicator and a padded all-to-all of 1-element blocks on each EP
-//      communicator (NCCL connects point-to-point peers apart from its collective rings),
-//      a 1-element send/receive on each channel. NCCL connects peers lazily, on a
-//      communicator's first operation, with a host-side handshake; a first TP all-gather inside
-//      iteration 1 would make that handshake while receives spin on the GPU (docs/gpu.md,
-//      "iteration 1"). The earliest pending warm-up in the agreed order always has all its members
-//      at it, so the set-up cannot deadlock.
+//      every kind of operation the communicator runs in an iteration, at one element, at the
+//      iteration's largest size and between (comm_warmup.h): all-gather, reduce-scatter and
+//      all-reduce on the TP, DP and gradient groups, a ring step on each CP communicator, a
+//      padded all-to-all on each EP communicator (NCCL connects point-to-point peers apart
+//      from its collective rings), a send/receive on each channel. NCCL connects peers
+//      lazily, per algorithm, on the first operation that picks it, with a host-side
+//      handshake; a first large TP all-gather inside iteration 1 would make that handshake
+//      while receives spin on the GPU (docs/gpu.md, "iteration 1"). The earliest pending
+//      warm-up in the agreed order always has all its members at it, so the set-up cannot
+//      deadlock.
 // Teardown: ncclCommDestroy is collective, so the destructor destroys the communicators in
 // creation order, the same on every rank (before, the members of a std::map went in an
 // order that differed per rank: a sender destroyed a channel before or after its receiver
@@ -48,6 +50,7 @@
 #include "lib/parallel_spec.h"
 #include "lib/plan/rank_program.h"
 #include "runtime/comm/process_groups.h"
+#include "runtime/cuda/comm_warmup.h"
 #include "runtime/cuda/device_api.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/cuda/pipeline_channels.h"
@@ -82,6 +85,9 @@ struct DeviceCommSetup {
   /// (device_gradient_reducer.h, DeviceStreams::reduction_stream): the DP (or DP x CP) and
   /// expert-data-parallel communicators run there and on no other stream.
   bool reduction_stream = false;
+  /// The largest buffer each kind of communicator moves in an iteration: the warm-up's
+  /// sizes (step 4; comm_warmup.h). Must be the same on every member of a communicator.
+  CommWarmupSizes warmup;
   /// The model's layer count, to decode tags in messages.
   int64_t num_layers = 0;
   /// Watchdog timeout of every communicator (world_rank is filled in).
@@ -92,6 +98,12 @@ struct DeviceCommSetup {
   int64_t channel_max_ctas = kChannelMaxCtas;
   static constexpr int64_t kChannelMaxCtas = 2;
 };
+
+/// The ncclConfig_t::maxCTAs the runtime gives a communicator of `dim` (0: NCCL's default):
+/// pipeline channels (pp) kChannelMaxCtas, every other group none. dhelix-profile makes its
+/// communicators with the same (profiler/cuda/cuda_setup.h), so that it times NCCL's kernels
+/// on the SMs training gives them.
+int64_t runtime_max_ctas(ParallelDim dim);
 
 /// The collective communicators dhelix-run's CUDA engine creates for a job of `parallel`
 /// (the same on every rank): TP on every stream that runs the model's collectives (compute:
@@ -182,6 +194,8 @@ class DeviceCommDirectory {
  private:
   void create(DeviceCommPlan& plan);
   void warm_up();
+  /// Step 4's operations for one communicator this rank created (comm_warmup.h).
+  std::vector<WarmupOp> warmup_of(const DeviceCommunicator* comm) const;
   void destroy_in_order() noexcept;
 
   DeviceApi& api_;

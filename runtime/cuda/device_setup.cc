@@ -11,27 +11,8 @@ namespace {
 // CUDA's default per-thread stack (CUDA Programming Guide, cudaLimitStackSize): asking for
 // less changes nothing.
 constexpr int64_t kDefaultStackBytes = 1024;
-// The most CUDA_DEVICE_MAX_CONNECTIONS CUDA accepts.
-constexpr const char* kMostConnections = "32";
 
 }  // namespace
-
-std::vector<EnvironmentSetting> prepare_cuda_environment(
-    const std::function<const char*(const char*)>& get,
-    const std::function<void(const char*, const char*)>& set) {
-  std::vector<EnvironmentSetting> settings;
-  for (const auto& [name, value] : {std::pair{"CUDA_MODULE_LOADING", "EAGER"},
-                                    std::pair{"CUDA_DEVICE_MAX_CONNECTIONS", kMostConnections}}) {
-    const char* current = get(name);
-    if (current != nullptr) {
-      settings.push_back({name, current, false});
-      continue;
-    }
-    set(name, value);
-    settings.push_back({name, value, true});
-  }
-  return settings;
-}
 
 GemmShape linear_forward_shape(int64_t rows, int64_t in, int64_t out) {
   return {.transpose_a = false,
@@ -52,8 +33,26 @@ GemmShape linear_dgrad_shape(int64_t rows, int64_t in, int64_t out) {
 }
 
 GemmShape linear_wgrad_shape(int64_t rows, int64_t in, int64_t out) {
-  return {
-      .transpose_a = true, .transpose_b = false, .m = out, .n = in, .k = rows, .fp32_output = true};
+  return {.transpose_a = true,
+          .transpose_b = false,
+          .m = out,
+          .n = in,
+          .k = rows,
+          .fp32_output = true,
+          .accumulate = true};
+}
+
+GemmShape gemm_shape_of_role(GemmRole role, int64_t m, int64_t n, int64_t k) {
+  switch (role) {
+    case GemmRole::kDgrad:  // dx[rows, in] = dy[rows, out] W[out, in]
+      return linear_dgrad_shape(/*rows=*/m, /*in=*/n, /*out=*/k);
+    case GemmRole::kWgrad:  // dW[out, in] += dy^T x, k = rows
+      return linear_wgrad_shape(/*rows=*/k, /*in=*/n, /*out=*/m);
+    case GemmRole::kForward:  // y[rows, out] = x[rows, in] W^T
+    case GemmRole::kNone:
+      break;
+  }
+  return linear_forward_shape(/*rows=*/m, /*in=*/k, /*out=*/n);
 }
 
 std::vector<GemmShape> model_gemm_shapes(const RankShape& d, bool has_layers, bool has_head) {

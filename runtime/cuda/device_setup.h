@@ -2,11 +2,12 @@
 // What a rank does on its GPU before it posts its first pipeline receive, so that nothing
 // in iteration 1 can hang behind a receive kernel spinning for its peer (docs/gpu.md,
 // "iteration 1"). In order:
-//   0. before CUDA starts (prepare_cuda_environment): CUDA_MODULE_LOADING=EAGER, so that
-//      every module of the process (dhelix's, cuBLAS's, NCCL's) loads when the context is
-//      made, and CUDA_DEVICE_MAX_CONNECTIONS=32 (CUDA's most) so that dhelix's streams and
-//      NCCL's internal ones each get a hardware queue. A value the user set is kept: the
-//      first is then loaded explicitly (step 1) and the second checked (device_streams.h);
+//   0. before CUDA starts, before MPI_Init (cuda_environment.h): CUDA_MODULE_LOADING=EAGER,
+//      so that every module of the process (dhelix's, cuBLAS's, NCCL's) loads when the
+//      context is made, and CUDA_DEVICE_MAX_CONNECTIONS=32 (CUDA's most) so that dhelix's
+//      streams and NCCL's internal ones each get a hardware queue. A value the user set is
+//      kept: the first is then loaded explicitly (step 1) and the second checked
+//      (device_streams.h), against the value in effect when dhelix set it too late;
 //   1. every dhelix kernel loaded (DeviceApi::load_kernels) and the per-thread stack limit
 //      raised to the largest kernel's need: raising it later, at a launch, reconfigures
 //      device memory, which NCCL documents as a cause of hangs while its kernels run;
@@ -16,40 +17,32 @@
 //      plans for the job's attention shape built (some engines compile kernels at run time,
 //      CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) and its self-check run, on the compute
 //      stream: after this no attention kernel is loaded or compiled inside an iteration;
-//   3. (device_comms.h) every NCCL communicator created and warmed by one operation;
+//   3. (device_comms.h) every NCCL communicator created and warmed with every operation
+//      it runs, at every size class (comm_warmup.h);
 //   4. a device synchronisation: the set-up is over before iteration 1 begins.
 // All through DeviceApi, so the tests check the order on the recording fake.
 
 #include <cstdint>
-#include <functional>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "lib/job_spec.h"
+#include "lib/op_catalogue.h"
 #include "lib/rank_shape.h"
 #include "runtime/cuda/device_api.h"
 
 namespace dhelix::cuda {
-
-/// One environment variable as dhelix-run leaves it.
-struct EnvironmentSetting {
-  std::string name;
-  std::string value;
-  bool set_by_dhelix = false;  ///< false: the user's own value, kept
-};
-
-/// Step 0 of the file comment: for each variable unset in `get` (nullptr = unset), calls
-/// set(name, value). Must run before the process's first CUDA call.
-std::vector<EnvironmentSetting> prepare_cuda_environment(
-    const std::function<const char*(const char*)>& get,
-    const std::function<void(const char*, const char*)>& set);
 
 /// The cuBLAS shapes of a linear layer's three GEMMs (CublasGemm's linear_forward,
 /// linear_dgrad and linear_wgrad_accumulate call exactly these).
 GemmShape linear_forward_shape(int64_t rows, int64_t in, int64_t out);
 GemmShape linear_dgrad_shape(int64_t rows, int64_t in, int64_t out);
 GemmShape linear_wgrad_shape(int64_t rows, int64_t in, int64_t out);
+/// The runtime's GEMM for a planner GEMM op of `role` whose result is C[m, n] with inner
+/// dimension k (lib/dag_builder_ops.cc's shapes): the linear layer's forward (kForward,
+/// kNone: the head, the router), dgrad or wgrad (fp32, accumulating). dhelix-profile times
+/// this (profiler/cuda/cuda_op_plan.h).
+GemmShape gemm_shape_of_role(GemmRole role, int64_t m, int64_t n, int64_t k);
 
 /// Every distinct GEMM shape a model slice runs (ascending): the four linears of a layer
 /// when it holds layers, the LM head's when it holds the head.

@@ -22,12 +22,20 @@ void check_device_max_connections(const std::optional<std::string>& setting, Str
     shown = "CUDA_DEVICE_MAX_CONNECTIONS=" + *setting;
   }
   if (queues >= streams) return;
+  // Unset in effect with more than 8 streams: dhelix-run sets 32 before CUDA starts, so
+  // CUDA had started before that (cuda_environment.h), and only the job script can help.
+  const std::string unset_fix = fmt::format(
+      "CUDA started before dhelix-run could set it (a CUDA-aware MPI or a library loaded "
+      "before dhelix; see the warning above): export CUDA_DEVICE_MAX_CONNECTIONS={} in the "
+      "job script (mpirun -x)",
+      kMostQueues);
   const std::string fix =
       streams > kMostQueues
           ? fmt::format(
                 "CUDA allows at most {}: this rank uses too many communicators or "
                 "pipeline peers",
                 kMostQueues)
+      : !setting                  ? unset_fix
       : streams <= kDefaultQueues ? "unset it or set it to 8 or more"
                                   : fmt::format(
                                         "unset it (dhelix-run then sets {}) or set it to "

@@ -2,36 +2,18 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
-#include <string>
-
 #include "tests/device/recording_device.h"
 
 namespace dhelix::cuda {
 namespace {
-
-TEST(DeviceSetup, EnvironmentIsSetOnlyWhereTheUserLeftItUnset) {
-  std::map<std::string, std::string> env = {{"CUDA_DEVICE_MAX_CONNECTIONS", "16"}};
-  const auto settings = prepare_cuda_environment(
-      [&](const char* name) -> const char* {
-        const auto it = env.find(name);
-        return it == env.end() ? nullptr : it->second.c_str();
-      },
-      [&](const char* name, const char* value) { env[name] = value; });
-  EXPECT_EQ(env.at("CUDA_MODULE_LOADING"), "EAGER");
-  EXPECT_EQ(env.at("CUDA_DEVICE_MAX_CONNECTIONS"), "16");  // the user's, kept
-  ASSERT_EQ(settings.size(), 2u);
-  EXPECT_TRUE(settings[0].set_by_dhelix);
-  EXPECT_FALSE(settings[1].set_by_dhelix);
-}
 
 TEST(DeviceSetup, LinearShapesAreCublasGemmsContracts) {
   // y[4, 2] = x[4, 3] W^T: gemm(no, transposed, m 4, n 2, k 3) (cublas_gemm.h's example).
   EXPECT_EQ(linear_forward_shape(4, 3, 2), (GemmShape{false, true, 4, 2, 3, false}));
   // dx[4, 3] = dy[4, 2] W[2, 3].
   EXPECT_EQ(linear_dgrad_shape(4, 3, 2), (GemmShape{false, false, 4, 3, 2, false}));
-  // dW[2, 3] += dy^T x, fp32.
-  EXPECT_EQ(linear_wgrad_shape(4, 3, 2), (GemmShape{true, false, 2, 3, 4, true}));
+  // dW[2, 3] += dy^T x, fp32, beta 1 (accumulating).
+  EXPECT_EQ(linear_wgrad_shape(4, 3, 2), (GemmShape{true, false, 2, 3, 4, true, true}));
 }
 
 TEST(DeviceSetup, ModelShapesCoverLayersAndHead) {

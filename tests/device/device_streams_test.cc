@@ -40,6 +40,11 @@ TEST(DeviceStreams, MaxConnectionsBelowTheStreamCountIsRefused) {
   // Unset means CUDA's 8 queues: enough for 8 streams, not for 9; NCCL's count.
   EXPECT_EQ(refusal(std::nullopt, 6, 2), "");
   EXPECT_NE(refusal(std::nullopt, 6, 4).find("uses 10 CUDA streams"), std::string::npos);
+  // Unset in effect with more than 8 streams: dhelix-run's own 32 came too late, and the
+  // advice is the job script's export, not "unset it".
+  EXPECT_NE(refusal(std::nullopt, 6, 4).find("export CUDA_DEVICE_MAX_CONNECTIONS=32 in the job "
+                                             "script"),
+            std::string::npos);
   EXPECT_NE(refusal("32", 5, 28).find("CUDA allows at most 32"), std::string::npos);
   EXPECT_NE(refusal("8 ", 4), "");  // not a number
   EXPECT_NE(refusal("", 4), "");    // set but empty

@@ -174,6 +174,15 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
   // the all-to-alls' and the expert-data-parallel group.
   DeviceCommSetup setup = model_comm_setup(world.job.parallel);
   setup.num_layers = world.job.model.num_layers;
+  // As the engine: the gradient groups warmed at the reducer's largest buckets.
+  setup.warmup = comm_warmup_sizes(world.job, rank);
+  if (reduction) {
+    std::vector<rt::BucketedParameter> shapes;
+    for (const auto& p : model.parameters()) shapes.push_back({p.name, p.count, p.expert});
+    size_gradient_warmups(setup.warmup,
+                          rt::reduction_buckets_of(shapes, &programs[0], reduction->bucket_elements,
+                                                   world.job.parallel.ep > 1));
+  }
   {
     DeviceSession session(device, setup, {&programs[0], &programs[1]},
                           gemm_shapes_of(world, rank, stage),

@@ -12,8 +12,11 @@
 
 #include "lib/error.h"
 #include "lib/job_reader.h"
+#include "lib/rank_shape.h"
 #include "profiler/cuda/cuda_op_plan.h"
 #include "profiler/cuda/cuda_setup.h"
+#include "runtime/cuda/device_comms.h"
+#include "runtime/cuda/device_setup.h"
 
 namespace dhelix::cuda_profile {
 namespace {
@@ -68,6 +71,25 @@ TEST(CudaSetup, NcclGroupsFollowThePlacement) {
   EXPECT_EQ(setups[2].key, 0);
 }
 
+TEST(CudaSetup, NcclGroupsTakeTheRuntimesBlockLimit) {
+  // Pipeline transfers run on communicators capped at the runtime's channel maxCTAs (a
+  // receive kernel stays resident for the iteration); the profile must time them so
+  // (before, it used NCCL's default channels). Every other group: NCCL's default, as the
+  // runtime (tests/device/comm_warmup_test.cc checks the runtime's side).
+  ParallelSpec parallel;
+  parallel.tp = 2;
+  parallel.dp = 2;
+  parallel.pp = 2;
+  const Placement placement(parallel, 4);
+  for (const NcclGroupSetup& setup :
+       nccl_group_setups(placement, {ParallelDim::kPp, ParallelDim::kTp, ParallelDim::kDp}, 5)) {
+    EXPECT_EQ(setup.max_ctas, cuda::runtime_max_ctas(setup.dim)) << parallel_dim_name(setup.dim);
+    const int64_t expected =
+        setup.dim == ParallelDim::kPp ? cuda::DeviceCommSetup{}.channel_max_ctas : 0;
+    EXPECT_EQ(setup.max_ctas, expected) << parallel_dim_name(setup.dim);
+  }
+}
+
 TEST(CudaSetup, CommunicationDimsInFirstSeenOrder) {
   const JobSpec job =
       read_job_file(std::string(DHELIX_SOURCE_DIR) + "/examples/jobs/tiny-tp2.json");
@@ -115,19 +137,79 @@ Op gemm_op(GemmRole role) {
   return op;
 }
 
-TEST(CudaOpPlan, GemmTransposesFollowTheRole) {
+TEST(CudaOpPlan, GemmsAreTheRuntimesOwnCalls) {
+  // op C[8, 16], inner 32: the profile must time what CublasGemm's linear layer issues for
+  // the same role (runtime/cuda/device_setup.h), its operand types and beta included.
   const OpLaunchPlan forward = plan_cuda_op(gemm_op(GemmRole::kForward));
   EXPECT_EQ(forward.kind, LaunchKind::kGemm);
   EXPECT_FALSE(forward.approximate);
-  EXPECT_FALSE(forward.gemm.transpose_a);
-  EXPECT_TRUE(forward.gemm.transpose_b);
+  // y[rows 8, out 16] = x[8, in 32] W^T.
+  EXPECT_EQ(forward.gemm.call, cuda::linear_forward_shape(8, 32, 16));
   EXPECT_EQ(forward.device_bytes(), (8 * 32 + 32 * 16 + 8 * 16) * 2);
+  // dx[rows 8, in 16] = dy[8, out 32] W.
   const OpLaunchPlan dgrad = plan_cuda_op(gemm_op(GemmRole::kDgrad));
-  EXPECT_FALSE(dgrad.gemm.transpose_a);
-  EXPECT_FALSE(dgrad.gemm.transpose_b);
+  EXPECT_EQ(dgrad.gemm.call, cuda::linear_dgrad_shape(8, 16, 32));
+  // dW[out 8, in 16] += dy^T x over rows 32: fp32, beta 1, as training accumulates
+  // micro-batches (before, the profile timed a bf16 GEMM with beta 0).
   const OpLaunchPlan wgrad = plan_cuda_op(gemm_op(GemmRole::kWgrad));
-  EXPECT_TRUE(wgrad.gemm.transpose_a);
-  EXPECT_FALSE(wgrad.gemm.transpose_b);
+  EXPECT_EQ(wgrad.gemm.call, cuda::linear_wgrad_shape(32, 16, 8));
+  EXPECT_TRUE(wgrad.gemm.call.fp32_output);
+  EXPECT_TRUE(wgrad.gemm.call.accumulate);
+  EXPECT_EQ(wgrad.device_bytes(), (8 * 32 + 32 * 16) * 2 + 8 * 16 * 4);
+  // Whatever dtype the planner gave the op, the runtime's GEMMs read bf16.
+  Op fp32 = gemm_op(GemmRole::kForward);
+  fp32.dtype = DType::kFp32;
+  EXPECT_EQ(plan_cuda_op(fp32).dtype, DType::kBf16);
+}
+
+TEST(CudaOpPlan, EveryGemmTheRuntimeWarmsIsOneTheProfileTimes) {
+  // The runtime's set-up warms the calls its iterations make (device_setup.h,
+  // model_gemm_shapes); for each, the planner op of that role and size must be planned to
+  // the same call, so that profile and training run one kernel.
+  RankShape d;
+  d.tokens = 64;
+  d.hidden = 32;
+  d.q_width = 32;
+  d.qkv_width = 48;
+  d.ffn = 80;
+  d.vocab_local = 100;
+  for (const cuda::GemmShape& call : cuda::model_gemm_shapes(d, true, true)) {
+    Op op = gemm_op(call.accumulate    ? GemmRole::kWgrad
+                    : call.transpose_b ? GemmRole::kForward
+                                       : GemmRole::kDgrad);
+    op.shape.m = call.m;
+    op.shape.n = call.n;
+    op.shape.k = call.k;
+    EXPECT_EQ(plan_cuda_op(op).gemm.call, call) << call.m << "x" << call.n << "x" << call.k;
+  }
+}
+
+TEST(CudaOpPlan, GroupedGemmsRunOneGemmPerExpertAsTheRuntime) {
+  // The runtime's MoE layer runs one linear GEMM per local expert on its own rows and
+  // weights (runtime/model/moe_layers_padded.h); before, the profile timed one strided
+  // batched GEMM instead.
+  Op op = gemm_op(GemmRole::kForward);
+  op.kind = OpKind::kGroupedGemm;
+  op.shape.batch = 4;
+  const OpLaunchPlan plan = plan_cuda_op(op);
+  const cuda::GemmShape call = cuda::linear_forward_shape(8, 32, 16);
+  const std::vector<GemmCallAt> calls = gemm_calls(plan.gemm);
+  ASSERT_EQ(calls.size(), 4u);
+  for (int64_t e = 0; e < 4; ++e) {
+    EXPECT_EQ(calls[static_cast<size_t>(e)],
+              (GemmCallAt{.call = call, .a = e * 8 * 32, .b = e * 32 * 16, .c = e * 8 * 16}));
+  }
+  // The buffers hold every expert's operands.
+  EXPECT_EQ(plan.device_bytes(), 4 * (8 * 32 + 32 * 16 + 8 * 16) * 2);
+}
+
+TEST(CudaOpPlan, TheRoutersBackwardIsTheRuntimesDgrad) {
+  Op op = gemm_op(GemmRole::kNone);
+  op.kind = OpKind::kRouter;
+  op.pass = Pass::kForward;  // logits[T 8, E 16] = x[8, h 32] W_r^T
+  EXPECT_EQ(plan_cuda_op(op).gemm.call, cuda::linear_forward_shape(8, 32, 16));
+  op.pass = Pass::kBackward;  // dx[T 8, h 16] = d logits[8, E 32] W_r
+  EXPECT_EQ(plan_cuda_op(op).gemm.call, cuda::linear_dgrad_shape(8, 16, 32));
 }
 
 TEST(CudaOpPlan, AttentionRunsTheRuntimesKernels) {
@@ -173,15 +255,15 @@ TEST(CudaOpPlan, AttentionTheKernelsDoNotTakeFallsBackToAStandInWithTheFlops) {
   EXPECT_EQ(plan.kind, LaunchKind::kGemm);
   EXPECT_TRUE(plan.approximate);
   // m = 4096, k = 4096, causal half: n = 2 * 32 * 4096 * 4096 * 128 / (2 * 4096 * 4096) = 4096.
-  EXPECT_EQ(plan.gemm.m, 4096);
-  EXPECT_EQ(plan.gemm.k, 4096);
-  EXPECT_EQ(plan.gemm.n, 4096);
+  EXPECT_EQ(plan.gemm.call.m, 4096);
+  EXPECT_EQ(plan.gemm.call.k, 4096);
+  EXPECT_EQ(plan.gemm.call.n, 4096);
   EXPECT_EQ(plan.gemm.repeats, 1);
   op.shape.q_len = 32768;  // 64x the flops per row: n = 32768, 2 launches
   op.shape.kv_len = 65536;
   op.flops = 4.0 * 32 * 32768 * 32768 * 128;
   const OpLaunchPlan longer = plan_cuda_op(op);
-  EXPECT_EQ(longer.gemm.n, 16384);
+  EXPECT_EQ(longer.gemm.call.n, 16384);
   EXPECT_EQ(longer.gemm.repeats, 2);
   op.shape.kv_len = op.shape.q_len;
   op.shape.head_dim = 512;  // beyond the kernels' 256
