@@ -64,9 +64,18 @@ struct ParallelSpec {
   /// planner/folding.h derives both layouts from them.
   int64_t first_stage_layers = 0;
   int64_t last_stage_layers = 0;
+  /// Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-
+  /// split: the embedding (loss) counts as one layer when the layers are split, so the first
+  /// (last) stage builds one transformer layer fewer (lib/stage_split.h). Megatron refuses
+  /// them together with first/last_stage_layers.
+  bool account_for_embedding = false;
+  bool account_for_loss = false;
 
-  /// True when first_stage_layers or last_stage_layers is set.
-  bool uneven_stages() const { return first_stage_layers > 0 || last_stage_layers > 0; }
+  /// True when first_stage_layers or last_stage_layers is set, or an account_for flag.
+  bool uneven_stages() const {
+    return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding ||
+           account_for_loss;
+  }
   // ----- cost-model settings: communication overlap and MoE routing -----------------------
   /// Megatron's --overlap-grad-reduce: the DP gradient reduction runs bucket by bucket under
   /// the last micro-batch's backward (planner/dp_overlap.h). On by default.

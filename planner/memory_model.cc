@@ -123,15 +123,8 @@ int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& pa
 int64_t stage_layer_count(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,
                           int64_t stage) {
   if (!parallel.uneven_stages()) return model.num_layers / parallel.pp;
-  if (folded_shape(shape)) {
-    return fold_layers(model.num_layers, parallel.pp, parallel.first_stage_layers,
-                       parallel.last_stage_layers)
-        .stage_layers(stage);
-  }
-  return unfold_layers(model.num_layers, parallel.pp, parallel.first_stage_layers,
-                       parallel.last_stage_layers)
-      .stages.at(static_cast<size_t>(stage))
-      .count;
+  if (folded_shape(shape)) return fold_job_layers(model.num_layers, parallel).stage_layers(stage);
+  return unfold_job_layers(model.num_layers, parallel).stages.at(static_cast<size_t>(stage)).count;
 }
 
 int64_t head_loss_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel) {

@@ -51,6 +51,17 @@ void apply_recompute_and_stage_overrides(const JobOptions& options, JobSpec& job
                 "--decoder-first-pipeline-num-layers");
   override_size(job, options.last_stage_layers, p.last_stage_layers,
                 "parallel.decoder_last_pipeline_num_layers", "--decoder-last-pipeline-num-layers");
+  // Megatron's store_true flags: they can only turn the split on.
+  if (options.account_for_embedding) {
+    p.account_for_embedding = true;
+    job.origins["parallel.account_for_embedding_in_pipeline_split"] = {
+        kFlags, "--account-for-embedding-in-pipeline-split"};
+  }
+  if (options.account_for_loss) {
+    p.account_for_loss = true;
+    job.origins["parallel.account_for_loss_in_pipeline_split"] = {
+        kFlags, "--account-for-loss-in-pipeline-split"};
+  }
 }
 
 void add_recompute_and_stage_options(CLI::App& app, JobOptions& options) {
@@ -71,6 +82,12 @@ void add_recompute_and_stage_options(CLI::App& app, JobOptions& options) {
   add_integer_option(app, "--decoder-last-pipeline-num-layers", options.last_stage_layers,
                      kLayerCountRange,
                      "Transformer layers on the last pipeline stage (uneven stages)");
+  app.add_flag("--account-for-embedding-in-pipeline-split", options.account_for_embedding,
+               "Count the embedding as a layer when splitting the layers over the stages "
+               "(the first stage builds one layer fewer)");
+  app.add_flag("--account-for-loss-in-pipeline-split", options.account_for_loss,
+               "Count the loss as a layer when splitting the layers over the stages (the "
+               "last stage builds one layer fewer)");
 }
 
 // ----- cost-model settings: communication overlap and MoE routing -----

@@ -29,6 +29,8 @@ struct JobOptions {
   std::optional<int64_t> recompute_num_layers;       ///< --recompute-num-layers
   std::optional<int64_t> first_stage_layers;         ///< --decoder-first-pipeline-num-layers
   std::optional<int64_t> last_stage_layers;          ///< --decoder-last-pipeline-num-layers
+  bool account_for_embedding = false;                ///< --account-for-embedding-in-pipeline-split
+  bool account_for_loss = false;                     ///< --account-for-loss-in-pipeline-split
   // cost-model settings
   std::optional<int64_t> expert_tp;          ///< --expert-tensor-parallel-size
   std::optional<double> moe_load_imbalance;  ///< --moe-load-imbalance
