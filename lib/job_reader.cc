@@ -134,6 +134,8 @@ void read_recompute_and_stages(ObjectReader& parallel, ParallelSpec& spec) {
 void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
   if (auto on = parallel.boolean("overlap_grad_reduce", Need::kOptional))
     spec.overlap_grad_reduce = *on;
+  if (auto on = parallel.boolean("grad_reduce_in_bf16", Need::kOptional))
+    spec.grad_reduce_in_bf16 = *on;
   if (auto on = parallel.boolean("overlap_param_gather", Need::kOptional))
     spec.overlap_param_gather = *on;
   read_size(parallel, "expert_tp", spec.expert_tp);
@@ -303,6 +305,7 @@ OrderedJson parallel_to_json(const ParallelSpec& parallel) {
   if (parallel.account_for_loss) json["account_for_loss_in_pipeline_split"] = true;
   // cost-model settings
   if (!parallel.overlap_grad_reduce) json["overlap_grad_reduce"] = false;
+  if (parallel.grad_reduce_in_bf16) json["grad_reduce_in_bf16"] = true;
   if (!parallel.overlap_param_gather) json["overlap_param_gather"] = false;
   if (parallel.expert_tp > 0) json["expert_tp"] = parallel.expert_tp;
   if (parallel.moe_load_imbalance) json["moe_load_imbalance"] = *parallel.moe_load_imbalance;

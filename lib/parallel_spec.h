@@ -100,6 +100,12 @@ struct ParallelSpec {
   /// starts with a launch interval (planner/block_launch.h). JSON "block_sync": "event" |
   /// "host".
   bool host_synchronized_blocks = false;
+  /// Megatron-LM's --grad-reduce-in-bf16 (Megatron-Core DDP grad_reduce_in_fp32 = false):
+  /// the main gradient buffer and the DP reduction in bf16 instead of fp32 (Megatron's
+  /// default for bf16 training); the distributed optimizer then keeps an fp32 copy of its
+  /// gradient shard (planner/memory_model.h). NVIDIA's published Megatron-Bridge performance
+  /// recipes set it (scripts/performance/utils/helpers.py, set_basic_perf_overrides).
+  bool grad_reduce_in_bf16 = false;
   /// expert_tp, or tp when unset.
   int64_t expert_tp_size() const { return expert_tp > 0 ? expert_tp : tp; }
   // ----- end of cost-model settings --------------------------------------------------------

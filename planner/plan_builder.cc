@@ -218,19 +218,21 @@ DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& param
   const ProcessGroup group =
       ctx.placement.group(par.dp > 1 ? ParallelDim::kDp : ParallelDim::kCp, rank);
   DpTimes out;
+  // The gradients travel in the main buffer's type: fp32, or bf16 with --grad-reduce-in-bf16.
+  const int64_t grad_bytes = gradient_bytes_per_parameter(par);
   const auto reduce = [&](int64_t parameters, int64_t group_size, const char* what) {
     if (parameters == 0 || group_size <= 1) return;
     if (ctx.request->memory.distributed_optimizer) {
       out.reduce_us += ctx.request->unprofiled_op_time_us(
           comm_op(fmt::format("dp.{}_reduce_scatter", what), OpKind::kReduceScatter,
-                  ParallelDim::kDp, group_size, 4 * parameters, group));
+                  ParallelDim::kDp, group_size, grad_bytes * parameters, group));
       out.gather_us += ctx.request->unprofiled_op_time_us(
           comm_op(fmt::format("dp.{}_all_gather", what), OpKind::kAllGather, ParallelDim::kDp,
                   group_size, 2 * parameters, group));
     } else {
       out.reduce_us += ctx.request->unprofiled_op_time_us(
           comm_op(fmt::format("dp.{}_all_reduce", what), OpKind::kAllReduce, ParallelDim::kDp,
-                  group_size, 4 * parameters, group));
+                  group_size, grad_bytes * parameters, group));
     }
   };
   reduce(params.dense, par.dp * par.cp, "dense");
@@ -363,8 +365,9 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
     const std::vector<StageMemory> memory =
         stage_memory(ctx.job->model, par, shape, ctx.request->memory,
                      std::vector<int64_t>(static_cast<size_t>(ctx.pp), 0));
-    base.optimizer_us = optimizer_step_us(ctx.job->cluster.gpu,
-                                          memory[static_cast<size_t>(stage)].optimizer_bytes / 12);
+    base.optimizer_us =
+        optimizer_step_us(ctx.job->cluster.gpu, memory[static_cast<size_t>(stage)].optimizer_bytes /
+                                                    optimizer_bytes_per_parameter(par));
     base.head_loss_transient_bytes = head_loss_transient_bytes(ctx.job->model, par);
     const auto [layers, up_layers] = stage_chunk_layers(ctx, shape, stage);
     StageCosts costs = layer_chunk_costs(ctx, scheme, stage, layers, up_layers, base);

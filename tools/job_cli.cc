@@ -107,6 +107,7 @@ void apply_cost_model_overrides(const JobOptions& options, JobSpec& job) {
   }
   if (options.overlap_grad_reduce) p.overlap_grad_reduce = *options.overlap_grad_reduce;
   if (options.overlap_param_gather) p.overlap_param_gather = *options.overlap_param_gather;
+  if (options.grad_reduce_in_bf16) p.grad_reduce_in_bf16 = true;
 }
 
 void apply_overrides(const JobOptions& options, JobSpec& job) {
@@ -214,6 +215,8 @@ void add_job_options(CLI::App& app, JobOptions& options) {
       "--overlap-param-gather,!--no-overlap-param-gather",
       [&options](int64_t count) { options.overlap_param_gather = count > 0; },
       "DP parameter all-gather under the forward (default on; --no-...: exposed)");
+  app.add_flag("--grad-reduce-in-bf16", options.grad_reduce_in_bf16,
+               "Main gradients and their DP reduction in bf16 (Megatron's default: fp32)");
 }
 
 JobSpec load_unvalidated_job(const JobOptions& options) {

@@ -36,6 +36,7 @@ struct JobOptions {
   std::optional<double> moe_load_imbalance;  ///< --moe-load-imbalance
   std::optional<bool> overlap_grad_reduce;   ///< --overlap-grad-reduce / --no-...
   std::optional<bool> overlap_param_gather;  ///< --overlap-param-gather / --no-...
+  bool grad_reduce_in_bf16 = false;          ///< --grad-reduce-in-bf16
 };
 
 /// Adds JOB, --model, --cluster, --dp/--tp/--pp/--cp/--ep, --sp/--no-sp, --mbs, --gbs,
