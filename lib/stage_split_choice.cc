@@ -43,11 +43,15 @@ std::optional<ChosenSplit> choose_stage_split(int64_t num_layers, int64_t pp,
         num_layers, pp, pp >= 3 ? fmt::format(": it needs num_layers >= 2·pp = {}", 2 * pp) : "");
     return std::nullopt;
   }
-  std::optional<Candidate> best;
+  std::optional<Candidate> best;        // over every split
+  std::optional<Candidate> best_equal;  // over F = La: the W's stage 0 gets equal chunks
   const auto consider = [&](const Candidate& c) {
     std::string unused;
     if (!split_stages(num_layers, pp, c.split.ends.first, c.split.ends.last, unused)) return;
     if (!best || c.order < best->order) best = c;
+    if (c.split.ends.first == c.split.ends.last && (!best_equal || c.order < best_equal->order)) {
+      best_equal = c;
+    }
   };
   if (pp == 2) {
     // One end is set, the other is the middle stage: F + b = L (or b + La = L).
@@ -69,7 +73,7 @@ std::optional<ChosenSplit> choose_stage_split(int64_t num_layers, int64_t pp,
                       pp);
     return std::nullopt;
   }
-  return best->split;
+  return best_equal ? best_equal->split : best->split;
 }
 
 bool planner_chooses_split(int64_t num_layers, const ParallelSpec& parallel) {

@@ -3,12 +3,20 @@
 // not divide them) and the job sets no split (no decoder_first/last_pipeline_num_layers, no
 // account_for flag).
 //
-// Rule: among every split lib/stage_split.h allows, take the one whose busiest stage has
-// the least work per micro-batch, over both layouts the plan compares: the W (stage 0 holds
-// F + La - b layers with the embedding, head and loss; every other stage b layers) and the
-// unfolded 1F1B of the Megatron baselines (stage 0: F layers and the embedding; stage pp-1:
-// La layers with the final norm, head and loss; the middle b). Ties go to the lighter
-// busiest 1F1B stage, then to the smaller |F - La|, then to the smaller F.
+// Rule: among the splits lib/stage_split.h allows with F = La, take the one whose busiest
+// stage has the least work per micro-batch, over both layouts the plan compares: the W
+// (stage 0 holds F + La - b layers with the embedding, head and loss; every other stage b
+// layers) and the unfolded 1F1B of the Megatron baselines (stage 0: F layers and the
+// embedding; stage pp-1: La layers with the final norm, head and loss; the middle b). Ties
+// go to the lighter busiest 1F1B stage, then to the smaller |F - La|, then to the smaller F.
+// Only where no split has F = La (an odd layer count, or pp = 2, where one end stays unset)
+// does the rule range over every split.
+//
+// Why F = La: then the W's stage 0 gets two equal chunks (F - b/2 each), and the plan's
+// rank programs pair equal chunks in every SI block (emitter/, lib/plan: an SI block task
+// lowers only over as many forward as backward layers). The simulator would time unequal
+// ones, but a plan whose blocks cannot be lowered fails dhelix-plan --check; with F != La
+// (a user's split, or the fallback) that is what happens, a known limit.
 //
 // Why stage work: in the steady state of every schedule here each stage runs every micro-
 // batch's forward and backward once, so the busiest stage paces the iteration; the ramp
@@ -22,9 +30,8 @@
 // Hand-worked (tests/planner/stage_split_choice_test.cc): Llama-3.1-405B, L = 126, pp = 8,
 // a layer t = 1, the embedding e = 0.1, head and loss h = 0.6. b = 14 leaves F + La = 42:
 // the W's stage 0 holds 28 layers; b = 18 leaves F + La = 18 < 2·(b/2 + 1): no split. b = 16
-// leaves F + La = 30 with F, La in 9 .. 21: the W's stage 0 holds 14 layers (work 14.7 <=
-// 16) for every such pair, the 1F1B ends F + 0.1 and La + 0.6 stay within 16 for F <= 15
-// and La <= 15: F = La = 15, busiest stage 16 layers. (Megatron's account_for flags give the
+// leaves F + La = 30, F = La = 15: the W's stage 0 holds 14 layers (work 14.7 <= 16), the
+// 1F1B ends 15.1 and 15.6: busiest stage 16 layers. (Megatron's account_for flags give the
 // same split here: (126 + 2) / 8 = 16, F = La = 15.)
 
 #include <cstdint>

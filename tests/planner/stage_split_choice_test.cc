@@ -34,10 +34,11 @@ TEST(StageSplitChoice, Llama405bOnEightStages) {
   EXPECT_DOUBLE_EQ(chosen->busiest_us, 16);  // W stage 0: 14 + 0.7; 1F1B ends 15.1, 15.6
 }
 
-// 30 layers on 4 stages (a GPT-style count 2·pp does not divide). b = 8 is the smallest even
-// middle for which the W's stage 0 (F + La - 8 layers) is not the busiest: F + La = 14.
-// Free ends balance at F = La = 7 (busiest 8); a head and loss worth 2 layers move one
-// layer to the first stage, F = 8, La = 6: 1F1B ends 8 and 6 + 2, the W's stage 0 6 + 2.
+// 30 layers on 4 stages (a GPT-style count 2·pp does not divide). F = La = (30 - 2b)/2:
+// b = 8 gives F = La = 7, the W's stage 0 6 layers, busiest 8 (b = 6: F = 9, the W's stage
+// 0 12; b = 10: F = 5, not above b/2). A head and loss worth 2 layers make the 1F1B's last
+// stage 7 + 2 = 9, the busiest; F = 8, La = 6 would give 8, but its W stage 0 would hold
+// chunks of 4 and 2 layers, which the plan's SI blocks cannot pair: F = La stays.
 TEST(StageSplitChoice, ThirtyLayersOnFourStages) {
   std::string why;
   auto chosen = choose_stage_split(30, 4, {1.0, 0.0, 0.0}, why);
@@ -47,9 +48,21 @@ TEST(StageSplitChoice, ThirtyLayersOnFourStages) {
   EXPECT_EQ(chosen->middle_layers, 8);
   chosen = choose_stage_split(30, 4, {1.0, 0.0, 2.0}, why);
   ASSERT_TRUE(chosen) << why;
-  EXPECT_EQ(chosen->ends.first, 8);
-  EXPECT_EQ(chosen->ends.last, 6);
-  EXPECT_DOUBLE_EQ(chosen->busiest_us, 8);
+  EXPECT_EQ(chosen->ends.first, 7);
+  EXPECT_EQ(chosen->ends.last, 7);
+  EXPECT_DOUBLE_EQ(chosen->busiest_us, 9);
+}
+
+// An odd count has no F = La split: 31 layers on 4 stages range over every split. b = 8
+// leaves F + La = 15 (F, La > 4); the 1F1B ends F and La, at most 8: F = 8, La = 7 and F =
+// 7, La = 8 tie on everything but F: F = 7.
+TEST(StageSplitChoice, OddCountFallsBackToUnequalEnds) {
+  std::string why;
+  const auto chosen = choose_stage_split(31, 4, {1.0, 0.0, 0.0}, why);
+  ASSERT_TRUE(chosen) << why;
+  EXPECT_EQ(chosen->ends.first, 7);
+  EXPECT_EQ(chosen->ends.last, 8);
+  EXPECT_EQ(chosen->middle_layers, 8);
 }
 
 // pp = 2 sets one end: 6 layers, b = 2 (b = 4 leaves F = 2, not above b/2). The W's stage 0
