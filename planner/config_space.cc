@@ -207,7 +207,11 @@ std::string empty_space_reason(const JobSpec& base, int64_t gpus, const SearchCo
 
 std::string configuration_label(const ParallelSpec& p, bool moe) {
   std::string label = fmt::format("tp{}{} cp{} pp{}", p.tp, p.sp ? " sp" : "", p.cp, p.pp);
-  if (p.uneven_stages()) {
+  if (p.account_for_embedding || p.account_for_loss) {  // Megatron's account_for flags
+    label += p.account_for_embedding && p.account_for_loss ? "(emb+loss)"
+             : p.account_for_embedding                     ? "(emb)"
+                                                           : "(loss)";
+  } else if (p.uneven_stages()) {
     label += fmt::format("({}/{})", p.first_stage_layers, p.last_stage_layers);
   }
   label += fmt::format(" dp{}", p.dp);
