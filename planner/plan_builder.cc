@@ -30,6 +30,7 @@
 #include "planner/profile_co_run.h"
 #include "planner/scheme_memory.h"
 #include "planner/scheme_timeline.h"
+#include "planner/virtual_pipeline.h"
 
 namespace dhelix {
 namespace {
@@ -482,41 +483,6 @@ void fill_job(const JobSpec& job, Plan& plan) {
   plan.inputs.parallel = parallel;
   plan.inputs.cluster = {.name = job.cluster.name, .sha256 = sha256_hex(cluster.dump())};
   plan.job = {.name = job.name, .model = model, .cluster = cluster, .parallel = parallel};
-}
-
-// Interleaved 1F1B's v: the user's (checked as Megatron checks it) or the default, the
-// largest v <= kDefaultMaxVirtualPipelineSize Megatron accepts for the job's split (1: plain
-// 1F1B, also when m is not a multiple of pp, where Megatron refuses to interleave).
-int64_t virtual_pipeline_size(const JobSpec& job, int64_t micro_batches, int64_t requested) {
-  const ParallelSpec& par = job.parallel;
-  const int64_t layers = job.model.num_layers;
-  std::string why;
-  if (requested == 0) {
-    if (par.pp < 2 || micro_batches < par.pp || micro_batches % par.pp != 0) return 1;
-    for (int64_t v = kDefaultMaxVirtualPipelineSize; v > 1; --v) {
-      if (interleaved_stage_layers(layers, par, v, why)) return v;
-    }
-    return 1;
-  }
-  if (requested < 1) {
-    throw Error(
-        ErrorCode::kInvalidInput,
-        fmt::format("--virtual-pipeline-model-parallel-size {}: it must be >= 1", requested));
-  }
-  if (requested == 1) return 1;
-  if (micro_batches % par.pp != 0) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("--virtual-pipeline-model-parallel-size {}: the micro-batches ({}) "
-                            "must be a multiple of pp ({}), as Megatron requires",
-                            requested, micro_batches, par.pp));
-  }
-  if (!interleaved_stage_layers(layers, par, requested, why)) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("--virtual-pipeline-model-parallel-size {}: Megatron refuses it for "
-                            "num_layers = {} on pp = {}: {}",
-                            requested, layers, par.pp, why));
-  }
-  return requested;
 }
 
 Context make_context(const PlanRequest& request) {
