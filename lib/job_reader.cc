@@ -108,7 +108,8 @@ void read_size(ObjectReader& parallel, const std::string& key, int64_t& out,
 // ----- activation recompute and uneven pipeline stages -----
 // Megatron's flag names in snake case: recompute_granularity ("full" | "selective"),
 // recompute_method ("uniform" | "block"), recompute_num_layers,
-// decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers.
+// decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers,
+// account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split.
 void read_recompute_and_stages(ObjectReader& parallel, ParallelSpec& spec) {
   if (auto g = parallel.string("recompute_granularity", Need::kOptional,
                                {"none", "full", "selective"})) {
@@ -124,11 +125,17 @@ void read_recompute_and_stages(ObjectReader& parallel, ParallelSpec& spec) {
             kLayerSettingRange);
   read_size(parallel, "decoder_last_pipeline_num_layers", spec.last_stage_layers,
             kLayerSettingRange);
+  if (auto on = parallel.boolean("account_for_embedding_in_pipeline_split", Need::kOptional))
+    spec.account_for_embedding = *on;
+  if (auto on = parallel.boolean("account_for_loss_in_pipeline_split", Need::kOptional))
+    spec.account_for_loss = *on;
 }
 // ----- cost-model settings: communication overlap and MoE routing -----
 void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
   if (auto on = parallel.boolean("overlap_grad_reduce", Need::kOptional))
     spec.overlap_grad_reduce = *on;
+  if (auto on = parallel.boolean("grad_reduce_in_bf16", Need::kOptional))
+    spec.grad_reduce_in_bf16 = *on;
   if (auto on = parallel.boolean("overlap_param_gather", Need::kOptional))
     spec.overlap_param_gather = *on;
   read_size(parallel, "expert_tp", spec.expert_tp);
@@ -294,8 +301,11 @@ OrderedJson parallel_to_json(const ParallelSpec& parallel) {
   if (parallel.last_stage_layers > 0) {
     json["decoder_last_pipeline_num_layers"] = parallel.last_stage_layers;
   }
+  if (parallel.account_for_embedding) json["account_for_embedding_in_pipeline_split"] = true;
+  if (parallel.account_for_loss) json["account_for_loss_in_pipeline_split"] = true;
   // cost-model settings
   if (!parallel.overlap_grad_reduce) json["overlap_grad_reduce"] = false;
+  if (parallel.grad_reduce_in_bf16) json["grad_reduce_in_bf16"] = true;
   if (!parallel.overlap_param_gather) json["overlap_param_gather"] = false;
   if (parallel.expert_tp > 0) json["expert_tp"] = parallel.expert_tp;
   if (parallel.moe_load_imbalance) json["moe_load_imbalance"] = *parallel.moe_load_imbalance;

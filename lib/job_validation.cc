@@ -343,12 +343,19 @@ void check_batch(const JobSpec& job, Checker& check) {
 
 // ----- activation recompute and uneven pipeline stages -----
 
-// Megatron's --decoder-first/last-pipeline-num-layers: the split of lib/stage_split.h.
+// Megatron's --decoder-first/last-pipeline-num-layers, or its --account-for-embedding/loss-
+// in-pipeline-split flags: the split of lib/stage_split.h.
 void check_uneven_stages(const JobSpec& job, Checker& check) {
   const ParallelSpec& p = job.parallel;
   if (job.model.num_layers <= 0) return;
   std::string why;
-  if (split_stages(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers, why)) {
+  if (split_job_stages(job.model.num_layers, p, why)) return;
+  if (p.account_for_embedding || p.account_for_loss) {
+    check.report_text(p.account_for_embedding ? "parallel.account_for_embedding_in_pipeline_split"
+                                              : "parallel.account_for_loss_in_pipeline_split",
+                      "true",
+                      fmt::format("cannot split num_layers = {} over pp = {} stages: {}",
+                                  job.model.num_layers, p.pp, why));
     return;
   }
   const bool first = p.first_stage_layers > 0;
@@ -373,20 +380,23 @@ void check_recompute(const JobSpec& job, Checker& check) {
   }
 }
 
-// DHelix folds the model into a U: each of the pp stages holds two of 2·pp equal chunks of
-// layers (one from each end), so num_layers must divide by 2·pp.
+// DHelix folds the model into a U: each of the pp stages holds two chunks of layers (one
+// from each end). Without a split from the job, 2·pp equal chunks need num_layers divisible
+// by 2·pp; otherwise the planner chooses an uneven split (lib/stage_split_choice.h), which
+// exists unless the stages are too many for the layers.
 void check_folding(const JobSpec& job, Checker& check) {
   const ParallelSpec& p = job.parallel;
   const int64_t layers = job.model.num_layers;
   if (p.uneven_stages()) return check_uneven_stages(job, check);
-  if (layers <= 0 || layers % (2 * p.pp) == 0) return;
+  if (layers <= 0 || layers % (2 * p.pp) == 0 || any_stage_split(layers, p.pp)) return;
   // 2·pp divides num_layers exactly when pp divides num_layers / 2 (never for odd counts).
   const std::string valid_pp = layers % 2 == 0 ? divisors_text(layers / 2) : "";
   const std::string pp_hint =
       valid_pp.empty() ? "no pp works for odd num_layers" : "valid pp: " + valid_pp;
   check.report("parallel.pp", p.pp,
                fmt::format("does not split num_layers = {} into 2·pp = {} equal folded chunks "
-                           "({}; nearest valid num_layers: {})",
+                           "({}; nearest valid num_layers: {}), and no uneven split exists "
+                           "either (pp >= 3 needs num_layers >= 2·pp, pp = 2 num_layers >= 4)",
                            layers, 2 * p.pp, pp_hint, nearest_multiples_text(layers, 2 * p.pp)));
 }
 

@@ -64,9 +64,18 @@ struct ParallelSpec {
   /// planner/folding.h derives both layouts from them.
   int64_t first_stage_layers = 0;
   int64_t last_stage_layers = 0;
+  /// Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-
+  /// split: the embedding (loss) counts as one layer when the layers are split, so the first
+  /// (last) stage builds one transformer layer fewer (lib/stage_split.h). Megatron refuses
+  /// them together with first/last_stage_layers.
+  bool account_for_embedding = false;
+  bool account_for_loss = false;
 
-  /// True when first_stage_layers or last_stage_layers is set.
-  bool uneven_stages() const { return first_stage_layers > 0 || last_stage_layers > 0; }
+  /// True when first_stage_layers or last_stage_layers is set, or an account_for flag.
+  bool uneven_stages() const {
+    return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding ||
+           account_for_loss;
+  }
   // ----- cost-model settings: communication overlap and MoE routing -----------------------
   /// Megatron's --overlap-grad-reduce: the DP gradient reduction runs bucket by bucket under
   /// the last micro-batch's backward (planner/dp_overlap.h). On by default.
@@ -91,6 +100,12 @@ struct ParallelSpec {
   /// starts with a launch interval (planner/block_launch.h). JSON "block_sync": "event" |
   /// "host".
   bool host_synchronized_blocks = false;
+  /// Megatron-LM's --grad-reduce-in-bf16 (Megatron-Core DDP grad_reduce_in_fp32 = false):
+  /// the main gradient buffer and the DP reduction in bf16 instead of fp32 (Megatron's
+  /// default for bf16 training); the distributed optimizer then keeps an fp32 copy of its
+  /// gradient shard (planner/memory_model.h). NVIDIA's published Megatron-Bridge performance
+  /// recipes set it (scripts/performance/utils/helpers.py, set_basic_perf_overrides).
+  bool grad_reduce_in_bf16 = false;
   /// expert_tp, or tp when unset.
   int64_t expert_tp_size() const { return expert_tp > 0 ? expert_tp : tp; }
   // ----- end of cost-model settings --------------------------------------------------------

@@ -21,11 +21,25 @@
 // (pp >= 3 when both flags are set); the middle stages divide the remaining layers evenly;
 // b is even (the W's chunks are equal on the middle stages); F > c and La > c (stage 0's
 // chunks are not empty).
+//
+// Megatron's other way to lighten the ends, --account-for-embedding-in-pipeline-split and
+// --account-for-loss-in-pipeline-split (megatron/core/transformer/transformer_block.py,
+// get_num_layers_to_build; checked in transformer_config.py): the embedding and the loss
+// each count as one layer, the L + e + l "layers" split evenly, b = (L + e + l) / pp per
+// stage (Megatron refuses when pp does not divide them), and the first (last) stage builds
+// one transformer layer fewer. For the 1F1B and the W that is F = b - e and La = b - l
+// (stage_ends); with a virtual pipeline of v model chunks only the first model chunk of
+// stage 0 (the last of stage pp-1) is one layer short (interleaved_stage_layers). Megatron
+// refuses the flags together with F or La. Llama-3.1-405B on pp 8 with both flags: b = 128
+// / 8 = 16, F = La = 15; folded, stage 0 holds 7 + 7 layers and every other stage 8 + 8; with
+// v = 8 every model chunk holds 2 layers but the first of stage 0 and the last of stage 7.
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "lib/parallel_spec.h"
 
 namespace dhelix {
 
@@ -40,5 +54,34 @@ struct StageSplit {
 /// nothing and sets `why` (a sentence naming the rule and the numbers) when no split exists.
 std::optional<StageSplit> split_stages(int64_t num_layers, int64_t pp, int64_t first, int64_t last,
                                        std::string& why);
+
+/// The first and last 1F1B stages' layer counts a job sets (0: not set, even stages).
+struct StageEnds {
+  int64_t first = 0;  ///< F
+  int64_t last = 0;   ///< La
+};
+
+/// The ends `parallel` sets for `num_layers` layers: its first/last_stage_layers, or those
+/// its account_for flags imply (F = b - e, La = b - l with b = (L + e + l) / pp; nothing with
+/// pp = 1). Returns nothing and sets `why` when Megatron refuses the flags: account_for with
+/// first/last_stage_layers, or pp not dividing L + e + l.
+std::optional<StageEnds> stage_ends(int64_t num_layers, const ParallelSpec& parallel,
+                                    std::string& why);
+
+/// split_stages for the ends `parallel` sets (stage_ends, then split_stages).
+std::optional<StageSplit> split_job_stages(int64_t num_layers, const ParallelSpec& parallel,
+                                           std::string& why);
+
+/// Whether some F, La (both unset included) split `num_layers` over `pp` stages.
+bool any_stage_split(int64_t num_layers, int64_t pp);
+
+/// Layers of each model chunk of each stage under Megatron's interleaved 1F1B with v model
+/// chunks per stage (v >= 2), as Megatron builds them: even stages and F/La split every
+/// stage's layers evenly over its v chunks (F, La and the middle count must divide by v);
+/// the account_for flags split (L + e + l) / pp per stage evenly (it must divide by v) and
+/// take one layer off the first chunk of stage 0 (the last chunk of stage pp-1). Returns
+/// nothing and sets `why` (Megatron's rule, with the numbers) when Megatron refuses v.
+std::optional<std::vector<std::vector<int64_t>>> interleaved_stage_layers(
+    int64_t num_layers, const ParallelSpec& parallel, int64_t v, std::string& why);
 
 }  // namespace dhelix

@@ -14,6 +14,7 @@
 #include "lib/dag_builder.h"
 #include "lib/error.h"
 #include "lib/job_validation.h"
+#include "planner/chosen_split.h"
 #include "planner/memory_model.h"
 #include "planner/pairing_memo.h"
 #include "planner/plan_builder.h"
@@ -258,6 +259,22 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
     if (!out.reason.empty()) {
       out.status = ConfigStatus::kInvalid;
       return;
+    }
+    if (planner_chooses_split(job.model.num_layers, job.parallel)) {
+      try {  // the split dhelix-plan would choose (its profiles hold these solo times)
+        const ClusterSpec& cluster = job.cluster;
+        const auto solo = [&request, &cluster](const Op& op) {
+          return request.solo_time_us(cluster, op);
+        };
+        job = configuration_job(request.base, with_planned_split(job, solo).parallel);
+      } catch (const Error& e) {
+        if (!planner_refusal(e)) throw;
+        out.status = ConfigStatus::kInvalid;
+        out.reason = std::string("planner: ") + e.what();
+        return;
+      }
+      out.parallel = job.parallel;
+      out.label = configuration_label(job.parallel, job.model.is_moe());
     }
     if (!static_memory_fits(job)) {
       out.status = ConfigStatus::kNoMemory;

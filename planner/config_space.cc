@@ -49,17 +49,12 @@ struct PipelineLayout {
   int64_t last_stage_layers = 0;
 };
 
-// The layouts of one depth: even stages when 2·pp divides the layers, else every uneven
-// split with lighter first and last stages (F = La < b, lib/stage_split.h's rules).
+// The layout of one depth: even stages when 2·pp divides the layers, else the planner's
+// own uneven split (F = La = 0 here: the search chooses it with the stage work of each
+// configuration, planner/chosen_split.h), when lib/stage_split.h allows any.
 std::vector<PipelineLayout> layouts_of_depth(int64_t layers, int64_t pp) {
-  std::string why;
-  if (split_stages(layers, pp, 0, 0, why)) return {{pp, 0, 0}};
-  std::vector<PipelineLayout> layouts;
-  for (int64_t ends = 1; pp >= 3 && 2 * ends < layers; ++ends) {
-    const std::optional<StageSplit> split = split_stages(layers, pp, ends, ends, why);
-    if (split && ends < split->middle_stage_layers) layouts.push_back({pp, ends, ends});
-  }
-  return layouts;
+  if (any_stage_split(layers, pp)) return {{pp, 0, 0}};
+  return {};
 }
 
 std::vector<PipelineLayout> pipeline_layouts(int64_t layers, const SearchConstraints& c) {
@@ -212,7 +207,11 @@ std::string empty_space_reason(const JobSpec& base, int64_t gpus, const SearchCo
 
 std::string configuration_label(const ParallelSpec& p, bool moe) {
   std::string label = fmt::format("tp{}{} cp{} pp{}", p.tp, p.sp ? " sp" : "", p.cp, p.pp);
-  if (p.uneven_stages()) {
+  if (p.account_for_embedding || p.account_for_loss) {  // Megatron's account_for flags
+    label += p.account_for_embedding && p.account_for_loss ? "(emb+loss)"
+             : p.account_for_embedding                     ? "(emb)"
+                                                           : "(loss)";
+  } else if (p.uneven_stages()) {
     label += fmt::format("({}/{})", p.first_stage_layers, p.last_stage_layers);
   }
   label += fmt::format(" dp{}", p.dp);

@@ -9,8 +9,9 @@
 //   sp          off and on (on only with tp > 1)
 //   cp          powers of two with seq divisible by 2·cp (the load-balanced causal split)
 //   pp          1 up to the layer count: even stages where 2·pp divides the layers, else
-//               every split with lighter first and last stages F = La < b that
-//               lib/stage_split.h allows (Llama-3.1-405B, 126 layers, pp 16: F = La = 7)
+//               the planner's own uneven split where lib/stage_split.h allows one (the
+//               search chooses it per configuration, planner/chosen_split.h: Llama-3.1-
+//               405B, 126 layers, pp 16: F = La = 7)
 //   dp          what is left: GPUs / (tp · cp · pp), when that divides
 //   ep          MoE only: powers of two dividing dp · cp and the expert count
 //   expert-tp   MoE only: tp (Megatron-Core's default) and, with tp > 1, 1

@@ -157,4 +157,31 @@ UnfoldedLayout unfold_layers(int64_t num_layers, int64_t pp, int64_t first_stage
   return layout;
 }
 
+namespace {
+
+StageEnds checked_ends(int64_t num_layers, const ParallelSpec& parallel) {
+  std::string why;
+  const std::optional<StageEnds> ends = stage_ends(num_layers, parallel, why);
+  if (!ends) {
+    throw Error(
+        ErrorCode::kInvalidInput,
+        fmt::format("pp = {}, account_for_embedding_in_pipeline_split = {}, "
+                    "account_for_loss_in_pipeline_split = {}: {}",
+                    parallel.pp, parallel.account_for_embedding, parallel.account_for_loss, why));
+  }
+  return *ends;
+}
+
+}  // namespace
+
+FoldedLayout fold_job_layers(int64_t num_layers, const ParallelSpec& parallel) {
+  const StageEnds ends = checked_ends(num_layers, parallel);
+  return fold_layers(num_layers, parallel.pp, ends.first, ends.last);
+}
+
+UnfoldedLayout unfold_job_layers(int64_t num_layers, const ParallelSpec& parallel) {
+  const StageEnds ends = checked_ends(num_layers, parallel);
+  return unfold_layers(num_layers, parallel.pp, ends.first, ends.last);
+}
+
 }  // namespace dhelix

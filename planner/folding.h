@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "lib/parallel_spec.h"
 #include "lib/plan/plan_kinds.h"
 
 namespace dhelix {
@@ -98,5 +99,11 @@ FoldedLayout fold_layers(int64_t num_layers, int64_t pp, int64_t first_stage_lay
                          int64_t last_stage_layers);
 UnfoldedLayout unfold_layers(int64_t num_layers, int64_t pp, int64_t first_stage_layers,
                              int64_t last_stage_layers);
+
+/// Both layouts of a job's `num_layers` layers under `parallel`: the ends it sets, its
+/// account_for flags included (lib/stage_split.h: stage_ends). Throws Error(kInvalidInput)
+/// naming the rule they break.
+FoldedLayout fold_job_layers(int64_t num_layers, const ParallelSpec& parallel);
+UnfoldedLayout unfold_job_layers(int64_t num_layers, const ParallelSpec& parallel);
 
 }  // namespace dhelix

@@ -36,12 +36,13 @@ StageParameters layer_parameters(const ModelSpec& model, const ParallelSpec& par
 // Optimizer bytes of a stage's parameters on one GPU.
 int64_t optimizer_bytes(const StageParameters& params, const ParallelSpec& parallel,
                         bool distributed) {
-  if (!distributed) return kOptimizerBytesPerParameter * params.total();
+  const int64_t per_parameter = optimizer_bytes_per_parameter(parallel);
+  if (!distributed) return per_parameter * params.total();
   const int64_t dense_shards = parallel.dp * parallel.cp;
   const int64_t expert_shards = std::max<int64_t>(
       1, parallel.dp * parallel.cp * parallel.tp / (parallel.ep * parallel.expert_tp_size()));
-  return ceil_div(kOptimizerBytesPerParameter * params.dense, dense_shards) +
-         ceil_div(kOptimizerBytesPerParameter * params.expert, expert_shards);
+  return ceil_div(per_parameter * params.dense, dense_shards) +
+         ceil_div(per_parameter * params.expert, expert_shards);
 }
 
 std::string gib_text(int64_t bytes) { return fmt::format("{:.2f}", to_gib(bytes)); }
@@ -55,6 +56,14 @@ std::string size_text(int64_t bytes) {
 }
 
 }  // namespace
+
+int64_t gradient_bytes_per_parameter(const ParallelSpec& parallel) {
+  return parallel.grad_reduce_in_bf16 ? 2 : kGradientBytesPerParameter;
+}
+
+int64_t optimizer_bytes_per_parameter(const ParallelSpec& parallel) {
+  return kOptimizerBytesPerParameter + (parallel.grad_reduce_in_bf16 ? kFp32Bytes : 0);
+}
 
 double to_gib(int64_t bytes) {
   return static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30);
@@ -123,15 +132,8 @@ int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& pa
 int64_t stage_layer_count(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,
                           int64_t stage) {
   if (!parallel.uneven_stages()) return model.num_layers / parallel.pp;
-  if (folded_shape(shape)) {
-    return fold_layers(model.num_layers, parallel.pp, parallel.first_stage_layers,
-                       parallel.last_stage_layers)
-        .stage_layers(stage);
-  }
-  return unfold_layers(model.num_layers, parallel.pp, parallel.first_stage_layers,
-                       parallel.last_stage_layers)
-      .stages.at(static_cast<size_t>(stage))
-      .count;
+  if (folded_shape(shape)) return fold_job_layers(model.num_layers, parallel).stage_layers(stage);
+  return unfold_job_layers(model.num_layers, parallel).stages.at(static_cast<size_t>(stage)).count;
 }
 
 int64_t head_loss_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel) {
@@ -171,7 +173,7 @@ std::vector<StageMemory> stage_memory(const ModelSpec& model, const ParallelSpec
     m.stage = p;
     m.parameters = stage_parameters(model, parallel, shape, p);
     m.weight_bytes = dtype_bytes(model.dtype) * m.parameters.total();
-    m.gradient_bytes = kGradientBytesPerParameter * m.parameters.total();
+    m.gradient_bytes = gradient_bytes_per_parameter(parallel) * m.parameters.total();
     m.optimizer_bytes = optimizer_bytes(m.parameters, parallel, options.distributed_optimizer);
     m.activation_bytes = peak_activation_bytes[static_cast<size_t>(p)];
     stages.push_back(m);

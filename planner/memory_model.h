@@ -3,12 +3,17 @@
 // peak of live activations, checked against the GPU's memory.
 //
 // Model states (Megatron-LM defaults for bf16 training, "Efficient Large-Scale Language
-// Model Training on GPU Clusters", Narayanan et al. 2021, and Megatron's distributed
-// optimizer notes): bf16 weights (2 bytes per parameter), fp32 main gradients (4 bytes;
-// Megatron accumulates and reduces gradients in fp32 for bf16), and Adam's fp32 master
-// weights, first and second moments (12 bytes), divided over the data-parallel group
-// with the distributed optimizer. Dense weights are split over tp; experts over ep (expert
-// tensor parallelism 1, as the MoE DAG builds them).
+// Model Training on GPU Clusters", Narayanan et al. 2021, and Megatron-Core's distributed
+// optimizer guide, docs/user-guide/features/dist_optimizer.md: "6 + 12/d" bytes per
+// parameter for bf16 parameters and fp32 gradients): bf16 weights (2 bytes per parameter),
+// fp32 main gradients (4 bytes; Megatron accumulates and reduces gradients in fp32 for bf16
+// unless --grad-reduce-in-bf16: 2 bytes), and Adam's fp32 master weights, first and second
+// moments (12 bytes; 16 with bf16 gradients, whose fp32 shard copy the optimizer steps on),
+// divided over the dp·cp ranks that hold the same weights with the distributed optimizer
+// (Megatron-Core shards over the data-parallel group with context parallelism,
+// get_data_parallel_group(with_context_parallel=True)). The gradient buffer is not sharded:
+// the reduce-scatter writes into the full buffer. Dense weights are split over tp; experts
+// over ep and the expert tensor-parallel group.
 //
 // Activations per layer and micro-batch follow Korthikanti et al. 2022 ("Reducing
 // Activation Recomputation in Large Transformer Models"), derived from the tensors each op
@@ -47,9 +52,19 @@
 namespace dhelix {
 
 /// Bytes per parameter of the gradients (fp32 main gradients) and of the optimizer states
-/// (Adam's fp32 master weights, first and second moments) before any sharding.
+/// (Adam's fp32 master weights, first and second moments) before any sharding, under
+/// Megatron's defaults for bf16 training.
 inline constexpr int64_t kGradientBytesPerParameter = 4;
 inline constexpr int64_t kOptimizerBytesPerParameter = 12;
+
+/// The main gradient buffer's bytes per parameter: 4 (fp32, Megatron's default), or 2 with
+/// --grad-reduce-in-bf16 (Megatron-Core DDP's buffer takes the parameters' dtype).
+int64_t gradient_bytes_per_parameter(const ParallelSpec& parallel);
+/// The optimizer's bytes per parameter before sharding: 12 (fp32 master weight, Adam's m and
+/// v), plus 4 with --grad-reduce-in-bf16: the optimizer steps on an fp32 copy of its gradient
+/// shard (Megatron's distributed-optimizer table: 16-bit gradients cost 4 + 16/d bytes per
+/// parameter, fp32 ones 6 + 12/d).
+int64_t optimizer_bytes_per_parameter(const ParallelSpec& parallel);
 
 struct MemoryOptions {
   /// Megatron's distributed optimizer: optimizer states split over the DP group.

@@ -119,6 +119,13 @@ void check_costs(const PipelineSchedule& schedule, const std::vector<StageCosts>
                               ">= 1 and up_layers = {} >= 0",
                               p, c.layers_per_chunk, c.up_layers));
     }
+    if (!c.model_chunk_layers.empty() &&
+        static_cast<int64_t>(c.model_chunk_layers.size()) != schedule.model_chunks) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("pipeline simulation: stage {}: {} model chunk layer counts for "
+                              "{} model chunks",
+                              p, c.model_chunk_layers.size(), schedule.model_chunks));
+    }
   }
 }
 
@@ -155,8 +162,8 @@ double task_time_us(const PipelineSchedule& schedule, const StageCosts& c, int64
   const bool backward_embedding =
       embedding_stage && task.has_backward() && task.backward_chunk == schedule.first_chunk &&
       task.backward_model_chunk == 0 && task.backward_split != BackwardSplit::kWeight;
-  const int64_t nf = c.chunk_layers(task.forward_chunk);
-  const int64_t nb = c.chunk_layers(task.backward_chunk);
+  const int64_t nf = c.chunk_layers(task.forward_chunk, task.forward_model_chunk);
+  const int64_t nb = c.chunk_layers(task.backward_chunk, task.backward_model_chunk);
   double time = 0;
   switch (task.kind) {
     case TaskKind::kForward:
@@ -198,13 +205,20 @@ class ActivationTracker {
         layer_bytes_(costs.activation_bytes_per_layer),
         transient_bytes_(costs.backward_transient_bytes),
         head_loss_bytes_(costs.head_loss_transient_bytes),
-        whole_forward_(costs.si_block_holds_whole_forward) {}
+        whole_forward_(costs.si_block_holds_whole_forward) {
+    for (size_t i = 0; i < costs.model_chunk_layers.size(); ++i) {
+      model_chunk_bytes_.push_back(i < costs.model_chunk_activation_bytes.size()
+                                       ? costs.model_chunk_activation_bytes[i]
+                                       : costs.model_chunk_layers[i] *
+                                             costs.activation_bytes_per_layer);
+    }
+  }
 
   void run(StageSimulation& stage, const TimelineEntry& entry) {
     const PipelineTask& task = entry.task;
     switch (task.kind) {
       case TaskKind::kForward:
-        live_ += bytes(task.forward_chunk);
+        live_ += bytes(task.forward_chunk, task.forward_model_chunk);
         record(stage, entry.start_us, live_);
         break;
       case TaskKind::kBackward:
@@ -213,7 +227,9 @@ class ActivationTracker {
         if (transient_bytes_ > 0 && task.backward_split != BackwardSplit::kWeight) {
           record(stage, entry.start_us, live_ + transient_bytes_);
         }
-        if (task.backward_split != BackwardSplit::kInput) live_ -= bytes(task.backward_chunk);
+        if (task.backward_split != BackwardSplit::kInput) {
+          live_ -= bytes(task.backward_chunk, task.backward_model_chunk);
+        }
         record(stage, entry.end_us, live_);
         break;
       case TaskKind::kSiBlock: {  // +one layer at the worst layer pair (or a whole chunk)
@@ -237,7 +253,10 @@ class ActivationTracker {
     return given >= 0 ? given : c.chunk_layers(side) * c.activation_bytes_per_layer;
   }
 
-  int64_t bytes(ChunkSide side) const { return side == ChunkSide::kUp ? up_bytes_ : down_bytes_; }
+  int64_t bytes(ChunkSide side, int64_t model_chunk = 0) const {
+    if (!model_chunk_bytes_.empty()) return model_chunk_bytes_.at(static_cast<size_t>(model_chunk));
+    return side == ChunkSide::kUp ? up_bytes_ : down_bytes_;
+  }
 
   static void record(StageSimulation& stage, double time_us, int64_t bytes) {
     stage.activation_curve.push_back(MemoryPoint{time_us, bytes});
@@ -253,6 +272,7 @@ class ActivationTracker {
   int64_t transient_bytes_;
   int64_t head_loss_bytes_;
   bool whole_forward_;
+  std::vector<int64_t> model_chunk_bytes_;  ///< interleaved chunks of differing layers
   int64_t live_ = 0;
 };
 

@@ -30,7 +30,9 @@
 // nb layers co-runs min(nf, nb) layer pairs (si_block_us scaled to that many pairs) and
 // runs the other |nf - nb| layers alone. With recompute, a chunk keeps what
 // memory_model.h's chunk_activation_bytes says, and a backward holds the recomputed
-// group's activations (backward_transient_bytes) on top while it runs.
+// group's activations (backward_transient_bytes) on top while it runs. Interleaved 1F1B's
+// model chunks may differ too (model_chunk_layers): each is timed and kept by its own
+// layers, the same way.
 //
 // Hand-timed example (pipeline_simulator_test.cc): the W of pipeline_schedule.h with pp = 2,
 // m = 4, unit forward and backward chunks, SI blocks of 2, no transfer delay, takes 20 units,
@@ -108,9 +110,16 @@ struct StageCosts {
   /// An SI block holds its forward's whole chunk on top of what it started with (DualPipeV's
   /// count, PP+1 chunks), instead of DHelix's one extra layer of a layer-by-layer pairing.
   bool si_block_holds_whole_forward = false;
+  /// Interleaved 1F1B: the layers of each model chunk when they differ (Megatron's
+  /// account_for flags take a layer off stage 0's first and stage pp-1's last model chunk,
+  /// lib/stage_split.h), and the bytes each keeps; empty: every model chunk holds
+  /// layers_per_chunk layers and keeps chunk_activation_bytes.
+  std::vector<int64_t> model_chunk_layers;
+  std::vector<int64_t> model_chunk_activation_bytes;
 
-  /// Layers of the chunk on `side`.
-  int64_t chunk_layers(ChunkSide side) const {
+  /// Layers of the chunk on `side` (of model chunk `model_chunk` under interleaved 1F1B).
+  int64_t chunk_layers(ChunkSide side, int64_t model_chunk = 0) const {
+    if (!model_chunk_layers.empty()) return model_chunk_layers.at(static_cast<size_t>(model_chunk));
     return side == ChunkSide::kUp && up_layers > 0 ? up_layers : layers_per_chunk;
   }
 };

@@ -17,7 +17,9 @@
 #include "lib/placement.h"
 #include "lib/profile_bounds.h"
 #include "lib/provenance.h"
+#include "lib/stage_split.h"
 #include "planner/baseline_schedules.h"
+#include "planner/chosen_split.h"
 #include "planner/dp_overlap.h"
 #include "planner/folding.h"
 #include "planner/iteration_metrics.h"
@@ -28,6 +30,7 @@
 #include "planner/profile_co_run.h"
 #include "planner/scheme_memory.h"
 #include "planner/scheme_timeline.h"
+#include "planner/virtual_pipeline.h"
 
 namespace dhelix {
 namespace {
@@ -45,8 +48,10 @@ struct Context {
   UnfoldedLayout unfolded;
   int64_t pp = 1;
   int64_t micro_batches = 1;
-  int64_t virtual_pipeline = 1;      ///< interleaved 1F1B's model chunks per stage
-  std::vector<int64_t> shape_ranks;  ///< per stage
+  int64_t virtual_pipeline = 1;  ///< interleaved 1F1B's model chunks per stage
+  /// Interleaved 1F1B: each stage's model chunks' layers (lib/stage_split.h), when v > 1.
+  std::vector<std::vector<int64_t>> interleaved_layers = {};
+  std::vector<int64_t> shape_ranks;                      ///< per stage
   std::vector<std::unique_ptr<LayerAnalysis>> analyses;  ///< distinct stage shapes
   std::vector<int64_t> analysis_of_stage;                ///< index into analyses
   /// Block recompute only: the same shapes without recompute (the layers block leaves
@@ -214,19 +219,21 @@ DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& param
   const ProcessGroup group =
       ctx.placement.group(par.dp > 1 ? ParallelDim::kDp : ParallelDim::kCp, rank);
   DpTimes out;
+  // The gradients travel in the main buffer's type: fp32, or bf16 with --grad-reduce-in-bf16.
+  const int64_t grad_bytes = gradient_bytes_per_parameter(par);
   const auto reduce = [&](int64_t parameters, int64_t group_size, const char* what) {
     if (parameters == 0 || group_size <= 1) return;
     if (ctx.request->memory.distributed_optimizer) {
       out.reduce_us += ctx.request->unprofiled_op_time_us(
           comm_op(fmt::format("dp.{}_reduce_scatter", what), OpKind::kReduceScatter,
-                  ParallelDim::kDp, group_size, 4 * parameters, group));
+                  ParallelDim::kDp, group_size, grad_bytes * parameters, group));
       out.gather_us += ctx.request->unprofiled_op_time_us(
           comm_op(fmt::format("dp.{}_all_gather", what), OpKind::kAllGather, ParallelDim::kDp,
                   group_size, 2 * parameters, group));
     } else {
       out.reduce_us += ctx.request->unprofiled_op_time_us(
           comm_op(fmt::format("dp.{}_all_reduce", what), OpKind::kAllReduce, ParallelDim::kDp,
-                  group_size, 4 * parameters, group));
+                  group_size, grad_bytes * parameters, group));
     }
   };
   reduce(params.dense, par.dp * par.cp, "dense");
@@ -300,7 +307,9 @@ std::pair<int64_t, int64_t> stage_chunk_layers(const Context& ctx, PipelineShape
   const size_t s = static_cast<size_t>(stage);
   if (shape == PipelineShape::kOneFOneB) return {ctx.unfolded.stages[s].count, 0};
   if (shape == PipelineShape::kInterleaved) {
-    return {ctx.unfolded.stages[s].count / ctx.virtual_pipeline, 0};
+    if (ctx.interleaved_layers.empty()) return {ctx.unfolded.stages[s].count, 0};
+    const std::vector<int64_t>& chunks = ctx.interleaved_layers[s];
+    return {*std::max_element(chunks.begin(), chunks.end()), 0};  // the others scale from it
   }
   return {ctx.folded.stages[s].down.count, ctx.folded.stages[s].up.count};
 }
@@ -357,11 +366,17 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
     const std::vector<StageMemory> memory =
         stage_memory(ctx.job->model, par, shape, ctx.request->memory,
                      std::vector<int64_t>(static_cast<size_t>(ctx.pp), 0));
-    base.optimizer_us = optimizer_step_us(ctx.job->cluster.gpu,
-                                          memory[static_cast<size_t>(stage)].optimizer_bytes / 12);
+    base.optimizer_us =
+        optimizer_step_us(ctx.job->cluster.gpu, memory[static_cast<size_t>(stage)].optimizer_bytes /
+                                                    optimizer_bytes_per_parameter(par));
     base.head_loss_transient_bytes = head_loss_transient_bytes(ctx.job->model, par);
     const auto [layers, up_layers] = stage_chunk_layers(ctx, shape, stage);
     StageCosts costs = layer_chunk_costs(ctx, scheme, stage, layers, up_layers, base);
+    if (shape == PipelineShape::kInterleaved && !ctx.interleaved_layers.empty()) {
+      set_model_chunk_memory(ctx.job->model, par,
+                             ctx.interleaved_layers[static_cast<size_t>(stage)],
+                             ctx.request->memory, costs);
+    }
     // The W's stage holds a down and an up chunk (their sizes differ on an uneven stage 0),
     // the interleaved stage v chunks.
     const double chunks =
@@ -470,23 +485,6 @@ void fill_job(const JobSpec& job, Plan& plan) {
   plan.job = {.name = job.name, .model = model, .cluster = cluster, .parallel = parallel};
 }
 
-// Interleaved 1F1B's v: the user's (checked as Megatron checks it) or the default.
-int64_t virtual_pipeline_size(const JobSpec& job, int64_t micro_batches, int64_t requested) {
-  const ParallelSpec& par = job.parallel;
-  const int64_t per_stage =
-      par.uneven_stages() || job.model.num_layers % par.pp != 0 ? 0 : job.model.num_layers / par.pp;
-  if (requested == 0) return default_virtual_pipeline_size(per_stage, par.pp, micro_batches);
-  if (requested < 1 || (requested > 1 && (per_stage == 0 || per_stage % requested != 0 ||
-                                          micro_batches % par.pp != 0))) {
-    throw Error(ErrorCode::kInvalidInput,
-                fmt::format("--virtual-pipeline-model-parallel-size {}: it must be >= 1, divide "
-                            "the layers per stage ({}) of even stages, and the micro-batches "
-                            "({}) must be a multiple of pp ({}), as Megatron requires",
-                            requested, per_stage, micro_batches, par.pp));
-  }
-  return requested;
-}
-
 Context make_context(const PlanRequest& request) {
   const JobSpec& job = *request.job;
   Context ctx{
@@ -495,10 +493,8 @@ Context make_context(const PlanRequest& request) {
       .profile = request.profile,
       .co_run = std::make_unique<PairTimesCoRunModel>(profile_co_run_model(*request.profile)),
       .placement = Placement(job.parallel, job.cluster.gpus_per_node),
-      .folded = fold_layers(job.model.num_layers, job.parallel.pp, job.parallel.first_stage_layers,
-                            job.parallel.last_stage_layers),
-      .unfolded = unfold_layers(job.model.num_layers, job.parallel.pp,
-                                job.parallel.first_stage_layers, job.parallel.last_stage_layers),
+      .folded = fold_job_layers(job.model.num_layers, job.parallel),
+      .unfolded = unfold_job_layers(job.model.num_layers, job.parallel),
       .pp = job.parallel.pp,
       .micro_batches = job.parallel.num_micro_batches(),
       .shape_ranks = {},
@@ -510,6 +506,11 @@ Context make_context(const PlanRequest& request) {
   }
   ctx.virtual_pipeline =
       virtual_pipeline_size(job, ctx.micro_batches, request.virtual_pipeline_size);
+  if (ctx.virtual_pipeline > 1) {
+    std::string why;
+    ctx.interleaved_layers =
+        *interleaved_stage_layers(job.model.num_layers, job.parallel, ctx.virtual_pipeline, why);
+  }
   return ctx;
 }
 
@@ -522,9 +523,19 @@ double optimizer_step_us(const GpuSpec& gpu, int64_t shard_parameters) {
              : static_cast<double>(shard_parameters) * kAdamBytesPerParameter / bytes_per_us;
 }
 
-PlanResult build_plan(const PlanRequest& request) {
-  DHELIX_CHECK(request.job != nullptr && request.profile != nullptr);
-  DHELIX_CHECK(static_cast<bool>(request.unprofiled_op_time_us));
+PlanResult build_plan(const PlanRequest& given) {
+  DHELIX_CHECK(given.job != nullptr && given.profile != nullptr);
+  DHELIX_CHECK(static_cast<bool>(given.unprofiled_op_time_us));
+  // 0. The planner's own uneven split where the layers do not fold and the job sets none
+  // (planner/chosen_split.h): every step below, and the plan's job, use it.
+  PlanResult result;
+  std::string split_note;
+  const JobSpec job = with_planned_split(
+      *given.job, [&given](const Op& op) { return profile_solo_time_us(*given.profile, op); },
+      &split_note);
+  if (!split_note.empty()) result.warnings.push_back(split_note);
+  PlanRequest request = given;
+  request.job = &job;
   // 1. Layouts and the ranks whose shapes stand for each stage (may refuse the job).
   Context ctx = make_context(request);
   // 2. The profile must hold every op the plan will look up, at times the hardware allows;
@@ -556,7 +567,6 @@ PlanResult build_plan(const PlanRequest& request) {
     progress.step();
   }
   // 5. Memory: the dhelix plan must fit.
-  PlanResult result;
   const MemoryBudget budget = memory_budget(request.job->cluster.gpu, request.memory);
   if (request.allow_oom) {
     try {

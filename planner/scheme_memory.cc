@@ -1,6 +1,7 @@
 #include "planner/scheme_memory.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -19,15 +20,12 @@ std::vector<std::pair<int64_t, int64_t>> stage_chunk_layers(const JobSpec& job,
   const ParallelSpec& p = job.parallel;
   std::vector<std::pair<int64_t, int64_t>> layers;
   if (shape == PipelineShape::kOneFOneB) {
-    for (const auto& stage :
-         unfold_layers(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers)
-             .stages) {
+    for (const auto& stage : unfold_job_layers(job.model.num_layers, p).stages) {
       layers.emplace_back(stage.count, 0);
     }
     return layers;
   }
-  for (const auto& stage :
-       fold_layers(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers).stages) {
+  for (const auto& stage : fold_job_layers(job.model.num_layers, p).stages) {
     layers.emplace_back(stage.down.count, stage.up.count);
   }
   return layers;
@@ -47,6 +45,20 @@ void set_chunk_memory(const ModelSpec& model, const ParallelSpec& parallel, int6
         up_layers > 0 ? chunk_activation_bytes(model, parallel, up_layers, options) : kept;
     costs.backward_transient_bytes =
         recompute_transient_bytes(model, parallel, std::max(layers, up_layers), options);
+  }
+}
+
+void set_model_chunk_memory(const ModelSpec& model, const ParallelSpec& parallel,
+                            const std::vector<int64_t>& layers, const MemoryOptions& options,
+                            StageCosts& costs) {
+  if (std::adjacent_find(layers.begin(), layers.end(), std::not_equal_to<>()) == layers.end()) {
+    return;  // equal chunks: layers_per_chunk says it all
+  }
+  costs.model_chunk_layers = layers;
+  costs.model_chunk_activation_bytes.clear();
+  for (int64_t n : layers) {
+    costs.model_chunk_activation_bytes.push_back(
+        chunk_activation_bytes(model, parallel, n, options));
   }
 }
 

@@ -38,6 +38,13 @@ namespace dhelix {
 void set_chunk_memory(const ModelSpec& model, const ParallelSpec& parallel, int64_t layers,
                       int64_t up_layers, const MemoryOptions& options, StageCosts& costs);
 
+/// Interleaved 1F1B with model chunks of differing layers (`layers`, one per model chunk):
+/// sets model_chunk_layers and the bytes each keeps on `costs` (after set_chunk_memory for
+/// the largest chunk); chunks of equal layers leave them empty.
+void set_model_chunk_memory(const ModelSpec& model, const ParallelSpec& parallel,
+                            const std::vector<int64_t>& layers, const MemoryOptions& options,
+                            StageCosts& costs);
+
 /// Every stage's memory under `scheme` (DHelix or Megatron-LM 1F1B: the W and the 1F1B
 /// layout), exactly as build_plan reports it for `job` (validated: its stages split).
 std::vector<StageMemory> scheme_memory(const JobSpec& job, PipelineScheme scheme,

@@ -133,9 +133,10 @@ SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us,
                           const Profile* profile) {
   const ParallelSpec& p = job.parallel;
   std::string why;
-  const std::optional<StageSplit> split =
-      split_stages(job.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers, why);
-  DHELIX_CHECK(split.has_value());  // validate_job passed
+  // validate_job passed, and the search chose the split where the planner would
+  // (planner_chooses_split, lib/stage_split_choice.h).
+  const std::optional<StageSplit> split = split_job_stages(job.model.num_layers, p, why);
+  DHELIX_CHECK_MSG(split.has_value(), why);
   const LayerDags dags = bound_dags(job);
   const StrandFloor f = strand_floor(dags.forward, solo_time_us, job.cluster);
   const StrandFloor b = strand_floor(dags.backward, solo_time_us, job.cluster);

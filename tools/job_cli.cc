@@ -51,6 +51,17 @@ void apply_recompute_and_stage_overrides(const JobOptions& options, JobSpec& job
                 "--decoder-first-pipeline-num-layers");
   override_size(job, options.last_stage_layers, p.last_stage_layers,
                 "parallel.decoder_last_pipeline_num_layers", "--decoder-last-pipeline-num-layers");
+  // Megatron's store_true flags: they can only turn the split on.
+  if (options.account_for_embedding) {
+    p.account_for_embedding = true;
+    job.origins["parallel.account_for_embedding_in_pipeline_split"] = {
+        kFlags, "--account-for-embedding-in-pipeline-split"};
+  }
+  if (options.account_for_loss) {
+    p.account_for_loss = true;
+    job.origins["parallel.account_for_loss_in_pipeline_split"] = {
+        kFlags, "--account-for-loss-in-pipeline-split"};
+  }
 }
 
 void add_recompute_and_stage_options(CLI::App& app, JobOptions& options) {
@@ -71,6 +82,12 @@ void add_recompute_and_stage_options(CLI::App& app, JobOptions& options) {
   add_integer_option(app, "--decoder-last-pipeline-num-layers", options.last_stage_layers,
                      kLayerCountRange,
                      "Transformer layers on the last pipeline stage (uneven stages)");
+  app.add_flag("--account-for-embedding-in-pipeline-split", options.account_for_embedding,
+               "Count the embedding as a layer when splitting the layers over the stages "
+               "(the first stage builds one layer fewer)");
+  app.add_flag("--account-for-loss-in-pipeline-split", options.account_for_loss,
+               "Count the loss as a layer when splitting the layers over the stages (the "
+               "last stage builds one layer fewer)");
 }
 
 // ----- cost-model settings: communication overlap and MoE routing -----
@@ -90,6 +107,7 @@ void apply_cost_model_overrides(const JobOptions& options, JobSpec& job) {
   }
   if (options.overlap_grad_reduce) p.overlap_grad_reduce = *options.overlap_grad_reduce;
   if (options.overlap_param_gather) p.overlap_param_gather = *options.overlap_param_gather;
+  if (options.grad_reduce_in_bf16) p.grad_reduce_in_bf16 = true;
 }
 
 void apply_overrides(const JobOptions& options, JobSpec& job) {
@@ -197,6 +215,8 @@ void add_job_options(CLI::App& app, JobOptions& options) {
       "--overlap-param-gather,!--no-overlap-param-gather",
       [&options](int64_t count) { options.overlap_param_gather = count > 0; },
       "DP parameter all-gather under the forward (default on; --no-...: exposed)");
+  app.add_flag("--grad-reduce-in-bf16", options.grad_reduce_in_bf16,
+               "Main gradients and their DP reduction in bf16 (Megatron's default: fp32)");
 }
 
 JobSpec load_unvalidated_job(const JobOptions& options) {

@@ -29,11 +29,14 @@ struct JobOptions {
   std::optional<int64_t> recompute_num_layers;       ///< --recompute-num-layers
   std::optional<int64_t> first_stage_layers;         ///< --decoder-first-pipeline-num-layers
   std::optional<int64_t> last_stage_layers;          ///< --decoder-last-pipeline-num-layers
+  bool account_for_embedding = false;                ///< --account-for-embedding-in-pipeline-split
+  bool account_for_loss = false;                     ///< --account-for-loss-in-pipeline-split
   // cost-model settings
   std::optional<int64_t> expert_tp;          ///< --expert-tensor-parallel-size
   std::optional<double> moe_load_imbalance;  ///< --moe-load-imbalance
   std::optional<bool> overlap_grad_reduce;   ///< --overlap-grad-reduce / --no-...
   std::optional<bool> overlap_param_gather;  ///< --overlap-param-gather / --no-...
+  bool grad_reduce_in_bf16 = false;          ///< --grad-reduce-in-bf16
 };
 
 /// Adds JOB, --model, --cluster, --dp/--tp/--pp/--cp/--ep, --sp/--no-sp, --mbs, --gbs,

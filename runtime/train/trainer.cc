@@ -69,9 +69,14 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   if (p.uneven_stages()) {
     refuse(
         fmt::format("uneven pipeline stages (decoder_first_pipeline_num_layers = {}, "
-                    "decoder_last_pipeline_num_layers = {})",
-                    p.first_stage_layers, p.last_stage_layers));
+                    "decoder_last_pipeline_num_layers = {}{})",
+                    p.first_stage_layers, p.last_stage_layers,
+                    p.account_for_embedding || p.account_for_loss
+                        ? ", or the account_for_embedding/loss_in_pipeline_split flags"
+                        : ""));
   }
+  // The runtime keeps fp32 main gradients; a plan priced with bf16 ones would not match.
+  if (p.grad_reduce_in_bf16) refuse("bf16 gradient buffers (grad_reduce_in_bf16)");
 }
 
 // "dp 1 x tp 2 x pp 2", with "x cp 2" after tp when cp > 1.

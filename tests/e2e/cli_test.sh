@@ -159,11 +159,11 @@ expect "tp that does not divide the heads" 2 \
   --err-is "dhelix-plan: error: job.json: /parallel/tp: 3 does not divide num_attention_heads = 32
 dhelix-plan: error: job.json: /parallel/tp: 3 does not divide num_kv_heads = 8"
 
-run "$plan" --validate-only --tp 3 --pp 3 --gbs 1000 "$examples/jobs/llama-8b-a40-dp16-tp4.json"
+run "$plan" --validate-only --tp 3 --pp 32 --gbs 1000 "$examples/jobs/llama-8b-a40-dp16-tp4.json"
 expect "every problem is reported, naming flags" 2 \
   --err "dhelix-plan: error: <flags>: --tp: 3 does not divide num_attention_heads = 32" \
   --err "dhelix-plan: error: <flags>: --gbs: 1000 is not divisible by micro_batch_size·dp = 1·16 = 16 (nearest valid: 992 or 1008)" \
-  --err "dhelix-plan: error: <flags>: --pp: 3 does not split num_layers = 32"
+  --err "dhelix-plan: error: <flags>: --pp: 32 does not split num_layers = 32"
 
 sed 's/"parallel"/"paralel"/' "$scratch/tp3/job.json" >"$scratch/tp3/typo.json"
 run bash -c "cd '$scratch/tp3' && '$plan' --validate-only typo.json"
@@ -215,7 +215,7 @@ expect "--num-layers-per-virtual-pipeline-stage sets v" 0 \
   --out "megatron-interleaved: virtual pipeline size 10; best baseline that fits:"
 run "$plan" "$job70" --virtual-pipeline-model-parallel-size 3
 expect "a virtual pipeline size that does not divide the stage's layers" 2 \
-  --err "--virtual-pipeline-model-parallel-size 3: it must be >= 1, divide the layers per stage (20)"
+  --err "--virtual-pipeline-model-parallel-size 3: Megatron refuses it for num_layers = 80 on pp = 4: Megatron needs every stage's layers divisible by the virtual pipeline size 3; stage 0 holds 20"
 run "$plan" "$job70" --num-layers-per-virtual-pipeline-stage 3
 expect "layers per virtual stage that do not divide the stage's layers" 2 \
   --err "--num-layers-per-virtual-pipeline-stage 3: it must divide the layers per stage"

@@ -89,8 +89,10 @@ dhelix-diff|--help --version --fail-if-off --json --fail-if-slower --fail-if-cha
 job_settings="--dp --tp --pp --cp --ep --sp --no-sp --mbs --gbs --seq --rank-order
 --recompute-granularity --recompute-method --recompute-num-layers
 --decoder-first-pipeline-num-layers --decoder-last-pipeline-num-layers
+--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
 --expert-tensor-parallel-size --moe-load-imbalance --overlap-grad-reduce
---no-overlap-grad-reduce --overlap-param-gather --no-overlap-param-gather"
+--no-overlap-grad-reduce --overlap-param-gather --no-overlap-param-gather
+--grad-reduce-in-bf16"
 
 # --- the inputs: a one-rank tiny job, its model and cluster, a profile, a plan, a trace -------
 mkdir models clusters jobs kinds

@@ -150,21 +150,64 @@ TEST(JobValidation, GlobalBatchMustDivideIntoMicroBatchesPerReplica) {
                                     "micro_batch_size·dp = 1·16 = 16 (nearest valid: 16)"});
 }
 
+// Layers that do not fold evenly pass when some uneven split exists (the planner chooses
+// one, lib/stage_split_choice.h); a job is refused only when none does.
 TEST(JobValidation, LayersMustFoldIntoTwoChunksPerStage) {
   JobSpec job = valid_job();
   job.parallel.dp = 1;
   job.parallel.pp = 3;
   job.parallel.global_batch_size = 64;
-  EXPECT_EQ(messages(job),
-            Messages{"job.json: /parallel/pp: 3 does not split num_layers = 32 into 2·pp = 6 "
-                     "equal folded chunks (valid pp: 1, 2, 4, 8, 16; nearest valid num_layers: "
-                     "30 or 36)"});
+  EXPECT_EQ(messages(job), Messages{});  // 32 layers on 3 stages: the planner's split
   job.parallel.pp = 1;
   job.model.num_layers = 33;
   EXPECT_EQ(messages(job),
             Messages{"job.json: /parallel/pp: 1 does not split num_layers = 33 into 2·pp = 2 "
                      "equal folded chunks (no pp works for odd num_layers; nearest valid "
-                     "num_layers: 32 or 34)"});
+                     "num_layers: 32 or 34), and no uneven split exists either (pp >= 3 needs "
+                     "num_layers >= 2·pp, pp = 2 num_layers >= 4)"});
+  job.parallel.pp = 16;
+  job.parallel.tp = 4;
+  job.parallel.global_batch_size = 64;
+  job.model.num_layers = 30;  // 30 layers cannot give 16 stages two chunks each
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/pp: 16 does not split num_layers = 30 into 2·pp = 32 "
+                     "equal folded chunks (valid pp: 1, 3, 5, 15; nearest valid num_layers: "
+                     "32), and no uneven split exists either (pp >= 3 needs num_layers >= 2·pp, "
+                     "pp = 2 num_layers >= 4)"});
+}
+
+// Megatron's account_for flags: refused with decoder_first/last_pipeline_num_layers, and
+// when pp does not divide the layers with the embedding and loss counted.
+TEST(JobValidation, AccountForFlagsFollowMegatronsRules) {
+  JobSpec job = valid_job();  // 32 layers
+  job.parallel.dp = 1;
+  job.parallel.pp = 2;
+  job.parallel.global_batch_size = 64;
+  job.parallel.account_for_embedding = true;
+  job.parallel.account_for_loss = true;  // 34 layers counted: 17 per stage, odd for the W
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/account_for_embedding_in_pipeline_split: true cannot "
+                     "split num_layers = 32 over pp = 2 stages: with both the first and the last "
+                     "stage's layers set, pp = 2 leaves no middle stage; the folded layout takes "
+                     "its chunk size from the middle stages (use pp >= 3)"});
+  job.parallel.pp = 3;  // 34 / 3
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/account_for_embedding_in_pipeline_split: true cannot "
+                     "split num_layers = 32 over pp = 3 stages: with the embedding and loss "
+                     "counted as layers there are 34 layers, not divisible by pp = 3 "
+                     "(Megatron's rule)"});
+  job.parallel.account_for_loss = false;  // 33 / 3 = 11: F = 10, b = 11 odd
+  EXPECT_EQ(messages(job).size(), 1u);
+  job.parallel.pp = 4;
+  job.parallel.account_for_loss = true;  // 34 / 4
+  job.model.num_layers = 30;             // 32 / 4 = 8: F = La = 7, stage 0 folds 3 + 3
+  EXPECT_EQ(messages(job), Messages{});
+  job.parallel.first_stage_layers = 7;
+  EXPECT_EQ(messages(job),
+            Messages{"job.json: /parallel/account_for_embedding_in_pipeline_split: true cannot "
+                     "split num_layers = 30 over pp = 4 stages: Megatron refuses the account_for "
+                     "flags together with decoder_first/last_pipeline_num_layers "
+                     "(transformer_config.py: they cannot be set at the same time)"});
 }
 
 TEST(JobValidation, SizesMustBePositive) {
@@ -296,9 +339,7 @@ TEST(JobValidation, ReportsEveryProblemAtOnce) {
                 "job.json: /parallel/seq_length: 8192 is not divisible by tp (sequence parallel) "
                 "= 3 (nearest valid: 8190 or 8193)",
                 "job.json: /parallel/global_batch_size: 1001 is not divisible by "
-                "micro_batch_size·dp = 1·2 = 2 (nearest valid: 1000 or 1002)",
-                "job.json: /parallel/pp: 3 does not split num_layers = 32 into 2·pp = 6 equal "
-                "folded chunks (valid pp: 1, 2, 4, 8, 16; nearest valid num_layers: 30 or 36)"}));
+                "micro_batch_size·dp = 1·2 = 2 (nearest valid: 1000 or 1002)"}));
 }
 
 TEST(JobValidation, ThrownErrorListsProblemsOnePerLine) {

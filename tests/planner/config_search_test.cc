@@ -13,6 +13,7 @@
 #include "lib/job_reader.h"
 #include "lib/model_reader.h"
 #include "lib/plan/plan_writer.h"
+#include "planner/chosen_split.h"
 #include "planner/config_space.h"
 #include "planner/plan_builder.h"
 #include "profiler/interference.h"
@@ -85,7 +86,8 @@ TEST(ConfigSpace, ConstraintsFixAndBoundAxes) {
   }
 }
 
-// 126 layers do not fold evenly on 16 stages; Megatron's uneven split does (F = La = 7).
+// 126 layers do not fold evenly on 16 stages: the enumeration keeps the depth (the search
+// chooses its split per configuration, Search.ChoosesTheUnevenSplit).
 TEST(ConfigSpace, UnevenStagesWhereEvenOnesDoNotExist) {
   SearchConstraints c;
   c.search_recompute = false;
@@ -97,9 +99,39 @@ TEST(ConfigSpace, UnevenStagesWhereEvenOnesDoNotExist) {
   const std::vector<ParallelSpec> space =
       enumerate_configurations(base_job(126, 64, 8192), 1024, c);
   ASSERT_EQ(space.size(), 1u);
-  EXPECT_EQ(space[0].first_stage_layers, 7);
-  EXPECT_EQ(space[0].last_stage_layers, 7);
-  EXPECT_EQ(configuration_label(space[0], false), "tp8 sp cp1 pp16(7/7) dp8 mbs1");
+  EXPECT_EQ(space[0].first_stage_layers, 0);
+  EXPECT_EQ(space[0].last_stage_layers, 0);
+  EXPECT_EQ(configuration_label(space[0], false), "tp8 sp cp1 pp16 dp8 mbs1");
+  c.pp = 64;  // 126 layers leave 64 stages no split: no configuration
+  EXPECT_TRUE(enumerate_configurations(base_job(126, 64, 8192), 1024, c).empty());
+}
+
+// A depth whose layers do not fold gets the split dhelix-plan chooses for the same job
+// (planner/chosen_split.h), with the same solo times; the label shows it.
+TEST(ConfigSearch, ChoosesTheUnevenSplitOfNonFoldingDepths) {
+  SearchConstraints c;
+  c.search_recompute = false;
+  c.tp = 2;
+  c.sp = true;
+  c.allow_cp = false;
+  c.pp = 4;
+  c.micro_batch_size = 1;
+  const SearchRequest request = model_request(base_job(14, 8, 4096), 8, c);
+  const SearchResult result = search_configurations(request);
+  ASSERT_EQ(result.configs.size(), 1u);
+  const ConfigOutcome& out = result.configs.front();
+  const JobSpec job = configuration_job(request.base, out.parallel);
+  const JobSpec expected = with_planned_split(
+      configuration_job(request.base, enumerate_configurations(request.base, 8, c).front()),
+      [&](const Op& op) { return request.solo_time_us(job.cluster, op); });
+  EXPECT_GT(out.parallel.first_stage_layers, 0);
+  EXPECT_EQ(out.parallel.first_stage_layers, expected.parallel.first_stage_layers);
+  EXPECT_EQ(out.parallel.last_stage_layers, expected.parallel.last_stage_layers);
+  EXPECT_NE(out.label.find(fmt::format("pp4({}/{})", out.parallel.first_stage_layers,
+                                       out.parallel.last_stage_layers)),
+            std::string::npos)
+      << out.label;
+  EXPECT_EQ(out.status, ConfigStatus::kPlanned) << out.reason;
 }
 
 TEST(ConfigSpace, RefusesNoGpus) {

@@ -8,12 +8,14 @@
 #include "lib/cluster_presets.h"
 #include "lib/job_validation.h"
 #include "lib/model_reader.h"
+#include "planner/chosen_split.h"
 #include "planner/config_search.h"
 #include "planner/config_space.h"
 #include "planner/pipeline_schedule.h"
 #include "planner/plan_builder.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
+#include "profiler/model_search.h"
 
 namespace dhelix {
 namespace {
@@ -70,9 +72,13 @@ TEST(SchemeMemory, EqualsThePlansMemoryAcrossASpace) {
   constraints.allow_cp = false;
   constraints.max_micro_batch_size = 2;
   int64_t checked = 0;
+  SearchRequest times;  // the solo times the search chooses uneven splits with
+  use_model_profiles(times);
   for (const ParallelSpec& parallel : enumerate_configurations(base, 8, constraints)) {
-    const JobSpec job = configuration_job(base, parallel);
+    JobSpec job = configuration_job(base, parallel);
     if (!validate_job(job).empty()) continue;
+    job =
+        with_planned_split(job, [&](const Op& op) { return times.solo_time_us(job.cluster, op); });
     expect_plan_memory(job);
     ++checked;
   }
