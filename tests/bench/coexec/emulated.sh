@@ -13,7 +13,8 @@
 # (and OUT/results.jsonl), and keeps every raw file in OUT.
 #
 # Usage: tests/bench/coexec/emulated.sh BUILD_DIR [OUT_DIR]
-#   env: JOBS="tp2-h256:2 cp2-tp2-h256:4 ep2-h256:2" (job:ranks, files beside this script)
+#   env: JOBS="tp2-h256:2:2 cp2-tp2-h256:4:2 ep2-h256:2:2" (job:run ranks:profile ranks, the
+#        profile's being the largest group's size; job files beside this script)
 #        RATES="5gbit@20us 2gbit@20us 1gbit@20us none"   STEPS=6
 set -euo pipefail
 build=$(cd "${1:?usage: emulated.sh BUILD_DIR [OUT_DIR]}" && pwd)
@@ -21,7 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../../.." && pwd)
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
-jobs=${JOBS:-"tp2-h256:2 cp2-tp2-h256:4 ep2-h256:2"}
+jobs=${JOBS:-"tp2-h256:2:2 cp2-tp2-h256:4:2 ep2-h256:2:2"}
 rates=${RATES:-"5gbit@20us 2gbit@20us 1gbit@20us none"}
 steps=${STEPS:-6}
 data=$src/examples/data/corpus.txt
@@ -30,14 +31,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 echo "emulated-link benchmark: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
   "$steps steps, $(date -u +%FT%TZ)" | tee "$out/summary.txt"
 for entry in $jobs; do
-  job=${entry%%:*}
-  ranks=${entry##*:}
+  IFS=: read -r job ranks profile_ranks <<<"$entry"
   for rate in $rates; do
     d=$out/$job/${rate/@/-}
     mkdir -p "$d"
     link=()
     [[ $rate != none ]] && link=(--emulate-link "$rate")
-    mpirun --oversubscribe -np "$ranks" "$build/tools/dhelix-profile" --backend cpu \
+    mpirun --oversubscribe -np "$profile_ranks" "$build/tools/dhelix-profile" --backend cpu \
       "$here/$job.json" "${link[@]}" -o "$d/profile.json" >"$d/profile.log" 2>&1 ||
       { cat "$d/profile.log"; exit 1; }
     "$build/tools/dhelix-plan" "$here/$job.json" --profile "$d/profile.json" -o "$d/plan.json" \
