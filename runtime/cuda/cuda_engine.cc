@@ -150,6 +150,7 @@ class CudaEngine final : public TrainingEngine {
     setup.warmup = warmup_sizes_;
     size_gradient_warmups(setup.warmup, buckets(programs.empty() ? nullptr : programs.front()));
     setup.options.world_rank = rank_;
+    setup.options.timeout_s = options_.watchdog_s;
     session_ = std::make_unique<DeviceSession>(
         *api_, setup, programs, gemm_shapes_, attention_,
         // What CUDA works with, not what the environment reads now (cuda_environment.h).
@@ -236,6 +237,7 @@ class CudaEngine final : public TrainingEngine {
     device_options.on_failure = std::move(options.on_failure);
     device_options.jitter_us = options.jitter_us;
     device_options.jitter_seed = options.jitter_seed;
+    device_options.timeout_s = options_.watchdog_s;
     return execute_device_program(*api_, plan, program, *device_model_, *comms_, *streams_,
                                   std::move(device_options))
         .wall_us;

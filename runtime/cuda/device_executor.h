@@ -17,9 +17,15 @@
 //      ncclSend on the channel to the peer; receive: a wait on the posted receive's event), then
 //      its event is recorded; options.before_instruction and after_instruction run around
 //      each (the gradient reduction's hooks, device_gradient_reducer.h);
+//      while it enqueues, a watchdog thread polls every NCCL communicator of the
+//      iteration (enqueue_watchdog.h): an asynchronous error, or enqueueing that takes
+//      longer than options.timeout_s, aborts the communicators (which returns a host stuck
+//      in an NCCL call) and fails naming the instruction being enqueued;
 //   4. every stream is joined into the compute stream and the host waits for it, polling
 //      every NCCL communicator the iteration used for asynchronous errors, up to
-//      options.timeout_s.
+//      options.timeout_s; past it the error names every busy stream with the last
+//      instruction enqueued on it (the one it is on, or a later one) and the communicators
+//      of that stream with their last operation.
 // The host never waits inside the iteration. Every CUDA and NCCL call goes through
 // DeviceApi (device_api.h), so the tests run this executor on a recording fake. Sequential mode
 // runs every op on the compute stream in program order (receives are still posted on the channel
@@ -40,6 +46,7 @@
 #include "runtime/cuda/device_comms.h"
 #include "runtime/cuda/device_model.h"
 #include "runtime/cuda/device_streams.h"
+#include "runtime/cuda/nccl_communicator.h"
 #include "runtime/exec/stream.h"
 
 namespace dhelix::cuda {
@@ -59,8 +66,11 @@ struct DeviceExecutionOptions {
   std::function<void()> after_binding;
   /// Called with the first failure that happens after work was enqueued.
   rt::FailureHandler on_failure;
-  /// How long the host waits for the iteration's end before it declares the rank hung.
-  double timeout_s = 600.0;
+  /// How long the host enqueues, and then waits for the iteration's end, before it
+  /// declares the rank hung (dhelix-run --watchdog-s), seconds.
+  double timeout_s = kDefaultWatchdogSeconds;
+  /// How often the enqueue watchdog polls the communicators, seconds.
+  double poll_period_s = 0.01;
   /// Before each instruction, hold its stream for a pseudo-random 0..jitter_us
   /// microseconds (runtime/exec/jitter.h; the same sequence as the CPU interpreter's).
   int64_t jitter_us = 0;

@@ -76,6 +76,16 @@ void DeviceCommunicator::destroy() noexcept {
   comm_ = nullptr;
 }
 
+std::string DeviceCommunicator::last_op() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_op_;
+}
+
+void DeviceCommunicator::abort() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (comm_ != nullptr && !aborted_.exchange(true)) api_.comm_abort(comm_);
+}
+
 std::string DeviceCommunicator::describe() const {
   std::string who = options_.world_rank >= 0 ? fmt::format("rank {}: ", options_.world_rank) : "";
   return fmt::format("{}NCCL group {} (member {} of {})", who, name_, rank_, size_);

@@ -44,9 +44,20 @@
 
 namespace dhelix::cuda {
 
+/// How long a host wait for the device (an iteration's end, a communicator's wait, the
+/// warm-up) and the enqueueing of an iteration may take before dhelix declares the rank hung
+/// and names what is busy: dhelix-run --watchdog-s's default, seconds. Five minutes: ten times
+/// the longest iteration the planner's presets reach (tens of seconds) with iteration 1's
+/// kernel loads and NCCL connections on top, so a slow step is never taken for a hang; and
+/// half of ctest's 600 s and well under a batch scheduler's limits, so the report is written
+/// before an outer timeout kills the job silently. Every GPU of the job idles while it
+/// waits; a job that knows its iterations are short sets less (the tests set 60).
+inline constexpr int64_t kDefaultWatchdogSeconds = 300;
+
 struct DeviceCommOptions {
-  /// How long wait() lets a stream run before it declares the group hung, seconds.
-  double timeout_s = 600.0;
+  /// How long wait() lets a stream run before it declares the group hung, seconds
+  /// (dhelix-run --watchdog-s; its default, kDefaultWatchdogSeconds, is why).
+  double timeout_s = kDefaultWatchdogSeconds;
   /// This process's world rank, for messages (-1: not given).
   int64_t world_rank = -1;
   /// Thread blocks each kernel of the communicator may occupy at most; 0: NCCL's default
@@ -115,10 +126,16 @@ class DeviceCommunicator {
   /// Blocks the host until `stream` has finished its work, polling; aborts and throws on an
   /// asynchronous error or after options.timeout_s. For set-up and between iterations only.
   void wait(StreamHandle stream);
+  /// Aborts the communicator (local; ends NCCL calls and kernels waiting for a peer) without
+  /// throwing: the enqueue watchdog's way to get a host stuck inside an NCCL call back
+  /// (enqueue_watchdog.h). Thread-safe; nothing for an aborted or destroyed one.
+  void abort() noexcept;
   /// Destroys the communicator now (collective: every member calls it at the same point
   /// of the agreed order). Nothing for an aborted or destroyed one.
   void destroy() noexcept;
   bool aborted() const { return aborted_.load(); }
+  /// The last operation enqueued ("all_gather"; "init" before any), for hang reports.
+  std::string last_op() const;
 
  private:
   template <class Call>

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "lib/error.h"
 
 namespace dhelix::cuda::testing {
 
@@ -163,7 +167,7 @@ bool RecordingDevice::stream_done(StreamHandle stream) {
     call.stream = id(stream);
     add(std::move(call));
   }
-  return true;
+  return !stuck_streams_.contains(id(stream));
 }
 
 double RecordingDevice::elapsed_ms(EventHandle start, EventHandle end) {
@@ -275,6 +279,8 @@ void RecordingDevice::comm_abort(CommHandle comm) noexcept {
     call.comm = id(comm);
     add(std::move(call));
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  aborted_.insert(id(comm));
 }
 
 void RecordingDevice::collective(CommHandle comm, CollectiveOp op, const void* /*in*/,
@@ -303,6 +309,24 @@ void RecordingDevice::send(CommHandle comm, const void* data, int64_t count, Dev
     call.dtype = dtype;
     call.address = id(data);
     add(std::move(call));
+  }
+  if (block_sends_s_ <= 0) return;
+  // Blocked as NCCL is on a dead peer: until the communicator is aborted.
+  const auto since = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (aborted_.contains(id(comm))) {
+        throw Error(ErrorCode::kInternal, "ncclSend: the communicator was aborted");
+      }
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count() >
+        block_sends_s_) {
+      throw Error(
+          ErrorCode::kInternal,
+          fmt::format("send blocked for {} s and nobody aborted its communicator", block_sends_s_));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
@@ -351,7 +375,10 @@ std::optional<std::string> RecordingDevice::comm_async_error(CommHandle comm) {
     call.comm = id(comm);
     add(std::move(call));
   }
-  return std::nullopt;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto error = comm_errors_.find(id(comm));
+  if (error == comm_errors_.end()) return std::nullopt;
+  return error->second;
 }
 
 void* RecordingDevice::allocate_scratch(int64_t bytes) {
