@@ -63,7 +63,9 @@ DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
   constexpr std::array<DeviceStream, 3> kStreams = {
       DeviceStream::kCompute, DeviceStream::kLocalComm, DeviceStream::kCrossComm};
   setup.collectives.clear();
-  for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kTp, stream});
+  if (parallel.tp > 1) {
+    for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kTp, stream});
+  }
   if (parallel.cp > 1) {
     // The ring's steps run on whichever stream the plan gives them (the sequential
     // program: compute); dense gradients are summed over DP x CP (process_groups.h).

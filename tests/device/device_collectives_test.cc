@@ -210,7 +210,7 @@ TEST(DeviceRingExchange, RefusedOnAnAbortedCommunicator) {
                Error);
 }
 
-TEST(ModelCommSetup, TpAlwaysDpWithoutCpTheRingAndDpCpWithIt) {
+TEST(ModelCommSetup, TpAboveOneDpWithoutCpTheRingAndDpCpWithIt) {
   const auto dims = [](const DeviceCommSetup& setup) {
     std::vector<std::pair<ParallelDim, DeviceStream>> out;
     for (const CollectiveSlot& slot : setup.collectives) out.emplace_back(slot.dim, slot.stream);
@@ -219,6 +219,10 @@ TEST(ModelCommSetup, TpAlwaysDpWithoutCpTheRingAndDpCpWithIt) {
   using D = ParallelDim;
   using S = DeviceStream;
   ParallelSpec p;
+  // A group of one needs no NCCL communicator (nor its NCCL streams): none at tp = 1.
+  p.tp = 1;
+  EXPECT_EQ(dims(model_comm_setup(p)), (std::vector<std::pair<D, S>>{}));
+  EXPECT_EQ(comm_footprint(model_comm_setup(p), {}).communicators, 0);
   p.tp = 2;
   EXPECT_EQ(dims(model_comm_setup(p)),
             (std::vector<std::pair<D, S>>{
@@ -242,16 +246,13 @@ TEST(ModelCommSetup, TpAlwaysDpWithoutCpTheRingAndDpCpWithIt) {
   ParallelSpec e;
   e.dp = 2;
   e.ep = 2;
-  EXPECT_EQ(dims(model_comm_setup(e)), (std::vector<std::pair<D, S>>{{D::kTp, S::kCompute},
-                                                                     {D::kTp, S::kLocalComm},
-                                                                     {D::kTp, S::kCrossComm},
-                                                                     {D::kDp, S::kCompute},
+  EXPECT_EQ(dims(model_comm_setup(e)), (std::vector<std::pair<D, S>>{{D::kDp, S::kCompute},
                                                                      {D::kEp, S::kCompute},
                                                                      {D::kEp, S::kLocalComm},
                                                                      {D::kEp, S::kCrossComm}}));
   EXPECT_FALSE(model_comm_setup(e).gradient_group);
   EXPECT_TRUE(model_comm_setup(e).expert_gradient_group);
-  EXPECT_EQ(comm_footprint(model_comm_setup(e), {}).communicators, 8);
+  EXPECT_EQ(comm_footprint(model_comm_setup(e), {}).communicators, 5);  // tp = 1: no TP
 }
 
 }  // namespace

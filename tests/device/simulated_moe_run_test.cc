@@ -151,6 +151,22 @@ TEST_P(SimulatedMoeRun, EveryCommunicatorsMembersAgreeCallForCall) {
   EXPECT_FALSE(sent.empty());
 }
 
+// A group of one needs no NCCL communicator: at tp = 1 (tiny-moe-ep2) no rank creates a TP
+// one, so none of NCCL's streams per communicator are counted against the hardware queues
+// (before, three TP communicators, one per stream, were made and warmed at every size).
+TEST_P(SimulatedMoeRun, NoCommunicatorForAGroupOfOne) {
+  if (current().job.parallel.tp != 1) GTEST_SKIP() << "tp > 1";
+  for (const RankRecord& r : run()) {
+    int64_t inits = 0;
+    for (const DeviceCall& call : r.calls) {
+      if (call.kind != Kind::kCommInit) continue;
+      ++inits;
+      EXPECT_FALSE(call.label.starts_with("tp")) << "rank " << r.rank << ": " << call.label;
+    }
+    EXPECT_EQ(inits, r.communicators) << "rank " << r.rank;
+  }
+}
+
 TEST_P(SimulatedMoeRun, NoHostSynchronisationInsideAnIteration) {
   for (const RankRecord& r : run()) {
     for (int64_t k = 1; k <= 2; ++k) {
