@@ -82,6 +82,7 @@ class CudaDeviceApi final : public DeviceApi {
   int64_t internal_streams_per_comm() const override { return kNcclStreamsPerComm; }
 
   void* allocate_scratch(int64_t bytes) override;
+  void zero_async(void* data, int64_t bytes, StreamHandle stream) override;
   void free_scratch(void* pointer) noexcept override;
 
   /// The cuBLAS handle bound to `stream` (made on first use): the one warm_gemm warms and

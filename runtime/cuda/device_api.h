@@ -148,6 +148,9 @@ class DeviceApi {
   // ---- Memory for set-up scratch ----------------------------------------------------
   /// cudaMalloc / cudaFree of a small scratch buffer (warm-ups).
   virtual void* allocate_scratch(int64_t bytes) = 0;
+  /// cudaMemsetAsync(data, 0, bytes, stream): stream-ordered, never on the legacy stream,
+  /// which the rank's non-blocking streams do not wait for (stream_scratch.h).
+  virtual void zero_async(void* data, int64_t bytes, StreamHandle stream) = 0;
   virtual void free_scratch(void* pointer) noexcept = 0;
 };
 

@@ -66,6 +66,8 @@ const char* device_call_name(Kind kind) {
       return "async_error";
     case Kind::kAllocate:
       return "allocate";
+    case Kind::kZero:
+      return "zero";
     case Kind::kFree:
       return "free";
     case Kind::kKernel:
@@ -379,6 +381,15 @@ std::optional<std::string> RecordingDevice::comm_async_error(CommHandle comm) {
   const auto error = comm_errors_.find(id(comm));
   if (error == comm_errors_.end()) return std::nullopt;
   return error->second;
+}
+
+void RecordingDevice::zero_async(void* data, int64_t bytes, StreamHandle stream) {
+  DeviceCall call;
+  call.kind = Kind::kZero;
+  call.stream = id(stream);
+  call.count = bytes;
+  call.address = id(data);
+  add(std::move(call));
 }
 
 void* RecordingDevice::allocate_scratch(int64_t bytes) {

@@ -59,6 +59,7 @@ struct DeviceCall {
     kAsyncError,
     kAllocate,
     kFree,
+    kZero,    // on stream, count: bytes, address: the buffer (zero_async)
     kKernel,  // label: kernel, on stream (RecordingBackend)
     kGemm,    // gemm on stream (RecordingBackend)
     kMark,    // label: the test's own marker
@@ -151,6 +152,7 @@ class RecordingDevice final : public DeviceApi {
   std::optional<std::string> comm_async_error(CommHandle comm) override;
   int64_t internal_streams_per_comm() const override { return 2; }
   void* allocate_scratch(int64_t bytes) override;
+  void zero_async(void* data, int64_t bytes, StreamHandle stream) override;
   void free_scratch(void* pointer) noexcept override;
 
  private:
