@@ -90,6 +90,13 @@ bool CudaDeviceApi::stream_done(StreamHandle stream) {
   return true;
 }
 
+bool CudaDeviceApi::event_done(EventHandle event) {
+  const cudaError_t status = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+  if (status == cudaErrorNotReady) return false;
+  DHELIX_CUDA(status);
+  return true;
+}
+
 double CudaDeviceApi::elapsed_ms(EventHandle start, EventHandle end) {
   float ms = 0;
   DHELIX_CUDA(cudaEventElapsedTime(&ms, cuda_of(start), cuda_of(end)));

@@ -54,6 +54,7 @@ class CudaDeviceApi final : public DeviceApi {
   void record_event(EventHandle event, StreamHandle stream) override;
   void wait_event(StreamHandle stream, EventHandle event) override;
   bool stream_done(StreamHandle stream) override;
+  bool event_done(EventHandle event) override;
   double elapsed_ms(EventHandle start, EventHandle end) override;
   void copy_device(void* destination, const void* source, int64_t bytes,
                    StreamHandle stream) override;

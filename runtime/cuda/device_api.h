@@ -86,6 +86,9 @@ class DeviceApi {
   /// cudaStreamQuery: true when every operation on the stream has finished; throws on a
   /// failed stream. Never blocks.
   virtual bool stream_done(StreamHandle stream) = 0;
+  /// cudaEventQuery: true once the work captured by the event's last record has finished
+  /// (or it was never recorded); throws on a failed stream. Never blocks. For hang reports.
+  virtual bool event_done(EventHandle event) = 0;
   /// Milliseconds between two recorded timing events (both finished).
   virtual double elapsed_ms(EventHandle start, EventHandle end) = 0;
   /// cudaMemcpyAsync(destination, source, bytes, device to device) on `stream`: the ring

@@ -221,7 +221,9 @@ class DeviceExecution {
       // The sender is member 0 of the channel, the receiver member 1 (device_comms.h).
       bound_[index].comm->recv(bound_[index].buffer, count_, dtype_, 0, stream);
       record(receive.event, stream);
+      recorded_on_stream_[stream].emplace_back(index, receive.event);
     });
+    enqueueing_.store(-1);
   }
 
   void enqueue(const StreamOp& op) {
@@ -238,7 +240,10 @@ class DeviceExecution {
           rt::jitter_us_for(options_.jitter_seed, static_cast<uint64_t>(index), options_.jitter_us),
           stream);
       run(instruction, bound_[index], stream, schedule_.receive_event[index]);
-      if (op.record_event >= 0) record(op.record_event, stream);
+      if (op.record_event >= 0) {
+        record(op.record_event, stream);
+        recorded_on_stream_[stream].emplace_back(index, op.record_event);
+      }
       if (options_.after_instruction) options_.after_instruction(index, stream);
     });
     enqueueing_.store(-1);
@@ -285,9 +290,31 @@ class DeviceExecution {
     for (DeviceCommunicator* comm : used) comm->poll();
   }
 
-  // Every busy stream, with what it was last given: the instruction it is on is that one
-  // or an earlier one of the same stream; and the communicators it used, with their last
-  // operation (a peer that never joined that operation is the usual cause).
+  // Where a busy stream is: between the last of its instructions whose event has fired and
+  // the first whose event has not (only instructions another stream waits on record one).
+  std::string position_on(StreamHandle stream) const {
+    const auto recorded = recorded_on_stream_.find(stream);
+    if (recorded == recorded_on_stream_.end()) return "";
+    const std::pair<size_t, int64_t>* finished = nullptr;
+    for (const auto& entry : recorded->second) {
+      if (!api_.event_done(streams_.event(entry.second))) {
+        std::string at =
+            fmt::format("on or before: {}; ",
+                        describe_instruction(plan_, program_, program_.instructions[entry.first]));
+        if (finished == nullptr) return at;
+        return at + fmt::format("after: {}; ",
+                                describe_instruction(plan_, program_,
+                                                     program_.instructions[finished->first]));
+      }
+      finished = &entry;
+    }
+    return "";  // past its last recorded instruction: on one of those enqueued after it
+  }
+
+  // Every busy stream, with where it is (position_on) and what it was last given: the
+  // instruction it is on is that one or an earlier one of the same stream; and the
+  // communicators it used, with their last operation (a peer that never joined that
+  // operation is the usual cause).
   std::string busy_streams() const {
     std::vector<std::string> busy;
     const auto describe = [&](std::string name, StreamHandle stream) {
@@ -306,7 +333,7 @@ class DeviceExecution {
         if (std::find(comms.begin(), comms.end(), entry) == comms.end()) comms.push_back(entry);
       }
       busy.push_back(
-          fmt::format("{} (last instruction enqueued: {}{}{})", name,
+          fmt::format("{} ({}last instruction enqueued: {}{}{})", name, position_on(stream),
                       describe_instruction(plan_, program_, program_.instructions[last->second]),
                       comms.empty() ? "" : "; ", fmt::join(comms, ", ")));
     };
@@ -332,8 +359,10 @@ class DeviceExecution {
   DeviceDtype dtype_;
   std::vector<Bound> bound_;
   std::vector<StreamHandle> stream_of_instruction_;  // where each instruction was enqueued
-  // The last instruction enqueued on each stream, for the watchdog's report.
+  // The last instruction enqueued on each stream, and those that recorded an event with
+  // their events in enqueue order, for the watchdog's report.
   std::map<StreamHandle, size_t> last_on_stream_;
+  std::map<StreamHandle, std::vector<std::pair<size_t, int64_t>>> recorded_on_stream_;
   // The instruction being enqueued (-1: none), read by the enqueue watchdog's thread.
   std::atomic<int64_t> enqueueing_{-1};
   int64_t waits_ = 0;

@@ -23,9 +23,11 @@
 //      in an NCCL call) and fails naming the instruction being enqueued;
 //   4. every stream is joined into the compute stream and the host waits for it, polling
 //      every NCCL communicator the iteration used for asynchronous errors, up to
-//      options.timeout_s; past it the error names every busy stream with the last
-//      instruction enqueued on it (the one it is on, or a later one) and the communicators
-//      of that stream with their last operation.
+//      options.timeout_s; past it the error names every busy stream with where it is (on
+//      or before the first of its instructions whose recorded event has not fired, after
+//      the last that has: only instructions another stream waits on record one), the last
+//      instruction enqueued on it, and the communicators of that stream with their last
+//      operation.
 // The host never waits inside the iteration. Every CUDA and NCCL call goes through
 // DeviceApi (device_api.h), so the tests run this executor on a recording fake. Sequential mode
 // runs every op on the compute stream in program order (receives are still posted on the channel

@@ -1,7 +1,9 @@
 // The hang reports of the CUDA executor (runtime/cuda/device_executor.h, steps 3 and 4; the
 // enqueue watchdog, runtime/cuda/enqueue_watchdog.h), on the recording device's faults:
-//   * a stream that never finishes: the error names it, the last instruction enqueued on it
-//     and its communicators with their last operation, within the watchdog's time;
+//   * a stream that never finishes: the error names it, where it is (between the last of
+//     its instructions whose event fired and the first whose event did not), the last
+//     instruction enqueued on it and its communicators with their last operation, within
+//     the watchdog's time;
 //   * an asynchronous NCCL error while the host is blocked inside an NCCL send (a dead
 //     peer): the watchdog reports the error and aborts every communicator, which returns
 //     the host, instead of the host staying blocked;
@@ -63,13 +65,33 @@ TEST_F(HangWatchdog, StuckStreamIsNamedWithItsLastInstructionAndCommunicators) {
   // Only the stuck streams are busy; the report says what each was last given and which
   // NCCL communicators it used (the TP collectives' stream: tp, last op all_gather or
   // reduce_scatter).
-  EXPECT_NE(error.find("streams still busy: compute (last instruction enqueued: "),
+  // Every stream is stuck from the iteration's start: each is on or before its first
+  // instruction that records an event.
+  EXPECT_NE(error.find("streams still busy: compute (on or before: rank 0 stage 0 task "),
             std::string::npos)
       << error;
-  EXPECT_NE(error.find("local_comm (last instruction enqueued: "), std::string::npos) << error;
+  EXPECT_NE(error.find("last instruction enqueued: "), std::string::npos) << error;
+  EXPECT_EQ(error.find("after: "), std::string::npos) << error;
+  EXPECT_NE(error.find("local_comm (on or before: "), std::string::npos) << error;
   EXPECT_NE(error.find("; NCCL tp"), std::string::npos) << error;
   EXPECT_NE(error.find("(last op "), std::string::npos) << error;
   EXPECT_EQ(error.find("; receive from rank"), std::string::npos) << error;
+}
+
+TEST_F(HangWatchdog, AStreamStuckMidwayIsPlacedBetweenTwoInstructions) {
+  const std::string error = failure([](int64_t, RecordingDevice& device, DeviceStreams& streams,
+                                       DeviceCommDirectory&, DeviceExecutionOptions& options) {
+    options.timeout_s = 0.2;
+    // The compute stream finishes the work of its first two recorded events (the
+    // iteration's start and one instruction), then sticks.
+    device.stick_stream(RecordingDevice::id(streams.stream(DeviceStream::kCompute)), 2);
+  });
+  const size_t compute = error.find("streams still busy: compute (on or before: ");
+  ASSERT_NE(compute, std::string::npos) << error;
+  const size_t after = error.find("; after: rank 0 stage 0 task ", compute);
+  EXPECT_NE(after, std::string::npos) << error;
+  EXPECT_LT(after, error.find("last instruction enqueued: ", compute)) << error;
+  EXPECT_EQ(error.find("local_comm ("), std::string::npos) << error;  // not stuck
 }
 
 TEST_F(HangWatchdog, AsyncErrorWhileTheHostIsBlockedInASendIsReported) {

@@ -150,6 +150,19 @@ void RecordingDevice::record_event(EventHandle event, StreamHandle stream) {
     call.event = id(event);
     add(std::move(call));
   }
+  const auto stuck = stuck_streams_.find(id(stream));
+  event_stuck_[id(event)] = stuck != stuck_streams_.end() && stuck->second-- <= 0;
+}
+
+bool RecordingDevice::event_done(EventHandle event) {
+  {
+    DeviceCall call;
+    call.kind = Kind::kQuery;
+    call.event = id(event);
+    add(std::move(call));
+  }
+  const auto stuck = event_stuck_.find(id(event));
+  return stuck == event_stuck_.end() || !stuck->second;
 }
 
 void RecordingDevice::wait_event(StreamHandle stream, EventHandle event) {

@@ -86,8 +86,12 @@ class RecordingDevice final : public DeviceApi {
   const std::vector<DeviceCall>& calls() const { return calls_; }
   /// comm_async_error calls made by other threads than the device's (not in calls()).
   int64_t background_polls() const { return background_polls_.load(); }
-  /// Stream `stream` (its id) never finishes: stream_done says false for ever.
-  void stick_stream(int64_t stream) { stuck_streams_.insert(stream); }
+  /// Stream `stream` (its id) never finishes: stream_done says false for ever; event_done
+  /// says true for the first `records_done` events recorded on it from now on, false for the
+  /// later ones (the stream got stuck between the two).
+  void stick_stream(int64_t stream, int64_t records_done = 0) {
+    stuck_streams_[stream] = records_done;
+  }
   /// comm_async_error reports `error` for communicator `comm` (its id) from now on.
   void fail_comm(int64_t comm, const std::string& error) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -126,6 +130,8 @@ class RecordingDevice final : public DeviceApi {
   void record_event(EventHandle event, StreamHandle stream) override;
   void wait_event(StreamHandle stream, EventHandle event) override;
   bool stream_done(StreamHandle stream) override;
+  /// Recorded as kQuery with the event; false when its last record was on a stuck stream.
+  bool event_done(EventHandle event) override;
   double elapsed_ms(EventHandle start, EventHandle end) override;
   void copy_device(void* destination, const void* source, int64_t bytes,
                    StreamHandle stream) override;
@@ -176,7 +182,8 @@ class RecordingDevice final : public DeviceApi {
   std::vector<std::vector<char>> scratch_;
   std::vector<DeviceCall> calls_;
   std::mutex mutex_;  // guards calls_, comm_errors_ and aborted_
-  std::set<int64_t> stuck_streams_;
+  std::map<int64_t, int64_t> stuck_streams_;  // stream -> records still to finish
+  std::map<int64_t, bool> event_stuck_;       // event -> whether its last record is stuck
   std::map<int64_t, std::string> comm_errors_;
   std::set<int64_t> aborted_;
   std::thread::id owner_ = std::this_thread::get_id();
