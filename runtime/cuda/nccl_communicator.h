@@ -22,6 +22,12 @@
 // enqueued: "rank 3: NCCL group tp (member 1 of 2): all_gather: ncclRemoteError: ...
 // (communicator aborted)". An aborted communicator refuses every later call.
 //
+// A group of one (an expert-data-parallel group when ep = dp x cp, say) has no NCCL
+// communicator and so none of NCCL's streams: its collectives are device copies on the
+// stream (all_gather and reduce_scatter copy in to out, all_reduce does nothing, the ring
+// step and the all-to-all copy this member's own share), and point-to-point calls are
+// refused (a member has no peer).
+//
 // Destroying is collective over the members (NCCL's ncclCommDestroy documentation: it
 // frees resources shared with the peers and may wait for them), so the owner destroys its
 // communicators in one agreed order on every rank (device_comms.h); the destructor only
@@ -81,6 +87,8 @@ class DeviceCommunicator {
   DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
 
   int64_t size() const { return size_; }
+  /// Whether NCCL backs it (false for a group of one: the file comment).
+  bool has_nccl() const { return size_ > 1; }
   int64_t rank() const { return rank_; }
   const std::string& name() const { return name_; }
 
@@ -145,6 +153,7 @@ class DeviceCommunicator {
   template <class Calls>
   void grouped(Calls&& calls);
   [[noreturn]] void abort_and_throw(const std::string& what);
+  void copy_alone(const void* in, void* out, int64_t count, DeviceDtype dtype, StreamHandle stream);
   std::string describe() const;
 
   DeviceApi& api_;

@@ -151,19 +151,24 @@ TEST_P(SimulatedMoeRun, EveryCommunicatorsMembersAgreeCallForCall) {
   EXPECT_FALSE(sent.empty());
 }
 
-// A group of one needs no NCCL communicator: at tp = 1 (tiny-moe-ep2) no rank creates a TP
-// one, so none of NCCL's streams per communicator are counted against the hardware queues
-// (before, three TP communicators, one per stream, were made and warmed at every size).
+// A group of one needs no NCCL communicator: at tp = 1 no rank creates a TP one, and the
+// expert-data-parallel group (dp x cp / ep: one member in every example) is local; the
+// NCCL streams counted against the hardware queues are those of the communicators made
+// (before, three TP communicators and the expert group were made and warmed regardless).
 TEST_P(SimulatedMoeRun, NoCommunicatorForAGroupOfOne) {
-  if (current().job.parallel.tp != 1) GTEST_SKIP() << "tp > 1";
+  const ParallelSpec& parallel = current().job.parallel;
+  ASSERT_EQ(parallel.dp * parallel.cp / parallel.ep, 1) << "every variant's expert group is 1";
   for (const RankRecord& r : run()) {
     int64_t inits = 0;
     for (const DeviceCall& call : r.calls) {
       if (call.kind != Kind::kCommInit) continue;
       ++inits;
-      EXPECT_FALSE(call.label.starts_with("tp")) << "rank " << r.rank << ": " << call.label;
+      EXPECT_FALSE(call.label.starts_with("expert dp")) << "rank " << r.rank << ": " << call.label;
+      if (parallel.tp == 1) {
+        EXPECT_FALSE(call.label.starts_with("tp")) << "rank " << r.rank << ": " << call.label;
+      }
     }
-    EXPECT_EQ(inits, r.communicators) << "rank " << r.rank;
+    EXPECT_EQ(r.library_streams, 2 * inits) << "rank " << r.rank;  // the fake's 2 per comm
   }
 }
 
