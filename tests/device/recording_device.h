@@ -181,7 +181,7 @@ class RecordingDevice final : public DeviceApi {
   int64_t next_comm_ = 1;
   std::vector<std::vector<char>> scratch_;
   std::vector<DeviceCall> calls_;
-  std::mutex mutex_;  // guards calls_, comm_errors_ and aborted_
+  std::mutex mutex_;                          // guards calls_, comm_errors_ and aborted_
   std::map<int64_t, int64_t> stuck_streams_;  // stream -> records still to finish
   std::map<int64_t, bool> event_stuck_;       // event -> whether its last record is stuck
   std::map<int64_t, std::string> comm_errors_;
