@@ -132,10 +132,15 @@ make_plan() { # make_plan NAME JOB ARGS...: $OUT/plans/NAME.json from a shipped 
   return 1
 }
 run_rank() { # run_rank LOGNAME BACKEND PLAN STEPS ARGS...: one dhelix-run rank (an MPI singleton)
-  local name=$1 backend=$2 plan=$3 steps=$4
+  local name=$1 backend=$2 plan=$3 steps=$4 deadline watchdog=()
   shift 4
-  run_logged "$name" "$(budget 120 "${RESERVE:-30}")" env NCCL_ALGO=Ring NCCL_PROTO=Simple \
-    "$RUN" --backend "$backend" --plan "$OUT/plans/$plan.json" --data "$DATA" --steps "$steps" "$@"
+  deadline=$(budget 120 "${RESERVE:-30}")
+  # On CUDA, dhelix's watchdog (half the step's deadline) names the busy streams of a hang
+  # before the deadline kills the run without a word (docs/gpu.md, "Review", point 8).
+  [ "$backend" = cuda ] && [ "$deadline" -ge 2 ] && watchdog=(--watchdog-s "$((deadline / 2))")
+  run_logged "$name" "$deadline" env NCCL_ALGO=Ring NCCL_PROTO=Simple \
+    "$RUN" --backend "$backend" --plan "$OUT/plans/$plan.json" --data "$DATA" --steps "$steps" \
+    "${watchdog[@]}" "$@"
 }
 verify_on_gpu() { # verify_on_gpu PLAN: 3 steps of --verify under jitter
   if run_rank "verify-$1" cuda "$1" 3 --verify --jitter-us 200 &&

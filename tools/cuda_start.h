@@ -9,8 +9,8 @@ namespace dhelix {
 
 /// Whether `argv` asks for the CUDA backend: "--backend cuda" or "--backend=cuda" before a
 /// "--" (the last --backend wins, as CLI11 parses it). A CPU run leaves the environment
-/// alone: CUDA_MODULE_LOADING=EAGER would make a CUDA-aware MPI load every module of the
-/// process for nothing.
+/// alone: a CPU run has no use for CUDA's settings, and a CUDA-aware MPI would start CUDA
+/// with them for nothing.
 bool command_line_asks_for_cuda(int argc, const char* const* argv);
 
 }  // namespace dhelix

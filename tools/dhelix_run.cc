@@ -41,6 +41,28 @@ using dhelix::add_uint64_option;
 
 // --steps and --checkpoint-every: at most 2^40 steps.
 constexpr dhelix::IntRange kStepRange = {.min = 1, .max = int64_t{1} << 40};
+// --watchdog-s: a second to a day.
+constexpr dhelix::IntRange kWatchdogRange = {.min = 1, .max = 86400};
+// The CUDA engine's watchdog default (runtime/cuda/nccl_communicator.h says why 300 s); the
+// same number in a build without CUDA, so that --help reads the same.
+constexpr int64_t kDefaultWatchdogS = 300;
+
+// Flags of the cuda backend that TrainOptions does not carry.
+struct CudaFlags {
+  std::optional<int64_t> watchdog_s;  // --watchdog-s; unset: kDefaultWatchdogS
+};
+
+// --watchdog-s watches CUDA streams and NCCL communicators: refused with the cpu backend
+// (whose ranks wait in MPI) rather than silently ignored. A command-line error, printed once.
+void check_cuda_flags(const dhelix::rt::TrainOptions& options, const CudaFlags& cuda) {
+  if (cuda.watchdog_s && options.backend != "cuda") {
+    throw CLI::ValidationError(
+        fmt::format("--watchdog-s {}: the watchdog watches CUDA streams "
+                    "and NCCL communicators; it needs --backend cuda (the "
+                    "backend is {})",
+                    *cuda.watchdog_s, options.backend));
+  }
+}
 
 // --ddp-bucket-size, else the planner's bucket for the job's DP x CP group (Megatron-Core's
 // default, planner/dp_overlap.h): the runtime reduces in the buckets the plan assumed.
@@ -49,7 +71,8 @@ int64_t bucket_elements(int64_t ddp_bucket_size, const dhelix::JobSpec& job) {
   return dhelix::megatron_dp_bucket_parameters(job.parallel.dp * job.parallel.cp);
 }
 
-dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options) {
+dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options,
+                                         const CudaFlags& cuda) {
   const int64_t bucket_size = options.ddp_bucket_size;
   const std::optional<bool> overlap = options.overlap_grad_reduce;
   const std::optional<bool> distributed = options.distributed_optimizer;
@@ -67,15 +90,19 @@ dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options
   }
 #ifdef DHELIX_WITH_CUDA
   const bool deterministic = options.verify;
+  const auto watchdog_s = static_cast<double>(cuda.watchdog_s.value_or(kDefaultWatchdogS));
+  static_assert(kDefaultWatchdogS == dhelix::cuda::kDefaultWatchdogSeconds);
   return [=](const dhelix::JobSpec& job, int64_t rank, const dhelix::rt::ModelSlice& slice) {
     return dhelix::cuda::cuda_engine_factory(
         {.ddp_bucket_elements = bucket_elements(bucket_size, job),
          .deterministic = deterministic,
          .overlap_grad_reduce = overlap,
          .distributed_optimizer = distributed,
-         .overlap_param_gather = gather})(job, rank, slice);
+         .overlap_param_gather = gather,
+         .watchdog_s = watchdog_s})(job, rank, slice);
   };
 #else
+  static_cast<void>(cuda);
   // Thrown when the engine is made, inside the ranks' setup agreement: every rank stops
   // with this message instead of aborting the job.
   return [](const dhelix::JobSpec&, int64_t,
@@ -87,7 +114,7 @@ dhelix::rt::EngineFactory engine_factory(const dhelix::rt::TrainOptions& options
 #endif
 }
 
-void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
+void add_options(CLI::App& app, dhelix::rt::TrainOptions& o, CudaFlags& cuda) {
   app.add_option("--plan", o.plan_file, "Plan file written by dhelix-plan")->required();
   app.add_option("--job", o.job_file, "Job file: refuse the plan unless it was made for this job");
   app.add_option("--data", o.data_file, "Training data (examples/data/corpus.txt)")->required();
@@ -118,6 +145,12 @@ void add_options(CLI::App& app, dhelix::rt::TrainOptions& o) {
                  "cpu: MPI ranks on the host; cuda: one GPU per rank, NCCL (docs/gpu.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_integer_option(app, "--watchdog-s", cuda.watchdog_s, kWatchdogRange,
+                     "Seconds any wait for the GPU (the NCCL warm-up, an iteration's enqueueing "
+                     "and its end) may last before the rank names the busy streams, their last "
+                     "instruction and their NCCL communicators, and fails (cuda backend; "
+                     "default 300: 10x a long iteration, half of ctest's timeout; docs/gpu.md)");
+  app.final_callback([&o, &cuda] { check_cuda_flags(o, cuda); });
   add_integer_option(app, "--ddp-bucket-size", o.ddp_bucket_size,
                      {.min = 1, .max = int64_t{1} << 40},
                      "Elements per data-parallel gradient bucket, one all-reduce each (as "
@@ -194,6 +227,7 @@ int main(int argc, char** argv) {
                                : "dhelix-run";
   // 3. The command line, then training (run_training) with the backend's engine.
   auto options = std::make_shared<dhelix::rt::TrainOptions>();
+  CudaFlags cuda;
   // The checker recomputes the plan's memory figures with the planner's memory model.
   options->plan_figures = dhelix::check_plan_memory_figures;
   // Until training starts, every rank does the same (parses the same command line): a failure
@@ -219,12 +253,12 @@ Exit statuses:
   6   the job cannot run as asked
   70  internal error (a bug in dhelix)
 )");
-        add_options(app, *options);
+        add_options(app, *options, cuda);
         return [&]() -> int {
           agreed = false;
           try {
             const int result =
-                dhelix::rt::run_training(*options, *mpi, engine_factory(*options), std::cout);
+                dhelix::rt::run_training(*options, *mpi, engine_factory(*options, cuda), std::cout);
             // A status returned, not thrown, is one every rank reached together (a --verify
             // difference, divergence, a stop signal): no rank waits for another.
             agreed = result != 0;

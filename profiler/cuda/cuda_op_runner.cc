@@ -278,7 +278,18 @@ cuda::CudnnSdpa* CudaOpRunner::attention_for(const AttentionLaunch& a) {
     cuda::AttentionSetup setup;
     setup.shape = shape;
     setup.choice = cuda::parse_attention_choice(std::getenv("DHELIX_ATTENTION"));
-    const cuda::AttentionDecision decision = cuda::prepare_attention_path(*sdpa_, setup, nullptr);
+    // On a non-blocking stream of its own, as the runtime's set-up runs it on the compute
+    // stream (the self-check's buffers are zeroed and filled on that stream:
+    // runtime/cuda/stream_scratch.h refuses the legacy one).
+    cuda::CudaDeviceApi api;
+    const cuda::StreamHandle stream = api.create_stream(/*high_priority=*/false);
+    const struct Release {
+      cuda::CudaDeviceApi& api;
+      cuda::StreamHandle stream;
+      ~Release() { api.destroy_stream(stream); }
+    } release{api, stream};
+    const cuda::AttentionDecision decision =
+        cuda::prepare_attention_path(api, *sdpa_, setup, stream);
     if (rank_ == 0) {
       std::cerr << fmt::format(
           "dhelix-profile: attention batch {} seq {} heads {}/{} head_dim "

@@ -11,89 +11,82 @@
 #include "lib/error.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/cuda/stream_scratch.h"
 
 namespace dhelix::cuda {
 namespace {
 
-// Device memory of the self-check, freed when it goes.
-class Buffer {
- public:
-  explicit Buffer(int64_t bytes) : bytes_(std::max<int64_t>(bytes, 1)) {
-    DHELIX_CUDA(cudaMalloc(&data_, static_cast<size_t>(bytes_)));
-    DHELIX_CUDA(cudaMemset(data_, 0, static_cast<size_t>(bytes_)));
-  }
-  ~Buffer() { static_cast<void>(cudaFree(data_)); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  int64_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  int64_t bytes_;
-};
+// Device memory of the self-check, zeroed on its stream, freed when it goes.
+using Buffer = StreamScratch;
 
 // One path's outputs for the self-check shape.
 struct Outputs {
   Buffer out, lse, dq, dk, dv, delta;
-  Outputs(int64_t q_count, int64_t kv_count, int64_t rows)
-      : out(q_count * 2),
-        lse(rows * 4),
-        dq(q_count * 2),
-        dk(kv_count * 2),
-        dv(kv_count * 2),
-        delta(rows * 4) {}
+  Outputs(DeviceApi& api, StreamHandle stream, int64_t q_count, int64_t kv_count, int64_t rows)
+      : out(api, q_count * 2, stream),
+        lse(api, rows * 4, stream),
+        dq(api, q_count * 2, stream),
+        dk(api, kv_count * 2, stream),
+        dv(api, kv_count * 2, stream),
+        delta(api, rows * 4, stream) {}
 };
 
-void upload_inputs(const Buffer& buffer, int64_t count, int64_t salt) {
+cudaStream_t cuda_of(StreamHandle stream) { return reinterpret_cast<cudaStream_t>(stream); }
+
+// A copy on `stream`, waited for: the host vector must stay valid until it is done.
+void copy_on(void* to, const void* from, size_t bytes, cudaMemcpyKind kind, StreamHandle stream) {
+  DHELIX_CUDA(cudaMemcpyAsync(to, from, bytes, kind, cuda_of(stream)));
+  DHELIX_CUDA(cudaStreamSynchronize(cuda_of(stream)));
+}
+
+void upload_inputs(const Buffer& buffer, int64_t count, int64_t salt, StreamHandle stream) {
   std::vector<__nv_bfloat16> host(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     host[static_cast<size_t>(i)] = __float2bfloat16(self_check_input(salt, i));
   }
-  DHELIX_CUDA(cudaMemcpy(buffer.as<void>(), host.data(), host.size() * sizeof(host[0]),
-                         cudaMemcpyHostToDevice));
+  copy_on(buffer.as<void>(), host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice,
+          stream);
 }
 
-std::vector<float> download_bf16(const Buffer& buffer, int64_t count) {
+std::vector<float> download_bf16(const Buffer& buffer, int64_t count, StreamHandle stream) {
   std::vector<__nv_bfloat16> raw(static_cast<size_t>(count));
-  DHELIX_CUDA(cudaMemcpy(raw.data(), buffer.as<void>(), raw.size() * sizeof(raw[0]),
-                         cudaMemcpyDeviceToHost));
+  copy_on(raw.data(), buffer.as<void>(), raw.size() * sizeof(raw[0]), cudaMemcpyDeviceToHost,
+          stream);
   std::vector<float> out(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) out[i] = __bfloat162float(raw[i]);
   return out;
 }
 
-std::vector<float> download_f32(const Buffer& buffer, int64_t count) {
+std::vector<float> download_f32(const Buffer& buffer, int64_t count, StreamHandle stream) {
   std::vector<float> out(static_cast<size_t>(count));
-  DHELIX_CUDA(cudaMemcpy(out.data(), buffer.as<void>(), out.size() * sizeof(float),
-                         cudaMemcpyDeviceToHost));
+  copy_on(out.data(), buffer.as<void>(), out.size() * sizeof(float), cudaMemcpyDeviceToHost,
+          stream);
   return out;
 }
 
-bool same_bits(const Buffer& a, const Buffer& b) {
+bool same_bits(const Buffer& a, const Buffer& b, StreamHandle stream) {
   std::vector<char> x(static_cast<size_t>(a.bytes())), y(static_cast<size_t>(b.bytes()));
-  DHELIX_CUDA(cudaMemcpy(x.data(), a.as<void>(), x.size(), cudaMemcpyDeviceToHost));
-  DHELIX_CUDA(cudaMemcpy(y.data(), b.as<void>(), y.size(), cudaMemcpyDeviceToHost));
+  copy_on(x.data(), a.as<void>(), x.size(), cudaMemcpyDeviceToHost, stream);
+  copy_on(y.data(), b.as<void>(), y.size(), cudaMemcpyDeviceToHost, stream);
   return x == y;
 }
 
 // The self-check of step 3 into `facts`.
-void self_check(CudnnSdpa& sdpa, const AttentionSetup& setup, cudaStream_t stream,
+void self_check(DeviceApi& api, CudnnSdpa& sdpa, const AttentionSetup& setup, StreamHandle handle,
                 AttentionFacts& facts) {
+  const cudaStream_t stream = cuda_of(handle);
   const kernels::AttentionShape s = self_check_shape(setup.shape);
   const int64_t q_count = s.batch * s.seq * s.heads * s.head_dim;
   const int64_t kv_count = s.batch * s.seq * s.kv_heads * s.head_dim;
   const int64_t rows = s.batch * s.heads * s.seq;
-  Buffer q(q_count * 2), k(kv_count * 2), v(kv_count * 2), dout(q_count * 2);
-  upload_inputs(q, q_count, 0);
-  upload_inputs(k, kv_count, 1);
-  upload_inputs(v, kv_count, 2);
-  upload_inputs(dout, q_count, 3);
-  Outputs mine(q_count, kv_count, rows), theirs(q_count, kv_count, rows);
-  Buffer workspace(sdpa.workspace_bytes(s));
+  Buffer q(api, q_count * 2, handle), k(api, kv_count * 2, handle), v(api, kv_count * 2, handle),
+      dout(api, q_count * 2, handle);
+  upload_inputs(q, q_count, 0, handle);
+  upload_inputs(k, kv_count, 1, handle);
+  upload_inputs(v, kv_count, 2, handle);
+  upload_inputs(dout, q_count, 3, handle);
+  Outputs mine(api, handle, q_count, kv_count, rows), theirs(api, handle, q_count, kv_count, rows);
+  Buffer workspace(api, sdpa.workspace_bytes(s), handle);
   const Workspace ws{workspace.as<void>(), workspace.bytes()};
   using B = __nv_bfloat16;
   attention_forward(s, q.as<B>(), k.as<B>(), v.as<B>(), mine.out.as<B>(), mine.lse.as<float>(),
@@ -110,22 +103,23 @@ void self_check(CudnnSdpa& sdpa, const AttentionSetup& setup, cudaStream_t strea
                stream);
   cudnn_backward(theirs);
   DHELIX_CUDA(cudaStreamSynchronize(stream));
-  facts.outputs = {compare_attention_outputs("out", download_bf16(theirs.out, q_count),
-                                             download_bf16(mine.out, q_count)),
-                   compare_attention_outputs("lse", download_f32(theirs.lse, rows),
-                                             download_f32(mine.lse, rows)),
-                   compare_attention_outputs("dq", download_bf16(theirs.dq, q_count),
-                                             download_bf16(mine.dq, q_count)),
-                   compare_attention_outputs("dk", download_bf16(theirs.dk, kv_count),
-                                             download_bf16(mine.dk, kv_count)),
-                   compare_attention_outputs("dv", download_bf16(theirs.dv, kv_count),
-                                             download_bf16(mine.dv, kv_count))};
+  facts.outputs = {compare_attention_outputs("out", download_bf16(theirs.out, q_count, handle),
+                                             download_bf16(mine.out, q_count, handle)),
+                   compare_attention_outputs("lse", download_f32(theirs.lse, rows, handle),
+                                             download_f32(mine.lse, rows, handle)),
+                   compare_attention_outputs("dq", download_bf16(theirs.dq, q_count, handle),
+                                             download_bf16(mine.dq, q_count, handle)),
+                   compare_attention_outputs("dk", download_bf16(theirs.dk, kv_count, handle),
+                                             download_bf16(mine.dk, kv_count, handle)),
+                   compare_attention_outputs("dv", download_bf16(theirs.dv, kv_count, handle),
+                                             download_bf16(mine.dv, kv_count, handle))};
   if (setup.deterministic) {
-    Outputs again(q_count, kv_count, rows);
+    Outputs again(api, handle, q_count, kv_count, rows);
     cudnn_backward(again);
     DHELIX_CUDA(cudaStreamSynchronize(stream));
-    facts.backward_repeatable = same_bits(again.dq, theirs.dq) && same_bits(again.dk, theirs.dk) &&
-                                same_bits(again.dv, theirs.dv);
+    facts.backward_repeatable = same_bits(again.dq, theirs.dq, handle) &&
+                                same_bits(again.dk, theirs.dk, handle) &&
+                                same_bits(again.dv, theirs.dv, handle);
   }
 }
 
@@ -137,13 +131,16 @@ bool same_shape(const kernels::AttentionShape& a, const kernels::AttentionShape&
 // Runs the job shape's plans once on zeroed buffers: the self-check ran only its own
 // shape's, and a kernel loaded at its first launch inside iteration 1, with receives posted,
 // is the hang of docs/gpu.md ("Review", point 1).
-void warm_up(CudnnSdpa& sdpa, const kernels::AttentionShape& s, cudaStream_t stream) {
+void warm_up(DeviceApi& api, CudnnSdpa& sdpa, const kernels::AttentionShape& s,
+             StreamHandle handle) {
+  const cudaStream_t stream = cuda_of(handle);
   const int64_t q_count = s.batch * s.seq * s.heads * s.head_dim;
   const int64_t kv_count = s.batch * s.seq * s.kv_heads * s.head_dim;
   const int64_t rows = s.batch * s.heads * s.seq;
-  Buffer q(q_count * 2), k(kv_count * 2), v(kv_count * 2), dout(q_count * 2);
-  Outputs o(q_count, kv_count, rows);
-  Buffer workspace(sdpa.workspace_bytes(s));
+  Buffer q(api, q_count * 2, handle), k(api, kv_count * 2, handle), v(api, kv_count * 2, handle),
+      dout(api, q_count * 2, handle);
+  Outputs o(api, handle, q_count, kv_count, rows);
+  Buffer workspace(api, sdpa.workspace_bytes(s), handle);
   const Workspace ws{workspace.as<void>(), workspace.bytes()};
   using B = __nv_bfloat16;
   sdpa.forward(s, q.as<B>(), k.as<B>(), v.as<B>(), o.out.as<B>(), o.lse.as<float>(), ws, stream);
@@ -154,8 +151,8 @@ void warm_up(CudnnSdpa& sdpa, const kernels::AttentionShape& s, cudaStream_t str
 
 }  // namespace
 
-AttentionDecision prepare_attention_path(CudnnSdpa& sdpa, const AttentionSetup& setup,
-                                         cudaStream_t stream) {
+AttentionDecision prepare_attention_path(DeviceApi& api, CudnnSdpa& sdpa,
+                                         const AttentionSetup& setup, StreamHandle stream) {
   AttentionFacts facts;
   facts.built_with_cudnn = CudnnSdpa::built_with_cudnn();
   facts.cudnn_version = sdpa.version();
@@ -169,7 +166,7 @@ AttentionDecision prepare_attention_path(CudnnSdpa& sdpa, const AttentionSetup& 
   }
   if (!facts.refusal) {
     try {
-      self_check(sdpa, setup, stream, facts);
+      self_check(api, sdpa, setup, stream, facts);
     } catch (const Error& error) {
       facts.refusal = fmt::format("the self-check's run failed: {}", error.what());
     }
@@ -177,7 +174,7 @@ AttentionDecision prepare_attention_path(CudnnSdpa& sdpa, const AttentionSetup& 
   AttentionDecision decision = decide_attention_path(setup, facts);
   if (decision.path == AttentionPath::kCudnn && !same_shape(check, setup.shape)) {
     try {
-      warm_up(sdpa, setup.shape, stream);
+      warm_up(api, sdpa, setup.shape, stream);
     } catch (const Error& error) {
       facts.refusal = fmt::format("the warm-up run of the job's shape failed: {}", error.what());
       decision = decide_attention_path(setup, facts);

@@ -17,6 +17,7 @@
 #include "runtime/cuda/moe_cuda.h"
 #include "runtime/cuda/moe_shared_cuda.h"
 #include "runtime/cuda/ring_attention_cuda.h"
+#include "runtime/cuda/stream_scratch.h"
 
 namespace dhelix::cuda {
 namespace {
@@ -41,25 +42,6 @@ size_t count_of(int64_t count) {
   DHELIX_CHECK(count >= 0);
   return static_cast<size_t>(count);
 }
-
-// A zeroed device buffer for the duration of one warm-up.
-class Scratch {
- public:
-  explicit Scratch(int64_t bytes) {
-    DHELIX_CUDA(cudaMalloc(&data_, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
-    DHELIX_CUDA(cudaMemset(data_, 0, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
-  }
-  ~Scratch() { static_cast<void>(cudaFree(data_)); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-};
 
 }  // namespace
 
@@ -103,6 +85,13 @@ void CudaDeviceApi::wait_event(StreamHandle stream, EventHandle event) {
 
 bool CudaDeviceApi::stream_done(StreamHandle stream) {
   const cudaError_t status = cudaStreamQuery(cuda_of(stream));
+  if (status == cudaErrorNotReady) return false;
+  DHELIX_CUDA(status);
+  return true;
+}
+
+bool CudaDeviceApi::event_done(EventHandle event) {
+  const cudaError_t status = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
   if (status == cudaErrorNotReady) return false;
   DHELIX_CUDA(status);
   return true;
@@ -157,9 +146,10 @@ CublasGemm& CudaDeviceApi::gemm_for(StreamHandle stream) {
 void CudaDeviceApi::warm_gemm(const GemmShape& shape, StreamHandle stream) {
   // Packed operands as the call reads them: A [m, k], B [k, n], C [m, n]; the same call
   // (beta included) as the iteration's (cublas_gemm.h, enqueue_gemm).
-  Scratch a(shape.m * shape.k * 2);
-  Scratch b(shape.k * shape.n * 2);
-  Scratch c(shape.m * shape.n * (shape.fp32_output ? 4 : 2));
+  // Zeroed on the GEMM's own stream (stream_scratch.h: not the legacy stream).
+  StreamScratch a(*this, shape.m * shape.k * 2, stream);
+  StreamScratch b(*this, shape.k * shape.n * 2, stream);
+  StreamScratch c(*this, shape.m * shape.n * (shape.fp32_output ? 4 : 2), stream);
   gemm_for(stream).run(shape, a.as<__nv_bfloat16>(), b.as<__nv_bfloat16>(), c.as<void>());
   // The scratch goes when this returns: wait for the GEMM (set-up, not an iteration).
   DHELIX_CUDA(cudaStreamSynchronize(cuda_of(stream)));
@@ -171,7 +161,7 @@ AttentionDecision CudaDeviceApi::prepare_attention(const AttentionSetup& setup,
     sdpa_ = setup.choice == AttentionChoice::kDhelix ? missing_cudnn("DHELIX_ATTENTION=dhelix")
                                                      : CudnnSdpa::load();
   }
-  const AttentionDecision decision = prepare_attention_path(*sdpa_, setup, cuda_of(stream));
+  const AttentionDecision decision = prepare_attention_path(*this, *sdpa_, setup, stream);
   use_cudnn_ = decision.path == AttentionPath::kCudnn;
   return decision;
 }
@@ -265,6 +255,10 @@ void* CudaDeviceApi::allocate_scratch(int64_t bytes) {
   void* pointer = nullptr;
   DHELIX_CUDA(cudaMalloc(&pointer, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
   return pointer;
+}
+
+void CudaDeviceApi::zero_async(void* data, int64_t bytes, StreamHandle stream) {
+  DHELIX_CUDA(cudaMemsetAsync(data, 0, count_of(bytes), cuda_of(stream)));
 }
 
 void CudaDeviceApi::free_scratch(void* pointer) noexcept {

@@ -54,6 +54,7 @@ class CudaDeviceApi final : public DeviceApi {
   void record_event(EventHandle event, StreamHandle stream) override;
   void wait_event(StreamHandle stream, EventHandle event) override;
   bool stream_done(StreamHandle stream) override;
+  bool event_done(EventHandle event) override;
   double elapsed_ms(EventHandle start, EventHandle end) override;
   void copy_device(void* destination, const void* source, int64_t bytes,
                    StreamHandle stream) override;
@@ -82,6 +83,7 @@ class CudaDeviceApi final : public DeviceApi {
   int64_t internal_streams_per_comm() const override { return kNcclStreamsPerComm; }
 
   void* allocate_scratch(int64_t bytes) override;
+  void zero_async(void* data, int64_t bytes, StreamHandle stream) override;
   void free_scratch(void* pointer) noexcept override;
 
   /// The cuBLAS handle bound to `stream` (made on first use): the one warm_gemm warms and

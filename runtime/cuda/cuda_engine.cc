@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -150,6 +152,7 @@ class CudaEngine final : public TrainingEngine {
     setup.warmup = warmup_sizes_;
     size_gradient_warmups(setup.warmup, buckets(programs.empty() ? nullptr : programs.front()));
     setup.options.world_rank = rank_;
+    setup.options.timeout_s = options_.watchdog_s;
     session_ = std::make_unique<DeviceSession>(
         *api_, setup, programs, gemm_shapes_, attention_,
         // What CUDA works with, not what the environment reads now (cuda_environment.h).
@@ -236,6 +239,7 @@ class CudaEngine final : public TrainingEngine {
     device_options.on_failure = std::move(options.on_failure);
     device_options.jitter_us = options.jitter_us;
     device_options.jitter_seed = options.jitter_seed;
+    device_options.timeout_s = options_.watchdog_s;
     return execute_device_program(*api_, plan, program, *device_model_, *comms_, *streams_,
                                   std::move(device_options))
         .wall_us;
@@ -294,7 +298,7 @@ class CudaEngine final : public TrainingEngine {
     if (watchdog_ != nullptr) {
       watchdog_->wait(compute);
     } else {
-      DHELIX_CUDA(cudaStreamSynchronize(stream));
+      wait_for_step(compute);
     }
   }
 
@@ -359,6 +363,22 @@ class CudaEngine final : public TrainingEngine {
                            CudnnSdpa::built_with_cudnn();
     if (rank_ == 0 || fell_back) {
       std::cerr << fmt::format("dhelix-run: rank {}: attention: {}\n", rank_, decision->reason);
+    }
+  }
+
+  // update()'s host wait without a communicator to poll (a rank alone in every group): the
+  // stream polled up to --watchdog-s, so that a stuck step is reported, not waited for.
+  void wait_for_step(StreamHandle compute) const {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point since = Clock::now();
+    while (!api_->stream_done(compute)) {
+      if (std::chrono::duration<double>(Clock::now() - since).count() > options_.watchdog_s) {
+        throw Error(ErrorCode::kInternal,
+                    fmt::format("rank {}: the optimizer step did not finish within {} s "
+                                "(--watchdog-s); stream still busy: compute",
+                                rank_, options_.watchdog_s));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
 

@@ -20,6 +20,8 @@
 //   * update(): waits for the sums on the compute stream, then AdamW on the device (which
 //     also rewrites the bf16 copies the GEMMs read), or the distributed optimizer's step.
 //     One host wait at the end, through the communicators' watchdog.
+// Every host wait for the device gives up after options.watchdog_s (dhelix-run
+// --watchdog-s) and names what is busy.
 // All CUDA, NCCL and cuBLAS calls of the set-up and the executor go through one
 // CudaDeviceApi (cuda_device_api.h). CUDA_MODULE_LOADING and CUDA_DEVICE_MAX_CONNECTIONS
 // are set (when unset) before MPI_Init by dhelix-run (cuda_environment.h); the engine reports
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "runtime/cuda/nccl_communicator.h"
 #include "runtime/train/training_engine.h"
 
 namespace dhelix::cuda {
@@ -46,6 +49,10 @@ struct CudaEngineOptions {
   std::optional<bool> distributed_optimizer;
   /// --overlap-param-gather / --no-...; unset: the job's parallel.overlap_param_gather.
   std::optional<bool> overlap_param_gather;
+  /// --watchdog-s: how long any host wait for the device (the warm-up, an iteration's
+  /// enqueueing and its end, the update) may take before the rank reports what is busy and
+  /// fails (device_executor.h, enqueue_watchdog.h, nccl_communicator.h).
+  double watchdog_s = kDefaultWatchdogSeconds;
 };
 
 /// The CUDA engine's factory. Making an engine throws Error(kUnsupported) when the rank

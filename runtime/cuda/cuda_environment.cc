@@ -18,7 +18,7 @@ constexpr int kCudaSuccess = 0;
 // What CUDA uses for a variable the process started without.
 std::string cuda_default_of(const std::string& name) {
   if (name == "CUDA_DEVICE_MAX_CONNECTIONS") return "its default of 8 hardware queues";
-  return "its default (lazy loading)";
+  return "its default (lazy loading since CUDA 12.2, eager before)";
 }
 
 }  // namespace
@@ -32,7 +32,7 @@ std::vector<EnvironmentSetting> prepare_cuda_environment(
     bool read_when_cuda_starts;  // else when dhelix creates its first NCCL communicator
   };
   std::vector<EnvironmentSetting> settings;
-  for (const Default& d : {Default{"CUDA_MODULE_LOADING", "EAGER", true},
+  for (const Default& d : {Default{"CUDA_MODULE_LOADING", "LAZY", true},
                            Default{"CUDA_DEVICE_MAX_CONNECTIONS", kMostConnections, true},
                            Default{"NCCL_RUNTIME_CONNECT", "0", false}}) {
     const char* current = get(d.name);

@@ -1,8 +1,7 @@
 #pragma once
 // The environment CUDA reads once, when it starts, and whether dhelix set it in time.
 //
-// CUDA_MODULE_LOADING=EAGER (every module of the process loads with the context, so no
-// kernel is loaded inside an iteration while receives spin: docs/gpu.md, "iteration 1") and
+// CUDA_MODULE_LOADING=LAZY (a module loads when one of its kernels is first used) and
 // CUDA_DEVICE_MAX_CONNECTIONS=32 (a hardware queue per stream: device_streams.h) take
 // effect only if they are in the environment before CUDA starts in the process. A
 // CUDA-aware MPI (Open MPI over UCX with CUDA transports) may start CUDA inside MPI_Init,
@@ -21,6 +20,16 @@
 // cost: buffers for algorithms never used, and a slower set-up; NCCL_RUNTIME_CONNECT=1
 // keeps the lazy connection (docs/gpu.md, "Environment settings"). NCCL reads it when
 // dhelix creates its first communicator, long after this, so it is always in effect.
+//
+// Why LAZY, set rather than left to the CUDA version's default (EAGER before 12.2): EAGER
+// was chosen so that no kernel would load inside iteration 1 while receives spin
+// (docs/gpu.md, "Review", point 1), but it loads every module of the process, all of
+// cuBLAS's and cuDNN's kernels included, with the context: tens of seconds and gigabytes
+// of device memory per rank. The set-up already loads what an iteration launches before
+// any receive (device_setup.h): every dhelix kernel explicitly, each GEMM call of the
+// model once, cuDNN's plans for the job's shape, and NCCL's kernels (ncclCommInit loads
+// them; the warm-up runs every operation at every size class). EAGER stays one export away:
+// CUDA_MODULE_LOADING=EAGER in the job script (docs/gpu.md, "Environment settings").
 //
 // A value the user set is kept: it was in the environment when the process started, so
 // CUDA saw it whenever it started.

@@ -86,6 +86,9 @@ class DeviceApi {
   /// cudaStreamQuery: true when every operation on the stream has finished; throws on a
   /// failed stream. Never blocks.
   virtual bool stream_done(StreamHandle stream) = 0;
+  /// cudaEventQuery: true once the work captured by the event's last record has finished
+  /// (or it was never recorded); throws on a failed stream. Never blocks. For hang reports.
+  virtual bool event_done(EventHandle event) = 0;
   /// Milliseconds between two recorded timing events (both finished).
   virtual double elapsed_ms(EventHandle start, EventHandle end) = 0;
   /// cudaMemcpyAsync(destination, source, bytes, device to device) on `stream`: the ring
@@ -148,6 +151,9 @@ class DeviceApi {
   // ---- Memory for set-up scratch ----------------------------------------------------
   /// cudaMalloc / cudaFree of a small scratch buffer (warm-ups).
   virtual void* allocate_scratch(int64_t bytes) = 0;
+  /// cudaMemsetAsync(data, 0, bytes, stream): stream-ordered, never on the legacy stream,
+  /// which the rank's non-blocking streams do not wait for (stream_scratch.h).
+  virtual void zero_async(void* data, int64_t bytes, StreamHandle stream) = 0;
   virtual void free_scratch(void* pointer) noexcept = 0;
 };
 

@@ -51,7 +51,8 @@ CommFootprint comm_footprint(const DeviceCommSetup& setup,
   return {.receive_peers = {senders.begin(), senders.end()},
           .communicators = static_cast<int64_t>(
               setup.collectives.size() + (setup.gradient_group ? 1 : 0) +
-              (setup.expert_gradient_group ? 1 : 0) + senders.size() + receivers.size())};
+              (setup.expert_gradient_group && setup.expert_gradient_group_size != 1 ? 1 : 0) +
+              senders.size() + receivers.size())};
 }
 
 int64_t runtime_max_ctas(ParallelDim dim) {
@@ -63,7 +64,9 @@ DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
   constexpr std::array<DeviceStream, 3> kStreams = {
       DeviceStream::kCompute, DeviceStream::kLocalComm, DeviceStream::kCrossComm};
   setup.collectives.clear();
-  for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kTp, stream});
+  if (parallel.tp > 1) {
+    for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kTp, stream});
+  }
   if (parallel.cp > 1) {
     // The ring's steps run on whichever stream the plan gives them (the sequential
     // program: compute); dense gradients are summed over DP x CP (process_groups.h).
@@ -77,6 +80,7 @@ DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
     // gradients are summed over the expert-data-parallel group (process_groups.h).
     for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kEp, stream});
     setup.expert_gradient_group = true;
+    setup.expert_gradient_group_size = parallel.dp * parallel.cp / parallel.ep;
   }
   setup.reduction_stream = parallel.cp > 1 || parallel.dp > 1 || parallel.ep > 1;
   return setup;

@@ -39,6 +39,7 @@
 // order that differed per rank: a sender destroyed a channel before or after its receiver
 // did depending on which map held it).
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -81,6 +82,9 @@ struct DeviceCommSetup {
   /// expert_data_parallel: where MoE experts' gradients are summed under EP), on the
   /// compute stream, after the gradient group.
   bool expert_gradient_group = false;
+  /// Its size, dp x cp / ep (0: not known). A group of one has no NCCL communicator
+  /// (nccl_communicator.h), so comm_footprint counts no NCCL streams for it.
+  int64_t expert_gradient_group_size = 0;
   /// Whether the rank keeps a stream for the gradient reduction of its own
   /// (device_gradient_reducer.h, DeviceStreams::reduction_stream): the DP (or DP x CP) and
   /// expert-data-parallel communicators run there and on no other stream.
@@ -188,8 +192,12 @@ class DeviceCommDirectory {
   /// The world's channels in creation order.
   const std::vector<ChannelPair>& channels() const { return channels_; }
   int64_t world_rank() const { return world_rank_; }
-  /// Communicators this rank holds (each keeps NCCL streams of its own).
-  int64_t size() const { return static_cast<int64_t>(created_.size()); }
+  /// Communicators this rank holds backed by NCCL (each keeps NCCL streams of its own); a
+  /// group of one is held but not counted (nccl_communicator.h).
+  int64_t size() const {
+    return static_cast<int64_t>(std::count_if(created_.begin(), created_.end(),
+                                              [](const auto& comm) { return comm->has_nccl(); }));
+  }
 
  private:
   void create(DeviceCommPlan& plan);

@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -12,6 +16,7 @@
 
 #include "lib/error.h"
 #include "runtime/cuda/device_schedule.h"
+#include "runtime/cuda/enqueue_watchdog.h"
 #include "runtime/exec/bind.h"
 #include "runtime/exec/instruction_errors.h"
 #include "runtime/exec/jitter.h"
@@ -77,7 +82,7 @@ class DeviceExecution {
     if (options_.synchronize_after_binding) api_.synchronize_device();
     if (options_.after_binding) options_.after_binding();
     try {
-      enqueue_all();
+      enqueue_watched();
       wait_for_end();
     } catch (...) {
       if (options_.on_failure) options_.on_failure(std::current_exception());
@@ -97,6 +102,7 @@ class DeviceExecution {
   }
 
   void bind_all() {
+    stream_of_instruction_.assign(program_.instructions.size(), nullptr);
     std::vector<DeviceStream> stream_of_op(program_.instructions.size());
     for (const StreamOp& op : schedule_.lowering.ops) {
       stream_of_op[static_cast<size_t>(op.instruction)] = op.stream;
@@ -148,10 +154,55 @@ class DeviceExecution {
     }
   }
 
-  void enqueue_all() {
+  // Every communicator the bound program uses, each once.
+  std::vector<DeviceCommunicator*> used_comms() const {
+    std::set<DeviceCommunicator*> used;
+    for (const Bound& bound : bound_) {
+      if (bound.comm != nullptr) used.insert(bound.comm);
+    }
+    return {used.begin(), used.end()};
+  }
+
+  // What the host is enqueueing now, for the enqueue watchdog's report.
+  std::string position() const {
+    const int64_t index = enqueueing_.load();
+    if (index < 0) return "the iteration's start or its joins (no instruction)";
+    return describe_instruction(plan_, program_, program_.instructions[static_cast<size_t>(index)]);
+  }
+
+  // enqueue_all under the enqueue watchdog (enqueue_watchdog.h): its failure, when it found
+  // one, is the cause of whatever the enqueueing thread then failed with.
+  void enqueue_watched() {
+    EnqueueWatchdog watchdog(used_comms(), options_.timeout_s, options_.poll_period_s,
+                             [this] { return position(); });
+    try {
+      enqueue_all([&] { watchdog.check(); });
+    } catch (...) {
+      watchdog.stop();
+      if (std::exception_ptr cause = watchdog.failure()) throw_while_enqueueing(cause);
+      throw;
+    }
+    watchdog.stop();
+    if (std::exception_ptr cause = watchdog.failure()) throw_while_enqueueing(cause);
+  }
+
+  [[noreturn]] void throw_while_enqueueing(const std::exception_ptr& cause) const {
+    try {
+      std::rethrow_exception(cause);
+    } catch (const Error& error) {
+      throw Error(error.code(), fmt::format("rank {}: while enqueueing the iteration: {}",
+                                            program_.rank, error.what()));
+    }
+  }
+
+  void enqueue_all(const std::function<void()>& check) {
     start();
     for (const PostedReceive& receive : schedule_.receives) post(receive);
-    for (const StreamOp& op : schedule_.lowering.ops) enqueue(op);
+    for (const StreamOp& op : schedule_.lowering.ops) {
+      check();
+      enqueue(op);
+    }
+    check();
     StreamHandle compute = streams_.stream(DeviceStream::kCompute);
     for (size_t i = 0; i < schedule_.join_streams.size(); ++i) {
       record(schedule_.join_events[i], streams_.stream(schedule_.join_streams[i]));
@@ -162,28 +213,40 @@ class DeviceExecution {
 
   void post(const PostedReceive& receive) {
     const auto index = static_cast<size_t>(receive.instruction);
+    enqueueing_.store(receive.instruction);
     at_instruction(program_.instructions[index], [&] {
       StreamHandle stream = streams_.channel_stream(receive.peer);
+      last_on_stream_[stream] = index;
+      stream_of_instruction_[index] = stream;
       // The sender is member 0 of the channel, the receiver member 1 (device_comms.h).
       bound_[index].comm->recv(bound_[index].buffer, count_, dtype_, 0, stream);
       record(receive.event, stream);
+      recorded_on_stream_[stream].emplace_back(index, receive.event);
     });
+    enqueueing_.store(-1);
   }
 
   void enqueue(const StreamOp& op) {
     const auto index = static_cast<size_t>(op.instruction);
     const Instruction& instruction = program_.instructions[index];
+    enqueueing_.store(op.instruction);
     at_instruction(instruction, [&] {
       StreamHandle stream = streams_.stream(op.stream);
+      last_on_stream_[stream] = index;
+      stream_of_instruction_[index] = stream;
       for (int64_t event : op.wait_events) wait(stream, streams_.event(event));
       if (options_.before_instruction) options_.before_instruction(index, stream);
       api_.delay(
           rt::jitter_us_for(options_.jitter_seed, static_cast<uint64_t>(index), options_.jitter_us),
           stream);
       run(instruction, bound_[index], stream, schedule_.receive_event[index]);
-      if (op.record_event >= 0) record(op.record_event, stream);
+      if (op.record_event >= 0) {
+        record(op.record_event, stream);
+        recorded_on_stream_[stream].emplace_back(index, op.record_event);
+      }
       if (options_.after_instruction) options_.after_instruction(index, stream);
     });
+    enqueueing_.store(-1);
   }
 
   void run(const Instruction& instruction, Bound& bound, StreamHandle stream,
@@ -211,18 +274,15 @@ class DeviceExecution {
   // Waits for the compute stream, into which every stream was joined, polling every
   // communicator: an NCCL failure on any of them ends the wait with its error.
   void wait_for_end() {
-    std::set<DeviceCommunicator*> used;
-    for (const Bound& bound : bound_) {
-      if (bound.comm != nullptr) used.insert(bound.comm);
-    }
+    const std::vector<DeviceCommunicator*> used = used_comms();
     const Clock::time_point since = Clock::now();
     StreamHandle compute = streams_.stream(DeviceStream::kCompute);
     while (!api_.stream_done(compute)) {
       for (DeviceCommunicator* comm : used) comm->poll();
       if (std::chrono::duration<double>(Clock::now() - since).count() > options_.timeout_s) {
         throw Error(ErrorCode::kInternal,
-                    fmt::format("rank {}: the iteration did not finish within {} s; streams "
-                                "still busy: {}",
+                    fmt::format("rank {}: the iteration did not finish within {} s "
+                                "(--watchdog-s); streams still busy: {}",
                                 program_.rank, options_.timeout_s, busy_streams()));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -230,20 +290,61 @@ class DeviceExecution {
     for (DeviceCommunicator* comm : used) comm->poll();
   }
 
+  // Where a busy stream is: between the last of its instructions whose event has fired and
+  // the first whose event has not (only instructions another stream waits on record one).
+  std::string position_on(StreamHandle stream) const {
+    const auto recorded = recorded_on_stream_.find(stream);
+    if (recorded == recorded_on_stream_.end()) return "";
+    const std::pair<size_t, int64_t>* finished = nullptr;
+    for (const auto& entry : recorded->second) {
+      if (!api_.event_done(streams_.event(entry.second))) {
+        std::string at =
+            fmt::format("on or before: {}; ",
+                        describe_instruction(plan_, program_, program_.instructions[entry.first]));
+        if (finished == nullptr) return at;
+        return at + fmt::format("after: {}; ",
+                                describe_instruction(plan_, program_,
+                                                     program_.instructions[finished->first]));
+      }
+      finished = &entry;
+    }
+    return "";  // past its last recorded instruction: on one of those enqueued after it
+  }
+
+  // Every busy stream, with where it is (position_on) and what it was last given: the
+  // instruction it is on is that one or an earlier one of the same stream; and the
+  // communicators it used, with their last operation (a peer that never joined that
+  // operation is the usual cause).
   std::string busy_streams() const {
     std::vector<std::string> busy;
+    const auto describe = [&](std::string name, StreamHandle stream) {
+      if (api_.stream_done(stream)) return;
+      const auto last = last_on_stream_.find(stream);
+      if (last == last_on_stream_.end()) {
+        busy.push_back(fmt::format("{} (no instruction of this iteration)", name));
+        return;
+      }
+      std::vector<std::string> comms;
+      for (size_t i = 0; i < bound_.size(); ++i) {
+        const DeviceCommunicator* comm = bound_[i].comm;
+        if (comm == nullptr || stream_of_instruction_[i] != stream) continue;
+        const std::string entry =
+            fmt::format("NCCL {} (last op {})", comm->name(), comm->last_op());
+        if (std::find(comms.begin(), comms.end(), entry) == comms.end()) comms.push_back(entry);
+      }
+      busy.push_back(
+          fmt::format("{} ({}last instruction enqueued: {}{}{})", name, position_on(stream),
+                      describe_instruction(plan_, program_, program_.instructions[last->second]),
+                      comms.empty() ? "" : "; ", fmt::join(comms, ", ")));
+    };
     for (int s = 0; s < kNumDeviceStreams; ++s) {
       const auto stream = static_cast<DeviceStream>(s);
-      if (!api_.stream_done(streams_.stream(stream))) {
-        busy.emplace_back(device_stream_name(stream));
-      }
+      describe(device_stream_name(stream), streams_.stream(stream));
     }
     for (int64_t peer : streams_.receive_peers()) {
-      if (!api_.stream_done(streams_.channel_stream(peer))) {
-        busy.push_back(fmt::format("receive from rank {}", peer));
-      }
+      describe(fmt::format("receive from rank {}", peer), streams_.channel_stream(peer));
     }
-    return busy.empty() ? "none" : fmt::format("{}", fmt::join(busy, ", "));
+    return busy.empty() ? "none" : fmt::format("{}", fmt::join(busy, "; "));
   }
 
   DeviceApi& api_;
@@ -257,6 +358,13 @@ class DeviceExecution {
   int64_t count_;
   DeviceDtype dtype_;
   std::vector<Bound> bound_;
+  std::vector<StreamHandle> stream_of_instruction_;  // where each instruction was enqueued
+  // The last instruction enqueued on each stream, and those that recorded an event with
+  // their events in enqueue order, for the watchdog's report.
+  std::map<StreamHandle, size_t> last_on_stream_;
+  std::map<StreamHandle, std::vector<std::pair<size_t, int64_t>>> recorded_on_stream_;
+  // The instruction being enqueued (-1: none), read by the enqueue watchdog's thread.
+  std::atomic<int64_t> enqueueing_{-1};
   int64_t waits_ = 0;
 };
 

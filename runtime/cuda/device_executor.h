@@ -17,9 +17,17 @@
 //      ncclSend on the channel to the peer; receive: a wait on the posted receive's event), then
 //      its event is recorded; options.before_instruction and after_instruction run around
 //      each (the gradient reduction's hooks, device_gradient_reducer.h);
+//      while it enqueues, a watchdog thread polls every NCCL communicator of the
+//      iteration (enqueue_watchdog.h): an asynchronous error, or enqueueing that takes
+//      longer than options.timeout_s, aborts the communicators (which returns a host stuck
+//      in an NCCL call) and fails naming the instruction being enqueued;
 //   4. every stream is joined into the compute stream and the host waits for it, polling
 //      every NCCL communicator the iteration used for asynchronous errors, up to
-//      options.timeout_s.
+//      options.timeout_s; past it the error names every busy stream with where it is (on
+//      or before the first of its instructions whose recorded event has not fired, after
+//      the last that has: only instructions another stream waits on record one), the last
+//      instruction enqueued on it, and the communicators of that stream with their last
+//      operation.
 // The host never waits inside the iteration. Every CUDA and NCCL call goes through
 // DeviceApi (device_api.h), so the tests run this executor on a recording fake. Sequential mode
 // runs every op on the compute stream in program order (receives are still posted on the channel
@@ -40,6 +48,7 @@
 #include "runtime/cuda/device_comms.h"
 #include "runtime/cuda/device_model.h"
 #include "runtime/cuda/device_streams.h"
+#include "runtime/cuda/nccl_communicator.h"
 #include "runtime/exec/stream.h"
 
 namespace dhelix::cuda {
@@ -59,8 +68,11 @@ struct DeviceExecutionOptions {
   std::function<void()> after_binding;
   /// Called with the first failure that happens after work was enqueued.
   rt::FailureHandler on_failure;
-  /// How long the host waits for the iteration's end before it declares the rank hung.
-  double timeout_s = 600.0;
+  /// How long the host enqueues, and then waits for the iteration's end, before it
+  /// declares the rank hung (dhelix-run --watchdog-s), seconds.
+  double timeout_s = kDefaultWatchdogSeconds;
+  /// How often the enqueue watchdog polls the communicators, seconds.
+  double poll_period_s = 0.01;
   /// Before each instruction, hold its stream for a pseudo-random 0..jitter_us
   /// microseconds (runtime/exec/jitter.h; the same sequence as the CPU interpreter's).
   int64_t jitter_us = 0;

@@ -2,11 +2,12 @@
 // What a rank does on its GPU before it posts its first pipeline receive, so that nothing
 // in iteration 1 can hang behind a receive kernel spinning for its peer (docs/gpu.md,
 // "iteration 1"). In order:
-//   0. before CUDA starts, before MPI_Init (cuda_environment.h): CUDA_MODULE_LOADING=EAGER,
-//      so that every module of the process (dhelix's, cuBLAS's, NCCL's) loads when the
-//      context is made, and CUDA_DEVICE_MAX_CONNECTIONS=32 (CUDA's most) so that dhelix's
-//      streams and NCCL's internal ones each get a hardware queue. A value the user set is
-//      kept: the first is then loaded explicitly (step 1) and the second checked
+//   0. before CUDA starts, before MPI_Init (cuda_environment.h): CUDA_MODULE_LOADING=LAZY
+//      (steps 1-3 load what an iteration launches; EAGER, the user's option, loads every
+//      module of the process with the context), and CUDA_DEVICE_MAX_CONNECTIONS=32 (CUDA's
+//      most) so that dhelix's streams and NCCL's internal ones each get a hardware queue. A
+//      value the user set is kept: the kernels are loaded explicitly (step 1) whatever the
+//      first says, and the second is checked
 //      (device_streams.h), against the value in effect when dhelix set it too late;
 //   1. every dhelix kernel loaded (DeviceApi::load_kernels) and the per-thread stack limit
 //      raised to the largest kernel's need: raising it later, at a launch, reconfigures

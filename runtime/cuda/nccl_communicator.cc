@@ -39,6 +39,7 @@ DeviceCommunicator::DeviceCommunicator(DeviceApi& api, int64_t size, int64_t ran
                                        DeviceCommOptions options)
     : api_(api), size_(size), rank_(rank), name_(std::move(name)), options_(options) {
   DHELIX_CHECK(size_ >= 1 && rank_ >= 0 && rank_ < size_);
+  if (!has_nccl()) return;  // a group of one: no NCCL communicator, no streams
   try {
     CommId id{};
     if (rank_ == 0) id = api_.comm_unique_id();
@@ -57,6 +58,7 @@ std::unique_ptr<DeviceCommunicator> DeviceCommunicator::create_over_mpi(DeviceAp
   int rank = 0;
   MPI_Comm_size(group, &size);
   MPI_Comm_rank(group, &rank);
+  // A group of one shares nothing (its constructor never asks for the id).
   const auto share_id = [&](CommId& id) {
     const int status = MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, group);
     if (status != MPI_SUCCESS) {
@@ -74,6 +76,16 @@ void DeviceCommunicator::destroy() noexcept {
   if (comm_ == nullptr || aborted_.load()) return;
   api_.comm_destroy(comm_);
   comm_ = nullptr;
+}
+
+std::string DeviceCommunicator::last_op() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_op_;
+}
+
+void DeviceCommunicator::abort() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (comm_ != nullptr && !aborted_.exchange(true)) api_.comm_abort(comm_);
 }
 
 std::string DeviceCommunicator::describe() const {
@@ -98,7 +110,7 @@ template <class Call>
 void DeviceCommunicator::enqueue(const char* op, Call&& call) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (aborted_.load() || comm_ == nullptr) {
+    if (aborted_.load() || (comm_ == nullptr && has_nccl())) {
       throw Error(ErrorCode::kInternal,
                   fmt::format("{}: {}: the communicator was {}", describe(), op,
                               aborted_.load() ? "aborted after an earlier failure" : "destroyed"));
@@ -112,15 +124,24 @@ void DeviceCommunicator::enqueue(const char* op, Call&& call) {
   }
 }
 
+// A group of one's collective: `in` to `out` on the stream (nothing when they are one).
+void DeviceCommunicator::copy_alone(const void* in, void* out, int64_t count, DeviceDtype dtype,
+                                    StreamHandle stream) {
+  if (in != out) api_.copy_device(out, in, count * device_dtype_bytes(dtype), stream);
+}
+
 void DeviceCommunicator::all_gather(const void* in, int64_t count, DeviceDtype dtype, void* out,
                                     StreamHandle stream) {
-  enqueue("all_gather",
-          [&] { api_.collective(comm_, CollectiveOp::kAllGather, in, out, count, dtype, stream); });
+  enqueue("all_gather", [&] {
+    if (!has_nccl()) return copy_alone(in, out, count, dtype, stream);
+    api_.collective(comm_, CollectiveOp::kAllGather, in, out, count, dtype, stream);
+  });
 }
 
 void DeviceCommunicator::reduce_scatter_sum(const void* in, int64_t count, DeviceDtype dtype,
                                             void* out, StreamHandle stream) {
   enqueue("reduce_scatter", [&] {
+    if (!has_nccl()) return copy_alone(in, out, count, dtype, stream);
     api_.collective(comm_, CollectiveOp::kReduceScatterSum, in, out, count, dtype, stream);
   });
 }
@@ -128,6 +149,7 @@ void DeviceCommunicator::reduce_scatter_sum(const void* in, int64_t count, Devic
 void DeviceCommunicator::all_reduce_sum(void* inout, int64_t count, DeviceDtype dtype,
                                         StreamHandle stream) {
   enqueue("all_reduce", [&] {
+    if (!has_nccl()) return;  // the sum of one
     api_.collective(comm_, CollectiveOp::kAllReduceSum, inout, inout, count, dtype, stream);
   });
 }
@@ -135,12 +157,20 @@ void DeviceCommunicator::all_reduce_sum(void* inout, int64_t count, DeviceDtype 
 void DeviceCommunicator::send(const void* data, int64_t count, DeviceDtype dtype, int64_t peer,
                               StreamHandle stream) {
   DHELIX_CHECK(peer >= 0 && peer < size_);
+  if (!has_nccl()) {
+    throw Error(ErrorCode::kInternal,
+                fmt::format("{}: send: a group of one has no peer", describe()));
+  }
   enqueue("send", [&] { api_.send(comm_, data, count, dtype, peer, stream); });
 }
 
 void DeviceCommunicator::recv(void* data, int64_t count, DeviceDtype dtype, int64_t peer,
                               StreamHandle stream) {
   DHELIX_CHECK(peer >= 0 && peer < size_);
+  if (!has_nccl()) {
+    throw Error(ErrorCode::kInternal,
+                fmt::format("{}: recv: a group of one has no peer", describe()));
+  }
   enqueue("recv", [&] { api_.recv(comm_, data, count, dtype, peer, stream); });
 }
 

@@ -22,6 +22,12 @@
 // enqueued: "rank 3: NCCL group tp (member 1 of 2): all_gather: ncclRemoteError: ...
 // (communicator aborted)". An aborted communicator refuses every later call.
 //
+// A group of one (an expert-data-parallel group when ep = dp x cp, say) has no NCCL
+// communicator and so none of NCCL's streams: its collectives are device copies on the
+// stream (all_gather and reduce_scatter copy in to out, all_reduce does nothing, the ring
+// step and the all-to-all copy this member's own share), and point-to-point calls are
+// refused (a member has no peer).
+//
 // Destroying is collective over the members (NCCL's ncclCommDestroy documentation: it
 // frees resources shared with the peers and may wait for them), so the owner destroys its
 // communicators in one agreed order on every rank (device_comms.h); the destructor only
@@ -44,9 +50,20 @@
 
 namespace dhelix::cuda {
 
+/// How long a host wait for the device (an iteration's end, a communicator's wait, the
+/// warm-up) and the enqueueing of an iteration may take before dhelix declares the rank hung
+/// and names what is busy: dhelix-run --watchdog-s's default, seconds. Five minutes: ten times
+/// the longest iteration the planner's presets reach (tens of seconds) with iteration 1's
+/// kernel loads and NCCL connections on top, so a slow step is never taken for a hang; and
+/// half of ctest's 600 s and well under a batch scheduler's limits, so the report is written
+/// before an outer timeout kills the job silently. Every GPU of the job idles while it
+/// waits; a job that knows its iterations are short sets less (the tests set 60).
+inline constexpr int64_t kDefaultWatchdogSeconds = 300;
+
 struct DeviceCommOptions {
-  /// How long wait() lets a stream run before it declares the group hung, seconds.
-  double timeout_s = 600.0;
+  /// How long wait() lets a stream run before it declares the group hung, seconds
+  /// (dhelix-run --watchdog-s; its default, kDefaultWatchdogSeconds, is why).
+  double timeout_s = kDefaultWatchdogSeconds;
   /// This process's world rank, for messages (-1: not given).
   int64_t world_rank = -1;
   /// Thread blocks each kernel of the communicator may occupy at most; 0: NCCL's default
@@ -70,6 +87,8 @@ class DeviceCommunicator {
   DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
 
   int64_t size() const { return size_; }
+  /// Whether NCCL backs it (false for a group of one: the file comment).
+  bool has_nccl() const { return size_ > 1; }
   int64_t rank() const { return rank_; }
   const std::string& name() const { return name_; }
 
@@ -115,10 +134,16 @@ class DeviceCommunicator {
   /// Blocks the host until `stream` has finished its work, polling; aborts and throws on an
   /// asynchronous error or after options.timeout_s. For set-up and between iterations only.
   void wait(StreamHandle stream);
+  /// Aborts the communicator (local; ends NCCL calls and kernels waiting for a peer) without
+  /// throwing: the enqueue watchdog's way to get a host stuck inside an NCCL call back
+  /// (enqueue_watchdog.h). Thread-safe; nothing for an aborted or destroyed one.
+  void abort() noexcept;
   /// Destroys the communicator now (collective: every member calls it at the same point
   /// of the agreed order). Nothing for an aborted or destroyed one.
   void destroy() noexcept;
   bool aborted() const { return aborted_.load(); }
+  /// The last operation enqueued ("all_gather"; "init" before any), for hang reports.
+  std::string last_op() const;
 
  private:
   template <class Call>
@@ -128,6 +153,7 @@ class DeviceCommunicator {
   template <class Calls>
   void grouped(Calls&& calls);
   [[noreturn]] void abort_and_throw(const std::string& what);
+  void copy_alone(const void* in, void* out, int64_t count, DeviceDtype dtype, StreamHandle stream);
   std::string describe() const;
 
   DeviceApi& api_;

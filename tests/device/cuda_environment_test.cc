@@ -32,14 +32,14 @@ struct FakeEnvironment {
 TEST(CudaEnvironment, SetOnlyWhereTheUserLeftItUnset) {
   FakeEnvironment env{{{"CUDA_DEVICE_MAX_CONNECTIONS", "16"}}};
   const auto settings = env.prepare(/*cuda_started=*/false);
-  EXPECT_EQ(env.values.at("CUDA_MODULE_LOADING"), "EAGER");
+  EXPECT_EQ(env.values.at("CUDA_MODULE_LOADING"), "LAZY");
   EXPECT_EQ(env.values.at("CUDA_DEVICE_MAX_CONNECTIONS"), "16");  // the user's, kept
   EXPECT_EQ(env.values.at("NCCL_RUNTIME_CONNECT"), "0");
   ASSERT_EQ(settings.size(), 3u);
   EXPECT_TRUE(settings[0].set_by_dhelix);
   EXPECT_FALSE(settings[1].set_by_dhelix);
   EXPECT_TRUE(settings[0].in_effect && settings[1].in_effect);
-  EXPECT_EQ(value_in_effect(settings, "CUDA_MODULE_LOADING"), "EAGER");
+  EXPECT_EQ(value_in_effect(settings, "CUDA_MODULE_LOADING"), "LAZY");
   EXPECT_EQ(value_in_effect(settings, "CUDA_DEVICE_MAX_CONNECTIONS"), "16");
   EXPECT_TRUE(late_setting_notes(settings).empty());
 }

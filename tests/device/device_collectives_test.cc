@@ -202,6 +202,36 @@ TEST(DeviceAllToAllV, AGroupOfOneOnlyCopies) {
   EXPECT_EQ(calls[1].count, 32);
 }
 
+// A group of one has no NCCL communicator (nccl_communicator.h): nothing is asked of NCCL,
+// not even an id; its collectives are copies on the stream; it has no peer to send to.
+TEST(DeviceGroupOfOne, HasNoNcclCommunicatorAndCopiesOnTheStream) {
+  Group g(1);
+  EXPECT_FALSE(g.comms[0]->has_nccl());
+  for (const DeviceCall& call : g.devices[0]->calls()) {
+    EXPECT_NE(call.kind, Kind::kCommInit);
+    EXPECT_NE(call.kind, Kind::kUniqueId);
+  }
+  g.comms[0]->all_gather(fake<float>(64), 10, DeviceDtype::kBFloat16, fake<float>(256),
+                         g.stream[0]);
+  g.comms[0]->reduce_scatter_sum(fake<float>(64), 10, DeviceDtype::kFloat32, fake<float>(512),
+                                 g.stream[0]);
+  g.comms[0]->all_reduce_sum(fake<float>(64), 10, DeviceDtype::kFloat32, g.stream[0]);
+  g.comms[0]->poll();
+  const std::vector<DeviceCall> calls = g.enqueued(0);
+  ASSERT_EQ(calls.size(), 2u);  // the all-reduce of one member is nothing
+  EXPECT_EQ(calls[0].kind, Kind::kCopy);
+  EXPECT_EQ(calls[0].address, 256);
+  EXPECT_EQ(calls[0].count, 20);  // bytes
+  EXPECT_EQ(calls[1].kind, Kind::kCopy);
+  EXPECT_EQ(calls[1].address, 512);
+  EXPECT_EQ(calls[1].count, 40);
+  for (const DeviceCall& call : g.devices[0]->calls()) {
+    EXPECT_NE(call.kind, Kind::kCollective);
+    EXPECT_NE(call.kind, Kind::kAsyncError);  // nothing to poll
+  }
+  EXPECT_THROW(g.comms[0]->send(fake<float>(64), 10, DeviceDtype::kFloat32, 0, g.stream[0]), Error);
+}
+
 TEST(DeviceRingExchange, RefusedOnAnAbortedCommunicator) {
   Group g(2);
   g.comms[0]->destroy();
@@ -210,7 +240,7 @@ TEST(DeviceRingExchange, RefusedOnAnAbortedCommunicator) {
                Error);
 }
 
-TEST(ModelCommSetup, TpAlwaysDpWithoutCpTheRingAndDpCpWithIt) {
+TEST(ModelCommSetup, TpAboveOneDpWithoutCpTheRingAndDpCpWithIt) {
   const auto dims = [](const DeviceCommSetup& setup) {
     std::vector<std::pair<ParallelDim, DeviceStream>> out;
     for (const CollectiveSlot& slot : setup.collectives) out.emplace_back(slot.dim, slot.stream);
@@ -219,6 +249,10 @@ TEST(ModelCommSetup, TpAlwaysDpWithoutCpTheRingAndDpCpWithIt) {
   using D = ParallelDim;
   using S = DeviceStream;
   ParallelSpec p;
+  // A group of one needs no NCCL communicator (nor its NCCL streams): none at tp = 1.
+  p.tp = 1;
+  EXPECT_EQ(dims(model_comm_setup(p)), (std::vector<std::pair<D, S>>{}));
+  EXPECT_EQ(comm_footprint(model_comm_setup(p), {}).communicators, 0);
   p.tp = 2;
   EXPECT_EQ(dims(model_comm_setup(p)),
             (std::vector<std::pair<D, S>>{
@@ -242,16 +276,17 @@ TEST(ModelCommSetup, TpAlwaysDpWithoutCpTheRingAndDpCpWithIt) {
   ParallelSpec e;
   e.dp = 2;
   e.ep = 2;
-  EXPECT_EQ(dims(model_comm_setup(e)), (std::vector<std::pair<D, S>>{{D::kTp, S::kCompute},
-                                                                     {D::kTp, S::kLocalComm},
-                                                                     {D::kTp, S::kCrossComm},
-                                                                     {D::kDp, S::kCompute},
+  EXPECT_EQ(dims(model_comm_setup(e)), (std::vector<std::pair<D, S>>{{D::kDp, S::kCompute},
                                                                      {D::kEp, S::kCompute},
                                                                      {D::kEp, S::kLocalComm},
                                                                      {D::kEp, S::kCrossComm}}));
   EXPECT_FALSE(model_comm_setup(e).gradient_group);
   EXPECT_TRUE(model_comm_setup(e).expert_gradient_group);
-  EXPECT_EQ(comm_footprint(model_comm_setup(e), {}).communicators, 8);
+  EXPECT_EQ(model_comm_setup(e).expert_gradient_group_size, 1);  // dp x cp / ep
+  // tp = 1: no TP; the expert group of one: no NCCL communicator either.
+  EXPECT_EQ(comm_footprint(model_comm_setup(e), {}).communicators, 4);
+  e.dp = 4;
+  EXPECT_EQ(comm_footprint(model_comm_setup(e), {}).communicators, 5);
 }
 
 }  // namespace

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "lib/error.h"
 
 namespace dhelix::cuda::testing {
 
@@ -62,6 +66,8 @@ const char* device_call_name(Kind kind) {
       return "async_error";
     case Kind::kAllocate:
       return "allocate";
+    case Kind::kZero:
+      return "zero";
     case Kind::kFree:
       return "free";
     case Kind::kKernel:
@@ -144,6 +150,19 @@ void RecordingDevice::record_event(EventHandle event, StreamHandle stream) {
     call.event = id(event);
     add(std::move(call));
   }
+  const auto stuck = stuck_streams_.find(id(stream));
+  event_stuck_[id(event)] = stuck != stuck_streams_.end() && stuck->second-- <= 0;
+}
+
+bool RecordingDevice::event_done(EventHandle event) {
+  {
+    DeviceCall call;
+    call.kind = Kind::kQuery;
+    call.event = id(event);
+    add(std::move(call));
+  }
+  const auto stuck = event_stuck_.find(id(event));
+  return stuck == event_stuck_.end() || !stuck->second;
 }
 
 void RecordingDevice::wait_event(StreamHandle stream, EventHandle event) {
@@ -163,7 +182,7 @@ bool RecordingDevice::stream_done(StreamHandle stream) {
     call.stream = id(stream);
     add(std::move(call));
   }
-  return true;
+  return !stuck_streams_.contains(id(stream));
 }
 
 double RecordingDevice::elapsed_ms(EventHandle start, EventHandle end) {
@@ -275,6 +294,8 @@ void RecordingDevice::comm_abort(CommHandle comm) noexcept {
     call.comm = id(comm);
     add(std::move(call));
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  aborted_.insert(id(comm));
 }
 
 void RecordingDevice::collective(CommHandle comm, CollectiveOp op, const void* /*in*/,
@@ -303,6 +324,24 @@ void RecordingDevice::send(CommHandle comm, const void* data, int64_t count, Dev
     call.dtype = dtype;
     call.address = id(data);
     add(std::move(call));
+  }
+  if (block_sends_s_ <= 0) return;
+  // Blocked as NCCL is on a dead peer: until the communicator is aborted.
+  const auto since = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (aborted_.contains(id(comm))) {
+        throw Error(ErrorCode::kInternal, "ncclSend: the communicator was aborted");
+      }
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count() >
+        block_sends_s_) {
+      throw Error(
+          ErrorCode::kInternal,
+          fmt::format("send blocked for {} s and nobody aborted its communicator", block_sends_s_));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
@@ -351,7 +390,19 @@ std::optional<std::string> RecordingDevice::comm_async_error(CommHandle comm) {
     call.comm = id(comm);
     add(std::move(call));
   }
-  return std::nullopt;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto error = comm_errors_.find(id(comm));
+  if (error == comm_errors_.end()) return std::nullopt;
+  return error->second;
+}
+
+void RecordingDevice::zero_async(void* data, int64_t bytes, StreamHandle stream) {
+  DeviceCall call;
+  call.kind = Kind::kZero;
+  call.stream = id(stream);
+  call.count = bytes;
+  call.address = id(data);
+  add(std::move(call));
 }
 
 void* RecordingDevice::allocate_scratch(int64_t bytes) {

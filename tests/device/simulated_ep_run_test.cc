@@ -140,13 +140,12 @@ TEST_P(SimulatedEpRun, EpAndExpertGroupsAreWarmedAndEveryGemmShapeIsWarmed) {
     int64_t ep = 0, expert = 0;
     for (const auto& [comm, label] : labels) {
       ep += is_ep(label) ? 1 : 0;
-      if (label.starts_with("expert dp ranks ")) {
-        ++expert;
-        EXPECT_EQ(members_of(label), std::vector<int64_t>{r.rank}) << label;  // dp 2 / ep 2
-      }
+      expert += label.starts_with("expert dp ranks ") ? 1 : 0;
     }
     EXPECT_EQ(ep, 3) << "rank " << r.rank;
-    EXPECT_EQ(expert, 1) << "rank " << r.rank;
+    // The expert-data-parallel group, dp 2 / ep 2 = one member, has no NCCL communicator
+    // (nccl_communicator.h: a group of one).
+    EXPECT_EQ(expert, 0) << "rank " << r.rank;
     const size_t iteration = marker(r.calls, "iteration 1");
     std::set<int64_t> warmed;
     std::set<GemmShape> gemms;

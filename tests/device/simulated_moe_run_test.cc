@@ -151,6 +151,27 @@ TEST_P(SimulatedMoeRun, EveryCommunicatorsMembersAgreeCallForCall) {
   EXPECT_FALSE(sent.empty());
 }
 
+// A group of one needs no NCCL communicator: at tp = 1 no rank creates a TP one, and the
+// expert-data-parallel group (dp x cp / ep: one member in every example) is local; the
+// NCCL streams counted against the hardware queues are those of the communicators made
+// (before, three TP communicators and the expert group were made and warmed regardless).
+TEST_P(SimulatedMoeRun, NoCommunicatorForAGroupOfOne) {
+  const ParallelSpec& parallel = current().job.parallel;
+  ASSERT_EQ(parallel.dp * parallel.cp / parallel.ep, 1) << "every variant's expert group is 1";
+  for (const RankRecord& r : run()) {
+    int64_t inits = 0;
+    for (const DeviceCall& call : r.calls) {
+      if (call.kind != Kind::kCommInit) continue;
+      ++inits;
+      EXPECT_FALSE(call.label.starts_with("expert dp")) << "rank " << r.rank << ": " << call.label;
+      if (parallel.tp == 1) {
+        EXPECT_FALSE(call.label.starts_with("tp")) << "rank " << r.rank << ": " << call.label;
+      }
+    }
+    EXPECT_EQ(r.library_streams, 2 * inits) << "rank " << r.rank;  // the fake's 2 per comm
+  }
+}
+
 TEST_P(SimulatedMoeRun, NoHostSynchronisationInsideAnIteration) {
   for (const RankRecord& r : run()) {
     for (int64_t k = 1; k <= 2; ++k) {

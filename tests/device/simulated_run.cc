@@ -158,7 +158,8 @@ std::unique_ptr<DeviceGradientReducer> make_reducer(const World& world, Recordin
 
 RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, int64_t iterations,
                          const std::string& max_connections,
-                         const std::optional<SimulatedReduction>& reduction) {
+                         const std::optional<SimulatedReduction>& reduction,
+                         const BeforeExecute& before_execute) {
   RecordingDevice device;
   RankRecord record;
   record.rank = rank;
@@ -245,6 +246,9 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
         }
         options.synchronize_after_binding = !reduction->overlap_gather;
       }
+      if (before_execute) {
+        before_execute(rank, device, session.streams(), session.comms(), options);
+      }
       execute_device_program(device, world.plan, program, on_device, session.comms(),
                              session.streams(), std::move(options));
       if (!reducer) continue;
@@ -268,7 +272,8 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
 
 std::vector<RankRecord> simulate_run(const Plan& plan, const JobSpec& job, ExecutionMode mode,
                                      int64_t iterations, const std::string& max_connections,
-                                     std::optional<SimulatedReduction> reduction) {
+                                     std::optional<SimulatedReduction> reduction,
+                                     BeforeExecute before_execute) {
   World world{.plan = plan,
               .job = job,
               .placement = Placement(job.parallel, job.cluster.gpus_per_node),
@@ -280,7 +285,8 @@ std::vector<RankRecord> simulate_run(const Plan& plan, const JobSpec& job, Execu
   }
   std::vector<RankRecord> records;
   for (int64_t r = 0; r < ranks; ++r) {
-    records.push_back(simulate_rank(world, r, mode, iterations, max_connections, reduction));
+    records.push_back(
+        simulate_rank(world, r, mode, iterations, max_connections, reduction, before_execute));
   }
   return records;
 }

@@ -7,6 +7,7 @@
 // world ranks so that logs of different ranks can be compared.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,9 @@
 #include "lib/job_spec.h"
 #include "lib/plan/plan.h"
 #include "lib/plan/rank_program.h"
+#include "runtime/cuda/device_comms.h"
+#include "runtime/cuda/device_executor.h"
+#include "runtime/cuda/device_streams.h"
 #include "runtime/train/gradient_reduction.h"
 #include "tests/device/recording_device.h"
 
@@ -48,12 +52,19 @@ struct SimulatedReduction {
   bool mark_instructions = false;
 };
 
+/// Called on every rank right before each execute_device_program: a test's faults
+/// (RecordingDevice::stick_stream, ...) and executor options (the watchdog's timeout).
+using BeforeExecute =
+    std::function<void(int64_t rank, RecordingDevice& device, DeviceStreams& streams,
+                       DeviceCommDirectory& comms, DeviceExecutionOptions& options)>;
+
 /// Runs `iterations` iterations of every rank's program of `mode` (and sets up for both
 /// modes, as dhelix-run does), with CUDA_DEVICE_MAX_CONNECTIONS = `max_connections`; with
 /// `reduction`, the gradients are reduced as it says (set up before "activations laid
 /// out", which then marks the end of the set-up).
 std::vector<RankRecord> simulate_run(const Plan& plan, const JobSpec& job, ExecutionMode mode,
                                      int64_t iterations, const std::string& max_connections = "32",
-                                     std::optional<SimulatedReduction> reduction = std::nullopt);
+                                     std::optional<SimulatedReduction> reduction = std::nullopt,
+                                     BeforeExecute before_execute = nullptr);
 
 }  // namespace dhelix::cuda::testing

@@ -4,7 +4,7 @@
 # which CUDA ignores CUDA_MODULE_LOADING and CUDA_DEVICE_MAX_CONNECTIONS. A preloaded
 # library (mpi_init_probe.cc) prints both as MPI_Init_thread sees them; no GPU is needed
 # (the runs then stop at "no CUDA device found", after MPI_Init).
-#   * dhelix-run --backend cuda and dhelix-profile --backend cuda: EAGER, 32 and
+#   * dhelix-run --backend cuda and dhelix-profile --backend cuda: LAZY, 32 and
 #     NCCL_RUNTIME_CONNECT=0 at MPI_Init;
 #   * a user's value is kept; --backend cpu leaves both unset.
 # Usage: cuda_environment_order_test.sh BIN_DIR SOURCE_DIR PROBE_LIBRARY <ON|OFF: with CUDA>
@@ -56,18 +56,18 @@ expect() {
   echo "ok    $name"
 }
 
-expect "dhelix-run --backend cuda" CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 \
+expect "dhelix-run --backend cuda" CUDA_MODULE_LOADING=LAZY CUDA_DEVICE_MAX_CONNECTIONS=32 \
   NCCL_RUNTIME_CONNECT=0 -- \
   "$bin/dhelix-run" --backend cuda --plan "$plan" --data "$corpus" --steps 1
-expect "dhelix-run --backend=cuda" CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 -- \
+expect "dhelix-run --backend=cuda" CUDA_MODULE_LOADING=LAZY CUDA_DEVICE_MAX_CONNECTIONS=32 -- \
   "$bin/dhelix-run" --plan "$plan" --data "$corpus" --steps 1 --backend=cuda
-expect "dhelix-run keeps the user's value" CUDA_MODULE_LOADING=EAGER \
-  CUDA_DEVICE_MAX_CONNECTIONS=24 -- env CUDA_DEVICE_MAX_CONNECTIONS=24 \
+expect "dhelix-run keeps the user's values (EAGER: the option)" CUDA_MODULE_LOADING=EAGER \
+  CUDA_DEVICE_MAX_CONNECTIONS=24 -- env CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=24 \
   "$bin/dhelix-run" --backend cuda --plan "$plan" --data "$corpus" --steps 1
 expect "dhelix-run --backend cpu sets nothing" "CUDA_MODULE_LOADING=<unset>" \
   "CUDA_DEVICE_MAX_CONNECTIONS=<unset>" "NCCL_RUNTIME_CONNECT=<unset>" -- \
   "$bin/dhelix-run" --backend cpu --plan "$plan" --data "$work/missing.txt" --steps 1
-expect "dhelix-profile --backend cuda" CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 \
+expect "dhelix-profile --backend cuda" CUDA_MODULE_LOADING=LAZY CUDA_DEVICE_MAX_CONNECTIONS=32 \
   NCCL_RUNTIME_CONNECT=0 -- \
   "$bin/dhelix-profile" --backend cuda "$job" -o "$work/p.json"
 

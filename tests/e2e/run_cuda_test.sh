@@ -19,6 +19,7 @@
 #     after-iteration reduction's bit for bit.
 #   * Without a GPU also: the DP reduction's flags reach the device (none refused by name).
 #   * With exactly 1 GPU: skipped (exit 77): every shipped plan needs 2 ranks or more.
+#   * Every run: --watchdog-s WATCHDOG_S (60) and mpirun under `timeout` (see run()).
 # Usage: run_cuda_test.sh BIN_DIR SOURCE_DIR <ON|OFF: built with CUDA>
 set -uo pipefail
 bin=${1:?usage: run_cuda_test.sh BIN_DIR SOURCE_DIR ON|OFF}
@@ -32,11 +33,23 @@ plans=$src/examples/plans
 failures=0
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# Hangs: dhelix's watchdog gives up on any wait for the GPU after WATCHDOG_S and names the
+# busy streams and communicators (docs/gpu.md); mpirun runs under `timeout` with RUN_LIMIT_S,
+# the watchdog's time plus a margin for start-up (MPI, CUDA, NCCL) and the steps, so that a
+# hang the watchdog misses still ends this run (exit 124, said so) instead of ctest killing
+# the whole script without a word; ctest's own TIMEOUT stays above both.
+WATCHDOG_S=${WATCHDOG_S:-60}
+RUN_LIMIT_S=${RUN_LIMIT_S:-$((WATCHDOG_S + 120))}
 run() { # run RANKS ARGS...: dhelix-run --backend cuda under mpirun, output in $work/out
-  local ranks=$1
+  local ranks=$1 status=0
   shift
-  mpirun --oversubscribe -np "$ranks" "$bin/dhelix-run" --backend cuda --data "$corpus" "$@" \
-    >"$work/out" 2>&1
+  timeout --kill-after=10 "$RUN_LIMIT_S" mpirun --oversubscribe -np "$ranks" "$bin/dhelix-run" \
+    --backend cuda --watchdog-s "$WATCHDOG_S" --data "$corpus" "$@" >"$work/out" 2>&1 || status=$?
+  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    echo "HANG: mpirun -np $ranks dhelix-run $* ran past ${RUN_LIMIT_S} s and was killed" \
+      "(the watchdog, --watchdog-s $WATCHDOG_S, did not end it); its output:" >>"$work/out"
+  fi
+  return "$status"
 }
 loss_bits() { # loss_bits LOG STEP: the loss bits of that step in a --loss-log file
   grep "\"step\": $2," "$1" | sed 's/.*"loss_bits": "\([^"]*\)".*/\1/'

@@ -50,6 +50,13 @@ expect_once() {
 expect_once 3 "dhelix-run: error: $work/missing.json: cannot open file for reading" \
   --plan "$work/missing.json" --data "$corpus" --steps 1
 expect_once 2 "--tensor-parallel" --plan "$plan" --data "$corpus" --tensor-parallel 2
+# --watchdog-s (cuda backend): the flag, the value and the rule.
+expect_once 2 "--watchdog-s: 0 is too small: give a whole number from 1 to 86400" \
+  --plan "$plan" --data "$corpus" --steps 1 --backend cuda --watchdog-s 0
+expect_once 2 "--watchdog-s: \"5s\" is not an integer" --plan "$plan" --data "$corpus" \
+  --steps 1 --backend cuda --watchdog-s 5s
+expect_once 2 "--watchdog-s 30: the watchdog watches CUDA streams and NCCL communicators; it needs \
+--backend cuda (the backend is cpu)" --plan "$plan" --data "$corpus" --steps 1 --watchdog-s 30
 expect_once 2 "holds no checkpoint" --plan "$plan" --data "$corpus" --steps 1 --resume \
   --checkpoint-dir "$work/empty"
 # Rank 0 alone checks the plan: the other ranks stop without a word of their own.

@@ -9,6 +9,7 @@
 
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/cuda/attention_self_check.h"
+#include "runtime/cuda/cuda_device_api.h"
 #include "runtime/cuda/cudnn_sdpa.h"
 #include "runtime/cuda/sdpa_graph.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -108,7 +109,10 @@ TEST(CudnnAttention, TheSetUpChoosesCudnnOnThisGpu) {
   DHELIX_REQUIRE_CUDNN(sdpa);
   AttentionSetup setup;
   setup.shape = kShape;
-  const AttentionDecision decision = prepare_attention_path(*sdpa, setup, nullptr);
+  CudaDeviceApi api;  // the self-check runs on a non-blocking stream, as at set-up
+  const StreamHandle stream = api.create_stream(/*high_priority=*/false);
+  const AttentionDecision decision = prepare_attention_path(api, *sdpa, setup, stream);
+  api.destroy_stream(stream);
   EXPECT_EQ(decision.path, AttentionPath::kCudnn) << decision.reason;
   std::cout << "attention: " << decision.reason << "\n";
 }
