@@ -50,9 +50,11 @@ struct CpuProfileOptions {
 /// ops, 1 when it has none.
 int64_t cpu_ranks_needed(const ProfileSpace& space);
 
-/// Throws Error(kInvalidInput) unless world_size equals cpu_ranks_needed(space):
-/// "the cpu backend measures tp-2 collectives with 2 ranks: run mpirun -np 2
-/// dhelix-profile ... (this run has 1 rank)".
+/// Throws Error(kInvalidInput) unless world_size is a positive multiple of
+/// cpu_ranks_needed(space): "the cpu backend measures tp-2 collectives with 2 ranks: run
+/// mpirun -np 2 dhelix-profile ..., or a multiple of 2 (this run has 3 ranks)". With a
+/// multiple, every group of that many ranks measures at once (the host as busy as in a run
+/// with as many ranks); the profile holds rank 0's times.
 void check_cpu_world_size(const ProfileSpace& space, int64_t world_size);
 
 /// Measures the profile of `job`. Collective over MPI_COMM_WORLD, which must be initialised

@@ -1,6 +1,7 @@
 #include "profiler/cpu/cpu_timing.h"
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -95,10 +96,15 @@ std::vector<PairSample> time_pair_samples(const TimingOptions& options,
   // Two phases per run: "start" releases both bodies together, "end" hands b's times to
   // the calling thread before the next run's before_each.
   std::barrier sync(2);
+  // The run whose body b has started. Body a waits for it: a helper the scheduler wakes
+  // late (it shares the rank's core with a, which would keep it for a whole time slice)
+  // would otherwise start b after a ended, and the pair would time the harness, not a co-run.
+  std::atomic<int64_t> b_started{-1};
   std::thread helper([&] {
     for (size_t i = 0; i < start_b.size(); ++i) {
       sync.arrive_and_wait();
       start_b[i] = clock();
+      b_started.store(static_cast<int64_t>(i), std::memory_order_release);
       run_guarded(body_b, error_b);
       end_b[i] = clock();
       sync.arrive_and_wait();
@@ -109,6 +115,7 @@ std::vector<PairSample> time_pair_samples(const TimingOptions& options,
     const auto index = static_cast<size_t>(i);
     if (!error_a) run_guarded(before_each, error_a);
     sync.arrive_and_wait();
+    while (b_started.load(std::memory_order_acquire) < i) std::this_thread::yield();
     const double start_a = clock();
     run_guarded(body_a, error_a);
     const double end_a = clock();

@@ -35,7 +35,7 @@ fail() { failed=$((failed + 1)); echo "FAIL  $1: $2"; }
 # --- 1. one rank cannot measure tp-2 collectives --------------------------------------------
 "$profile" --backend cpu "$job" -o "$scratch/alone.json" >"$scratch/stdout" 2>"$scratch/stderr"
 status=$?
-expected="dhelix-profile: error: the cpu backend measures tp-2 collectives with 2 ranks: run mpirun -np 2 dhelix-profile ... (this run has 1 rank)"
+expected="dhelix-profile: error: the cpu backend measures tp-2 collectives with 2 ranks: run mpirun -np 2 dhelix-profile ..., or a multiple of 2 (this run has 1 rank)"
 if [ "$status" -ne 2 ]; then
   fail "one rank" "exit $status, expected 2"
 elif [ "$(cat "$scratch/stderr")" != "$expected" ]; then

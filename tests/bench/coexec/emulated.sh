@@ -13,17 +13,18 @@
 # (and OUT/results.jsonl), and keeps every raw file in OUT.
 #
 # Usage: tests/bench/coexec/emulated.sh BUILD_DIR [OUT_DIR]
-#   env: JOBS="tp2-h256:2:2 cp2-tp2-h256:4:2 ep2-h256:2:2" (job:run ranks:profile ranks, the
-#        profile's being the largest group's size; job files beside this script)
-#        RATES="5gbit@20us 2gbit@20us 1gbit@20us none"   STEPS=6
+#   env: JOBS="tp2-h256:2:2 cp2-tp2-h256:4:4 ep2-h256:2:2" (job:run ranks:profile ranks; the
+#        profile's a multiple of the largest group, as many as the run's so that the host
+#        is as busy while profiling as in the run; job files beside this script)
+#        RATES="5gbit@20us 2gbit@20us 1gbit@20us 500mbit@20us none"   STEPS=6
 set -euo pipefail
 build=$(cd "${1:?usage: emulated.sh BUILD_DIR [OUT_DIR]}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../../.." && pwd)
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
-jobs=${JOBS:-"tp2-h256:2:2 cp2-tp2-h256:4:2 ep2-h256:2:2"}
-rates=${RATES:-"5gbit@20us 2gbit@20us 1gbit@20us none"}
+jobs=${JOBS:-"tp2-h256:2:2 cp2-tp2-h256:4:4 ep2-h256:2:2"}
+rates=${RATES:-"5gbit@20us 2gbit@20us 1gbit@20us 500mbit@20us none"}
 steps=${STEPS:-6}
 data=$src/examples/data/corpus.txt
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
