@@ -150,30 +150,30 @@ Profile measure_on_cuda(const ProfileOptions& options, const JobSpec& job, const
 void check_flag_combinations(const ProfileOptions& options) {
   const CLI::App& app = *options.app;
   if (options.list) {
-    refuse_flags_with(app, "--list", "times nothing and writes no profile",
-                      {"-o", "--samples", "--warmup", "--blas-threads", "--max-samples",
-                       "--emulate-link"},
-                      "drop --list to profile");
+    refuse_flags_with(
+        app, "--list", "times nothing and writes no profile",
+        {"-o", "--samples", "--warmup", "--blas-threads", "--max-samples", "--emulate-link"},
+        "drop --list to profile");
     return;
   }
   if (options.output.empty()) {
     throw Error(ErrorCode::kInvalidInput, "<flags>: -o: an output file is required (or --list)");
   }
   if (!options.from_trace.empty()) {
-    refuse_flags_with(app, "--from-trace", "reads measured timelines, it runs nothing",
-                      {"--backend", "--samples", "--warmup", "--blas-threads", "--max-samples",
-                       "--emulate-link"},
-                      "drop them, or drop --from-trace to measure");
+    refuse_flags_with(
+        app, "--from-trace", "reads measured timelines, it runs nothing",
+        {"--backend", "--samples", "--warmup", "--blas-threads", "--max-samples", "--emulate-link"},
+        "drop them, or drop --from-trace to measure");
     return;
   }
   if (!options.base.empty()) {
     throw Error(ErrorCode::kInvalidInput, "<flags>: --base is only read with --from-trace");
   }
   if (options.backend == "model") {
-    refuse_flags_with(app, "--backend model", "computes times, it measures nothing",
-                      {"--samples", "--warmup", "--blas-threads", "--max-samples",
-                       "--emulate-link"},
-                      "measure with --backend cpu or cuda");
+    refuse_flags_with(
+        app, "--backend model", "computes times, it measures nothing",
+        {"--samples", "--warmup", "--blas-threads", "--max-samples", "--emulate-link"},
+        "measure with --backend cpu or cuda");
   } else if (options.backend == "cpu") {
     refuse_flags_with(app, "--backend cpu", "takes a fixed number of samples", {"--max-samples"},
                       "--max-samples is for --backend cuda");

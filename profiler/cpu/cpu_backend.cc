@@ -87,8 +87,7 @@ class CpuMeasurer {
               const ProgressCallback& progress)
       : space_(space),
         options_(options),
-        groups_(group_sizes(space), options.world_rank, options.world_size,
-                options.link_emulation),
+        groups_(group_sizes(space), options.world_rank, options.world_size, options.link_emulation),
         progress_(progress),
         total_(static_cast<int64_t>(space.ops.size() + space.pairs.size())) {}
 
@@ -208,8 +207,8 @@ void check_cpu_world_size(const ProfileSpace& space, int64_t world_size) {
               "the cpu backend measures " + what + " with " + std::to_string(needed) +
                   (needed == 1 ? " rank" : " ranks") + ": run mpirun -np " +
                   std::to_string(needed) + " dhelix-profile ..., or a multiple of " +
-                  std::to_string(needed) + " (this run has " +
-                  std::to_string(world_size) + (world_size == 1 ? " rank)" : " ranks)"));
+                  std::to_string(needed) + " (this run has " + std::to_string(world_size) +
+                  (world_size == 1 ? " rank)" : " ranks)"));
 }
 
 Profile make_cpu_profile(const JobSpec& job, const OrderedJson& meta,

@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "profiler/cpu/cpu_op_runner.h"
 #include "lib/parallel_spec.h"
+#include "profiler/cpu/cpu_op_runner.h"
 #include "runtime/comm/emulated_link.h"
 #include "runtime/comm/link_emulation.h"
 #include "runtime/comm/mpi_communicator.h"

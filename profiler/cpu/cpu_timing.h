@@ -8,8 +8,8 @@
 // synchronisation, the calling thread's body once the helper's has started (a helper woken
 // on a core the caller keeps busy could otherwise start only when the caller's body ended:
 // a third of the emulated-link pairs did); a sample is the two finish times measured from
-// the earlier of the two starts. Over samples, each finish time is summarised by its median separately (the pair
-// format stores one finish time per op, lib/profile.h).
+// the earlier of the two starts. Over samples, each finish time is summarised by its median
+// separately (the pair format stores one finish time per op, lib/profile.h).
 //
 // Ops of very different lengths: in a run, a collective beside computation has computation
 // beside it from start to end (an SI block's compute stream runs op after op), but a 2 ms

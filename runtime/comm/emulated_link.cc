@@ -92,8 +92,7 @@ void sleep_until_deadline(LinkClock::time_point deadline) {
 }
 
 std::chrono::nanoseconds EmulatedLink::duration(OpKind kind, int64_t n, double bytes) const {
-  const double us =
-      link_time_us(kind, n, bytes, rate_.bus_bandwidth_gbps, rate_.latency_us);
+  const double us = link_time_us(kind, n, bytes, rate_.bus_bandwidth_gbps, rate_.latency_us);
   return std::chrono::nanoseconds(static_cast<int64_t>(us * 1e3 + 0.5));
 }
 
@@ -116,8 +115,8 @@ EmulatedLinkCommunicator::EmulatedLinkCommunicator(Communicator& inner, Emulated
 
 LinkClock::time_point EmulatedLinkCommunicator::last_arrival(LinkClock::time_point mine) {
   // Every member's call time, gathered as the int64 nanoseconds of the shared clock.
-  const int64_t own = std::chrono::duration_cast<std::chrono::nanoseconds>(mine.time_since_epoch())
-                          .count();
+  const int64_t own =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(mine.time_since_epoch()).count();
   arrivals_.assign(static_cast<size_t>(inner_.size()), 0);
   inner_.all_gather(reinterpret_cast<const float*>(&own), kHeaderFloats,
                     reinterpret_cast<float*>(arrivals_.data()));

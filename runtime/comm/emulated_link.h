@@ -83,8 +83,7 @@ class EmulatedLink {
 /// communicator and the links must outlive this one.
 class EmulatedLinkCommunicator final : public Communicator {
  public:
-  EmulatedLinkCommunicator(Communicator& inner, EmulatedLink* collectives,
-                           EmulatedLink* transfers);
+  EmulatedLinkCommunicator(Communicator& inner, EmulatedLink* collectives, EmulatedLink* transfers);
 
   int64_t size() const override { return inner_.size(); }
   int64_t rank() const override { return inner_.rank(); }

@@ -66,8 +66,7 @@ std::pair<std::optional<ParallelDim>, LinkRate> parse_one(const std::string& fla
                        "500mbit, 2gbit, 100kbit",
                        rate_text));
   }
-  const std::optional<double> latency_us =
-      number_with_unit(latency_text, {{"us", 1}, {"ms", 1e3}});
+  const std::optional<double> latency_us = number_with_unit(latency_text, {{"us", 1}, {"ms", 1e3}});
   if (!latency_us) {
     refuse(flag, value,
            fmt::format("has latency '{}': write a number of microseconds or milliseconds "
@@ -90,15 +89,16 @@ LinkEmulation LinkEmulation::parse(const std::vector<std::string>& values,
   for (const std::string& value : values) {
     auto [kind, rate] = parse_one(flag, value);
     if (!kind) {
-      if (every_kind) refuse(flag, value, "is a second setting for every kind: give KIND= once each");
+      if (every_kind)
+        refuse(flag, value, "is a second setting for every kind: give KIND= once each");
       every_kind = std::move(rate);
       continue;
     }
     const auto index = static_cast<size_t>(*kind);
     if (given[index]) {
-      refuse(flag, value,
-             fmt::format("is a second setting for {}: give each kind once",
-                         parallel_dim_name(*kind)));
+      refuse(
+          flag, value,
+          fmt::format("is a second setting for {}: give each kind once", parallel_dim_name(*kind)));
     }
     given[index] = true;
     emulation.rates_[index] = std::move(rate);

@@ -380,9 +380,9 @@ void Trainer::print_summary(int64_t first_step, double seconds, float loss) cons
           ? "no checkpoint written (no --checkpoint-dir)"
           : fmt::format("checkpoint {} written", step_dir(options_.checkpoint_dir, options_.steps));
   // A run on an emulated link says so: its speed is the modelled link's, not a network's.
-  const std::string link = link_emulation_.enabled()
-                               ? fmt::format(", on an emulated link ({})", link_emulation_.describe())
-                               : "";
+  const std::string link = link_emulation_.enabled() ? fmt::format(", on an emulated link ({})",
+                                                                   link_emulation_.describe())
+                                                     : "";
   out_ << fmt::format(
       "dhelix-run: done: {} step{} ({}..{}) in {:.2f} s, {:.0f} tokens/s{}, final loss {:.4f}, "
       "{}\n",

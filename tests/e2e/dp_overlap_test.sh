@@ -178,8 +178,12 @@ for mode in overlap no-overlap; do
   # Jitter (a sleep of up to 300 us before every op) leaves the reduction thread room on a
   # machine whose cores other tests hold (ctest -j): the order of the slices is what is
   # checked, and a step's ops must not all finish before the thread is scheduled at all.
+  # The dp link is emulated at 20 Mbit/s (runtime/comm/emulated_link.h: a 16 KiB bucket's
+  # reduce-scatter or gather takes about 3 ms) so that the tiny model's gathers cannot all
+  # be over before the next step starts unless the step waited for them.
   if ! run 4 --plan "$plans/tiny-dp2-tp2.json" --steps 3 --ddp-bucket-size 4096 \
-    "--$mode-grad-reduce" --jitter-us 300 --trace "$work/$mode.json"; then
+    "--$mode-grad-reduce" --jitter-us 300 --emulate-link dp=20mbit@100us \
+    --trace "$work/$mode.json"; then
     fail "--trace --$mode-grad-reduce"
     cat "$work/out"
   else

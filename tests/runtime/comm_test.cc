@@ -23,8 +23,8 @@
 #include "runtime/comm/mpi_environment.h"
 #include "runtime/comm/mpi_wait.h"
 #include "runtime/comm/process_groups.h"
-#include "tests/runtime/mpi_world.h"
 #include "tests/runtime/all_to_all_pattern.h"
+#include "tests/runtime/mpi_world.h"
 
 namespace dhelix::rt {
 namespace {

@@ -63,8 +63,8 @@ double elapsed_us(Body body) {
 
 void expect_wire_time(double measured_us, double wire, const char* what) {
   EXPECT_GE(measured_us, wire) << what << ": done before the link could carry it";
-  EXPECT_LE(measured_us, wire + kToleranceUs) << what << ": " << measured_us - wire
-                                              << " us after the link was done";
+  EXPECT_LE(measured_us, wire + kToleranceUs)
+      << what << ": " << measured_us - wire << " us after the link was done";
 }
 
 TEST(EmulatedLinkMpi, EachCollectiveTakesItsWireTime) {

@@ -63,11 +63,17 @@ TEST(LinkEmulation, BadValuesNameTheFlagTheValueAndTheRule) {
             "--emulate-link: '1gbit@20' has latency '20': write a number of microseconds or "
             "milliseconds after the @: 20us, 0.5ms");
   EXPECT_EQ(message("1gbit@-3us").substr(0, 41), "--emulate-link: '1gbit@-3us' has latency ");
-  EXPECT_EQ(test::error_of([] { LinkEmulation::parse({"tp=1gbit", "tp=2gbit"}); }).second,
+  EXPECT_EQ(test::error_of([] {
+              LinkEmulation::parse({"tp=1gbit", "tp=2gbit"});
+            }).second,
             "--emulate-link: 'tp=2gbit' is a second setting for tp: give each kind once");
-  EXPECT_EQ(test::error_of([] { LinkEmulation::parse({"1gbit", "2gbit"}); }).second,
+  EXPECT_EQ(test::error_of([] {
+              LinkEmulation::parse({"1gbit", "2gbit"});
+            }).second,
             "--emulate-link: '2gbit' is a second setting for every kind: give KIND= once each");
-  EXPECT_EQ(test::error_of([] { LinkEmulation::parse({"1gbit", "2gbit"}); }).first,
+  EXPECT_EQ(test::error_of([] {
+              LinkEmulation::parse({"1gbit", "2gbit"});
+            }).first,
             ErrorCode::kInvalidInput);
 }
 
