@@ -42,9 +42,9 @@ struct ProfileOptions {
   int64_t warmup = 3;  // tiny-tp2 on 2 cores: about 3 s in all
   int64_t samples = 15;
   int blas_threads = 1;
-  int64_t max_samples = 200;            // cuda: --samples is the minimum, this the cap
-  std::vector<std::string> from_trace;  // --from-trace: dhelix-run --trace files
-  std::string base;                     // --base: profile for what the traces lack
+  int64_t max_samples = 200;              // cuda: --samples is the minimum, this the cap
+  std::vector<std::string> from_trace;    // --from-trace: dhelix-run --trace files
+  std::string base;                       // --base: profile for what the traces lack
   std::vector<std::string> emulate_link;  // cpu: --emulate-link (runtime/comm/link_emulation.h)
   std::vector<std::string> argv;
   const CLI::App* app = nullptr;  // which flags were given (check_flag_combinations)

@@ -42,8 +42,9 @@ TEST(DeviceStreams, MaxConnectionsBelowTheStreamCountIsRefused) {
   EXPECT_NE(refusal(std::nullopt, 6, 4).find("uses 10 CUDA streams"), std::string::npos);
   // Unset in effect with more than 8 streams: dhelix-run's own 32 came too late, and the
   // advice is the job script's export, not "unset it".
-  EXPECT_NE(refusal(std::nullopt, 6, 4).find("export CUDA_DEVICE_MAX_CONNECTIONS=32 in the job "
-                                             "script"),
+  EXPECT_NE(refusal(std::nullopt, 6, 4)
+                .find("export CUDA_DEVICE_MAX_CONNECTIONS=32 in the job "
+                      "script"),
             std::string::npos);
   EXPECT_NE(refusal("32", 5, 28).find("CUDA allows at most 32"), std::string::npos);
   EXPECT_NE(refusal("8 ", 4), "");  // not a number
