@@ -125,38 +125,44 @@ LinkClock::time_point EmulatedLinkCommunicator::last_arrival(LinkClock::time_poi
 }
 
 template <typename Exchange>
-void EmulatedLinkCommunicator::run_collective(OpKind kind, double bytes, Exchange exchange) {
+void EmulatedLinkCommunicator::run_collective(OpKind kind, Exchange exchange) {
   if (collectives_ == nullptr || inner_.size() <= 1) {
     exchange();
     return;
   }
   const LinkClock::time_point ready = last_arrival(LinkClock::now());
-  exchange();
+  const double bytes = exchange();
   const std::chrono::nanoseconds duration = collectives_->duration(kind, inner_.size(), bytes);
   sleep_until_deadline(collectives_->reserve(ready, duration, /*egress=*/true, /*ingress=*/true));
 }
 
 void EmulatedLinkCommunicator::all_gather(const float* in, int64_t count, float* out) {
-  // S: the gathered buffer.
-  run_collective(OpKind::kAllGather, static_cast<double>(size() * count * kFloat),
-                 [&] { inner_.all_gather(in, count, out); });
+  run_collective(OpKind::kAllGather, [&] {
+    inner_.all_gather(in, count, out);
+    return static_cast<double>(size() * count * kFloat);  // S: the gathered buffer
+  });
 }
 
 void EmulatedLinkCommunicator::reduce_scatter_sum(const float* in, int64_t count, float* out) {
-  // S: the input, n blocks.
-  run_collective(OpKind::kReduceScatter, static_cast<double>(size() * count * kFloat),
-                 [&] { inner_.reduce_scatter_sum(in, count, out); });
+  run_collective(OpKind::kReduceScatter, [&] {
+    inner_.reduce_scatter_sum(in, count, out);
+    return static_cast<double>(size() * count * kFloat);  // S: the input, n blocks
+  });
 }
 
 void EmulatedLinkCommunicator::all_reduce_sum(float* inout, int64_t count) {
-  run_collective(OpKind::kAllReduce, static_cast<double>(count * kFloat),
-                 [&] { inner_.all_reduce_sum(inout, count); });
+  run_collective(OpKind::kAllReduce, [&] {
+    inner_.all_reduce_sum(inout, count);
+    return static_cast<double>(count * kFloat);
+  });
 }
 
 void EmulatedLinkCommunicator::ring_exchange(const float* send, float* recv, int64_t count) {
   // One send to the next member and one receive from the previous one: a send/recv of S.
-  run_collective(OpKind::kSendRecv, static_cast<double>(count * kFloat),
-                 [&] { inner_.ring_exchange(send, recv, count); });
+  run_collective(OpKind::kSendRecv, [&] {
+    inner_.ring_exchange(send, recv, count);
+    return static_cast<double>(count * kFloat);
+  });
 }
 
 void EmulatedLinkCommunicator::all_to_all_v(const float* in, const int64_t* send_counts,
@@ -165,25 +171,20 @@ void EmulatedLinkCommunicator::all_to_all_v(const float* in, const int64_t* send
   // What crosses the link: the blocks for and from the other members; the busier
   // direction sets the time. (n-1)/n · S of lib/link_cost.h is that, so S = busier · n/(n-1).
   // The receive counts are known after the exchange, so the link is priced after it.
-  const int64_t n = size();
-  if (collectives_ == nullptr || n <= 1) {
+  run_collective(OpKind::kAllToAll, [&] {
     inner_.all_to_all_v(in, send_counts, chunks, out, recv_counts, out_capacity);
-    return;
-  }
-  const LinkClock::time_point ready = last_arrival(LinkClock::now());
-  inner_.all_to_all_v(in, send_counts, chunks, out, recv_counts, out_capacity);
-  int64_t sent = 0, received = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    if (j == rank()) continue;
-    for (int64_t c = 0; c < chunks; ++c) {
-      sent += send_counts[j * chunks + c];
-      received += recv_counts[j * chunks + c];
+    const int64_t n = size();
+    int64_t sent = 0, received = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (j == rank()) continue;
+      for (int64_t c = 0; c < chunks; ++c) {
+        sent += send_counts[j * chunks + c];
+        received += recv_counts[j * chunks + c];
+      }
     }
-  }
-  const double busier = static_cast<double>(std::max(sent, received) * kFloat);
-  const std::chrono::nanoseconds duration = collectives_->duration(
-      OpKind::kAllToAll, n, busier * static_cast<double>(n) / static_cast<double>(n - 1));
-  sleep_until_deadline(collectives_->reserve(ready, duration, /*egress=*/true, /*ingress=*/true));
+    const double busier = static_cast<double>(std::max(sent, received) * kFloat);
+    return n > 1 ? busier * static_cast<double>(n) / static_cast<double>(n - 1) : 0.0;
+  });
 }
 
 std::unique_ptr<TransferRequest> EmulatedLinkCommunicator::start_send(const float* data,

@@ -109,10 +109,11 @@ class EmulatedLinkCommunicator final : public Communicator {
   // The latest of the members' call times (`mine` is this rank's), agreed by an all-gather
   // of the call times ahead of the payload.
   LinkClock::time_point last_arrival(LinkClock::time_point mine);
-  // Runs `exchange` (the inner communicator's collective) and returns when the link would
-  // have finished it: both directions taken for the op's duration from the last arrival.
+  // Runs `exchange` (the inner communicator's collective, returning S of lib/link_cost.h in
+  // bytes) and returns when the link would have finished it: both directions taken for the
+  // op's duration from the last arrival.
   template <typename Exchange>
-  void run_collective(OpKind kind, double bytes, Exchange exchange);
+  void run_collective(OpKind kind, Exchange exchange);
 
   Communicator& inner_;
   EmulatedLink* collectives_;

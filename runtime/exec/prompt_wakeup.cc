@@ -41,4 +41,14 @@ bool request_prompt_wakeups() {
 #endif
 }
 
+long long requested_slice_ns() {
+#ifdef SYS_sched_getattr
+  SchedAttr attr;
+  if (syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0) return -1;
+  return static_cast<long long>(attr.sched_runtime);
+#else
+  return -1;
+#endif
+}
+
 }  // namespace dhelix::rt

@@ -26,4 +26,8 @@ inline constexpr int kCommSliceUs = 100;
 /// nothing, under DHELIX_NO_PROMPT_WAKEUPS).
 bool request_prompt_wakeups();
 
+/// The time slice the calling thread asked for, ns (0: the kernel's default; -1 where the
+/// kernel cannot say).
+long long requested_slice_ns();
+
 }  // namespace dhelix::rt

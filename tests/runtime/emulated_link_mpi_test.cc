@@ -142,16 +142,28 @@ TEST(EmulatedLinkMpi, AReceivePostedEarlyEndsTheWireTimeAfterTheSendersStart) {
   std::vector<float> data(count, static_cast<float>(r));
   world.barrier();
   if (peer >= n) return;
+  // Ranks leave the barrier at slightly different times, so the receiver measures from the
+  // sender's own clock reading (one host, one steady clock), sent after the transfer.
   if (r % 2 == 0) {
     std::this_thread::sleep_for(microseconds(static_cast<int64_t>(kSenderLateUs)));
+    const Clock::time_point sent = Clock::now();
     double t = elapsed_us([&] { world.start_send(data.data(), count, peer, 7)->wait(); });
     expect_wire_time(t, wire, "send");
+    const int64_t sent_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(sent.time_since_epoch()).count();
+    MPI_Send(&sent_ns, 1, MPI_INT64_T, static_cast<int>(peer), 8, MPI_COMM_WORLD);
   } else {
-    const Clock::time_point start = Clock::now();
+    const Clock::time_point posted = Clock::now();
     std::unique_ptr<TransferRequest> receive = world.start_recv(data.data(), count, peer, 7);
     receive->wait();
-    const double t = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-    expect_wire_time(t, kSenderLateUs + wire, "receive posted before the send");
+    const Clock::time_point done = Clock::now();
+    int64_t sent_ns = 0;
+    MPI_Recv(&sent_ns, 1, MPI_INT64_T, static_cast<int>(peer), 8, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+    const Clock::time_point sent{std::chrono::nanoseconds(sent_ns)};
+    EXPECT_LT(posted, sent) << "the receive was to be posted before the send";
+    expect_wire_time(std::chrono::duration<double, std::micro>(done - sent).count(), wire,
+                     "receive posted before the send, from the send's start");
     EXPECT_EQ(data[0], static_cast<float>(peer));
   }
 }

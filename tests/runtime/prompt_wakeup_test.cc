@@ -3,7 +3,6 @@
 // DHELIX_NO_PROMPT_WAKEUPS makes it ask nothing. A communication stream asks, the compute
 // stream does not.
 
-#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -21,23 +20,8 @@
 namespace dhelix::rt {
 namespace {
 
-struct SchedAttr {
-  uint32_t size = sizeof(SchedAttr);
-  uint32_t sched_policy = 0;
-  uint64_t sched_flags = 0;
-  int32_t sched_nice = 0;
-  uint32_t sched_priority = 0;
-  uint64_t sched_runtime = 0;
-  uint64_t sched_deadline = 0;
-  uint64_t sched_period = 0;
-};
-
-// The calling thread's requested slice, ns (0: the kernel's default); -1 where unreadable.
-int64_t current_slice_ns() {
-  SchedAttr attr;
-  if (syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0) return -1;
-  return static_cast<int64_t>(attr.sched_runtime);
-}
+// The calling thread's requested slice, ns.
+int64_t current_slice_ns() { return requested_slice_ns(); }
 
 TEST(PromptWakeup, TheThreadsSliceBecomesTheShortestAndItsNiceStays) {
   std::thread([] {
