@@ -23,7 +23,8 @@ std::string comparison_table(const ReportRows& rows) {
     const std::vector<std::string> c = scheme_cells(s);
     out += fmt::format(kRow, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
   }
-  return out + best_baseline_sentence(rows) + "\n";
+  out += best_baseline_sentence(rows) + "\n";
+  return rows.shape_sentence ? out + *rows.shape_sentence + "\n" : out;
 }
 
 std::string comm_by_type(const ReportRows& rows) {

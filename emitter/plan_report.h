@@ -28,7 +28,8 @@ namespace dhelix {
 
 /// Version of the JSON report's shape (render_plan_report with ReportFormat::kJson).
 /// 1.1.0: best_baseline and each scheme's chunks_per_stage.
-inline constexpr const char* kPlanReportSchemaVersion = "1.1.0";
+/// 1.2.0: each scheme's shape, and the dhelix plan's "shape" (chosen, requested, reason).
+inline constexpr const char* kPlanReportSchemaVersion = "1.2.0";
 
 /// The forms a plan report can take.
 enum class ReportFormat { kText, kMarkdown, kJson };

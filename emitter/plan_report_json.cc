@@ -30,6 +30,7 @@ OrderedJson scheme_json(const SchemeRow& s) {
                       {"activation_bytes", m.activation_bytes}});
   }
   return {{"scheme", pipeline_scheme_name(s.scheme)},
+          {"shape", pipeline_shape_name(s.shape)},
           {"chunks_per_stage", s.chunks_per_stage},
           {"iteration_us", us(s.iteration_us)},
           {"tflops_per_gpu", ratio(s.tflops_per_gpu)},
@@ -102,7 +103,7 @@ OrderedJson best_baseline_json(const ReportRows& rows) {
 std::string render_report_json(const ReportRows& rows) {
   OrderedJson schemes = OrderedJson::array();
   for (const SchemeRow& s : rows.schemes) schemes.push_back(scheme_json(s));
-  const OrderedJson out = {{"schema_version", kPlanReportSchemaVersion},
+  OrderedJson out = {{"schema_version", kPlanReportSchemaVersion},
                            {"job", rows.job},
                            {"num_micro_batches", rows.num_micro_batches},
                            {"stages", rows.stages},
@@ -116,6 +117,11 @@ std::string render_report_json(const ReportRows& rows) {
                            {"best_baseline", best_baseline_json(rows)},
                            {"pairings", pairings_json(rows)},
                            {"si_pairing", si_json(rows)}};
+  if (rows.shape_choice) {
+    out["shape"] = {{"chosen", pipeline_shape_name(rows.shape_choice->chosen)},
+                    {"requested", shape_request_name(rows.shape_choice->requested)},
+                    {"reason", rows.shape_choice->reason}};
+  }
   return out.dump(2) + "\n";
 }
 

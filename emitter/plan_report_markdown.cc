@@ -47,7 +47,8 @@ std::string md_comparison(const ReportRows& rows) {
     cells[0] = md_escape(cells[0]);
     out += md_row(cells);
   }
-  return out + "\n" + md_escape(best_baseline_sentence(rows)) + ".\n";
+  out += "\n" + md_escape(best_baseline_sentence(rows)) + ".\n";
+  return rows.shape_sentence ? out + "\n" + md_escape(*rows.shape_sentence) + ".\n" : out;
 }
 
 std::string md_comm(const ReportRows& rows) {

@@ -15,6 +15,7 @@ constexpr double kExposedEpsilonUs = 1e-6;
 
 SchemeRow scheme_row(const PlanScheme& s) {
   SchemeRow row{.scheme = s.scheme,
+                .shape = s.shape,
                 .chunks_per_stage = s.chunks_per_stage,
                 .iteration_us = s.iteration_us,
                 .tflops_per_gpu = s.tflops_per_gpu,
@@ -165,6 +166,12 @@ ReportRows report_rows(const Plan& plan) {
                     v > 1                     ? ""
                     : plan.stages.size() <= 1 ? " (one stage: nothing to interleave)"
                                               : " (Megatron cannot interleave here)");
+  }
+  if (plan.shape_choice) {
+    rows.shape_choice = plan.shape_choice;
+    rows.shape_sentence = fmt::format("dhelix plan shape: {} ({})",
+                                      pipeline_shape_name(plan.shape_choice->chosen),
+                                      plan.shape_choice->reason);
   }
   return rows;
 }

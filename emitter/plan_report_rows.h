@@ -26,6 +26,7 @@ inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 /// One scheme of the comparison.
 struct SchemeRow {
   PipelineScheme scheme = PipelineScheme::kDHelix;
+  PipelineShape shape = PipelineShape::kW;
   int64_t chunks_per_stage = 1;  ///< model chunks a stage holds (interleaved: v)
   double iteration_us = 0;
   double tflops_per_gpu = 0;
@@ -105,6 +106,9 @@ struct ReportRows {
   /// Megatron's virtual pipeline size, and why it is 1 where it is; nullopt without the
   /// megatron-interleaved scheme.
   std::optional<std::string> interleaving;
+  /// "dhelix plan shape: v (why)"; nullopt for plans before 1.3.0 (always the W).
+  std::optional<std::string> shape_sentence;
+  std::optional<PlanShapeChoice> shape_choice;
 };
 
 /// The rows of `plan`; Error(kInvalidInput) when a block of the first pairing names an op

@@ -151,6 +151,7 @@ void plan_candidate(const SearchRequest& request, PairingMemo& memo, const Bars&
       return request.unprofiled_op_time_us(cluster, op);
     };
     plan_request.allow_oom = true;
+    plan_request.shape = request.shape;
     const Plan plan = build_plan(plan_request).plan;
     out.status = ConfigStatus::kPlanned;
     for (const PlanScheme& scheme : plan.schemes) {

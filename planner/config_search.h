@@ -84,6 +84,8 @@ struct SearchRequest {
   int64_t threads = 1;  ///< >= 1
   bool prune = true;    ///< false: plan every candidate (what the tests compare against)
   int64_t batch = 16;   ///< configurations planned together between two pruning steps, >= 1
+  /// The dhelix plans' shapes (planner/dhelix_shapes.h): auto weighs the W and the V.
+  ShapeRequest shape = ShapeRequest::kAuto;
   std::function<Profile(const JobSpec&)> make_profile;
   std::function<double(const ClusterSpec&, const Op&)> unprofiled_op_time_us;
   /// An op's solo time exactly as make_profile's profiles hold it, in us (the lower bound).

@@ -26,6 +26,7 @@
 #include "planner/layer_costs.h"
 #include "planner/pipeline_schedule.h"
 #include "planner/pipeline_simulator.h"
+#include "planner/dhelix_shapes.h"
 #include "planner/plan_context.h"
 #include "planner/plan_stage_records.h"
 #include "planner/profile_co_run.h"
@@ -201,19 +202,27 @@ PlanResult build_plan(const PlanRequest& given) {
                                          PipelineScheme::kDualPipeV};
   PlanProgress progress(request, ctx.pp, std::size(kSchemes));
   analyze_stages(ctx, progress);
-  // 4. Every scheme through the pipeline simulator (DualPipeV needs m >= 2·pp).
+  // 4. Every scheme through the pipeline simulator (DualPipeV needs m >= 2·pp); the dhelix
+  // plan takes the W or the V (planner/dhelix_shapes.h).
   const ExtraCosts extras = extra_costs(ctx);
+  const MemoryBudget budget = memory_budget(request.job->cluster.gpu, request.memory);
   std::vector<SchemeRun> runs;
+  PlanShapeChoice shape_choice;
   for (PipelineScheme scheme : kSchemes) {
     if (scheme == PipelineScheme::kDualPipeV && !dualpipev_applies(ctx.pp, ctx.micro_batches)) {
       progress.step();
       continue;
     }
-    runs.push_back(run_scheme(ctx, scheme, extras));
+    if (scheme == PipelineScheme::kDHelix) {
+      DhelixChoice choice = choose_dhelix_shape(ctx, extras, budget, request.shape);
+      shape_choice = std::move(choice.record);
+      runs.push_back(std::move(choice.run));
+    } else {
+      runs.push_back(run_scheme(ctx, scheme, extras));
+    }
     progress.step();
   }
   // 5. Memory: the dhelix plan must fit.
-  const MemoryBudget budget = memory_budget(request.job->cluster.gpu, request.memory);
   if (request.allow_oom) {
     try {
       memory_budget(*request.job, request.memory);  // a GPU below the reserve, said clearly
@@ -240,6 +249,7 @@ PlanResult build_plan(const PlanRequest& given) {
                   .distributed_optimizer = request.memory.distributed_optimizer,
                   .cross_layer_max_segment_ops = request.cross_layer_max_segment_ops};
   plan.num_micro_batches = ctx.micro_batches;
+  plan.shape_choice = std::move(shape_choice);
   for (const auto& analysis : ctx.analyses) plan.pairings.push_back(pairing_record(*analysis));
   plan.stages = stage_records({.schedule = runs.front().schedule,
                                .simulation = runs.front().simulation,

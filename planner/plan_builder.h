@@ -62,6 +62,9 @@ struct PlanRequest {
   /// default_virtual_pipeline_size (planner/baseline_schedules.h). It must divide the layers
   /// per stage, and m must be a multiple of pp (Error(kInvalidInput) otherwise).
   int64_t virtual_pipeline_size = 0;
+  /// The shapes the dhelix plan may take (planner/dhelix_shapes.h): auto picks the faster
+  /// of the W and the V that fits.
+  ShapeRequest shape = ShapeRequest::kAuto;
   /// Return every scheme's simulated timeline (PlanResult::timelines), for pictures; off by
   /// default, since the configuration search builds thousands of plans.
   bool keep_timelines = false;

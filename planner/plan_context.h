@@ -65,7 +65,12 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
                                     const ExtraCosts& extras,
                                     std::vector<PlanStagePhases>& phases);
 
-/// `scheme`'s schedule on `costs`, simulated, with its memory.
+/// `schedule` on `costs` (stage_costs of `scheme`), simulated, with its memory.
+SchemeRun run_schedule(const Context& ctx, PipelineScheme scheme, PipelineSchedule schedule,
+                       const std::vector<StageCosts>& costs,
+                       const std::vector<PlanStagePhases>& phases);
+
+/// `scheme`'s own schedule on its stage costs, simulated, with its memory.
 SchemeRun run_scheme(const Context& ctx, PipelineScheme scheme, const ExtraCosts& extras);
 
 /// Whether every stage's memory is within the budget.

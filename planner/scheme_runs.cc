@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 
 #include "lib/dag_builder.h"
 #include "lib/error.h"
@@ -289,17 +290,25 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
   return out;
 }
 
-SchemeRun run_scheme(const Context& ctx, PipelineScheme scheme, const ExtraCosts& extras) {
+SchemeRun run_schedule(const Context& ctx, PipelineScheme scheme, PipelineSchedule schedule,
+                       const std::vector<StageCosts>& costs,
+                       const std::vector<PlanStagePhases>& phases) {
   SchemeRun run;
   run.scheme = scheme;
-  const std::vector<StageCosts> costs = stage_costs(ctx, scheme, extras, run.phases);
-  run.schedule = scheme_schedule(ctx, scheme, costs);
+  run.phases = phases;
+  run.schedule = std::move(schedule);
   run.simulation = simulate_pipeline(run.schedule, costs);
   std::vector<int64_t> peaks;
   for (const StageSimulation& s : run.simulation.stages) peaks.push_back(s.peak_activation_bytes);
-  run.memory = stage_memory(ctx.job->model, ctx.job->parallel, scheme_shape(scheme),
+  run.memory = stage_memory(ctx.job->model, ctx.job->parallel, run.schedule.shape,
                             ctx.request->memory, peaks);
   return run;
+}
+
+SchemeRun run_scheme(const Context& ctx, PipelineScheme scheme, const ExtraCosts& extras) {
+  std::vector<PlanStagePhases> phases;
+  const std::vector<StageCosts> costs = stage_costs(ctx, scheme, extras, phases);
+  return run_schedule(ctx, scheme, scheme_schedule(ctx, scheme, costs), costs, phases);
 }
 
 bool fits(const std::vector<StageMemory>& memory, const MemoryBudget& budget) {
@@ -317,7 +326,7 @@ PlanScheme scheme_record(const Context& ctx, const SchemeRun& run, const MemoryB
                         sim.iteration_us, ctx.request->profile_name);
   PlanScheme s;
   s.scheme = run.scheme;
-  s.shape = scheme_shape(run.scheme);
+  s.shape = run.schedule.shape;
   s.chunks_per_stage = run.schedule.model_chunks * (folded_shape(run.schedule.shape) ? 2 : 1);
   s.iteration_us = sim.iteration_us;
   s.bubble_ratio = sim.bubble_ratio;

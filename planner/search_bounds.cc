@@ -113,12 +113,12 @@ double co_run_pair_floor_us(const LayerDags& dags, const Profile& profile) {
 // micro-batch's backward back through the `before` layers and the embedding (see
 // search_bounds.h).
 double layout_bound_us(const LayoutShape& layout, int64_t micro_batches, double per_layer_us,
-                       const StrandFloor& f, const StrandFloor& b, const StageExtrasFloor& extras) {
+                       double ramp_per_layer_us, const StageExtrasFloor& extras) {
   const auto m = static_cast<double>(micro_batches);
   double bound = 0;
   for (size_t s = 0; s < layout.layers.size(); ++s) {
     const bool embeds = s == layout.embedding_stage;
-    double stage_us = static_cast<double>(layout.before[s]) * (f.alone_us() + b.alone_us()) +
+    double stage_us = static_cast<double>(layout.before[s]) * ramp_per_layer_us +
                       m * static_cast<double>(layout.layers[s]) * per_layer_us;
     stage_us += embeds ? m * extras.embedding_us : extras.embedding_us;
     if (s == layout.head_stage) stage_us += m * extras.head_us;
@@ -160,9 +160,16 @@ SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us,
   const StageExtrasFloor extras = extras_floor(job, solo_time_us);
   double pair_us = pair_floor_us(f, b);
   if (profile != nullptr) pair_us = std::max(pair_us, co_run_pair_floor_us(dags, *profile));
-  return {.dhelix_us = layout_bound_us(folded, micro_batches, pair_us, f, b, extras),
-          .megatron_us =
-              layout_bound_us(unfolded, micro_batches, f.alone_us() + b.alone_us(), f, b, extras)};
+  // dhelix's W and V may split a backward: the last gradient leaves a stage after its input
+  // gradient, so its ramp counts the backward without the weight-gradient GEMMs.
+  const SoloTime input_gradient_us = [&solo_time_us](const ClusterSpec& cluster, const Op& op) {
+    return backward_work(op) == BackwardWork::kWeightGradient ? 0.0 : solo_time_us(cluster, op);
+  };
+  const StrandFloor input = strand_floor(dags.backward, input_gradient_us, job.cluster);
+  const double alone_us = f.alone_us() + b.alone_us();
+  return {.dhelix_us = layout_bound_us(folded, micro_batches, pair_us,
+                                       f.alone_us() + input.alone_us(), extras),
+          .megatron_us = layout_bound_us(unfolded, micro_batches, alone_us, alone_us, extras)};
 }
 
 }  // namespace dhelix

@@ -15,10 +15,14 @@
 // micro-batch instead, and the stage with the head runs the head-loss step H (final norm,
 // head, loss, forward and backward) for every micro-batch:
 //
-//   Megatron-LM 1F1B   max over stages of  ramp + m · layers · (F + B) + m · (E on stage 0, H on
-//   the last) dhelix (W)         max over stages of  ramp + m · layers · P       + m · (E and H on
-//   stage 0) ramp               before · (F + B) + E, or 0 on the stage that embeds
+//   Megatron-LM 1F1B  max over stages of  ramp + m · layers · (F + B)
+//                                         + m · (E on stage 0, H on the last)
+//   dhelix (W or V)   max over stages of  ramp' + m · layers · P + m · (E and H on stage 0)
+//   ramp   before · (F + B) + E, or 0 on the stage that embeds
+//   ramp'  before · (F + I) + E, or 0 on the stage that embeds
 //
+// where I is a backward without its weight-gradient GEMMs: dhelix's W and V may split the
+// last micro-batches' backwards (w_split_drain.h), so their gradient leaves a stage after I.
 // with each layout's own layers per stage and `before` (the W's stage s comes after the
 // s down chunks ahead of it). Exposed communication, bubbles beyond the ramp, DP and
 // optimizer time only add. The recomputed forward ops count when every layer recomputes.
@@ -26,11 +30,11 @@
 // work (planner/co_run_bound.h): co-running ops slow each other down, so hiding
 // communication costs the computation part of its speed.
 // The head matters: Llama-3-70B's head over 128k tokens of vocabulary costs about one
-// layer, 10 % of an 8-stage pipeline's last stage. Worked example: F = 4 ms, B = 8 ms,
-// P = 10 ms, E = 1 ms, H = 12 ms, 80 layers on pp 4 (1F1B: 20 layers a stage; W: 10 + 10,
-// stage 3 after 30 layers), m 16: Megatron's last stage 60 · 12 + 1 + 16 · 20 · 12 + 16 ·
-// 12 = 4.753 s; dhelix's stage 0 16 · 20 · 10 + 16 · (1 + 12) = 3.408 s, its stage 3 30 ·
-// 12 + 1 + 16 · 20 · 10 = 3.561 s, so 3.561 s.
+// layer, 10 % of an 8-stage pipeline's last stage. Worked example: F = 4 ms, B = 8 ms of
+// which I = 5 ms, P = 10 ms, E = 1 ms, H = 12 ms, 80 layers on pp 4 (1F1B: 20 layers a
+// stage; W: 10 + 10, stage 3 after 30 layers), m 16: Megatron's last stage 60 · 12 + 1 +
+// 16 · 20 · 12 + 16 · 12 = 4.753 s; dhelix's stage 0 16 · 20 · 10 + 16 · (1 + 12) = 3.408 s,
+// its stage 3 30 · 9 + 1 + 16 · 20 · 10 = 3.471 s, so 3.471 s.
 
 #include <functional>
 

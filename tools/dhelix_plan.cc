@@ -3,6 +3,7 @@
 //
 //   dhelix-plan JOB [--profile P] [-o plan.json] [--allow-oom]   plan, print the report
 //       [--report text|markdown|json] [--trace T.json] [--svg PREFIX]
+//       [--shape auto|w|v]
 //       [--virtual-pipeline-model-parallel-size V | --num-layers-per-virtual-pipeline-stage K]
 //   dhelix-plan JOB --validate-only [--json]                     check and summarise the job
 //   dhelix-plan dag JOB [--format dot|json]                      stage 0's layer DAGs
@@ -60,6 +61,7 @@ struct PlanOptions {
   std::string trace;
   std::string svg_prefix;
   bool allow_oom = false;
+  std::string shape = "auto";          // --shape: the dhelix plan's shape
   int64_t virtual_pipeline_size = 0;  // Megatron's flags for the interleaved baseline
   int64_t layers_per_virtual_stage = 0;
   std::string check;  // --check PLAN
@@ -82,6 +84,7 @@ const std::vector<std::string> kPlanningFlags = {"-o",
                                                  "--profile",
                                                  "--report",
                                                  "--allow-oom",
+                                                 "--shape",
                                                  "--virtual-pipeline-model-parallel-size",
                                                  "--num-layers-per-virtual-pipeline-stage"};
 
@@ -116,6 +119,10 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
       ->type_name("PREFIX");
   app.add_flag("--allow-oom", options.allow_oom,
                "Write a plan that does not fit in GPU memory (with a warning)");
+  app.add_option("--shape", options.shape,
+                 "The dhelix plan's pipeline: w (DHelix's W), v (DualPipeV's order with SI "
+                 "blocks) or auto, the faster that fits (docs/pipeline.md)")
+      ->check(CLI::IsMember({"auto", "w", "v"}));
   // At most a model's layer count (lib/model_shape_checks.h): chunks or layers per chunk.
   CLI::Option* vp = add_integer_option(
       app, "--virtual-pipeline-model-parallel-size", options.virtual_pipeline_size,
@@ -183,6 +190,7 @@ PlanRequest make_request(const JobSpec& job, const PlanOptions& options, Profile
   const ClusterSpec cluster = job.cluster;
   request.unprofiled_op_time_us = [cluster](const Op& op) { return op_time_us(cluster, op); };
   request.allow_oom = options.allow_oom;
+  request.shape = kShapeRequestNames.parse(options.shape).value_or(ShapeRequest::kAuto);
   request.keep_timelines = !options.svg_prefix.empty();
   request.virtual_pipeline_size = options.virtual_pipeline_size;
   if (options.layers_per_virtual_stage > 0) {
@@ -311,7 +319,9 @@ int plan(const PlanOptions& options) {
   if (options.dag->parsed()) return print_dags(options);
   if (!options.check.empty()) return check(options);
   if (options.search.search) {
-    return run_search(options.search, options.job, options.report, options.output, options.argv);
+    SearchCliOptions search = options.search;
+    search.shape = kShapeRequestNames.parse(options.shape).value_or(ShapeRequest::kAuto);
+    return run_search(search, options.job, options.report, options.output, options.argv);
   }
   // 1. Load the job file and flags into one validated job (throws every problem at once).
   const JobSpec job = load_job(options.job);

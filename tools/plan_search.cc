@@ -61,8 +61,9 @@ int64_t thread_count(const SearchCliOptions& search) {
 }
 
 // The plan of the best dhelix configuration, planned again with its provenance.
-void write_best_plan(const SearchResult& result, const JobSpec& base, const std::string& output,
-                     const std::vector<std::string>& argv, const std::vector<std::string>& inputs) {
+void write_best_plan(const SearchResult& result, const JobSpec& base, ShapeRequest shape,
+                     const std::string& output, const std::vector<std::string>& argv,
+                     const std::vector<std::string>& inputs) {
   const ConfigOutcome* best = result.best_dhelix();
   if (best == nullptr) {
     const std::string why = no_best_reason(result, PipelineScheme::kDHelix);
@@ -74,6 +75,7 @@ void write_best_plan(const SearchResult& result, const JobSpec& base, const std:
   const JobSpec job = configuration_job(base, best->parallel);
   PlanRequest request;
   request.job = &job;
+  request.shape = shape;
   request.meta = provenance_to_json(make_provenance("dhelix-plan", argv, inputs));
   const Profile profile = make_model_profile(job, request.meta);
   request.profile = &profile;
@@ -131,13 +133,14 @@ int run_search(const SearchCliOptions& search, const JobOptions& job_options,
   request.gpus = gpu_count(search, job_options, base);
   request.constraints = constraints_from(search, job_options);
   request.top_k = search.top_k;
+  request.shape = search.shape;
   request.threads = thread_count(search);
   use_model_profiles(request);
   ProgressBar bar("searching configurations");  // on a terminal only
   request.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
   const SearchResult result = search_configurations(request);
   // 4. The best plan, then the report.
-  if (!output.empty()) write_best_plan(result, base, output, argv, inputs);
+  if (!output.empty()) write_best_plan(result, base, search.shape, output, argv, inputs);
   const SearchReportContext context{
       .model = base.model.name,
       .cluster = base.cluster.name,

@@ -18,6 +18,8 @@
 
 #include "tools/job_cli.h"
 
+#include "lib/plan/plan_kinds.h"
+
 namespace dhelix {
 
 struct SearchCliOptions {
@@ -29,6 +31,8 @@ struct SearchCliOptions {
   int64_t top_k = 5;
   int64_t threads = 0;       ///< 0: every core
   bool all_schemes = false;  ///< --all-schemes: the text report adds the other baselines
+  /// dhelix-plan's --shape: the dhelix plans' shapes (planner/dhelix_shapes.h).
+  ShapeRequest shape = ShapeRequest::kAuto;
 };
 
 /// Adds --search, --gpus, --max-pp, --no-cp, --no-recompute-search, --top, --threads and

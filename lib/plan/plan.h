@@ -46,7 +46,8 @@ namespace dhelix {
 /// "interleaved" and "v", chunks_per_stage, and each stage's optional "phases"; 1.0.0 plans
 /// still read (chunks_per_stage then comes from the shape, and traces have no phase rows).
 /// 1.2.0 added the pairings' optional layer_segment_bound and window_segment_bound.
-inline constexpr const char* kPlanSchemaVersion = "1.2.0";
+/// 1.3.0 added the dhelix plan's shapes: the optional shape_choice, and stages in the V.
+inline constexpr const char* kPlanSchemaVersion = "1.3.0";
 inline constexpr int kPlanSchemaMajor = 1;
 
 /// An input the plan was made for, named and hashed. For the profile, `name` is the
@@ -235,6 +236,29 @@ struct PlanScheme {
   std::vector<PlanStageMemory> memory;
 };
 
+/// One shape the planner tried for the dhelix plan (planner/dhelix_shapes.h).
+struct PlanShapeCandidate {
+  PipelineShape shape = PipelineShape::kW;
+  /// The W: whether its lone backwards are split into input and weight gradients
+  /// (planner/w_split_drain.h), and the most weight-gradient tasks left waiting (-1:
+  /// unbounded). The V always splits where DualPipeV does.
+  bool split_backward = false;
+  int64_t max_deferred_weight_gradients = 0;
+  double iteration_us = 0;
+  double bubble_ratio = 0;
+  int64_t peak_bytes = 0;  ///< the largest stage's total memory
+  bool fits = true;
+};
+
+/// How the dhelix plan's shape was chosen: what the user asked for, what was tried, the
+/// shape written (the dhelix scheme's) and why.
+struct PlanShapeChoice {
+  ShapeRequest requested = ShapeRequest::kAuto;
+  PipelineShape chosen = PipelineShape::kW;
+  std::string reason;
+  std::vector<PlanShapeCandidate> candidates;  ///< the chosen one first
+};
+
 /// What one GPU offers.
 struct PlanMemoryBudget {
   std::string gpu;
@@ -254,6 +278,8 @@ struct Plan {
   std::vector<PlanStage> stages;
   PlanMemoryBudget memory_budget;
   std::vector<PlanScheme> schemes;  ///< in PipelineScheme order; dualpipev may be absent
+  /// How the dhelix plan's shape was chosen; absent in plans before 1.3.0 (always the W).
+  std::optional<PlanShapeChoice> shape_choice;
 
   /// The figures of `scheme`, or nullptr when the plan lacks them.
   const PlanScheme* find_scheme(PipelineScheme scheme) const;

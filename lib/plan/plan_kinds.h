@@ -41,6 +41,15 @@ constexpr const char* pipeline_shape_name(PipelineShape shape) {
   return kPipelineShapeNames.name(shape);
 }
 
+/// Which shape the dhelix plan may take (dhelix-plan --shape): the W, the V, or whichever
+/// is faster and fits (planner/dhelix_shapes.h).
+enum class ShapeRequest { kAuto, kW, kV };
+inline constexpr EnumNames<ShapeRequest, 3> kShapeRequestNames{{"auto", "w", "v"}};
+/// "auto", "w", "v".
+constexpr const char* shape_request_name(ShapeRequest request) {
+  return kShapeRequestNames.name(request);
+}
+
 /// The schemes the planner compares, in the order a plan lists them; they share the cost
 /// model and differ in shape and in the per-chunk costs they are fed (docs/pipeline.md):
 /// DHelix (the W with the exact pairing search's SI blocks), Wavelet+ (the W with

@@ -287,6 +287,29 @@ PlanStage read_stage(ObjectReader& r) {
   return s;
 }
 
+PlanShapeChoice read_shape_choice(ObjectReader& r) {
+  PlanShapeChoice c;
+  c.requested = read_enum(r, "requested", kShapeRequestNames, ShapeRequest::kAuto);
+  c.chosen = read_enum(r, "chosen", kPipelineShapeNames, PipelineShape::kW);
+  c.reason = r.string("reason", Need::kRequired).value_or("");
+  for_each_element(r, "candidates", [&](const Json& e, const std::string& pointer) {
+    with_element(r, e, pointer, [&](ObjectReader& o) {
+      PlanShapeCandidate k;
+      k.shape = read_enum(o, "shape", kPipelineShapeNames, PipelineShape::kW);
+      k.split_backward = o.boolean("split_backward", Need::kRequired).value_or(false);
+      k.max_deferred_weight_gradients =
+          o.integer("max_deferred_weight_gradients", Need::kRequired, {.min = -1})
+              .value_or(0);
+      k.iteration_us = time_field(o, "iteration_us");
+      k.bubble_ratio = o.real("bubble_ratio", Need::kRequired, {.min = 0, .max = 1}).value_or(0);
+      k.peak_bytes = count_field(o, "peak_bytes");
+      k.fits = o.boolean("fits", Need::kRequired).value_or(false);
+      c.candidates.push_back(k);
+    });
+  });
+  return c;
+}
+
 PlanScheme read_scheme(ObjectReader& r) {
   PlanScheme s;
   s.scheme = read_enum(r, "scheme", kPipelineSchemeNames, PipelineScheme::kDHelix);
@@ -399,6 +422,11 @@ Plan plan_from_json(const Json& json, const std::string& file) {
     with_element(root, e, pointer,
                  [&](ObjectReader& o) { plan.schemes.push_back(read_scheme(o)); });
   });
+  // Plans before 1.3.0 lack it.
+  if (std::optional<ObjectReader> choice = root.object("shape_choice", Need::kOptional)) {
+    plan.shape_choice = read_shape_choice(*choice);
+    choice->finish();
+  }
   root.finish();
   if (problems.empty()) check_references(plan, file, problems);
   problems.throw_if_any();

@@ -154,6 +154,24 @@ OrderedJson scheme_json(const PlanScheme& s) {
                      {"memory", memory}};
 }
 
+OrderedJson shape_choice_json(const PlanShapeChoice& c) {
+  OrderedJson candidates = OrderedJson::array();
+  for (const PlanShapeCandidate& k : c.candidates) {
+    candidates.push_back(
+        OrderedJson{{"shape", pipeline_shape_name(k.shape)},
+                    {"split_backward", k.split_backward},
+                    {"max_deferred_weight_gradients", k.max_deferred_weight_gradients},
+                    {"iteration_us", round_time_us(k.iteration_us)},
+                    {"bubble_ratio", round_ratio(k.bubble_ratio)},
+                    {"peak_bytes", k.peak_bytes},
+                    {"fits", k.fits}});
+  }
+  return OrderedJson{{"requested", shape_request_name(c.requested)},
+                     {"chosen", pipeline_shape_name(c.chosen)},
+                     {"reason", c.reason},
+                     {"candidates", candidates}};
+}
+
 }  // namespace
 
 double round_time_us(double value_us) { return round_to(value_us, 1e3); }
@@ -191,6 +209,7 @@ OrderedJson plan_to_json(const Plan& plan) {
   OrderedJson schemes = OrderedJson::array();
   for (const PlanScheme& s : plan.schemes) schemes.push_back(scheme_json(s));
   out["schemes"] = schemes;
+  if (plan.shape_choice) out["shape_choice"] = shape_choice_json(*plan.shape_choice);
   return out;
 }
 

@@ -1,0 +1,164 @@
+#include "planner/dhelix_shapes.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/error.h"
+#include "planner/baseline_schedules.h"
+#include "planner/w_split_drain.h"
+
+namespace dhelix::plan_detail {
+namespace {
+
+struct Candidate {
+  SchemeRun run;
+  PlanShapeCandidate record;
+};
+
+int64_t peak_bytes(const std::vector<StageMemory>& memory) {
+  int64_t peak = 0;
+  for (const StageMemory& m : memory) peak = std::max(peak, m.total_bytes());
+  return peak;
+}
+
+Candidate candidate(SchemeRun run, bool split, int64_t bound, const MemoryBudget& budget) {
+  Candidate c;
+  c.record = {.shape = run.schedule.shape,
+              .split_backward = split,
+              .max_deferred_weight_gradients = bound == kUnboundedDeferral ? -1 : bound,
+              .iteration_us = run.simulation.iteration_us,
+              .bubble_ratio = run.simulation.bubble_ratio,
+              .peak_bytes = peak_bytes(run.memory),
+              .fits = fits(run.memory, budget)};
+  c.run = std::move(run);
+  return c;
+}
+
+// The W whole, then split under each bound on waiting weight gradients; a bound at or above
+// a stage's lone backwards (2·min(m, pp)) is the unbounded one.
+void add_w_candidates(const Context& ctx, const std::vector<StageCosts>& costs,
+                      const std::vector<PlanStagePhases>& phases, const MemoryBudget& budget,
+                      std::vector<Candidate>& out) {
+  const PipelineSchedule w = make_w_schedule(ctx.pp, ctx.micro_batches);
+  out.push_back(candidate(run_schedule(ctx, PipelineScheme::kDHelix, w, costs, phases), false, 0,
+                          budget));
+  const int64_t lone_backwards = 2 * std::min(ctx.micro_batches, ctx.pp);
+  std::vector<int64_t> bounds = {0};
+  for (int64_t b = 1; b < lone_backwards; b *= 2) bounds.push_back(b);
+  bounds.push_back(kUnboundedDeferral);
+  for (int64_t bound : bounds) {
+    SchemeRun run =
+        run_schedule(ctx, PipelineScheme::kDHelix, split_w_drain(w, costs, bound), costs, phases);
+    out.push_back(candidate(std::move(run), true, bound, budget));
+  }
+}
+
+std::string describe(const PlanShapeCandidate& c) {
+  if (c.shape == PipelineShape::kV) return "the V";
+  if (!c.split_backward) return "the W with whole backwards";
+  if (c.max_deferred_weight_gradients < 0) return "the W with a split drain";
+  if (c.max_deferred_weight_gradients == 0) {
+    return "the W with a split drain, each weight gradient right after its input gradient";
+  }
+  return fmt::format("the W with a split drain, at most {} weight gradients waiting",
+                     c.max_deferred_weight_gradients);
+}
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+// Why `best` among `all` (auto), in one line.
+std::string auto_reason(const Context& ctx, const std::vector<Candidate>& all, size_t best,
+                        const MemoryBudget& budget) {
+  const PlanShapeCandidate& chosen = all[best].record;
+  std::string out = describe(chosen);
+  if (!chosen.fits) {
+    return out + fmt::format(": no shape fits in {:.1f} GiB; this one needs the least ({:.1f} GiB)",
+                             gib(budget.usable_bytes()), gib(chosen.peak_bytes));
+  }
+  // The fastest fitting candidate of the other shape, for the comparison.
+  const PipelineShape other = chosen.shape == PipelineShape::kW ? PipelineShape::kV
+                                                                : PipelineShape::kW;
+  const PlanShapeCandidate* rival = nullptr;
+  const PlanShapeCandidate* rival_any = nullptr;
+  for (const Candidate& c : all) {
+    if (c.record.shape != other) continue;
+    if (rival_any == nullptr || c.record.peak_bytes < rival_any->peak_bytes) rival_any = &c.record;
+    if (c.record.fits && (rival == nullptr || c.record.iteration_us < rival->iteration_us)) {
+      rival = &c.record;
+    }
+  }
+  if (rival != nullptr) {
+    return out + fmt::format(": {:.1f} % faster than {} ({:.3f} ms against {:.3f} ms), both fit",
+                             100.0 * (rival->iteration_us / chosen.iteration_us - 1.0),
+                             describe(*rival), chosen.iteration_us / 1e3,
+                             rival->iteration_us / 1e3);
+  }
+  if (rival_any != nullptr) {
+    return out + fmt::format(": {} does not fit ({:.1f} GiB of {:.1f} usable)",
+                             describe(*rival_any), gib(rival_any->peak_bytes),
+                             gib(budget.usable_bytes()));
+  }
+  if (other == PipelineShape::kV) {
+    return out + fmt::format(": the V needs at least 2·pp = {} micro-batches, the job has {}",
+                             2 * ctx.pp, ctx.micro_batches);
+  }
+  return out;
+}
+
+size_t best_candidate(const std::vector<Candidate>& all) {
+  std::optional<size_t> best;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].record.fits) continue;
+    // A later candidate must be faster by more than rounding to win a tie.
+    if (!best || all[i].record.iteration_us < all[*best].record.iteration_us * (1 - 1e-9)) best = i;
+  }
+  if (best) return *best;
+  size_t smallest = 0;
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (all[i].record.peak_bytes < all[smallest].record.peak_bytes) smallest = i;
+  }
+  return smallest;
+}
+
+}  // namespace
+
+DhelixChoice choose_dhelix_shape(const Context& ctx, const ExtraCosts& extras,
+                                 const MemoryBudget& budget, ShapeRequest requested) {
+  const bool v_applies = dualpipev_applies(ctx.pp, ctx.micro_batches);
+  if (requested == ShapeRequest::kV && !v_applies) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("--shape v: the V (DualPipeV's order) needs at least 2·pp = {} "
+                            "micro-batches per iteration; the job has {} (global batch / "
+                            "(micro-batch · dp)): use --shape w or auto, or a larger batch",
+                            2 * ctx.pp, ctx.micro_batches));
+  }
+  std::vector<PlanStagePhases> phases;
+  const std::vector<StageCosts> costs = stage_costs(ctx, PipelineScheme::kDHelix, extras, phases);
+  std::vector<Candidate> all;
+  if (requested != ShapeRequest::kV) add_w_candidates(ctx, costs, phases, budget, all);
+  if (requested != ShapeRequest::kW && v_applies) {
+    SchemeRun run = run_schedule(ctx, PipelineScheme::kDHelix,
+                                 make_dualpipev_schedule(ctx.pp, ctx.micro_batches), costs, phases);
+    all.push_back(candidate(std::move(run), true, kUnboundedDeferral, budget));
+  }
+  const size_t best = best_candidate(all);
+  DhelixChoice out;
+  out.record.requested = requested;
+  out.record.chosen = all[best].record.shape;
+  out.record.reason = requested == ShapeRequest::kAuto
+                          ? auto_reason(ctx, all, best, budget)
+                          : fmt::format("--shape {}: {}", shape_request_name(requested),
+                                        describe(all[best].record));
+  out.record.candidates.push_back(all[best].record);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i != best) out.record.candidates.push_back(all[i].record);
+  }
+  out.run = std::move(all[best].run);
+  return out;
+}
+
+}  // namespace dhelix::plan_detail

@@ -1,0 +1,43 @@
+#pragma once
+// The dhelix plan's shape: the W or the V, whichever is faster and fits (dhelix-plan
+// --shape w|v|auto, default auto). Internal to planner/ (plan_builder.cc's step 4).
+//
+// Both shapes fold the layers the same way (stage p holds chunk p on the way down and chunk
+// 2·pp-1-p on the way up, pipeline_schedule.h), and both pair a forward on a down chunk with a
+// backward on an up chunk and the reverse, so one pairing search serves both and a stage's
+// costs are the same; what differs is the order of the tasks:
+//   * the W (pipeline_schedule.h) starts micro-batch j at slot 2·j and pairs it with j-pp:
+//     few micro-batches in flight, a ramp and a drain of about 2·pp chunk steps each. Its
+//     candidates: whole backwards, and the split drain (w_split_drain.h) under each bound
+//     on waiting weight gradients 0, 1, 2, 4, ... (a chunk's activations live until its W);
+//   * the V (DualPipeV's eight steps, baseline_schedules.h, m >= 2·pp) keeps up to 2·pp + 1
+//     chunks in flight and fills its ramp and drain with split backwards; its overlapped
+//     pairs are dhelix's SI blocks (the pairing search's, with the layer-by-layer memory of
+//     the W's blocks, not DualPipeV's whole extra chunk).
+// Every candidate is simulated on the same stage costs with its memory. The choice (auto):
+// the fastest candidate that fits, the first listed on a tie (the W before the V, whole
+// backwards before split); none fits: the smallest peak (the memory check then names it).
+// The plan records every candidate and a one-line reason (PlanShapeChoice).
+//
+// Example (docs/pipeline.md): Llama-3.1-405B on PP 16 with 128 micro-batches: the W's bubble is
+// its ramp and drain; the V's is DualPipeV's (PP/2-1)(F&B + B - 3W)-like term, smaller at this
+// depth, so auto picks the V; on PP 2 with 8 micro-batches the two are within a percent and
+// the W, first on a tie, stays unless the V is faster.
+
+#include "lib/plan/plan.h"
+#include "planner/plan_context.h"
+
+namespace dhelix::plan_detail {
+
+/// The chosen dhelix run and the record of the choice.
+struct DhelixChoice {
+  SchemeRun run;
+  PlanShapeChoice record;
+};
+
+/// Tries the shapes `requested` allows (the file comment) and returns the chosen one.
+/// Error(kInvalidInput) when `requested` is kV and the V does not apply (m < 2·pp).
+DhelixChoice choose_dhelix_shape(const Context& ctx, const ExtraCosts& extras,
+                                 const MemoryBudget& budget, ShapeRequest requested);
+
+}  // namespace dhelix::plan_detail
