@@ -114,7 +114,7 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
                  "Chrome trace of the predicted iteration (open in Perfetto or chrome://tracing)")
       ->type_name("FILE");
   app.add_option("--svg", options.svg_prefix,
-                 "Pictures: PREFIX-pipeline.svg (the W pipeline), PREFIX-pairing.svg (one "
+                 "Pictures: PREFIX-pipeline.svg (the dhelix pipeline), PREFIX-pairing.svg (one "
                  "layer's pairing) and PREFIX-schemes.svg (every scheme's pipeline)")
       ->type_name("PREFIX");
   app.add_flag("--allow-oom", options.allow_oom,
