@@ -11,7 +11,8 @@
 namespace dhelix {
 namespace {
 
-constexpr const char* kSearchReportSchemaVersion = "1.0.0";
+// 1.1.0: each scheme's figures carry its shape.
+constexpr const char* kSearchReportSchemaVersion = "1.1.0";
 // The two ranked schemes' keys: the plan's own names for them.
 const char* const kDHelix = pipeline_scheme_name(PipelineScheme::kDHelix);
 const char* const kMegatron = pipeline_scheme_name(PipelineScheme::kMegatron1F1B);
@@ -54,17 +55,17 @@ std::string best_line(const char* scheme, const ConfigOutcome* c,
 std::string ranking_text(const SearchResult& r, const std::vector<int64_t>& ranking,
                          const char* scheme, SearchSchemeFigures ConfigOutcome::*figures) {
   std::string out = fmt::format("top {} under {}:\n", ranking.size(), scheme);
-  out += fmt::format("  {:>4}  {:<34} {:>11} {:>11} {:>6} {:>7} {:>13} {:>10}\n", "rank",
+  out += fmt::format("  {:>4}  {:<34} {:>11} {:>11} {:>6} {:>7} {:>13} {:>10}  {}\n", "rank",
                      "configuration", "iteration", "TFLOPS/GPU", "MFU", "bubble", "exposed comm",
-                     "memory");
+                     "memory", "shape");
   for (size_t i = 0; i < ranking.size(); ++i) {
     const ConfigOutcome& c = r.configs[static_cast<size_t>(ranking[i])];
     const SearchSchemeFigures& f = c.*figures;
     out += fmt::format(
         "  {:>4}  {:<34} {:>9.3f} s {:>11.1f} {:>5.1f}% {:>6.1f}% {:>10.1f} ms "
-        "{:>6.1f} GiB\n",
+        "{:>6.1f} GiB  {}\n",
         i + 1, c.label, f.iteration_us / 1e6, f.tflops_per_gpu, f.mfu * 100, f.bubble_ratio * 100,
-        f.exposed_comm_us / 1000, gib(f.peak_memory_bytes));
+        f.exposed_comm_us / 1000, gib(f.peak_memory_bytes), pipeline_shape_name(f.shape));
   }
   return out;
 }
@@ -79,6 +80,7 @@ OrderedJson figures_json(const SearchSchemeFigures& f) {
   j["exposed_comm_us"] = f.exposed_comm_us;
   j["peak_memory_bytes"] = f.peak_memory_bytes;
   j["fits"] = f.fits;
+  j["shape"] = pipeline_shape_name(f.shape);
   return j;
 }
 

@@ -85,6 +85,7 @@ SearchSchemeFigures figures_of(const PlanScheme& scheme) {
     f.peak_memory_bytes = std::max(f.peak_memory_bytes, stage.total_bytes);
   }
   f.fits = scheme.fits;
+  f.shape = scheme.shape;
   return f;
 }
 

@@ -54,6 +54,7 @@ struct SearchSchemeFigures {
   double exposed_comm_us = 0;  ///< per GPU of an average stage, all communication types
   int64_t peak_memory_bytes = 0;
   bool fits = false;
+  PipelineShape shape = PipelineShape::kW;  ///< the dhelix plan's chosen shape; 1f1b for Megatron
 };
 
 struct ConfigOutcome {
