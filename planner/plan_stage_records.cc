@@ -27,6 +27,19 @@ PlanLayerRange chunk_layers(const StageRecordInputs& in, int64_t stage, ChunkSid
   return {};
 }
 
+// The plan's name for a backward half's share (the same three cases).
+BackwardShare backward_share(BackwardSplit split) {
+  switch (split) {
+    case BackwardSplit::kInput:
+      return BackwardShare::kInput;
+    case BackwardSplit::kWeight:
+      return BackwardShare::kWeight;
+    case BackwardSplit::kWhole:
+      break;
+  }
+  return BackwardShare::kWhole;
+}
+
 PlanTask task_record(const StageRecordInputs& in, int64_t stage, int64_t index,
                      const std::map<WorkKey, PlanTaskRef>& producer) {
   const PipelineTask& task =
@@ -45,7 +58,8 @@ PlanTask task_record(const StageRecordInputs& in, int64_t stage, int64_t index,
   }
   if (task.has_backward()) {
     t.backward = PlanTaskPart{task.backward_micro_batch, task.backward_chunk,
-                              chunk_layers(in, stage, task.backward_chunk)};
+                              chunk_layers(in, stage, task.backward_chunk),
+                              backward_share(task.backward_split)};
   }
   if (task.kind == TaskKind::kHeadLoss) t.head_loss_micro_batch = task.forward_micro_batch;
   for (const WorkItem& w : task_work(task, stage)) {

@@ -46,7 +46,9 @@ namespace dhelix {
 /// "interleaved" and "v", chunks_per_stage, and each stage's optional "phases"; 1.0.0 plans
 /// still read (chunks_per_stage then comes from the shape, and traces have no phase rows).
 /// 1.2.0 added the pairings' optional layer_segment_bound and window_segment_bound.
-/// 1.3.0 added the dhelix plan's shapes: the optional shape_choice, and stages in the V.
+/// 1.3.0 added the dhelix plan's shapes: the optional shape_choice, stages in the V, and a
+/// backward part's optional "work" (whole | input | weight: the split backward of the
+/// zero-bubble schedules); absent means whole, so older plans read unchanged.
 inline constexpr const char* kPlanSchemaVersion = "1.3.0";
 inline constexpr int kPlanSchemaMajor = 1;
 
@@ -148,6 +150,9 @@ struct PlanTaskPart {
   int64_t micro_batch = 0;
   ChunkSide chunk = ChunkSide::kWhole;
   PlanLayerRange layers;
+  /// Backward parts of backward tasks: which share of the backward runs (kInput: I, kWeight:
+  /// W). "work" in the file, written only when not whole.
+  BackwardShare work = BackwardShare::kWhole;
 };
 
 /// A task of another stage this task waits for (a point-to-point transfer).

@@ -5,7 +5,8 @@
 //   6. num_micro_batches equals the job's global_batch_size / (micro_batch_size x dp): the
 //      trainer divides the loss by it (4 -> 5 scaled every gradient by 4/5), and each
 //      stage's tasks run every micro-batch's forward and backward over every layer the
-//      stage holds, and the head stage its loss, exactly once.
+//      stage holds, and the head stage its loss, exactly once (a split backward's input
+//      part stands for it; the lowering pairs it with its weight part).
 //   7. Every task's index is its position: the trainer and the transfers name tasks by it.
 //   8. A block's forward_ops and backward_ops are its timings' ops of that strand in the
 //      same order, and the timings are in start order within the block: a reordered block
@@ -58,7 +59,11 @@ void check_stage_coverage(const Plan& plan, size_t s, const std::string& file,
       }
     };
     if (task.forward) add(*task.forward, forward);
-    if (task.backward) add(*task.backward, backward);
+    // A split backward counts once, by its input part: the lowering pairs each I with its
+    // W (lib/plan/rank_program.cc), so W parts are no second pass.
+    if (task.backward && task.backward->work != BackwardShare::kWeight) {
+      add(*task.backward, backward);
+    }
     if (task.kind == TaskKind::kHeadLoss) losses.insert(task.head_loss_micro_batch);
   }
   const std::string where = fmt::format("/stages/{}/tasks", s);

@@ -24,6 +24,18 @@ inline constexpr EnumNames<ChunkSide, 3> kChunkSideNames{{"down", "up", "whole"}
 /// "down", "up", "whole".
 constexpr const char* chunk_side_name(ChunkSide side) { return kChunkSideNames.name(side); }
 
+/// Which share of a chunk's backward a backward part runs (the zero-bubble split, Qi et al.
+/// 2024): all of it; its input gradient I (every op but the weight-gradient GEMMs: what the
+/// previous stage waits for); or its weight gradient W (only those GEMMs,
+/// backward_work(op) == kWeightGradient in lib/op_catalogue.h), deferred to fill a bubble.
+/// Only a lone backward task is split; an SI block's backward is whole.
+enum class BackwardShare { kWhole, kInput, kWeight };
+inline constexpr EnumNames<BackwardShare, 3> kBackwardShareNames{{"whole", "input", "weight"}};
+/// "whole", "input", "weight".
+constexpr const char* backward_share_name(BackwardShare share) {
+  return kBackwardShareNames.name(share);
+}
+
 /// Which search scope a pairing's stage costs use: one layer pair at a time (the paper's)
 /// or windows of several layers.
 enum class PairingScope { kLayer, kChunk };

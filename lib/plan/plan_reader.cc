@@ -222,8 +222,31 @@ std::optional<PlanTaskPart> read_part(ObjectReader& r, const std::string& key) {
     part.micro_batch = bounded_field(o, "micro_batch", kMicroBatchIndex);
     part.chunk = read_enum(o, "chunk", kChunkSideNames, ChunkSide::kWhole);
     with_object(o, "layers", [&](ObjectReader& l) { part.layers = read_range(l); });
+    // Since 1.3.0; absent: the whole backward (read_task refuses it where it does not belong).
+    if (const std::optional<std::string> work =
+            o.string("work", Need::kOptional, kBackwardShareNames.all())) {
+      part.work = kBackwardShareNames.parse(*work).value_or(BackwardShare::kWhole);
+    }
   });
   return part;
+}
+
+// Only a lone backward task's backward part may be split (I or W): a forward has no weight
+// gradient to defer, and an SI block's backward is co-executed whole (the pairing's blocks
+// hold every backward op).
+void check_split(ObjectReader& r, const PlanTask& t) {
+  const auto refuse = [&](const char* key, const PlanTaskPart& part, const std::string& rule) {
+    r.problems().add(r.file(), r.pointer_of(key) + "/work", backward_share_name(part.work), rule);
+  };
+  if (t.forward && t.forward->work != BackwardShare::kWhole) {
+    refuse("forward", *t.forward, "a forward part runs whole; only a backward part may be split");
+  }
+  if (t.backward && t.backward->work != BackwardShare::kWhole && t.kind != TaskKind::kBackward) {
+    refuse("backward", *t.backward,
+           fmt::format("only a task of kind backward may split its backward (input / weight); "
+                       "this task is {}, whose backward runs whole",
+                       task_kind_name(t.kind)));
+  }
 }
 
 PlanTask read_task(ObjectReader& r) {
@@ -233,6 +256,7 @@ PlanTask read_task(ObjectReader& r) {
   t.label = r.string("label", Need::kRequired).value_or("");
   t.forward = read_part(r, "forward");
   t.backward = read_part(r, "backward");
+  check_split(r, t);
   t.head_loss_micro_batch =
       r.integer("head_loss_micro_batch", Need::kRequired, {.min = -1, .max = kMicroBatchIndex.max})
           .value_or(-1);

@@ -75,9 +75,12 @@ OrderedJson range_json(const PlanLayerRange& range) {
 
 OrderedJson part_json(const std::optional<PlanTaskPart>& part) {
   if (!part) return nullptr;
-  return OrderedJson{{"micro_batch", part->micro_batch},
-                     {"chunk", chunk_side_name(part->chunk)},
-                     {"layers", range_json(part->layers)}};
+  OrderedJson out{{"micro_batch", part->micro_batch},
+                  {"chunk", chunk_side_name(part->chunk)},
+                  {"layers", range_json(part->layers)}};
+  // Written only when split, so that plans without split tasks keep their bytes.
+  if (part->work != BackwardShare::kWhole) out["work"] = backward_share_name(part->work);
+  return out;
 }
 
 OrderedJson task_json(const PlanTask& task) {

@@ -21,6 +21,11 @@ void ProgramBuilder::fail(const std::string& what) const {
                           block_ >= 0 ? fmt::format(" block {}", block_) : "", what));
 }
 
+void ProgramBuilder::fail_at(int64_t task, const std::string& what) const {
+  throw Error(ErrorCode::kInvalidInput,
+              fmt::format("plan: stage {} task {}: {}", program_.stage, task, what));
+}
+
 void ProgramBuilder::begin_task(int64_t task) {
   task_ = task;
   block_ = -1;

@@ -32,6 +32,8 @@ class ProgramBuilder {
 
   /// Throws Error(kInvalidInput) "plan: stage S task T[ block B]: what".
   [[noreturn]] void fail(const std::string& what) const;
+  /// The same naming task `task` (a problem found after the task was lowered).
+  [[noreturn]] void fail_at(int64_t task, const std::string& what) const;
 
   /// The finished program; the builder is spent.
   RankProgram take() { return std::move(program_); }

@@ -27,6 +27,7 @@ LoweredOp lowered_op(const Op& op) {
   out.kind = op.kind;
   out.stream = op.stream;
   out.part = op.part;
+  out.weight_gradient = backward_work(op) == BackwardWork::kWeightGradient;
   if (is_communication(op.kind)) {  // the only ops whose group and bytes lowering reads
     out.group = op.group;
     out.comm_bytes = op.comm_bytes;

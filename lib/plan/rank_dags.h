@@ -1,8 +1,9 @@
 #pragma once
 // What the lowering (lib/plan/rank_program.cc) reads of one rank's DAGs, and nothing else:
-// per op its id, kind, stream, process group, communication bytes and part; per DAG its
-// predecessor lists and topological order; the outputs of the layer, the embedding and the
-// head; the orders of the stage extras. Shapes, FLOPs and signatures, which differ between
+// per op its id, kind, stream, process group, communication bytes, part and whether it is a
+// weight gradient (the W of a split backward); per DAG its predecessor lists and topological
+// order; the outputs of the layer, the embedding and the head; the orders of the stage
+// extras. Shapes, FLOPs and signatures, which differ between
 // ranks of a stage (the last tensor-parallel rank may hold fewer vocabulary entries), are
 // left out, so that two ranks whose RankDags are equal lower to the same program (see
 // RankLoweringInput in lib/plan/rank_program.h). Internal to lib/plan/.
@@ -28,6 +29,8 @@ struct LoweredOp {
   ParallelDim group = ParallelDim::kTp;  ///< communication ops only
   int64_t comm_bytes = 0;                ///< communication ops only
   OpPart part = OpPart::kLayer;
+  /// A weight-gradient GEMM (backward_work == kWeightGradient): the W of a split backward.
+  bool weight_gradient = false;
   bool operator==(const LoweredOp&) const = default;
 };
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -42,6 +43,8 @@ class Lowering {
   void lower_si_blocks(const PlanTask& task);
   void lower_forward_part(const PlanTaskPart& part);
   void lower_backward_part(const PlanTaskPart& part);
+  void claim_backward_share(const PlanTaskPart& part, int64_t layer);
+  void check_weights_ran();
   void lower_head_loss(int64_t micro_batch);
 
   void emit_layer_op(bool backward, int64_t index, int64_t micro_batch, int64_t layer);
@@ -59,6 +62,13 @@ class Lowering {
   std::unordered_map<const PlanBlock*, std::vector<ResolvedTiming>> resolved_;
   // The instruction that produced each (micro-batch, layer + 1, DAG slot); -1: not yet.
   std::vector<int64_t> produced_;
+  // Per (micro-batch, layer): which share of its backward has run, and the task of its I.
+  struct BackwardRun {
+    bool whole = false, input = false, weight = false;
+    int64_t input_task = -1;
+  };
+  std::map<std::pair<int64_t, int64_t>, BackwardRun> backward_runs_;
+  int64_t task_index_ = -1;
 };
 
 // Placement first: a rank outside the job is refused before anything reads the plan.
@@ -156,8 +166,10 @@ Instruction Lowering::from_op(const DagView& view, int64_t index, int64_t micro_
 RankProgram Lowering::run() {
   for (const PlanTask& task : stage_.tasks) {
     program_.begin_task(task.index);
+    task_index_ = task.index;
     lower_task(task);
   }
+  check_weights_ran();
   RankProgram program = program_.take();
   program.op_ids = dags_.op_ids;
   return program;
@@ -168,6 +180,18 @@ void Lowering::lower_task(const PlanTask& task) {
     if (!stage_.head_loss) program_.fail("a head_loss task on a stage without the head");
     lower_head_loss(task.head_loss_micro_batch);
     return;
+  }
+  // The reader refuses these too; a plan built in memory (or by another writer) meets them
+  // here, so that no program runs a part of a backward the rules do not allow.
+  if (task.forward && task.forward->work != BackwardShare::kWhole) {
+    program_.fail("a forward part runs whole; only a backward part may be split");
+  }
+  if (task.backward && task.backward->work != BackwardShare::kWhole &&
+      task.kind != TaskKind::kBackward) {
+    program_.fail(
+        fmt::format("a {} part inside a {} task: only a task of kind backward may "
+                    "split its backward; an SI block's backward runs whole",
+                    backward_share_name(task.backward->work), task_kind_name(task.kind)));
   }
   if (task.kind == TaskKind::kSiBlock && program_.mode() == ExecutionMode::kCoExecuted) {
     lower_si_blocks(task);
@@ -187,13 +211,85 @@ void Lowering::lower_forward_part(const PlanTaskPart& part) {
   }
 }
 
+// A split backward (part.work input or weight) emits the layers' ops in the same order as a
+// whole one, I without the weight-gradient GEMMs, W only those; the embedding's backward
+// belongs to I (the next stage down waits for nothing of it, but it is no weight GEMM).
 void Lowering::lower_backward_part(const PlanTaskPart& part) {
+  const DagView& view = dags_.layer_backward;
   for (int64_t j = 0; j < part.layers.count; ++j) {
     const int64_t layer = strand_layer(part, true, j);
-    for (int64_t i : dags_.layer_backward.order) emit_layer_op(true, i, part.micro_batch, layer);
+    claim_backward_share(part, layer);
+    for (int64_t i : view.order) {
+      const bool weight = view.ops[static_cast<size_t>(i)].weight_gradient;
+      if ((part.work == BackwardShare::kInput && weight) ||
+          (part.work == BackwardShare::kWeight && !weight)) {
+        continue;
+      }
+      emit_layer_op(true, i, part.micro_batch, layer);
+    }
   }
+  if (part.work == BackwardShare::kWeight) return;
   if (stage_.embedding && part.layers.first == 0) {
     for (int64_t i : dags_.embedding_backward_order) emit_extra_op(true, i, part.micro_batch);
+  }
+}
+
+// The split rules (docs/plan.md, "Split backward"): per micro-batch and layer the backward
+// runs once, whole or as one input part I and then one weight part W, never both ways.
+void Lowering::claim_backward_share(const PlanTaskPart& part, int64_t layer) {
+  BackwardRun& run = backward_runs_[{part.micro_batch, layer}];
+  const std::string what = fmt::format("backward of micro-batch {} chunk {} (layer {})",
+                                       part.micro_batch, chunk_side_name(part.chunk), layer);
+  const bool split = run.input || run.weight;
+  switch (part.work) {
+    case BackwardShare::kWhole:
+      if (split) {
+        program_.fail(
+            fmt::format("{}: a whole backward after its {} part: a backward runs "
+                        "whole or split into input (I) and weight (W), not both",
+                        what, run.weight ? "weight" : "input"));
+      }
+      if (run.whole) program_.fail(fmt::format("{}: the whole backward runs twice", what));
+      run.whole = true;
+      return;
+    case BackwardShare::kInput:
+      if (run.whole) {
+        program_.fail(
+            fmt::format("{}: an input part (I) after the whole backward: a backward "
+                        "runs whole or split into input (I) and weight (W), not both",
+                        what));
+      }
+      if (run.input) program_.fail(fmt::format("{}: the input part (I) runs twice", what));
+      run.input = true;
+      run.input_task = task_index_;
+      return;
+    case BackwardShare::kWeight:
+      if (run.whole) {
+        program_.fail(
+            fmt::format("{}: a weight part (W) after the whole backward: a backward "
+                        "runs whole or split into input (I) and weight (W), not both",
+                        what));
+      }
+      if (!run.input) {
+        program_.fail(
+            fmt::format("{}: the weight part (W) has no earlier input part (I) on "
+                        "the stage: a W reads what its I computed",
+                        what));
+      }
+      if (run.weight) program_.fail(fmt::format("{}: the weight part (W) runs twice", what));
+      run.weight = true;
+      return;
+  }
+}
+
+void Lowering::check_weights_ran() {
+  for (const auto& [key, run] : backward_runs_) {
+    if (!run.input || run.weight) continue;
+    program_.fail_at(run.input_task,
+                     fmt::format("backward of micro-batch {} layer {}: the input part (I) has no "
+                                 "weight part (W) later on the stage: its weights would get no "
+                                 "gradient",
+                                 key.first, key.second));
   }
 }
 
@@ -211,6 +307,9 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
   const PlanTaskPart& backward = *task.backward;
   if (stage_.embedding && forward.layers.first == 0) {
     for (int64_t i : dags_.embedding_forward_order) emit_extra_op(false, i, forward.micro_batch);
+  }
+  for (int64_t j = 0; j < backward.layers.count; ++j) {
+    claim_backward_share(backward, strand_layer(backward, true, j));
   }
   int64_t block = 0;
   for (const PlacedBlocks& placed : si_block_sequence(pairing_, forward.layers.count)) {
