@@ -208,8 +208,8 @@ TEST(Combined1F1B, OneStagePairsTheNextForwardWithThePreviousBackward) {
 
 TEST(Combined1F1B, InterleavedSchedulesRunWithOneMoreWarmUpForward) {
   for (int64_t pp : {2, 4}) {
-    for (int64_t v : {2, 3}) {
-      for (int64_t m : {pp, 2 * pp, 4 * pp}) {
+    for (int64_t v : {2, 3, 6}) {
+      for (int64_t m : {pp, 2 * pp, 4 * pp, 25 * pp}) {
         SCOPED_TRACE(fmt::format("pp {} v {} m {}", pp, v, m));
         const PipelineSchedule base = make_interleaved_schedule(pp, m, v);
         const PipelineSchedule s = make_combined_1f1b_schedule(base);
