@@ -47,7 +47,9 @@ std::string md_comparison(const ReportRows& rows) {
     cells[0] = md_escape(cells[0]);
     out += md_row(cells);
   }
-  return out + "\n" + md_escape(best_baseline_sentence(rows)) + ".\n";
+  out += "\n" + md_escape(best_baseline_sentence(rows)) + ".\n";
+  const std::string bound = upper_bound_sentence(rows);
+  return bound.empty() ? out : out + "\n" + md_escape(bound) + ".\n";
 }
 
 std::string md_comm(const ReportRows& rows) {
