@@ -61,7 +61,6 @@
 // dispatch exposed): 14 + 12 + 10 + 16 = 52; with --delay-wgrad-compute it is DeepSeek's 50.
 // The exact search finds 46.
 
-#include <array>
 #include <cstdint>
 #include <vector>
 
