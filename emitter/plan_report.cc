@@ -16,7 +16,7 @@ namespace report_detail {
 namespace {
 
 std::string comparison_table(const ReportRows& rows) {
-  constexpr const char* kRow = "{:<20} {:>11} {:>11} {:>7} {:>7} {:>13} {:>9} {:>5}\n";
+  constexpr const char* kRow = "{:<22} {:>11} {:>11} {:>7} {:>7} {:>13} {:>9} {:>5}\n";
   std::string out = fmt::format(kRow, "scheme", "iteration", "TFLOPS/GPU", "MFU", "bubble",
                                 "exposed comm", "speed-up", "fits");
   for (const SchemeRow& s : rows.schemes) {
@@ -24,6 +24,8 @@ std::string comparison_table(const ReportRows& rows) {
     out += fmt::format(kRow, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
   }
   out += best_baseline_sentence(rows) + "\n";
+  const std::string bound = upper_bound_sentence(rows);
+  if (!bound.empty()) out += bound + "\n";
   return rows.shape_sentence ? out + *rows.shape_sentence + "\n" : out;
 }
 
@@ -35,7 +37,7 @@ std::string comm_by_type(const ReportRows& rows) {
       if (c.hidden_us == 0 && c.exposed_us == 0) continue;
       parts += fmt::format("  {} {}", parallel_dim_name(c.type), comm_cell(c));
     }
-    out += fmt::format("  {:<20}{}\n", pipeline_scheme_name(s.scheme),
+    out += fmt::format("  {:<22}{}\n", pipeline_scheme_name(s.scheme),
                        parts.empty() ? "  none" : parts);
   }
   return out;
@@ -48,7 +50,7 @@ std::string peak_memory(const ReportRows& rows) {
     for (const PlanStageMemory& m : s.memory) {
       parts += fmt::format("  stage {} {}", m.stage, gib_cell(m.total_bytes));
     }
-    out += fmt::format("  {:<20}{}\n", pipeline_scheme_name(s.scheme),
+    out += fmt::format("  {:<22}{}\n", pipeline_scheme_name(s.scheme),
                        parts.empty() ? "  unknown" : parts);
   }
   return out;

@@ -8,6 +8,7 @@
 //   dhelix                 238.585 s        94.8   63.3%    0.0%     18343.0 ms     1.36x   yes
 //   ...
 //   best baseline that fits: zb-h1 (...); dhelix 1.30x over it, 1.36x over megatron-1f1b
+//   upper bound: dualpipev with the search's pairs (...), dhelix 0.98x of it
 //   SI pairing of one layer (pairing 0, layer scope): ...
 //   block  forward compute  backward compute  communication                      time
 //   0      ln_attn          bda_mlp           allgather_attn (fwd, tp): hidden   24.314 ms
@@ -27,8 +28,10 @@
 namespace dhelix {
 
 /// Version of the JSON report's shape (render_plan_report with ReportFormat::kJson).
-/// 1.1.0: best_baseline and each scheme's chunks_per_stage.
-/// 1.2.0: each scheme's shape, and the dhelix plan's "shape" (chosen, requested, reason).
+/// 1.1.0: best_baseline and each scheme's chunks_per_stage. 1.2.0: best_baseline among the
+/// schemes people run (run_as_priced), upper_bound (the generous dualpipev) and
+/// absent_baselines ("name: why"); each scheme's shape, and the dhelix plan's "shape"
+/// (chosen, requested, reason).
 inline constexpr const char* kPlanReportSchemaVersion = "1.2.0";
 
 /// The forms a plan report can take.

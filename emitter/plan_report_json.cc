@@ -90,12 +90,13 @@ OrderedJson si_json(const ReportRows& rows) {
           {"blocks", blocks}};
 }
 
-// The fastest baseline that fits and dhelix's speed-up over it; null when none fits.
-OrderedJson best_baseline_json(const ReportRows& rows) {
-  if (!rows.best_baseline) return nullptr;
-  return {{"scheme", pipeline_scheme_name(rows.best_baseline->scheme)},
-          {"iteration_us", us(rows.best_baseline->iteration_us)},
-          {"dhelix_speedup", ratio(rows.best_baseline->dhelix_speedup)}};
+// A scheme's time and dhelix's speed-up over it (the best baseline that fits, or the
+// upper bound); null when there is none.
+OrderedJson versus_dhelix_json(const std::optional<BestBaselineRow>& row) {
+  if (!row) return nullptr;
+  return {{"scheme", pipeline_scheme_name(row->scheme)},
+          {"iteration_us", us(row->iteration_us)},
+          {"dhelix_speedup", ratio(row->dhelix_speedup)}};
 }
 
 }  // namespace
@@ -114,7 +115,9 @@ std::string render_report_json(const ReportRows& rows) {
                              {"reserve_bytes", rows.budget.reserve_bytes},
                              {"usable_bytes", rows.budget.usable_bytes}}},
                            {"schemes", schemes},
-                           {"best_baseline", best_baseline_json(rows)},
+                           {"best_baseline", versus_dhelix_json(rows.best_baseline)},
+                           {"upper_bound", versus_dhelix_json(rows.upper_bound)},
+                           {"absent_baselines", rows.absent},
                            {"pairings", pairings_json(rows)},
                            {"si_pairing", si_json(rows)}};
   if (rows.shape_choice) {

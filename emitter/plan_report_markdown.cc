@@ -48,6 +48,8 @@ std::string md_comparison(const ReportRows& rows) {
     out += md_row(cells);
   }
   out += "\n" + md_escape(best_baseline_sentence(rows)) + ".\n";
+  const std::string bound = upper_bound_sentence(rows);
+  if (!bound.empty()) out += "\n" + md_escape(bound) + ".\n";
   return rows.shape_sentence ? out + "\n" + md_escape(*rows.shape_sentence) + ".\n" : out;
 }
 

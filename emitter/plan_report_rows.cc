@@ -135,6 +135,37 @@ std::string budget_clause(const PairingRow& row) {
   return out;
 }
 
+// `scheme`'s figures against dhelix's.
+BestBaselineRow versus_dhelix(const PlanScheme& scheme, const PlanScheme* dhelix) {
+  const bool timed = dhelix != nullptr && dhelix->iteration_us > 0;
+  return {.scheme = scheme.scheme,
+          .iteration_us = scheme.iteration_us,
+          .dhelix_speedup = timed ? scheme.iteration_us / dhelix->iteration_us : 0,
+          .dhelix_speedup_vs_1f1b = timed ? dhelix->speedup_vs_megatron : 0};
+}
+
+// Why the job rules out the baselines the plan lacks (planner/plan_builder.cc,
+// scheme_applies): facts of the job, so an older plan that predates a scheme gets no reason.
+std::vector<std::string> absent_reasons(const Plan& plan) {
+  std::vector<std::string> out;
+  const int64_t pp = static_cast<int64_t>(plan.stages.size());
+  if (plan.find_scheme(PipelineScheme::kDualPipeVHandwritten) == nullptr &&
+      plan.num_micro_batches < 2 * pp) {
+    out.push_back(
+        fmt::format("dualpipev-handwritten: DualPipeV needs at least 2·pp = {} "
+                    "micro-batches, the job has {}",
+                    2 * pp, plan.num_micro_batches));
+  }
+  const PlanScheme* interleaved = plan.find_scheme(PipelineScheme::kMegatronInterleaved);
+  if (plan.find_scheme(PipelineScheme::kMegatronA2aOverlap) == nullptr && pp > 1 &&
+      interleaved != nullptr && interleaved->chunks_per_stage == 1) {
+    out.push_back(
+        "megatron-a2a-overlap: Megatron-Core runs --overlap-moe-expert-parallel-comm with "
+        "PP > 1 only on interleaved stages, and the virtual pipeline size is 1");
+  }
+  return out;
+}
+
 }  // namespace
 
 ReportRows report_rows(const Plan& plan) {
@@ -151,14 +182,11 @@ ReportRows report_rows(const Plan& plan) {
   }
   rows.si = si_table(plan);
   const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix);
-  if (const PlanScheme* best = plan.best_baseline()) {
-    const bool timed = dhelix != nullptr && dhelix->iteration_us > 0;
-    rows.best_baseline =
-        BestBaselineRow{.scheme = best->scheme,
-                        .iteration_us = best->iteration_us,
-                        .dhelix_speedup = timed ? best->iteration_us / dhelix->iteration_us : 0,
-                        .dhelix_speedup_vs_1f1b = timed ? dhelix->speedup_vs_megatron : 0};
-  }
+  if (const PlanScheme* best = plan.best_baseline())
+    rows.best_baseline = versus_dhelix(*best, dhelix);
+  if (const PlanScheme* bound = plan.upper_bound())
+    rows.upper_bound = versus_dhelix(*bound, dhelix);
+  rows.absent = absent_reasons(plan);
   if (const PlanScheme* interleaved = plan.find_scheme(PipelineScheme::kMegatronInterleaved)) {
     const int64_t v = interleaved->chunks_per_stage;
     rows.interleaving =
@@ -185,6 +213,20 @@ std::string best_baseline_sentence(const ReportRows& rows) {
   if (best.dhelix_speedup <= 0) return out;
   return out + fmt::format("; dhelix {:.2f}x over it, {:.2f}x over megatron-1f1b",
                            best.dhelix_speedup, best.dhelix_speedup_vs_1f1b);
+}
+
+std::string upper_bound_sentence(const ReportRows& rows) {
+  std::vector<std::string> parts;
+  if (rows.upper_bound) {
+    const BestBaselineRow& bound = *rows.upper_bound;
+    std::string part = fmt::format("upper bound: {} with the search's pairs ({:.3f} s)",
+                                   pipeline_scheme_name(bound.scheme), bound.iteration_us / 1e6);
+    if (bound.dhelix_speedup > 0)
+      part += fmt::format(", dhelix {:.2f}x of it", bound.dhelix_speedup);
+    parts.push_back(part);
+  }
+  parts.insert(parts.end(), rows.absent.begin(), rows.absent.end());
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 std::string headline(const ReportRows& rows) {

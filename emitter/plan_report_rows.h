@@ -106,6 +106,11 @@ struct ReportRows {
   /// Megatron's virtual pipeline size, and why it is 1 where it is; nullopt without the
   /// megatron-interleaved scheme.
   std::optional<std::string> interleaving;
+  /// The generous dualpipev (Plan::upper_bound) and dhelix's speed-up over it, apart from
+  /// the baselines; nullopt when the plan lacks it or it does not fit.
+  std::optional<BestBaselineRow> upper_bound;
+  /// Baselines the plan lacks because the job rules them out, each "name: why".
+  std::vector<std::string> absent;
   /// "dhelix plan shape: v (why)"; nullopt for plans before 1.3.0 (always the W).
   std::optional<std::string> shape_sentence;
   std::optional<PlanShapeChoice> shape_choice;
@@ -122,6 +127,10 @@ std::string headline(const ReportRows& rows);
 /// The sentence under the scheme table: Megatron's virtual pipeline size, the fastest
 /// baseline that fits and dhelix's gain over it and over plain 1F1B.
 std::string best_baseline_sentence(const ReportRows& rows);
+/// The line under it: the upper bound (the generous dualpipev) and dhelix's gain over it,
+/// then why absent baselines are absent, one "name: why" each, joined by "; "; empty when
+/// there is nothing to say.
+std::string upper_bound_sentence(const ReportRows& rows);
 /// scheme, iteration, TFLOPS/GPU, MFU, bubble, exposed comm, speed-up, fits.
 std::vector<std::string> scheme_cells(const SchemeRow& row);
 /// "12.3 ms / 4.5 ms": hidden / exposed.

@@ -198,6 +198,38 @@ std::vector<PlanOp> op_records(const StrandGraph& graph, const LayerDag& dag) {
   return out;
 }
 
+// A hand-written order's layer costs: the strands alone as Megatron runs them, the SI pair
+// from the order's blocks; without all-to-alls the strands one after the other exactly.
+LayerCosts handwritten_layer(const LayerCosts& megatron, const PairingResult& pair,
+                             bool has_all_to_all, const StrandKinds& fk, const StrandKinds& bk) {
+  LayerCosts out = megatron;
+  if (!has_all_to_all) {
+    out.si_pair_us = megatron.forward_us + megatron.backward_us;
+    out.si_pair_comm = megatron.forward_comm;
+    out.si_pair_comm += megatron.backward_comm;
+    return out;
+  }
+  out.si_pair_us = pair.total_time_us;
+  out.si_pair_comm = blocks_comm(pair.blocks, fk, bk);
+  return out;
+}
+
+// The hand-written orders of handwritten_pairs.h on the same layer pair as the search's
+// one-layer scope, with its launch interval; Megatron's scheme keeps its better variant.
+void set_handwritten(const CoRunModel& co_run, double paired_block_gap_us, const StrandKinds& fk,
+                     const StrandKinds& bk, LayerAnalysis& a) {
+  const BlockCostModel model(a.forward, a.backward, co_run, {}, paired_block_gap_us);
+  const NodeAssignment nodes = node_assignment(a.dags.forward, a.dags.backward);
+  a.has_all_to_all = nodes.has_all_to_all;
+  a.deepseek = handwritten_pairing(model, nodes, HandwrittenOrder::kDeepSeekV3);
+  PairingResult plain = handwritten_pairing(model, nodes, HandwrittenOrder::kMegatronA2a);
+  PairingResult delayed = handwritten_pairing(model, nodes, HandwrittenOrder::kMegatronA2aDelayedW);
+  a.megatron_delayed_wgrad = delayed.total_time_us < plain.total_time_us;
+  a.megatron_a2a = a.megatron_delayed_wgrad ? std::move(delayed) : std::move(plain);
+  a.deepseek_layer = handwritten_layer(a.megatron, a.deepseek, a.has_all_to_all, fk, bk);
+  a.megatron_a2a_layer = handwritten_layer(a.megatron, a.megatron_a2a, a.has_all_to_all, fk, bk);
+}
+
 }  // namespace
 
 StrandKinds strand_kinds(const StrandGraph& graph, const LayerDag& dag) {
@@ -266,6 +298,8 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   a.wavelet_layer = a.megatron;
   a.wavelet_layer.si_pair_us = a.wavelet.total_time_us;
   a.wavelet_layer.si_pair_comm = blocks_comm(a.wavelet.blocks, fk, bk);
+
+  set_handwritten(co_run, options.per_layer.paired_block_gap_us, fk, bk, a);
 
   // Intra-batch: the chunked DAGs, each strand alone.
   a.intra_batch = strands_alone(with_recompute(build_intra_batch_layer_dags(job, rank), recompute),

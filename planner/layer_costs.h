@@ -12,11 +12,16 @@
 //   wavelet+       one layer's forward against one layer's backward, paired round-robin in
 //                  their default topological orders (planner/layer_baselines.h)
 //   dhelix         the exact pairing search, both scopes (chunk_pairing.h); the better one
+//   handwritten    one layer's forward against one layer's backward in the fixed orders
+//                  people write by hand (handwritten_pairs.h): DeepSeek-V3's, and
+//                  Megatron-Core's combined 1F1B with and without delayed weight gradients
 //
 // The baselines of baseline_schedules.h reuse these: interleaved 1F1B, ZB-H1 and ZB-V the
 // megatron figures, with the backward's weight-gradient part (backward_weight_us: the solo
 // times of its BackwardWork::kWeightGradient ops, lib/op_catalogue.h) for the split into I
-// and W; DualPipeV the megatron figures and dhelix's SI block for its overlapped pairs.
+// and W; DualPipeV the megatron figures and dhelix's SI block for its overlapped pairs
+// (the generous reading), dualpipev-handwritten DeepSeek-V3's order for them, and
+// megatron-a2a-overlap the better of Megatron's two orders.
 //
 // Hidden and exposed communication. Inside a simulated block, the wall time of a
 // communication op (start to finish, slowdowns included) is "hidden" for the part of it
@@ -45,6 +50,7 @@
 #include "lib/profile.h"
 #include "planner/chunk_pairing.h"
 #include "planner/co_run_model.h"
+#include "planner/handwritten_pairs.h"
 #include "planner/pipeline_simulator.h"
 
 namespace dhelix {
@@ -81,6 +87,14 @@ struct LayerAnalysis {
   bool chunk_scope = false;      ///< the cross-layer scope is better for the folded chunk
   double chunk_si_block_us = 0;  ///< the chosen scope's SI block of one folded chunk
   CommBreakdown chunk_si_block_comm;
+  /// The layer has EP all-to-alls (handwritten_pairs.h): without them the hand-written
+  /// orders overlap nothing and their SI pair is the strands one after the other.
+  bool has_all_to_all = false;
+  PairingResult deepseek;               ///< DeepSeek-V3's order of one layer pair
+  PairingResult megatron_a2a;           ///< Megatron's order, the better of its two variants
+  bool megatron_delayed_wgrad = false;  ///< the better one delays the weight gradients
+  LayerCosts deepseek_layer;            ///< forward and backward alone, SI pair DeepSeek's
+  LayerCosts megatron_a2a_layer;        ///< forward and backward alone, SI pair Megatron's
 };
 
 /// The layer costs of `rank`'s layer DAGs, with the forward ops `recompute` repeats in the

@@ -24,9 +24,11 @@ PipelineShape scheme_shape(PipelineScheme scheme) {
     case PipelineScheme::kDHelix:
       return PipelineShape::kW;
     case PipelineScheme::kMegatronInterleaved:
+    case PipelineScheme::kMegatronA2aOverlap:
       return PipelineShape::kInterleaved;
     case PipelineScheme::kZeroBubbleV:
     case PipelineScheme::kDualPipeV:
+    case PipelineScheme::kDualPipeVHandwritten:
       return PipelineShape::kV;
   }
   return PipelineShape::kW;

@@ -199,17 +199,19 @@ PlanResult build_plan(const PlanRequest& given) {
                                          PipelineScheme::kMegatronInterleaved,
                                          PipelineScheme::kZeroBubbleH1,
                                          PipelineScheme::kZeroBubbleV,
-                                         PipelineScheme::kDualPipeV};
+                                         PipelineScheme::kDualPipeV,
+                                         PipelineScheme::kDualPipeVHandwritten,
+                                         PipelineScheme::kMegatronA2aOverlap};
   PlanProgress progress(request, ctx.pp, std::size(kSchemes));
   analyze_stages(ctx, progress);
-  // 4. Every scheme through the pipeline simulator (DualPipeV needs m >= 2·pp); the dhelix
+  // 4. Every scheme that applies through the pipeline simulator (scheme_applies); the dhelix
   // plan takes the W or the V (planner/dhelix_shapes.h).
   const ExtraCosts extras = extra_costs(ctx);
   const MemoryBudget budget = memory_budget(request.job->cluster.gpu, request.memory);
   std::vector<SchemeRun> runs;
   PlanShapeChoice shape_choice;
   for (PipelineScheme scheme : kSchemes) {
-    if (scheme == PipelineScheme::kDualPipeV && !dualpipev_applies(ctx.pp, ctx.micro_batches)) {
+    if (!scheme_applies(ctx, scheme)) {
       progress.step();
       continue;
     }

@@ -65,6 +65,10 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
                                     const ExtraCosts& extras,
                                     std::vector<PlanStagePhases>& phases);
 
+/// Whether `scheme` is priced for this job: DualPipeV needs m >= 2·pp micro-batches,
+/// Megatron's combined 1F1B interleaved stages where pp > 1 (combined_1f1b.h).
+bool scheme_applies(const Context& ctx, PipelineScheme scheme);
+
 /// `schedule` on `costs` (stage_costs of `scheme`), simulated, with its memory.
 SchemeRun run_schedule(const Context& ctx, PipelineScheme scheme, PipelineSchedule schedule,
                        const std::vector<StageCosts>& costs,

@@ -11,6 +11,7 @@
 #include "lib/dag_builder.h"
 #include "lib/error.h"
 #include "planner/baseline_schedules.h"
+#include "planner/combined_1f1b.h"
 #include "planner/dp_overlap.h"
 #include "planner/iteration_metrics.h"
 #include "planner/plan_context.h"
@@ -157,6 +158,10 @@ const LayerCosts& scheme_layer(const LayerAnalysis& a, PipelineScheme scheme) {
       return a.megatron;
     case PipelineScheme::kDualPipeV:
       return a.dhelix_layer;
+    case PipelineScheme::kDualPipeVHandwritten:
+      return a.deepseek_layer;
+    case PipelineScheme::kMegatronA2aOverlap:
+      return a.megatron_a2a_layer;
     case PipelineScheme::kIntraBatch:
       return a.intra_batch;
     case PipelineScheme::kWaveletPlus:
@@ -214,6 +219,11 @@ StageCosts layer_chunk_costs(const Context& ctx, PipelineScheme scheme, int64_t 
   return costs;
 }
 
+bool any_all_to_all(const Context& ctx) {
+  return std::any_of(ctx.analyses.begin(), ctx.analyses.end(),
+                     [](const auto& a) { return a->has_all_to_all; });
+}
+
 PipelineSchedule scheme_schedule(const Context& ctx, PipelineScheme scheme,
                                  const std::vector<StageCosts>& costs) {
   switch (scheme) {
@@ -225,7 +235,14 @@ PipelineSchedule scheme_schedule(const Context& ctx, PipelineScheme scheme,
       return make_zb_v_schedule(ctx.pp, ctx.micro_batches, greedy_stage_times(costs),
                                 kZbVPlannerExtraChunks);
     case PipelineScheme::kDualPipeV:
+    case PipelineScheme::kDualPipeVHandwritten:
       return make_dualpipev_schedule(ctx.pp, ctx.micro_batches);
+    case PipelineScheme::kMegatronA2aOverlap: {
+      // Without all-to-alls the flag changes nothing (Megatron refuses it with EP = 1).
+      PipelineSchedule base =
+          make_interleaved_schedule(ctx.pp, ctx.micro_batches, ctx.virtual_pipeline);
+      return any_all_to_all(ctx) ? make_combined_1f1b_schedule(base) : base;
+    }
     default:
       return make_schedule(scheme_shape(scheme), ctx.pp, ctx.micro_batches);
   }
@@ -284,10 +301,25 @@ std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
             : static_cast<double>(layers + up_layers) / static_cast<double>(layers);
     const DpOverlap overlap = set_dp_time(ctx, dp, chunks, costs);
     phases.push_back(stage_phases(ctx, stage, dp, overlap, costs));
-    costs.si_block_holds_whole_forward = scheme == PipelineScheme::kDualPipeV;
+    // The hand-written pairs run node by node, the forward chunk's layers all in flight.
+    costs.si_block_holds_whole_forward = scheme == PipelineScheme::kDualPipeV ||
+                                         scheme == PipelineScheme::kDualPipeVHandwritten ||
+                                         scheme == PipelineScheme::kMegatronA2aOverlap;
     out.push_back(costs);
   }
   return out;
+}
+
+bool scheme_applies(const Context& ctx, PipelineScheme scheme) {
+  switch (scheme) {
+    case PipelineScheme::kDualPipeV:
+    case PipelineScheme::kDualPipeVHandwritten:
+      return dualpipev_applies(ctx.pp, ctx.micro_batches);
+    case PipelineScheme::kMegatronA2aOverlap:
+      return combined_1f1b_applies(ctx.pp, ctx.virtual_pipeline);
+    default:
+      return true;
+  }
 }
 
 SchemeRun run_schedule(const Context& ctx, PipelineScheme scheme, PipelineSchedule schedule,

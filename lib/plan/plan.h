@@ -288,8 +288,13 @@ struct Plan {
 
   /// The figures of `scheme`, or nullptr when the plan lacks them.
   const PlanScheme* find_scheme(PipelineScheme scheme) const;
-  /// The fastest scheme other than dhelix that fits in memory, or nullptr (none fits).
+  /// The fastest scheme people run as it is priced (run_as_priced, plan_kinds.h) that fits
+  /// in memory, or nullptr (none fits): what dhelix's gain is stated over.
   const PlanScheme* best_baseline() const;
+  /// The generous dualpipev (its overlapped pairs from the exact pairing search) when the
+  /// plan has it, it fits and it is timed: shown apart from the baselines, as the upper
+  /// bound of what a hand-written DualPipeV reaches; nullptr otherwise.
+  const PlanScheme* upper_bound() const;
 };
 
 }  // namespace dhelix

@@ -256,7 +256,7 @@ TEST(PlanDiff, SummaryNamesSpeedCommunicationAndMemory) {
                 "Exposed TP communication fell from 4.1 ms to 0.9 ms; exposed DP communication "
                 "rose from 0.0 us to 100.0 us.",
                 "Peak memory per GPU rose from 0.00 GiB to 1.00 GiB.", "The pairing is the same.",
-                "Best baseline that fits: wavelet+; dhelix's gain over it 1.10x -> 1.25x."}));
+                "Best baseline that fits: megatron-1f1b; dhelix's gain over it 1.30x -> 1.48x."}));
   EXPECT_EQ(diff.failures,
             std::vector<std::string>{"the plans differ: 0 of 3 pairing blocks changed, 0 "
                                      "retimed; 4 predicted figures changed"});

@@ -114,16 +114,20 @@ TEST(PlanReport, RowsHoldTheFiguresOnceForEveryForm) {
 TEST(PlanReport, TextIsExact) {
   const std::string expected =
       "fixture: 3 micro-batches, 2 stages, 4 GPUs (A40)\n"
-      "scheme                 iteration  TFLOPS/GPU     MFU  bubble  exposed comm  speed-up  fits\n"
-      "dhelix                   0.470 s       100.5   50.0%   10.0%        4.0 ms     1.11x   yes\n"
-      "megatron-1f1b            0.520 s        90.4   45.0%   25.0%       10.5 ms     1.00x    NO\n"
+      "scheme                   iteration  TFLOPS/GPU     MFU  bubble  exposed comm  speed-up  "
+      "fits\n"
+      "dhelix                     0.470 s       100.5   50.0%   10.0%        4.0 ms     1.11x   "
+      "yes\n"
+      "megatron-1f1b              0.520 s        90.4   45.0%   25.0%       10.5 ms     1.00x    "
+      "NO\n"
       "no baseline fits in memory\n"
+      "dualpipev-handwritten: DualPipeV needs at least 2·pp = 4 micro-batches, the job has 3\n"
       "communication per GPU and iteration, hidden / exposed:\n"
-      "  dhelix                tp 8.0 ms / 2.5 ms  dp 0.0 ms / 1.5 ms\n"
-      "  megatron-1f1b         tp 0.0 ms / 10.5 ms\n"
+      "  dhelix                  tp 8.0 ms / 2.5 ms  dp 0.0 ms / 1.5 ms\n"
+      "  megatron-1f1b           tp 0.0 ms / 10.5 ms\n"
       "peak memory per GPU by stage:\n"
-      "  dhelix                stage 0 5.00 GiB  stage 1 4.00 GiB\n"
-      "  megatron-1f1b         stage 0 6.00 GiB  stage 1 3.50 GiB\n"
+      "  dhelix                  stage 0 5.00 GiB  stage 1 4.00 GiB\n"
+      "  megatron-1f1b           stage 0 6.00 GiB  stage 1 3.50 GiB\n"
       "pairing 0 (stages 0,1): scope layer; SI block of 2 layers: layer scope 0.1 ms, chunk "
       "scope (1-layer windows) 0.1 ms, strands one after the other 0.1 ms\n"
       "dhelix memory per GPU (46.00 GiB usable on A40):\n"
@@ -179,6 +183,50 @@ TEST(PlanReport, NamesTheBestBaselineThatFits) {
   EXPECT_NEAR(j.at("best_baseline").at("dhelix_speedup").get<double>(), 500.0 / 470.0, 1e-6);
   EXPECT_NE(render_plan_report(plan, ReportFormat::kMarkdown).find("best baseline that fits: zb-v"),
             std::string::npos);
+}
+
+// dhelix's gain is stated over the schemes people run: the generous dualpipev (its pairs
+// from the search) is the upper bound on its own line, never the best baseline, and a
+// baseline the job rules out is named with its reason.
+TEST(PlanReport, TheGenerousDualPipeVIsTheUpperBoundNotTheBestBaseline) {
+  Plan plan = report_plan();  // 2 stages, 3 micro-batches
+  const auto scheme = [&](PipelineScheme name, PipelineShape shape, int64_t chunks, double us) {
+    PlanScheme s = plan.schemes[1];
+    s.scheme = name;
+    s.shape = shape;
+    s.chunks_per_stage = chunks;
+    s.iteration_us = us;
+    s.fits = true;
+    return s;
+  };
+  plan.schemes.push_back(
+      scheme(PipelineScheme::kWaveletPlus, PipelineShape::kW, 2, 400000));  // not run as priced
+  plan.schemes.push_back(
+      scheme(PipelineScheme::kMegatronInterleaved, PipelineShape::kInterleaved, 1, 500000));
+  plan.schemes.push_back(scheme(PipelineScheme::kDualPipeV, PipelineShape::kV, 2, 423000));
+  plan.schemes.push_back(
+      scheme(PipelineScheme::kDualPipeVHandwritten, PipelineShape::kV, 2, 480000));
+  ASSERT_EQ(plan.best_baseline(), &plan.schemes[5]);
+  ASSERT_EQ(plan.upper_bound(), &plan.schemes[4]);
+  const std::string text = render_plan_report(plan, ReportFormat::kText);
+  EXPECT_NE(text.find("best baseline that fits: dualpipev-handwritten (0.480 s); dhelix 1.02x "
+                      "over it, 1.11x over megatron-1f1b\n"
+                      "upper bound: dualpipev with the search's pairs (0.423 s), dhelix 0.90x "
+                      "of it; megatron-a2a-overlap: Megatron-Core runs "
+                      "--overlap-moe-expert-parallel-comm with PP > 1 only on interleaved "
+                      "stages, and the virtual pipeline size is 1\n"),
+            std::string::npos)
+      << text;
+  const Json j = Json::parse(render_plan_report(plan, ReportFormat::kJson));
+  EXPECT_EQ(j.at("schema_version"), "1.2.0");
+  EXPECT_EQ(j.at("best_baseline").at("scheme"), "dualpipev-handwritten");
+  EXPECT_EQ(j.at("upper_bound").at("scheme"), "dualpipev");
+  EXPECT_NEAR(j.at("upper_bound").at("dhelix_speedup").get<double>(), 423.0 / 470.0, 1e-6);
+  ASSERT_EQ(j.at("absent_baselines").size(), 1u);
+  EXPECT_TRUE(j.at("absent_baselines")[0].get<std::string>().starts_with("megatron-a2a-overlap: "));
+  // With interleaved stages Megatron runs the flag: no reason to give.
+  plan.schemes[3].chunks_per_stage = 2;
+  EXPECT_TRUE(report_detail::report_rows(plan).absent.empty());
 }
 
 TEST(PlanReport, MarkdownHasOneTableRowPerSchemeStageAndBlock) {

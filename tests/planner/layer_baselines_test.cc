@@ -16,6 +16,7 @@
 #include "lib/dag_builder_intra_batch.h"
 #include "profiler/interference.h"
 #include "tests/lib/dag_test_jobs.h"
+#include "tests/planner/cost_model_co_run.h"
 
 namespace dhelix {
 namespace {
@@ -166,27 +167,7 @@ TEST(RoundRobin, ComparedWithTheExactSearchOn300RandomPairs) {
 
 // --- single-strand schedules and the Llama-70B TP8 layer on the a40 preset ---
 
-// Solo times and co-run rates straight from the analytic cost model (what the model
-// profiler backend records), looked up by signature.
-class CostModelCoRun final : public CoRunModel {
- public:
-  explicit CostModelCoRun(ClusterSpec cluster) : cluster_(std::move(cluster)) {}
-  void add(const LayerDags& dags) {
-    for (const LayerDag* dag : {&dags.forward, &dags.backward}) {
-      for (int64_t i = 0; i < dag->size(); ++i) ops_[dag->op(i).signature()] = dag->op(i);
-    }
-  }
-  double rate(const StrandOp& a, const StrandOp& b) const override {
-    return co_run_rates(cluster_, ops_.at(a.cost_key), ops_.at(b.cost_key)).rate_a;
-  }
-  std::function<double(const Op&)> solo() const {
-    return [this](const Op& op) { return op_time_us(cluster_, op); };
-  }
-
- private:
-  ClusterSpec cluster_;
-  std::map<std::string, Op> ops_;
-};
+using testing::CostModelCoRun;
 
 JobSpec llama70b_tp8_a40() {
   JobSpec job = testing::make_job(testing::llama3_70b(), {.tp = 8, .sp = true, .seq = 8192});
