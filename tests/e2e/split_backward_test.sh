@@ -3,7 +3,8 @@
 # weight part W (plan schema 1.3.0; docs/runtime.md, "Split backward"), under mpirun:
 #   1. the checker passes the split plans (tiny-tp2-pp2: TP 2 x PP 2; tiny-dp2-tp2: DP 2 x
 #      TP 2; tiny-moe-ep2-pp2: MoE EP 2 x PP 2, whose experts' weight-gradient GEMMs are W
-#      work) and refuses a tampered one (a W moved before its I);
+#      work; tiny-tp2-recompute: full recompute, whose repeated forward's buffers the W
+#      reads) and refuses a tampered one (a W moved before its I);
 #   2. --verify: the co-executed and the sequential schedule give bitwise-equal losses and
 #      gradients under --jitter-us (a W that ran before its inputs were ready, or whose
 #      inputs were freed or overwritten before it ran, would differ);
@@ -38,7 +39,7 @@ split() { # split NAME: $work/NAME-split.json, each W two tasks after its I
 }
 
 # 1. The checker.
-for plan in tiny-tp2-pp2 tiny-dp2-tp2 tiny-moe-ep2-pp2; do
+for plan in tiny-tp2-pp2 tiny-dp2-tp2 tiny-moe-ep2-pp2 tiny-tp2-recompute; do
   split "$plan"
   grep -q '"work": "weight"' "$work/$plan-split.json" || fail "$plan: no W task after the split"
   "$bin/dhelix-plan" --check "$work/$plan-split.json" >"$work/out" 2>&1 ||
@@ -66,7 +67,7 @@ elif ! grep -qF "backward of micro-batch 2 chunk up (layer 2): the weight part (
 fi
 
 # 2. --verify under jitter.
-for case in "tiny-tp2-pp2 4" "tiny-moe-ep2-pp2 4"; do
+for case in "tiny-tp2-pp2 4" "tiny-moe-ep2-pp2 4" "tiny-tp2-recompute 2"; do
   read -r plan ranks <<<"$case"
   if ! run "$ranks" --plan "$work/$plan-split.json" --steps 2 --verify --jitter-us 200; then
     fail "$plan (split) --verify"
