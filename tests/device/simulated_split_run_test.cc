@@ -72,10 +72,9 @@ TEST(SimulatedSplitRun, EveryRankRunsTheWeightPartsInBothModesWithoutAllocating)
 
 TEST(SimulatedSplitRun, EachBucketWaitsForItsLastWeightPart) {
   const SplitExample& e = split_example();
-  const std::vector<RankRecord> records =
-      simulate_run(e.plan, e.job, ExecutionMode::kCoExecuted, 1, "32",
-                   SimulatedReduction{.bucket_elements = 4096, .overlap = true,
-                                      .mark_instructions = true});
+  const std::vector<RankRecord> records = simulate_run(
+      e.plan, e.job, ExecutionMode::kCoExecuted, 1, "32",
+      SimulatedReduction{.bucket_elements = 4096, .overlap = true, .mark_instructions = true});
   for (const RankRecord& r : records) {
     const RankProgram program =
         lower_rank_program(e.plan, e.job, r.rank, ExecutionMode::kCoExecuted);
