@@ -236,7 +236,8 @@ std::optional<PlanTaskPart> read_part(ObjectReader& r, const std::string& key) {
 // hold every backward op).
 void check_split(ObjectReader& r, const PlanTask& t) {
   const auto refuse = [&](const char* key, const PlanTaskPart& part, const std::string& rule) {
-    r.problems().add(r.file(), r.pointer_of(key) + "/work", backward_share_name(part.work), rule);
+    r.problems().add(r.file(), r.pointer_of(key) + "/work",
+                     fmt::format("\"{}\"", backward_share_name(part.work)), rule);
   };
   if (t.forward && t.forward->work != BackwardShare::kWhole) {
     refuse("forward", *t.forward, "a forward part runs whole; only a backward part may be split");

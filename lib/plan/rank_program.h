@@ -7,7 +7,12 @@
 //
 // Lowering a stage's task list (lib/plan/plan.h), for the rank's stage:
 //   * forward / backward task: each layer's ops in topological order of the layer DAG
-//     (forward layers ascending, backward layers descending);
+//     (forward layers ascending, backward layers descending); a split backward (plan
+//     format 1.3.0, "work") runs as an input part I, every backward op but the
+//     weight-gradient GEMMs, and a later weight part W, only those, whose ops depend on the
+//     I's instructions that made their inputs. Per micro-batch and layer a backward runs
+//     once, whole or as one I and then one W (a W without its I, an I or a W twice, whole
+//     and split together, an I without a W are refused);
 //   * SI block task: the pairing's template blocks (lib/plan/plan_blocks.h), each block's ops
 //     in the start order of its timings, the two strands' micro-batches and layers filled
 //     in; a block ends in a barrier: every op of the next block depends on the last op of

@@ -108,7 +108,7 @@ TEST(SplitBackward, ReaderRefusesBadWorkWithItsPointer) {
   json = good;
   json["stages"][0]["tasks"][0]["forward"]["work"] = "input";
   EXPECT_EQ(read_error(json),
-            "plan.json: /stages/0/tasks/0/forward/work: input a forward part runs whole; only "
+            "plan.json: /stages/0/tasks/0/forward/work: \"input\" a forward part runs whole; only "
             "a backward part may be split");
 
   // tiny-tp2-pp2's stage 0 task 4 is the SI block F2d+B0u.
@@ -116,7 +116,7 @@ TEST(SplitBackward, ReaderRefusesBadWorkWithItsPointer) {
   ASSERT_EQ(json["stages"][0]["tasks"][4]["kind"], "si_block");
   json["stages"][0]["tasks"][4]["backward"]["work"] = "weight";
   EXPECT_EQ(read_error(json),
-            "plan.json: /stages/0/tasks/4/backward/work: weight only a task of kind backward "
+            "plan.json: /stages/0/tasks/4/backward/work: \"weight\" only a task of kind backward "
             "may split its backward (input / weight); this task is si_block, whose backward "
             "runs whole");
 }
