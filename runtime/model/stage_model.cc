@@ -165,6 +165,18 @@ void check_supported(const JobSpec& job, bool runs_moe) {
 void check_context_parallel_supported(const JobSpec& job, ProblemList& problems) {
   const ParallelSpec& p = job.parallel;
   if (p.cp == 1) return;
+  // Ulysses runs without activation recompute (layer_ops_ulysses.h); allgather and
+  // a2a+p2p are planned only.
+  if (p.cp_comm_type != CpCommType::kP2p) {
+    const FieldOrigin type = job.origin_of("parallel.cp_comm_type");
+    if (p.cp_comm_type != CpCommType::kA2a) {
+      problems.add(type.file, type.pointer, cp_comm_type_name(p.cp_comm_type),
+                   "is not run by the runtime yet (p2p and a2a only)");
+    } else if (p.recompute.enabled()) {
+      problems.add(type.file, type.pointer, "a2a",
+                   "is not run by the runtime with activation recompute yet");
+    }
+  }
   if (p.seq_length % (2 * p.cp) != 0) {
     const FieldOrigin seq = job.origin_of("parallel.seq_length");
     problems.add(seq.file, seq.pointer, std::to_string(p.seq_length),
@@ -182,6 +194,7 @@ Dims make_dims(const JobSpec& job, int64_t rank) {
   dims.norm_eps = static_cast<float>(job.model.norm_epsilon());
   dims.rope_base = job.model.rope_theta();
   dims.cp_rank = Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).cp;
+  dims.ulysses = job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2a;
   return dims;
 }
 

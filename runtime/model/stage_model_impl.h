@@ -102,6 +102,13 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
                               m.dims.cp));
     }
   }
+  if constexpr (!std::is_same_v<B, CpuBackend>) {
+    if (m.dims.ulysses) {
+      throw Error(ErrorCode::kUnsupported,
+                  "StageModel: context parallelism with cp_comm_type a2a (Ulysses) is run by "
+                  "the CPU backend only");
+    }
+  }
   // The whole sequence's positions: a CP rank's chunks rotate at their global positions.
   m.rope.emplace(m.memory.rope(
       cpu::make_rope_table(m.dims.seq_shard * m.dims.cp, m.dims.head_dim, m.dims.rope_base)));
@@ -162,8 +169,10 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
       return bind_moe(ref);
     }
   }
-  const bool cp_op = m.dims.cp > 1 && (is_cp_op(op) || op == "fwd.gemm_qkv");
-  if ((!is_layer_op(op) && !cp_op) || (repeated && m.recompute == RecomputeGranularity::kNone)) {
+  const bool cp_op = m.dims.ring() && (is_cp_op(op) || op == "fwd.gemm_qkv");
+  const bool ulysses_op = m.dims.ulysses && is_ulysses_op(op);
+  if ((!is_layer_op(op) && !cp_op && !ulysses_op) ||
+      (repeated && m.recompute == RecomputeGranularity::kNone)) {
     throw_unknown_op(ref.op);
   }
   auto params = m.layers.find(ref.layer);
@@ -192,6 +201,9 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
           op, CpOpContext<B>{context, m.cp_state(ref.micro_batch, ref.layer, recomputing)});
     }
     if (!bound) throw_unknown_op(ref.op);  // an index beyond the ring
+  } else if (ulysses_op) {
+    bound = bind_ulysses_op<B>(op, context);
+    if (!bound) throw_unknown_op(ref.op);
   } else {
     bound = forward ? bind_layer_forward(op, context) : bind_layer_backward(op, context);
   }

@@ -20,6 +20,7 @@
 #include "runtime/model/layer_ops_backward.h"
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/layer_ops_forward.h"
+#include "runtime/model/layer_ops_ulysses.h"
 #include "runtime/model/moe_layers_cpu.h"
 #include "runtime/model/moe_layers_of.h"
 #include "runtime/model/moe_layers_padded.h"
@@ -206,7 +207,7 @@ void BasicStageModel<B>::Impl::allocate_backward(model_detail::LayerState<B>& s,
   s.d_attn_full = d.sp ? a.act(attn, "d_attn_full", full) : s.d_h1;
   s.d_attn_out = a.act(attn, "d_attn_out", t * d.q_width);
   // Under CP the ring's state has its own dq, dK, dV and delta (layer_ops_cp.h).
-  const bool ring = d.cp > 1;
+  const bool ring = d.ring();
   s.dq = ring ? nullptr : a.act(attn, "dq", t * d.q_width);
   s.dk = ring ? nullptr : a.act(attn, "dk", t * d.kv_width);
   s.dv = ring ? nullptr : a.act(attn, "dv", t * d.kv_width);
@@ -214,6 +215,11 @@ void BasicStageModel<B>::Impl::allocate_backward(model_detail::LayerState<B>& s,
   s.d_attn_in = a.act(attn, "d_attn_in", full);
   s.d_ln1_out = d.sp ? a.act(attn, "d_ln1_out", res) : s.d_attn_in;
   s.attn_delta = ring ? nullptr : a.stat(attn, "attn_delta", d.micro_batch * d.heads * d.seq_shard);
+  if (d.ulysses) {
+    s.d_out_heads = a.act(attn, "d_out_heads", t * d.q_width);
+    s.a2a_send_bwd = a.act(attn, "a2a_send_bwd", t * d.qkv_width);
+    s.a2a_recv_bwd = a.act(attn, "a2a_recv_bwd", t * d.qkv_width);
+  }
 }
 
 // The forward's buffers. Saved (read by the backward: layer_ops_backward.h): the norms'
@@ -263,14 +269,19 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   // Selective recompute repeats the core attention from the fused QKV output: it is saved
   // (Megatron keeps the core attention's input), the split q, k, v are not. Under CP the
   // repeated ring reads gemm_qkv's q and K/V block instead.
-  s.qkv = selective && d.cp == 1 ? saved_act(SpanKind::kLayerSaved, "qkv", t * d.qkv_width)
+  s.qkv = selective && !d.ring() ? saved_act(SpanKind::kLayerSaved, "qkv", t * d.qkv_width)
                                  : a.act(attn_temp, "qkv", t * d.qkv_width);
-  s.q = saved_act(selective && d.cp == 1 ? core : attn_saved, "q", t * d.q_width);
+  s.q = saved_act(selective && !d.ring() ? core : attn_saved, "q", t * d.q_width);
   // Under CP the ring's own block (cp.kv0, layer_ops_cp.h) holds K and V.
-  s.k = d.cp == 1 ? saved_act(core, "k", t * d.kv_width) : nullptr;
-  s.v = d.cp == 1 ? saved_act(core, "v", t * d.kv_width) : nullptr;
+  s.k = !d.ring() ? saved_act(core, "k", t * d.kv_width) : nullptr;
+  s.v = !d.ring() ? saved_act(core, "v", t * d.kv_width) : nullptr;
   s.attn_out = saved_act(attn_saved, "attn_out", t * d.q_width);
   s.lse = a.stat(core, "lse", d.micro_batch * d.heads * d.seq_shard);
+  if (d.ulysses) {  // the head split of the output, and the all-to-alls' blocks
+    s.attn_out_heads = saved_act(core, "attn_out_heads", t * d.q_width);
+    s.a2a_send = a.act(attn_temp, "a2a_send", t * d.qkv_width);
+    s.a2a_recv = a.act(attn_temp, "a2a_recv", t * d.qkv_width);
+  }
   s.proj_out = a.act(attn_temp, "proj_out", full);
   s.attn_branch = d.sp ? a.act(attn_temp, "attn_branch", res) : s.proj_out;
   s.h1 = saved_act(h1_span, "h1", res);

@@ -77,10 +77,13 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   }
   // The runtime keeps fp32 main gradients; a plan priced with bf16 ones would not match.
   if (p.grad_reduce_in_bf16) refuse("bf16 gradient buffers (grad_reduce_in_bf16)");
-  // The CPU and CUDA layers run the K/V ring only (runtime/model/layer_ops_cp.h).
-  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p) {
-    refuse(fmt::format("context parallelism with cp_comm_type {} (the p2p ring only)",
-                       cp_comm_type_name(p.cp_comm_type)));
+  // The layers run the K/V ring (runtime/model/layer_ops_cp.h) and, on the CPU, Ulysses
+  // (layer_ops_ulysses.h).
+  const bool ulysses = p.cp_comm_type == CpCommType::kA2a && backend == "cpu";
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p && !ulysses) {
+    refuse(fmt::format("context parallelism with cp_comm_type {} (p2p{})",
+                       cp_comm_type_name(p.cp_comm_type),
+                       backend == "cpu" ? " and a2a only" : " only on this backend"));
   }
 }
 
