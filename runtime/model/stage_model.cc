@@ -165,15 +165,16 @@ void check_supported(const JobSpec& job, bool runs_moe) {
 void check_context_parallel_supported(const JobSpec& job, ProblemList& problems) {
   const ParallelSpec& p = job.parallel;
   if (p.cp == 1) return;
-  // Ulysses runs without activation recompute (layer_ops_ulysses.h); allgather and
-  // a2a+p2p are planned only.
+  // a2a (layer_ops_ulysses.h) and allgather (layer_ops_kv_allgather.h) run without
+  // activation recompute; a2a+p2p is planned only.
   if (p.cp_comm_type != CpCommType::kP2p) {
     const FieldOrigin type = job.origin_of("parallel.cp_comm_type");
-    if (p.cp_comm_type != CpCommType::kA2a) {
-      problems.add(type.file, type.pointer, cp_comm_type_name(p.cp_comm_type),
-                   "is not run by the runtime yet (p2p and a2a only)");
+    const char* name = cp_comm_type_name(p.cp_comm_type);
+    if (p.cp_comm_type == CpCommType::kA2aP2p) {
+      problems.add(type.file, type.pointer, name,
+                   "is not run by the runtime yet (p2p, a2a and allgather only)");
     } else if (p.recompute.enabled()) {
-      problems.add(type.file, type.pointer, "a2a",
+      problems.add(type.file, type.pointer, name,
                    "is not run by the runtime with activation recompute yet");
     }
   }
@@ -195,6 +196,7 @@ Dims make_dims(const JobSpec& job, int64_t rank) {
   dims.rope_base = job.model.rope_theta();
   dims.cp_rank = Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).cp;
   dims.ulysses = job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2a;
+  dims.kv_allgather = job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kAllGather;
   return dims;
 }
 

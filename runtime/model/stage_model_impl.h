@@ -103,10 +103,10 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
     }
   }
   if constexpr (!std::is_same_v<B, CpuBackend>) {
-    if (m.dims.ulysses) {
+    if (m.dims.ulysses || m.dims.kv_allgather) {
       throw Error(ErrorCode::kUnsupported,
-                  "StageModel: context parallelism with cp_comm_type a2a (Ulysses) is run by "
-                  "the CPU backend only");
+                  "StageModel: context parallelism with cp_comm_type a2a or allgather is run "
+                  "by the CPU backend only");
     }
   }
   // The whole sequence's positions: a CP rank's chunks rotate at their global positions.
@@ -171,7 +171,8 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
   }
   const bool cp_op = m.dims.ring() && (is_cp_op(op) || op == "fwd.gemm_qkv");
   const bool ulysses_op = m.dims.ulysses && is_ulysses_op(op);
-  if ((!is_layer_op(op) && !cp_op && !ulysses_op) ||
+  const bool allgather_op = m.dims.kv_allgather && is_kv_allgather_op(op);
+  if ((!is_layer_op(op) && !cp_op && !ulysses_op && !allgather_op) ||
       (repeated && m.recompute == RecomputeGranularity::kNone)) {
     throw_unknown_op(ref.op);
   }
@@ -203,6 +204,9 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     if (!bound) throw_unknown_op(ref.op);  // an index beyond the ring
   } else if (ulysses_op) {
     bound = bind_ulysses_op<B>(op, context);
+    if (!bound) throw_unknown_op(ref.op);
+  } else if (allgather_op) {
+    bound = bind_kv_allgather_op<B>(op, context);
     if (!bound) throw_unknown_op(ref.op);
   } else {
     bound = forward ? bind_layer_forward(op, context) : bind_layer_backward(op, context);

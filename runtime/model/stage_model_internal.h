@@ -42,8 +42,10 @@ struct Dims : RankShape {
   /// cp_comm_type a2a with cp > 1: Ulysses' all-to-alls (layer_ops_ulysses.h) instead of
   /// the ring; its layer keeps q, k, v and their gradients as cp = 1 does (same sizes).
   bool ulysses = false;
+  /// cp_comm_type allgather with cp > 1: K, V all-gathered (layer_ops_kv_allgather.h).
+  bool kv_allgather = false;
   /// The K/V ring of layer_ops_cp.h runs this layer's attention.
-  bool ring() const { return cp > 1 && !ulysses; }
+  bool ring() const { return cp > 1 && !ulysses && !kv_allgather; }
 };
 
 /// A parameter's initial values, computed on the host (parameter_init.cc).
@@ -125,6 +127,14 @@ struct LayerState {
   A* a2a_recv = nullptr;
   A* a2a_send_bwd = nullptr;
   A* a2a_recv_bwd = nullptr;
+  // All-gather CP only (layer_ops_kv_allgather.h): this rank's [K | V] block (kept for the
+  // backward's gather), the gathered blocks of the forward and of the backward, every
+  // block's dK, dV share and this rank's summed block.
+  A* kv_local = nullptr;
+  A* kv_gathered = nullptr;
+  A* kv_gathered_bwd = nullptr;
+  A* dkv_shares = nullptr;
+  A* dkv_mine = nullptr;
 };
 
 /// The embedding's buffers for one micro-batch.

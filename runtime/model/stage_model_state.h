@@ -20,6 +20,7 @@
 #include "runtime/model/layer_ops_backward.h"
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/layer_ops_forward.h"
+#include "runtime/model/layer_ops_kv_allgather.h"
 #include "runtime/model/layer_ops_ulysses.h"
 #include "runtime/model/moe_layers_cpu.h"
 #include "runtime/model/moe_layers_of.h"
@@ -215,6 +216,11 @@ void BasicStageModel<B>::Impl::allocate_backward(model_detail::LayerState<B>& s,
   s.d_attn_in = a.act(attn, "d_attn_in", full);
   s.d_ln1_out = d.sp ? a.act(attn, "d_ln1_out", res) : s.d_attn_in;
   s.attn_delta = ring ? nullptr : a.stat(attn, "attn_delta", d.micro_batch * d.heads * d.seq_shard);
+  if (d.kv_allgather) {
+    s.kv_gathered_bwd = a.act(attn, "kv_gathered_bwd", d.cp * 2 * t * d.kv_width);
+    s.dkv_shares = a.act(attn, "dkv_shares", d.cp * 2 * t * d.kv_width);
+    s.dkv_mine = a.act(attn, "dkv_mine", 2 * t * d.kv_width);
+  }
   if (d.ulysses) {
     s.d_out_heads = a.act(attn, "d_out_heads", t * d.q_width);
     s.a2a_send_bwd = a.act(attn, "a2a_send_bwd", t * d.qkv_width);
@@ -277,6 +283,10 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   s.v = !d.ring() ? saved_act(core, "v", t * d.kv_width) : nullptr;
   s.attn_out = saved_act(attn_saved, "attn_out", t * d.q_width);
   s.lse = a.stat(core, "lse", d.micro_batch * d.heads * d.seq_shard);
+  if (d.kv_allgather) {  // this rank's K/V block (the backward gathers it again), the blocks
+    s.kv_local = saved_act(core, "kv_local", 2 * t * d.kv_width);
+    s.kv_gathered = a.act(attn_temp, "kv_gathered", d.cp * 2 * t * d.kv_width);
+  }
   if (d.ulysses) {  // the head split of the output, and the all-to-alls' blocks
     s.attn_out_heads = saved_act(core, "attn_out_heads", t * d.q_width);
     s.a2a_send = a.act(attn_temp, "a2a_send", t * d.qkv_width);

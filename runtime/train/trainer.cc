@@ -78,12 +78,14 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   // The runtime keeps fp32 main gradients; a plan priced with bf16 ones would not match.
   if (p.grad_reduce_in_bf16) refuse("bf16 gradient buffers (grad_reduce_in_bf16)");
   // The layers run the K/V ring (runtime/model/layer_ops_cp.h) and, on the CPU, Ulysses
-  // (layer_ops_ulysses.h).
-  const bool ulysses = p.cp_comm_type == CpCommType::kA2a && backend == "cpu";
-  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p && !ulysses) {
+  // (layer_ops_ulysses.h) and the K/V all-gather (layer_ops_kv_allgather.h).
+  const bool cpu_only =
+      (p.cp_comm_type == CpCommType::kA2a || p.cp_comm_type == CpCommType::kAllGather) &&
+      backend == "cpu";
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p && !cpu_only) {
     refuse(fmt::format("context parallelism with cp_comm_type {} (p2p{})",
                        cp_comm_type_name(p.cp_comm_type),
-                       backend == "cpu" ? " and a2a only" : " only on this backend"));
+                       backend == "cpu" ? ", a2a and allgather only" : " only on this backend"));
   }
 }
 
