@@ -165,15 +165,12 @@ void check_supported(const JobSpec& job, bool runs_moe) {
 void check_context_parallel_supported(const JobSpec& job, ProblemList& problems) {
   const ParallelSpec& p = job.parallel;
   if (p.cp == 1) return;
-  // a2a (layer_ops_ulysses.h) and allgather (layer_ops_kv_allgather.h) run without
-  // activation recompute; a2a+p2p is planned only.
+  // a2a and a2a+p2p (layer_ops_ulysses.h) and allgather (layer_ops_kv_allgather.h) run
+  // without activation recompute.
   if (p.cp_comm_type != CpCommType::kP2p) {
     const FieldOrigin type = job.origin_of("parallel.cp_comm_type");
     const char* name = cp_comm_type_name(p.cp_comm_type);
-    if (p.cp_comm_type == CpCommType::kA2aP2p) {
-      problems.add(type.file, type.pointer, name,
-                   "is not run by the runtime yet (p2p, a2a and allgather only)");
-    } else if (p.recompute.enabled()) {
+    if (p.recompute.enabled()) {
       problems.add(type.file, type.pointer, name,
                    "is not run by the runtime with activation recompute yet");
     }
@@ -197,6 +194,8 @@ Dims make_dims(const JobSpec& job, int64_t rank) {
   dims.cp_rank = Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).cp;
   dims.ulysses = job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2a;
   dims.kv_allgather = job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kAllGather;
+  if (job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2aP2p)
+    dims.cp_a2a = job.parallel.cp_a2a_group();
   return dims;
 }
 

@@ -44,8 +44,12 @@ struct Dims : RankShape {
   bool ulysses = false;
   /// cp_comm_type allgather with cp > 1: K, V all-gathered (layer_ops_kv_allgather.h).
   bool kv_allgather = false;
-  /// The K/V ring of layer_ops_cp.h runs this layer's attention.
-  bool ring() const { return cp > 1 && !ulysses && !kv_allgather; }
+  /// cp_comm_type a2a+p2p: the all-to-all's sub-group size A (Ulysses inside it, the ring
+  /// across the cp / A sub-groups, layer_ops_ulysses.h); 1 otherwise.
+  int64_t cp_a2a = 1;
+  bool hierarchical() const { return cp > 1 && cp_a2a > 1; }
+  /// The K/V ring of layer_ops_cp.h runs this layer's attention over the whole CP group.
+  bool ring() const { return cp > 1 && !ulysses && !kv_allgather && !hierarchical(); }
 };
 
 /// A parameter's initial values, computed on the host (parameter_init.cc).
@@ -127,6 +131,7 @@ struct LayerState {
   A* a2a_recv = nullptr;
   A* a2a_send_bwd = nullptr;
   A* a2a_recv_bwd = nullptr;
+  A* dqkv_heads = nullptr;  ///< a2a+p2p: the ring's d_qkv in the head split
   // All-gather CP only (layer_ops_kv_allgather.h): this rank's [K | V] block (kept for the
   // backward's gather), the gathered blocks of the forward and of the backward, every
   // block's dK, dV share and this rank's summed block.
