@@ -1,5 +1,7 @@
 // Attention core of a layer: one flash attention, or with context parallelism (cp >= 2)
-// the ring of Megatron-LM / TransformerEngine's "p2p" CP attention.
+// the ring of Megatron-LM / TransformerEngine's "p2p" CP attention (the default
+// --cp-comm-type; a2a, allgather and a2a+p2p are in dag_builder_cp_a2a.cc, and a2a+p2p runs
+// this ring across its sub-groups).
 //
 // Forward, cp = 4 (a = attention step on one KV block, s = KV send/recv, both K and V:
 // 2·T·kv_heads·d·dt bytes to the next CP rank, the previous rank's block in return):
@@ -39,49 +41,49 @@ namespace {
 
 std::string indexed(const char* stem, int64_t i) { return stem + std::to_string(i); }
 
-// Bytes of this rank's K and V blocks: the payload of one ring hop. Megatron-LM up to core
-// 0.5 repeats K and V to the query heads before calling the attention (Attention.forward,
-// "expand the key_layer and value_layer"), so its ring carries q_width columns each.
-int64_t kv_block_bytes(const BuildContext& ctx) {
-  const int64_t width = ctx.parallel->cp_ring_query_heads ? ctx.q_width : ctx.kv_width;
-  return ctx.bytes(2 * ctx.tokens * width);
-}
-
-Op make_merge(const BuildContext& ctx) {
-  // Reads cp partial outputs (and their fp32 statistics, left out), writes one output.
-  Op op =
-      make_memory_op(ctx, "fwd.attn_merge", OpKind::kAttentionMerge, Pass::kForward, ctx.tokens,
-                     ctx.q_width, kFlopsPerMergeElement * ctx.cp, static_cast<double>(ctx.cp), 1);
-  op.shape.batch = ctx.cp;
+Op make_merge(const BuildContext& ctx, const RingSpec& ring) {
+  // Reads one partial output per step (and their fp32 statistics, left out), writes one.
+  const int64_t rows = ctx.micro_batch * ring.step.q_len;
+  const int64_t width = ring.step.heads * ctx.head_dim;
+  const auto steps = static_cast<double>(ring.size);
+  Op op = make_memory_op(ctx, "fwd.attn_merge", OpKind::kAttentionMerge, Pass::kForward, rows,
+                         width, kFlopsPerMergeElement * steps, steps, 1);
+  op.shape.batch = ring.size;
   return op;
 }
 
+Op make_hop(const BuildContext& ctx, const RingSpec& ring, std::string id, Pass pass,
+            int64_t bytes) {
+  return make_comm_on(ctx, std::move(id), OpKind::kSendRecv, pass, ParallelDim::kCp, *ring.group,
+                      bytes, ctx.dtype);
+}
+
 }  // namespace
+
+RingSpec p2p_ring(const BuildContext& ctx) {
+  // Bytes of this rank's K and V blocks: the payload of one ring hop. Megatron-LM up to core
+  // 0.5 repeats K and V to the query heads before calling the attention (Attention.forward,
+  // "expand the key_layer and value_layer"), so its ring carries q_width columns each.
+  const int64_t width = ctx.parallel->cp_ring_query_heads ? ctx.q_width : ctx.kv_width;
+  return {.step = local_attention(ctx, ctx.seq_shard),
+          .block_bytes = ctx.bytes(2 * ctx.tokens * width),
+          .group = &ctx.cp_ring_group,
+          .size = ctx.cp};
+}
 
 int64_t add_attention_core_forward(const BuildContext& ctx, LayerDag& dag, int64_t qkv) {
   const Pass f = Pass::kForward;
   if (ctx.cp == 1) {
     return add_after(dag, make_attention(ctx, "fwd.flash_attn", f, ctx.seq_shard), {qkv});
   }
-  // Each exchange is added before the step it overlaps, so that the smallest-index-first
-  // order issues the communication first, as Megatron does.
-  std::vector<int64_t> steps;
-  int64_t block_source = qkv;  // the op whose output holds the block step i reads
-  for (int64_t i = 0; i < ctx.cp; ++i) {
-    int64_t next_source = block_source;
-    if (i + 1 < ctx.cp) {
-      next_source = add_after(dag,
-                              make_comm(ctx, indexed("fwd.kv_sendrecv", i), OpKind::kSendRecv, f,
-                                        ParallelDim::kCp, kv_block_bytes(ctx), ctx.dtype),
-                              {block_source});
-    }
-    std::vector<int64_t> after = {block_source};
-    if (!steps.empty()) after.push_back(steps.back());
-    steps.push_back(
-        add_after(dag, make_attention(ctx, indexed("fwd.attn_step", i), f, ctx.seq_shard), after));
-    block_source = next_source;
+  switch (ctx.parallel->cp_comm_type) {
+    case CpCommType::kP2p:
+      return add_ring_forward(ctx, dag, p2p_ring(ctx), qkv);
+    case CpCommType::kAllGather:
+      return add_cp_allgather_forward(ctx, dag, qkv);
+    default:
+      return add_cp_a2a_forward(ctx, dag, qkv);
   }
-  return add_after(dag, make_merge(ctx), steps);
 }
 
 std::vector<int64_t> add_attention_core_backward(const BuildContext& ctx, LayerDag& dag,
@@ -90,24 +92,55 @@ std::vector<int64_t> add_attention_core_backward(const BuildContext& ctx, LayerD
   if (ctx.cp == 1) {
     return {add_after(dag, make_attention(ctx, "bwd.flash_attn", b, ctx.seq_shard), {proj_dgrad})};
   }
-  const int64_t block = kv_block_bytes(ctx);
+  switch (ctx.parallel->cp_comm_type) {
+    case CpCommType::kP2p:
+      return add_ring_backward(ctx, dag, p2p_ring(ctx), proj_dgrad);
+    case CpCommType::kAllGather:
+      return add_cp_allgather_backward(ctx, dag, proj_dgrad);
+    default:
+      return add_cp_a2a_backward(ctx, dag, proj_dgrad);
+  }
+}
+
+int64_t add_ring_forward(const BuildContext& ctx, LayerDag& dag, const RingSpec& ring,
+                         int64_t block_source) {
+  const Pass f = Pass::kForward;
+  // Each exchange is added before the step it overlaps, so that the smallest-index-first
+  // order issues the communication first, as Megatron does.
+  std::vector<int64_t> steps;
+  for (int64_t i = 0; i < ring.size; ++i) {
+    int64_t next_source = block_source;
+    if (i + 1 < ring.size) {
+      next_source =
+          add_after(dag, make_hop(ctx, ring, indexed("fwd.kv_sendrecv", i), f, ring.block_bytes),
+                    {block_source});
+    }
+    std::vector<int64_t> after = {block_source};
+    if (!steps.empty()) after.push_back(steps.back());
+    steps.push_back(
+        add_after(dag, make_attention(ctx, indexed("fwd.attn_step", i), f, ring.step), after));
+    block_source = next_source;
+  }
+  return add_after(dag, make_merge(ctx, ring), steps);
+}
+
+std::vector<int64_t> add_ring_backward(const BuildContext& ctx, LayerDag& dag, const RingSpec& ring,
+                                       int64_t start) {
+  const Pass b = Pass::kBackward;
+  const int64_t block = ring.block_bytes;
   auto exchange = [&](int64_t i, int64_t bytes, const std::vector<int64_t>& after) {
-    return add_after(dag,
-                     make_comm(ctx, indexed("bwd.kv_sendrecv", i), OpKind::kSendRecv, b,
-                               ParallelDim::kCp, bytes, ctx.dtype),
-                     after);
+    return add_after(dag, make_hop(ctx, ring, indexed("bwd.kv_sendrecv", i), b, bytes), after);
   };
-  int64_t sent = exchange(0, block, {proj_dgrad});
-  int64_t step =
-      add_after(dag, make_attention(ctx, "bwd.attn_step0", b, ctx.seq_shard), {proj_dgrad});
-  for (int64_t i = 1; i < ctx.cp; ++i) {
-    const int64_t next_sent = exchange(i, i + 1 < ctx.cp ? 2 * block : block, {sent, step});
-    step = add_after(dag, make_attention(ctx, indexed("bwd.attn_step", i), b, ctx.seq_shard),
+  int64_t sent = exchange(0, block, {start});
+  int64_t step = add_after(dag, make_attention(ctx, "bwd.attn_step0", b, ring.step), {start});
+  for (int64_t i = 1; i < ring.size; ++i) {
+    const int64_t next_sent = exchange(i, i + 1 < ring.size ? 2 * block : block, {sent, step});
+    step = add_after(dag, make_attention(ctx, indexed("bwd.attn_step", i), b, ring.step),
                      {sent, step});
     sent = next_sent;
   }
   // The finished dK, dV of the last block go home; dQ is complete after the last step.
-  const int64_t home = exchange(ctx.cp, block, {sent, step});
+  const int64_t home = exchange(ring.size, block, {sent, step});
   return {step, home};
 }
 

@@ -42,6 +42,9 @@ struct BuildContext : RankShape {
   DType dtype = DType::kBf16;
   int64_t dt = 2;  ///< bytes per element of dtype
   ProcessGroup tp_group, cp_group, ep_group;
+  /// The CP all-to-all's group (cp_group for a2a, the sub-group for a2a+p2p) and the K/V
+  /// ring's (cp_group for p2p, the ring across sub-groups for a2a+p2p); size one otherwise.
+  ProcessGroup cp_a2a_group, cp_ring_group;
 
   /// Bytes of `elements` values of the model's dtype.
   int64_t bytes(int64_t elements) const { return elements * dt; }
@@ -62,8 +65,18 @@ Op make_gemm(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, Ge
 /// reduction), a movable sink.
 Op make_wgrad(const BuildContext& ctx, std::string id, OpKind kind, int64_t batch, int64_t m,
               int64_t n, int64_t k);
+/// The heads and lengths of one attention call: after Ulysses' all-to-all a rank holds
+/// heads / A of each kind over A times the tokens (lib/dag_builder_cp_a2a.cc).
+struct AttentionShape {
+  int64_t heads = 0, kv_heads = 0;  ///< per rank
+  int64_t q_len = 0, kv_len = 0;    ///< tokens of one sequence
+};
+/// This rank's heads, its sequence shard as queries, kv_len keys.
+AttentionShape local_attention(const BuildContext& ctx, int64_t kv_len);
 /// One attention call over this rank's heads: q_len queries against kv_len keys per sequence.
 Op make_attention(const BuildContext& ctx, std::string id, Pass pass, int64_t kv_len);
+/// One attention call of the given shape.
+Op make_attention(const BuildContext& ctx, std::string id, Pass pass, const AttentionShape& shape);
 /// A memory-bound op over an m×n tensor with the given flops per element, reading
 /// `read_tensors` and writing `written_tensors` tensors of that size.
 Op make_memory_op(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, int64_t m,
@@ -78,18 +91,47 @@ Op make_activation(const BuildContext& ctx, std::string id, Pass pass, int64_t r
 Op make_comm(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, ParallelDim dim,
              int64_t bytes, DType dtype);
 
+/// A collective or send/recv over `group` (a CP sub-group of a2a+p2p), recorded as `dim`'s.
+Op make_comm_on(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, ParallelDim dim,
+                const ProcessGroup& group, int64_t bytes, DType dtype);
+
 /// "swiglu" or "gelu": the activation op's id stem.
 std::string activation_id(const BuildContext& ctx);
 
 // The parts of a layer, each adding its ops to a DAG and returning the ops whose outputs
 // the next part consumes.
 
-/// Attention core forward after the QKV GEMM: one flash attention (cp = 1) or the CP ring.
-/// Returns the op producing the attention output.
+/// Attention core forward after the QKV GEMM: one flash attention (cp = 1), the CP ring
+/// (p2p) or the all-to-all / all-gather forms (dag_builder_cp_a2a.cc). Returns the op
+/// producing the attention output.
 int64_t add_attention_core_forward(const BuildContext& ctx, LayerDag& dag, int64_t qkv);
 /// Attention core backward after proj dgrad. Returns the ops producing dQ, dK, dV.
 std::vector<int64_t> add_attention_core_backward(const BuildContext& ctx, LayerDag& dag,
                                                  int64_t proj_dgrad);
+
+/// A K/V ring (dag_builder_cp.cc): `size` steps of attention of shape `step` over `group`,
+/// each hop carrying `block_bytes` of K and V.
+struct RingSpec {
+  AttentionShape step;
+  int64_t block_bytes = 0;
+  const ProcessGroup* group = nullptr;
+  int64_t size = 1;
+};
+/// The ring of cp_comm_type p2p over the whole CP group.
+RingSpec p2p_ring(const BuildContext& ctx);
+/// Ring forward from the op holding the local K/V block; returns the merge.
+int64_t add_ring_forward(const BuildContext& ctx, LayerDag& dag, const RingSpec& ring,
+                         int64_t block_source);
+/// Ring backward from `start`; returns the ops producing dQ, dK, dV.
+std::vector<int64_t> add_ring_backward(const BuildContext& ctx, LayerDag& dag, const RingSpec& ring,
+                                       int64_t start);
+/// The all-to-all (a2a, a2a+p2p) and all-gather forms of the attention core.
+int64_t add_cp_a2a_forward(const BuildContext& ctx, LayerDag& dag, int64_t qkv);
+std::vector<int64_t> add_cp_a2a_backward(const BuildContext& ctx, LayerDag& dag,
+                                         int64_t proj_dgrad);
+int64_t add_cp_allgather_forward(const BuildContext& ctx, LayerDag& dag, int64_t qkv);
+std::vector<int64_t> add_cp_allgather_backward(const BuildContext& ctx, LayerDag& dag,
+                                               int64_t proj_dgrad);
 /// MoE MLP forward between ln_mlp and bda_mlp. Returns the op producing the MLP output.
 int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp);
 /// MoE MLP backward between bda_mlp and ln_mlp. Returns the ops producing the gradient

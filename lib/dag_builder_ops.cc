@@ -37,6 +37,18 @@ BuildContext make_context(const JobSpec& job, int64_t rank) {
   ctx.tp_group = placement.group(ParallelDim::kTp, rank);
   ctx.cp_group = placement.group(ParallelDim::kCp, rank);
   ctx.ep_group = placement.group(ParallelDim::kEp, rank);
+  // The CP communication type's groups (ParallelSpec::cp_a2a_group / cp_ring_group sizes).
+  const ParallelSpec& p = job.parallel;
+  const ProcessGroup own_only = placement.cp_sub_group(rank, p.cp, Placement::CpLevel::kRing);
+  ctx.cp_a2a_group = own_only;
+  ctx.cp_ring_group = own_only;
+  if (p.cp_comm_type == CpCommType::kP2p) ctx.cp_ring_group = ctx.cp_group;
+  if (p.cp_comm_type == CpCommType::kA2a) ctx.cp_a2a_group = ctx.cp_group;
+  if (p.cp_comm_type == CpCommType::kA2aP2p && p.cp > 1) {
+    const int64_t a2a = p.cp_a2a_group();
+    ctx.cp_a2a_group = placement.cp_sub_group(rank, a2a, Placement::CpLevel::kA2a);
+    ctx.cp_ring_group = placement.cp_sub_group(rank, a2a, Placement::CpLevel::kRing);
+  }
   return ctx;
 }
 
@@ -84,14 +96,22 @@ Op make_wgrad(const BuildContext& ctx, std::string id, OpKind kind, int64_t batc
   return op;
 }
 
+AttentionShape local_attention(const BuildContext& ctx, int64_t kv_len) {
+  return {.heads = ctx.heads, .kv_heads = ctx.kv_heads, .q_len = ctx.seq_shard, .kv_len = kv_len};
+}
+
 Op make_attention(const BuildContext& ctx, std::string id, Pass pass, int64_t kv_len) {
+  return make_attention(ctx, std::move(id), pass, local_attention(ctx, kv_len));
+}
+
+Op make_attention(const BuildContext& ctx, std::string id, Pass pass, const AttentionShape& shape) {
   Op op = base_op(ctx, std::move(id), OpKind::kAttention, pass);
   OpShape& s = op.shape;
   s.batch = ctx.micro_batch;
-  s.heads = ctx.heads;
-  s.kv_heads = ctx.kv_heads;
-  s.q_len = ctx.seq_shard;
-  s.kv_len = kv_len;
+  s.heads = shape.heads;
+  s.kv_heads = shape.kv_heads;
+  s.q_len = shape.q_len;
+  s.kv_len = shape.kv_len;
   s.head_dim = ctx.head_dim;
   s.causal = true;  // decoder-only models
   // A sliding window shorter than the sequence bounds the keys each query attends to
@@ -102,8 +122,8 @@ Op make_attention(const BuildContext& ctx, std::string id, Pass pass, int64_t kv
   // Model FLOPs: no causal discount, as in training_flops_per_iteration.
   const double forward_flops = 4.0 * as_double(s.batch) * as_double(s.heads) * as_double(s.q_len) *
                                as_double(keys) * as_double(s.head_dim);
-  const int64_t q = s.batch * s.q_len * ctx.q_width;          // Q, O, dQ, dO elements
-  const int64_t kv = s.batch * s.kv_len * ctx.kv_width;       // K or V elements
+  const int64_t q = s.batch * s.q_len * s.heads * s.head_dim;       // Q, O, dQ, dO elements
+  const int64_t kv = s.batch * s.kv_len * s.kv_heads * s.head_dim;  // K or V elements
   const int64_t lse_bytes = s.batch * s.heads * s.q_len * 4;  // fp32 log-sum-exp
   if (pass == Pass::kForward) {
     op.flops = forward_flops;
@@ -170,10 +190,14 @@ Op make_activation(const BuildContext& ctx, std::string id, Pass pass, int64_t r
 
 Op make_comm(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, ParallelDim dim,
              int64_t bytes, DType dtype) {
+  return make_comm_on(ctx, std::move(id), kind, pass, dim, ctx.group(dim), bytes, dtype);
+}
+
+Op make_comm_on(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, ParallelDim dim,
+                const ProcessGroup& group, int64_t bytes, DType dtype) {
   DHELIX_CHECK(is_communication(kind));
   Op op = base_op(ctx, std::move(id), kind, pass);
   op.dtype = dtype;
-  const ProcessGroup& group = ctx.group(dim);
   DHELIX_CHECK_MSG(group.ranks.size() > 1, "communication over a group of one: " + op.id);
   op.comm_bytes = bytes;
   op.group = dim;

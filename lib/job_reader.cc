@@ -130,6 +130,29 @@ void read_recompute_and_stages(ObjectReader& parallel, ParallelSpec& spec) {
   if (auto on = parallel.boolean("account_for_loss_in_pipeline_split", Need::kOptional))
     spec.account_for_loss = *on;
 }
+// Megatron-LM's --cp-comm-type and --hierarchical-context-parallel-sizes (two levels: the
+// a2a sub-group, then the ring; lib/job_validation.cc checks them against cp and the heads).
+void read_cp_comm_type(ObjectReader& parallel, ParallelSpec& spec) {
+  if (auto type = parallel.string("cp_comm_type", Need::kOptional, kCpCommTypeNames.all()))
+    spec.cp_comm_type = *kCpCommTypeNames.parse(*type);
+  const Json* sizes = parallel.raw("hierarchical_context_parallel_sizes", Need::kOptional);
+  if (sizes == nullptr) return;
+  const auto in_range = [](const Json& v) {
+    return v.is_number_integer() && v.get<int64_t>() >= 1 &&
+           v.get<int64_t>() <= kParallelSizeRange.max;
+  };
+  if (!sizes->is_array() || sizes->empty() ||
+      !std::all_of(sizes->begin(), sizes->end(), in_range)) {
+    parallel.report("hierarchical_context_parallel_sizes", json_value_text(*sizes),
+                    fmt::format("must be a list of integers in 1..{} (Megatron-LM's "
+                                "--hierarchical-context-parallel-sizes: [A, P], A adjacent CP "
+                                "ranks form an all-to-all sub-group, the ring spans P of them)",
+                                kParallelSizeRange.max));
+    return;
+  }
+  spec.hierarchical_cp_sizes = sizes->get<std::vector<int64_t>>();
+}
+
 // ----- cost-model settings: communication overlap and MoE routing -----
 void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
   if (auto on = parallel.boolean("overlap_grad_reduce", Need::kOptional))
@@ -146,6 +169,7 @@ void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
     spec.cp_ring_query_heads = *heads == "query";
   if (auto sync = parallel.string("block_sync", Need::kOptional, {"event", "host"}))
     spec.host_synchronized_blocks = *sync == "host";
+  read_cp_comm_type(parallel, spec);
 }
 // ----- end of cost-model settings -----
 
@@ -311,6 +335,10 @@ OrderedJson parallel_to_json(const ParallelSpec& parallel) {
   if (parallel.moe_load_imbalance) json["moe_load_imbalance"] = *parallel.moe_load_imbalance;
   if (parallel.cp_ring_query_heads) json["cp_ring_heads"] = "query";
   if (parallel.host_synchronized_blocks) json["block_sync"] = "host";
+  if (parallel.cp_comm_type != CpCommType::kP2p)
+    json["cp_comm_type"] = cp_comm_type_name(parallel.cp_comm_type);
+  if (!parallel.hierarchical_cp_sizes.empty())
+    json["hierarchical_context_parallel_sizes"] = parallel.hierarchical_cp_sizes;
   return json;
 }
 

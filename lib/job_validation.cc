@@ -1,6 +1,7 @@
 #include "lib/job_validation.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <optional>
 
@@ -307,6 +308,52 @@ void check_expert_parallel(const JobSpec& job, Checker& check) {
   }
 }
 
+// ----- context parallelism: communication type (Megatron-LM's --cp-comm-type) -----
+// Ulysses' all-to-all hands each of the A ranks of its group heads/A of every head kind
+// (TransformerEngine's a2a splits Q, K and V along heads), so A must divide both the query
+// and the KV heads of a TP rank. a2a+p2p takes its sub-group from Megatron's
+// --hierarchical-context-parallel-sizes [A, P] (A·P = cp, A adjacent CP ranks).
+void check_a2a_heads(const JobSpec& job, Checker& check, int64_t group, const std::string& what) {
+  const ParallelSpec& p = job.parallel;
+  const ModelSpec& m = job.model;
+  const std::pair<const char*, int64_t> counts[] = {{"num_attention_heads", m.num_attention_heads},
+                                                    {"num_kv_heads", m.num_kv_heads}};
+  for (const auto& [name, heads] : counts) {
+    if (heads <= 0 || heads % p.tp != 0 || (heads / p.tp) % group == 0) continue;
+    check.report_text("parallel.cp_comm_type", cp_comm_type_name(p.cp_comm_type),
+                      fmt::format("splits the heads of each TP rank over {} = {}, which does not "
+                                  "divide {} / tp = {} / {} = {} (Ulysses' all-to-all gives "
+                                  "every rank of its group an equal share of the query and of "
+                                  "the KV heads)",
+                                  what, group, name, heads, p.tp, heads / p.tp));
+  }
+}
+
+void check_cp_comm_type(const JobSpec& job, Checker& check) {
+  const ParallelSpec& p = job.parallel;
+  const std::vector<int64_t>& sizes = p.hierarchical_cp_sizes;
+  const std::string sizes_text = fmt::format("[{}]", fmt::join(sizes, ", "));
+  if (p.cp_comm_type != CpCommType::kA2aP2p) {
+    if (!sizes.empty()) {
+      check.report_text("parallel.hierarchical_context_parallel_sizes", sizes_text,
+                        fmt::format("applies to cp_comm_type a2a+p2p only (cp_comm_type is {})",
+                                    cp_comm_type_name(p.cp_comm_type)));
+    }
+    if (p.cp_comm_type == CpCommType::kA2a) check_a2a_heads(job, check, p.cp, "cp");
+    return;
+  }
+  if (sizes.size() != 2 || sizes[0] * sizes[1] != p.cp || sizes[0] < 2 || sizes[1] < 2) {
+    check.report_text(
+        "parallel.hierarchical_context_parallel_sizes", sizes.empty() ? "(absent)" : sizes_text,
+        fmt::format("cp_comm_type a2a+p2p needs two sizes [A, P], each at least 2, with "
+                    "A·P = cp = {} (A adjacent CP ranks do the all-to-all, the ring spans P "
+                    "sub-groups; Megatron-LM's --hierarchical-context-parallel-sizes)",
+                    p.cp));
+    return;
+  }
+  check_a2a_heads(job, check, sizes[0], "the a2a sub-group A");
+}
+
 // CP's load balancing cuts each sequence into 2·cp chunks (rank i holds chunks i and
 // 2·cp−1−i); SP then splits a rank's tokens over the tp ranks. So the sequence must divide
 // by 2·cp when cp > 1, times tp when SP is on: 2·TP·CP with both.
@@ -415,6 +462,7 @@ ProblemList validate_job(const JobSpec& job) {
   check_world_size(job, check);
   check_tensor_parallel(job, check);
   check_expert_parallel(job, check);
+  check_cp_comm_type(job, check);
   check_sequence(job, check);
   check_batch(job, check);
   check_folding(job, check);

@@ -41,6 +41,23 @@ struct RecomputeSpec {
   bool enabled() const { return granularity != RecomputeGranularity::kNone; }
 };
 
+// ----- context parallelism: how the attention communicates (Megatron-LM's --cp-comm-type) -----
+/// Megatron-LM's --cp-comm-type (TransformerEngine's cp_comm_type), docs/cost-model.md
+/// "Context parallelism: communication types":
+///   kP2p      K/V blocks travel a ring, one step per CP rank, overlapped with attention
+///             (lib/dag_builder_cp.cc); the default.
+///   kA2a      DeepSpeed Ulysses (Jacobs et al. 2023): all-to-alls turn Q, K, V from a
+///             sequence split into a head split, attention over the whole sequence on
+///             heads/cp, an all-to-all back (lib/dag_builder_cp_a2a.cc).
+///   kAllGather K and V all-gathered whole, the local queries against them; backward
+///             reduce-scatters dK, dV.
+///   kA2aP2p   hierarchical: a2a inside sub-groups of A adjacent CP ranks, the
+///             ring across the sub-groups (--hierarchical-context-parallel-sizes A P).
+enum class CpCommType { kP2p, kA2a, kAllGather, kA2aP2p };
+inline constexpr EnumNames<CpCommType, 4> kCpCommTypeNames{{"p2p", "a2a", "allgather", "a2a+p2p"}};
+/// "p2p", "a2a", "allgather", "a2a+p2p"
+constexpr const char* cp_comm_type_name(CpCommType t) { return kCpCommTypeNames.name(t); }
+
 struct ParallelSpec {
   int64_t dp = 1;   ///< data-parallel replicas
   int64_t tp = 1;   ///< tensor-parallel size
@@ -94,6 +111,27 @@ struct ParallelSpec {
   /// up to core 0.5 repeats K and V to the query heads before the attention kernel, so its
   /// CP ring moves heads/kv_heads times the bytes). JSON "cp_ring_heads": "kv" | "query".
   bool cp_ring_query_heads = false;
+  /// Megatron-LM's --cp-comm-type: how context parallelism moves K/V (see CpCommType).
+  /// JSON "cp_comm_type".
+  CpCommType cp_comm_type = CpCommType::kP2p;
+  /// Megatron-LM's --hierarchical-context-parallel-sizes, for a2a+p2p: {A, P}, A adjacent
+  /// CP ranks form an all-to-all sub-group, the ring spans the P sub-groups (A·P = cp).
+  /// Empty when unset. JSON "hierarchical_context_parallel_sizes": [A, P].
+  std::vector<int64_t> hierarchical_cp_sizes;
+  /// CP ranks one all-to-all spans: cp (a2a), A (a2a+p2p), 1 otherwise.
+  int64_t cp_a2a_group() const {
+    if (cp_comm_type == CpCommType::kA2a) return cp;
+    if (cp_comm_type == CpCommType::kA2aP2p && !hierarchical_cp_sizes.empty())
+      return hierarchical_cp_sizes.front();
+    return 1;
+  }
+  /// CP ranks the K/V ring spans: cp (p2p), P (a2a+p2p), 1 otherwise.
+  int64_t cp_ring_group() const {
+    if (cp_comm_type == CpCommType::kP2p) return cp;
+    if (cp_comm_type == CpCommType::kA2aP2p && hierarchical_cp_sizes.size() == 2)
+      return hierarchical_cp_sizes.back();
+    return 1;
+  }
   /// How the runtime separates DHelix's co-executed blocks: false (CUDA events, every block
   /// enqueued ahead, as dhelix-run) or true (the host synchronises after every block and then
   /// launches the next one, as the DHelix paper's prototype does): then every paired block

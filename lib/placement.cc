@@ -140,11 +140,31 @@ ProcessGroup Placement::group(ParallelDim dim, int64_t rank) const {
       group.ranks.push_back(rank_of(member));
     }
   }
+  set_span(group);
+  return group;
+}
+
+void Placement::set_span(ProcessGroup& group) const {
   std::sort(group.ranks.begin(), group.ranks.end());
   std::set<int64_t> nodes;
   for (int64_t member : group.ranks) nodes.insert(node_of(member));
   group.nodes_spanned = static_cast<int64_t>(nodes.size());
   group.scope = group.nodes_spanned == 1 ? GroupScope::kLocal : GroupScope::kCrossNode;
+}
+
+ProcessGroup Placement::cp_sub_group(int64_t rank, int64_t a2a_size, CpLevel level) const {
+  DHELIX_CHECK(a2a_size >= 1 && parallel_.cp % a2a_size == 0);
+  const RankCoordinates own = coordinates(rank);
+  ProcessGroup group;
+  group.dim = ParallelDim::kCp;
+  const bool a2a = level == CpLevel::kA2a;
+  const int64_t members = a2a ? a2a_size : parallel_.cp / a2a_size;
+  for (int64_t i = 0; i < members; ++i) {
+    RankCoordinates member = own;
+    member.cp = a2a ? own.cp / a2a_size * a2a_size + i : own.cp % a2a_size + i * a2a_size;
+    group.ranks.push_back(rank_of(member));
+  }
+  set_span(group);
   return group;
 }
 

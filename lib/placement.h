@@ -44,10 +44,18 @@ class Placement {
   int64_t node_of(int64_t rank) const { return rank / gpus_per_node_; }
   /// The group of `dim` that holds `rank` (a group of size one when the dimension is 1).
   ProcessGroup group(ParallelDim dim, int64_t rank) const;
+  /// The CP sub-group of `rank` for a2a+p2p (Megatron-LM's hierarchical context parallelism,
+  /// --hierarchical-context-parallel-sizes A P): level kA2a holds the A CP ranks with the same
+  /// cp / A (adjacent CP ranks), level kRing the P with the same cp mod A. With cp = 4, A = 2
+  /// the CP ranks {0,1} {2,3} do the all-to-all and {0,2} {1,3} the ring.
+  enum class CpLevel { kA2a, kRing };
+  ProcessGroup cp_sub_group(int64_t rank, int64_t a2a_size, CpLevel level) const;
   /// All distinct groups of one dimension, ordered by their lowest rank.
   std::vector<ProcessGroup> all_groups(ParallelDim dim) const;
 
  private:
+  void set_span(ProcessGroup& group) const;  ///< sorts the ranks, sets scope and nodes_spanned
+
   ParallelSpec parallel_;
   int64_t gpus_per_node_;
   int64_t world_size_;

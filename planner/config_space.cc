@@ -83,6 +83,40 @@ std::vector<int64_t> expert_tp_values(const JobSpec& base, int64_t tp) {
   return {0, 1};  // 0: as tp (Megatron-Core's default)
 }
 
+// Megatron-LM's --cp-comm-type values of a (tp, cp) pair (see the file comment): the fixed
+// one, else for cp > 1 p2p, a2a where the heads of a TP rank split over cp, allgather, and
+// a2a+p2p with the largest sub-group A < cp (a power of two, at least 2) that stays inside
+// a node beside TP (A·tp <= gpus_per_node: NVLink for the all-to-all, as Megatron intends)
+// and splits the heads.
+struct CpCommChoice {
+  CpCommType type = CpCommType::kP2p;
+  std::vector<int64_t> hierarchical_sizes;
+};
+
+std::vector<CpCommChoice> cp_comm_values(const JobSpec& base, const SearchConstraints& c,
+                                         int64_t tp, int64_t cp) {
+  const ParallelSpec& b = base.parallel;
+  if (cp == 1) return {{b.cp_comm_type, b.hierarchical_cp_sizes}};
+  if (c.cp_comm_type) {
+    if (*c.cp_comm_type != CpCommType::kA2aP2p) return {{*c.cp_comm_type, {}}};
+    return {{*c.cp_comm_type, b.hierarchical_cp_sizes}};
+  }
+  const ModelSpec& m = base.model;
+  const auto splits_heads = [&](int64_t group) {
+    return m.num_attention_heads % tp == 0 && m.num_kv_heads % tp == 0 &&
+           (m.num_attention_heads / tp) % group == 0 && (m.num_kv_heads / tp) % group == 0;
+  };
+  std::vector<CpCommChoice> values = {{CpCommType::kP2p, {}}};
+  if (splits_heads(cp)) values.push_back({CpCommType::kA2a, {}});
+  values.push_back({CpCommType::kAllGather, {}});
+  for (int64_t a2a = cp / 2; a2a >= 2; a2a /= 2) {
+    if (a2a * tp > base.cluster.gpus_per_node || !splits_heads(a2a)) continue;
+    values.push_back({CpCommType::kA2aP2p, {a2a, cp / a2a}});
+    break;
+  }
+  return values;
+}
+
 // How far the enumeration got along its axes: where an empty space stopped.
 struct Funnel {
   int64_t tp_cp = 0;             ///< (tp, sp, cp) the sequence allows
@@ -122,19 +156,23 @@ std::vector<ParallelSpec> enumerate(const JobSpec& base, int64_t gpus, const Sea
                    axis(c.micro_batch_size, powers_of_two_up_to(c.max_micro_batch_size))) {
                 if (b.global_batch_size % (dp * mbs) != 0) continue;
                 for (const RecomputeSpec& recompute : recompute_values(base, c)) {
-                  ParallelSpec p = b;
-                  p.tp = tp;
-                  p.sp = sp;
-                  p.cp = cp;
-                  p.pp = pp;
-                  p.dp = dp;
-                  p.ep = ep;
-                  p.expert_tp = expert_tp;
-                  p.micro_batch_size = mbs;
-                  p.recompute = recompute;
-                  p.first_stage_layers = layout.first_stage_layers;
-                  p.last_stage_layers = layout.last_stage_layers;
-                  configs.push_back(p);
+                  for (const CpCommChoice& comm : cp_comm_values(base, c, tp, cp)) {
+                    ParallelSpec p = b;
+                    p.cp_comm_type = comm.type;
+                    p.hierarchical_cp_sizes = comm.hierarchical_sizes;
+                    p.tp = tp;
+                    p.sp = sp;
+                    p.cp = cp;
+                    p.pp = pp;
+                    p.dp = dp;
+                    p.ep = ep;
+                    p.expert_tp = expert_tp;
+                    p.micro_batch_size = mbs;
+                    p.recompute = recompute;
+                    p.first_stage_layers = layout.first_stage_layers;
+                    p.last_stage_layers = layout.last_stage_layers;
+                    configs.push_back(p);
+                  }
                 }
               }
             }
@@ -206,7 +244,14 @@ std::string empty_space_reason(const JobSpec& base, int64_t gpus, const SearchCo
 }
 
 std::string configuration_label(const ParallelSpec& p, bool moe) {
-  std::string label = fmt::format("tp{}{} cp{} pp{}", p.tp, p.sp ? " sp" : "", p.cp, p.pp);
+  std::string label = fmt::format("tp{}{} cp{}", p.tp, p.sp ? " sp" : "", p.cp);
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p) {  // Megatron's --cp-comm-type
+    label += fmt::format("({}", cp_comm_type_name(p.cp_comm_type));
+    if (p.cp_comm_type == CpCommType::kA2aP2p && p.hierarchical_cp_sizes.size() == 2)
+      label += fmt::format(" {}x{}", p.hierarchical_cp_sizes[0], p.hierarchical_cp_sizes[1]);
+    label += ")";
+  }
+  label += fmt::format(" pp{}", p.pp);
   if (p.account_for_embedding || p.account_for_loss) {  // Megatron's account_for flags
     label += p.account_for_embedding && p.account_for_loss ? "(emb+loss)"
              : p.account_for_embedding                     ? "(emb)"

@@ -17,6 +17,10 @@
 //   expert-tp   MoE only: tp (Megatron-Core's default) and, with tp > 1, 1
 //   micro-batch 1, 2, 4, 8 sequences, when dp · mbs divides the global batch
 //   recompute   none, selective, full (uniform, one layer a group)
+//   cp-comm     cp > 1 only (Megatron-LM's --cp-comm-type): p2p; a2a where the query and
+//               KV heads of a TP rank divide by cp; allgather; a2a+p2p with the largest
+//               power-of-two sub-group A < cp, A >= 2, that fits a node beside TP
+//               (A·tp <= gpus_per_node) and divides those heads. Fixed by --cp-comm-type.
 //
 // Worked example: 8 GPUs, a dense 4-layer model, gbs 16, seq 4096, recompute fixed, no
 // other constraint. pp is 1 or 2 (4 layers fold evenly on 1 and 2 stages; 3 and 4 stages
@@ -29,7 +33,19 @@
 //   8       (1,8) (2,4)·sp (4,2)·sp    dp 1: 4     -           (1 + 2 + 2 + 2) · 4 = 28
 //           (8,1)·sp
 //
-// 94 in all (·sp: with tp > 1, sp off and on); searching recompute triples it. The job's
+// 94 in all (·sp: with tp > 1, sp off and on) with the CP communication type fixed;
+// searching recompute triples it. Searching the type too (llama-8b's 32 query and 8 KV
+// heads, 8-GPU nodes) repeats each cp > 1 configuration once per type it allows:
+//
+//   (tp, cp)  types                                configurations
+//   (1,2)     p2p a2a allgather                    7 · 3 = 21
+//   (1,4)     p2p a2a allgather a2a+p2p [2,2]      8 · 4 = 32
+//   (2,2)·sp  p2p a2a allgather                    16 · 3 = 48
+//   (1,8)     p2p a2a allgather a2a+p2p [4,2]      4 · 4 = 16
+//   (2,4)·sp  p2p a2a allgather a2a+p2p [2,2]      8 · 4 = 32
+//   (4,2)·sp  p2p a2a allgather                    8 · 3 = 24
+//
+// 173 cp > 1 configurations instead of 51: 216 in all. The job's
 // own rules (lib/job_validation.h: heads divisible by tp, and so on) are applied later, by
 // the search, so that a rejected configuration is reported with the planner's words.
 //
@@ -54,6 +70,9 @@ struct SearchConstraints {
   int64_t max_micro_batch_size = 8;  ///< micro-batches searched: powers of two up to this
   bool allow_cp = true;              ///< false: cp = 1 only
   bool search_recompute = true;      ///< false: the base job's recompute setting only
+  /// Megatron's --cp-comm-type fixed for cp > 1 (a2a+p2p takes the base job's
+  /// hierarchical sizes); unset: searched (see the file comment).
+  std::optional<CpCommType> cp_comm_type;
 };
 
 /// Every configuration of the space, in enumeration order (see the file comment). `base`

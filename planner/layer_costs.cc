@@ -112,14 +112,17 @@ std::function<double(const Op&)> solo_lookup(const Profile& profile) {
 }
 
 // One DAG alone with its best single-strand schedule (cut into pieces when it exceeds a
-// StrandGraph; layer_baselines.h), with its communication.
+// StrandGraph; layer_baselines.h), with its communication, told by the ops of `kinds_dag`
+// (the DAG itself unless a baseline moved some communication onto the compute stream).
 double alone_us(const LayerDag& dag, const Profile& profile, const CoRunModel& co_run,
-                Strand strand, CommBreakdown* comm, PairingMemo* memo = nullptr) {
+                Strand strand, CommBreakdown* comm, PairingMemo* memo = nullptr,
+                const LayerDag* kinds_dag = nullptr) {
   const SingleStrandSchedule schedule =
       single_strand_schedule(dag, solo_lookup(profile), co_run, strand, {}, memo);
   if (comm != nullptr) {
     for (size_t i = 0; i < schedule.pieces.size(); ++i) {
-      const StrandKinds kinds = strand_kinds(schedule.pieces[i], dag);
+      const StrandKinds kinds =
+          strand_kinds(schedule.pieces[i], kinds_dag != nullptr ? *kinds_dag : dag);
       *comm += blocks_comm(schedule.blocks[i], kinds, kinds);
     }
   }
@@ -134,6 +137,42 @@ LayerCosts strands_alone(const LayerDags& dags, const Profile& profile, const Co
       alone_us(dags.forward, profile, co_run, Strand::kForward, &costs.forward_comm, memo);
   costs.backward_us =
       alone_us(dags.backward, profile, co_run, Strand::kBackward, &costs.backward_comm, memo);
+  return costs;
+}
+
+// Megatron-LM issues the collectives of --cp-comm-type a2a, a2a+p2p (the all-to-alls) and
+// allgather synchronously on the compute stream (TransformerEngine: "The all-gather is not
+// async, and cannot be overlapped"; the all-to-alls wait before the attention reads their
+// output), unlike the p2p ring's send/recvs. Its baseline therefore runs them as compute
+// ops: no compute of the layer hides them. True when `op` is one of them.
+bool issued_on_compute_stream(const Op& op) {
+  return is_communication(op.kind) && op.group == ParallelDim::kCp && op.kind != OpKind::kSendRecv;
+}
+
+LayerDag on_compute_stream(LayerDag dag) {
+  for (int64_t i = 0; i < dag.size(); ++i) {
+    if (issued_on_compute_stream(dag.op(i))) dag.mutable_op(i).stream = StreamClass::kCompute;
+  }
+  return dag;
+}
+
+bool has_synchronous_cp_collective(const LayerDags& dags) {
+  for (const LayerDag* dag : {&dags.forward, &dags.backward}) {
+    for (int64_t i = 0; i < dag->size(); ++i) {
+      if (issued_on_compute_stream(dag->op(i))) return true;
+    }
+  }
+  return false;
+}
+
+// The strands alone as Megatron issues them: its synchronous CP collectives exposed.
+LayerCosts megatron_strands_alone(const LayerDags& dags, const Profile& profile,
+                                  const CoRunModel& co_run, PairingMemo* memo) {
+  LayerCosts costs;
+  costs.forward_us = alone_us(on_compute_stream(dags.forward), profile, co_run, Strand::kForward,
+                              &costs.forward_comm, memo, &dags.forward);
+  costs.backward_us = alone_us(on_compute_stream(dags.backward), profile, co_run, Strand::kBackward,
+                               &costs.backward_comm, memo, &dags.backward);
   return costs;
 }
 
@@ -276,9 +315,13 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   options.per_layer.paired_block_gap_us = paired_block_gap_us(job.parallel);
   options.cross_layer.paired_block_gap_us = options.per_layer.paired_block_gap_us;
   a.dhelix = search_chunk_pairing(a.forward, a.backward, co_run, options);
-  a.megatron = alone_from(a.dhelix.per_layer, fk, bk);
+  a.megatron = has_synchronous_cp_collective(a.dags)
+                   ? megatron_strands_alone(a.dags, profile, co_run, memo)
+                   : alone_from(a.dhelix.per_layer, fk, bk);
   a.megatron.backward_weight_us = weight_gradient_us(a.backward, a.dags.backward);
-  a.dhelix_layer = a.megatron;
+  // DHelix's strands alone are its own schedules, whatever Megatron's are.
+  a.dhelix_layer = alone_from(a.dhelix.per_layer, fk, bk);
+  a.dhelix_layer.backward_weight_us = a.megatron.backward_weight_us;
   a.dhelix_layer.si_pair_us = a.dhelix.per_layer.total_time_us;
   a.dhelix_layer.si_pair_comm = blocks_comm(a.dhelix.per_layer.blocks, fk, bk);
   a.chunk_scope = a.dhelix.cross_layer_better;

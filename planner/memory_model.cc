@@ -81,6 +81,10 @@ int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
   int64_t sequence_part = dt * 4 * h + (options.dropout ? 2 * h : 0);
   // Flash attention keeps Q, K, V and its output (also the projection's input).
   int64_t head_part = dt * (2 * q + 2 * kv);
+  // Ulysses (a2a, a2a+p2p): TransformerEngine keeps Q, K, V and O in the head split (the
+  // same bytes per rank), but the projection's input is the output after the all-to-all
+  // back, a second tensor of q columns (AttnFuncWithCPAndQKVOA2A saves the head-split O).
+  if (parallel.cp > 1 && parallel.cp_a2a_group() > 1) head_part += dt * q;
   if (model.is_moe()) {
     const MoeSpec& moe = *model.moe;
     // Balanced routing keeps top_k copies of each token; a capacity factor below 1 drops

@@ -20,6 +20,8 @@
 // saves for its backward; docs/pipeline.md has the derivation. Per token, with t = tp:
 //     norm and GEMM inputs that SP splits (else replicated):  2 bytes x 4h  (+2h of dropout masks)
 //     attention (flash: Q, K, V, output):                     2 bytes x (2q + 2kv) / t
+//       with a2a / a2a+p2p CP one more q: the head-split output (TE saves it) besides the
+//       projection's input, the output after the all-to-all back: 2 bytes x (3q + 2kv) / t
 //     MLP (SwiGLU saves gate and up, 2f; GELU its input, f;
 //          plus the fc2 input, f):                            2 bytes x (3f or 2f) / t
 // For GPT (q = kv = h, f = 4h, GELU, dropout) and SP this is Korthikanti's 34·s·b·h / t.

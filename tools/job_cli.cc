@@ -108,6 +108,16 @@ void apply_cost_model_overrides(const JobOptions& options, JobSpec& job) {
   if (options.overlap_grad_reduce) p.overlap_grad_reduce = *options.overlap_grad_reduce;
   if (options.overlap_param_gather) p.overlap_param_gather = *options.overlap_param_gather;
   if (options.grad_reduce_in_bf16) p.grad_reduce_in_bf16 = true;
+  if (options.cp_comm_type) {
+    // CLI checks the spelling (add_job_options); validation checks it against cp and heads.
+    p.cp_comm_type = *kCpCommTypeNames.parse(*options.cp_comm_type);
+    job.origins["parallel.cp_comm_type"] = {kFlags, "--cp-comm-type"};
+  }
+  if (!options.hierarchical_cp_sizes.empty()) {
+    p.hierarchical_cp_sizes = options.hierarchical_cp_sizes;
+    job.origins["parallel.hierarchical_context_parallel_sizes"] = {
+        kFlags, "--hierarchical-context-parallel-sizes"};
+  }
 }
 
 void apply_overrides(const JobOptions& options, JobSpec& job) {
@@ -217,6 +227,18 @@ void add_job_options(CLI::App& app, JobOptions& options) {
       "DP parameter all-gather under the forward (default on; --no-...: exposed)");
   app.add_flag("--grad-reduce-in-bf16", options.grad_reduce_in_bf16,
                "Main gradients and their DP reduction in bf16 (Megatron's default: fp32)");
+  app.add_option_function<std::string>(
+         "--cp-comm-type", [&options](const std::string& value) { options.cp_comm_type = value; },
+         "Context-parallel communication: p2p (K/V ring, default), a2a (Ulysses), allgather, "
+         "a2a+p2p (docs/cost-model.md)")
+      ->type_name("TYPE")
+      ->check(CLI::IsMember(kCpCommTypeNames.all()));
+  app.add_option("--hierarchical-context-parallel-sizes", options.hierarchical_cp_sizes,
+                 "a2a+p2p: A P, A adjacent CP ranks do the all-to-all, the ring spans P of "
+                 "them (A·P = --cp)")
+      ->type_name("A P")
+      ->expected(1, 8)
+      ->check(CLI::Range(int64_t{1}, kParallelSizeRange.max));
 }
 
 JobSpec load_unvalidated_job(const JobOptions& options) {

@@ -37,6 +37,8 @@ struct JobOptions {
   std::optional<bool> overlap_grad_reduce;   ///< --overlap-grad-reduce / --no-...
   std::optional<bool> overlap_param_gather;  ///< --overlap-param-gather / --no-...
   bool grad_reduce_in_bf16 = false;          ///< --grad-reduce-in-bf16
+  std::optional<std::string> cp_comm_type;   ///< --cp-comm-type p2p|a2a|allgather|a2a+p2p
+  std::vector<int64_t> hierarchical_cp_sizes;  ///< --hierarchical-context-parallel-sizes A P
 };
 
 /// Adds JOB, --model, --cluster, --dp/--tp/--pp/--cp/--ep, --sp/--no-sp, --mbs, --gbs,

@@ -43,6 +43,7 @@ SearchConstraints constraints_from(const SearchCliOptions& search, const JobOpti
   c.max_pp = search.max_pp;
   c.allow_cp = !search.no_cp;
   c.search_recompute = !search.fixed_recompute && !job.recompute_granularity;
+  if (job.cp_comm_type) c.cp_comm_type = kCpCommTypeNames.parse(*job.cp_comm_type);
   return c;
 }
 

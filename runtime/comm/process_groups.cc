@@ -66,7 +66,7 @@ const char* comm_slot_name(CommSlot slot) {
 }
 
 ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank,
-                             const LinkEmulation& emulation)
+                             const LinkEmulation& emulation, int64_t cp_a2a_size)
     : world_rank_(world_rank) {
   // Every rank sees the same sizes, so every rank throws here alike and none is left
   // waiting in a split below.
@@ -99,7 +99,22 @@ ProcessGroups::ProcessGroups(const Placement& placement, int64_t world_rank,
   const std::vector<int64_t> dp_cp = dp_cp_members(placement, world_rank);
   reduction_dp_cp_ = split_world(static_cast<int>(dp_cp.front()), key, cp > 1 ? "dp x cp" : "dp");
   reduction_expert_dp_ = split_world(static_cast<int>(expert_dp.front()), key, "expert-dp");
+  if (cp_a2a_size > 1) {
+    for (const Placement::CpLevel level : {Placement::CpLevel::kA2a, Placement::CpLevel::kRing}) {
+      const ProcessGroup sub = placement.cp_sub_group(world_rank, cp_a2a_size, level);
+      for (auto& slot : cp_levels_[static_cast<size_t>(level)]) {
+        slot = split_world(static_cast<int>(sub.ranks.front()), key,
+                           level == Placement::CpLevel::kA2a ? "cp a2a" : "cp ring");
+      }
+    }
+  }
   if (emulation.enabled()) wrap_for_emulation(emulation);
+}
+
+Communicator& ProcessGroups::cp_level(Placement::CpLevel level, CommSlot slot) {
+  const auto& comm = cp_levels_[static_cast<size_t>(level)][static_cast<size_t>(slot)];
+  if (!comm) return group(ParallelDim::kCp, slot);
+  return emulated(comm);
 }
 
 void ProcessGroups::wrap_for_emulation(const LinkEmulation& emulation) {

@@ -8,7 +8,8 @@
 // Creation is collective: every rank of the world splits MPI_COMM_WORLD in the same fixed
 // order (dims tp, cp, dp, pp, ep; within each, slots main, local, cross; then the world per
 // slot; then, with cp > 1, the DP x CP group; then the expert-data-parallel group; then the
-// gradient-reduction thread's TP, DP x CP and expert-data-parallel groups), with the
+// gradient-reduction thread's TP, DP x CP and expert-data-parallel groups; then, for
+// cp_comm_type a2a+p2p, the CP sub-groups, a2a then ring, per slot), with the
 // group's lowest world rank as colour and the world rank as key, so group rank i is the i-th
 // lowest world rank of the group, as in Placement::group(): a CP group's rank i is CP
 // coordinate i, the ring order of runtime/kernels/context_parallel.h.
@@ -71,12 +72,17 @@ class ProcessGroups {
   /// process's rank in MPI_COMM_WORLD.
   /// With `emulation` enabled, throws Error(kUnsupported) on every rank unless all ranks
   /// run on one host (the emulated link compares clock readings across ranks).
-  ProcessGroups(const Placement& placement, int64_t world_rank,
-                const LinkEmulation& emulation = {});
+  /// `cp_a2a_size` > 1 (cp_comm_type a2a+p2p, --hierarchical-context-parallel-sizes A P):
+  /// also the CP sub-groups of Placement::cp_sub_group, split after every group above.
+  ProcessGroups(const Placement& placement, int64_t world_rank, const LinkEmulation& emulation = {},
+                int64_t cp_a2a_size = 0);
 
   /// This rank's group of `dim` (tp, cp, dp, pp or ep) for the thread of `slot`; throws
   /// Error(kUnsupported) for another dimension.
   Communicator& group(ParallelDim dim, CommSlot slot);
+  /// a2a+p2p: this rank's CP sub-group of `level` for the thread of `slot`; the whole CP
+  /// group when the job has no sub-groups (its all-to-alls and ring span all of cp).
+  Communicator& cp_level(Placement::CpLevel level, CommSlot slot);
   /// The expert-data-parallel group (see the file comment), for the main thread: where
   /// expert weights' gradients are summed; the dp group's members when ep = 1.
   Communicator& expert_data_parallel() { return emulated(expert_dp_); }
@@ -107,6 +113,8 @@ class ProcessGroups {
   // [dim index in kDims][slot]
   std::array<std::array<std::unique_ptr<MpiCommunicator>, kNumCommSlots>, kDims.size()> groups_;
   std::array<std::unique_ptr<MpiCommunicator>, kNumCommSlots> worlds_;
+  // [level][slot], a2a+p2p only
+  std::array<std::array<std::unique_ptr<MpiCommunicator>, kNumCommSlots>, 2> cp_levels_;
   std::unique_ptr<MpiCommunicator> dp_cp_;  // cp > 1 only
   std::unique_ptr<MpiCommunicator> expert_dp_;
   std::unique_ptr<MpiCommunicator> reduction_tp_;

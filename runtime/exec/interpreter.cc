@@ -97,6 +97,16 @@ class Execution {
   Communicator* communicator_for(const Instruction& instruction) {
     if (instruction.kind == InstructionKind::kCollective) {
       if (!instruction.group) return nullptr;  // bind reports a collective without a group
+      if (*instruction.group == ParallelDim::kCp) {
+        // a2a+p2p's all-to-alls and ring run over CP sub-groups (the whole CP group
+        // otherwise: CommunicatorDirectory::cp_level).
+        const bool a2a = instruction.collective == OpKind::kAllToAll;
+        const bool ring = instruction.collective == OpKind::kSendRecv;
+        if (a2a || ring) {
+          return &comms_.cp_level(a2a ? Placement::CpLevel::kA2a : Placement::CpLevel::kRing,
+                                  comm_stream(instruction));
+        }
+      }
       return &comms_.group(*instruction.group, comm_stream(instruction));
     }
     return &comms_.point_to_point(comm_stream(instruction));

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/placement.h"
 #include "lib/plan/plan.h"
 #include "lib/plan/rank_program.h"
 #include "runtime/comm/communicator.h"
@@ -43,6 +44,12 @@ class CommunicatorDirectory {
   virtual Communicator& group(ParallelDim dim, StreamClass stream) = 0;
   /// A communicator over every rank, for pipeline transfers by `stream`.
   virtual Communicator& point_to_point(StreamClass stream) = 0;
+  /// cp_comm_type a2a+p2p: the CP sub-group of `level` (the all-to-alls' or the ring's);
+  /// by default the whole CP group (no sub-groups).
+  virtual Communicator& cp_level(Placement::CpLevel level, StreamClass stream) {
+    (void)level;
+    return group(ParallelDim::kCp, stream);
+  }
 };
 
 /// How long each stream was busy in one execution, microseconds of wall time.

@@ -165,6 +165,16 @@ void check_supported(const JobSpec& job, bool runs_moe) {
 void check_context_parallel_supported(const JobSpec& job, ProblemList& problems) {
   const ParallelSpec& p = job.parallel;
   if (p.cp == 1) return;
+  // a2a and a2a+p2p (layer_ops_ulysses.h) and allgather (layer_ops_kv_allgather.h) run
+  // without activation recompute.
+  if (p.cp_comm_type != CpCommType::kP2p) {
+    const FieldOrigin type = job.origin_of("parallel.cp_comm_type");
+    const char* name = cp_comm_type_name(p.cp_comm_type);
+    if (p.recompute.enabled()) {
+      problems.add(type.file, type.pointer, name,
+                   "is not run by the runtime with activation recompute yet");
+    }
+  }
   if (p.seq_length % (2 * p.cp) != 0) {
     const FieldOrigin seq = job.origin_of("parallel.seq_length");
     problems.add(seq.file, seq.pointer, std::to_string(p.seq_length),
@@ -182,6 +192,10 @@ Dims make_dims(const JobSpec& job, int64_t rank) {
   dims.norm_eps = static_cast<float>(job.model.norm_epsilon());
   dims.rope_base = job.model.rope_theta();
   dims.cp_rank = Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).cp;
+  dims.ulysses = job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2a;
+  dims.kv_allgather = job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kAllGather;
+  if (job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2aP2p)
+    dims.cp_a2a = job.parallel.cp_a2a_group();
   return dims;
 }
 

@@ -65,6 +65,21 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
   Impl& m = *impl_;
   m.recompute = job.parallel.recompute.granularity;
   m.dims = make_dims(job, rank);
+  if (m.dims.hierarchical()) {  // the ring across the sub-groups (stage_model_state.h)
+    model_detail::Dims& r = m.ring_dims;
+    const int64_t a2a = m.dims.cp_a2a;
+    r = m.dims;
+    r.cp_a2a = 1;
+    r.cp = m.dims.cp / a2a;
+    r.cp_rank = m.dims.cp_rank / a2a;
+    r.seq_shard *= a2a;
+    r.tokens *= a2a;
+    r.heads /= a2a;
+    r.kv_heads /= a2a;
+    r.q_width /= a2a;
+    r.kv_width /= a2a;
+    r.qkv_width /= a2a;
+  }
   m.rank = rank;
   for (const auto& [first, count] : layer_ranges) {
     DHELIX_CHECK(first >= 0 && count >= 0 && first + count <= m.dims.num_layers);
@@ -100,6 +115,13 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
                   fmt::format("StageModel: context parallelism (cp = {}) is not run by this "
                               "backend yet",
                               m.dims.cp));
+    }
+  }
+  if constexpr (!std::is_same_v<B, CpuBackend>) {
+    if (m.dims.ulysses || m.dims.kv_allgather || m.dims.hierarchical()) {
+      throw Error(ErrorCode::kUnsupported,
+                  "StageModel: context parallelism with cp_comm_type a2a, allgather or "
+                  "a2a+p2p is run by the CPU backend only");
     }
   }
   // The whole sequence's positions: a CP rank's chunks rotate at their global positions.
@@ -162,8 +184,13 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
       return bind_moe(ref);
     }
   }
-  const bool cp_op = m.dims.cp > 1 && (is_cp_op(op) || op == "fwd.gemm_qkv");
-  if ((!is_layer_op(op) && !cp_op) || (repeated && m.recompute == RecomputeGranularity::kNone)) {
+  const bool cp_op = m.dims.ring() && (is_cp_op(op) || op == "fwd.gemm_qkv");
+  const bool ulysses_op = m.dims.ulysses && is_ulysses_op(op);
+  const bool allgather_op = m.dims.kv_allgather && is_kv_allgather_op(op);
+  const bool hierarchical_op =
+      m.dims.hierarchical() && (is_cp_op(op) || is_hierarchical_a2a_op(op));
+  if ((!is_layer_op(op) && !cp_op && !ulysses_op && !allgather_op && !hierarchical_op) ||
+      (repeated && m.recompute == RecomputeGranularity::kNone)) {
     throw_unknown_op(ref.op);
   }
   auto params = m.layers.find(ref.layer);
@@ -192,6 +219,24 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
           op, CpOpContext<B>{context, m.cp_state(ref.micro_batch, ref.layer, recomputing)});
     }
     if (!bound) throw_unknown_op(ref.op);  // an index beyond the ring
+  } else if (ulysses_op) {
+    bound = bind_ulysses_op<B>(op, context);
+    if (!bound) throw_unknown_op(ref.op);
+  } else if (allgather_op) {
+    bound = bind_kv_allgather_op<B>(op, context);
+    if (!bound) throw_unknown_op(ref.op);
+  } else if (hierarchical_op) {
+    if constexpr (RingAttentionBackend<B>) {
+      model_detail::CpLayerState<B>& ring = m.cp_state(ref.micro_batch, ref.layer, false);
+      if (is_cp_op(op)) {
+        const LayerOpContext<B> view{m.ring_dims, *m.rope, params->second,
+                                     m.hierarchical_view(ref.micro_batch, ref.layer)};
+        bound = bind_cp_op(op, CpOpContext<B>{view, ring});
+      } else {
+        bound = bind_hierarchical_a2a_op<B>(op, context, m.ring_dims, ring);
+      }
+    }
+    if (!bound) throw_unknown_op(ref.op);
   } else {
     bound = forward ? bind_layer_forward(op, context) : bind_layer_backward(op, context);
   }

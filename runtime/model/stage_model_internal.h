@@ -39,6 +39,17 @@ struct Dims : RankShape {
   float norm_eps = 1e-5f;  ///< ModelSpec::norm_epsilon(), as the fp32 kernels add it
   double rope_base = 1e4;  ///< ModelSpec::rope_theta()
   int64_t cp_rank = 0;     ///< this rank's CP coordinate (its chunks: layer_ops_cp.h)
+  /// cp_comm_type a2a with cp > 1: Ulysses' all-to-alls (layer_ops_ulysses.h) instead of
+  /// the ring; its layer keeps q, k, v and their gradients as cp = 1 does (same sizes).
+  bool ulysses = false;
+  /// cp_comm_type allgather with cp > 1: K, V all-gathered (layer_ops_kv_allgather.h).
+  bool kv_allgather = false;
+  /// cp_comm_type a2a+p2p: the all-to-all's sub-group size A (Ulysses inside it, the ring
+  /// across the cp / A sub-groups, layer_ops_ulysses.h); 1 otherwise.
+  int64_t cp_a2a = 1;
+  bool hierarchical() const { return cp > 1 && cp_a2a > 1; }
+  /// The K/V ring of layer_ops_cp.h runs this layer's attention over the whole CP group.
+  bool ring() const { return cp > 1 && !ulysses && !kv_allgather && !hierarchical(); }
 };
 
 /// A parameter's initial values, computed on the host (parameter_init.cc).
@@ -112,6 +123,23 @@ struct LayerState {
   A *d_mlp_full, *d_act, *d_gate_up, *d_mlp_in, *d_ln2_out, *d_h1, *d_attn_full;
   A *d_attn_out, *dq, *dk, *dv, *d_qkv, *d_attn_in, *d_ln1_out;
   float* attn_delta;  ///< attention backward scratch [batch, heads, seq] (CUDA)
+  // Ulysses only (layer_ops_ulysses.h): the head-split output the backward reads, the
+  // head-split dO, and the all-to-alls' send and receive blocks.
+  A* attn_out_heads = nullptr;
+  A* d_out_heads = nullptr;
+  A* a2a_send = nullptr;
+  A* a2a_recv = nullptr;
+  A* a2a_send_bwd = nullptr;
+  A* a2a_recv_bwd = nullptr;
+  A* dqkv_heads = nullptr;  ///< a2a+p2p: the ring's d_qkv in the head split
+  // All-gather CP only (layer_ops_kv_allgather.h): this rank's [K | V] block (kept for the
+  // backward's gather), the gathered blocks of the forward and of the backward, every
+  // block's dK, dV share and this rank's summed block.
+  A* kv_local = nullptr;
+  A* kv_gathered = nullptr;
+  A* kv_gathered_bwd = nullptr;
+  A* dkv_shares = nullptr;
+  A* dkv_mine = nullptr;
 };
 
 /// The embedding's buffers for one micro-batch.

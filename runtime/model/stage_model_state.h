@@ -20,6 +20,8 @@
 #include "runtime/model/layer_ops_backward.h"
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/layer_ops_forward.h"
+#include "runtime/model/layer_ops_kv_allgather.h"
+#include "runtime/model/layer_ops_ulysses.h"
 #include "runtime/model/moe_layers_cpu.h"
 #include "runtime/model/moe_layers_of.h"
 #include "runtime/model/moe_layers_padded.h"
@@ -137,6 +139,7 @@ struct BasicStageModel<B>::Impl {
     head_states.clear();
     cp_states.clear();
     recompute_cp_states.clear();
+    hierarchical_views.clear();
     if constexpr (requires { moe->drop_states(); }) {
       if (moe) moe->drop_states();
     }
@@ -149,6 +152,12 @@ struct BasicStageModel<B>::Impl {
   void allocate_backward(model_detail::LayerState<B>& s, LayerAllocator& a);
   model_detail::EmbeddingState<B>& embedding_state(int64_t mb);
   model_detail::CpLayerState<B>& cp_state(int64_t mb, int64_t layer, bool recomputing);
+  // a2a+p2p: the ring's view of a layer, the whole CP layer seen by the ring across the
+  // sub-groups (ring_dims: cp / A ranks holding A·T tokens of heads / A), and its state
+  // (hierarchical_view: q, the head-split output, dO and d_qkv, lse).
+  model_detail::Dims ring_dims;
+  std::map<Key, std::unique_ptr<model_detail::LayerState<B>>> hierarchical_views;
+  model_detail::LayerState<B>& hierarchical_view(int64_t mb, int64_t layer);
   model_detail::HeadState<B>& head_state(int64_t mb);
   BasicBoundOp<B> bind_extra_op(const OpRef& ref);
   void mark_loss_slot(int64_t mb) {
@@ -206,7 +215,7 @@ void BasicStageModel<B>::Impl::allocate_backward(model_detail::LayerState<B>& s,
   s.d_attn_full = d.sp ? a.act(attn, "d_attn_full", full) : s.d_h1;
   s.d_attn_out = a.act(attn, "d_attn_out", t * d.q_width);
   // Under CP the ring's state has its own dq, dK, dV and delta (layer_ops_cp.h).
-  const bool ring = d.cp > 1;
+  const bool ring = d.ring();
   s.dq = ring ? nullptr : a.act(attn, "dq", t * d.q_width);
   s.dk = ring ? nullptr : a.act(attn, "dk", t * d.kv_width);
   s.dv = ring ? nullptr : a.act(attn, "dv", t * d.kv_width);
@@ -214,6 +223,17 @@ void BasicStageModel<B>::Impl::allocate_backward(model_detail::LayerState<B>& s,
   s.d_attn_in = a.act(attn, "d_attn_in", full);
   s.d_ln1_out = d.sp ? a.act(attn, "d_ln1_out", res) : s.d_attn_in;
   s.attn_delta = ring ? nullptr : a.stat(attn, "attn_delta", d.micro_batch * d.heads * d.seq_shard);
+  if (d.kv_allgather) {
+    s.kv_gathered_bwd = a.act(attn, "kv_gathered_bwd", d.cp * 2 * t * d.kv_width);
+    s.dkv_shares = a.act(attn, "dkv_shares", d.cp * 2 * t * d.kv_width);
+    s.dkv_mine = a.act(attn, "dkv_mine", 2 * t * d.kv_width);
+  }
+  if (d.hierarchical()) s.dqkv_heads = a.act(attn, "dqkv_heads", t * d.qkv_width);
+  if (d.ulysses || d.hierarchical()) {
+    s.d_out_heads = a.act(attn, "d_out_heads", t * d.q_width);
+    s.a2a_send_bwd = a.act(attn, "a2a_send_bwd", t * d.qkv_width);
+    s.a2a_recv_bwd = a.act(attn, "a2a_recv_bwd", t * d.qkv_width);
+  }
 }
 
 // The forward's buffers. Saved (read by the backward: layer_ops_backward.h): the norms'
@@ -263,14 +283,23 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   // Selective recompute repeats the core attention from the fused QKV output: it is saved
   // (Megatron keeps the core attention's input), the split q, k, v are not. Under CP the
   // repeated ring reads gemm_qkv's q and K/V block instead.
-  s.qkv = selective && d.cp == 1 ? saved_act(SpanKind::kLayerSaved, "qkv", t * d.qkv_width)
+  s.qkv = selective && !d.ring() ? saved_act(SpanKind::kLayerSaved, "qkv", t * d.qkv_width)
                                  : a.act(attn_temp, "qkv", t * d.qkv_width);
-  s.q = saved_act(selective && d.cp == 1 ? core : attn_saved, "q", t * d.q_width);
+  s.q = saved_act(selective && !d.ring() ? core : attn_saved, "q", t * d.q_width);
   // Under CP the ring's own block (cp.kv0, layer_ops_cp.h) holds K and V.
-  s.k = d.cp == 1 ? saved_act(core, "k", t * d.kv_width) : nullptr;
-  s.v = d.cp == 1 ? saved_act(core, "v", t * d.kv_width) : nullptr;
+  s.k = !d.ring() ? saved_act(core, "k", t * d.kv_width) : nullptr;
+  s.v = !d.ring() ? saved_act(core, "v", t * d.kv_width) : nullptr;
   s.attn_out = saved_act(attn_saved, "attn_out", t * d.q_width);
   s.lse = a.stat(core, "lse", d.micro_batch * d.heads * d.seq_shard);
+  if (d.kv_allgather) {  // this rank's K/V block (the backward gathers it again), the blocks
+    s.kv_local = saved_act(core, "kv_local", 2 * t * d.kv_width);
+    s.kv_gathered = a.act(attn_temp, "kv_gathered", d.cp * 2 * t * d.kv_width);
+  }
+  if (d.ulysses || d.hierarchical()) {  // the head-split output, the all-to-alls' blocks
+    s.attn_out_heads = saved_act(core, "attn_out_heads", t * d.q_width);
+    s.a2a_send = a.act(attn_temp, "a2a_send", t * d.qkv_width);
+    s.a2a_recv = a.act(attn_temp, "a2a_recv", t * d.qkv_width);
+  }
   s.proj_out = a.act(attn_temp, "proj_out", full);
   s.attn_branch = d.sp ? a.act(attn_temp, "attn_branch", res) : s.proj_out;
   s.h1 = saved_act(h1_span, "h1", res);
@@ -338,7 +367,7 @@ model_detail::CpLayerState<B>& BasicStageModel<B>::Impl::cp_state(int64_t mb, in
     parts.own_block_span = parts.forward_span = SpanKind::kAttentionBackward;
   }
   LayerAllocator a{*this, mb, layer, recomputing ? "re." : ""};
-  slot = model_detail::make_cp_state<B>(a, dims, parts);
+  slot = model_detail::make_cp_state<B>(a, dims.hierarchical() ? ring_dims : dims, parts);
   if (recomputing && selective) slot->kv[0] = cp_state(mb, layer, false).kv[0];
   return *slot;
 }
@@ -388,6 +417,19 @@ model_detail::HeadState<B>& BasicStageModel<B>::Impl::head_state(int64_t mb) {
   s.d_head_in = a.act(k, "d_head_in", d.full_elements());
   s.d_norm_out = d.sp ? a.act(k, "d_norm_out", d.residual_elements()) : s.d_head_in;
   return s;
+}
+
+template <class B>
+model_detail::LayerState<B>& BasicStageModel<B>::Impl::hierarchical_view(int64_t mb,
+                                                                         int64_t layer) {
+  std::unique_ptr<model_detail::LayerState<B>>& slot = hierarchical_views[{mb, layer}];
+  if (slot) return *slot;
+  const model_detail::LayerState<B>& s = layer_state(mb, layer);
+  slot = std::make_unique<model_detail::LayerState<B>>(s);
+  slot->attn_out = s.attn_out_heads;
+  slot->d_attn_out = s.d_out_heads;
+  slot->d_qkv = s.dqkv_heads;
+  return *slot;
 }
 
 }  // namespace dhelix::rt

@@ -29,4 +29,8 @@ Communicator& RankComms::point_to_point(StreamClass stream) {
   return groups_.world(slot_of(stream));
 }
 
+Communicator& RankComms::cp_level(Placement::CpLevel level, StreamClass stream) {
+  return groups_.cp_level(level, slot_of(stream));
+}
+
 }  // namespace dhelix::rt

@@ -14,6 +14,7 @@ class RankComms final : public CommunicatorDirectory {
   explicit RankComms(ProcessGroups& groups) : groups_(groups) {}
   Communicator& group(ParallelDim dim, StreamClass stream) override;
   Communicator& point_to_point(StreamClass stream) override;
+  Communicator& cp_level(Placement::CpLevel level, StreamClass stream) override;
   /// The group of `dim` for the calling (main) thread.
   Communicator& main_group(ParallelDim dim) { return groups_.group(dim, CommSlot::kMain); }
   /// The group dense gradients are summed over (DP x CP), for the calling (main) thread.

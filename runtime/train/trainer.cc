@@ -77,6 +77,13 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   }
   // The runtime keeps fp32 main gradients; a plan priced with bf16 ones would not match.
   if (p.grad_reduce_in_bf16) refuse("bf16 gradient buffers (grad_reduce_in_bf16)");
+  // The layers run the K/V ring (runtime/model/layer_ops_cp.h) and, on the CPU, Ulysses
+  // (layer_ops_ulysses.h, also inside a2a+p2p's sub-groups) and the K/V all-gather
+  // (layer_ops_kv_allgather.h).
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p && backend != "cpu") {
+    refuse(fmt::format("context parallelism with cp_comm_type {} (p2p only on this backend)",
+                       cp_comm_type_name(p.cp_comm_type)));
+  }
 }
 
 // "dp 1 x tp 2 x pp 2", with "x cp 2" after tp when cp > 1.
@@ -174,7 +181,11 @@ Trainer::Trainer(const TrainOptions& options, const MpiEnvironment& mpi,
   agree_on_setup(*world_, failure);
   compute_cpu_ = compute_cpu(options_.pin_compute);
   // Collective on every rank; the emulated link's host check fails on all of them alike.
-  agreed([&] { groups_ = std::make_unique<ProcessGroups>(*placement_, rank_, link_emulation_); });
+  const int64_t cp_a2a =
+      job_.parallel.cp_comm_type == CpCommType::kA2aP2p ? job_.parallel.cp_a2a_group() : 0;
+  agreed([&] {
+    groups_ = std::make_unique<ProcessGroups>(*placement_, rank_, link_emulation_, cp_a2a);
+  });
   comms_ = std::make_unique<RankComms>(*groups_);
   engine_->connect(*groups_, {&co_executed_, &sequential_});
 }
@@ -230,6 +241,12 @@ void Trainer::read_inputs() {
                            options_.job_file);
   }
   refuse_unsupported(job_, options_.plan_file, options_.backend);
+  // a2a+p2p's CP sub-groups have no emulated link (runtime/comm/process_groups.h).
+  if (link_emulation_.enabled() && job_.parallel.cp_comm_type == CpCommType::kA2aP2p) {
+    throw Error(ErrorCode::kUnsupported,
+                "--emulate-link: cp_comm_type a2a+p2p's CP sub-groups have no emulated link yet "
+                "(leave the flag out)");
+  }
   // The whole-world check lowers every rank's program: rank 0 does it for everyone, and the
   // setup agreement below stops every rank when it fails.
   if (options_.check_plan && rank_ == 0)

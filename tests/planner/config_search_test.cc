@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 
@@ -11,6 +13,7 @@
 #include "lib/cluster_presets.h"
 #include "lib/error.h"
 #include "lib/job_reader.h"
+#include "lib/job_validation.h"
 #include "lib/model_reader.h"
 #include "lib/plan/plan_writer.h"
 #include "planner/chosen_split.h"
@@ -52,6 +55,7 @@ SearchRequest model_request(const JobSpec& base, int64_t gpus, SearchConstraints
 TEST(ConfigSpace, WorkedExampleCountsNinetyFourConfigurations) {
   SearchConstraints c;
   c.search_recompute = false;
+  c.cp_comm_type = CpCommType::kP2p;
   const std::vector<ParallelSpec> space = enumerate_configurations(base_job(4, 16, 4096), 8, c);
   EXPECT_EQ(space.size(), 94u);
   // Enumeration order: tp slowest, then sp, cp, pp, ..., micro-batch fastest.
@@ -65,9 +69,53 @@ TEST(ConfigSpace, WorkedExampleCountsNinetyFourConfigurations) {
   }
 }
 
+// The worked example's second table: the CP communication type searched where cp > 1.
+TEST(ConfigSpace, CpCommTypeIsAnAxisWhereCpIsAboveOne) {
+  SearchConstraints c;
+  c.search_recompute = false;
+  const std::vector<ParallelSpec> space = enumerate_configurations(base_job(4, 16, 4096), 8, c);
+  EXPECT_EQ(space.size(), 216u);
+  std::map<std::string, int> per_pair;
+  for (const ParallelSpec& p : space) {
+    if (p.cp == 1) {
+      EXPECT_EQ(p.cp_comm_type, CpCommType::kP2p);
+      continue;
+    }
+    EXPECT_EQ(validate_job([&] {
+                JobSpec job = base_job(4, 16, 4096);
+                job.parallel = p;
+                return job;
+              }())
+                  .problems()
+                  .size(),
+              0u)
+        << configuration_label(p, false);
+    if (p.cp_comm_type == CpCommType::kA2aP2p) {
+      // The sub-group stays inside a node beside TP.
+      EXPECT_LE(p.hierarchical_cp_sizes[0] * p.tp, 8);
+      EXPECT_EQ(p.hierarchical_cp_sizes[0] * p.hierarchical_cp_sizes[1], p.cp);
+    }
+    ++per_pair[fmt::format("tp{} cp{} {}", p.tp, p.cp, cp_comm_type_name(p.cp_comm_type))];
+  }
+  EXPECT_EQ(per_pair["tp1 cp2 a2a"], 7);
+  EXPECT_EQ(per_pair["tp1 cp2 a2a+p2p"], 0);  // no sub-group A >= 2 below cp = 2
+  EXPECT_EQ(per_pair["tp1 cp4 a2a+p2p"], 8);
+  EXPECT_EQ(per_pair["tp2 cp4 allgather"], 8);
+  EXPECT_EQ(per_pair["tp4 cp2 a2a"], 8);
+  const auto labelled = std::find_if(space.begin(), space.end(), [](const ParallelSpec& p) {
+    return p.cp_comm_type == CpCommType::kA2aP2p && p.tp == 1 && p.cp == 8;
+  });
+  ASSERT_NE(labelled, space.end());
+  EXPECT_EQ(configuration_label(*labelled, false), "tp1 cp8(a2a+p2p 4x2) pp1 dp1 mbs1");
+  // Fixed by --cp-comm-type: one type a configuration.
+  c.cp_comm_type = CpCommType::kA2a;
+  for (const ParallelSpec& p : enumerate_configurations(base_job(4, 16, 4096), 8, c))
+    EXPECT_EQ(p.cp_comm_type, p.cp > 1 ? CpCommType::kA2a : CpCommType::kP2p);
+}
+
 TEST(ConfigSpace, RecomputeTriplesTheSpace) {
   const std::vector<ParallelSpec> space = enumerate_configurations(base_job(4, 16, 4096), 8, {});
-  EXPECT_EQ(space.size(), 3u * 94u);
+  EXPECT_EQ(space.size(), 3u * 216u);
 }
 
 TEST(ConfigSpace, ConstraintsFixAndBoundAxes) {
