@@ -22,13 +22,23 @@ void compare(const std::string& plan_file, const std::string& pointer, int64_t i
                            recomputed, kRecomputed));
 }
 
+// The recomputed memory of `scheme`: dhelix's from the plan's own task lists (its shape and
+// split, planner/dhelix_shapes.h), Megatron-1F1B's from its schedule.
+std::vector<StageMemory> recomputed_memory(const Plan& plan, PipelineScheme scheme,
+                                           const JobSpec& job, const MemoryOptions& options) {
+  if (scheme == PipelineScheme::kDHelix) {
+    return schedule_memory(job, schedule_of_plan(plan), options);
+  }
+  return scheme_memory(job, scheme, options);
+}
+
 void compare_scheme(const Plan& plan, PipelineScheme scheme, const JobSpec& job,
                     const MemoryOptions& options, const std::string& plan_file,
                     ProblemList& problems) {
   const PlanScheme* record = plan.find_scheme(scheme);
   if (record == nullptr) return;  // the dhelix scheme's absence is check 5's problem
   const auto index = static_cast<size_t>(record - plan.schemes.data());
-  const std::vector<StageMemory> stages = scheme_memory(job, scheme, options);
+  const std::vector<StageMemory> stages = recomputed_memory(plan, scheme, job, options);
   const std::string base = fmt::format("/schemes/{}/memory", index);
   if (record->memory.size() != stages.size()) {
     problems.add(
@@ -76,7 +86,7 @@ void check_plan_memory_figures(const Plan& plan, const JobSpec& job, const std::
   // The dhelix scheme's fits flag against the recomputed figures.
   if (const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix)) {
     bool fits = true;
-    for (const StageMemory& m : scheme_memory(job, PipelineScheme::kDHelix, options)) {
+    for (const StageMemory& m : recomputed_memory(plan, PipelineScheme::kDHelix, job, options)) {
       fits = fits && m.total_bytes() <= budget.usable_bytes();
     }
     if (dhelix->fits != fits) {

@@ -65,17 +65,76 @@ void set_model_chunk_memory(const ModelSpec& model, const ParallelSpec& parallel
 std::vector<StageMemory> scheme_memory(const JobSpec& job, PipelineScheme scheme,
                                        const MemoryOptions& options) {
   DHELIX_CHECK(scheme == PipelineScheme::kDHelix || scheme == PipelineScheme::kMegatron1F1B);
-  const PipelineShape shape = scheme_shape(scheme);
+  const ParallelSpec& p = job.parallel;
+  return schedule_memory(job, make_schedule(scheme_shape(scheme), p.pp, p.num_micro_batches()),
+                         options);
+}
+
+std::vector<StageMemory> schedule_memory(const JobSpec& job, const PipelineSchedule& schedule,
+                                         const MemoryOptions& options) {
   const ParallelSpec& p = job.parallel;
   std::vector<StageCosts> costs;
-  for (const auto& [layers, up_layers] : stage_chunk_layers(job, shape)) {
+  for (const auto& [layers, up_layers] : stage_chunk_layers(job, schedule.shape)) {
     StageCosts c;
     c.head_loss_transient_bytes = head_loss_transient_bytes(job.model, p);
     set_chunk_memory(job.model, p, layers, up_layers, options, c);
     costs.push_back(c);
   }
-  const PipelineSchedule schedule = make_schedule(shape, p.pp, p.num_micro_batches());
-  return stage_memory(job.model, p, shape, options, activation_peaks(schedule, costs));
+  return stage_memory(job.model, p, schedule.shape, options, activation_peaks(schedule, costs));
+}
+
+namespace {
+
+BackwardSplit backward_split(BackwardShare share) {
+  switch (share) {
+    case BackwardShare::kInput:
+      return BackwardSplit::kInput;
+    case BackwardShare::kWeight:
+      return BackwardSplit::kWeight;
+    case BackwardShare::kWhole:
+      break;
+  }
+  return BackwardSplit::kWhole;
+}
+
+PipelineTask task_of(const PlanTask& t, ChunkSide last_chunk) {
+  PipelineTask task;
+  task.kind = t.kind;
+  if (t.kind == TaskKind::kHeadLoss) {
+    task.forward_micro_batch = task.backward_micro_batch = t.head_loss_micro_batch;
+    task.forward_chunk = task.backward_chunk = last_chunk;
+    return task;
+  }
+  if (t.forward) {
+    task.forward_micro_batch = t.forward->micro_batch;
+    task.forward_chunk = t.forward->chunk;
+  }
+  if (t.backward) {
+    task.backward_micro_batch = t.backward->micro_batch;
+    task.backward_chunk = t.backward->chunk;
+    task.backward_split = backward_split(t.backward->work);
+  }
+  return task;
+}
+
+}  // namespace
+
+PipelineSchedule schedule_of_plan(const Plan& plan) {
+  PipelineSchedule schedule;
+  const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix);
+  schedule.shape = dhelix != nullptr ? dhelix->shape : PipelineShape::kW;
+  schedule.pp = static_cast<int64_t>(plan.stages.size());
+  schedule.num_micro_batches = plan.num_micro_batches;
+  const bool folded = folded_shape(schedule.shape);
+  schedule.embedding_stage = 0;
+  schedule.head_loss_stage = folded ? 0 : schedule.pp - 1;
+  schedule.first_chunk = folded ? ChunkSide::kDown : ChunkSide::kWhole;
+  schedule.last_chunk = folded ? ChunkSide::kUp : ChunkSide::kWhole;
+  for (const PlanStage& stage : plan.stages) {
+    std::vector<PipelineTask>& tasks = schedule.stages.emplace_back();
+    for (const PlanTask& t : stage.tasks) tasks.push_back(task_of(t, schedule.last_chunk));
+  }
+  return schedule;
 }
 
 }  // namespace dhelix

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "lib/job_spec.h"
+#include "lib/plan/plan.h"
 #include "lib/plan/plan_kinds.h"
 #include "planner/memory_model.h"
 #include "planner/pipeline_simulator.h"
@@ -45,9 +46,22 @@ void set_model_chunk_memory(const ModelSpec& model, const ParallelSpec& parallel
                             const std::vector<int64_t>& layers, const MemoryOptions& options,
                             StageCosts& costs);
 
-/// Every stage's memory under `scheme` (DHelix or Megatron-LM 1F1B: the W and the 1F1B
-/// layout), exactly as build_plan reports it for `job` (validated: its stages split).
+/// Every stage's memory under `scheme` (DHelix or Megatron-LM 1F1B: the W with whole
+/// backwards and the 1F1B layout), exactly as build_plan reports it for `job` (validated:
+/// its stages split) when the dhelix plan takes that W: the shape the configuration search
+/// tests memory with before planning (the V and the split W, planner/dhelix_shapes.h, keep
+/// as much on the shipped jobs; a plan's own figures come from schedule_memory).
 std::vector<StageMemory> scheme_memory(const JobSpec& job, PipelineScheme scheme,
                                        const MemoryOptions& options);
+
+/// Every stage's memory when `schedule` (a folded W or V, or 1F1B) runs `job`: the plan's
+/// own task order, whatever shape and split the planner chose.
+std::vector<StageMemory> schedule_memory(const JobSpec& job, const PipelineSchedule& schedule,
+                                         const MemoryOptions& options);
+
+/// The dhelix plan's task lists read back into a schedule (the inverse of
+/// plan_stage_records.h): each task's kind, micro-batches, chunks and backward share, in
+/// order; the shape is the dhelix scheme's (the W when the plan lacks it).
+PipelineSchedule schedule_of_plan(const Plan& plan);
 
 }  // namespace dhelix

@@ -98,5 +98,18 @@ corrupt use-before-def '
 s1 = p["stages"][1]["tasks"]; s1[0], s1[1] = s1[1], s1[0]'
 expect_refusal use-before-def "co-executed: rank 2 does not lower: plan: stage 1 task 1: layer 2's input for micro-batch 0 is used before it is produced"
 
+# --- the V (examples/plans/tiny-tp2-pp2-v.json) with its last weight part removed: the input
+# --- part's layers would get no gradient
+/usr/bin/python3 - "$src_dir/examples/plans/tiny-tp2-pp2-v.json" "$scratch/v-no-w.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["schemes"][0]["shape"] == "v", "tiny-tp2-pp2-v is no longer planned as the V"
+tasks = p["stages"][1]["tasks"]
+assert tasks[-1]["label"].startswith("W"), tasks[-1]["label"]
+tasks.pop()
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+expect_refusal v-no-w "the input part (I) has no weight part (W) later on the stage"
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

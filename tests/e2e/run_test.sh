@@ -48,8 +48,9 @@ expect_failure() { # expect_failure RANKS FRAGMENT ARGS...
 }
 
 # 1. Equivalence of the schedules.
-for case in "tiny-tp2-pp2 4" "tiny-dp2-tp2 4" "tiny-tp2 2" "tiny-cp2-tp2 4" "tiny-moe-ep2 2" \
-  "tiny-moe-ep2-pp2 4"; do
+# tiny-tp2-pp2 is the W, tiny-tp2-pp2-v the V with its split backwards (planner/dhelix_shapes.h).
+for case in "tiny-tp2-pp2 4" "tiny-tp2-pp2-v 4" "tiny-dp2-tp2 4" "tiny-tp2 2" "tiny-cp2-tp2 4" \
+  "tiny-moe-ep2 2" "tiny-moe-ep2-pp2 4"; do
   read -r plan ranks <<<"$case"
   if ! run "$ranks" --plan "$plans/$plan.json" --steps 2 --verify --jitter-us 200; then
     fail "$plan --verify"
