@@ -42,10 +42,11 @@ Candidate candidate(SchemeRun run, bool split, int64_t bound, const MemoryBudget
 // a stage's lone backwards (2·min(m, pp)) is the unbounded one.
 void add_w_candidates(const Context& ctx, const std::vector<StageCosts>& costs,
                       const std::vector<PlanStagePhases>& phases, const MemoryBudget& budget,
-                      std::vector<Candidate>& out) {
+                      bool split_backward, std::vector<Candidate>& out) {
   const PipelineSchedule w = make_w_schedule(ctx.pp, ctx.micro_batches);
   out.push_back(candidate(run_schedule(ctx, PipelineScheme::kDHelix, w, costs, phases), false, 0,
                           budget));
+  if (!split_backward) return;
   const int64_t lone_backwards = 2 * std::min(ctx.micro_batches, ctx.pp);
   std::vector<int64_t> bounds = {0};
   for (int64_t b = 1; b < lone_backwards; b *= 2) bounds.push_back(b);
@@ -127,7 +128,13 @@ size_t best_candidate(const std::vector<Candidate>& all) {
 }  // namespace
 
 DhelixChoice choose_dhelix_shape(const Context& ctx, const ExtraCosts& extras,
-                                 const MemoryBudget& budget, ShapeRequest requested) {
+                                 const MemoryBudget& budget, ShapeRequest requested,
+                                 bool split_backward) {
+  if (requested == ShapeRequest::kV && !split_backward) {
+    throw Error(ErrorCode::kInvalidInput,
+                "--shape v with --no-split-backward: the V splits backwards by construction "
+                "(DualPipeV's steps 3, 6 and 7); drop one of the two");
+  }
   const bool v_applies = dualpipev_applies(ctx.pp, ctx.micro_batches);
   if (requested == ShapeRequest::kV && !v_applies) {
     throw Error(ErrorCode::kInvalidInput,
@@ -139,8 +146,10 @@ DhelixChoice choose_dhelix_shape(const Context& ctx, const ExtraCosts& extras,
   std::vector<PlanStagePhases> phases;
   const std::vector<StageCosts> costs = stage_costs(ctx, PipelineScheme::kDHelix, extras, phases);
   std::vector<Candidate> all;
-  if (requested != ShapeRequest::kV) add_w_candidates(ctx, costs, phases, budget, all);
-  if (requested != ShapeRequest::kW && v_applies) {
+  if (requested != ShapeRequest::kV) {
+    add_w_candidates(ctx, costs, phases, budget, split_backward, all);
+  }
+  if (requested != ShapeRequest::kW && v_applies && split_backward) {
     SchemeRun run = run_schedule(ctx, PipelineScheme::kDHelix,
                                  make_dualpipev_schedule(ctx.pp, ctx.micro_batches), costs, phases);
     all.push_back(candidate(std::move(run), true, kUnboundedDeferral, budget));
@@ -149,10 +158,14 @@ DhelixChoice choose_dhelix_shape(const Context& ctx, const ExtraCosts& extras,
   DhelixChoice out;
   out.record.requested = requested;
   out.record.chosen = all[best].record.shape;
-  out.record.reason = requested == ShapeRequest::kAuto
-                          ? auto_reason(ctx, all, best, budget)
-                          : fmt::format("--shape {}: {}", shape_request_name(requested),
-                                        describe(all[best].record));
+  if (!split_backward) {
+    out.record.reason = "--no-split-backward: " + describe(all[best].record);
+  } else if (requested == ShapeRequest::kAuto) {
+    out.record.reason = auto_reason(ctx, all, best, budget);
+  } else {
+    out.record.reason =
+        fmt::format("--shape {}: {}", shape_request_name(requested), describe(all[best].record));
+  }
   out.record.candidates.push_back(all[best].record);
   for (size_t i = 0; i < all.size(); ++i) {
     if (i != best) out.record.candidates.push_back(all[i].record);

@@ -35,9 +35,11 @@ struct DhelixChoice {
   PlanShapeChoice record;
 };
 
-/// Tries the shapes `requested` allows (the file comment) and returns the chosen one.
-/// Error(kInvalidInput) when `requested` is kV and the V does not apply (m < 2·pp).
+/// Tries the shapes `requested` allows (the file comment) and returns the chosen one; with
+/// `split_backward` false only the W with whole backwards. Error(kInvalidInput) when
+/// `requested` is kV and the V does not apply (m < 2·pp) or split backwards are refused.
 DhelixChoice choose_dhelix_shape(const Context& ctx, const ExtraCosts& extras,
-                                 const MemoryBudget& budget, ShapeRequest requested);
+                                 const MemoryBudget& budget, ShapeRequest requested,
+                                 bool split_backward);
 
 }  // namespace dhelix::plan_detail

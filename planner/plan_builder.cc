@@ -216,7 +216,7 @@ PlanResult build_plan(const PlanRequest& given) {
       continue;
     }
     if (scheme == PipelineScheme::kDHelix) {
-      DhelixChoice choice = choose_dhelix_shape(ctx, extras, budget, request.shape);
+      DhelixChoice choice = choose_dhelix_shape(ctx, extras, budget, request.shape, request.split_backward);
       shape_choice = std::move(choice.record);
       runs.push_back(std::move(choice.run));
     } else {

@@ -65,6 +65,9 @@ struct PlanRequest {
   /// The shapes the dhelix plan may take (planner/dhelix_shapes.h): auto picks the faster
   /// of the W and the V that fits.
   ShapeRequest shape = ShapeRequest::kAuto;
+  /// False (--no-split-backward): the dhelix plan keeps whole backwards, so it is the W as
+  /// the paper runs it (the V splits backwards by construction).
+  bool split_backward = true;
   /// Return every scheme's simulated timeline (PlanResult::timelines), for pictures; off by
   /// default, since the configuration search builds thousands of plans.
   bool keep_timelines = false;

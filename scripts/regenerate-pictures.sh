@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-"$build/tools/dhelix-plan" examples/jobs/llama-39b-a40-dp4-tp8-pp2.json --gbs 48 --shape w \
+"$build/tools/dhelix-plan" examples/jobs/llama-39b-a40-dp4-tp8-pp2.json --gbs 48 --shape w --no-split-backward \
   --svg docs/images/llama-39b-a40-pp2 >/dev/null
 # docs/pipeline.md's pictures (every scheme): Llama 8B on 4 stages, 8 micro-batches.
 "$build/tools/dhelix-plan" examples/jobs/llama-8b-a40-dp16-tp4.json --dp 4 --pp 4 --gbs 32 \

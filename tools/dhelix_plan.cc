@@ -62,6 +62,7 @@ struct PlanOptions {
   std::string svg_prefix;
   bool allow_oom = false;
   std::string shape = "auto";          // --shape: the dhelix plan's shape
+  bool no_split_backward = false;      // --no-split-backward: the W with whole backwards
   int64_t virtual_pipeline_size = 0;  // Megatron's flags for the interleaved baseline
   int64_t layers_per_virtual_stage = 0;
   std::string check;  // --check PLAN
@@ -85,6 +86,7 @@ const std::vector<std::string> kPlanningFlags = {"-o",
                                                  "--report",
                                                  "--allow-oom",
                                                  "--shape",
+                                                 "--no-split-backward",
                                                  "--virtual-pipeline-model-parallel-size",
                                                  "--num-layers-per-virtual-pipeline-stage"};
 
@@ -123,6 +125,9 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
                  "The dhelix plan's pipeline: w (DHelix's W), v (DualPipeV's order with SI "
                  "blocks) or auto, the faster that fits (docs/pipeline.md)")
       ->check(CLI::IsMember({"auto", "w", "v"}));
+  app.add_flag("--no-split-backward", options.no_split_backward,
+               "Keep the dhelix plan's backwards whole: the W as the paper runs it, no input/"
+               "weight-gradient split (and so no V)");
   // At most a model's layer count (lib/model_shape_checks.h): chunks or layers per chunk.
   CLI::Option* vp = add_integer_option(
       app, "--virtual-pipeline-model-parallel-size", options.virtual_pipeline_size,
@@ -191,6 +196,7 @@ PlanRequest make_request(const JobSpec& job, const PlanOptions& options, Profile
   request.unprofiled_op_time_us = [cluster](const Op& op) { return op_time_us(cluster, op); };
   request.allow_oom = options.allow_oom;
   request.shape = kShapeRequestNames.parse(options.shape).value_or(ShapeRequest::kAuto);
+  request.split_backward = !options.no_split_backward;
   request.keep_timelines = !options.svg_prefix.empty();
   request.virtual_pipeline_size = options.virtual_pipeline_size;
   if (options.layers_per_virtual_stage > 0) {
@@ -246,6 +252,7 @@ void check_flag_combinations(const PlanOptions& options) {
                                       "--svg",
                                       "--profile",
                                       "--allow-oom",
+                                      "--no-split-backward",
                                       "--check",
                                       "--validate-only",
                                       "--json",

@@ -35,9 +35,11 @@ jobs+=" tiny-moe-ep2-recompute"
 for job in $jobs; do
   "$plan" "examples/jobs/$job.json" -o "examples/plans/$job.json" >/dev/null
 done
-# tiny-tp2-pp2 twice: as the W (the paper's pipeline, which tests/e2e/check_test.sh edits by
-# task position) and as dhelix-plan chooses it by default, the V (planner/dhelix_shapes.h).
-"$plan" examples/jobs/tiny-tp2-pp2.json --shape w -o examples/plans/tiny-tp2-pp2.json >/dev/null
+# tiny-tp2-pp2 twice: as the paper's W with whole backwards (which tests/e2e/check_test.sh and
+# split_backward_test.sh edit by task position) and as dhelix-plan chooses it by default, the V
+# (planner/dhelix_shapes.h).
+"$plan" examples/jobs/tiny-tp2-pp2.json --shape w --no-split-backward \
+  -o examples/plans/tiny-tp2-pp2.json >/dev/null
 "$plan" examples/jobs/tiny-tp2-pp2.json -o examples/plans/tiny-tp2-pp2-v.json >/dev/null
 
 # The same job (Llama 8B, dp16 x tp4, 8k tokens) planned for the A40 and the H100 cluster.

@@ -37,7 +37,8 @@ JobSpec job_of(int64_t gbs) {
   return job;
 }
 
-Plan plan_of(const JobSpec& job, ShapeRequest shape, bool allow_oom = true) {
+Plan plan_of(const JobSpec& job, ShapeRequest shape, bool allow_oom = true,
+             bool split_backward = true) {
   const Profile profile = make_model_profile(job, OrderedJson::object());
   PlanRequest request;
   request.job = &job;
@@ -46,6 +47,7 @@ Plan plan_of(const JobSpec& job, ShapeRequest shape, bool allow_oom = true) {
   request.unprofiled_op_time_us = [&job](const Op& op) { return op_time_us(job.cluster, op); };
   request.allow_oom = allow_oom;
   request.shape = shape;
+  request.split_backward = split_backward;
   return build_plan(request).plan;
 }
 
@@ -132,6 +134,29 @@ TEST(DhelixShapes, NoShapeFits) {
     FAIL() << "a plan that fits no shape was written";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInfeasible);
+  }
+}
+
+// --no-split-backward: the W with whole backwards only, as the paper runs it; no V.
+TEST(DhelixShapes, NoSplitBackwardKeepsThePapersW) {
+  const JobSpec job = job_of(16);
+  const Plan plan = plan_of(job, ShapeRequest::kAuto, true, /*split_backward=*/false);
+  ASSERT_EQ(plan.shape_choice->candidates.size(), 1u);
+  EXPECT_EQ(plan.shape_choice->chosen, PipelineShape::kW);
+  EXPECT_FALSE(plan.shape_choice->candidates.front().split_backward);
+  EXPECT_EQ(plan.shape_choice->reason, "--no-split-backward: the W with whole backwards");
+  for (const PlanStage& stage : plan.stages) {
+    for (const PlanTask& task : stage.tasks) {
+      if (task.backward) {
+        EXPECT_EQ(task.backward->work, BackwardShare::kWhole) << task.label;
+      }
+    }
+  }
+  try {
+    plan_of(job, ShapeRequest::kV, true, false);
+    FAIL() << "--shape v with --no-split-backward planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--shape v with --no-split-backward"), std::string::npos);
   }
 }
 
