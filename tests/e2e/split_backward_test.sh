@@ -35,7 +35,14 @@ run() { # run RANKS ARGS...: dhelix-run under mpirun, output in $work/out
     >"$work/out" 2>&1
 }
 split() { # split NAME: $work/NAME-split.json, each W two tasks after its I
-  python3 "$src/tests/e2e/split_backward.py" "$plans/$1.json" "$work/$1-split.json" 2
+  # A plan dhelix-plan already split (tiny-moe-ep2-pp2 is planned as the V, its drain split,
+  # planner/dhelix_shapes.h) is used as it is: splitting by hand would leave its recorded
+  # memory stale, which the checker's memory figures (check 11) refuse.
+  if grep -q '"work": "weight"' "$plans/$1.json"; then
+    cp "$plans/$1.json" "$work/$1-split.json"
+  else
+    python3 "$src/tests/e2e/split_backward.py" "$plans/$1.json" "$work/$1-split.json" 2
+  fi
 }
 
 # 1. The checker.
