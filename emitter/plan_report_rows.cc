@@ -197,9 +197,9 @@ ReportRows report_rows(const Plan& plan) {
   }
   if (plan.shape_choice) {
     rows.shape_choice = plan.shape_choice;
-    rows.shape_sentence = fmt::format("dhelix plan shape: {} ({})",
-                                      pipeline_shape_name(plan.shape_choice->chosen),
-                                      plan.shape_choice->reason);
+    rows.shape_sentence =
+        fmt::format("dhelix plan shape: {} ({})", pipeline_shape_name(plan.shape_choice->chosen),
+                    plan.shape_choice->reason);
   }
   return rows;
 }

@@ -242,10 +242,9 @@ void draw_header(SvgWriter& svg, const Plan& plan) {
   const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix);
   const PlanScheme* megatron = plan.find_scheme(PipelineScheme::kMegatron1F1B);
   const bool v = dhelix != nullptr && dhelix->shape == PipelineShape::kV;
-  std::string title =
-      fmt::format("{}: {}-shaped pipeline, {} stage{}, {} micro-batches", plan.job.name,
-                  v ? "V" : "W", plan.stages.size(), plan.stages.size() == 1 ? "" : "s",
-                  plan.num_micro_batches);
+  std::string title = fmt::format("{}: {}-shaped pipeline, {} stage{}, {} micro-batches",
+                                  plan.job.name, v ? "V" : "W", plan.stages.size(),
+                                  plan.stages.size() == 1 ? "" : "s", plan.num_micro_batches);
   if (dhelix != nullptr) {
     title += fmt::format(", predicted iteration {}", format_time_us(dhelix->iteration_us));
     if (megatron != nullptr && dhelix->speedup_vs_megatron > 0) {
@@ -264,9 +263,10 @@ void draw_header(SvgWriter& svg, const Plan& plan) {
   legend_swatch(svg, x, y + 22, kWarmUpTint, "warm-up");
   legend_swatch(svg, x, y + 22, kSteadyTint, "steady (SI blocks)");
   legend_swatch(svg, x, y + 22, kCoolDownTint, "cool-down");
-  svg.text(x, y + 22,
-           fmt::format("chunk: d = down (first leg of the {0}), u = up (second leg)", v ? "V" : "W"),
-           12, {{"fill", "#555"}});
+  svg.text(
+      x, y + 22,
+      fmt::format("chunk: d = down (first leg of the {0}), u = up (second leg)", v ? "V" : "W"), 12,
+      {{"fill", "#555"}});
 }
 
 }  // namespace

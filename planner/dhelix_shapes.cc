@@ -44,8 +44,8 @@ void add_w_candidates(const Context& ctx, const std::vector<StageCosts>& costs,
                       const std::vector<PlanStagePhases>& phases, const MemoryBudget& budget,
                       bool split_backward, std::vector<Candidate>& out) {
   const PipelineSchedule w = make_w_schedule(ctx.pp, ctx.micro_batches);
-  out.push_back(candidate(run_schedule(ctx, PipelineScheme::kDHelix, w, costs, phases), false, 0,
-                          budget));
+  out.push_back(
+      candidate(run_schedule(ctx, PipelineScheme::kDHelix, w, costs, phases), false, 0, budget));
   if (!split_backward) return;
   const int64_t lone_backwards = 2 * std::min(ctx.micro_batches, ctx.pp);
   std::vector<int64_t> bounds = {0};
@@ -81,8 +81,8 @@ std::string auto_reason(const Context& ctx, const std::vector<Candidate>& all, s
                              gib(budget.usable_bytes()), gib(chosen.peak_bytes));
   }
   // The fastest fitting candidate of the other shape, for the comparison.
-  const PipelineShape other = chosen.shape == PipelineShape::kW ? PipelineShape::kV
-                                                                : PipelineShape::kW;
+  const PipelineShape other =
+      chosen.shape == PipelineShape::kW ? PipelineShape::kV : PipelineShape::kW;
   const PlanShapeCandidate* rival = nullptr;
   const PlanShapeCandidate* rival_any = nullptr;
   for (const Candidate& c : all) {

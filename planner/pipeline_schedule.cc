@@ -188,6 +188,30 @@ int64_t PipelineSchedule::si_block_count(int64_t stage) const {
                        [](const PipelineTask& t) { return t.kind == TaskKind::kSiBlock; });
 }
 
+BackwardShare backward_share(BackwardSplit split) {
+  switch (split) {
+    case BackwardSplit::kInput:
+      return BackwardShare::kInput;
+    case BackwardSplit::kWeight:
+      return BackwardShare::kWeight;
+    case BackwardSplit::kWhole:
+      break;
+  }
+  return BackwardShare::kWhole;
+}
+
+BackwardSplit backward_split(BackwardShare share) {
+  switch (share) {
+    case BackwardShare::kInput:
+      return BackwardSplit::kInput;
+    case BackwardShare::kWeight:
+      return BackwardSplit::kWeight;
+    case BackwardShare::kWhole:
+      break;
+  }
+  return BackwardSplit::kWhole;
+}
+
 PipelineSchedule make_w_schedule(int64_t pp, int64_t num_micro_batches) {
   check_schedule_sizes(pp, num_micro_batches);
   PipelineSchedule schedule;

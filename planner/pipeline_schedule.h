@@ -87,6 +87,11 @@ PipelineShape scheme_shape(PipelineScheme scheme);
 /// previous stage waits for, or the weight gradient W, which only the optimizer reads.
 enum class BackwardSplit { kWhole, kInput, kWeight };
 
+/// The plan's name for a backward half's share (BackwardShare, lib/plan/plan_kinds.h: the
+/// same three cases), and back.
+BackwardShare backward_share(BackwardSplit split);
+BackwardSplit backward_split(BackwardShare share);
+
 // TaskKind: lib/plan/plan_kinds.h (the plan stores it).
 
 /// One thing a stage runs. A forward half (forward, SI block) names its micro-batch and

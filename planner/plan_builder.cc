@@ -20,13 +20,13 @@
 #include "lib/stage_split.h"
 #include "planner/baseline_schedules.h"
 #include "planner/chosen_split.h"
+#include "planner/dhelix_shapes.h"
 #include "planner/dp_overlap.h"
 #include "planner/folding.h"
 #include "planner/iteration_metrics.h"
 #include "planner/layer_costs.h"
 #include "planner/pipeline_schedule.h"
 #include "planner/pipeline_simulator.h"
-#include "planner/dhelix_shapes.h"
 #include "planner/plan_context.h"
 #include "planner/plan_stage_records.h"
 #include "planner/profile_co_run.h"
@@ -52,7 +52,6 @@ bool block_recompute(const JobSpec& job) {
   return job.parallel.recompute.granularity == RecomputeGranularity::kFull &&
          job.parallel.recompute.method == RecomputeMethod::kBlock;
 }
-
 
 // Every op whose solo time the plan needs, for the profile check.
 std::vector<Op> needed_ops(const JobSpec& job, const std::vector<int64_t>& ranks) {
@@ -216,7 +215,8 @@ PlanResult build_plan(const PlanRequest& given) {
       continue;
     }
     if (scheme == PipelineScheme::kDHelix) {
-      DhelixChoice choice = choose_dhelix_shape(ctx, extras, budget, request.shape, request.split_backward);
+      DhelixChoice choice =
+          choose_dhelix_shape(ctx, extras, budget, request.shape, request.split_backward);
       shape_choice = std::move(choice.record);
       runs.push_back(std::move(choice.run));
     } else {

@@ -62,8 +62,7 @@ struct SchemeRun {
 
 /// Every stage's costs under `scheme`, and what the plan records of each (phases).
 std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
-                                    const ExtraCosts& extras,
-                                    std::vector<PlanStagePhases>& phases);
+                                    const ExtraCosts& extras, std::vector<PlanStagePhases>& phases);
 
 /// Whether `scheme` is priced for this job: DualPipeV needs m >= 2·pp micro-batches,
 /// Megatron's combined 1F1B interleaved stages where pp > 1 (combined_1f1b.h).

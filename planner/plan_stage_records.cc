@@ -27,19 +27,6 @@ PlanLayerRange chunk_layers(const StageRecordInputs& in, int64_t stage, ChunkSid
   return {};
 }
 
-// The plan's name for a backward half's share (the same three cases).
-BackwardShare backward_share(BackwardSplit split) {
-  switch (split) {
-    case BackwardSplit::kInput:
-      return BackwardShare::kInput;
-    case BackwardSplit::kWeight:
-      return BackwardShare::kWeight;
-    case BackwardSplit::kWhole:
-      break;
-  }
-  return BackwardShare::kWhole;
-}
-
 PlanTask task_record(const StageRecordInputs& in, int64_t stage, int64_t index,
                      const std::map<WorkKey, PlanTaskRef>& producer) {
   const PipelineTask& task =

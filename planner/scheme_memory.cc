@@ -85,18 +85,6 @@ std::vector<StageMemory> schedule_memory(const JobSpec& job, const PipelineSched
 
 namespace {
 
-BackwardSplit backward_split(BackwardShare share) {
-  switch (share) {
-    case BackwardShare::kInput:
-      return BackwardSplit::kInput;
-    case BackwardShare::kWeight:
-      return BackwardSplit::kWeight;
-    case BackwardShare::kWhole:
-      break;
-  }
-  return BackwardSplit::kWhole;
-}
-
 PipelineTask task_of(const PlanTask& t, ChunkSide last_chunk) {
   PipelineTask task;
   task.kind = t.kind;

@@ -61,8 +61,8 @@ struct PlanOptions {
   std::string trace;
   std::string svg_prefix;
   bool allow_oom = false;
-  std::string shape = "auto";          // --shape: the dhelix plan's shape
-  bool no_split_backward = false;      // --no-split-backward: the W with whole backwards
+  std::string shape = "auto";         // --shape: the dhelix plan's shape
+  bool no_split_backward = false;     // --no-split-backward: the W with whole backwards
   int64_t virtual_pipeline_size = 0;  // Megatron's flags for the interleaved baseline
   int64_t layers_per_virtual_stage = 0;
   std::string check;  // --check PLAN

@@ -323,8 +323,7 @@ PlanShapeChoice read_shape_choice(ObjectReader& r) {
       k.shape = read_enum(o, "shape", kPipelineShapeNames, PipelineShape::kW);
       k.split_backward = o.boolean("split_backward", Need::kRequired).value_or(false);
       k.max_deferred_weight_gradients =
-          o.integer("max_deferred_weight_gradients", Need::kRequired, {.min = -1})
-              .value_or(0);
+          o.integer("max_deferred_weight_gradients", Need::kRequired, {.min = -1}).value_or(0);
       k.iteration_us = time_field(o, "iteration_us");
       k.bubble_ratio = o.real("bubble_ratio", Need::kRequired, {.min = 0, .max = 1}).value_or(0);
       k.peak_bytes = count_field(o, "peak_bytes");

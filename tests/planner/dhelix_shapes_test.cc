@@ -92,7 +92,8 @@ TEST(DhelixShapes, ShapeWTriesTheWOnly) {
     EXPECT_EQ(c.shape, PipelineShape::kW);
   }
   EXPECT_EQ(plan.find_scheme(PipelineScheme::kDHelix)->shape, PipelineShape::kW);
-  EXPECT_EQ(plan.shape_choice->reason.rfind("--shape w: the W", 0), 0u) << plan.shape_choice->reason;
+  EXPECT_EQ(plan.shape_choice->reason.rfind("--shape w: the W", 0), 0u)
+      << plan.shape_choice->reason;
 }
 
 TEST(DhelixShapes, ShapeVNeedsTwicePpMicroBatches) {

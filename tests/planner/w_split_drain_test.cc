@@ -52,8 +52,8 @@ TEST(WSplitDrain, HandTimed) {
 }
 
 // Each stage's lone backwards are split exactly once, each W after its I, SI blocks and
-// every other task unchanged and in order; never more than max_deferred W waiting when another task starts; and on
-// uniform costs the split drain is never slower than the whole backwards.
+// every other task unchanged and in order; never more than max_deferred W waiting when another task
+// starts; and on uniform costs the split drain is never slower than the whole backwards.
 TEST(WSplitDrain, SplitsEveryLoneBackwardOnce) {
   for (int64_t pp = 1; pp <= 6; ++pp) {
     for (int64_t m = 1; m <= 12; ++m) {
@@ -77,8 +77,8 @@ TEST(WSplitDrain, SplitsEveryLoneBackwardOnce) {
                 others.push_back("B" + task.label().substr(1));
               } else if (task.backward_split == BackwardSplit::kWeight) {
                 --pending;
-                const auto it = std::find(inputs_pending.begin(), inputs_pending.end(),
-                                          task.label().substr(1));
+                const auto it =
+                    std::find(inputs_pending.begin(), inputs_pending.end(), task.label().substr(1));
                 ASSERT_NE(it, inputs_pending.end()) << task.label() << " before its I";
                 inputs_pending.erase(it);
               } else {
