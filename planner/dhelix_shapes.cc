@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,8 +66,9 @@ std::string describe(const PlanShapeCandidate& c) {
   if (c.max_deferred_weight_gradients == 0) {
     return "the W with a split drain, each weight gradient right after its input gradient";
   }
-  return fmt::format("the W with a split drain, at most {} weight gradients waiting",
-                     c.max_deferred_weight_gradients);
+  return fmt::format("the W with a split drain, at most {} weight-gradient task{} waiting",
+                     c.max_deferred_weight_gradients,
+                     c.max_deferred_weight_gradients == 1 ? "" : "s");
 }
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }

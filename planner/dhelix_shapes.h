@@ -19,10 +19,10 @@
 // backwards before split); none fits: the smallest peak (the memory check then names it).
 // The plan records every candidate and a one-line reason (PlanShapeChoice).
 //
-// Example (docs/pipeline.md): Llama-3.1-405B on PP 16 with 128 micro-batches: the W's bubble is
-// its ramp and drain; the V's is DualPipeV's (PP/2-1)(F&B + B - 3W)-like term, smaller at this
-// depth, so auto picks the V; on PP 2 with 8 micro-batches the two are within a percent and
-// the W, first on a tie, stays unless the V is faster.
+// Example (docs/pipeline.md, model profiles): Llama-3.1-405B on PP 16 with 64 micro-batches:
+// the W takes 26.11 s (bubble 19.6 %), its split drain 25.05 s (16.1 %), the V 24.12 s
+// (12.3 %, DualPipeV's), so auto takes the V; Llama-39B on PP 2 with 256 micro-batches (CP 2):
+// the W with a split drain is faster than the V by under 0.1 % and is taken.
 
 #include "lib/plan/plan.h"
 #include "planner/plan_context.h"
