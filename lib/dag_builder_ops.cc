@@ -124,7 +124,7 @@ Op make_attention(const BuildContext& ctx, std::string id, Pass pass, const Atte
                                as_double(keys) * as_double(s.head_dim);
   const int64_t q = s.batch * s.q_len * s.heads * s.head_dim;       // Q, O, dQ, dO elements
   const int64_t kv = s.batch * s.kv_len * s.kv_heads * s.head_dim;  // K or V elements
-  const int64_t lse_bytes = s.batch * s.heads * s.q_len * 4;  // fp32 log-sum-exp
+  const int64_t lse_bytes = s.batch * s.heads * s.q_len * 4;        // fp32 log-sum-exp
   if (pass == Pass::kForward) {
     op.flops = forward_flops;
     op.bytes_read = ctx.bytes(q + 2 * kv);

@@ -32,12 +32,12 @@ struct JobOptions {
   bool account_for_embedding = false;                ///< --account-for-embedding-in-pipeline-split
   bool account_for_loss = false;                     ///< --account-for-loss-in-pipeline-split
   // cost-model settings
-  std::optional<int64_t> expert_tp;          ///< --expert-tensor-parallel-size
-  std::optional<double> moe_load_imbalance;  ///< --moe-load-imbalance
-  std::optional<bool> overlap_grad_reduce;   ///< --overlap-grad-reduce / --no-...
-  std::optional<bool> overlap_param_gather;  ///< --overlap-param-gather / --no-...
-  bool grad_reduce_in_bf16 = false;          ///< --grad-reduce-in-bf16
-  std::optional<std::string> cp_comm_type;   ///< --cp-comm-type p2p|a2a|allgather|a2a+p2p
+  std::optional<int64_t> expert_tp;            ///< --expert-tensor-parallel-size
+  std::optional<double> moe_load_imbalance;    ///< --moe-load-imbalance
+  std::optional<bool> overlap_grad_reduce;     ///< --overlap-grad-reduce / --no-...
+  std::optional<bool> overlap_param_gather;    ///< --overlap-param-gather / --no-...
+  bool grad_reduce_in_bf16 = false;            ///< --grad-reduce-in-bf16
+  std::optional<std::string> cp_comm_type;     ///< --cp-comm-type p2p|a2a|allgather|a2a+p2p
   std::vector<int64_t> hierarchical_cp_sizes;  ///< --hierarchical-context-parallel-sizes A P
 };
 
