@@ -45,6 +45,21 @@ split() { # split NAME: $work/NAME-split.json, each W two tasks after its I
   fi
 }
 
+swap_tasks() { # swap_tasks IN OUT STAGE LABEL_A LABEL_B: OUT is IN with the two tasks swapped
+  python3 - "$@" <<'PY'
+import json, sys
+src, dst, stage, first, second = sys.argv[1:]
+p = json.load(open(src))
+tasks = p["stages"][int(stage)]["tasks"]
+a = next(k for k, t in enumerate(tasks) if t["label"] == first)
+b = next(k for k, t in enumerate(tasks) if t["label"] == second)
+tasks[a], tasks[b] = tasks[b], tasks[a]
+for k, t in enumerate(tasks):
+    t["index"] = k
+json.dump(p, open(dst, "w"), indent=2)
+PY
+}
+
 # 1. The checker.
 for plan in tiny-tp2-pp2 tiny-dp2-tp2 tiny-moe-ep2-pp2 tiny-tp2-recompute; do
   split "$plan"
@@ -55,17 +70,7 @@ for plan in tiny-tp2-pp2 tiny-dp2-tp2 tiny-moe-ep2-pp2 tiny-tp2-recompute; do
       cat "$work/out"
     }
 done
-python3 - "$work/tiny-tp2-pp2-split.json" "$work/tampered.json" <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
-tasks = p["stages"][1]["tasks"]
-i = next(k for k, t in enumerate(tasks) if t["label"] == "I2u")
-w = next(k for k, t in enumerate(tasks) if t["label"] == "W2u")
-tasks[i], tasks[w] = tasks[w], tasks[i]
-for k, t in enumerate(tasks):
-    t["index"] = k
-json.dump(p, open(sys.argv[2], "w"), indent=2)
-PY
+swap_tasks "$work/tiny-tp2-pp2-split.json" "$work/tampered.json" 1 I2u W2u
 if "$bin/dhelix-plan" --check "$work/tampered.json" >"$work/out" 2>&1; then
   fail "the checker passed a plan whose W runs before its I"
 elif ! grep -qF "backward of micro-batch 2 chunk up (layer 2): the weight part (W) has no earlier input part (I)" "$work/out"; then
@@ -89,17 +94,7 @@ done
 # micro-batches in order (W2u before W3u), so its gradient sums are the same sums: equal bit
 # for bit. With stage 0's W2d and W3d swapped, layer 0's gradients add micro-batch 3 before
 # micro-batch 2: equal within rounding (asserted), not necessarily bit for bit.
-python3 - "$work/tiny-tp2-pp2-split.json" "$work/reordered.json" <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
-tasks = p["stages"][0]["tasks"]
-a = next(k for k, t in enumerate(tasks) if t["label"] == "W2d")
-b = next(k for k, t in enumerate(tasks) if t["label"] == "W3d")
-tasks[a], tasks[b] = tasks[b], tasks[a]
-for k, t in enumerate(tasks):
-    t["index"] = k
-json.dump(p, open(sys.argv[2], "w"), indent=2)
-PY
+swap_tasks "$work/tiny-tp2-pp2-split.json" "$work/reordered.json" 0 W2d W3d
 for variant in "whole $plans/tiny-tp2-pp2.json" "split $work/tiny-tp2-pp2-split.json" \
   "reordered $work/reordered.json"; do
   read -r name file <<<"$variant"
