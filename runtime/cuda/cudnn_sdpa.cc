@@ -45,16 +45,23 @@ struct CudnnLibrary {
   decltype(&cudnnBackendFinalize) finalize = nullptr;
   decltype(&cudnnBackendExecute) execute = nullptr;
 
+  // libcudnn_graph opens its engine and heuristic libraries by soname when a graph is
+  // finalized; a directory off the loader's path would leave it without engines. Loading them
+  // first, by full path and RTLD_GLOBAL, makes those later soname loads find them.
+  static void* open_by_path(const std::string& dir) {
+    for (const char* engine : {"libcudnn_engines_precompiled.so.9",
+                               "libcudnn_engines_runtime_compiled.so.9", "libcudnn_heuristic.so.9"}) {
+      dlopen((dir + "/" + engine).c_str(), RTLD_NOW | RTLD_GLOBAL);  // absent: cuDNN says so
+    }
+    return dlopen((dir + "/libcudnn_graph.so.9").c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+
   bool open() {
     // The loader's search (LD_LIBRARY_PATH, ld.so.cache), then where cmake found it.
-    std::vector<std::string> names{"libcudnn_graph.so.9"};
+    handle = dlopen("libcudnn_graph.so.9", RTLD_NOW | RTLD_LOCAL);
 #ifdef DHELIX_CUDNN_LIBRARY_DIR
-    names.push_back(std::string(DHELIX_CUDNN_LIBRARY_DIR) + "/libcudnn_graph.so.9");
+    if (handle == nullptr) handle = open_by_path(DHELIX_CUDNN_LIBRARY_DIR);
 #endif
-    for (const std::string& name : names) {
-      handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (handle != nullptr) break;
-    }
     if (handle == nullptr) return false;
     bool all = true;
     auto resolve = [&](auto& function, const char* symbol) {
@@ -162,16 +169,23 @@ class CudnnSdpaImpl final : public CudnnSdpa {
   std::optional<std::string> prepare(const kernels::AttentionShape& shape,
                                      bool deterministic) override {
     if (handle_ == nullptr) return "cuDNN could not make a handle (cudnnCreate)";
-    try {
-      Plan forward = build("forward", sdpa_forward_graph(shape, version_), false);
-      Plan backward =
-          build("backward", sdpa_backward_graph(shape, version_, deterministic), deterministic);
-      plans_[key(shape, false)] = std::move(forward);
-      plans_[key(shape, true)] = std::move(backward);
-      return std::nullopt;
-    } catch (const Error& error) {
-      return std::string(error.what());
+    // Each graph form in turn (sdpa_graph.h); the refusal names every form's reason.
+    std::string refusals;
+    for (const SdpaGraphForm form : kSdpaGraphForms) {
+      try {
+        Plan forward = build("forward", sdpa_forward_graph(shape, version_, form), false);
+        Plan backward = build("backward",
+                              sdpa_backward_graph(shape, version_, deterministic, form),
+                              deterministic);
+        plans_[key(shape, false)] = std::move(forward);
+        plans_[key(shape, true)] = std::move(backward);
+        return std::nullopt;
+      } catch (const Error& error) {
+        refusals += fmt::format("{}{} graph: {}", refusals.empty() ? "" : "; ",
+                                sdpa_graph_form_name(form), error.what());
+      }
     }
+    return refusals;
   }
 
   bool has_plans(const kernels::AttentionShape& shape) const override {
@@ -272,6 +286,10 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     if (t.by_value) {
       const bool by_value = true;
       set(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, &by_value);
+    }
+    if (t.reorder_f16x16) {
+      const cudnnBackendTensorReordering_t reordering = CUDNN_TENSOR_REORDERING_F16x16;
+      set(d, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, &reordering);
     }
     DHELIX_CUDNN(lib_.finalize(d));
     return d;

@@ -13,8 +13,9 @@ using Dims = std::array<int64_t, 4>;
 // Appends tensors and nodes; virtual tensors get ids from 100 up.
 class GraphBuilder {
  public:
-  explicit GraphBuilder(const kernels::AttentionShape& s)
-      : b_(s.batch), h_(s.heads), g_(s.kv_heads), s_(s.seq), d_(s.head_dim) {}
+  GraphBuilder(const kernels::AttentionShape& s, SdpaGraphForm form)
+      : b_(s.batch), h_(s.heads), g_(s.kv_heads), s_(s.seq), d_(s.head_dim), form_(form) {}
+  SdpaGraphForm form() const { return form_; }
 
   int64_t bound(int64_t uid, Dims dims, Dims strides, SdpaDtype dtype) {
     graph_.tensors.push_back({uid, dims, strides, dtype, false, false, 0.0f});
@@ -48,13 +49,16 @@ class GraphBuilder {
   }
 
   // Scores masked causally: row (query) >= column (key) keeps the score, else mask_value.
+  // The indices are int32 tensors; the form decides the GEN_INDEX math precision.
   int64_t causal_mask(int64_t scores_in, float mask_value) {
+    const SdpaDtype index_math =
+        form_ == SdpaGraphForm::kLegacy ? SdpaDtype::kInt32 : SdpaDtype::kFloat32;
     const int64_t row = scores(SdpaDtype::kInt32);
     op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, "gen_row_index", scores_in, 0, row,
-       SdpaDtype::kFloat32, 0, 2);
+       index_math, 0, 2);
     const int64_t col = scores(SdpaDtype::kInt32);
     op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, "gen_col_index", scores_in, 0, col,
-       SdpaDtype::kFloat32, 0, 3);
+       index_math, 0, 3);
     const int64_t keep = scores(SdpaDtype::kBoolean);
     op(SdpaOpKind::kPointwise, SdpaMode::kCmpGe, "row_ge_col", row, col, keep, SdpaDtype::kBoolean);
     const int64_t masked = scores();
@@ -85,6 +89,7 @@ class GraphBuilder {
 
  private:
   int64_t b_, h_, g_, s_, d_;
+  SdpaGraphForm form_;
   int64_t next_uid_ = 100;
   SdpaGraph graph_;
 };
@@ -103,14 +108,19 @@ const SdpaTensor& SdpaGraph::tensor(int64_t uid) const {
   return *it;
 }
 
+const char* sdpa_graph_form_name(SdpaGraphForm form) {
+  return form == SdpaGraphForm::kLegacy ? "legacy (frontend <= 1.7)" : "current (frontend 1.8+)";
+}
+
 float sdpa_mask_value(int64_t cudnn_version) {
   return cudnn_version >= 91000 ? -std::numeric_limits<float>::infinity()
                                 : std::numeric_limits<float>::lowest();
 }
 
-SdpaGraph sdpa_forward_graph(const kernels::AttentionShape& shape, int64_t cudnn_version) {
+SdpaGraph sdpa_forward_graph(const kernels::AttentionShape& shape, int64_t cudnn_version,
+                             SdpaGraphForm form) {
   check_shape(shape);
-  GraphBuilder g(shape);
+  GraphBuilder g(shape, form);
   const auto bf16 = SdpaDtype::kBFloat16;
   const int64_t q = g.bound(kSdpaQ, g.q_dims(), g.q_strides(), bf16);
   const int64_t kt = g.bound(kSdpaK, g.kv_transposed_dims(), g.kv_transposed_strides(), bf16);
@@ -141,9 +151,9 @@ SdpaGraph sdpa_forward_graph(const kernels::AttentionShape& shape, int64_t cudnn
 }
 
 SdpaGraph sdpa_backward_graph(const kernels::AttentionShape& shape, int64_t cudnn_version,
-                              bool deterministic) {
+                              bool deterministic, SdpaGraphForm form) {
   check_shape(shape);
-  GraphBuilder g(shape);
+  GraphBuilder g(shape, form);
   const auto bf16 = SdpaDtype::kBFloat16;
   const auto f32 = SdpaDtype::kFloat32;
   const int64_t b = shape.batch, h = shape.heads, sq = shape.seq, d = shape.head_dim;
@@ -166,14 +176,22 @@ SdpaGraph sdpa_backward_graph(const kernels::AttentionShape& shape, int64_t cudn
   g.op(SdpaOpKind::kReduction, SdpaMode::kReduceAdd, "reduce_do_o", prod, 0, row_sum);
   g.pointwise(SdpaMode::kMul, "softmax_sum", row_sum, g.scalar(1.0f), softmax_sum);
 
-  // P = exp(scale * Q K^T - stats), masked causally.
+  // P = exp(scale * Q K^T - stats), masked causally: after the subtraction (kCurrent) or
+  // before it (kLegacy); a masked score is -inf (or the lowest float) either way.
   const int64_t s = g.scores();
   g.op(SdpaOpKind::kMatmul, SdpaMode::kNone, "matmul_q_kt", q, kt, s);
   const float scale = kernels::attention_scale(shape.head_dim);
   const int64_t scaled = g.pointwise(SdpaMode::kMul, "mul_s_scale", s, g.scalar(scale), g.scores());
-  const int64_t centred = g.pointwise(SdpaMode::kSub, "sub_s_stats", scaled, stats, g.scores());
-  const int64_t masked = g.causal_mask(centred, sdpa_mask_value(cudnn_version));
-  const int64_t p = g.pointwise(SdpaMode::kExp, "exp_s", masked, 0, g.scores());
+  const float mask_value = sdpa_mask_value(cudnn_version);
+  int64_t logits = 0;
+  if (form == SdpaGraphForm::kLegacy) {
+    const int64_t masked = g.causal_mask(scaled, mask_value);
+    logits = g.pointwise(SdpaMode::kSub, "sub_s_stats", masked, stats, g.scores());
+  } else {
+    const int64_t centred = g.pointwise(SdpaMode::kSub, "sub_s_stats", scaled, stats, g.scores());
+    logits = g.causal_mask(centred, mask_value);
+  }
+  const int64_t p = g.pointwise(SdpaMode::kExp, "exp_s", logits, 0, g.scores());
 
   // dV = P^T dO (per query head, then summed over each group under GQA).
   const Dims transposed{h * sq * sq, sq * sq, 1, sq};
@@ -210,6 +228,7 @@ SdpaGraph sdpa_backward_graph(const kernels::AttentionShape& shape, int64_t cudn
   } else {
     const int64_t accum =
         g.bound(kSdpaDQAccum, g.q_dims(), g.full_head_strides(), SdpaDtype::kFloat32);
+    g.graph().tensors.back().reorder_f16x16 = form == SdpaGraphForm::kLegacy;
     g.op(SdpaOpKind::kMatmul, SdpaMode::kNone, "matmul_ds_k", ds, k, accum);
     g.pointwise(SdpaMode::kIdentity, "dq_from_accum", accum, 0, dq);
     g.graph().dq_accum_bytes = g.dq_bytes();

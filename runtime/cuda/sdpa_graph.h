@@ -42,6 +42,20 @@
 // cudnn_sdpa.cc further refuses engines whose CUDNN_ATTR_ENGINE_NUMERICAL_NOTE lists
 // CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the set-up self-check runs the backward twice
 // and requires equal bits (attention_path.h).
+//
+// Two forms of the graph. cuDNN's fusion engines match patterns, and the pattern the
+// frontend emits changed with its release 1.8 (October 2024; compared node for node with
+// the frontend's history, nothing copied):
+//
+//   node                        kCurrent (frontend 1.8 and later)   kLegacy (frontend <= 1.7)
+//   GEN_INDEX math precision    float (the graph's compute type)    int32
+//   backward causal mask        after subtracting the statistics    before subtracting them
+//   non-deterministic dQ_accum  no reordering                       CUDNN_TENSOR_REORDERING_F16x16
+//
+// Neither form has a "dP x 1" node: both frontends scale dP only under dropout. Which form
+// a given cuDNN build's engines accept is not documented, so CudnnSdpa::prepare() tries
+// kCurrent, then kLegacy, and keeps the first that yields an engine (the self-check then
+// compares its output with dhelix's kernel either way).
 
 #include <array>
 #include <cstdint>
@@ -51,6 +65,14 @@
 #include "runtime/kernels/attention.h"
 
 namespace dhelix::cuda {
+
+/// Which frontend release's node pattern the graph follows (the table above).
+enum class SdpaGraphForm { kCurrent, kLegacy };
+/// The order CudnnSdpa::prepare() tries them in.
+inline constexpr std::array<SdpaGraphForm, 2> kSdpaGraphForms{SdpaGraphForm::kCurrent,
+                                                              SdpaGraphForm::kLegacy};
+/// "current (frontend 1.8+)" | "legacy (frontend <= 1.7)", for refusals.
+const char* sdpa_graph_form_name(SdpaGraphForm form);
 
 /// Element types of the graph's tensors (cudnnDataType_t in cudnn_sdpa.cc).
 enum class SdpaDtype { kBFloat16, kFloat32, kInt32, kBoolean };
@@ -98,6 +120,8 @@ struct SdpaTensor {
   bool is_virtual = false;
   bool by_value = false;
   float value = 0.0f;  ///< by_value scalars only
+  /// CUDNN_ATTR_TENSOR_REORDERING_MODE = CUDNN_TENSOR_REORDERING_F16x16 (kLegacy's dQ_accum).
+  bool reorder_f16x16 = false;
   bool operator==(const SdpaTensor&) const = default;
 };
 
@@ -131,10 +155,11 @@ struct SdpaGraph {
 float sdpa_mask_value(int64_t cudnn_version);
 
 /// Forward: O and stats from Q, K, V (causal, scale 1 / sqrt(head_dim)).
-SdpaGraph sdpa_forward_graph(const kernels::AttentionShape& shape, int64_t cudnn_version);
+SdpaGraph sdpa_forward_graph(const kernels::AttentionShape& shape, int64_t cudnn_version,
+                             SdpaGraphForm form = SdpaGraphForm::kCurrent);
 /// Backward: dQ, dK, dV (overwritten) from Q, K, V, O, dO, stats; softmax_sum is written.
 /// deterministic: dQ straight from its matmul (no kSdpaDQAccum).
 SdpaGraph sdpa_backward_graph(const kernels::AttentionShape& shape, int64_t cudnn_version,
-                              bool deterministic);
+                              bool deterministic, SdpaGraphForm form = SdpaGraphForm::kCurrent);
 
 }  // namespace dhelix::cuda

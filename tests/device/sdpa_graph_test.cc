@@ -146,9 +146,11 @@ void expect_well_formed(const SdpaGraph& g) {
 
 TEST(SdpaGraph, EveryVariantIsWellFormed) {
   for (const AttentionShape& a : {kExample, kGqa, kMha}) {
-    expect_well_formed(sdpa_forward_graph(a, 91900));
-    expect_well_formed(sdpa_backward_graph(a, 91900, false));
-    expect_well_formed(sdpa_backward_graph(a, 91900, true));
+    for (const SdpaGraphForm form : kSdpaGraphForms) {
+      expect_well_formed(sdpa_forward_graph(a, 91900, form));
+      expect_well_formed(sdpa_backward_graph(a, 91900, false, form));
+      expect_well_formed(sdpa_backward_graph(a, 91900, true, form));
+    }
   }
 }
 
@@ -203,6 +205,30 @@ TEST(SdpaGraph, BackwardMasksAfterSubtractingTheStatistics) {
   EXPECT_EQ(op_named(g, "exp_s").x, select.y);
   EXPECT_EQ(op_named(g, "softmax_sum").y, kSdpaSoftmaxSum);
   EXPECT_EQ(op_named(g, "sub_dp_sum").b, kSdpaSoftmaxSum);
+}
+
+// The legacy form (cudnn-frontend 1.7 and before, sdpa_graph.h's table): int32 index math,
+// the backward's mask before the statistics, the dQ accumulator reordered F16x16; the same
+// bound tensors and the same forward node order as the current form.
+TEST(SdpaGraph, LegacyFormIsTheOlderFrontendPattern) {
+  const SdpaGraph current = sdpa_backward_graph(kGqa, 91900, false, SdpaGraphForm::kCurrent);
+  const SdpaGraph legacy = sdpa_backward_graph(kGqa, 91900, false, SdpaGraphForm::kLegacy);
+  EXPECT_EQ(legacy.bound_uids, current.bound_uids);
+  for (const SdpaGraph* g : {&current, &legacy}) {
+    const bool old = g == &legacy;
+    for (const char* index : {"gen_row_index", "gen_col_index"}) {
+      EXPECT_EQ(op_named(*g, index).compute, old ? SdpaDtype::kInt32 : SdpaDtype::kFloat32);
+      EXPECT_EQ(g->tensor(op_named(*g, index).y).dtype, SdpaDtype::kInt32);
+    }
+    EXPECT_EQ(g->tensor(kSdpaDQAccum).reorder_f16x16, old);
+  }
+  const SdpaOp& select = op_named(legacy, "causal_select");
+  EXPECT_EQ(select.x, op_named(legacy, "mul_s_scale").y);
+  EXPECT_EQ(op_named(legacy, "sub_s_stats").x, select.y);
+  EXPECT_EQ(op_named(legacy, "sub_s_stats").b, kSdpaStats);
+  EXPECT_EQ(op_named(legacy, "exp_s").x, op_named(legacy, "sub_s_stats").y);
+  EXPECT_EQ(names(sdpa_forward_graph(kGqa, 91900, SdpaGraphForm::kLegacy)),
+            names(sdpa_forward_graph(kGqa, 91900, SdpaGraphForm::kCurrent)));
 }
 
 TEST(SdpaGraph, GroupedHeadsSumTheirKeyAndValueGradients) {

@@ -120,13 +120,17 @@ TEST(CudnnAttention, TheSetUpChoosesCudnnOnThisGpu) {
 // Needs no GPU, only cuDNN's library: cuDNN itself checks every tensor, every node
 // (matmul, pointwise, reduction, reshape: shapes, strides, types, broadcasting) and the
 // operation graph's wiring when they are finalized. Runs on the build machine.
-TEST(CudnnAttentionGraph, CudnnAcceptsEveryNodeOfEveryVariant) {
+TEST(CudnnAttentionGraph, CudnnAcceptsEveryNodeOfEveryVariantInBothForms) {
   for (const kernels::AttentionShape& shape : {kShape, kernels::AttentionShape{1, 64, 4, 4, 128},
                                                kernels::AttentionShape{2, 100, 8, 1, 32}}) {
     const int64_t version = 91900;
-    for (const SdpaGraph& graph :
-         {sdpa_forward_graph(shape, version), sdpa_backward_graph(shape, version, false),
-          sdpa_backward_graph(shape, version, true)}) {
+    std::vector<SdpaGraph> graphs;
+    for (const SdpaGraphForm form : kSdpaGraphForms) {
+      graphs.push_back(sdpa_forward_graph(shape, version, form));
+      graphs.push_back(sdpa_backward_graph(shape, version, false, form));
+      graphs.push_back(sdpa_backward_graph(shape, version, true, form));
+    }
+    for (const SdpaGraph& graph : graphs) {
       bool loaded = false;
       const std::optional<std::string> problem = check_graph_descriptors(graph, &loaded);
       if (!loaded) GTEST_SKIP() << "no cuDNN 9 library here: " << problem.value_or("");
