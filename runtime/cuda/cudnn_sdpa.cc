@@ -49,8 +49,9 @@ struct CudnnLibrary {
   // finalized; a directory off the loader's path would leave it without engines. Loading them
   // first, by full path and RTLD_GLOBAL, makes those later soname loads find them.
   static void* open_by_path(const std::string& dir) {
-    for (const char* engine : {"libcudnn_engines_precompiled.so.9",
-                               "libcudnn_engines_runtime_compiled.so.9", "libcudnn_heuristic.so.9"}) {
+    for (const char* engine :
+         {"libcudnn_engines_precompiled.so.9", "libcudnn_engines_runtime_compiled.so.9",
+          "libcudnn_heuristic.so.9"}) {
       dlopen((dir + "/" + engine).c_str(), RTLD_NOW | RTLD_GLOBAL);  // absent: cuDNN says so
     }
     return dlopen((dir + "/libcudnn_graph.so.9").c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -174,8 +175,7 @@ class CudnnSdpaImpl final : public CudnnSdpa {
     for (const SdpaGraphForm form : kSdpaGraphForms) {
       try {
         Plan forward = build("forward", sdpa_forward_graph(shape, version_, form), false);
-        Plan backward = build("backward",
-                              sdpa_backward_graph(shape, version_, deterministic, form),
+        Plan backward = build("backward", sdpa_backward_graph(shape, version_, deterministic, form),
                               deterministic);
         plans_[key(shape, false)] = std::move(forward);
         plans_[key(shape, true)] = std::move(backward);

@@ -54,11 +54,11 @@ class GraphBuilder {
     const SdpaDtype index_math =
         form_ == SdpaGraphForm::kLegacy ? SdpaDtype::kInt32 : SdpaDtype::kFloat32;
     const int64_t row = scores(SdpaDtype::kInt32);
-    op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, "gen_row_index", scores_in, 0, row,
-       index_math, 0, 2);
+    op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, "gen_row_index", scores_in, 0, row, index_math,
+       0, 2);
     const int64_t col = scores(SdpaDtype::kInt32);
-    op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, "gen_col_index", scores_in, 0, col,
-       index_math, 0, 3);
+    op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, "gen_col_index", scores_in, 0, col, index_math,
+       0, 3);
     const int64_t keep = scores(SdpaDtype::kBoolean);
     op(SdpaOpKind::kPointwise, SdpaMode::kCmpGe, "row_ge_col", row, col, keep, SdpaDtype::kBoolean);
     const int64_t masked = scores();
