@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -41,20 +42,20 @@ class OpIndex {
   std::map<std::string, const PlanOp*> ops_;
 };
 
-// Lays out an SI block task from `start_us`; returns the time its blocks take.
+double expand_layers_alone(const PlanPairing& pairing, const PlanTaskPart& part, bool backward,
+                           int64_t first, double start_us, double budget_us,
+                           std::vector<ExpandedOp>& out);
+
+// Lays out an SI block task from `start_us`; returns the time it takes: its blocks over
+// min(nf, nb) layer pairs, then the longer part's other layers alone at solo times (the
+// lowering's order, lib/plan/rank_program.cc).
 double expand_si_block(const PlanPairing& pairing, const OpIndex& index, const PlanStage& stage,
                        const PlanTask& task, double start_us, std::vector<ExpandedOp>& out) {
   const PlanTaskPart forward = task.forward.value_or(PlanTaskPart{});
   const PlanTaskPart backward_part = task.backward.value_or(PlanTaskPart{});
-  if (forward.layers.count != backward_part.layers.count) {
-    throw Error(
-        ErrorCode::kInvalidInput,
-        fmt::format("plan: {}: SI block pairs {} forward layers with {} backward layers; "
-                    "the counts must be equal",
-                    task_pointer(stage, task), forward.layers.count, backward_part.layers.count));
-  }
+  const int64_t pairs = std::min(forward.layers.count, backward_part.layers.count);
   double block_start_us = start_us;
-  for (const PlacedBlocks& placed : si_block_sequence(pairing, forward.layers.count)) {
+  for (const PlacedBlocks& placed : si_block_sequence(pairing, pairs)) {
     const char* blocks = placed.blocks == &pairing.layer_blocks    ? "layer"
                          : placed.blocks == &pairing.window_blocks ? "window"
                                                                    : "remainder";
@@ -81,21 +82,26 @@ double expand_si_block(const PlanPairing& pairing, const OpIndex& index, const P
       ++block_index;
     }
   }
+  const double unbounded = std::numeric_limits<double>::infinity();
+  block_start_us +=
+      expand_layers_alone(pairing, forward, false, pairs, block_start_us, unbounded, out);
+  block_start_us +=
+      expand_layers_alone(pairing, backward_part, true, pairs, block_start_us, unbounded, out);
   return block_start_us - start_us;
 }
 
-// Lays out a strand-alone task back to back at solo times, squeezed into `budget_us`.
-double expand_alone(const PlanPairing& pairing, const PlanTask& task, double start_us,
-                    double budget_us, std::vector<ExpandedOp>& out) {
-  const bool backward = task.kind == TaskKind::kBackward;
-  const PlanTaskPart part = (backward ? task.backward : task.forward).value_or(PlanTaskPart{});
+// Lays out layers [first, part.layers.count) of one strand's part back to back at solo
+// times, squeezed into `budget_us`.
+double expand_layers_alone(const PlanPairing& pairing, const PlanTaskPart& part, bool backward,
+                           int64_t first, double start_us, double budget_us,
+                           std::vector<ExpandedOp>& out) {
   const std::vector<PlanOp>& ops = backward ? pairing.backward_ops : pairing.forward_ops;
   double layer_us = 0;
   for (const PlanOp& op : ops) layer_us += op.solo_us;
-  const double total_us = layer_us * static_cast<double>(part.layers.count);
+  const double total_us = layer_us * static_cast<double>(part.layers.count - first);
   const double scale = total_us > budget_us && total_us > 0 ? budget_us / total_us : 1.0;
   double t = start_us;
-  for (int64_t j = 0; j < part.layers.count; ++j) {
+  for (int64_t j = first; j < part.layers.count; ++j) {
     for (const PlanOp& op : ops) {
       const double end_us = t + op.solo_us * scale;
       out.push_back({.name = op.id,
@@ -113,6 +119,14 @@ double expand_alone(const PlanPairing& pairing, const PlanTask& task, double sta
     }
   }
   return t - start_us;
+}
+
+// A strand-alone task: its part's layers back to back (expand_layers_alone).
+double expand_alone(const PlanPairing& pairing, const PlanTask& task, double start_us,
+                    double budget_us, std::vector<ExpandedOp>& out) {
+  const bool backward = task.kind == TaskKind::kBackward;
+  const PlanTaskPart part = (backward ? task.backward : task.forward).value_or(PlanTaskPart{});
+  return expand_layers_alone(pairing, part, backward, 0, start_us, budget_us, out);
 }
 
 ExpandedOp extra_step(std::string name, int64_t micro_batch, double start_us, double end_us) {

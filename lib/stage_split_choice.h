@@ -12,11 +12,11 @@
 // Only where no split has F = La (an odd layer count, or pp = 2, where one end stays unset)
 // does the rule range over every split.
 //
-// Why F = La: then the W's stage 0 gets two equal chunks (F - b/2 each), and the plan's
-// rank programs pair equal chunks in every SI block (emitter/, lib/plan: an SI block task
-// lowers only over as many forward as backward layers). The simulator would time unequal
-// ones, but a plan whose blocks cannot be lowered fails dhelix-plan --check; with F != La
-// (a user's split, or the fallback) that is what happens, a known limit.
+// Why F = La: then the W's stage 0 gets two equal chunks (F - b/2 each), and its SI blocks
+// pair every layer. Unequal chunks (a user's split, or the fallback) also plan, check and
+// run: an SI block pairs min(nf, nb) layers and runs the rest of the longer part alone
+// (planner/pipeline_simulator.h, lib/plan/rank_program.h), so |F - La| layers of every such
+// block go unpaired.
 //
 // Why stage work: in the steady state of every schedule here each stage runs every micro-
 // batch's forward and backward once, so the busiest stage paces the iteration; the ramp

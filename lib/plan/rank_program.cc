@@ -298,13 +298,17 @@ void Lowering::lower_head_loss(int64_t micro_batch) {
   for (int64_t i : dags_.head_backward_order) emit_extra_op(true, i, micro_batch);
 }
 
+// An SI block pairs min(nf, nb) layers of its forward and backward parts, block by block;
+// the other |nf - nb| layers of the longer part (the folded stage 0 of an uneven split,
+// docs/pipeline.md) then run alone, continuing that part's walk, as the simulator times
+// the block (planner/pipeline_simulator.h, "Uneven stages").
 void Lowering::lower_si_blocks(const PlanTask& task) {
-  if (!task.forward || !task.backward ||
-      task.forward->layers.count != task.backward->layers.count) {
-    program_.fail("an SI block task needs a forward and a backward part over as many layers");
+  if (!task.forward || !task.backward) {
+    program_.fail("an SI block task needs a forward and a backward part");
   }
   const PlanTaskPart& forward = *task.forward;
   const PlanTaskPart& backward = *task.backward;
+  const int64_t pairs = std::min(forward.layers.count, backward.layers.count);
   if (stage_.embedding && forward.layers.first == 0) {
     for (int64_t i : dags_.embedding_forward_order) emit_extra_op(false, i, forward.micro_batch);
   }
@@ -312,7 +316,7 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
     claim_backward_share(backward, strand_layer(backward, true, j));
   }
   int64_t block = 0;
-  for (const PlacedBlocks& placed : si_block_sequence(pairing_, forward.layers.count)) {
+  for (const PlacedBlocks& placed : si_block_sequence(pairing_, pairs)) {
     for (const PlanBlock& template_block : *placed.blocks) {
       program_.begin_block(block++);
       for (const ResolvedTiming& timing : resolve(template_block)) {
@@ -324,6 +328,16 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
     }
   }
   program_.begin_block(-1);
+  for (int64_t j = pairs; j < forward.layers.count; ++j) {
+    const int64_t layer = strand_layer(forward, false, j);
+    for (int64_t i : dags_.layer_forward.order) emit_layer_op(false, i, forward.micro_batch, layer);
+  }
+  for (int64_t j = pairs; j < backward.layers.count; ++j) {
+    const int64_t layer = strand_layer(backward, true, j);
+    for (int64_t i : dags_.layer_backward.order) {
+      emit_layer_op(true, i, backward.micro_batch, layer);
+    }
+  }
   if (stage_.embedding && backward.layers.first == 0) {
     for (int64_t i : dags_.embedding_backward_order) emit_extra_op(true, i, backward.micro_batch);
   }

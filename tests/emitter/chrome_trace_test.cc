@@ -132,19 +132,25 @@ TEST(TaskExpansion, ChunkScopeRunsWindowsThenTheRemainder) {
   EXPECT_DOUBLE_EQ(ops.back().end_us, 364);
 }
 
-TEST(TaskExpansion, UnequalSiLayerCountsAreRefused) {
+// An uneven fold's stage 0 pairs chunks of different sizes (docs/pipeline.md): the SI block
+// pairs min(nf, nb) = 2 layers, then the backward's third layer (5, continuing 7, 6
+// downwards) runs alone at solo times, as the lowering orders it (rank_program.cc).
+TEST(TaskExpansion, UnequalSiLayerCountsPairTheShorterPartThenRunTheRestAlone) {
   Plan plan = fixture_plan();
   PlanTask& si = plan.stages[0].tasks[4];
-  si.backward->layers.count = 3;
-  try {
-    expand_task(plan, plan.stages[0], si);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidInput);
-    EXPECT_STREQ(e.what(),
-                 "plan: stage 0 task 4 (F2d+B0u): SI block pairs 2 forward layers with 3 "
-                 "backward layers; the counts must be equal");
-  }
+  si.backward->layers = {5, 3};
+  si.end_us = 354;
+  const auto ops = expand_task(plan, plan.stages[0], si);
+  ASSERT_EQ(ops.size(), 18u);  // 7 timings x 2 pairs, then the 4 backward ops of layer 5
+  EXPECT_DOUBLE_EQ(find_op(ops, "b.y", 7).start_us, 280);  // pair 0 as before
+  const ExpandedOp& bx = find_op(ops, "b.x", 5);
+  EXPECT_DOUBLE_EQ(bx.start_us, 326);  // after the 2 x 38 us of blocks
+  EXPECT_DOUBLE_EQ(bx.end_us, 338);
+  EXPECT_EQ(bx.block, -1);
+  EXPECT_TRUE(bx.approximate);
+  EXPECT_EQ(bx.micro_batch, 0);
+  EXPECT_DOUBLE_EQ(find_op(ops, "b.kv", 5).start_us, 351);  // b.x, b.rs, b.y, b.kv in order
+  EXPECT_DOUBLE_EQ(ops.back().end_us, 354);
 }
 
 TEST(TaskExpansion, UnknownOpInATimingIsRefused) {
