@@ -106,7 +106,18 @@ struct StagePrediction {
   std::map<OpKey, double> op_us;                               // co-executed: expanded timeline
   std::map<int64_t, double> block_us;                          // co-executed: by block index
   std::map<std::string, std::pair<std::string, double>> solo;  // op id -> (kind, solo_us)
+  std::map<std::string, double> extra_us;  // "embedding", "head and loss": the plan's steps
 };
+
+// The row of an op the plan has no op record of: the embedding and the head and loss are
+// predicted by the plan's own steps for them (the head_loss tasks, and each task's time
+// beyond its layers where it runs the embedding: emitter/task_expansion.h); pipeline
+// transfers are not.
+std::string extra_row(const std::string& op) {
+  if (op.starts_with("p2p.")) return "pipeline transfers (no prediction)";
+  if (op.find("embedding") != std::string::npos) return "embedding";
+  return "head and loss";
+}
 
 StagePrediction predict_stage(const Plan& plan, const PlanStage& stage) {
   StagePrediction p;
@@ -118,6 +129,10 @@ StagePrediction predict_stage(const Plan& plan, const PlanStage& stage) {
   for (const PlanTask& task : stage.tasks) {
     std::map<int64_t, std::pair<double, double>> spans;
     for (const ExpandedOp& op : expand_task(plan, stage, task)) {
+      if (!op.strand && (op.name == "head_loss" || op.name.starts_with("embedding."))) {
+        p.extra_us[extra_row(op.name)] += op.end_us - op.start_us;
+        continue;
+      }
       p.op_us[{task.label, op.name, op.layer, op.micro_batch}] = op.end_us - op.start_us;
       if (op.block < 0) continue;
       auto [it, fresh] = spans.try_emplace(op.block, op.start_us, op.end_us);
@@ -131,18 +146,11 @@ StagePrediction predict_stage(const Plan& plan, const PlanStage& stage) {
   return p;
 }
 
-// The row of an op the plan has no record of (its "extra" steps): one per part of the model.
-std::string unpredicted_row(const std::string& op) {
-  if (op.starts_with("p2p.")) return "pipeline transfers (no prediction)";
-  if (op.find("embedding") != std::string::npos) return "embedding (no prediction)";
-  return "head and loss (no prediction)";
-}
-
 // The kind row an op counts in, and its predicted time (absent: not predicted).
 std::pair<std::string, std::optional<double>> classify(const StagePrediction& p,
                                                        const MeasuredOp& op, bool sequential) {
   const auto solo = p.solo.find(op.name);
-  if (solo == p.solo.end()) return {unpredicted_row(op.name), std::nullopt};
+  if (solo == p.solo.end()) return {extra_row(op.name), std::nullopt};
   if (sequential) return {solo->second.first, solo->second.second};
   const auto it = p.op_us.find({op.task, op.name, op.layer, op.micro_batch});
   if (it == p.op_us.end()) return {op.name + " (unmatched in the plan)", std::nullopt};
@@ -264,6 +272,11 @@ MeasuredDiff compare_measured(const Plan& plan, const Json& trace, const std::st
       auto& slot = kind_predicted[kind];
       if (us) slot = slot.value_or(0) + *us;
       if (us && sequential) solo_total += *us;
+    }
+    for (const auto& [row, us] : p.extra_us) {
+      if (!kind_predicted.contains(row)) continue;  // the rank ran no such step
+      kind_predicted[row] = us;
+      if (sequential) solo_total += us;
     }
     sequential_iteration = std::max(sequential_iteration, solo_total);
     for (const auto& [name, measured] : kind_sum) {

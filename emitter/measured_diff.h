@@ -10,9 +10,11 @@
 //   * co-executed trace: each op's duration in the plan's expanded timeline
 //     (emitter/task_expansion.h), matched by (stage, task, op, layer, micro-batch): the
 //     co-run time inside SI blocks, the solo time laid out in forward- or backward-only
-//     tasks. The embedding, the head and loss, and pipeline transfers have no op of their
-//     own in the plan (one "extra" step): they are listed as measured only, one row each
-//     ("embedding (no prediction)", ...).
+//     tasks. The embedding and the head and loss have no op records in the plan but steps
+//     of their own: their rows ("embedding", "head and loss") are predicted by those steps
+//     (the head_loss tasks' times; a task's time beyond its layers where it runs the
+//     embedding, emitter/task_expansion.h), in both schedules; pipeline transfers are
+//     listed as measured only ("pipeline transfers (no prediction)").
 //   * sequential trace (dhelix-run --sequential): each op's solo time (the profile's, kept
 //     in the plan's pairings).
 //
@@ -24,9 +26,10 @@
 //   iteration  co-executed trace: the plan's dhelix iteration time, which ends after the
 //              exposed gradient sums and the optimizer step, against the median over steps
 //              of the longest rank's "iteration" + "dp_reduction" + "optimizer" slices;
-//              sequential trace: the largest stage's sum of the ops' solo times (exact for
-//              one pipeline stage; pipeline bubbles not counted) against the median of the
-//              longest rank's "iteration" slice (the ops alone).
+//              sequential trace: the largest stage's sum of the ops' solo times and of its
+//              embedding and head-and-loss steps (exact for one pipeline stage; pipeline
+//              bubbles not counted) against the median of the longest rank's "iteration"
+//              slice (the ops alone).
 //   memory     per rank, the plan's stage memory against the trace's otherData.memory
 //              (emitter/measured_memory.h): weights, gradients, optimizer states (by
 //              parameter count and bytes per parameter) and activations (arena and live
