@@ -4,6 +4,10 @@ blocks splits into hidden, slowdown, launch interval and uncovered time, in % of
 (docs/cost-model.md, "Table 7 on the model").
 
     table7-decomposition.py PLAN.json [PLAN.json ...]
+    table7-decomposition.py --check docs/cost-model.md PLAN.json [PLAN.json ...]
+
+With --check it exits 1 unless the document's table row for each plan's TP size shows these
+figures and the plan's hidden share, to one decimal (tests/e2e/table7_test.sh).
 
 Per block of `window_blocks` (pairing 0): a TP collective's wall time covered by a compute
 kernel is hidden; a kernel's time beyond its solo time moves from hidden to slowdown, split
@@ -66,10 +70,46 @@ def decompose(plan):
     return {k: 100 * v / total for k, v in sums.items()}
 
 
+def hidden_share(plan):
+    """The plan's own TP hidden share for the dhelix scheme, % (validation rows 33-35)."""
+    scheme = next(s for s in plan["schemes"] if s["scheme"] == "dhelix")
+    tp = scheme["comm"]["tp"]
+    return 100 * tp["hidden_us"] / (tp["hidden_us"] + tp["exposed_us"])
+
+
+def documented_rows(doc):
+    """The model's figures in the document's Table 7 rows, by TP size."""
+    rows = {}
+    for line in open(doc, encoding="utf-8"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].isdigit():
+            rows[int(cells[0])] = [float(c.split()[0]) for c in cells[1:]]
+    return rows
+
+
 def main():
-    for path in sys.argv[1:]:
-        shares = decompose(json.load(open(path)))
-        print(f"{path}: " + ", ".join(f"{k} {v:.1f} %" for k, v in shares.items()))
+    args = sys.argv[1:]
+    doc = None
+    if args[:1] == ["--check"]:
+        doc, args = args[1], args[2:]
+    problems = []
+    for path in args:
+        plan = json.load(open(path))
+        shares = decompose(plan)
+        figures = [shares[k] for k in ("hidden", "slowdown", "launch", "uncovered")]
+        figures.append(hidden_share(plan))
+        print(f"{path}: " + ", ".join(f"{k} {v:.1f} %" for k, v in shares.items()) +
+              f"; plan's hidden share {figures[-1]:.1f} %")
+        if doc is None:
+            continue
+        tp = plan["job"]["parallel"]["tp"]
+        row = documented_rows(doc).get(tp)
+        shown = [float(f"{v:.1f}") for v in figures]
+        if row != shown:
+            problems.append(f"{doc}: the TP {tp} row shows {row}, the plan gives {shown}")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    sys.exit(1 if problems else 0)
 
 
 if __name__ == "__main__":
