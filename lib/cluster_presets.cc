@@ -44,12 +44,13 @@ LinkSpec nvlink_a800_link() {
 }
 
 LinkSpec nvlink4_link() {
-  return {LinkKind::kNvLink, 450.0, 370.0, 5.5,
+  return {LinkKind::kNvLink, 450.0, 355.0, 5.5,
           "NVLink4 900 GB/s bidirectional = 450 GB/s per direction (paper 6.1, NVIDIA H100/H200 "
-          "datasheets); ring busbw ~370 GB/s as NCCL's model assumes, 8x H100 all-gather ~350 "
-          "and reduce-scatter ~360 GB/s measured (hardware-figures.md); alpha 5.5 us: 8x H100 "
-          "all-reduce busbw is half its ~466 GB/s peak near 16 MB (1 MB 44, 16 MB 234 GB/s), "
-          "n*alpha*B = 16 MB with B = 370 gives 5.5 us. "
+          "datasheets); busbw 355 GB/s: 8x H100 nccl-tests all-gather ~350 and reduce-scatter "
+          "~360 GB/s measured (hardware-figures.md), the collectives TP with SP and the "
+          "distributed optimizer run (NCCL's ring model assumes ~370; NVLS all-reduce reaches "
+          "~479); alpha 5.5 us: 8x H100 all-reduce busbw is half its ~466 GB/s peak near 16 MB "
+          "(1 MB 44, 16 MB 234 GB/s), n*alpha*B = 16 MB with B = 355-370 gives 5.4-5.6 us. "
           "NCCL SMs: 24 intra-node (NVLink systems use 16-32 channels), 16 inter-node "
           "(2 channels per NIC, 8 NICs)"};
 }
@@ -100,7 +101,9 @@ ClusterSpec a800_preset() {
                  0.85,
                  "NVIDIA A800/A100 SXM 80GB datasheet: 312 dense bf16 TFLOP/s, 80 GB HBM2e, "
                  "2039 GB/s, 108 SMs (hardware-figures.md). GEMM 0.84: 82-86 % at 8192^3 and "
-                 "larger; attention 0.57: FA2 fwd+bwd on A100; memory-bound 0.85 (80-88 %)"};
+                 "larger, cuBLAS bf16 maximum 267.9 TFLOP/s = 85.9 % on A100 SXM (ml-engineering "
+                 "MAMF table, CUDA 12.1); attention 0.57: FA2 fwd+bwd on A100; memory-bound 0.85 "
+                 "(80-88 %)"};
   cluster.gpus_per_node = 8;
   cluster.intra_node = nvlink_a800_link();
   cluster.inter_node = infiniband_link(200.0, 24.0, "HDR measured ~24 GB/s (hardware-figures.md)");
@@ -120,11 +123,14 @@ ClusterSpec h100_preset() {
                  3350.0,
                  132,
                  0.8,
-                 0.35,
+                 0.32,
                  0.85,
                  "NVIDIA H100 SXM datasheet: 989 dense bf16 TFLOP/s, 80 GB HBM3, 3350 GB/s, 132 "
-                 "SMs (hardware-figures.md). GEMM 0.8 (~80 % seen); attention 0.35: FA2 reaches "
-                 "~33 % on H100 (FA3 up to ~75 %), the paper's CUDA 12.2 stack predates FA3; "
+                 "SMs (hardware-figures.md). GEMM 0.8: cuBLAS bf16 maximum 792.1 TFLOP/s = 80.1 % "
+                 "(ml-engineering MAMF table, CUDA 12.1, best of a shape search); attention 0.32: "
+                 "FlashAttention-2 on H100 SXM5, head dim 128, 2k-8k tokens, forward causal "
+                 "298-333 and backward 291-318 TFLOP/s (FlashAttention-3 paper, Shah et al. 2024, "
+                 "Figs. 5-6), the paper's CUDA 12.2 stack runs FA2 (docs/presets.md); "
                  "memory-bound 0.85 (80-88 %)"};
   cluster.gpus_per_node = 8;
   cluster.intra_node = nvlink4_link();
@@ -146,7 +152,7 @@ ClusterSpec h200_preset() {
                  4800.0,
                  132,
                  0.8,
-                 0.35,
+                 0.32,
                  0.85,
                  "NVIDIA H200 SXM datasheet: 989 dense bf16 TFLOP/s, 141 GB HBM3e, 4800 GB/s, 132 "
                  "SMs (hardware-figures.md); efficiencies as H100 (same SM design)"};

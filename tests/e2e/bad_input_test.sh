@@ -249,7 +249,7 @@ plan profile negative-size 2 profile-negative-size.json: /ops/0/samples: -4096 m
 plan profile nan 2 not valid JSON: syntax error while parsing value - invalid literal
 plan profile unknown-key 2 profile-unknown-key.json: /ops/0/tensor_paralel: unknown key
 plan profile schema-major 5 profile-schema-major.json: /schema_version: "2.0.0" has major version 2, this dhelix reads major version 1 only
-plan profile provenance 2 /cluster/gpu/attention_efficiency: the profile was made for cluster h100 (GPU H100-SXM) with 0.35 there, but the job runs on a40 (GPU A40) with 0.5
+plan profile provenance 2 /cluster/gpu/attention_efficiency: the profile was made for cluster h100 (GPU H100-SXM) with 0.32 there, but the job runs on a40 (GPU A40) with 0.5
 plan profile missing 3 does-not-exist.json: cannot open file for reading
 plan profile directory 3 directory.json: is a directory, expected a file
 plan profile empty 2 not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal

@@ -41,7 +41,7 @@ TEST(ProfileMatch, OtherHardwareIsRefused) {
     EXPECT_EQ(error.code(), ErrorCode::kInvalidInput);
     EXPECT_STREQ(error.what(),
                  "p.json: /cluster/gpu/attention_efficiency: the profile was made for cluster "
-                 "h100 (GPU H100-SXM) with 0.35 there, but the job runs on a40 (GPU A40) with "
+                 "h100 (GPU H100-SXM) with 0.32 there, but the job runs on a40 (GPU A40) with "
                  "0.5: its times describe other hardware; profile the job's cluster "
                  "(dhelix-profile JOB) or plan the job for the profile's cluster");
   }

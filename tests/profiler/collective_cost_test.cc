@@ -88,10 +88,9 @@ TEST(CollectiveCost, AlphaOfNineMicrosecondsPutsHalfPeakNear17MB) {
 }
 
 TEST(CollectiveCost, PresetsReachHalfPeakBetweenOneAndTwentyMegabytes) {
-  // With the presets' alpha (2.5 us on NVLink, from the 34 us small-message ring latency)
-  // half of the bus bandwidth comes at n * alpha * B: A800 8 * 2.5 us * 160 GB/s = 3.2 MB,
-  // H100 8 * 2.5 us * 370 GB/s = 7.4 MB: earlier than the measured 16-18 MB (see
-  // docs/cost-model.md, "Known limits").
+  // With the presets' alpha half of the bus bandwidth comes at n * alpha * B: A800 8 * 9 us *
+  // 160 GB/s = 11.5 MB, H100 8 * 5.5 us * 355 GB/s = 15.6 MB, near the measured 16-18 MB
+  // (docs/presets.md, docs/cost-model.md "Known limits").
   for (const char* name : {"a800", "h100"}) {
     const ClusterSpec cluster = cluster_preset(name);
     const CollectiveLink link = collective_link(cluster, test::local_all_gather());
