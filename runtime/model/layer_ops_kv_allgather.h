@@ -4,8 +4,11 @@
 // queries folded against every rank's block with the ring's kernels
 // (runtime/cpu/ring_attention_cpu.h) in the ring's order, and dK, dV reduce-scattered.
 //
-// Failure rules: the CPU backend only, without activation recompute; StageModel refuses
-// the rest before anything runs (check_supported, the constructor).
+// Failure rules: the CPU backend only; StageModel refuses the rest before anything runs
+// (its constructor). With activation recompute the plan repeats fwd.kv_allgather and
+// fwd.flash_attn (selective) or the whole forward (full) in the backward; the repeated ops
+// write the recompute state's gathered blocks, output and lse, and read q and kv_local,
+// which selective recompute keeps from the forward (stage_model_state.h).
 //
 // The blocks are the ring's: [K | V] of one CP rank's 2c local tokens (2·T·kv_width
 // elements, K and V rotated at their global positions), rank j's block at j in the

@@ -4,8 +4,11 @@
 // all_to_all_v and to the cp = 1 attention kernels over the whole sequence on heads/cp.
 //
 // Failure rules: the CPU backend only (its buffers are host memory: the packing below
-// indexes them directly); StageModel refuses Ulysses on another backend, and with
-// activation recompute, before anything runs (check_supported).
+// indexes them directly); StageModel refuses Ulysses on another backend before anything
+// runs (its constructor). With activation recompute the plan repeats the all-to-alls
+// (bwd.recompute.qkv_a2a, .flash_attn, .out_a2a: lib/dag_builder_recompute.cc); bind gives
+// them the recompute state, whose q, k, v, blocks and head-split output are its own
+// (stage_model_state.h's recompute_state).
 //
 // Each CP rank holds chunks r and 2·cp − 1 − r of every sequence (c = seq_shard / 2 tokens
 // each, runtime/train/context_split.h), so its T = batch · 2c local tokens are

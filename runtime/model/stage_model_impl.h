@@ -227,10 +227,10 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     if (!bound) throw_unknown_op(ref.op);
   } else if (hierarchical_op) {
     if constexpr (RingAttentionBackend<B>) {
-      model_detail::CpLayerState<B>& ring = m.cp_state(ref.micro_batch, ref.layer, false);
+      model_detail::CpLayerState<B>& ring = m.cp_state(ref.micro_batch, ref.layer, recomputing);
       if (is_cp_op(op)) {
         const LayerOpContext<B> view{m.ring_dims, *m.rope, params->second,
-                                     m.hierarchical_view(ref.micro_batch, ref.layer)};
+                                     m.hierarchical_view(ref.micro_batch, ref.layer, recomputing)};
         bound = bind_cp_op(op, CpOpContext<B>{view, ring});
       } else {
         bound = bind_hierarchical_a2a_op<B>(op, context, m.ring_dims, ring);
