@@ -38,6 +38,9 @@ struct CommWarmupSizes {
   int64_t dp = 0;         ///< fp32: the largest dense gradient bucket (DP, DP x CP)
   int64_t expert_dp = 0;  ///< fp32: the largest expert gradient bucket (expert-data-parallel)
   int64_t channel = 0;    ///< bf16: a pipeline message, the residual stream of a micro-batch
+  /// cp_comm_type allgather: the CP communicators all-gather K/V and reduce-scatter dK/dV
+  /// (cp then the gathered buffer, cp x 2 T kv_width) instead of the ring's steps.
+  bool cp_gathers = false;
   auto operator<=>(const CommWarmupSizes&) const = default;
 };
 

@@ -117,11 +117,13 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
                               m.dims.cp));
     }
   }
+  // allgather runs on every ring backend (layer_ops_kv_allgather.h); the all-to-alls'
+  // packing indexes host memory (layer_ops_ulysses.h).
   if constexpr (!std::is_same_v<B, CpuBackend>) {
-    if (m.dims.ulysses || m.dims.kv_allgather || m.dims.hierarchical()) {
+    if (m.dims.ulysses || m.dims.hierarchical()) {
       throw Error(ErrorCode::kUnsupported,
-                  "StageModel: context parallelism with cp_comm_type a2a, allgather or "
-                  "a2a+p2p is run by the CPU backend only");
+                  "StageModel: context parallelism with cp_comm_type a2a or a2a+p2p is run by "
+                  "the CPU backend only");
     }
   }
   // The whole sequence's positions: a CP rank's chunks rotate at their global positions.
@@ -223,7 +225,10 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     bound = bind_ulysses_op<B>(op, context);
     if (!bound) throw_unknown_op(ref.op);
   } else if (allgather_op) {
-    bound = bind_kv_allgather_op<B>(op, context);
+    if constexpr (RingAttentionBackend<B>) {
+      bound =
+          bind_kv_allgather_op<B>(op, context, m.cp_state(ref.micro_batch, ref.layer, recomputing));
+    }
     if (!bound) throw_unknown_op(ref.op);
   } else if (hierarchical_op) {
     if constexpr (RingAttentionBackend<B>) {

@@ -384,9 +384,14 @@ model_detail::CpLayerState<B>& BasicStageModel<B>::Impl::cp_state(int64_t mb, in
     parts.own_block = block_recomputed;
     parts.own_block_span = parts.forward_span = SpanKind::kAttentionBackward;
   }
+  // All-gather CP (layer_ops_kv_allgather.h) takes the forward's online-softmax state only:
+  // its blocks are the gathered buffer, its backward buffers the layer state's.
+  if (dims.kv_allgather) parts.blocks = parts.backward = false;
   LayerAllocator a{*this, mb, layer, recomputing ? "re." : ""};
   slot = model_detail::make_cp_state<B>(a, dims.hierarchical() ? ring_dims : dims, parts);
-  if (recomputing && !block_recomputed) slot->kv[0] = cp_state(mb, layer, false).kv[0];
+  if (recomputing && !block_recomputed && parts.blocks) {
+    slot->kv[0] = cp_state(mb, layer, false).kv[0];
+  }
   return *slot;
 }
 
