@@ -28,6 +28,16 @@
 
 namespace dhelix::cuda {
 
+/// What a communicator runs in an iteration.
+enum class CommRole {
+  kCollectives,  ///< all-gather, reduce-scatter and all-reduce (TP, DP, gradient groups,
+                 ///< all-gather CP)
+  kRing,         ///< the CP ring's step (a grouped send and receive)
+  kAllToAll,     ///< the EP dispatch and combine, Ulysses' all-to-alls
+  kSend,         ///< a pipeline channel's sending end
+  kRecv,         ///< a pipeline channel's receiving end
+};
+
 /// The largest buffer, in elements, an iteration moves on each kind of communicator (the
 /// full buffer: an all-gather's output, a reduce-scatter's input); 0 warms one element only.
 struct CommWarmupSizes {
@@ -38,9 +48,10 @@ struct CommWarmupSizes {
   int64_t dp = 0;         ///< fp32: the largest dense gradient bucket (DP, DP x CP)
   int64_t expert_dp = 0;  ///< fp32: the largest expert gradient bucket (expert-data-parallel)
   int64_t channel = 0;    ///< bf16: a pipeline message, the residual stream of a micro-batch
-  /// cp_comm_type allgather: the CP communicators all-gather K/V and reduce-scatter dK/dV
-  /// (cp then the gathered buffer, cp x 2 T kv_width) instead of the ring's steps.
-  bool cp_gathers = false;
+  /// What the CP communicators run: the ring's steps (p2p), all-gathers and
+  /// reduce-scatters (allgather: cp is then the gathered buffer, cp x 2 T kv_width) or
+  /// all-to-alls (a2a: cp is then the fused QKV rows, T x qkv_width).
+  CommRole cp_role = CommRole::kRing;
   auto operator<=>(const CommWarmupSizes&) const = default;
 };
 
@@ -53,15 +64,6 @@ CommWarmupSizes comm_warmup_sizes(const JobSpec& job, int64_t rank);
 /// a bucket may exceed --ddp-bucket-size by its last parameter). The members of a gradient
 /// group hold the same stage, hence the same buckets.
 void size_gradient_warmups(CommWarmupSizes& sizes, const std::vector<rt::ReductionBucket>& buckets);
-
-/// What a communicator runs in an iteration.
-enum class CommRole {
-  kCollectives,  ///< all-gather, reduce-scatter and all-reduce (TP, DP, gradient groups)
-  kRing,         ///< the CP ring's step (a grouped send and receive)
-  kAllToAll,     ///< the EP dispatch and combine
-  kSend,         ///< a pipeline channel's sending end
-  kRecv,         ///< a pipeline channel's receiving end
-};
 
 /// One warm-up operation: for kCollectives `op` says which collective; `count` is what the
 /// DeviceCommunicator call takes (per member for all-gather, reduce-scatter and the

@@ -208,9 +208,8 @@ std::vector<WarmupOp> DeviceCommDirectory::warmup_of(const DeviceCommunicator* c
   if (is(from_)) return comm_warmup_ops(CommRole::kRecv, sizes.channel, DeviceDtype::kBFloat16, 2);
   const std::optional<ParallelDim> dim = group_of();
   if (dim == ParallelDim::kCp) {
-    // All-gather CP runs collectives on its CP communicators, the ring grouped send/recvs.
-    const CommRole role = sizes.cp_gathers ? CommRole::kCollectives : CommRole::kRing;
-    return comm_warmup_ops(role, sizes.cp, DeviceDtype::kBFloat16, members);
+    // The ring's grouped send/recvs, all-gather CP's collectives or Ulysses' all-to-alls.
+    return comm_warmup_ops(sizes.cp_role, sizes.cp, DeviceDtype::kBFloat16, members);
   }
   if (dim == ParallelDim::kEp) {
     return comm_warmup_ops(CommRole::kAllToAll, sizes.ep, DeviceDtype::kBFloat16, members);

@@ -117,13 +117,14 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
                               m.dims.cp));
     }
   }
-  // allgather runs on every ring backend (layer_ops_kv_allgather.h); the all-to-alls'
-  // packing indexes host memory (layer_ops_ulysses.h).
+  // allgather runs on every ring backend (layer_ops_kv_allgather.h), a2a on every backend
+  // (its packing is B::copy_strided); a2a+p2p feeds the ring's block from host code
+  // (layer_ops_ulysses.h).
   if constexpr (!std::is_same_v<B, CpuBackend>) {
-    if (m.dims.ulysses || m.dims.hierarchical()) {
+    if (m.dims.hierarchical()) {
       throw Error(ErrorCode::kUnsupported,
-                  "StageModel: context parallelism with cp_comm_type a2a or a2a+p2p is run by "
-                  "the CPU backend only");
+                  "StageModel: context parallelism with cp_comm_type a2a+p2p is run by the CPU "
+                  "backend only");
     }
   }
   // The whole sequence's positions: a CP rank's chunks rotate at their global positions.
@@ -222,7 +223,7 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     }
     if (!bound) throw_unknown_op(ref.op);  // an index beyond the ring
   } else if (ulysses_op) {
-    bound = bind_ulysses_op<B>(op, context);
+    bound = bind_ulysses_op<B>(op, context, m.counts_for(ref, recomputing));
     if (!bound) throw_unknown_op(ref.op);
   } else if (allgather_op) {
     if constexpr (RingAttentionBackend<B>) {
@@ -238,7 +239,8 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
                                      m.hierarchical_view(ref.micro_batch, ref.layer, recomputing)};
         bound = bind_cp_op(op, CpOpContext<B>{view, ring});
       } else {
-        bound = bind_hierarchical_a2a_op<B>(op, context, m.ring_dims, ring);
+        bound = bind_hierarchical_a2a_op<B>(op, context, m.ring_dims, ring,
+                                            m.counts_for(ref, recomputing));
       }
     }
     if (!bound) throw_unknown_op(ref.op);

@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -163,6 +165,23 @@ struct BasicStageModel<B>::Impl {
   model_detail::LayerState<B>& hierarchical_view(int64_t mb, int64_t layer, bool recomputing);
   model_detail::HeadState<B>& head_state(int64_t mb);
   BasicBoundOp<B> bind_extra_op(const OpRef& ref);
+  // The counts of each bound all-to-all of equal blocks (layer_ops_ulysses.h): outside the
+  // arena, since the collective reads and writes them in every iteration; one array per
+  // (op, micro-batch, layer, recomputing), so no two ops share the receive half, made once
+  // and found again when a run binds again.
+  std::map<std::tuple<std::string, int64_t, int64_t, bool>, int64_t*> all_to_all_counts;
+  model_detail::AllToAllCounts counts_for(const OpRef& ref, bool recomputing) {
+    return [this, key = std::tuple{ref.op, ref.micro_batch, ref.layer, recomputing}](
+               int64_t members, int64_t block) {
+      int64_t*& counts = all_to_all_counts[key];
+      if (counts == nullptr) {
+        counts = memory.template allocate<int64_t>(2 * members);
+        const std::vector<int64_t> host(static_cast<size_t>(2 * members), block);
+        memory.upload(host.data(), counts, 2 * members);
+      }
+      return counts;
+    };
+  }
   void mark_loss_slot(int64_t mb) {
     if (static_cast<int64_t>(loss_ran.size()) <= mb) loss_ran.resize(static_cast<size_t>(mb + 1));
   }

@@ -77,14 +77,13 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   }
   // The runtime keeps fp32 main gradients; a plan priced with bf16 ones would not match.
   if (p.grad_reduce_in_bf16) refuse("bf16 gradient buffers (grad_reduce_in_bf16)");
-  // The layers run the K/V ring (runtime/model/layer_ops_cp.h) and the K/V all-gather
-  // (layer_ops_kv_allgather.h, on the ring's kernels) and, on the CPU, Ulysses
-  // (layer_ops_ulysses.h, also inside a2a+p2p's sub-groups: its packing indexes host memory).
-  const bool ring_kernels_only =
-      p.cp_comm_type == CpCommType::kP2p || p.cp_comm_type == CpCommType::kAllGather;
-  if (p.cp > 1 && !ring_kernels_only && backend != "cpu") {
+  // The layers run the K/V ring (runtime/model/layer_ops_cp.h), the K/V all-gather
+  // (layer_ops_kv_allgather.h, on the ring's kernels) and Ulysses (layer_ops_ulysses.h) on
+  // every backend, and a2a+p2p (whose all-to-alls feed the ring's block from host code) on
+  // the CPU only.
+  if (p.cp > 1 && p.cp_comm_type == CpCommType::kA2aP2p && backend != "cpu") {
     refuse(fmt::format(
-        "context parallelism with cp_comm_type {} (p2p and allgather only on this backend)",
+        "context parallelism with cp_comm_type {} (p2p, a2a and allgather only on this backend)",
         cp_comm_type_name(p.cp_comm_type)));
   }
 }
