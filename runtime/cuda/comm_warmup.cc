@@ -32,6 +32,9 @@ CommWarmupSizes comm_warmup_sizes(const JobSpec& job, int64_t rank) {
   } else if (job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2a) {
     sizes.cp_role = CommRole::kAllToAll;
     sizes.cp = d.tokens * d.qkv_width;
+  } else if (job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2aP2p) {
+    // The ring over the sub-groups moves A·T tokens of kv_width / A: the same blocks.
+    sizes.cp_a2a = d.tokens * d.qkv_width;
   }
   if (job.model.is_moe()) {
     const MoeSpec& moe = *job.model.moe;

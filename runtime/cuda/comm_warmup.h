@@ -44,6 +44,7 @@ struct CommWarmupSizes {
   int64_t tp = 0;         ///< bf16: sequence-parallel activations T x h, or the expert-TP
                           ///< blocks etp x E C h when larger
   int64_t cp = 0;         ///< bf16: the CP ring's largest message, K and V blocks and dK, dV
+  int64_t cp_a2a = 0;     ///< bf16: a2a+p2p's all-to-all sub-groups: the fused QKV rows
   int64_t ep = 0;         ///< bf16: the all-to-all's blocks of every member (E x C x h)
   int64_t dp = 0;         ///< fp32: the largest dense gradient bucket (DP, DP x CP)
   int64_t expert_dp = 0;  ///< fp32: the largest expert gradient bucket (expert-data-parallel)

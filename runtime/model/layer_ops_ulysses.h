@@ -5,9 +5,10 @@
 //
 // Failure rules: a2a runs on every backend with B::copy_strided (the packing below is
 // strided copies: loops on the CPU, cudaMemcpy2DAsync on CUDA, host-tested on the recording
-// device, tests/device/simulated_cp_a2a_run_test.cc) and the cp = 1 attention; a2a+p2p's
-// all-to-alls feed the ring's rotated block from host code, so StageModel refuses a2a+p2p
-// on another backend than the CPU before anything runs (its constructor). With activation recompute
+// device, tests/device/simulated_cp_a2a_run_test.cc) and the cp = 1 attention; a2a+p2p on
+// every backend with the ring's kernels as well (tests/device/
+// simulated_cp_hierarchical_run_test.cc); StageModel refuses CP on the others before
+// anything runs (its constructor). With activation recompute
 // the plan repeats the all-to-alls (bwd.recompute.qkv_a2a, .flash_attn, .out_a2a:
 // lib/dag_builder_recompute.cc); bind gives them the recompute state, whose q, k, v, blocks and
 // head-split output are its own (stage_model_state.h's recompute_state).
@@ -39,10 +40,8 @@
 
 #include <functional>
 #include <string>
-#include <type_traits>
 #include <vector>
 
-#include "runtime/model/cpu_backend.h"
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/stage_model_internal.h"
 
@@ -273,82 +272,78 @@ inline bool is_hierarchical_a2a_op(const std::string& op) {
 /// the ring (layer_ops_cp.h on the layer's view) writes the head-split output, dO's
 /// all-to-all feeds its backward, whose d_qkv (the view's, dqkv_heads) goes back.
 template <class B>
-std::optional<BasicBoundOp<B>> bind_hierarchical_a2a_op(const std::string& op,
-                                                        const LayerOpContext<B>& c, const Dims& rd,
-                                                        CpLayerState<B>& ring,
-                                                        const AllToAllCounts& counts) {
-  if constexpr (!std::is_same_v<B, CpuBackend>) {
-    return std::nullopt;  // the constructor refused it
-  } else {
-    using Exec = typename B::Exec;
-    const Dims d = c.dims;
-    LayerState<B>& s = c.state;
-    const A2aLayout layout = hierarchical_layout(d);
-    const int64_t n = layout.members, q = d.q_width, kv = d.kv_width, w = d.qkv_width;
-    const int64_t qg = q / n, kg = kv / n, wg = w / n;
-    const auto fused = [w, q, kv](const float* t) {
-      return Packed<B>{{t, {w, 0, q}}, {t, {w, q, kv}}, {t, {w, q + kv, kv}}};
-    };
-    if (op == "fwd.qkv_a2a") {
-      return ulysses_all_to_all<B>(
-          d, n, counts, s.a2a_send, s.a2a_recv, w,
-          [d, n, &s, fused](const Exec& e) {
-            move_head_groups<B>(e, d, n, true, fused(s.qkv), s.a2a_send);
-          },
-          [d, rd, n, &s, &ring, qg, kg, wg, layout, rope = &c.rope](const Exec& e) {
-            float* k = ring.kv[0];
-            float* v = k + rd.tokens * rd.kv_width;
-            for (int64_t j = 0; j < n; ++j) {
-              move_member_rows<B>(e, d, layout, j, false,
-                                  {{s.q, {qg, 0, qg}}, {k, {kg, 0, kg}}, {v, {kg, 0, kg}}},
-                                  s.a2a_recv + j * d.tokens * wg, wg);
-            }
-            const int64_t chunk = rd.seq_shard / 2;
-            B::rope_forward_cp(e, *rope, rd.micro_batch, rd.cp, rd.cp_rank, chunk, rd.heads, s.q);
-            B::rope_forward_cp(e, *rope, rd.micro_batch, rd.cp, rd.cp_rank, chunk, rd.kv_heads, k);
-          });
-    }
-    if (op == "fwd.out_a2a") {
-      return ulysses_all_to_all<B>(
-          d, n, counts, s.a2a_send, s.a2a_recv, q,
-          [d, n, &s, qg, layout](const Exec& e) {
-            for (int64_t j = 0; j < n; ++j) {
-              move_member_rows<B>(e, d, layout, j, true, {{s.attn_out_heads, {qg, 0, qg}}},
-                                  s.a2a_send + j * d.tokens * qg, qg);
-            }
-          },
-          [d, n, &s, q](const Exec& e) {
-            move_head_groups<B>(e, d, n, false, {{s.attn_out, {q, 0, q}}}, s.a2a_recv);
-          });
-    }
-    if (op == "bwd.dout_a2a") {
-      return ulysses_all_to_all<B>(
-          d, n, counts, s.a2a_send_bwd, s.a2a_recv_bwd, q,
-          [d, n, &s, q](const Exec& e) {
-            move_head_groups<B>(e, d, n, true, {{s.d_attn_out, {q, 0, q}}}, s.a2a_send_bwd);
-          },
-          [d, n, &s, qg, layout](const Exec& e) {
-            for (int64_t j = 0; j < n; ++j) {
-              move_member_rows<B>(e, d, layout, j, false, {{s.d_out_heads, {qg, 0, qg}}},
-                                  s.a2a_recv_bwd + j * d.tokens * qg, qg);
-            }
-          });
-    }
-    if (op == "bwd.dqkv_a2a") {
-      return ulysses_all_to_all<B>(
-          d, n, counts, s.a2a_send_bwd, s.a2a_recv_bwd, w,
-          [d, n, &s, wg, layout](const Exec& e) {
-            for (int64_t j = 0; j < n; ++j) {
-              move_member_rows<B>(e, d, layout, j, true, {{s.dqkv_heads, {wg, 0, wg}}},
-                                  s.a2a_send_bwd + j * d.tokens * wg, wg);
-            }
-          },
-          [d, n, &s, fused](const Exec& e) {
-            move_head_groups<B>(e, d, n, false, fused(s.d_qkv), s.a2a_recv_bwd);
-          });
-    }
-    return std::nullopt;
+requires RingAttentionBackend<B> std::optional<BasicBoundOp<B>> bind_hierarchical_a2a_op(
+    const std::string& op, const LayerOpContext<B>& c, const Dims& rd, CpLayerState<B>& ring,
+    const AllToAllCounts& counts) {
+  using Exec = typename B::Exec;
+  using A = typename B::Act;
+  const Dims d = c.dims;
+  LayerState<B>& s = c.state;
+  const A2aLayout layout = hierarchical_layout(d);
+  const int64_t n = layout.members, q = d.q_width, kv = d.kv_width, w = d.qkv_width;
+  const int64_t qg = q / n, kg = kv / n, wg = w / n;
+  const auto fused = [w, q, kv](const A* t) {
+    return Packed<B>{{t, {w, 0, q}}, {t, {w, q, kv}}, {t, {w, q + kv, kv}}};
+  };
+  if (op == "fwd.qkv_a2a") {
+    return ulysses_all_to_all<B>(
+        d, n, counts, s.a2a_send, s.a2a_recv, w,
+        [d, n, &s, fused](const Exec& e) {
+          move_head_groups<B>(e, d, n, true, fused(s.qkv), s.a2a_send);
+        },
+        [d, rd, n, &s, &ring, qg, kg, wg, layout, rope = &c.rope](const Exec& e) {
+          A* k = ring.kv[0];
+          A* v = k + rd.tokens * rd.kv_width;
+          for (int64_t j = 0; j < n; ++j) {
+            move_member_rows<B>(e, d, layout, j, false,
+                                {{s.q, {qg, 0, qg}}, {k, {kg, 0, kg}}, {v, {kg, 0, kg}}},
+                                s.a2a_recv + j * d.tokens * wg, wg);
+          }
+          const int64_t chunk = rd.seq_shard / 2;
+          B::rope_forward_cp(e, *rope, rd.micro_batch, rd.cp, rd.cp_rank, chunk, rd.heads, s.q);
+          B::rope_forward_cp(e, *rope, rd.micro_batch, rd.cp, rd.cp_rank, chunk, rd.kv_heads, k);
+        });
   }
+  if (op == "fwd.out_a2a") {
+    return ulysses_all_to_all<B>(
+        d, n, counts, s.a2a_send, s.a2a_recv, q,
+        [d, n, &s, qg, layout](const Exec& e) {
+          for (int64_t j = 0; j < n; ++j) {
+            move_member_rows<B>(e, d, layout, j, true, {{s.attn_out_heads, {qg, 0, qg}}},
+                                s.a2a_send + j * d.tokens * qg, qg);
+          }
+        },
+        [d, n, &s, q](const Exec& e) {
+          move_head_groups<B>(e, d, n, false, {{s.attn_out, {q, 0, q}}}, s.a2a_recv);
+        });
+  }
+  if (op == "bwd.dout_a2a") {
+    return ulysses_all_to_all<B>(
+        d, n, counts, s.a2a_send_bwd, s.a2a_recv_bwd, q,
+        [d, n, &s, q](const Exec& e) {
+          move_head_groups<B>(e, d, n, true, {{s.d_attn_out, {q, 0, q}}}, s.a2a_send_bwd);
+        },
+        [d, n, &s, qg, layout](const Exec& e) {
+          for (int64_t j = 0; j < n; ++j) {
+            move_member_rows<B>(e, d, layout, j, false, {{s.d_out_heads, {qg, 0, qg}}},
+                                s.a2a_recv_bwd + j * d.tokens * qg, qg);
+          }
+        });
+  }
+  if (op == "bwd.dqkv_a2a") {
+    return ulysses_all_to_all<B>(
+        d, n, counts, s.a2a_send_bwd, s.a2a_recv_bwd, w,
+        [d, n, &s, wg, layout](const Exec& e) {
+          for (int64_t j = 0; j < n; ++j) {
+            move_member_rows<B>(e, d, layout, j, true, {{s.dqkv_heads, {wg, 0, wg}}},
+                                s.a2a_send_bwd + j * d.tokens * wg, wg);
+          }
+        },
+        [d, n, &s, fused](const Exec& e) {
+          move_head_groups<B>(e, d, n, false, fused(s.d_qkv), s.a2a_recv_bwd);
+        });
+  }
+  return std::nullopt;
 }
 
 }  // namespace dhelix::rt::model_detail

@@ -117,16 +117,6 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
                               m.dims.cp));
     }
   }
-  // allgather runs on every ring backend (layer_ops_kv_allgather.h), a2a on every backend
-  // (its packing is B::copy_strided); a2a+p2p feeds the ring's block from host code
-  // (layer_ops_ulysses.h).
-  if constexpr (!std::is_same_v<B, CpuBackend>) {
-    if (m.dims.hierarchical()) {
-      throw Error(ErrorCode::kUnsupported,
-                  "StageModel: context parallelism with cp_comm_type a2a+p2p is run by the CPU "
-                  "backend only");
-    }
-  }
   // The whole sequence's positions: a CP rank's chunks rotate at their global positions.
   m.rope.emplace(m.memory.rope(
       cpu::make_rope_table(m.dims.seq_shard * m.dims.cp, m.dims.head_dim, m.dims.rope_base)));
