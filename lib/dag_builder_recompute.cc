@@ -13,13 +13,20 @@
 //              backward strand; the repeated GEMMs are compute that the pairing search can
 //              set beside the other strand's communication.
 //   selective  the core attention is repeated: the attention op (or the CP ring's steps,
-//              exchanges and merge). Its inputs Q, K, V are kept from the forward; Megatron
+//              exchanges and merge; with --cp-comm-type a2a, allgather or a2a+p2p also the
+//              CP all-to-alls around it or the K/V all-gather before it: Megatron's
+//              checkpoint wraps TE's DotProductAttention, and TE's AttnFuncWithCPAndQKVOA2A
+//              and AttnFuncWithCPAndKVAllGather run those collectives inside it, so the
+//              recomputed forward runs them again). Its inputs Q, K, V are kept from the
+//              forward; Megatron
 //              wraps the core attention in a checkpoint, whose backward re-runs it when
 //              autograd reaches it, that is once the gradient of its output exists. So the
 //              copies wait for the ops that the first attention-backward ops wait for (the
 //              output projection's data gradient: bwd.proj_dgrad), and every
 //              attention-backward op waits for the copies (it reads the recomputed output and
-//              softmax statistics). Left free, the copies could start anywhere in the
+//              softmax statistics; with a2a the first is bwd.dout_a2a, with allgather
+//              bwd.kv_allgather: the CP collectives that open the attention backward).
+//              Left free, the copies could start anywhere in the
 //              backward; with CP's ring that gave the backward 2.5 times the downsets
 //              (Llama-3-70B, TP 8, CP 8: 2,498 against 1,002 when they wait; 298 without
 //              recompute) and the pairing search minutes of work, for a freedom Megatron
@@ -39,9 +46,22 @@
 namespace dhelix {
 namespace {
 
+// The all-to-alls of a2a and a2a+p2p and allgather's K/V all-gathers: TE runs them inside
+// the core attention (the backward's dK/dV reduce-scatter follows the attention backward).
+bool is_cp_collective(const Op& op) {
+  return op.group == ParallelDim::kCp &&
+         (op.kind == OpKind::kAllToAll || op.kind == OpKind::kAllGather);
+}
+
 bool is_core_attention(const Op& op) {
   return op.kind == OpKind::kAttention || op.kind == OpKind::kAttentionMerge ||
-         (op.kind == OpKind::kSendRecv && op.group == ParallelDim::kCp);
+         (op.kind == OpKind::kSendRecv && op.group == ParallelDim::kCp) || is_cp_collective(op);
+}
+
+// An op of the attention backward that reads what the repeated core attention wrote (or, for
+// the CP collectives, runs after it inside TE's backward): it waits for the copies.
+bool reads_recomputed_attention(const Op& op) {
+  return op.kind == OpKind::kAttention || is_cp_collective(op);
 }
 
 std::string recompute_id(const std::string& forward_id) {
@@ -79,7 +99,7 @@ std::vector<int64_t> output_gradient_ops(const LayerDag& backward) {
   std::vector<bool> after_attention(static_cast<size_t>(backward.size()), false);
   std::vector<int64_t> gradient;
   for (int64_t v : backward.topological_order()) {
-    const bool attention = backward.op(v).kind == OpKind::kAttention;
+    const bool attention = reads_recomputed_attention(backward.op(v));
     bool after = false;
     for (int64_t p : backward.predecessors(v))
       after = after || after_attention[static_cast<size_t>(p)];
@@ -112,7 +132,7 @@ LayerDags with_recompute(LayerDags dags, RecomputeGranularity granularity) {
   for (int64_t v = 0; v < old.size(); ++v) {
     const std::vector<int64_t> preds = old.predecessors(v);
     for (int64_t p : preds) backward.add_edge(offset + p, offset + v);
-    const bool waits = full ? preds.empty() : old.op(v).kind == OpKind::kAttention;
+    const bool waits = full ? preds.empty() : reads_recomputed_attention(old.op(v));
     if (!waits) continue;
     for (int64_t s : sinks) backward.add_edge(s, offset + v);
   }

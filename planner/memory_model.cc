@@ -133,6 +133,20 @@ int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& pa
          layer_input_bytes(model, parallel);
 }
 
+int64_t cp_gathered_kv_bytes(const ModelSpec& model, const ParallelSpec& parallel) {
+  if (parallel.cp == 1 || parallel.cp_comm_type != CpCommType::kAllGather) return 0;
+  const int64_t kv_width = model.num_kv_heads / parallel.tp * model.head_dim;
+  return dtype_bytes(model.dtype) * parallel.micro_batch_size * parallel.seq_length * 2 * kv_width;
+}
+
+int64_t cp_forward_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel) {
+  return cp_gathered_kv_bytes(model, parallel);
+}
+
+int64_t cp_backward_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel) {
+  return 2 * cp_gathered_kv_bytes(model, parallel);
+}
+
 int64_t stage_layer_count(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,
                           int64_t stage) {
   if (!parallel.uneven_stages()) return model.num_layers / parallel.pp;

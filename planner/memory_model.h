@@ -27,6 +27,18 @@
 // For GPT (q = kv = h, f = 4h, GELU, dropout) and SP this is Korthikanti's 34·s·b·h / t.
 // The peak over time, both strands together, comes from the pipeline simulator.
 //
+// All-gather CP (cp_comm_type allgather; TransformerEngine's AttnFuncWithCPAndKVAllGather)
+// keeps only the local K, V (counted above) but holds the whole sequence's K and V of the
+// layer while its attention runs, G = dt·b·S·2·kv/t bytes (S the whole sequence); its
+// backward gathers them again and accumulates dK, dV of the whole sequence (zeros of the
+// gathered shape) before their reduce-scatter: 2G in flight. The simulator adds G to what a
+// forward holds on top of the kept bytes and 2G to what a backward holds
+// (cp_forward_transient_bytes, cp_backward_transient_bytes); an SI block, whose two strands
+// may run their attentions at once, holds both, 3G.
+// Llama-3-70B (8 KV heads), tp 8, cp 4, 32k, b = 1, bf16: G = 2·32,768·2·128·2 bytes =
+// 33,554,432 / 2 = 16,777,216 bytes (16 MiB; the all-gather's size in the cost model),
+// 32 MiB during the backward.
+//
 // Activation recompute (Megatron's --recompute-granularity, Korthikanti et al. 2022
 // section 4 and Table 2; docs/pipeline.md):
 //   full, uniform, n layers per group: a chunk of k layers keeps only the input of each of
@@ -97,6 +109,20 @@ int64_t chunk_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
 /// full recompute).
 int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel,
                                   int64_t layers, const MemoryOptions& options = {});
+
+/// Under cp_comm_type allgather with cp > 1, the whole sequence's K and V of one layer and
+/// micro-batch on one GPU (the all-gather's output): micro_batch·seq_length·2·kv/tp·dt; 0
+/// under the other CP types and without CP.
+int64_t cp_gathered_kv_bytes(const ModelSpec& model, const ParallelSpec& parallel);
+
+/// Bytes a layer's forward holds in flight for its CP communication on top of the kept ones:
+/// under allgather the gathered K and V, cp_gathered_kv_bytes; 0 otherwise.
+int64_t cp_forward_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel);
+
+/// Bytes a layer's backward holds in flight for its CP communication on top of the kept
+/// ones: under allgather the re-gathered K, V and the whole sequence's dK, dV before their
+/// reduce-scatter, 2 x cp_gathered_kv_bytes (the file comment); 0 otherwise.
+int64_t cp_backward_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel);
 
 /// Layers of `stage` in the folded (W) or unfolded (1F1B) layout, uneven stages included.
 int64_t stage_layer_count(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,

@@ -204,6 +204,7 @@ class ActivationTracker {
         up_bytes_(kept_bytes(costs, ChunkSide::kUp, costs.up_chunk_activation_bytes)),
         layer_bytes_(costs.activation_bytes_per_layer),
         transient_bytes_(costs.backward_transient_bytes),
+        forward_transient_bytes_(costs.forward_transient_bytes),
         head_loss_bytes_(costs.head_loss_transient_bytes),
         whole_forward_(costs.si_block_holds_whole_forward) {
     for (size_t i = 0; i < costs.model_chunk_layers.size(); ++i) {
@@ -219,7 +220,9 @@ class ActivationTracker {
     switch (task.kind) {
       case TaskKind::kForward:
         live_ += bytes(task.forward_chunk, task.forward_model_chunk);
-        record(stage, entry.start_us, live_);
+        // All-gather CP's gathered K/V ride on top while the forward runs.
+        record(stage, entry.start_us, live_ + forward_transient_bytes_);
+        if (forward_transient_bytes_ > 0) record(stage, entry.end_us, live_);
         break;
       case TaskKind::kBackward:
         // A split backward keeps the chunk's activations until its weight gradient (the
@@ -236,7 +239,7 @@ class ActivationTracker {
         const int64_t after = live_ + bytes(task.forward_chunk) - bytes(task.backward_chunk);
         const int64_t peak = whole_forward_ ? live_ + bytes(task.forward_chunk)
                                             : std::max(live_, after) + layer_bytes_;
-        record(stage, entry.start_us, peak + transient_bytes_);
+        record(stage, entry.start_us, peak + transient_bytes_ + forward_transient_bytes_);
         live_ = after;
         record(stage, entry.end_us, live_);
         break;
@@ -270,6 +273,7 @@ class ActivationTracker {
   int64_t up_bytes_;
   int64_t layer_bytes_;
   int64_t transient_bytes_;
+  int64_t forward_transient_bytes_;
   int64_t head_loss_bytes_;
   bool whole_forward_;
   std::vector<int64_t> model_chunk_bytes_;  ///< interleaved chunks of differing layers

@@ -105,8 +105,11 @@ struct StageCosts {
   int64_t chunk_activation_bytes = -1;
   int64_t up_chunk_activation_bytes = -1;
   /// Live on top of the kept bytes while a backward (or an SI block) runs: one recompute
-  /// group's activations.
+  /// group's activations, all-gather CP's whole-sequence K/V and dK/dV.
   int64_t backward_transient_bytes = 0;
+  /// Live on top of the kept bytes while a forward (or an SI block, besides the backward's)
+  /// runs: all-gather CP's whole-sequence K/V (memory_model.h).
+  int64_t forward_transient_bytes = 0;
   /// An SI block holds its forward's whole chunk on top of what it started with (DualPipeV's
   /// count, PP+1 chunks), instead of DHelix's one extra layer of a layer-by-layer pairing.
   bool si_block_holds_whole_forward = false;

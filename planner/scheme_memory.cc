@@ -46,6 +46,11 @@ void set_chunk_memory(const ModelSpec& model, const ParallelSpec& parallel, int6
     costs.backward_transient_bytes =
         recompute_transient_bytes(model, parallel, std::max(layers, up_layers), options);
   }
+  // All-gather CP's K/V (and in the backward dK/dV) of the whole sequence, in flight during
+  // one layer's forward or backward (memory_model.h); the backward's after its recomputed
+  // forward, whose gathered K/V are freed by then.
+  costs.forward_transient_bytes = cp_forward_transient_bytes(model, parallel);
+  costs.backward_transient_bytes += cp_backward_transient_bytes(model, parallel);
 }
 
 void set_model_chunk_memory(const ModelSpec& model, const ParallelSpec& parallel,

@@ -24,6 +24,18 @@ CommWarmupSizes comm_warmup_sizes(const JobSpec& job, int64_t rank) {
   // The backward ring's middle messages carry a K/V block and a dK/dV partial
   // (runtime/model/layer_ops_cp.h, cp_message): two blocks of 2 T kv_width.
   sizes.cp = 2 * (2 * d.tokens * d.kv_width);
+  // All-gather CP (runtime/model/layer_ops_kv_allgather.h): every rank's K/V block; Ulysses
+  // (layer_ops_ulysses.h): its largest all-to-all, the fused QKV rows.
+  if (job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kAllGather) {
+    sizes.cp_role = CommRole::kCollectives;
+    sizes.cp = job.parallel.cp * 2 * d.tokens * d.kv_width;
+  } else if (job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2a) {
+    sizes.cp_role = CommRole::kAllToAll;
+    sizes.cp = d.tokens * d.qkv_width;
+  } else if (job.parallel.cp > 1 && job.parallel.cp_comm_type == CpCommType::kA2aP2p) {
+    // The ring over the sub-groups moves A·T tokens of kv_width / A: the same blocks.
+    sizes.cp_a2a = d.tokens * d.qkv_width;
+  }
   if (job.model.is_moe()) {
     const MoeSpec& moe = *job.model.moe;
     const int64_t capacity =

@@ -28,16 +28,31 @@
 
 namespace dhelix::cuda {
 
+/// What a communicator runs in an iteration.
+enum class CommRole {
+  kCollectives,  ///< all-gather, reduce-scatter and all-reduce (TP, DP, gradient groups,
+                 ///< all-gather CP)
+  kRing,         ///< the CP ring's step (a grouped send and receive)
+  kAllToAll,     ///< the EP dispatch and combine, Ulysses' all-to-alls
+  kSend,         ///< a pipeline channel's sending end
+  kRecv,         ///< a pipeline channel's receiving end
+};
+
 /// The largest buffer, in elements, an iteration moves on each kind of communicator (the
 /// full buffer: an all-gather's output, a reduce-scatter's input); 0 warms one element only.
 struct CommWarmupSizes {
   int64_t tp = 0;         ///< bf16: sequence-parallel activations T x h, or the expert-TP
                           ///< blocks etp x E C h when larger
   int64_t cp = 0;         ///< bf16: the CP ring's largest message, K and V blocks and dK, dV
+  int64_t cp_a2a = 0;     ///< bf16: a2a+p2p's all-to-all sub-groups: the fused QKV rows
   int64_t ep = 0;         ///< bf16: the all-to-all's blocks of every member (E x C x h)
   int64_t dp = 0;         ///< fp32: the largest dense gradient bucket (DP, DP x CP)
   int64_t expert_dp = 0;  ///< fp32: the largest expert gradient bucket (expert-data-parallel)
   int64_t channel = 0;    ///< bf16: a pipeline message, the residual stream of a micro-batch
+  /// What the CP communicators run: the ring's steps (p2p), all-gathers and
+  /// reduce-scatters (allgather: cp is then the gathered buffer, cp x 2 T kv_width) or
+  /// all-to-alls (a2a: cp is then the fused QKV rows, T x qkv_width).
+  CommRole cp_role = CommRole::kRing;
   auto operator<=>(const CommWarmupSizes&) const = default;
 };
 
@@ -50,15 +65,6 @@ CommWarmupSizes comm_warmup_sizes(const JobSpec& job, int64_t rank);
 /// a bucket may exceed --ddp-bucket-size by its last parameter). The members of a gradient
 /// group hold the same stage, hence the same buckets.
 void size_gradient_warmups(CommWarmupSizes& sizes, const std::vector<rt::ReductionBucket>& buckets);
-
-/// What a communicator runs in an iteration.
-enum class CommRole {
-  kCollectives,  ///< all-gather, reduce-scatter and all-reduce (TP, DP, gradient groups)
-  kRing,         ///< the CP ring's step (a grouped send and receive)
-  kAllToAll,     ///< the EP dispatch and combine
-  kSend,         ///< a pipeline channel's sending end
-  kRecv,         ///< a pipeline channel's receiving end
-};
 
 /// One warm-up operation: for kCollectives `op` says which collective; `count` is what the
 /// DeviceCommunicator call takes (per member for all-gather, reduce-scatter and the

@@ -244,6 +244,14 @@ void CudaBackend::merge_qkv(const Exec& exec, int64_t rows, int64_t q_width, int
   }
 }
 
+void CudaBackend::copy_strided(const Exec& exec, int64_t rows, int64_t width, const Act* src,
+                               int64_t src_pitch, Act* dst, int64_t dst_pitch) {
+  if (rows == 0 || width == 0) return;
+  DHELIX_CUDA(cudaMemcpy2DAsync(dst, as_size(dst_pitch) * sizeof(Act), src,
+                                as_size(src_pitch) * sizeof(Act), as_size(width) * sizeof(Act),
+                                as_size(rows), cudaMemcpyDeviceToDevice, exec.stream));
+}
+
 void CudaBackend::add_tensors(const Exec& exec, int64_t count, const Act* a, const Act* b,
                               Act* out) {
   cuda::add_tensors(count, a, b, out, exec.stream);

@@ -167,6 +167,10 @@ struct CudaBackend {
   static void merge_qkv(const Exec& exec, int64_t rows, int64_t q_width, int64_t kv_width,
                         const Act* q, const Act* k, const Act* v, Act* qkv);
   static void add_tensors(const Exec& exec, int64_t count, const Act* a, const Act* b, Act* out);
+  /// `rows` rows of `width` elements, pitches in elements: one cudaMemcpy2DAsync (the
+  /// all-to-alls' packing, runtime/model/layer_ops_ulysses.h).
+  static void copy_strided(const Exec& exec, int64_t rows, int64_t width, const Act* src,
+                           int64_t src_pitch, Act* dst, int64_t dst_pitch);
 
   // Context parallelism's ring attention (runtime/model/layer_ops_cp.h, the
   // RingAttentionBackend concept): runtime/cuda/ring_attention_cuda.h, CpuBackend's

@@ -17,7 +17,10 @@ namespace dhelix::cuda {
 namespace {
 
 std::string slot_name(const CollectiveSlot& slot) {
-  return fmt::format("{} ({})", parallel_dim_name(slot.dim), device_stream_name(slot.stream));
+  const std::string group = !slot.cp_level ? parallel_dim_name(slot.dim)
+                            : *slot.cp_level == Placement::CpLevel::kA2a ? "cp a2a"
+                                                                         : "cp ring";
+  return fmt::format("{} ({})", group, device_stream_name(slot.stream));
 }
 
 // A membership whose id travels over `group` (an MPI communicator held until creation).
@@ -70,7 +73,16 @@ DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
   if (parallel.cp > 1) {
     // The ring's steps run on whichever stream the plan gives them (the sequential
     // program: compute); dense gradients are summed over DP x CP (process_groups.h).
-    for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kCp, stream});
+    // a2a+p2p runs its all-to-alls and its ring over CP sub-groups, each level's own.
+    if (parallel.cp_comm_type == CpCommType::kA2aP2p) {
+      for (Placement::CpLevel level : {Placement::CpLevel::kA2a, Placement::CpLevel::kRing}) {
+        for (DeviceStream stream : kStreams) {
+          setup.collectives.push_back({ParallelDim::kCp, stream, level});
+        }
+      }
+    } else {
+      for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kCp, stream});
+    }
     setup.gradient_group = true;
   } else if (parallel.dp > 1) {
     setup.collectives.push_back({ParallelDim::kDp, DeviceStream::kCompute});
@@ -110,8 +122,9 @@ std::unique_ptr<DeviceCommDirectory> DeviceCommDirectory::over_mpi(
   ChannelAgreement agreement(programs, world_rank, setup.num_layers);
   DeviceCommPlan plan;
   for (const CollectiveSlot& slot : setup.collectives) {
-    auto* mpi =
-        dynamic_cast<rt::MpiCommunicator*>(&groups.group(slot.dim, comm_slot_of(slot.stream)));
+    auto* mpi = dynamic_cast<rt::MpiCommunicator*>(
+        slot.cp_level ? &groups.cp_level(*slot.cp_level, comm_slot_of(slot.stream))
+                      : &groups.group(slot.dim, comm_slot_of(slot.stream)));
     DHELIX_CHECK_MSG(mpi != nullptr, "ProcessGroups holds MPI communicators");
     plan.collectives.push_back(over_mpi_group(mpi->handle(), slot_name(slot)));
   }
@@ -175,7 +188,12 @@ void DeviceCommDirectory::create(DeviceCommPlan& plan) {
   };
   for (size_t i = 0; i < setup_.collectives.size(); ++i) {
     const CollectiveSlot& slot = setup_.collectives[i];
-    groups_[{slot.dim, slot.stream}] = join(plan.collectives[i], runtime_max_ctas(slot.dim));
+    DeviceCommunicator* comm = join(plan.collectives[i], runtime_max_ctas(slot.dim));
+    if (slot.cp_level) {
+      cp_levels_[{*slot.cp_level, slot.stream}] = comm;
+    } else {
+      groups_[{slot.dim, slot.stream}] = comm;
+    }
   }
   if (plan.gradient) gradient_ = join(*plan.gradient, 0);
   if (plan.expert_gradient) expert_gradient_ = join(*plan.expert_gradient, 0);
@@ -204,11 +222,18 @@ std::vector<WarmupOp> DeviceCommDirectory::warmup_of(const DeviceCommunicator* c
     return std::nullopt;
   };
   const int64_t members = comm->size();
+  for (const auto& [key, member] : cp_levels_) {  // a2a+p2p: the all-to-alls', the ring's
+    if (member != comm) continue;
+    return key.first == Placement::CpLevel::kA2a
+               ? comm_warmup_ops(CommRole::kAllToAll, sizes.cp_a2a, DeviceDtype::kBFloat16, members)
+               : comm_warmup_ops(CommRole::kRing, sizes.cp, DeviceDtype::kBFloat16, members);
+  }
   if (is(to_)) return comm_warmup_ops(CommRole::kSend, sizes.channel, DeviceDtype::kBFloat16, 2);
   if (is(from_)) return comm_warmup_ops(CommRole::kRecv, sizes.channel, DeviceDtype::kBFloat16, 2);
   const std::optional<ParallelDim> dim = group_of();
   if (dim == ParallelDim::kCp) {
-    return comm_warmup_ops(CommRole::kRing, sizes.cp, DeviceDtype::kBFloat16, members);
+    // The ring's grouped send/recvs, all-gather CP's collectives or Ulysses' all-to-alls.
+    return comm_warmup_ops(sizes.cp_role, sizes.cp, DeviceDtype::kBFloat16, members);
   }
   if (dim == ParallelDim::kEp) {
     return comm_warmup_ops(CommRole::kAllToAll, sizes.ep, DeviceDtype::kBFloat16, members);
@@ -304,6 +329,18 @@ DeviceCommunicator& DeviceCommDirectory::group(ParallelDim dim, DeviceStream str
                 fmt::format("no NCCL communicator for group {} on the {} stream (the device "
                             "setup created none)",
                             parallel_dim_name(dim), device_stream_name(stream)));
+  }
+  return *it->second;
+}
+
+DeviceCommunicator& DeviceCommDirectory::cp_level(Placement::CpLevel level, DeviceStream stream) {
+  const auto it = cp_levels_.find({level, stream});
+  if (it == cp_levels_.end()) {
+    throw Error(ErrorCode::kInternal,
+                fmt::format("no NCCL communicator for the CP {} sub-group on the {} stream (the "
+                            "device setup created none)",
+                            level == Placement::CpLevel::kA2a ? "a2a" : "ring",
+                            device_stream_name(stream)));
   }
   return *it->second;
 }

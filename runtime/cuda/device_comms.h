@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "lib/parallel_spec.h"
+#include "lib/placement.h"
 #include "lib/plan/rank_program.h"
 #include "runtime/comm/process_groups.h"
 #include "runtime/cuda/comm_warmup.h"
@@ -63,8 +64,14 @@ class ChannelAgreement;
 
 /// A process group's collectives as run by one stream: one NCCL communicator.
 struct CollectiveSlot {
+  CollectiveSlot() = default;
+  CollectiveSlot(ParallelDim d, DeviceStream s,
+                 std::optional<Placement::CpLevel> level = std::nullopt)
+      : dim(d), stream(s), cp_level(level) {}
   ParallelDim dim = ParallelDim::kTp;
   DeviceStream stream = DeviceStream::kCompute;
+  /// a2a+p2p: the CP sub-group (rt::ProcessGroups::cp_level) instead of the whole CP group.
+  std::optional<Placement::CpLevel> cp_level;
 };
 
 /// What to create; must be the same on every rank.
@@ -176,6 +183,11 @@ class DeviceCommDirectory {
   /// The communicator of dimension `dim` for `stream`; Error(kInternal) when the setup did
   /// not create it.
   DeviceCommunicator& group(ParallelDim dim, DeviceStream stream);
+  /// a2a+p2p: the CP sub-group's communicator for `stream` (the all-to-alls' or the ring's);
+  /// Error(kInternal) when the setup did not create it.
+  DeviceCommunicator& cp_level(Placement::CpLevel level, DeviceStream stream);
+  /// Whether the setup split CP into a2a+p2p's sub-groups.
+  bool has_cp_levels() const { return !cp_levels_.empty(); }
   /// The DP x CP gradient group (setup.gradient_group); Error(kInternal) without one.
   DeviceCommunicator& gradient_group();
   /// The expert-data-parallel group (setup.expert_gradient_group); Error(kInternal) without.
@@ -213,6 +225,7 @@ class DeviceCommDirectory {
   std::map<ExecutionMode, ReceiveOrders> receive_orders_;
   std::vector<std::unique_ptr<DeviceCommunicator>> created_;  // creation order = destroy order
   std::map<std::pair<ParallelDim, DeviceStream>, DeviceCommunicator*> groups_;
+  std::map<std::pair<Placement::CpLevel, DeviceStream>, DeviceCommunicator*> cp_levels_;
   DeviceCommunicator* gradient_ = nullptr;
   DeviceCommunicator* expert_gradient_ = nullptr;
   std::map<int64_t, DeviceCommunicator*> to_;

@@ -113,6 +113,16 @@ class DeviceExecution {
           switch (instruction.kind) {
             case InstructionKind::kCollective:
               if (!instruction.group) return nullptr;
+              // a2a+p2p: the all-to-alls and the ring over their CP sub-groups, as the
+              // CPU interpreter's communicator_for.
+              if (*instruction.group == ParallelDim::kCp && comms_.has_cp_levels() &&
+                  (instruction.collective == OpKind::kAllToAll ||
+                   instruction.collective == OpKind::kSendRecv)) {
+                return &comms_.cp_level(instruction.collective == OpKind::kAllToAll
+                                            ? Placement::CpLevel::kA2a
+                                            : Placement::CpLevel::kRing,
+                                        stream_of_op[index]);
+              }
               return &comms_.group(*instruction.group, stream_of_op[index]);
             case InstructionKind::kSend:
               return &comms_.channel_to(instruction.peer);

@@ -115,6 +115,14 @@ struct CpuBackend {
   static void add_tensors(const Exec&, int64_t count, const float* a, const float* b, float* out) {
     cpu::add_tensors(count, a, b, out);
   }
+  /// `rows` rows of `width` elements from src (row pitch src_pitch elements) to dst (pitch
+  /// dst_pitch): the all-to-alls' packing (layer_ops_ulysses.h).
+  static void copy_strided(const Exec&, int64_t rows, int64_t width, const float* src,
+                           int64_t src_pitch, float* dst, int64_t dst_pitch) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(src + r * src_pitch, src + r * src_pitch + width, dst + r * dst_pitch);
+    }
+  }
   static void embedding_forward(const Exec&, int64_t positions, int64_t dim, const int64_t* tokens,
                                 const float* table, int64_t vocab_begin, int64_t vocab_local,
                                 float* out) {

@@ -123,9 +123,11 @@ inline int64_t cp_message(const Dims& d, int64_t i) {
 /// Which of a CP layer state's buffers to make, and their spans
 /// (runtime/memory/buffer_spans.h): the forward ring's (kv, the online state) and the
 /// backward's (messages, shares, dq, delta). The own block kv[0] is not made when
-/// !own_block (selective recompute shares the forward's).
+/// !own_block (selective recompute shares the forward's), no block when !blocks (all-gather
+/// CP, layer_ops_kv_allgather.h, which uses the online state only).
 struct CpStateParts {
   bool forward = true;
+  bool blocks = true;
   bool own_block = true;
   SpanKind own_block_span = SpanKind::kLayerSaved;
   SpanKind forward_span = SpanKind::kAttentionForward;
@@ -142,7 +144,7 @@ std::unique_ptr<CpLayerState<B>> make_cp_state(Allocator& allocate, const Dims& 
   if (parts.forward) {
     s->kv.assign(static_cast<size_t>(d.cp), nullptr);
     for (int64_t i = 0; i < d.cp; ++i) {
-      if (i == 0 && !parts.own_block) continue;
+      if (!parts.blocks || (i == 0 && !parts.own_block)) continue;
       s->kv[static_cast<size_t>(i)] =
           allocate.template allocate<A>(i == 0 ? parts.own_block_span : parts.forward_span,
                                         fmt::format("cp.kv{}", i), cp_block(d));

@@ -3,9 +3,15 @@
 // lib/dag_builder_cp_a2a.cc): the plan's all-to-all ops bound to the CP group's
 // all_to_all_v and to the cp = 1 attention kernels over the whole sequence on heads/cp.
 //
-// Failure rules: the CPU backend only (its buffers are host memory: the packing below
-// indexes them directly); StageModel refuses Ulysses on another backend, and with
-// activation recompute, before anything runs (check_supported).
+// Failure rules: a2a runs on every backend with B::copy_strided (the packing below is
+// strided copies: loops on the CPU, cudaMemcpy2DAsync on CUDA, host-tested on the recording
+// device, tests/device/simulated_cp_a2a_run_test.cc) and the cp = 1 attention; a2a+p2p on
+// every backend with the ring's kernels as well (tests/device/
+// simulated_cp_hierarchical_run_test.cc); StageModel refuses CP on the others before
+// anything runs (its constructor). With activation recompute
+// the plan repeats the all-to-alls (bwd.recompute.qkv_a2a, .flash_attn, .out_a2a:
+// lib/dag_builder_recompute.cc); bind gives them the recompute state, whose q, k, v, blocks and
+// head-split output are its own (stage_model_state.h's recompute_state).
 //
 // Each CP rank holds chunks r and 2·cp − 1 − r of every sequence (c = seq_shard / 2 tokens
 // each, runtime/train/context_split.h), so its T = batch · 2c local tokens are
@@ -32,13 +38,10 @@
 // a co-executed run is the same bits as the sequential one; against the ring the softmax
 // folds differ (docs/kernels.md's tolerance).
 
-#include <algorithm>
-#include <memory>
+#include <functional>
 #include <string>
-#include <type_traits>
 #include <vector>
 
-#include "runtime/model/cpu_backend.h"
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/stage_model_internal.h"
 
@@ -88,24 +91,34 @@ struct Columns {
   int64_t stride = 0, offset = 0, width = 0;
 };
 
+// One tensor's column range in a packing: the tensor (a [rows, stride] row-major buffer)
+// and its columns.
+template <class B>
+using Packed = std::vector<std::pair<const typename B::Act*, Columns>>;
+
 // Copies the rows of `from` for `member`'s tokens into `to`: to_local = true takes rows of
 // a [b, S, ...] tensor at the member's global positions into a [b, 2c, ...] block; false
 // puts a block back at those positions. One Columns per tensor (q | k | v packed side by
-// side in the block).
-inline void move_member_rows(const Dims& d, const A2aLayout& layout, int64_t member, bool to_local,
-                             const std::vector<std::pair<const float*, Columns>>& sources,
-                             float* block, int64_t block_width) {
+// side in the block). A member's chunk of c tokens is contiguous in both, so each (sequence,
+// chunk, tensor) is one strided copy of c rows (B::copy_strided: a loop on the CPU, one
+// cudaMemcpy2DAsync on CUDA).
+template <class B>
+void move_member_rows(const typename B::Exec& e, const Dims& d, const A2aLayout& layout,
+                      int64_t member, bool to_local, const Packed<B>& sources,
+                      typename B::Act* block, int64_t block_width) {
+  using A = typename B::Act;
+  const int64_t c = d.seq_shard / 2;
   for (int64_t b = 0; b < d.micro_batch; ++b) {
-    for (int64_t p = 0; p < d.seq_shard; ++p) {
+    for (int64_t p = 0; p < d.seq_shard; p += c) {
       const int64_t global = b * layout.seq + layout.position(d, member, p);
-      float* row = block + (b * d.seq_shard + p) * block_width;
+      A* rows = block + (b * d.seq_shard + p) * block_width;
       int64_t at = 0;
       for (const auto& [tensor, cols] : sources) {
-        auto* t = const_cast<float*>(tensor) + global * cols.stride + cols.offset;
+        A* t = const_cast<A*>(tensor) + global * cols.stride + cols.offset;
         if (to_local) {
-          std::copy(t, t + cols.width, row + at);
+          B::copy_strided(e, c, cols.width, t, cols.stride, rows + at, block_width);
         } else {
-          std::copy(row + at, row + at + cols.width, t);
+          B::copy_strided(e, c, cols.width, rows + at, block_width, t, cols.stride);
         }
         at += cols.width;
       }
@@ -115,137 +128,137 @@ inline void move_member_rows(const Dims& d, const A2aLayout& layout, int64_t mem
 
 // Splits (to_blocks) or joins this rank's [T, ...] tensors by head group: block j holds
 // group j (width / cp columns from offset + j·width/cp) of every column range, side by
-// side, for all T local tokens.
-inline void move_head_groups(const Dims& d, int64_t groups, bool to_blocks,
-                             const std::vector<std::pair<const float*, Columns>>& tensors,
-                             float* blocks) {
+// side, for all T local tokens: one strided copy of T rows per (group, tensor).
+template <class B>
+void move_head_groups(const typename B::Exec& e, const Dims& d, int64_t groups, bool to_blocks,
+                      const Packed<B>& tensors, typename B::Act* blocks) {
+  using A = typename B::Act;
   int64_t block_width = 0;
   for (const auto& [tensor, cols] : tensors) block_width += cols.width / groups;
   for (int64_t j = 0; j < groups; ++j) {
-    float* block = blocks + j * d.tokens * block_width;
-    for (int64_t t = 0; t < d.tokens; ++t) {
-      int64_t at = 0;
-      for (const auto& [tensor, cols] : tensors) {
-        const int64_t group = cols.width / groups;
-        auto* row = const_cast<float*>(tensor) + t * cols.stride + cols.offset + j * group;
-        float* dst = block + t * block_width + at;
-        if (to_blocks) {
-          std::copy(row, row + group, dst);
-        } else {
-          std::copy(dst, dst + group, row);
-        }
-        at += group;
+    A* block = blocks + j * d.tokens * block_width;
+    int64_t at = 0;
+    for (const auto& [tensor, cols] : tensors) {
+      const int64_t group = cols.width / groups;
+      A* columns = const_cast<A*>(tensor) + cols.offset + j * group;
+      if (to_blocks) {
+        B::copy_strided(e, d.tokens, group, columns, cols.stride, block + at, block_width);
+      } else {
+        B::copy_strided(e, d.tokens, group, block + at, block_width, columns, cols.stride);
       }
+      at += group;
     }
   }
 }
 
+/// The counts of one all-to-all of equal blocks: 2·members int64 the collective reads
+/// (send: `block` each) and writes (receive), made by the model outside the activation arena
+/// when the op is bound (device memory on CUDA, whose all-to-all takes device counts).
+using AllToAllCounts = std::function<int64_t*(int64_t members, int64_t block)>;
+
 template <class B>
-BasicBoundOp<B> ulysses_all_to_all(const Dims& d, int64_t members, const float* send, float* recv,
+BasicBoundOp<B> ulysses_all_to_all(const Dims& d, int64_t members, const AllToAllCounts& counts,
+                                   const typename B::Act* send, typename B::Act* recv,
                                    int64_t width, typename BasicBoundOp<B>::Task before,
                                    typename BasicBoundOp<B>::Task after) {
-  // Fixed counts: T·width/members elements to and from every member. The counts live as
-  // long as the bound op (the tasks hold them).
-  auto counts = std::make_shared<std::vector<int64_t>>(2 * members, d.tokens * width / members);
+  // Fixed counts: T·width/members elements to and from every member.
+  int64_t* c = counts(members, d.tokens * width / members);
   CollectiveRequest request = collective(CollectiveKind::kAllToAllV, send, recv, d.tokens * width);
-  request.send_counts = counts->data();
-  request.recv_counts = counts->data() + members;
+  request.send_counts = c;
+  request.recv_counts = c + members;
   BasicBoundOp<B> op = communication<B>(request);
-  op.before_collective = [before, counts](const typename B::Exec& e) { before(e); };
+  op.before_collective = std::move(before);
   op.after_collective = std::move(after);
   return op;
 }
 
 template <class B>
-std::optional<BasicBoundOp<B>> bind_ulysses_op(const std::string& op, const LayerOpContext<B>& c) {
-  if constexpr (!std::is_same_v<B, CpuBackend>) {
-    return std::nullopt;  // check_supported refused it
-  } else {
-    using Exec = typename B::Exec;
-    const Dims d = c.dims;
-    LayerState<B>& s = c.state;
-    const int64_t q = d.q_width, kv = d.kv_width, qg = q / d.cp, kg = kv / d.cp;
-    const int64_t qkv_group = d.qkv_width / d.cp;
-    const A2aLayout layout = ulysses_layout(d);
-    // The fused [q | k | v] rows of qkv and d_qkv as three column ranges.
-    const int64_t w = d.qkv_width;
-    const auto fused = [w, q, kv](const float* t) {
-      return std::vector<std::pair<const float*, Columns>>{
-          {t, {w, 0, q}}, {t, {w, q, kv}}, {t, {w, q + kv, kv}}};
-    };
-    if (op == "fwd.qkv_a2a") {
-      return ulysses_all_to_all<B>(
-          d, d.cp, s.a2a_send, s.a2a_recv, w,
-          [d, &s, fused](const Exec&) {
-            move_head_groups(d, d.cp, true, fused(s.qkv), s.a2a_send);
-          },
-          [d, &s, qg, kg, qkv_group, layout](const Exec&) {
-            for (int64_t j = 0; j < d.cp; ++j) {
-              move_member_rows(d, layout, j, false,
-                               {{s.q, {qg, 0, qg}}, {s.k, {kg, 0, kg}}, {s.v, {kg, 0, kg}}},
-                               s.a2a_recv + j * d.tokens * qkv_group, qkv_group);
-            }
-          });
-    }
-    if (op == "fwd.flash_attn") {
-      return computation<B>([d, &s, rope = &c.rope](const Exec& e) {
-        const kernels::AttentionShape shape = ulysses_attention_shape(d);
-        B::rope_forward(e, *rope, d.micro_batch, shape.seq, shape.heads, 0, s.q);
-        B::rope_forward(e, *rope, d.micro_batch, shape.seq, shape.kv_heads, 0, s.k);
-        B::attention_forward(e, shape, s.q, s.k, s.v, s.attn_out_heads, s.lse);
-      });
-    }
-    if (op == "fwd.out_a2a") {
-      return ulysses_all_to_all<B>(
-          d, d.cp, s.a2a_send, s.a2a_recv, q,
-          [d, &s, qg, layout](const Exec&) {
-            for (int64_t j = 0; j < d.cp; ++j) {
-              move_member_rows(d, layout, j, true, {{s.attn_out_heads, {qg, 0, qg}}},
-                               s.a2a_send + j * d.tokens * qg, qg);
-            }
-          },
-          [d, &s, q](const Exec&) {
-            move_head_groups(d, d.cp, false, {{s.attn_out, {q, 0, q}}}, s.a2a_recv);
-          });
-    }
-    if (op == "bwd.dout_a2a") {
-      return ulysses_all_to_all<B>(
-          d, d.cp, s.a2a_send_bwd, s.a2a_recv_bwd, q,
-          [d, &s, q](const Exec&) {
-            move_head_groups(d, d.cp, true, {{s.d_attn_out, {q, 0, q}}}, s.a2a_send_bwd);
-          },
-          [d, &s, qg, layout](const Exec&) {
-            for (int64_t j = 0; j < d.cp; ++j) {
-              move_member_rows(d, layout, j, false, {{s.d_out_heads, {qg, 0, qg}}},
-                               s.a2a_recv_bwd + j * d.tokens * qg, qg);
-            }
-          });
-    }
-    if (op == "bwd.flash_attn") {
-      return computation<B>([d, &s, rope = &c.rope](const Exec& e) {
-        const kernels::AttentionShape shape = ulysses_attention_shape(d);
-        B::attention_backward(e, shape, s.q, s.k, s.v, s.attn_out_heads, s.lse, s.d_out_heads, s.dq,
-                              s.dk, s.dv, s.attn_delta);
-        B::rope_backward(e, *rope, d.micro_batch, shape.seq, shape.heads, 0, s.dq);
-        B::rope_backward(e, *rope, d.micro_batch, shape.seq, shape.kv_heads, 0, s.dk);
-      });
-    }
-    if (op == "bwd.dqkv_a2a") {
-      return ulysses_all_to_all<B>(
-          d, d.cp, s.a2a_send_bwd, s.a2a_recv_bwd, d.qkv_width,
-          [d, &s, qg, kg, qkv_group, layout](const Exec&) {
-            for (int64_t j = 0; j < d.cp; ++j) {
-              move_member_rows(d, layout, j, true,
-                               {{s.dq, {qg, 0, qg}}, {s.dk, {kg, 0, kg}}, {s.dv, {kg, 0, kg}}},
-                               s.a2a_send_bwd + j * d.tokens * qkv_group, qkv_group);
-            }
-          },
-          [d, &s, fused](const Exec&) {
-            move_head_groups(d, d.cp, false, fused(s.d_qkv), s.a2a_recv_bwd);
-          });
-    }
-    return std::nullopt;
+std::optional<BasicBoundOp<B>> bind_ulysses_op(const std::string& op, const LayerOpContext<B>& c,
+                                               const AllToAllCounts& counts) {
+  using Exec = typename B::Exec;
+  using A = typename B::Act;
+  const Dims d = c.dims;
+  LayerState<B>& s = c.state;
+  const int64_t q = d.q_width, kv = d.kv_width, qg = q / d.cp, kg = kv / d.cp;
+  const int64_t qkv_group = d.qkv_width / d.cp;
+  const A2aLayout layout = ulysses_layout(d);
+  // The fused [q | k | v] rows of qkv and d_qkv as three column ranges.
+  const int64_t w = d.qkv_width;
+  const auto fused = [w, q, kv](const A* t) {
+    return Packed<B>{{t, {w, 0, q}}, {t, {w, q, kv}}, {t, {w, q + kv, kv}}};
+  };
+  if (op == "fwd.qkv_a2a") {
+    return ulysses_all_to_all<B>(
+        d, d.cp, counts, s.a2a_send, s.a2a_recv, w,
+        [d, &s, fused](const Exec& e) {
+          move_head_groups<B>(e, d, d.cp, true, fused(s.qkv), s.a2a_send);
+        },
+        [d, &s, qg, kg, qkv_group, layout](const Exec& e) {
+          for (int64_t j = 0; j < d.cp; ++j) {
+            move_member_rows<B>(e, d, layout, j, false,
+                                {{s.q, {qg, 0, qg}}, {s.k, {kg, 0, kg}}, {s.v, {kg, 0, kg}}},
+                                s.a2a_recv + j * d.tokens * qkv_group, qkv_group);
+          }
+        });
   }
+  if (op == "fwd.flash_attn") {
+    return computation<B>([d, &s, rope = &c.rope](const Exec& e) {
+      const kernels::AttentionShape shape = ulysses_attention_shape(d);
+      B::rope_forward(e, *rope, d.micro_batch, shape.seq, shape.heads, 0, s.q);
+      B::rope_forward(e, *rope, d.micro_batch, shape.seq, shape.kv_heads, 0, s.k);
+      B::attention_forward(e, shape, s.q, s.k, s.v, s.attn_out_heads, s.lse);
+    });
+  }
+  if (op == "fwd.out_a2a") {
+    return ulysses_all_to_all<B>(
+        d, d.cp, counts, s.a2a_send, s.a2a_recv, q,
+        [d, &s, qg, layout](const Exec& e) {
+          for (int64_t j = 0; j < d.cp; ++j) {
+            move_member_rows<B>(e, d, layout, j, true, {{s.attn_out_heads, {qg, 0, qg}}},
+                                s.a2a_send + j * d.tokens * qg, qg);
+          }
+        },
+        [d, &s, q](const Exec& e) {
+          move_head_groups<B>(e, d, d.cp, false, {{s.attn_out, {q, 0, q}}}, s.a2a_recv);
+        });
+  }
+  if (op == "bwd.dout_a2a") {
+    return ulysses_all_to_all<B>(
+        d, d.cp, counts, s.a2a_send_bwd, s.a2a_recv_bwd, q,
+        [d, &s, q](const Exec& e) {
+          move_head_groups<B>(e, d, d.cp, true, {{s.d_attn_out, {q, 0, q}}}, s.a2a_send_bwd);
+        },
+        [d, &s, qg, layout](const Exec& e) {
+          for (int64_t j = 0; j < d.cp; ++j) {
+            move_member_rows<B>(e, d, layout, j, false, {{s.d_out_heads, {qg, 0, qg}}},
+                                s.a2a_recv_bwd + j * d.tokens * qg, qg);
+          }
+        });
+  }
+  if (op == "bwd.flash_attn") {
+    return computation<B>([d, &s, rope = &c.rope](const Exec& e) {
+      const kernels::AttentionShape shape = ulysses_attention_shape(d);
+      B::attention_backward(e, shape, s.q, s.k, s.v, s.attn_out_heads, s.lse, s.d_out_heads, s.dq,
+                            s.dk, s.dv, s.attn_delta);
+      B::rope_backward(e, *rope, d.micro_batch, shape.seq, shape.heads, 0, s.dq);
+      B::rope_backward(e, *rope, d.micro_batch, shape.seq, shape.kv_heads, 0, s.dk);
+    });
+  }
+  if (op == "bwd.dqkv_a2a") {
+    return ulysses_all_to_all<B>(
+        d, d.cp, counts, s.a2a_send_bwd, s.a2a_recv_bwd, d.qkv_width,
+        [d, &s, qg, kg, qkv_group, layout](const Exec& e) {
+          for (int64_t j = 0; j < d.cp; ++j) {
+            move_member_rows<B>(e, d, layout, j, true,
+                                {{s.dq, {qg, 0, qg}}, {s.dk, {kg, 0, kg}}, {s.dv, {kg, 0, kg}}},
+                                s.a2a_send_bwd + j * d.tokens * qkv_group, qkv_group);
+          }
+        },
+        [d, &s, fused](const Exec& e) {
+          move_head_groups<B>(e, d, d.cp, false, fused(s.d_qkv), s.a2a_recv_bwd);
+        });
+  }
+  return std::nullopt;
 }
 
 /// a2a+p2p's own ops (the ring's are layer_ops_cp.h's, bound on the ring's view).
@@ -259,82 +272,78 @@ inline bool is_hierarchical_a2a_op(const std::string& op) {
 /// the ring (layer_ops_cp.h on the layer's view) writes the head-split output, dO's
 /// all-to-all feeds its backward, whose d_qkv (the view's, dqkv_heads) goes back.
 template <class B>
-std::optional<BasicBoundOp<B>> bind_hierarchical_a2a_op(const std::string& op,
-                                                        const LayerOpContext<B>& c, const Dims& rd,
-                                                        CpLayerState<B>& ring) {
-  if constexpr (!std::is_same_v<B, CpuBackend>) {
-    return std::nullopt;  // the constructor refused it
-  } else {
-    using Exec = typename B::Exec;
-    const Dims d = c.dims;
-    LayerState<B>& s = c.state;
-    const A2aLayout layout = hierarchical_layout(d);
-    const int64_t n = layout.members, q = d.q_width, kv = d.kv_width, w = d.qkv_width;
-    const int64_t qg = q / n, kg = kv / n, wg = w / n;
-    const auto fused = [w, q, kv](const float* t) {
-      return std::vector<std::pair<const float*, Columns>>{
-          {t, {w, 0, q}}, {t, {w, q, kv}}, {t, {w, q + kv, kv}}};
-    };
-    if (op == "fwd.qkv_a2a") {
-      return ulysses_all_to_all<B>(
-          d, n, s.a2a_send, s.a2a_recv, w,
-          [d, n, &s, fused](const Exec&) {
-            move_head_groups(d, n, true, fused(s.qkv), s.a2a_send);
-          },
-          [d, rd, n, &s, &ring, qg, kg, wg, layout, rope = &c.rope](const Exec& e) {
-            float* k = ring.kv[0];
-            float* v = k + rd.tokens * rd.kv_width;
-            for (int64_t j = 0; j < n; ++j) {
-              move_member_rows(d, layout, j, false,
-                               {{s.q, {qg, 0, qg}}, {k, {kg, 0, kg}}, {v, {kg, 0, kg}}},
-                               s.a2a_recv + j * d.tokens * wg, wg);
-            }
-            const int64_t chunk = rd.seq_shard / 2;
-            B::rope_forward_cp(e, *rope, rd.micro_batch, rd.cp, rd.cp_rank, chunk, rd.heads, s.q);
-            B::rope_forward_cp(e, *rope, rd.micro_batch, rd.cp, rd.cp_rank, chunk, rd.kv_heads, k);
-          });
-    }
-    if (op == "fwd.out_a2a") {
-      return ulysses_all_to_all<B>(
-          d, n, s.a2a_send, s.a2a_recv, q,
-          [d, n, &s, qg, layout](const Exec&) {
-            for (int64_t j = 0; j < n; ++j) {
-              move_member_rows(d, layout, j, true, {{s.attn_out_heads, {qg, 0, qg}}},
-                               s.a2a_send + j * d.tokens * qg, qg);
-            }
-          },
-          [d, n, &s, q](const Exec&) {
-            move_head_groups(d, n, false, {{s.attn_out, {q, 0, q}}}, s.a2a_recv);
-          });
-    }
-    if (op == "bwd.dout_a2a") {
-      return ulysses_all_to_all<B>(
-          d, n, s.a2a_send_bwd, s.a2a_recv_bwd, q,
-          [d, n, &s, q](const Exec&) {
-            move_head_groups(d, n, true, {{s.d_attn_out, {q, 0, q}}}, s.a2a_send_bwd);
-          },
-          [d, n, &s, qg, layout](const Exec&) {
-            for (int64_t j = 0; j < n; ++j) {
-              move_member_rows(d, layout, j, false, {{s.d_out_heads, {qg, 0, qg}}},
-                               s.a2a_recv_bwd + j * d.tokens * qg, qg);
-            }
-          });
-    }
-    if (op == "bwd.dqkv_a2a") {
-      return ulysses_all_to_all<B>(
-          d, n, s.a2a_send_bwd, s.a2a_recv_bwd, w,
-          [d, n, &s, wg, layout](const Exec&) {
-            for (int64_t j = 0; j < n; ++j) {
-              move_member_rows(d, layout, j, true, {{s.dqkv_heads, {wg, 0, wg}}},
-                               s.a2a_send_bwd + j * d.tokens * wg, wg);
-            }
-          },
-          [d, n, &s, fused](const Exec&) {
-            move_head_groups(d, n, false, fused(s.d_qkv), s.a2a_recv_bwd);
-          });
-    }
-    return std::nullopt;
+requires RingAttentionBackend<B> std::optional<BasicBoundOp<B>> bind_hierarchical_a2a_op(
+    const std::string& op, const LayerOpContext<B>& c, const Dims& rd, CpLayerState<B>& ring,
+    const AllToAllCounts& counts) {
+  using Exec = typename B::Exec;
+  using A = typename B::Act;
+  const Dims d = c.dims;
+  LayerState<B>& s = c.state;
+  const A2aLayout layout = hierarchical_layout(d);
+  const int64_t n = layout.members, q = d.q_width, kv = d.kv_width, w = d.qkv_width;
+  const int64_t qg = q / n, kg = kv / n, wg = w / n;
+  const auto fused = [w, q, kv](const A* t) {
+    return Packed<B>{{t, {w, 0, q}}, {t, {w, q, kv}}, {t, {w, q + kv, kv}}};
+  };
+  if (op == "fwd.qkv_a2a") {
+    return ulysses_all_to_all<B>(
+        d, n, counts, s.a2a_send, s.a2a_recv, w,
+        [d, n, &s, fused](const Exec& e) {
+          move_head_groups<B>(e, d, n, true, fused(s.qkv), s.a2a_send);
+        },
+        [d, rd, n, &s, &ring, qg, kg, wg, layout, rope = &c.rope](const Exec& e) {
+          A* k = ring.kv[0];
+          A* v = k + rd.tokens * rd.kv_width;
+          for (int64_t j = 0; j < n; ++j) {
+            move_member_rows<B>(e, d, layout, j, false,
+                                {{s.q, {qg, 0, qg}}, {k, {kg, 0, kg}}, {v, {kg, 0, kg}}},
+                                s.a2a_recv + j * d.tokens * wg, wg);
+          }
+          const int64_t chunk = rd.seq_shard / 2;
+          B::rope_forward_cp(e, *rope, rd.micro_batch, rd.cp, rd.cp_rank, chunk, rd.heads, s.q);
+          B::rope_forward_cp(e, *rope, rd.micro_batch, rd.cp, rd.cp_rank, chunk, rd.kv_heads, k);
+        });
   }
+  if (op == "fwd.out_a2a") {
+    return ulysses_all_to_all<B>(
+        d, n, counts, s.a2a_send, s.a2a_recv, q,
+        [d, n, &s, qg, layout](const Exec& e) {
+          for (int64_t j = 0; j < n; ++j) {
+            move_member_rows<B>(e, d, layout, j, true, {{s.attn_out_heads, {qg, 0, qg}}},
+                                s.a2a_send + j * d.tokens * qg, qg);
+          }
+        },
+        [d, n, &s, q](const Exec& e) {
+          move_head_groups<B>(e, d, n, false, {{s.attn_out, {q, 0, q}}}, s.a2a_recv);
+        });
+  }
+  if (op == "bwd.dout_a2a") {
+    return ulysses_all_to_all<B>(
+        d, n, counts, s.a2a_send_bwd, s.a2a_recv_bwd, q,
+        [d, n, &s, q](const Exec& e) {
+          move_head_groups<B>(e, d, n, true, {{s.d_attn_out, {q, 0, q}}}, s.a2a_send_bwd);
+        },
+        [d, n, &s, qg, layout](const Exec& e) {
+          for (int64_t j = 0; j < n; ++j) {
+            move_member_rows<B>(e, d, layout, j, false, {{s.d_out_heads, {qg, 0, qg}}},
+                                s.a2a_recv_bwd + j * d.tokens * qg, qg);
+          }
+        });
+  }
+  if (op == "bwd.dqkv_a2a") {
+    return ulysses_all_to_all<B>(
+        d, n, counts, s.a2a_send_bwd, s.a2a_recv_bwd, w,
+        [d, n, &s, wg, layout](const Exec& e) {
+          for (int64_t j = 0; j < n; ++j) {
+            move_member_rows<B>(e, d, layout, j, true, {{s.dqkv_heads, {wg, 0, wg}}},
+                                s.a2a_send_bwd + j * d.tokens * wg, wg);
+          }
+        },
+        [d, n, &s, fused](const Exec& e) {
+          move_head_groups<B>(e, d, n, false, fused(s.d_qkv), s.a2a_recv_bwd);
+        });
+  }
+  return std::nullopt;
 }
 
 }  // namespace dhelix::rt::model_detail

@@ -165,16 +165,6 @@ void check_supported(const JobSpec& job, bool runs_moe) {
 void check_context_parallel_supported(const JobSpec& job, ProblemList& problems) {
   const ParallelSpec& p = job.parallel;
   if (p.cp == 1) return;
-  // a2a and a2a+p2p (layer_ops_ulysses.h) and allgather (layer_ops_kv_allgather.h) run
-  // without activation recompute.
-  if (p.cp_comm_type != CpCommType::kP2p) {
-    const FieldOrigin type = job.origin_of("parallel.cp_comm_type");
-    const char* name = cp_comm_type_name(p.cp_comm_type);
-    if (p.recompute.enabled()) {
-      problems.add(type.file, type.pointer, name,
-                   "is not run by the runtime with activation recompute yet");
-    }
-  }
   if (p.seq_length % (2 * p.cp) != 0) {
     const FieldOrigin seq = job.origin_of("parallel.seq_length");
     problems.add(seq.file, seq.pointer, std::to_string(p.seq_length),

@@ -117,13 +117,6 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
                               m.dims.cp));
     }
   }
-  if constexpr (!std::is_same_v<B, CpuBackend>) {
-    if (m.dims.ulysses || m.dims.kv_allgather || m.dims.hierarchical()) {
-      throw Error(ErrorCode::kUnsupported,
-                  "StageModel: context parallelism with cp_comm_type a2a, allgather or "
-                  "a2a+p2p is run by the CPU backend only");
-    }
-  }
   // The whole sequence's positions: a CP rank's chunks rotate at their global positions.
   m.rope.emplace(m.memory.rope(
       cpu::make_rope_table(m.dims.seq_shard * m.dims.cp, m.dims.head_dim, m.dims.rope_base)));
@@ -220,20 +213,24 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     }
     if (!bound) throw_unknown_op(ref.op);  // an index beyond the ring
   } else if (ulysses_op) {
-    bound = bind_ulysses_op<B>(op, context);
+    bound = bind_ulysses_op<B>(op, context, m.counts_for(ref, recomputing));
     if (!bound) throw_unknown_op(ref.op);
   } else if (allgather_op) {
-    bound = bind_kv_allgather_op<B>(op, context);
+    if constexpr (RingAttentionBackend<B>) {
+      bound =
+          bind_kv_allgather_op<B>(op, context, m.cp_state(ref.micro_batch, ref.layer, recomputing));
+    }
     if (!bound) throw_unknown_op(ref.op);
   } else if (hierarchical_op) {
     if constexpr (RingAttentionBackend<B>) {
-      model_detail::CpLayerState<B>& ring = m.cp_state(ref.micro_batch, ref.layer, false);
+      model_detail::CpLayerState<B>& ring = m.cp_state(ref.micro_batch, ref.layer, recomputing);
       if (is_cp_op(op)) {
         const LayerOpContext<B> view{m.ring_dims, *m.rope, params->second,
-                                     m.hierarchical_view(ref.micro_batch, ref.layer)};
+                                     m.hierarchical_view(ref.micro_batch, ref.layer, recomputing)};
         bound = bind_cp_op(op, CpOpContext<B>{view, ring});
       } else {
-        bound = bind_hierarchical_a2a_op<B>(op, context, m.ring_dims, ring);
+        bound = bind_hierarchical_a2a_op<B>(op, context, m.ring_dims, ring,
+                                            m.counts_for(ref, recomputing));
       }
     }
     if (!bound) throw_unknown_op(ref.op);

@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -140,6 +142,7 @@ struct BasicStageModel<B>::Impl {
     cp_states.clear();
     recompute_cp_states.clear();
     hierarchical_views.clear();
+    recompute_hierarchical_views.clear();
     if constexpr (requires { moe->drop_states(); }) {
       if (moe) moe->drop_states();
     }
@@ -154,12 +157,31 @@ struct BasicStageModel<B>::Impl {
   model_detail::CpLayerState<B>& cp_state(int64_t mb, int64_t layer, bool recomputing);
   // a2a+p2p: the ring's view of a layer, the whole CP layer seen by the ring across the
   // sub-groups (ring_dims: cp / A ranks holding A·T tokens of heads / A), and its state
-  // (hierarchical_view: q, the head-split output, dO and d_qkv, lse).
+  // (hierarchical_view: q, the head-split output, dO and d_qkv, lse), of the forward's
+  // state or, with recompute, of the recompute state.
   model_detail::Dims ring_dims;
-  std::map<Key, std::unique_ptr<model_detail::LayerState<B>>> hierarchical_views;
-  model_detail::LayerState<B>& hierarchical_view(int64_t mb, int64_t layer);
+  std::map<Key, std::unique_ptr<model_detail::LayerState<B>>> hierarchical_views,
+      recompute_hierarchical_views;
+  model_detail::LayerState<B>& hierarchical_view(int64_t mb, int64_t layer, bool recomputing);
   model_detail::HeadState<B>& head_state(int64_t mb);
   BasicBoundOp<B> bind_extra_op(const OpRef& ref);
+  // The counts of each bound all-to-all of equal blocks (layer_ops_ulysses.h): outside the
+  // arena, since the collective reads and writes them in every iteration; one array per
+  // (op, micro-batch, layer, recomputing), so no two ops share the receive half, made once
+  // and found again when a run binds again.
+  std::map<std::tuple<std::string, int64_t, int64_t, bool>, int64_t*> all_to_all_counts;
+  model_detail::AllToAllCounts counts_for(const OpRef& ref, bool recomputing) {
+    return [this, key = std::tuple{ref.op, ref.micro_batch, ref.layer, recomputing}](
+               int64_t members, int64_t block) {
+      int64_t*& counts = all_to_all_counts[key];
+      if (counts == nullptr) {
+        counts = memory.template allocate<int64_t>(2 * members);
+        const std::vector<int64_t> host(static_cast<size_t>(2 * members), block);
+        memory.upload(host.data(), counts, 2 * members);
+      }
+      return counts;
+    };
+  }
   void mark_loss_slot(int64_t mb) {
     if (static_cast<int64_t>(loss_ran.size()) <= mb) loss_ran.resize(static_cast<size_t>(mb + 1));
   }
@@ -262,10 +284,11 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
     mlp_saved = SpanKind::kMlpBackward;
     h1_span = SpanKind::kLayerBackward;
   }
-  // Selective recompute repeats the core attention: its q (but under CP, where gemm_qkv
-  // makes q), k, v and lse are the recompute state's; the output stays saved for
-  // bwd.proj_wgrad (bind's kept_output).
+  // Selective recompute repeats the core attention: its q (but under the ring's and
+  // allgather's CP, where gemm_qkv makes q: gemm_splits), k, v and lse are the recompute
+  // state's; the output stays saved for bwd.proj_wgrad (bind's kept_output).
   const bool selective = role == ForwardRole::kSelectiveForward;
+  const bool gemm_splits = d.ring() || d.kv_allgather;
   const SpanKind core = selective ? SpanKind::kAttentionForward : attn_saved;
   // What the plan counts (memory_report.h): the saved activations, and the repeated
   // forward's (the plan's recompute transient), not temporaries; under SP `share` = tp
@@ -281,18 +304,19 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
   s.ln1_rstd = a.stat(attn_saved, "ln1_rstd", d.rows);
   s.attn_in = d.sp ? saved_act(attn_saved, "attn_in", full, d.tp) : s.ln1_out;
   // Selective recompute repeats the core attention from the fused QKV output: it is saved
-  // (Megatron keeps the core attention's input), the split q, k, v are not. Under CP the
-  // repeated ring reads gemm_qkv's q and K/V block instead.
-  s.qkv = selective && !d.ring() ? saved_act(SpanKind::kLayerSaved, "qkv", t * d.qkv_width)
-                                 : a.act(attn_temp, "qkv", t * d.qkv_width);
-  s.q = saved_act(selective && !d.ring() ? core : attn_saved, "q", t * d.q_width);
+  // (Megatron keeps the core attention's input), the split q, k, v are not (with a2a the
+  // repeated qkv_a2a splits it again). Under the ring's and allgather's CP the repeated
+  // attention reads gemm_qkv's q and K/V block instead.
+  s.qkv = selective && !gemm_splits ? saved_act(SpanKind::kLayerSaved, "qkv", t * d.qkv_width)
+                                    : a.act(attn_temp, "qkv", t * d.qkv_width);
+  s.q = saved_act(selective && !gemm_splits ? core : attn_saved, "q", t * d.q_width);
   // Under CP the ring's own block (cp.kv0, layer_ops_cp.h) holds K and V.
   s.k = !d.ring() ? saved_act(core, "k", t * d.kv_width) : nullptr;
   s.v = !d.ring() ? saved_act(core, "v", t * d.kv_width) : nullptr;
   s.attn_out = saved_act(attn_saved, "attn_out", t * d.q_width);
   s.lse = a.stat(core, "lse", d.micro_batch * d.heads * d.seq_shard);
   if (d.kv_allgather) {  // this rank's K/V block (the backward gathers it again), the blocks
-    s.kv_local = saved_act(core, "kv_local", 2 * t * d.kv_width);
+    s.kv_local = saved_act(attn_saved, "kv_local", 2 * t * d.kv_width);
     s.kv_gathered = a.act(attn_temp, "kv_gathered", d.cp * 2 * t * d.kv_width);
   }
   if (d.ulysses || d.hierarchical()) {  // the head-split output, the all-to-alls' blocks
@@ -318,8 +342,11 @@ void BasicStageModel<B>::Impl::allocate_forward(model_detail::LayerState<B>& s, 
 // full recompute repeats every forward op of the layer, so every forward buffer is new
 // (the repeated bda_mlp writes a scratch copy of the layer's output, which the next layer
 // already consumed); selective recompute repeats the core attention (fwd.flash_attn:
-// split, RoPE, attention), so q, k, v, the output and lse are new. A backward that ran
-// without its recompute would read buffers no forward wrote.
+// split, RoPE, attention), so q, k, v, the output and lse are new; with a2a and a2a+p2p
+// also the all-to-alls' blocks and the head-split output (the repeated qkv_a2a writes q, k,
+// v, or q and the ring's own block), with allgather the gathered K/V (q and this rank's
+// block are gemm_qkv's, kept). A backward that ran without its recompute would read
+// buffers no forward wrote.
 template <class B>
 model_detail::LayerState<B>& BasicStageModel<B>::Impl::recompute_state(int64_t mb, int64_t layer) {
   std::unique_ptr<model_detail::LayerState<B>>& slot = recompute_states[{mb, layer}];
@@ -333,12 +360,21 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::recompute_state(int64_t m
     allocate_forward(s, a, ForwardRole::kRecompute);
     s.out = a.act(SpanKind::kRecomputeForward, "out", d.residual_elements());
   } else {
-    // Under CP, q is split and rotated by fwd.gemm_qkv, which selective recompute keeps.
-    if (d.cp == 1) s.q = a.act(attn, "q", d.tokens * d.q_width);
-    if (d.cp == 1) s.k = a.act(attn, "k", d.tokens * d.kv_width);
-    if (d.cp == 1) s.v = a.act(attn, "v", d.tokens * d.kv_width);
-    s.attn_out = a.act(attn, "attn_out", d.tokens * d.q_width);
+    // Under the ring's and allgather's CP, q is split and rotated by fwd.gemm_qkv, which
+    // selective recompute keeps.
+    const bool gemm_splits = d.ring() || d.kv_allgather;
+    const int64_t t = d.tokens;
+    if (!gemm_splits) s.q = a.act(attn, "q", t * d.q_width);
+    if (!gemm_splits && !d.hierarchical()) s.k = a.act(attn, "k", t * d.kv_width);
+    if (!gemm_splits && !d.hierarchical()) s.v = a.act(attn, "v", t * d.kv_width);
+    s.attn_out = a.act(attn, "attn_out", t * d.q_width);
     s.lse = a.stat(attn, "lse", d.micro_batch * d.heads * d.seq_shard);
+    if (d.kv_allgather) s.kv_gathered = a.act(attn, "kv_gathered", d.cp * 2 * t * d.kv_width);
+    if (d.ulysses || d.hierarchical()) {
+      s.attn_out_heads = a.act(attn, "attn_out_heads", t * d.q_width);
+      s.a2a_send = a.act(attn, "a2a_send", t * d.qkv_width);
+      s.a2a_recv = a.act(attn, "a2a_recv", t * d.qkv_width);
+    }
   }
   if (recompute == RecomputeGranularity::kFull) allocate_backward(s, a);
   return s;
@@ -346,7 +382,8 @@ model_detail::LayerState<B>& BasicStageModel<B>::Impl::recompute_state(int64_t m
 
 // The ring's buffers of a CP layer. The recomputing state (the repeated ring's and the
 // backward's) is a set of its own; under selective recompute fwd.gemm_qkv is not repeated,
-// so its rotated K, V block (kv[0]) is the forward's, as its q is (recompute_state).
+// so its rotated K, V block (kv[0]) is the forward's, as its q is (recompute_state), but
+// under a2a+p2p, where the repeated fwd.qkv_a2a writes the block again.
 template <class B>
 model_detail::CpLayerState<B>& BasicStageModel<B>::Impl::cp_state(int64_t mb, int64_t layer,
                                                                   bool recomputing) {
@@ -358,17 +395,22 @@ model_detail::CpLayerState<B>& BasicStageModel<B>::Impl::cp_state(int64_t mb, in
   // backward's), its own block shared with the forward's under selective recompute.
   model_detail::CpStateParts parts;
   const bool full = recompute == RecomputeGranularity::kFull;
-  const bool selective = recompute == RecomputeGranularity::kSelective;
+  const bool block_recomputed = full || dims.hierarchical();
   if (recompute != RecomputeGranularity::kNone && !recomputing) {
     parts.backward = false;
-    if (full) parts.own_block_span = SpanKind::kAttentionForward;
+    if (block_recomputed) parts.own_block_span = SpanKind::kAttentionForward;
   } else if (recomputing) {
-    parts.own_block = !selective;
+    parts.own_block = block_recomputed;
     parts.own_block_span = parts.forward_span = SpanKind::kAttentionBackward;
   }
+  // All-gather CP (layer_ops_kv_allgather.h) takes the forward's online-softmax state only:
+  // its blocks are the gathered buffer, its backward buffers the layer state's.
+  if (dims.kv_allgather) parts.blocks = parts.backward = false;
   LayerAllocator a{*this, mb, layer, recomputing ? "re." : ""};
   slot = model_detail::make_cp_state<B>(a, dims.hierarchical() ? ring_dims : dims, parts);
-  if (recomputing && selective) slot->kv[0] = cp_state(mb, layer, false).kv[0];
+  if (recomputing && !block_recomputed && parts.blocks) {
+    slot->kv[0] = cp_state(mb, layer, false).kv[0];
+  }
   return *slot;
 }
 
@@ -420,11 +462,13 @@ model_detail::HeadState<B>& BasicStageModel<B>::Impl::head_state(int64_t mb) {
 }
 
 template <class B>
-model_detail::LayerState<B>& BasicStageModel<B>::Impl::hierarchical_view(int64_t mb,
-                                                                         int64_t layer) {
-  std::unique_ptr<model_detail::LayerState<B>>& slot = hierarchical_views[{mb, layer}];
+model_detail::LayerState<B>& BasicStageModel<B>::Impl::hierarchical_view(int64_t mb, int64_t layer,
+                                                                         bool recomputing) {
+  std::unique_ptr<model_detail::LayerState<B>>& slot =
+      (recomputing ? recompute_hierarchical_views : hierarchical_views)[{mb, layer}];
   if (slot) return *slot;
-  const model_detail::LayerState<B>& s = layer_state(mb, layer);
+  const model_detail::LayerState<B>& s =
+      recomputing ? recompute_state(mb, layer) : layer_state(mb, layer);
   slot = std::make_unique<model_detail::LayerState<B>>(s);
   slot->attn_out = s.attn_out_heads;
   slot->d_attn_out = s.d_out_heads;

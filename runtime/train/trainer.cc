@@ -80,13 +80,9 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   }
   // The runtime keeps fp32 main gradients; a plan priced with bf16 ones would not match.
   if (p.grad_reduce_in_bf16) refuse("bf16 gradient buffers (grad_reduce_in_bf16)");
-  // The layers run the K/V ring (runtime/model/layer_ops_cp.h) and, on the CPU, Ulysses
-  // (layer_ops_ulysses.h, also inside a2a+p2p's sub-groups) and the K/V all-gather
-  // (layer_ops_kv_allgather.h).
-  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p && backend != "cpu") {
-    refuse(fmt::format("context parallelism with cp_comm_type {} (p2p only on this backend)",
-                       cp_comm_type_name(p.cp_comm_type)));
-  }
+  // The layers run every CP communication type on every backend: the K/V ring
+  // (runtime/model/layer_ops_cp.h), the K/V all-gather (layer_ops_kv_allgather.h), Ulysses
+  // and a2a+p2p (layer_ops_ulysses.h).
 }
 
 // "dp 1 x tp 2 x pp 2", with "x cp 2" after tp when cp > 1.

@@ -107,6 +107,10 @@ struct RecordingBackend {
   static void add_tensors(const Exec& e, int64_t, const float*, const float*, float*) {
     launch(e, "add_tensors");
   }
+  static void copy_strided(const Exec& e, int64_t, int64_t, const float*, int64_t, float*,
+                           int64_t) {
+    launch(e, "copy_strided");
+  }
   static void embedding_forward(const Exec& e, int64_t, int64_t, const int64_t*, const float*,
                                 int64_t, int64_t, float*) {
     launch(e, "embedding_forward");

@@ -36,7 +36,10 @@ struct World {
 };
 
 std::string slot_label(const CollectiveSlot& slot) {
-  return fmt::format("{} ({})", parallel_dim_name(slot.dim), device_stream_name(slot.stream));
+  const std::string group = !slot.cp_level ? parallel_dim_name(slot.dim)
+                            : *slot.cp_level == Placement::CpLevel::kA2a ? "cp a2a"
+                                                                         : "cp ring";
+  return fmt::format("{} ({})", group, device_stream_name(slot.stream));
 }
 
 // What DeviceCommDirectory::over_mpi would agree on, from every rank's programs.
@@ -44,7 +47,10 @@ DeviceCommPlan agreed_plan(const World& world, const DeviceCommSetup& setup, int
   DeviceCommPlan plan;
   const auto no_op = [](CommId&) {};
   for (const CollectiveSlot& slot : setup.collectives) {
-    const ProcessGroup group = world.placement.group(slot.dim, rank);
+    const ProcessGroup group =
+        slot.cp_level
+            ? world.placement.cp_sub_group(rank, world.job.parallel.cp_a2a_group(), *slot.cp_level)
+            : world.placement.group(slot.dim, rank);
     int64_t index = 0;
     while (group.ranks[static_cast<size_t>(index)] != rank) ++index;
     plan.collectives.push_back(
