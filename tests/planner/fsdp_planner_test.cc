@@ -5,18 +5,23 @@
 // DAG holding the new collectives (equal to the brute force).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "lib/dag_builder.h"
 #include "lib/fsdp_sizes.h"
+#include "lib/job_reader.h"
+#include "lib/plan/plan_check.h"
 #include "planner/brute_force_pairing.h"
 #include "planner/co_run_model.h"
 #include "planner/fsdp_prefetch.h"
 #include "planner/layer_costs.h"
 #include "planner/memory_model.h"
 #include "planner/pairing_search.h"
+#include "planner/plan_builder.h"
 #include "planner/profile_co_run.h"
+#include "planner/strand_graph.h"
 #include "profiler/collective_cost.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
@@ -188,6 +193,76 @@ TEST(FsdpBaseline, MegatronPrefetchesOneLayerAheadAndDhelixHidesTheRestUnderTheO
   // pair hides some under the other strand.
   EXPECT_GT(a.dhelix_layer.forward_us, a.megatron.forward_us);
   EXPECT_GT(a.dhelix_layer.si_pair_comm[ParallelDim::kDp].hidden_us, 0);
+}
+
+TEST(FsdpPairing, WindowsGatherTheNextLayersParametersWhileThisOneComputes) {
+  // Two forward layers concatenated (the chunk scope's window): layer 1's gather follows
+  // nothing, its first weight readers follow layer 0's sink (bda_mlp) and their gather.
+  const LayerDags dags = build_layer_dags(llama_zero3(), 0);
+  const StrandGraph layer = from_layer_dag(dags.forward, [](const Op&) { return 1.0; });
+  EXPECT_TRUE(layer.op(layer.find("fwd.fsdp_gather")).fsdp_collective);
+  const StrandGraph window = concatenate_layers({layer, layer});
+  EXPECT_TRUE(window.op(window.find("L1.fwd.fsdp_gather")).predecessors.empty());
+  const std::vector<int64_t>& ln = window.op(window.find("L1.fwd.ln_attn")).predecessors;
+  EXPECT_EQ(
+      ln, (std::vector<int64_t>{window.find("L0.fwd.bda_mlp"), window.find("L1.fwd.fsdp_gather")}));
+  // Backward: layer 1 follows layer 0's sinks as without FSDP (its wgrads and ln_attn, which
+  // only the reduce-scatter follows), not the reduce-scatter.
+  const StrandGraph back = from_layer_dag(dags.backward, [](const Op&) { return 1.0; });
+  const StrandGraph bw = concatenate_layers({back, back});
+  EXPECT_TRUE(bw.op(bw.find("L1.bwd.fsdp_gather")).predecessors.empty());
+  const std::vector<int64_t>& bda = bw.op(bw.find("L1.bwd.bda_mlp")).predecessors;
+  EXPECT_EQ(std::count(bda.begin(), bda.end(), bw.find("L0.bwd.fsdp_reduce_scatter")), 0);
+  std::vector<int64_t> expected;
+  for (const char* id : {"L0.bwd.fc2_wgrad", "L0.bwd.fc1_wgrad", "L0.bwd.proj_wgrad",
+                         "L0.bwd.qkv_wgrad", "L0.bwd.ln_attn"})
+    expected.push_back(bw.find(id));
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(bda, expected);
+  // Without FSDP the chain is as before: layer 1's root follows layer 0's sink.
+  JobSpec plain = llama_zero3();
+  plain.parallel.use_megatron_fsdp = false;
+  const StrandGraph p =
+      from_layer_dag(build_layer_dags(plain, 0).forward, [](const Op&) { return 1.0; });
+  const StrandGraph pw = concatenate_layers({p, p});
+  EXPECT_EQ(pw.op(pw.find("L1.fwd.ln_attn")).predecessors,
+            std::vector<int64_t>{pw.find("L0.fwd.bda_mlp")});
+}
+
+// ---------------------------------------------------------------- plans that lower
+
+TEST(FsdpPlan, PlansOfTheTinyExampleLowerAndCheckWithEveryShape) {
+  // tiny-fsdp-dp4 as shipped (dp 4), on two stages (dp 2, pp 2: pipeline transfers beside
+  // the gathers), as the V (split backwards: the reduce-scatter goes with W) and without
+  // reshard_after_forward: every rank's program lowers and passes the plan checker.
+  const JobSpec shipped =
+      read_job_file(std::string(DHELIX_SOURCE_DIR) + "/examples/jobs/tiny-fsdp-dp4.json");
+  JobSpec pp2 = shipped;
+  pp2.parallel.dp = 2;
+  pp2.parallel.pp = 2;
+  JobSpec keep = shipped;
+  keep.parallel.fsdp_reshard_after_forward = false;
+  struct Case {
+    const JobSpec* job;
+    ShapeRequest shape;
+  };
+  for (const Case& c : {Case{&shipped, ShapeRequest::kAuto}, Case{&pp2, ShapeRequest::kAuto},
+                        Case{&pp2, ShapeRequest::kV}, Case{&keep, ShapeRequest::kAuto}}) {
+    const Profile profile = make_model_profile(*c.job, OrderedJson::object());
+    PlanRequest request;
+    request.job = c.job;
+    request.profile = &profile;
+    request.profile_name = "model";
+    request.profile_ref = {.name = "model", .sha256 = "generated:model"};
+    request.unprofiled_op_time_us = [c](const Op& op) { return op_time_us(c.job->cluster, op); };
+    request.shape = c.shape;
+    const Plan plan = build_plan(request).plan;
+    ASSERT_TRUE(plan.options.fsdp.has_value());
+    EXPECT_EQ(plan.schema_version, "1.4.0");
+    const PlanCheckReport report = check_plan(plan, "p.json");
+    EXPECT_TRUE(report.ok()) << c.job->parallel.pp << " stages, shape "
+                             << static_cast<int>(c.shape);
+  }
 }
 
 // ---------------------------------------------------------------- exactness
