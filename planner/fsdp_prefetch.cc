@@ -28,11 +28,32 @@ FsdpPassCollectives fsdp_pass_collectives(const LayerDag& dag,
   return out;
 }
 
+double fsdp_compute_slowdown(const StrandGraph& graph, const CoRunModel& co_run) {
+  double fsdp_us = 0, compute_us = 0;
+  for (const StrandOp& op : graph.ops()) {
+    if (op.fsdp_collective) fsdp_us += op.solo_time_us;
+    if (!op.fsdp_collective && op.stream == StreamClass::kCompute) compute_us += op.solo_time_us;
+  }
+  if (fsdp_us <= 0 || compute_us <= 0) return 0;
+  double slowdown = 0;
+  for (const StrandOp& c : graph.ops()) {
+    if (c.fsdp_collective || c.stream != StreamClass::kCompute) continue;
+    for (const StrandOp& g : graph.ops()) {
+      if (!g.fsdp_collective) continue;
+      slowdown += (c.solo_time_us / compute_us) * (g.solo_time_us / fsdp_us) *
+                  (1.0 / co_run.rate(c, g) - 1.0);
+    }
+  }
+  return slowdown;
+}
+
 PrefetchedStrand prefetched_strand(double without_fsdp_us, const FsdpPassCollectives& fsdp) {
   PrefetchedStrand out;
-  out.time_us = std::max(without_fsdp_us, fsdp.same_stream_us + fsdp.fsdp_us);
+  const double beside = std::clamp(without_fsdp_us - fsdp.same_stream_us, 0.0, fsdp.fsdp_us);
+  out.time_us =
+      std::max(without_fsdp_us + beside * fsdp.slowdown, fsdp.same_stream_us + fsdp.fsdp_us);
   out.exposed_us = out.time_us - without_fsdp_us;
-  out.hidden_us = fsdp.fsdp_us - out.exposed_us;
+  out.hidden_us = std::max(0.0, fsdp.fsdp_us - out.exposed_us);
   return out;
 }
 

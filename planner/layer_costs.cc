@@ -190,9 +190,13 @@ LayerCosts fsdp_prefetched(const JobSpec& job, int64_t rank, bool intra_batch,
   const LayerDags plain_dags = with_recompute(
       intra_batch ? build_intra_batch_layer_dags(plain, rank) : build_layer_dags(plain, rank),
       recompute);
-  return with_fsdp_prefetch(strands_alone(plain_dags, profile, co_run, memo),
-                            fsdp_pass_collectives(dags.forward, solo_lookup(profile)),
-                            fsdp_pass_collectives(dags.backward, solo_lookup(profile)));
+  FsdpPassCollectives forward = fsdp_pass_collectives(dags.forward, solo_lookup(profile));
+  FsdpPassCollectives backward = fsdp_pass_collectives(dags.backward, solo_lookup(profile));
+  forward.slowdown =
+      fsdp_compute_slowdown(from_layer_dag(dags.forward, solo_lookup(profile)), co_run);
+  backward.slowdown =
+      fsdp_compute_slowdown(from_layer_dag(dags.backward, solo_lookup(profile)), co_run);
+  return with_fsdp_prefetch(strands_alone(plain_dags, profile, co_run, memo), forward, backward);
 }
 
 // Forward and backward alone from the dhelix search's own single-strand schedules.
