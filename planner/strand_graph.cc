@@ -18,7 +18,8 @@ const char* strand_name(Strand strand) {
 }
 
 int64_t StrandGraph::add_op(std::string id, StreamClass stream, double solo_time_us,
-                            std::vector<int64_t> predecessors, std::string cost_key) {
+                            std::vector<int64_t> predecessors, std::string cost_key,
+                            bool fsdp_collective) {
   const int64_t index = size();
   DHELIX_CHECK_MSG(index < kMaxStrandOps, "a strand holds at most 64 ops");
   DHELIX_CHECK_MSG(find(id) < 0, "duplicate op id " + id);
@@ -37,6 +38,7 @@ int64_t StrandGraph::add_op(std::string id, StreamClass stream, double solo_time
   op.stream = stream;
   op.solo_time_us = solo_time_us;
   op.predecessors = std::move(predecessors);
+  op.fsdp_collective = fsdp_collective;
   ops_.push_back(std::move(op));
   predecessor_masks_.push_back(pred_mask);
   successor_masks_.push_back(0);
@@ -94,14 +96,23 @@ StrandGraph concatenate_layers(const std::vector<StrandGraph>& layers) {
     const int64_t base = out.size();
     DHELIX_CHECK_MSG(base + layer.size() <= kMaxStrandOps, "concatenated layers exceed 64 ops");
     std::vector<int64_t> sinks;
+    OpMask fsdp = 0;  // what a sink may still have after it
+    for (int64_t i = 0; i < layer.size(); ++i) {
+      if (layer.op(i).fsdp_collective) fsdp |= OpMask{1} << i;
+    }
     for (int64_t i = 0; i < layer.size(); ++i) {
       const StrandOp& op = layer.op(i);
       std::vector<int64_t> preds;
       for (int64_t p : op.predecessors) preds.push_back(base + p);
-      if (op.predecessors.empty()) preds = previous_sinks;
+      // The layer's first ops (no predecessor but FSDP's parameter gathers) follow the
+      // previous layer's sinks; a gather follows nothing, a reduce-scatter holds up nothing.
+      const bool first = !op.fsdp_collective &&
+                         std::all_of(op.predecessors.begin(), op.predecessors.end(),
+                                     [&layer](int64_t p) { return layer.op(p).fsdp_collective; });
+      if (first) preds.insert(preds.end(), previous_sinks.begin(), previous_sinks.end());
       out.add_op("L" + std::to_string(k) + "." + op.id, op.stream, op.solo_time_us,
-                 std::move(preds), op.cost_key);
-      if (layer.successor_mask(i) == 0) sinks.push_back(base + i);
+                 std::move(preds), op.cost_key, op.fsdp_collective);
+      if (!op.fsdp_collective && (layer.successor_mask(i) & ~fsdp) == 0) sinks.push_back(base + i);
     }
     previous_sinks = std::move(sinks);
   }

@@ -44,6 +44,11 @@ struct StrandOp {
   /// What a CoRunModel looks the op up by: Op::signature() for ops of a real layer (equal
   /// signatures, equal behaviour), the id for hand-built graphs unless given.
   std::string cost_key;
+  /// FSDP's parameter all-gather or gradient reduce-scatter (lib/dag_builder_fsdp.cc):
+  /// concatenate_layers chains neither a gather after the previous layer nor the next layer
+  /// after a reduce-scatter, so a window may gather layer k+1's parameters while layer k
+  /// computes and reduce-scatter layer k's gradients under layer k+1 (FSDP's prefetch).
+  bool fsdp_collective = false;
 };
 
 /// One strand's ops in a topological order, with the masks the search needs precomputed.
@@ -53,7 +58,8 @@ class StrandGraph {
   /// far, a new id, solo_time_us >= 0, every predecessor an existing index. An empty
   /// cost_key means "use the id".
   int64_t add_op(std::string id, StreamClass stream, double solo_time_us,
-                 std::vector<int64_t> predecessors, std::string cost_key = "");
+                 std::vector<int64_t> predecessors, std::string cost_key = "",
+                 bool fsdp_collective = false);
 
   int64_t size() const { return static_cast<int64_t>(ops_.size()); }
   const StrandOp& op(int64_t index) const {

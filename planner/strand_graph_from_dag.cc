@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "lib/error.h"
+#include "planner/fsdp_prefetch.h"
 #include "planner/strand_graph.h"
 
 namespace dhelix {
@@ -35,7 +36,8 @@ StrandGraph from_layer_dag(const LayerDag& dag,
     const double time_us = checked_solo_time_us(op, solo_time_us);
     std::vector<int64_t> preds;
     for (int64_t p : dag.predecessors(v)) preds.push_back(new_index.at(p));
-    new_index[v] = graph.add_op(op.id, op.stream, time_us, std::move(preds), op.signature());
+    new_index[v] =
+        graph.add_op(op.id, op.stream, time_us, std::move(preds), op.signature(), is_fsdp_op(op));
   }
   return graph;
 }

@@ -165,6 +165,17 @@ expect "every problem is reported, naming flags" 2 \
   --err "dhelix-plan: error: <flags>: --gbs: 1000 is not divisible by micro_batch_size·dp = 1·16 = 16 (nearest valid: 992 or 1008)" \
   --err "dhelix-plan: error: <flags>: --pp: 32 does not split num_layers = 32"
 
+# Megatron-FSDP's flags over the tiny FSDP example: refusals name the flag that set them.
+run "$plan" --validate-only --dp 1 --gbs 4 "$examples/jobs/tiny-fsdp-dp4.json"
+expect "FSDP over one dp rank is refused" 2 \
+  --err "dhelix-plan: error: <flags>: --dp: 1 use_megatron_fsdp shards over the data-parallel ranks: dp = 1 has nothing to shard (set dp > 1, or leave use_megatron_fsdp out)"
+run "$plan" --validate-only --data-parallel-sharding-strategy optim --no-fsdp-reshard-after-forward \
+  "$examples/jobs/tiny-fsdp-dp4.json"
+expect "reshard_after_forward needs optim_grads_params" 2 \
+  --err "dhelix-plan: error: <flags>: --no-fsdp-reshard-after-forward: false applies only with data_parallel_sharding_strategy optim_grads_params (it is optim): only then are the parameters gathered"
+run "$plan" --validate-only --data-parallel-sharding-strategy zero3 "$examples/jobs/tiny-fsdp-dp4.json"
+expect "an unknown strategy is refused by the flag" 2 --err "--data-parallel-sharding-strategy"
+
 sed 's/"parallel"/"paralel"/' "$scratch/tp3/job.json" >"$scratch/tp3/typo.json"
 run bash -c "cd '$scratch/tp3' && '$plan' --validate-only typo.json"
 expect "unknown key with did-you-mean" 2 \
