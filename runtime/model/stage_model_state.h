@@ -11,12 +11,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "lib/error.h"
 #include "runtime/model/activation_arena.h"
+#include "runtime/model/fsdp_layers.h"
 #include "runtime/model/layer_ops_backward.h"
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/layer_ops_forward.h"
@@ -70,6 +72,42 @@ struct BasicStageModel<B>::Impl {
   using MoeLayers = typename MoeLayersOf<B>::type;
   static constexpr bool kRunsMoe = !std::is_same_v<MoeLayers, NoMoeLayers>;
   std::unique_ptr<MoeLayers> moe;
+  // Fully sharded data parallelism (fsdp_layers.h): the sharded layers (absent from
+  // `layers`), and per (mb, layer, backward set) the gathered weights in the arena.
+  FsdpSettings fsdp;
+  std::map<int64_t, model_detail::FsdpLayer<B>> fsdp_layers;
+  std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<model_detail::FsdpGathered<B>>>
+      fsdp_sets;
+  void shard_layer(int64_t layer, const model_detail::HostLayer& host, int64_t dp_rank,
+                   int64_t dp);
+  BasicBoundOp<B> bind_fsdp_op(const OpRef& ref, const std::string& op);
+  void wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const OpRef& ref, const std::string& op,
+                          bool backward_set);
+  /// The whole weights (mb, l) read in the forward (`backward` false) or backward: with
+  /// reshard_after_forward one set each, else one for both; the backward's has the whole
+  /// gradient.
+  model_detail::FsdpGathered<B>& fsdp_gathered(int64_t mb, int64_t layer, bool backward) {
+    const model_detail::FsdpLayer<B>& sharded = fsdp_layers.at(layer);
+    const bool own_backward_weights = backward && fsdp.reshard_after_forward;
+    std::unique_ptr<model_detail::FsdpGathered<B>>& slot = fsdp_sets[{mb, layer, backward}];
+    if (slot) return *slot;
+    slot = std::make_unique<model_detail::FsdpGathered<B>>();
+    const int64_t padded = sharded.layout.padded();
+    if (backward && !own_backward_weights) {
+      slot->weights = fsdp_gathered(mb, layer, false).weights;  // gathered once, kept
+    } else {
+      const SpanKind span = !fsdp.reshard_after_forward ? SpanKind::kLayerSaved
+                            : backward                  ? SpanKind::kLayerBackward
+                                                        : SpanKind::kLayerForward;
+      slot->weights = arena.template allocate<float>({span, mb, layer}, "fsdp.weights", padded, 0);
+    }
+    if (backward) {
+      slot->gradient = arena.template allocate<float>({SpanKind::kLayerBackward, mb, layer},
+                                                      "fsdp.gradient", padded, 0);
+    }
+    slot->params = model_detail::fsdp_tensor_views<B>(sharded.layout, slot->weights, slot->gradient);
+    return *slot;
+  }
 
   A* boundary(std::map<Key, A*>& buffers, SpanKind kind, int64_t micro_batch, int64_t layer) {
     DHELIX_CHECK(micro_batch >= 0);
@@ -140,6 +178,7 @@ struct BasicStageModel<B>::Impl {
     cp_states.clear();
     recompute_cp_states.clear();
     hierarchical_views.clear();
+    fsdp_sets.clear();
     if constexpr (requires { moe->drop_states(); }) {
       if (moe) moe->drop_states();
     }

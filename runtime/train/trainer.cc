@@ -275,7 +275,8 @@ void Trainer::build_engine(const EngineFactory& factory) {
                    .embedding = stage->embedding,
                    .head = stage->head_loss,
                    .seed = options_.seed,
-                   .distributed_optimizer = plan_.options.distributed_optimizer};
+                   .distributed_optimizer = plan_.options.distributed_optimizer,
+                   .fsdp = {}};
   for (const PlanLayerRange& range : {stage->down_layers, stage->up_layers}) {
     if (range.count > 0) slice.layer_ranges.emplace_back(range.first, range.count);
   }
