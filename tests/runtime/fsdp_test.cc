@@ -64,7 +64,7 @@ class DpGroup {
           std::vector<std::pair<int64_t, int64_t>>{{0, job.model.num_layers}}, true, true, 7,
           rt::CpuBackend::MemoryConfig{}, fsdp));
     }
-    dags_ = build_layer_dags(job, 0);
+    dags_ = with_recompute(build_layer_dags(job, 0), job.parallel.recompute.granularity);
     extras_ = build_stage_extras(job, 0, true, true);
     layers_ = job.model.num_layers;
   }
@@ -248,6 +248,26 @@ TEST(FsdpModelTest, OneMicroBatchEqualsPlainDataParallelBitForBit) {
       }
     }
     EXPECT_EQ(summed(fsdp, "head"), summed(plain, "head"));  // extras: not sharded
+  }
+}
+
+// Activation recompute repeats the forward in the backward: on the backward's gathered
+// weights (reshard) or the kept ones, with the same bits as plain DP with recompute.
+TEST(FsdpModelTest, RecomputeReadsTheBackwardsGatheredWeights) {
+  for (const RecomputeGranularity granularity :
+       {RecomputeGranularity::kFull, RecomputeGranularity::kSelective}) {
+    for (const bool reshard : {true, false}) {
+      JobSpec job = dp_job(2, 1);
+      job.parallel.recompute.granularity = granularity;
+      DpGroup fsdp(job, {.enabled = true, .reshard_after_forward = reshard});
+      DpGroup plain(job, {});
+      one_step(fsdp, 1);
+      one_step(plain, 1);
+      for (const std::string& t : kTensors) {
+        const std::string name = "layers.1." + t;
+        EXPECT_EQ(gathered(fsdp, 1, name, true), summed(plain, name)) << name;
+      }
+    }
   }
 }
 
