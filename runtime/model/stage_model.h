@@ -222,6 +222,9 @@ class BasicStageModel {
   /// program. Error(kInternal) naming the layer and micro-batch whose reduce-scatter did
   /// not run. Nothing without FSDP.
   void finish_iteration();
+  /// FSDP: elements of the micro-batches' reduced gradient shards (fsdp_layers.h), kept
+  /// besides the shards' own gradients; 0 without FSDP.
+  int64_t fsdp_reduced_elements() const;
   /// The layout of FSDP shard view `name` ("layers.<l>.fsdp_shard"); null for another.
   const FsdpLayout* fsdp_layout(const std::string& name) const;
   /// Rewrites the compute copies from the master weights (nothing where they are one).

@@ -162,6 +162,15 @@ void BasicStageModel<B>::finish_iteration() {
 }
 
 template <class B>
+int64_t BasicStageModel<B>::fsdp_reduced_elements() const {
+  int64_t elements = 0;
+  for (const auto& [layer, sharded] : impl_->fsdp_layers) {
+    elements += sharded.layout.shard() * static_cast<int64_t>(sharded.micro_batches.size());
+  }
+  return elements;
+}
+
+template <class B>
 const FsdpLayout* BasicStageModel<B>::fsdp_layout(const std::string& name) const {
   for (const auto& [layer, sharded] : impl_->fsdp_layers) {
     if (sharded.name == name) return &sharded.layout;

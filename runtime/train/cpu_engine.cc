@@ -132,6 +132,9 @@ class CpuEngine final : public TrainingEngine {
           2 * sharded_->shard_elements_held(true) * static_cast<int64_t>(sizeof(float));
       report.expert_optimizer_shards = reducer_->expert_group_size();
     }
+    // FSDP: each micro-batch's reduced gradient shard (the whole weights and gradients are
+    // in the activation arena, below).
+    report.gradient_bytes += model_.fsdp_reduced_elements() * static_cast<int64_t>(sizeof(float));
     report.activation_element_bytes = sizeof(float);
     model_.fill_memory_report(report);
     return report;
