@@ -68,7 +68,9 @@ void BasicStageModel<B>::Impl::shard_layer(int64_t layer, const model_detail::Ho
 }
 
 template <class B>
-BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const std::string& op) {
+BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const std::string& op,
+                                                       bool repeated) {
+  using model_detail::FsdpUse;
   auto found = fsdp_layers.find(ref.layer);
   if (found == fsdp_layers.end()) {
     throw Error(ErrorCode::kInvalidInput,
@@ -77,10 +79,12 @@ BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const s
                             ref.op, ref.layer, rank));
   }
   model_detail::FsdpLayer<B>& sharded = found->second;
-  if (op == "fwd.fsdp_gather") {
+  if (op == "fwd.fsdp_gather") {  // bwd.recompute.fsdp_gather: full recompute's own
+    const FsdpUse use = repeated ? FsdpUse::kRecompute : FsdpUse::kForward;
     return model_detail::fsdp_gather_op<B>(sharded,
-                                           fsdp_gathered(ref.micro_batch, ref.layer, false).weights);
+                                           fsdp_gathered(ref.micro_batch, ref.layer, use).weights);
   }
+  if (repeated) model_detail::throw_unknown_op(ref.op);
   if (op == "bwd.fsdp_gather") {
     if (!fsdp.reshard_after_forward) {
       throw Error(ErrorCode::kInvalidInput,
@@ -89,13 +93,13 @@ BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const s
                               ref.op, ref.layer));
     }
     return model_detail::fsdp_gather_op<B>(sharded,
-                                           fsdp_gathered(ref.micro_batch, ref.layer, true).weights);
+                                           fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).weights);
   }
   DHELIX_CHECK(op == "bwd.fsdp_reduce_scatter");
   model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];
   if (state.reduced == nullptr) state.reduced = memory.template allocate<float>(sharded.layout.shard());
   return model_detail::fsdp_reduce_scatter_op<B>(
-      sharded, state, fsdp_gathered(ref.micro_batch, ref.layer, true).gradient, memory, ref.layer,
+      sharded, state, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).gradient, memory, ref.layer,
       ref.micro_batch);
 }
 
@@ -103,10 +107,12 @@ BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const s
 // zeroes the whole gradient; the last readers of a set of weights release it.
 template <class B>
 void BasicStageModel<B>::Impl::wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const OpRef& ref,
-                                                  const std::string& op, bool backward_set) {
+                                                  const std::string& op,
+                                                  model_detail::FsdpUse use) {
+  using model_detail::FsdpUse;
   if (!bound.compute) return;
   model_detail::FsdpLayer<B>& sharded = fsdp_layers.at(ref.layer);
-  model_detail::FsdpGathered<B>& set = fsdp_gathered(ref.micro_batch, ref.layer, backward_set);
+  model_detail::FsdpGathered<B>& set = fsdp_gathered(ref.micro_batch, ref.layer, use);
   const int64_t padded = sharded.layout.padded();
   const int64_t bytes = padded * static_cast<int64_t>(sizeof(float));
   auto* poison = &memory;
@@ -114,7 +120,9 @@ void BasicStageModel<B>::Impl::wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const 
     poison->poison(reinterpret_cast<std::byte*>(weights), bytes);
   };
   const bool repeated = ref.op.starts_with("bwd.recompute.");
-  if (op == "fwd.bda_mlp" && !repeated && fsdp.reshard_after_forward) {
+  const bool own_forward_weights = use == FsdpUse::kRecompute || fsdp.reshard_after_forward;
+  if (op == "fwd.bda_mlp" && use != FsdpUse::kBackward && own_forward_weights) {
+    // The (repeated) forward's last op: its weights are released.
     model_detail::fsdp_wrap<B>(bound, [] {}, release_weights);
   } else if (op == "bwd.ln_attn") {
     // The layer's last op reading weights; it also writes ln_attn's gradient.

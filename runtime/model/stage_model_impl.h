@@ -194,7 +194,7 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     }
   }
   const bool sharded = m.fsdp_layers.contains(ref.layer);
-  if (is_fsdp_op(op) && !repeated) return m.bind_fsdp_op(ref, op);
+  if (is_fsdp_op(op)) return m.bind_fsdp_op(ref, op, repeated);
   const bool cp_op = m.dims.ring() && (is_cp_op(op) || op == "fwd.gemm_qkv");
   const bool ulysses_op = m.dims.ulysses && is_ulysses_op(op);
   const bool allgather_op = m.dims.kv_allgather && is_kv_allgather_op(op);
@@ -220,11 +220,13 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
       m.recompute == RecomputeGranularity::kSelective && op == "bwd.proj_wgrad";
   const bool recomputing =
       m.recompute != RecomputeGranularity::kNone && (repeated || !forward) && !kept_output;
-  // A sharded layer's ops read the gathered weights: the forward's, or from the repeated
-  // forward on the backward's (fsdp_layers.h).
-  const bool backward_set = !forward || repeated;
+  // A sharded layer's ops read gathered weights: the forward's, the backward's, or full
+  // recompute's own for the repeated forward (fsdp_layers.h).
+  const FsdpUse use = repeated && m.recompute == RecomputeGranularity::kFull ? FsdpUse::kRecompute
+                      : forward && !repeated                                ? FsdpUse::kForward
+                                                                            : FsdpUse::kBackward;
   LayerParameters<B>& layer_params =
-      sharded ? m.fsdp_gathered(ref.micro_batch, ref.layer, backward_set).params : params->second;
+      sharded ? m.fsdp_gathered(ref.micro_batch, ref.layer, use).params : params->second;
   const LayerOpContext<B> context{m.dims, *m.rope, layer_params,
                                   recomputing ? m.recompute_state(ref.micro_batch, ref.layer)
                                               : m.layer_state(ref.micro_batch, ref.layer)};
@@ -257,7 +259,7 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     bound = forward ? bind_layer_forward(op, context) : bind_layer_backward(op, context);
   }
   DHELIX_CHECK(bound.has_value());
-  if (sharded) m.wrap_fsdp_layer_op(*bound, ref, op, backward_set);
+  if (sharded) m.wrap_fsdp_layer_op(*bound, ref, op, use);
   return std::move(*bound);
 }
 

@@ -76,32 +76,38 @@ struct BasicStageModel<B>::Impl {
   // `layers`), and per (mb, layer, backward set) the gathered weights in the arena.
   FsdpSettings fsdp;
   std::map<int64_t, model_detail::FsdpLayer<B>> fsdp_layers;
-  std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<model_detail::FsdpGathered<B>>>
+  std::map<std::tuple<int64_t, int64_t, model_detail::FsdpUse>,
+           std::unique_ptr<model_detail::FsdpGathered<B>>>
       fsdp_sets;
   void shard_layer(int64_t layer, const model_detail::HostLayer& host, int64_t dp_rank,
                    int64_t dp);
-  BasicBoundOp<B> bind_fsdp_op(const OpRef& ref, const std::string& op);
+  BasicBoundOp<B> bind_fsdp_op(const OpRef& ref, const std::string& op, bool repeated);
   void wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const OpRef& ref, const std::string& op,
-                          bool backward_set);
-  /// The whole weights (mb, l) read in the forward (`backward` false) or backward: with
-  /// reshard_after_forward one set each, else one for both; the backward's has the whole
+                          model_detail::FsdpUse use);
+  /// The whole weights (mb, l) that ops of `use` read: with reshard_after_forward the
+  /// forward and the backward gather their own, else the backward reads the forward's;
+  /// full recompute's repeated forward gathers its own. The backward's set has the whole
   /// gradient.
-  model_detail::FsdpGathered<B>& fsdp_gathered(int64_t mb, int64_t layer, bool backward) {
+  model_detail::FsdpGathered<B>& fsdp_gathered(int64_t mb, int64_t layer,
+                                               model_detail::FsdpUse use) {
+    using model_detail::FsdpUse;
     const model_detail::FsdpLayer<B>& sharded = fsdp_layers.at(layer);
-    const bool own_backward_weights = backward && fsdp.reshard_after_forward;
-    std::unique_ptr<model_detail::FsdpGathered<B>>& slot = fsdp_sets[{mb, layer, backward}];
+    std::unique_ptr<model_detail::FsdpGathered<B>>& slot = fsdp_sets[{mb, layer, use}];
     if (slot) return *slot;
     slot = std::make_unique<model_detail::FsdpGathered<B>>();
     const int64_t padded = sharded.layout.padded();
-    if (backward && !own_backward_weights) {
-      slot->weights = fsdp_gathered(mb, layer, false).weights;  // gathered once, kept
+    if (use == FsdpUse::kBackward && !fsdp.reshard_after_forward) {
+      slot->weights = fsdp_gathered(mb, layer, FsdpUse::kForward).weights;  // gathered once, kept
     } else {
-      const SpanKind span = !fsdp.reshard_after_forward ? SpanKind::kLayerSaved
-                            : backward                  ? SpanKind::kLayerBackward
-                                                        : SpanKind::kLayerForward;
-      slot->weights = arena.template allocate<float>({span, mb, layer}, "fsdp.weights", padded, 0);
+      const SpanKind span = use == FsdpUse::kForward
+                                ? (fsdp.reshard_after_forward ? SpanKind::kLayerForward
+                                                              : SpanKind::kLayerSaved)
+                                : SpanKind::kLayerBackward;
+      slot->weights = arena.template allocate<float>(
+          {span, mb, layer}, use == FsdpUse::kRecompute ? "fsdp.recompute_weights" : "fsdp.weights",
+          padded, 0);
     }
-    if (backward) {
+    if (use == FsdpUse::kBackward) {
       slot->gradient = arena.template allocate<float>({SpanKind::kLayerBackward, mb, layer},
                                                       "fsdp.gradient", padded, 0);
     }

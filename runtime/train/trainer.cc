@@ -80,10 +80,27 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   // The layers run the K/V ring (runtime/model/layer_ops_cp.h) and, on the CPU, Ulysses
   // (layer_ops_ulysses.h, also inside a2a+p2p's sub-groups) and the K/V all-gather
   // (layer_ops_kv_allgather.h).
+  // FSDP's layer gathers and reduce-scatters (runtime/model/fsdp_layers.h) run on the CPU.
+  if (p.fsdp_shards_parameters() && backend != "cpu") {
+    refuse(fmt::format("fully sharded data parallelism (use_megatron_fsdp with "
+                       "data_parallel_sharding_strategy optim_grads_params) on the {} backend "
+                       "(--backend cpu runs it)",
+                       backend));
+  }
   if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p && backend != "cpu") {
     refuse(fmt::format("context parallelism with cp_comm_type {} (p2p only on this backend)",
                        cp_comm_type_name(p.cp_comm_type)));
   }
+}
+
+// The plan's options.fsdp as the model runs it: only optim_grads_params shards the layers
+// (ZeRO-3). optim and optim_grads add no ops to the plan and run as the distributed
+// optimizer (its sharded moments, and the gradients reduce-scattered at the iteration's end:
+// ZeRO-2's sums, though every rank keeps a whole gradient buffer until then).
+FsdpSettings fsdp_settings_of(const Plan& plan) {
+  const std::optional<PlanFsdpRecord>& fsdp = plan.options.fsdp;
+  if (!fsdp || fsdp->sharding_strategy != FsdpShardingStrategy::kOptimGradsParams) return {};
+  return {.enabled = true, .reshard_after_forward = fsdp->reshard_after_forward};
 }
 
 // "dp 1 x tp 2 x pp 2", with "x cp 2" after tp when cp > 1.
@@ -276,7 +293,7 @@ void Trainer::build_engine(const EngineFactory& factory) {
                    .head = stage->head_loss,
                    .seed = options_.seed,
                    .distributed_optimizer = plan_.options.distributed_optimizer,
-                   .fsdp = {}};
+                   .fsdp = fsdp_settings_of(plan_)};
   for (const PlanLayerRange& range : {stage->down_layers, stage->up_layers}) {
     if (range.count > 0) slice.layer_ranges.emplace_back(range.first, range.count);
   }

@@ -51,10 +51,22 @@ JobSpec dp_job(int64_t dp, int64_t micro_batches) {
   return job;
 }
 
-// The DP group's StageModels (whole model each), FSDP or not; ops run by hand in DAG order.
+// `job` with Megatron-FSDP's optim_grads_params as `fsdp` says: its layer DAGs then hold the
+// fsdp ops (lib/dag_builder_fsdp.cc).
+JobSpec with_fsdp(JobSpec job, rt::FsdpSettings fsdp) {
+  if (!fsdp.enabled) return job;
+  job.parallel.use_megatron_fsdp = true;
+  job.parallel.fsdp_sharding = FsdpShardingStrategy::kOptimGradsParams;
+  job.parallel.fsdp_reshard_after_forward = fsdp.reshard_after_forward;
+  return job;
+}
+
+// The DP group's StageModels (whole model each), FSDP or not; every op of the layer DAGs
+// (the fsdp ops included) run by hand in DAG order.
 class DpGroup {
  public:
-  DpGroup(const JobSpec& job, rt::FsdpSettings fsdp) : fsdp_(fsdp) {
+  DpGroup(const JobSpec& plain_job, rt::FsdpSettings fsdp) {
+    const JobSpec job = with_fsdp(plain_job, fsdp);
     const Placement placement(job.parallel, job.cluster.gpus_per_node);
     for (int64_t r = 0; r < job.parallel.dp; ++r) {
       RankCoordinates where;
@@ -108,21 +120,20 @@ class DpGroup {
   void forward(int64_t mb) {
     run_extras(extras_.forward, true, mb);
     for (int64_t l = 0; l < layers_; ++l) {
-      if (fsdp_.enabled) run("fwd.fsdp_gather", l, mb);
       for (int64_t i : dags_.forward.topological_order()) run(dags_.forward.op(i).id, l, mb);
     }
     run_extras(extras_.forward, false, mb);
   }
-  // Layer l's forward ops alone (no gather before them).
+  // Layer l's forward ops but its gather.
   void layer_forward_ops(int64_t l, int64_t mb) {
-    for (int64_t i : dags_.forward.topological_order()) run(dags_.forward.op(i).id, l, mb);
+    for (int64_t i : dags_.forward.topological_order()) {
+      if (dags_.forward.op(i).id != "fwd.fsdp_gather") run(dags_.forward.op(i).id, l, mb);
+    }
   }
   void backward(int64_t mb) {
     run_extras(extras_.backward, false, mb);
     for (int64_t l = layers_ - 1; l >= 0; --l) {
-      if (fsdp_.enabled && fsdp_.reshard_after_forward) run("bwd.fsdp_gather", l, mb);
       for (int64_t i : dags_.backward.topological_order()) run(dags_.backward.op(i).id, l, mb);
-      if (fsdp_.enabled) run("bwd.fsdp_reduce_scatter", l, mb);
     }
     run_extras(extras_.backward, true, mb);
   }
@@ -166,7 +177,6 @@ class DpGroup {
     std::copy(request.in_f32(), request.in_f32() + request.count, request.out_f32());
   }
 
-  rt::FsdpSettings fsdp_;
   std::vector<std::unique_ptr<rt::StageModel>> models_;
   LayerDags dags_, extras_;
   int64_t layers_ = 0;
