@@ -40,6 +40,8 @@
 //   * cp > 1: the attention op becomes a ring (dag_builder_cp.cc).
 //   * MoE: the MLP between ln_mlp and bda_mlp becomes router, permute, all-to-all, grouped
 //     GEMMs, all-to-all, unpermute (dag_builder_moe.cc).
+//   * FSDP (optim_grads_params): parameter all-gathers open the forward and the backward,
+//     a gradient reduce-scatter closes the backward (dag_builder_fsdp.cc).
 // Stage extras (embedding, head, loss) are in dag_builder_stage.cc.
 
 #include "lib/dag_builder.h"
@@ -120,12 +122,14 @@ int64_t add_dense_mlp_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln
 }
 
 void build_forward(const BuildContext& ctx, LayerDag& dag) {
+  if (fsdp_gathers(ctx, Pass::kForward)) add_fsdp_gather(ctx, dag, Pass::kForward);
   const int64_t bda_attn = add_attention_forward(ctx, dag);
   const int64_t ln =
       add_after(dag, make_norm(ctx, "fwd.ln_mlp", Pass::kForward, ctx.rows), {bda_attn});
   const int64_t out =
       ctx.model->is_moe() ? add_moe_forward(ctx, dag, ln) : add_dense_mlp_forward(ctx, dag, ln);
   add_after(dag, make_bda(ctx, "fwd.bda_mlp", Pass::kForward), {out, ln});  // ln: residual
+  link_fsdp_collectives(ctx, dag, Pass::kForward);
 }
 
 // Dense MLP backward between bda_mlp and ln_mlp. Returns the op producing d(ln_mlp output).
@@ -187,12 +191,14 @@ void add_attention_backward(const BuildContext& ctx, LayerDag& dag, int64_t ln_m
 
 void build_backward(const BuildContext& ctx, LayerDag& dag) {
   const Pass b = Pass::kBackward;
+  if (fsdp_gathers(ctx, b)) add_fsdp_gather(ctx, dag, b);
   const int64_t bda = add_after(dag, make_bda(ctx, "bwd.bda_mlp", b), {});
   const std::vector<int64_t> dnormed =
       ctx.model->is_moe() ? add_moe_backward(ctx, dag, bda)
                           : std::vector<int64_t>{add_dense_mlp_backward(ctx, dag, bda)};
   const int64_t ln = add_after(dag, make_norm(ctx, "bwd.ln_mlp", b, ctx.rows), dnormed);
   add_attention_backward(ctx, dag, ln, bda);
+  link_fsdp_collectives(ctx, dag, b);
 }
 
 }  // namespace

@@ -19,10 +19,12 @@ const ProcessGroup& BuildContext::group(ParallelDim dim) const {
       return cp_group;
     case ParallelDim::kEp:
       return ep_group;
+    case ParallelDim::kDp:
+      return dp_group;
     default:
       break;
   }
-  DHELIX_CHECK_MSG(dim == ParallelDim::kTp, "layer DAGs communicate over tp, cp and ep only");
+  DHELIX_CHECK_MSG(dim == ParallelDim::kTp, "layer DAGs communicate over tp, cp, ep and dp only");
   return tp_group;
 }
 
@@ -37,6 +39,7 @@ BuildContext make_context(const JobSpec& job, int64_t rank) {
   ctx.tp_group = placement.group(ParallelDim::kTp, rank);
   ctx.cp_group = placement.group(ParallelDim::kCp, rank);
   ctx.ep_group = placement.group(ParallelDim::kEp, rank);
+  ctx.dp_group = placement.group(ParallelDim::kDp, rank);  // FSDP (dag_builder_fsdp.cc)
   // The CP communication type's groups (ParallelSpec::cp_a2a_group / cp_ring_group sizes).
   const ParallelSpec& p = job.parallel;
   const ProcessGroup own_only = placement.cp_sub_group(rank, p.cp, Placement::CpLevel::kRing);

@@ -153,6 +153,18 @@ void read_cp_comm_type(ObjectReader& parallel, ParallelSpec& spec) {
   spec.hierarchical_cp_sizes = sizes->get<std::vector<int64_t>>();
 }
 
+// Megatron-LM's --use-megatron-fsdp and --data-parallel-sharding-strategy, PyTorch FSDP2's
+// reshard_after_forward (lib/job_validation.cc checks them against dp and the model).
+void read_fsdp(ObjectReader& parallel, ParallelSpec& spec) {
+  if (auto on = parallel.boolean("use_megatron_fsdp", Need::kOptional))
+    spec.use_megatron_fsdp = *on;
+  if (auto strategy = parallel.string("data_parallel_sharding_strategy", Need::kOptional,
+                                      kFsdpShardingStrategyNames.all()))
+    spec.fsdp_sharding = *kFsdpShardingStrategyNames.parse(*strategy);
+  if (auto on = parallel.boolean("fsdp_reshard_after_forward", Need::kOptional))
+    spec.fsdp_reshard_after_forward = *on;
+}
+
 // ----- cost-model settings: communication overlap and MoE routing -----
 void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
   if (auto on = parallel.boolean("overlap_grad_reduce", Need::kOptional))
@@ -170,6 +182,7 @@ void read_cost_model_settings(ObjectReader& parallel, ParallelSpec& spec) {
   if (auto sync = parallel.string("block_sync", Need::kOptional, {"event", "host"}))
     spec.host_synchronized_blocks = *sync == "host";
   read_cp_comm_type(parallel, spec);
+  read_fsdp(parallel, spec);
 }
 // ----- end of cost-model settings -----
 
@@ -339,6 +352,10 @@ OrderedJson parallel_to_json(const ParallelSpec& parallel) {
     json["cp_comm_type"] = cp_comm_type_name(parallel.cp_comm_type);
   if (!parallel.hierarchical_cp_sizes.empty())
     json["hierarchical_context_parallel_sizes"] = parallel.hierarchical_cp_sizes;
+  if (parallel.use_megatron_fsdp) json["use_megatron_fsdp"] = true;
+  if (parallel.fsdp_sharding != FsdpShardingStrategy::kNoShard)
+    json["data_parallel_sharding_strategy"] = fsdp_sharding_strategy_name(parallel.fsdp_sharding);
+  if (!parallel.fsdp_reshard_after_forward) json["fsdp_reshard_after_forward"] = false;
   return json;
 }
 

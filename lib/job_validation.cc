@@ -354,6 +354,65 @@ void check_cp_comm_type(const JobSpec& job, Checker& check) {
   check_a2a_heads(job, check, sizes[0], "the a2a sub-group A");
 }
 
+// ----- fully sharded data parallelism (Megatron-LM's --use-megatron-fsdp) -----
+// The strategy and reshard_after_forward mean something only under Megatron-FSDP, and
+// reshard_after_forward only where the parameters are sharded. FSDP shards over the dp
+// ranks, so dp = 1 is refused rather than planned as a silent no-op. This round shards dense
+// layers over the dp group only: Megatron-FSDP shards over dp·cp with context parallelism
+// and the experts over the expert data-parallel group, which the layer DAG has no group
+// for, and full recompute would gather the parameters a third time.
+void check_fsdp_settings(const JobSpec& job, Checker& check) {
+  const ParallelSpec& p = job.parallel;
+  const std::string strategy = fsdp_sharding_strategy_name(p.fsdp_sharding);
+  if (!p.use_megatron_fsdp) {
+    if (p.fsdp_sharding != FsdpShardingStrategy::kNoShard) {
+      check.report_text("parallel.data_parallel_sharding_strategy", strategy,
+                        "applies only with use_megatron_fsdp: true (Megatron-LM's "
+                        "--data-parallel-sharding-strategy is Megatron-FSDP's)");
+    }
+    if (!p.fsdp_reshard_after_forward) {
+      check.report_text("parallel.fsdp_reshard_after_forward", "false",
+                        "applies only with use_megatron_fsdp: true");
+    }
+    return;
+  }
+  if (p.dp == 1) {
+    check.report("parallel.dp", p.dp,
+                 "use_megatron_fsdp shards over the data-parallel ranks: dp = 1 has nothing "
+                 "to shard (set dp > 1, or leave use_megatron_fsdp out)");
+  }
+  if (!p.fsdp_reshard_after_forward && !p.fsdp_shards_parameters()) {
+    check.report_text("parallel.fsdp_reshard_after_forward", "false",
+                      fmt::format("applies only with data_parallel_sharding_strategy "
+                                  "optim_grads_params (it is {}): only then are the "
+                                  "parameters gathered",
+                                  strategy));
+  }
+  if (!p.fsdp_shards_parameters()) return;
+  const auto refuse = [&](const std::string& field, const std::string& value,
+                          const std::string& why) {
+    check.report_text(field, value,
+                      "is not supported with data_parallel_sharding_strategy "
+                      "optim_grads_params in this version (" +
+                          why + ")");
+  };
+  if (job.model.is_moe()) {
+    refuse("parallel.use_megatron_fsdp", "true",
+           fmt::format("{} is a mixture-of-experts model: its experts would shard over the "
+                       "expert data-parallel group, which is not modelled",
+                       job.model.name));
+  }
+  if (p.cp > 1) {
+    refuse("parallel.cp", std::to_string(p.cp),
+           "Megatron-FSDP shards over dp·cp with context parallelism; dhelix shards over dp "
+           "only");
+  }
+  if (p.recompute.granularity == RecomputeGranularity::kFull) {
+    refuse("parallel.recompute_granularity", "\"full\"",
+           "the recomputed forward would gather the layer's parameters again");
+  }
+}
+
 // CP's load balancing cuts each sequence into 2·cp chunks (rank i holds chunks i and
 // 2·cp−1−i); SP then splits a rank's tokens over the tp ranks. So the sequence must divide
 // by 2·cp when cp > 1, times tp when SP is on: 2·TP·CP with both.
@@ -467,6 +526,7 @@ ProblemList validate_job(const JobSpec& job) {
   check_batch(job, check);
   check_folding(job, check);
   check_recompute(job, check);
+  check_fsdp_settings(job, check);
   return problems;
 }
 

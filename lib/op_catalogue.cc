@@ -70,8 +70,11 @@ const char* gemm_role_name(GemmRole role) {
 
 BackwardWork backward_work(const Op& op) {
   if (op.pass != Pass::kBackward) return BackwardWork::kNone;
-  return op.gemm_role == GemmRole::kWgrad ? BackwardWork::kWeightGradient
-                                          : BackwardWork::kInputGradient;
+  // FSDP's gradient reduce-scatter (lib/dag_builder_fsdp.cc), the one movable-sink
+  // collective, reads the weight gradients: it belongs with them to W.
+  const bool weight =
+      op.gemm_role == GemmRole::kWgrad || (op.movable_sink && is_communication(op.kind));
+  return weight ? BackwardWork::kWeightGradient : BackwardWork::kInputGradient;
 }
 
 bool is_communication(OpKind kind) {

@@ -129,9 +129,9 @@ struct Op {
 /// zero-bubble schedules split it (Qi et al., ICLR 2024): the input-gradient work B (every
 /// op the previous stage's backward waits for: dgrads, attention and norm backwards, the
 /// collectives) or the weight-gradient work W (the wgrad GEMMs and grouped GEMMs, the
-/// router's included, which only the optimizer step reads). The DAG builder marks a wgrad
-/// where it makes the op (make_wgrad: GemmRole::kWgrad, a movable sink); forward ops are
-/// kNone.
+/// router's included, which only the optimizer step reads, and FSDP's gradient
+/// reduce-scatter, which reads them). The DAG builder marks a wgrad where it makes the op
+/// (make_wgrad: GemmRole::kWgrad, a movable sink); forward ops are kNone.
 enum class BackwardWork { kNone, kInputGradient, kWeightGradient };
 BackwardWork backward_work(const Op& op);
 

@@ -58,6 +58,26 @@ inline constexpr EnumNames<CpCommType, 4> kCpCommTypeNames{{"p2p", "a2a", "allga
 /// "p2p", "a2a", "allgather", "a2a+p2p"
 constexpr const char* cp_comm_type_name(CpCommType t) { return kCpCommTypeNames.name(t); }
 
+// ----- fully sharded data parallelism (Megatron-LM's --use-megatron-fsdp) -----
+/// Megatron-LM's --data-parallel-sharding-strategy (Megatron-FSDP's ShardingStrategy; the
+/// ZeRO stages of Rajbhandari et al. 2020), what is sharded over the dp ranks:
+///   kNoShard           nothing: every replica holds and steps every weight (DDP's memory;
+///                      Megatron's default)
+///   kOptim             optimizer states (ZeRO-1: today's distributed optimizer)
+///   kOptimGrads        optimizer states and gradients (ZeRO-2); the parameters stay whole
+///                      across micro-batches, the gradients reduce at the iteration's end
+///   kOptimGradsParams  everything (ZeRO-3): every layer all-gathers its parameters before its
+///                      forward (and its backward, with reshard_after_forward) and
+///                      reduce-scatters its gradients after the backward, every micro-batch
+///                      (lib/dag_builder_fsdp.cc)
+enum class FsdpShardingStrategy { kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
+inline constexpr EnumNames<FsdpShardingStrategy, 4> kFsdpShardingStrategyNames{
+    {"no_shard", "optim", "optim_grads", "optim_grads_params"}};
+/// "no_shard", "optim", "optim_grads", "optim_grads_params"
+constexpr const char* fsdp_sharding_strategy_name(FsdpShardingStrategy s) {
+  return kFsdpShardingStrategyNames.name(s);
+}
+
 struct ParallelSpec {
   int64_t dp = 1;   ///< data-parallel replicas
   int64_t tp = 1;   ///< tensor-parallel size
@@ -144,6 +164,28 @@ struct ParallelSpec {
   /// gradient shard (planner/memory_model.h). NVIDIA's published Megatron-Bridge performance
   /// recipes set it (scripts/performance/utils/helpers.py, set_basic_perf_overrides).
   bool grad_reduce_in_bf16 = false;
+  // ----- fully sharded data parallelism (docs/cost-model.md) -----
+  /// Megatron-LM's --use-megatron-fsdp. JSON "use_megatron_fsdp".
+  bool use_megatron_fsdp = false;
+  /// Megatron-LM's --data-parallel-sharding-strategy (with use_megatron_fsdp only).
+  /// JSON "data_parallel_sharding_strategy".
+  FsdpShardingStrategy fsdp_sharding = FsdpShardingStrategy::kNoShard;
+  /// PyTorch FSDP2's reshard_after_forward (optim_grads_params): true frees the gathered
+  /// parameters after each layer's forward and gathers them again for its backward; false
+  /// keeps them from the forward to the end of that micro-batch's backward. JSON
+  /// "fsdp_reshard_after_forward".
+  bool fsdp_reshard_after_forward = true;
+  /// True when the layers gather their parameters and reduce-scatter their gradients
+  /// (use_megatron_fsdp with optim_grads_params).
+  bool fsdp_shards_parameters() const {
+    return use_megatron_fsdp && fsdp_sharding == FsdpShardingStrategy::kOptimGradsParams;
+  }
+  /// Whether the optimizer states are sharded over the data-parallel ranks: always without
+  /// Megatron-FSDP (dhelix plans with Megatron's distributed optimizer), and with it unless
+  /// the strategy is no_shard.
+  bool shards_optimizer() const {
+    return !use_megatron_fsdp || fsdp_sharding != FsdpShardingStrategy::kNoShard;
+  }
   /// expert_tp, or tp when unset.
   int64_t expert_tp_size() const { return expert_tp > 0 ? expert_tp : tp; }
   // ----- end of cost-model settings --------------------------------------------------------

@@ -182,6 +182,9 @@ PlanResult build_plan(const PlanRequest& given) {
   if (!split_note.empty()) result.warnings.push_back(split_note);
   PlanRequest request = given;
   request.job = &job;
+  // Megatron-FSDP's no_shard keeps every optimizer state on every replica (DDP).
+  request.memory.distributed_optimizer =
+      request.memory.distributed_optimizer && job.parallel.shards_optimizer();
   // 1. Layouts and the ranks whose shapes stand for each stage (may refuse the job).
   Context ctx = make_context(request);
   // 2. The profile must hold every op the plan will look up, at times the hardware allows;
@@ -249,7 +252,14 @@ PlanResult build_plan(const PlanRequest& given) {
   plan.inputs.profile = request.profile_ref;
   plan.options = {.allow_oom = request.allow_oom,
                   .distributed_optimizer = request.memory.distributed_optimizer,
-                  .cross_layer_max_segment_ops = request.cross_layer_max_segment_ops};
+                  .cross_layer_max_segment_ops = request.cross_layer_max_segment_ops,
+                  .fsdp = std::nullopt};
+  if (job.parallel.use_megatron_fsdp) {
+    plan.options.fsdp =
+        PlanFsdpRecord{.sharding_strategy = job.parallel.fsdp_sharding,
+                       .reshard_after_forward = job.parallel.fsdp_reshard_after_forward};
+  }
+  plan.schema_version = plan_schema_version(plan.options);
   plan.num_micro_batches = ctx.micro_batches;
   plan.shape_choice = std::move(shape_choice);
   for (const auto& analysis : ctx.analyses) plan.pairings.push_back(pairing_record(*analysis));

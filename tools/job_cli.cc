@@ -90,6 +90,26 @@ void add_recompute_and_stage_options(CLI::App& app, JobOptions& options) {
                "last stage builds one layer fewer)");
 }
 
+// ----- fully sharded data parallelism (validation checks the combination) -----
+void apply_fsdp_overrides(const JobOptions& options, JobSpec& job) {
+  ParallelSpec& p = job.parallel;
+  if (options.use_megatron_fsdp) {
+    p.use_megatron_fsdp = true;
+    job.origins["parallel.use_megatron_fsdp"] = {kFlags, "--use-megatron-fsdp"};
+  }
+  if (options.fsdp_sharding) {
+    p.fsdp_sharding = *kFsdpShardingStrategyNames.parse(*options.fsdp_sharding);
+    job.origins["parallel.data_parallel_sharding_strategy"] = {kFlags,
+                                                               "--data-parallel-sharding-strategy"};
+  }
+  if (options.fsdp_reshard_after_forward) {
+    p.fsdp_reshard_after_forward = *options.fsdp_reshard_after_forward;
+    job.origins["parallel.fsdp_reshard_after_forward"] = {
+        kFlags, *options.fsdp_reshard_after_forward ? "--fsdp-reshard-after-forward"
+                                                    : "--no-fsdp-reshard-after-forward"};
+  }
+}
+
 // ----- cost-model settings: communication overlap and MoE routing -----
 void apply_cost_model_overrides(const JobOptions& options, JobSpec& job) {
   ParallelSpec& p = job.parallel;
@@ -118,6 +138,7 @@ void apply_cost_model_overrides(const JobOptions& options, JobSpec& job) {
     job.origins["parallel.hierarchical_context_parallel_sizes"] = {
         kFlags, "--hierarchical-context-parallel-sizes"};
   }
+  apply_fsdp_overrides(options, job);
 }
 
 void apply_overrides(const JobOptions& options, JobSpec& job) {
@@ -239,6 +260,23 @@ void add_job_options(CLI::App& app, JobOptions& options) {
       ->type_name("A P")
       ->expected(1, 8)
       ->check(CLI::Range(int64_t{1}, kParallelSizeRange.max));
+  app.add_flag("--use-megatron-fsdp", options.use_megatron_fsdp,
+               "Megatron-FSDP: shard over the data-parallel ranks what "
+               "--data-parallel-sharding-strategy names (docs/cost-model.md)");
+  app.add_option_function<std::string>(
+         "--data-parallel-sharding-strategy",
+         [&options](const std::string& value) { options.fsdp_sharding = value; },
+         "With --use-megatron-fsdp: no_shard (default), optim (ZeRO-1), optim_grads (ZeRO-2), "
+         "optim_grads_params (ZeRO-3: per-layer parameter gathers and gradient "
+         "reduce-scatters)")
+      ->type_name("STRATEGY")
+      ->check(CLI::IsMember(kFsdpShardingStrategyNames.all()));
+  app.add_flag_function(
+      "--fsdp-reshard-after-forward,!--no-fsdp-reshard-after-forward",
+      [&options](int64_t count) { options.fsdp_reshard_after_forward = count > 0; },
+      "optim_grads_params: free the gathered parameters after each layer's forward and "
+      "gather them again for its backward (default on; --no-...: keep them until the "
+      "micro-batch's backward ends)");
 }
 
 JobSpec load_unvalidated_job(const JobOptions& options) {

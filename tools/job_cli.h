@@ -39,6 +39,10 @@ struct JobOptions {
   bool grad_reduce_in_bf16 = false;            ///< --grad-reduce-in-bf16
   std::optional<std::string> cp_comm_type;     ///< --cp-comm-type p2p|a2a|allgather|a2a+p2p
   std::vector<int64_t> hierarchical_cp_sizes;  ///< --hierarchical-context-parallel-sizes A P
+  // fully sharded data parallelism
+  bool use_megatron_fsdp = false;                  ///< --use-megatron-fsdp
+  std::optional<std::string> fsdp_sharding;        ///< --data-parallel-sharding-strategy
+  std::optional<bool> fsdp_reshard_after_forward;  ///< --fsdp-reshard-after-forward / --no-...
 };
 
 /// Adds JOB, --model, --cluster, --dp/--tp/--pp/--cp/--ep, --sp/--no-sp, --mbs, --gbs,

@@ -13,7 +13,8 @@
 //   inputs:   model {name, sha256}, parallel {...}, cluster {name, sha256},
 //             profile {backend, sha256 | "generated:model"}
 //   job:      name, model {...}, cluster {...}, parallel {...}
-//   options:  allow_oom, distributed_optimizer, cross_layer_max_segment_ops
+//   options:  allow_oom, distributed_optimizer, cross_layer_max_segment_ops, fsdp (optional:
+//             sharding_strategy, reshard_after_forward)
 //   num_micro_batches
 //   pairings: distinct layer pairings, referred to by stages[i].pairing
 //   stages:   ranks, down/up layer ranges, embedding/head_loss, task list, phases (p2p
@@ -49,7 +50,11 @@ namespace dhelix {
 /// 1.3.0 added the dhelix plan's shapes: the optional shape_choice, stages in the V, and a
 /// backward part's optional "work" (whole | input | weight: the split backward of the
 /// zero-bubble schedules); absent means whole, so older plans read unchanged.
-inline constexpr const char* kPlanSchemaVersion = "1.3.0";
+/// 1.4.0 added options.fsdp (Megatron-FSDP's sharding strategy and reshard_after_forward).
+/// A plan without it is written as 1.3.0 (plan_schema_version), so that the plans of jobs
+/// without FSDP stay byte for byte what they were.
+inline constexpr const char* kPlanSchemaVersion = "1.4.0";
+inline constexpr const char* kPlanSchemaVersionWithoutFsdp = "1.3.0";
 inline constexpr int kPlanSchemaMajor = 1;
 
 /// An input the plan was made for, named and hashed. For the profile, `name` is the
@@ -77,11 +82,26 @@ struct PlanJob {
 };
 
 /// Choices the planner made or was told.
+/// What the plan records of Megatron-FSDP (ParallelSpec::use_megatron_fsdp).
+struct PlanFsdpRecord {
+  FsdpShardingStrategy sharding_strategy = FsdpShardingStrategy::kNoShard;
+  bool reshard_after_forward = true;
+  bool operator==(const PlanFsdpRecord&) const = default;
+};
+
 struct PlanOptionsRecord {
   bool allow_oom = false;                   ///< --allow-oom: written even though it does not fit
   bool distributed_optimizer = true;        ///< optimizer states sharded over DP (memory model)
   int64_t cross_layer_max_segment_ops = 8;  ///< segment bound of the chunk scope search
+  /// Present only when the job sets use_megatron_fsdp (plan format 1.4.0).
+  std::optional<PlanFsdpRecord> fsdp;
 };
+
+/// The version a plan with these options is written as: kPlanSchemaVersion with fsdp,
+/// kPlanSchemaVersionWithoutFsdp without.
+inline const char* plan_schema_version(const PlanOptionsRecord& options) {
+  return options.fsdp ? kPlanSchemaVersion : kPlanSchemaVersionWithoutFsdp;
+}
 
 /// One op of a layer strand.
 struct PlanOp {

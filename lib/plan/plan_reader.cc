@@ -426,6 +426,17 @@ Plan plan_from_json(const Json& json, const std::string& file) {
         o.boolean("distributed_optimizer", Need::kRequired).value_or(true);
     plan.options.cross_layer_max_segment_ops =
         o.integer("cross_layer_max_segment_ops", Need::kRequired, kCount).value_or(0);
+    // Since 1.4.0, only with use_megatron_fsdp.
+    if (o.raw("fsdp", Need::kOptional) == nullptr) return;
+    PlanFsdpRecord fsdp;
+    with_object(o, "fsdp", [&](ObjectReader& f) {
+      if (auto name =
+              f.string("sharding_strategy", Need::kRequired, kFsdpShardingStrategyNames.all()))
+        fsdp.sharding_strategy = *kFsdpShardingStrategyNames.parse(*name);
+      fsdp.reshard_after_forward =
+          f.boolean("reshard_after_forward", Need::kRequired).value_or(true);
+    });
+    plan.options.fsdp = fsdp;
   });
   plan.num_micro_batches =
       root.integer("num_micro_batches", Need::kRequired, kMicroBatchCount).value_or(1);

@@ -197,6 +197,11 @@ OrderedJson plan_to_json(const Plan& plan) {
       OrderedJson{{"allow_oom", plan.options.allow_oom},
                   {"distributed_optimizer", plan.options.distributed_optimizer},
                   {"cross_layer_max_segment_ops", plan.options.cross_layer_max_segment_ops}};
+  if (const auto& fsdp = plan.options.fsdp) {
+    out["options"]["fsdp"] =
+        OrderedJson{{"sharding_strategy", fsdp_sharding_strategy_name(fsdp->sharding_strategy)},
+                    {"reshard_after_forward", fsdp->reshard_after_forward}};
+  }
   out["num_micro_batches"] = plan.num_micro_batches;
   OrderedJson pairings = OrderedJson::array();
   for (const PlanPairing& p : plan.pairings) pairings.push_back(pairing_json(p));

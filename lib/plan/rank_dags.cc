@@ -1,5 +1,6 @@
 #include "lib/plan/rank_dags.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "lib/dag_builder.h"
@@ -8,13 +9,20 @@
 namespace dhelix {
 namespace {
 
-// The op of a DAG part whose result leaves it: the one sink that is not a movable sink (a
-// weight gradient nothing waits for). -1 for an empty part.
+// The op of a DAG part whose result leaves it: the one op that is not a movable sink (a
+// weight gradient nothing waits for) and that only movable sinks follow (FSDP's gradient
+// reduce-scatter follows the last norm backward, which produces the layer's output
+// gradient). -1 for an empty part.
 int64_t output_op(const LayerDag& dag, OpPart part) {
+  const auto only_movable_sinks_follow = [&dag](int64_t i) {
+    const std::vector<int64_t> next = dag.successors(i);
+    return std::all_of(next.begin(), next.end(),
+                       [&dag](int64_t s) { return dag.op(s).movable_sink; });
+  };
   int64_t found = -1;
   for (int64_t i = 0; i < dag.size(); ++i) {
     const Op& op = dag.op(i);
-    if (op.part != part || op.movable_sink || !dag.successors(i).empty()) continue;
+    if (op.part != part || op.movable_sink || !only_movable_sinks_follow(i)) continue;
     DHELIX_CHECK(found < 0);  // the DAG builder gives every part one output
     found = i;
   }
@@ -28,6 +36,7 @@ LoweredOp lowered_op(const Op& op) {
   out.stream = op.stream;
   out.part = op.part;
   out.weight_gradient = backward_work(op) == BackwardWork::kWeightGradient;
+  out.parameters_only = reads_only_parameters(op);
   if (is_communication(op.kind)) {  // the only ops whose group and bytes lowering reads
     out.group = op.group;
     out.comm_bytes = op.comm_bytes;
@@ -36,6 +45,10 @@ LoweredOp lowered_op(const Op& op) {
 }
 
 }  // namespace
+
+bool reads_only_parameters(const Op& op) {
+  return op.kind == OpKind::kAllGather && op.group == ParallelDim::kDp && op.part == OpPart::kLayer;
+}
 
 DagView::DagView(const LayerDag& dag, int64_t offset) : slot_offset(offset) {
   for (int64_t i = 0; i < dag.size(); ++i) {

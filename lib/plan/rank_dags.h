@@ -22,6 +22,12 @@
 namespace dhelix {
 
 /// One op as the lowering reads it.
+/// FSDP's parameter all-gathers (lib/dag_builder_fsdp.cc: all-gathers over the dp group):
+/// the layer ops that read only the rank's parameter shard, nothing the layer's input or
+/// its output's gradient produced. Lowering (rank_program.cc) gives them no pipeline
+/// dependency and treats their successors as the layer's first ops.
+bool reads_only_parameters(const Op& op);
+
 struct LoweredOp {
   std::string id;
   OpKind kind = OpKind::kGemm;
@@ -31,6 +37,8 @@ struct LoweredOp {
   OpPart part = OpPart::kLayer;
   /// A weight-gradient GEMM (backward_work == kWeightGradient): the W of a split backward.
   bool weight_gradient = false;
+  /// FSDP's parameter all-gather (reads_only_parameters, lib/op_catalogue.h).
+  bool parameters_only = false;
   bool operator==(const LoweredOp&) const = default;
 };
 

@@ -348,6 +348,17 @@ std::vector<int64_t> Lowering::predecessor_deps(const DagView& view, int64_t ind
   return deps;
 }
 
+// An op that reads the layer's input (forward) or its output's gradient (backward): one
+// with no predecessor but FSDP's parameter gathers, which read only the parameter shard and
+// so wait for nothing of the pipeline themselves.
+bool first_layer_op(const DagView& view, int64_t index) {
+  if (view.ops[static_cast<size_t>(index)].parameters_only) return false;
+  const std::vector<int64_t>& predecessors = view.predecessors[static_cast<size_t>(index)];
+  return std::all_of(predecessors.begin(), predecessors.end(), [&view](int64_t p) {
+    return view.ops[static_cast<size_t>(p)].parameters_only;
+  });
+}
+
 void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, int64_t layer) {
   if (layer < 0 || layer >= num_layers_ || transfers_.owner_of_layer(layer) != stage_.stage) {
     program_.fail(fmt::format("layer {} is not held by this stage", layer));
@@ -359,7 +370,7 @@ void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, 
   }
   Instruction instruction = from_op(view, index, micro_batch, layer);
   instruction.deps = predecessor_deps(view, index, micro_batch, layer);
-  if (view.predecessors[static_cast<size_t>(index)].empty()) {
+  if (first_layer_op(view, index)) {
     if (!backward) {
       instruction.deps.push_back(transfers_.need_input(micro_batch, layer));
     } else {

@@ -92,7 +92,9 @@ job_settings="--dp --tp --pp --cp --ep --sp --no-sp --mbs --gbs --seq --rank-ord
 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
 --expert-tensor-parallel-size --moe-load-imbalance --overlap-grad-reduce
 --no-overlap-grad-reduce --overlap-param-gather --no-overlap-param-gather
---grad-reduce-in-bf16 --cp-comm-type --hierarchical-context-parallel-sizes"
+--grad-reduce-in-bf16 --cp-comm-type --hierarchical-context-parallel-sizes
+--use-megatron-fsdp --data-parallel-sharding-strategy --fsdp-reshard-after-forward
+--no-fsdp-reshard-after-forward"
 
 # --- the inputs: a one-rank tiny job, its model and cluster, a profile, a plan, a trace -------
 mkdir models clusters jobs kinds

@@ -202,6 +202,30 @@ TEST(PlanIo, SegmentBoundsAreWrittenOnlyWhenTheBudgetSetThem) {
       << error_of(json.dump());
 }
 
+TEST(PlanIo, FsdpOptionsAreWrittenOnlyWithMegatronFsdpAndRoundTrip) {
+  Plan plan = small_plan();
+  EXPECT_STREQ(plan_schema_version(plan.options), "1.3.0");  // no FSDP: the older format
+  const std::string without = plan_to_text(plan);
+  EXPECT_EQ(without.find("\"fsdp\""), std::string::npos);
+  EXPECT_FALSE(plan_from_json(Json::parse(without), "p").options.fsdp.has_value());
+  plan.options.fsdp = PlanFsdpRecord{.sharding_strategy = FsdpShardingStrategy::kOptimGradsParams,
+                                     .reshard_after_forward = false};
+  plan.schema_version = plan_schema_version(plan.options);
+  EXPECT_EQ(plan.schema_version, "1.4.0");
+  const OrderedJson json = plan_to_json(plan);
+  EXPECT_EQ(json["options"]["fsdp"].dump(),
+            R"({"sharding_strategy":"optim_grads_params","reshard_after_forward":false})");
+  const Plan read = plan_from_json(Json::parse(plan_to_text(plan)), "p");
+  ASSERT_TRUE(read.options.fsdp.has_value());
+  EXPECT_EQ(*read.options.fsdp, *plan.options.fsdp);
+  EXPECT_EQ(read.schema_version, "1.4.0");
+  Json bad = Json::parse(plan_to_text(plan));
+  bad["options"]["fsdp"]["sharding_strategy"] = "zero3";
+  EXPECT_NE(error_of(bad.dump()).find("plan.json: /options/fsdp/sharding_strategy: \"zero3\""),
+            std::string::npos)
+      << error_of(bad.dump());
+}
+
 TEST(PlanIo, OlderMinorVersionWithoutChunksPerStageReads) {
   // 1.0.0 plans had no chunks_per_stage and no baseline schemes: the shape gives the chunks.
   Json json = Json::parse(plan_to_text(small_plan()));

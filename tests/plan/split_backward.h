@@ -18,7 +18,7 @@
 namespace dhelix::testing {
 
 inline void split_lone_backwards(Plan& plan, int64_t defer) {
-  plan.schema_version = kPlanSchemaVersion;  // "work" needs 1.3.0
+  plan.schema_version = plan_schema_version(plan.options);  // "work" needs 1.3.0
   std::vector<std::map<int64_t, int64_t>> renumbered(plan.stages.size());
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     std::vector<PlanTask>& tasks = plan.stages[s].tasks;
