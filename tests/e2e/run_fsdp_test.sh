@@ -9,7 +9,7 @@
 #      |fsdp - dp| <= 1e-5 |dp| per step's loss, and the loss falls;
 #   3. 4 steps in one run == 2 steps + a resume of 2 more, bit for bit; and a checkpoint of
 #      the FSDP run holds the same tensors (names, sizes) as the plain run's;
-# and with activation recompute (full) it trains with --verify too.
+# and with selective activation recompute it trains with --verify too.
 # Usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR}
@@ -33,7 +33,7 @@ job = json.load(open(path))
 for key in ("use_megatron_fsdp", "data_parallel_sharding_strategy"):
     job["parallel"].pop(key, None)
 for key in ("model", "cluster"):  # relative to the example's directory
-    job[key] = os.path.join(os.path.dirname(path), job[key])
+    job[key] = os.path.abspath(os.path.join(os.path.dirname(path), job[key]))
 json.dump(job, open(out, "w"), indent=2)
 PY
 "$bin/dhelix-plan" "$work/dp.json" -o "$work/dp-plan.json" >/dev/null || fail "planning plain DP"
@@ -111,9 +111,10 @@ sys.exit(0 if fsdp and fsdp == plain else 1)
 PY
   fail "the FSDP checkpoint's tensors (names, sizes) differ from plain DP's"
 
-# Activation recompute: the repeated forward reads the backward's gathered weights.
-"$bin/dhelix-plan" "$job" --recompute-granularity full -o "$work/recompute.json" >/dev/null ||
-  fail "planning FSDP with full recompute"
+# Selective activation recompute (the planner refuses full recompute with FSDP): the repeated
+# core attention reads no weights; the backward reads the gathered ones.
+"$bin/dhelix-plan" "$job" --recompute-granularity selective -o "$work/recompute.json" >/dev/null ||
+  fail "planning FSDP with selective recompute"
 if ! run --plan "$work/recompute.json" --steps 2 --verify --jitter-us 200; then
   fail "FSDP with recompute --verify"
   cat "$work/out"
