@@ -81,9 +81,9 @@ struct FsdpMicroBatch {
 template <class B>
 struct FsdpLayer {
   FsdpLayout layout;
-  std::string name;               ///< "layers.<l>.fsdp_shard", the parameter view's
-  float* values = nullptr;        ///< s elements, fp32 master weights
-  float* gradient = nullptr;      ///< s elements, summed over micro-batches
+  std::string name;           ///< "layers.<l>.fsdp_shard", the parameter view's
+  float* values = nullptr;    ///< s elements, fp32 master weights
+  float* gradient = nullptr;  ///< s elements, summed over micro-batches
   std::map<int64_t, FsdpMicroBatch> micro_batches;
 };
 
@@ -148,8 +148,8 @@ BasicBoundOp<B> fsdp_reduce_scatter_op(const FsdpLayer<B>& layer, FsdpMicroBatch
                               layer_index, micro_batch));
     }
   };
-  op.after_collective = [&state, &memory, gradient, bytes = layer.layout.padded() * 4](
-                            const typename B::Exec&) {
+  op.after_collective = [&state, &memory, gradient,
+                         bytes = layer.layout.padded() * 4](const typename B::Exec&) {
     memory.poison(reinterpret_cast<std::byte*>(gradient), bytes);
     state.gradient_live = false;
     state.reduce_scattered = true;

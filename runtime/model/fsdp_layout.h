@@ -53,8 +53,8 @@ class FsdpLayout {
   const std::vector<int64_t>& offsets() const { return offsets_; }
   int64_t elements() const { return elements_; }  ///< the tensors' total, unpadded
   int64_t members() const { return members_; }
-  int64_t shard() const { return shard_; }                 ///< s, elements per member
-  int64_t padded() const { return shard_ * members_; }      ///< n·s, the gathered whole
+  int64_t shard() const { return shard_; }              ///< s, elements per member
+  int64_t padded() const { return shard_ * members_; }  ///< n·s, the gathered whole
   int64_t shard_begin(int64_t member) const { return member * shard_; }
 
   /// Member `member`'s shard of `whole` (the flattened tensors, elements() or padded()

@@ -25,7 +25,8 @@ inline void check_fsdp_supported(const JobSpec& job, bool cpu_backend) {
   std::vector<std::string> refused;
   if (!cpu_backend) refused.push_back("a backend other than cpu (--backend cpu runs it)");
   if (job.model.is_moe()) refused.push_back("mixture-of-experts layers");
-  if (job.parallel.cp > 1) refused.push_back(fmt::format("context parallelism (cp = {})", job.parallel.cp));
+  if (job.parallel.cp > 1)
+    refused.push_back(fmt::format("context parallelism (cp = {})", job.parallel.cp));
   if (job.parallel.tp > 1 && job.parallel.sp) {
     refused.push_back("sequence parallelism (the norm gains' TP sum on a shard)");
   }
@@ -92,15 +93,16 @@ BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const s
                               "(fsdp.reshard_after_forward false) yet gathers them again",
                               ref.op, ref.layer));
     }
-    return model_detail::fsdp_gather_op<B>(sharded,
-                                           fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).weights);
+    return model_detail::fsdp_gather_op<B>(
+        sharded, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).weights);
   }
   DHELIX_CHECK(op == "bwd.fsdp_reduce_scatter");
   model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];
-  if (state.reduced == nullptr) state.reduced = memory.template allocate<float>(sharded.layout.shard());
+  if (state.reduced == nullptr)
+    state.reduced = memory.template allocate<float>(sharded.layout.shard());
   return model_detail::fsdp_reduce_scatter_op<B>(
-      sharded, state, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).gradient, memory, ref.layer,
-      ref.micro_batch);
+      sharded, state, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).gradient,
+      memory, ref.layer, ref.micro_batch);
 }
 
 // A layer op of a sharded layer: the first gradient writer of the micro-batch's backward
@@ -123,7 +125,8 @@ void BasicStageModel<B>::Impl::wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const 
   const bool own_forward_weights = use == FsdpUse::kRecompute || fsdp.reshard_after_forward;
   if (op == "fwd.bda_mlp" && use != FsdpUse::kBackward && own_forward_weights) {
     // The (repeated) forward's last op: its weights are released.
-    model_detail::fsdp_wrap<B>(bound, [] {}, release_weights);
+    model_detail::fsdp_wrap<B>(
+        bound, [] {}, release_weights);
   } else if (op == "bwd.ln_attn") {
     // The layer's last op reading weights; it also writes ln_attn's gradient.
     model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];

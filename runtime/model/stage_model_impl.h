@@ -223,8 +223,8 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
   // A sharded layer's ops read gathered weights: the forward's, the backward's, or full
   // recompute's own for the repeated forward (fsdp_layers.h).
   const FsdpUse use = repeated && m.recompute == RecomputeGranularity::kFull ? FsdpUse::kRecompute
-                      : forward && !repeated                                ? FsdpUse::kForward
-                                                                            : FsdpUse::kBackward;
+                      : forward && !repeated                                 ? FsdpUse::kForward
+                                                                             : FsdpUse::kBackward;
   LayerParameters<B>& layer_params =
       sharded ? m.fsdp_gathered(ref.micro_batch, ref.layer, use).params : params->second;
   const LayerOpContext<B> context{m.dims, *m.rope, layer_params,

@@ -79,8 +79,7 @@ struct BasicStageModel<B>::Impl {
   std::map<std::tuple<int64_t, int64_t, model_detail::FsdpUse>,
            std::unique_ptr<model_detail::FsdpGathered<B>>>
       fsdp_sets;
-  void shard_layer(int64_t layer, const model_detail::HostLayer& host, int64_t dp_rank,
-                   int64_t dp);
+  void shard_layer(int64_t layer, const model_detail::HostLayer& host, int64_t dp_rank, int64_t dp);
   BasicBoundOp<B> bind_fsdp_op(const OpRef& ref, const std::string& op, bool repeated);
   void wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const OpRef& ref, const std::string& op,
                           model_detail::FsdpUse use);
@@ -99,10 +98,10 @@ struct BasicStageModel<B>::Impl {
     if (use == FsdpUse::kBackward && !fsdp.reshard_after_forward) {
       slot->weights = fsdp_gathered(mb, layer, FsdpUse::kForward).weights;  // gathered once, kept
     } else {
-      const SpanKind span = use == FsdpUse::kForward
-                                ? (fsdp.reshard_after_forward ? SpanKind::kLayerForward
-                                                              : SpanKind::kLayerSaved)
-                                : SpanKind::kLayerBackward;
+      const SpanKind span =
+          use == FsdpUse::kForward
+              ? (fsdp.reshard_after_forward ? SpanKind::kLayerForward : SpanKind::kLayerSaved)
+              : SpanKind::kLayerBackward;
       slot->weights = arena.template allocate<float>(
           {span, mb, layer}, use == FsdpUse::kRecompute ? "fsdp.recompute_weights" : "fsdp.weights",
           padded, 0);
@@ -111,7 +110,8 @@ struct BasicStageModel<B>::Impl {
       slot->gradient = arena.template allocate<float>({SpanKind::kLayerBackward, mb, layer},
                                                       "fsdp.gradient", padded, 0);
     }
-    slot->params = model_detail::fsdp_tensor_views<B>(sharded.layout, slot->weights, slot->gradient);
+    slot->params =
+        model_detail::fsdp_tensor_views<B>(sharded.layout, slot->weights, slot->gradient);
     return *slot;
   }
 

@@ -68,7 +68,8 @@ class CpuEngine final : public TrainingEngine {
     DHELIX_CHECK(comms_ != nullptr);
     options.on_instruction_done = reducer_->start(program, overlap_, options.on_failure);
     options.before_instruction = reducer_->gather_waits(program);
-    const double wall_us = execute_program(plan, program, model_, *comms_, std::move(options)).wall_us;
+    const double wall_us =
+        execute_program(plan, program, model_, *comms_, std::move(options)).wall_us;
     model_.finish_iteration();  // FSDP: the reduced shards, summed in micro-batch order
     return wall_us;
   }
@@ -201,8 +202,7 @@ class CpuEngine final : public TrainingEngine {
   }
   // A layer's shard as a checkpoint keeps it: weights and moments all-gathered over DP
   // (collective, as sharded_adamw's), cut into the layer's tensors by name.
-  void add_gathered_shard(std::vector<NamedTensor>& tensors, const ParameterView& p,
-                          size_t index) {
+  void add_gathered_shard(std::vector<NamedTensor>& tensors, const ParameterView& p, size_t index) {
     const FsdpLayout& layout = *model_.fsdp_layout(p.name);
     const auto gather = [&](const float* part) {
       std::vector<float> whole(static_cast<size_t>(layout.padded()));
@@ -239,8 +239,8 @@ class CpuEngine final : public TrainingEngine {
   StageModel model_;
   bool distributed_;              // the distributed optimizer (sharded_adamw.h)
   std::unique_ptr<AdamW> adamw_;  // without it
-  std::unique_ptr<AdamW> fsdp_adamw_;       // the FSDP shards' (runtime/model/fsdp_layers.h)
-  Communicator* fsdp_group_ = nullptr;      // their DP group, for the main thread
+  std::unique_ptr<AdamW> fsdp_adamw_;   // the FSDP shards' (runtime/model/fsdp_layers.h)
+  Communicator* fsdp_group_ = nullptr;  // their DP group, for the main thread
   std::unique_ptr<RankComms> comms_;
   int64_t bucket_elements_;
   bool overlap_;

@@ -82,10 +82,11 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   // (layer_ops_kv_allgather.h).
   // FSDP's layer gathers and reduce-scatters (runtime/model/fsdp_layers.h) run on the CPU.
   if (p.fsdp_shards_parameters() && backend != "cpu") {
-    refuse(fmt::format("fully sharded data parallelism (use_megatron_fsdp with "
-                       "data_parallel_sharding_strategy optim_grads_params) on the {} backend "
-                       "(--backend cpu runs it)",
-                       backend));
+    refuse(
+        fmt::format("fully sharded data parallelism (use_megatron_fsdp with "
+                    "data_parallel_sharding_strategy optim_grads_params) on the {} backend "
+                    "(--backend cpu runs it)",
+                    backend));
   }
   if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p && backend != "cpu") {
     refuse(fmt::format("context parallelism with cp_comm_type {} (p2p only on this backend)",

@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lib/dag_builder.h"
@@ -183,8 +183,7 @@ class DpGroup {
 };
 
 // The whole tensor `name` of a sharded layer: every rank's shard view, gathered.
-std::vector<float> gathered(DpGroup& group, int64_t layer, const std::string& name,
-                            bool gradient) {
+std::vector<float> gathered(DpGroup& group, int64_t layer, const std::string& name, bool gradient) {
   const std::string view = "layers." + std::to_string(layer) + ".fsdp_shard";
   std::vector<float> whole;
   const rt::FsdpLayout* layout = group.model(0).fsdp_layout(view);
@@ -351,14 +350,14 @@ TEST(FsdpModelTest, ReduceScatterBeforeTheGradientOpsIsRefused) {
 TEST(FsdpModelTest, OpsAndSettingsItDoesNotRunAreRefusedByName) {
   // bwd.fsdp_gather when the plan keeps the gathered weights.
   DpGroup kept(dp_job(2, 1), {.enabled = true, .reshard_after_forward = false});
-  auto [code, message] =
-      error_of([&] { kept.model(0).bind(rt::OpRef{"bwd.fsdp_gather", 0, 0}); });
+  auto [code, message] = error_of([&] { kept.model(0).bind(rt::OpRef{"bwd.fsdp_gather", 0, 0}); });
   EXPECT_EQ(code, ErrorCode::kInvalidInput);
   EXPECT_NE(message.find("reshard_after_forward false"), std::string::npos) << message;
   // FSDP ops on a model without FSDP.
   DpGroup plain(dp_job(2, 1), {});
-  std::tie(code, message) =
-      error_of([&] { plain.model(0).bind(rt::OpRef{"fwd.fsdp_gather", 0, 0}); });
+  std::tie(code, message) = error_of([&] {
+    plain.model(0).bind(rt::OpRef{"fwd.fsdp_gather", 0, 0});
+  });
   EXPECT_EQ(code, ErrorCode::kInvalidInput);
   EXPECT_NE(message.find("holds no FSDP shard"), std::string::npos) << message;
   // Sequence parallelism and context parallelism.
