@@ -9,7 +9,8 @@
 #      |fsdp - dp| <= 1e-5 |dp| per step's loss, and the loss falls;
 #   3. 4 steps in one run == 2 steps + a resume of 2 more, bit for bit; and a checkpoint of
 #      the FSDP run holds the same tensors (names, sizes) as the plain run's;
-# and with selective activation recompute it trains with --verify too.
+# with selective activation recompute it trains with --verify too; --backend cuda is refused
+# by name.
 # Usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR}
@@ -117,6 +118,15 @@ PY
   fail "planning FSDP with selective recompute"
 if ! run --plan "$work/recompute.json" --steps 2 --verify --jitter-us 200; then
   fail "FSDP with recompute --verify"
+  cat "$work/out"
+fi
+
+# Not run yet: FSDP on the CUDA backend, refused by name before any device is touched.
+if "$bin/dhelix-run" --backend cuda --plan "$work/reshard.json" \
+  --data "$src/examples/data/corpus.txt" --steps 1 >"$work/out" 2>&1; then
+  fail "FSDP on --backend cuda ran"
+elif ! grep -qF "does not run fully sharded data parallelism" "$work/out"; then
+  fail "FSDP on --backend cuda: message lacks the reason"
   cat "$work/out"
 fi
 
