@@ -9,6 +9,8 @@
 #      |fsdp - dp| <= 1e-5 |dp| per step's loss, and the loss falls;
 #   3. 4 steps in one run == 2 steps + a resume of 2 more, bit for bit; and a checkpoint of
 #      the FSDP run holds the same tensors (names, sizes) as the plain run's;
+#   4. the same 4 steps with every buffer its own allocation (DHELIX_ACTIVATION_ARENA=
+#      separate), bit for bit: the gathered weights' places in the arena change nothing;
 # with selective activation recompute it trains with --verify too; --backend cuda is refused
 # by name.
 # Usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR
@@ -90,6 +92,12 @@ PY
   }
   cmp -s "$work/straight.log" "$work/resumed.log" ||
     fail "$case: resumed losses differ from the straight run"
+  # 4. The gathered buffers in the arena change no bit: each its own allocation instead.
+  rm -f "$work/separate.log"
+  DHELIX_ACTIVATION_ARENA=separate run --plan "$plan" --steps 4 --loss-log "$work/separate.log" ||
+    fail "$case: 4 steps without the arena"
+  cmp -s "$work/straight.log" "$work/separate.log" ||
+    fail "$case: the arena's losses differ from separate buffers'"
 done
 
 # The checkpoint keeps the unsharded format: the same tensors as plain DP's, per rank.
