@@ -11,7 +11,8 @@
 #      the FSDP run holds the same tensors (names, sizes) as the plain run's;
 #   4. the same 4 steps with every buffer its own allocation (DHELIX_ACTIVATION_ARENA=
 #      separate), bit for bit: the gathered weights' places in the arena change nothing;
-# with selective activation recompute it trains with --verify too; --backend cuda is refused
+# with selective activation recompute it trains with --verify too; on an emulated dp link it
+# gives the same bits; optim_grads (no ops) gives plain DP's bits; --backend cuda is refused
 # by name.
 # Usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
@@ -128,6 +129,24 @@ if ! run --plan "$work/recompute.json" --steps 2 --verify --jitter-us 200; then
   fail "FSDP with recompute --verify"
   cat "$work/out"
 fi
+
+# On an emulated dp link the gathers and reduce-scatters cost wire time and change no bit.
+rm -f "$work/emulated.log"
+run --plan "$work/reshard.json" --steps 4 --emulate-link dp=200mbit@50us --jitter-us 100 \
+  --loss-log "$work/emulated.log" || {
+  fail "FSDP on an emulated link"
+  cat "$work/out"
+}
+grep -q "on an emulated link" "$work/out" || fail "the emulated run does not say its link"
+head -4 "$work/reshard.log" | cmp -s - "$work/emulated.log" ||
+  fail "FSDP on an emulated link: losses differ from the shared-memory run's"
+
+# optim_grads (ZeRO-2) adds no ops: it runs as the distributed optimizer, plain DP's bits.
+"$bin/dhelix-plan" "$job" --data-parallel-sharding-strategy optim_grads -o "$work/zero2.json" \
+  >/dev/null || fail "planning optim_grads"
+rm -f "$work/zero2.log"
+run --plan "$work/zero2.json" --steps 3 --loss-log "$work/zero2.log" || fail "3 steps of optim_grads"
+head -3 "$work/dp.log" | cmp -s - "$work/zero2.log" || fail "optim_grads differs from plain DP"
 
 # Not run yet: FSDP on the CUDA backend, refused by name before any device is touched.
 if "$bin/dhelix-run" --backend cuda --plan "$work/reshard.json" \
