@@ -117,6 +117,37 @@ std::vector<CpCommChoice> cp_comm_values(const JobSpec& base, const SearchConstr
   return values;
 }
 
+// Megatron-FSDP's settings of one configuration (see the file comment): off unless searched
+// or fixed, and off where dp = 1.
+struct FsdpChoice {
+  bool on = false;
+  FsdpShardingStrategy strategy = FsdpShardingStrategy::kNoShard;
+};
+
+std::vector<FsdpChoice> fsdp_values(const JobSpec& base, const SearchConstraints& c, int64_t dp,
+                                    int64_t cp, const RecomputeSpec& recompute) {
+  const bool asked = c.search_fsdp || c.fsdp_sharding || base.parallel.use_megatron_fsdp;
+  if (!asked || dp == 1) return {{}};
+  if (c.fsdp_sharding) return {{true, *c.fsdp_sharding}};
+  std::vector<FsdpChoice> values = {{true, FsdpShardingStrategy::kOptim}};
+  if (!base.model.is_moe() && cp == 1 && recompute.granularity != RecomputeGranularity::kFull)
+    values.push_back({true, FsdpShardingStrategy::kOptimGradsParams});
+  return values;
+}
+
+// The innermost two axes, CP communication type then FSDP strategy, as one list.
+std::vector<std::pair<CpCommChoice, FsdpChoice>> comm_and_fsdp(const JobSpec& base,
+                                                               const SearchConstraints& c,
+                                                               int64_t tp, int64_t cp, int64_t dp,
+                                                               const RecomputeSpec& recompute) {
+  std::vector<std::pair<CpCommChoice, FsdpChoice>> out;
+  for (const CpCommChoice& comm : cp_comm_values(base, c, tp, cp)) {
+    for (const FsdpChoice& fsdp : fsdp_values(base, c, dp, cp, recompute))
+      out.emplace_back(comm, fsdp);
+  }
+  return out;
+}
+
 // How far the enumeration got along its axes: where an empty space stopped.
 struct Funnel {
   int64_t tp_cp = 0;             ///< (tp, sp, cp) the sequence allows
@@ -156,8 +187,11 @@ std::vector<ParallelSpec> enumerate(const JobSpec& base, int64_t gpus, const Sea
                    axis(c.micro_batch_size, powers_of_two_up_to(c.max_micro_batch_size))) {
                 if (b.global_batch_size % (dp * mbs) != 0) continue;
                 for (const RecomputeSpec& recompute : recompute_values(base, c)) {
-                  for (const CpCommChoice& comm : cp_comm_values(base, c, tp, cp)) {
+                  for (const auto& [comm, fsdp] : comm_and_fsdp(base, c, tp, cp, dp, recompute)) {
                     ParallelSpec p = b;
+                    p.use_megatron_fsdp = fsdp.on;
+                    p.fsdp_sharding = fsdp.on ? fsdp.strategy : FsdpShardingStrategy::kNoShard;
+                    p.fsdp_reshard_after_forward = !fsdp.on || b.fsdp_reshard_after_forward;
                     p.cp_comm_type = comm.type;
                     p.hierarchical_cp_sizes = comm.hierarchical_sizes;
                     p.tp = tp;
@@ -264,6 +298,10 @@ std::string configuration_label(const ParallelSpec& p, bool moe) {
     label += fmt::format(" ep{} etp{}", p.ep, p.expert_tp == 0 ? p.tp : p.expert_tp);
   }
   label += fmt::format(" mbs{}", p.micro_batch_size);
+  if (p.use_megatron_fsdp) {
+    label += fmt::format(" fsdp-{}{}", fsdp_sharding_strategy_name(p.fsdp_sharding),
+                         p.fsdp_reshard_after_forward ? "" : "(keep)");
+  }
   if (p.recompute.enabled()) {
     label += fmt::format(" rc-{}", recompute_granularity_name(p.recompute.granularity));
   }

@@ -21,6 +21,15 @@
 //               KV heads of a TP rank divide by cp; allgather; a2a+p2p with the largest
 //               power-of-two sub-group A < cp, A >= 2, that fits a node beside TP
 //               (A·tp <= gpus_per_node) and divides those heads. Fixed by --cp-comm-type.
+//   fsdp        only where the base job sets use_megatron_fsdp or the command line asks
+//               (--use-megatron-fsdp, --data-parallel-sharding-strategy), and dp > 1 (dp 1
+//               has nothing to shard: FSDP off there): optim (ZeRO-1, the distributed
+//               optimizer) and optim_grads_params (ZeRO-3) where the job allows it (a dense
+//               model, cp 1, no full recompute: lib/job_validation.cc). no_shard and
+//               optim_grads are left out of the search: dhelix prices optim_grads as optim
+//               (the gradients reduce at the iteration's end) and no_shard as optim with
+//               unsharded optimizer states, never faster. Fixed by
+//               --data-parallel-sharding-strategy; reshard_after_forward is the base job's.
 //
 // Worked example: 8 GPUs, a dense 4-layer model, gbs 16, seq 4096, recompute fixed, no
 // other constraint. pp is 1 or 2 (4 layers fold evenly on 1 and 2 stages; 3 and 4 stages
@@ -45,7 +54,9 @@
 //   (2,4)·sp  p2p a2a allgather a2a+p2p [2,2]      8 · 4 = 32
 //   (4,2)·sp  p2p a2a allgather                    8 · 3 = 24
 //
-// 173 cp > 1 configurations instead of 51: 216 in all. The job's
+// 173 cp > 1 configurations instead of 51: 216 in all. Asking for FSDP (CP type fixed)
+// doubles the 27 configurations with dp > 1 and cp = 1 (optim and optim_grads_params): 121.
+// The job's
 // own rules (lib/job_validation.h: heads divisible by tp, and so on) are applied later, by
 // the search, so that a rejected configuration is reported with the planner's words.
 //
@@ -73,6 +84,11 @@ struct SearchConstraints {
   /// Megatron's --cp-comm-type fixed for cp > 1 (a2a+p2p takes the base job's
   /// hierarchical sizes); unset: searched (see the file comment).
   std::optional<CpCommType> cp_comm_type;
+  /// Megatron-FSDP: searched (optim, optim_grads_params) where dp > 1 when set; the base
+  /// job's use_megatron_fsdp sets it too (see the file comment).
+  bool search_fsdp = false;
+  /// --data-parallel-sharding-strategy fixed (with FSDP on where dp > 1).
+  std::optional<FsdpShardingStrategy> fsdp_sharding;
 };
 
 /// Every configuration of the space, in enumeration order (see the file comment). `base`
@@ -88,7 +104,8 @@ std::vector<ParallelSpec> enumerate_configurations(const JobSpec& base, int64_t 
 std::string empty_space_reason(const JobSpec& base, int64_t gpus,
                                const SearchConstraints& constraints);
 
-/// "tp8 sp cp2 pp4 dp2 mbs1 recompute=selective" (ep and expert-tp for MoE models).
+/// "tp8 sp cp2 pp4 dp2 mbs1 recompute=selective" (ep and expert-tp for MoE models; with
+/// Megatron-FSDP " fsdp-optim_grads_params", and "(keep)" without reshard_after_forward).
 std::string configuration_label(const ParallelSpec& parallel, bool moe);
 
 }  // namespace dhelix

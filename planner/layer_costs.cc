@@ -1,5 +1,7 @@
 #include "planner/layer_costs.h"
 
+#include "planner/fsdp_prefetch.h"
+
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -176,6 +178,23 @@ LayerCosts megatron_strands_alone(const LayerDags& dags, const Profile& profile,
   return costs;
 }
 
+// A baseline's strands alone under FSDP as the frameworks run it (planner/fsdp_prefetch.h):
+// the layer DAGs without FSDP's collectives (the intra-batch ones when `intra_batch`), each
+// strand alone, then the collectives prefetched one layer ahead, with S and C taken from
+// `dags`, the layer's DAGs with them.
+LayerCosts fsdp_prefetched(const JobSpec& job, int64_t rank, bool intra_batch,
+                           const LayerDags& dags, RecomputeGranularity recompute,
+                           const Profile& profile, const CoRunModel& co_run, PairingMemo* memo) {
+  JobSpec plain = job;
+  plain.parallel.use_megatron_fsdp = false;
+  const LayerDags plain_dags = with_recompute(
+      intra_batch ? build_intra_batch_layer_dags(plain, rank) : build_layer_dags(plain, rank),
+      recompute);
+  return with_fsdp_prefetch(strands_alone(plain_dags, profile, co_run, memo),
+                            fsdp_pass_collectives(dags.forward, solo_lookup(profile)),
+                            fsdp_pass_collectives(dags.backward, solo_lookup(profile)));
+}
+
 // Forward and backward alone from the dhelix search's own single-strand schedules.
 LayerCosts alone_from(const PairingResult& result, const StrandKinds& f, const StrandKinds& b) {
   LayerCosts costs;
@@ -318,6 +337,9 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   a.megatron = has_synchronous_cp_collective(a.dags)
                    ? megatron_strands_alone(a.dags, profile, co_run, memo)
                    : alone_from(a.dhelix.per_layer, fk, bk);
+  if (job.parallel.fsdp_shards_parameters()) {
+    a.megatron = fsdp_prefetched(job, rank, false, a.dags, recompute, profile, co_run, memo);
+  }
   a.megatron.backward_weight_us = weight_gradient_us(a.backward, a.dags.backward);
   // DHelix's strands alone are its own schedules, whatever Megatron's are.
   a.dhelix_layer = alone_from(a.dhelix.per_layer, fk, bk);
@@ -345,8 +367,11 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   set_handwritten(co_run, options.per_layer.paired_block_gap_us, fk, bk, a);
 
   // Intra-batch: the chunked DAGs, each strand alone.
-  a.intra_batch = strands_alone(with_recompute(build_intra_batch_layer_dags(job, rank), recompute),
-                                profile, co_run, memo);
+  a.intra_batch =
+      job.parallel.fsdp_shards_parameters()
+          ? fsdp_prefetched(job, rank, true, a.dags, recompute, profile, co_run, memo)
+          : strands_alone(with_recompute(build_intra_batch_layer_dags(job, rank), recompute),
+                          profile, co_run, memo);
   return a;
 }
 

@@ -7,6 +7,7 @@
 
 #include "lib/dtype.h"
 #include "lib/error.h"
+#include "lib/fsdp_sizes.h"
 #include "lib/int_math.h"
 
 namespace dhelix {
@@ -37,7 +38,8 @@ StageParameters layer_parameters(const ModelSpec& model, const ParallelSpec& par
 int64_t optimizer_bytes(const StageParameters& params, const ParallelSpec& parallel,
                         bool distributed) {
   const int64_t per_parameter = optimizer_bytes_per_parameter(parallel);
-  if (!distributed) return per_parameter * params.total();
+  // Megatron-FSDP's no_shard keeps every state on every replica whatever the options say.
+  if (!distributed || !parallel.shards_optimizer()) return per_parameter * params.total();
   const int64_t dense_shards = parallel.dp * parallel.cp;
   const int64_t expert_shards = std::max<int64_t>(
       1, parallel.dp * parallel.cp * parallel.tp / (parallel.ep * parallel.expert_tp_size()));
@@ -81,6 +83,12 @@ int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
   int64_t sequence_part = dt * 4 * h + (options.dropout ? 2 * h : 0);
   // Flash attention keeps Q, K, V and its output (also the projection's input).
   int64_t head_part = dt * (2 * q + 2 * kv);
+  // FSDP without reshard_after_forward: the layer's gathered parameters stay from its
+  // forward to its backward, one copy per micro-batch in flight (planner/memory_model.h).
+  const int64_t held_parameters =
+      parallel.fsdp_shards_parameters() && !parallel.fsdp_reshard_after_forward
+          ? dt * fsdp_layer_parameters(model, parallel)
+          : 0;
   // Ulysses (a2a, a2a+p2p): TransformerEngine keeps Q, K, V and O in the head split (the
   // same bytes per rank), but the projection's input is the output after the all-to-all
   // back, a second tensor of q columns (AttnFuncWithCPAndQKVOA2A saves the head-split O).
@@ -102,7 +110,7 @@ int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
     head_part += dt * mlp_matrix_count(model) * model.ffn_hidden_size;
   }
   const int64_t sequence_divisor = parallel.sp ? tp : 1;
-  return tokens * sequence_part / sequence_divisor + tokens * head_part / tp;
+  return tokens * sequence_part / sequence_divisor + tokens * head_part / tp + held_parameters;
 }
 
 int64_t layer_input_bytes(const ModelSpec& model, const ParallelSpec& parallel) {
@@ -151,6 +159,7 @@ StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& par
   const StageParameters layer = layer_parameters(model, parallel);
   const int64_t layers = stage_layer_count(model, parallel, shape, stage);
   StageParameters params{layer.dense * layers, layer.expert * layers};
+  if (parallel.fsdp_shards_parameters()) params.fsdp_layers = layer.dense * layers;
   const int64_t embedding_stage = 0;
   const int64_t head_stage = folded_shape(shape) ? 0 : parallel.pp - 1;
   const int64_t vocab_shard = ceil_div(model.vocab_size, parallel.tp) * model.hidden_size;
@@ -167,6 +176,22 @@ StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& par
   return params;
 }
 
+FsdpMemory fsdp_memory(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,
+                       const StageParameters& params) {
+  FsdpMemory m;
+  if (!parallel.fsdp_shards_parameters() || params.fsdp_layers == 0) return m;
+  const int64_t dt = dtype_bytes(model.dtype);
+  const int64_t g = gradient_bytes_per_parameter(parallel);
+  const int64_t layer = fsdp_layer_parameters(model, parallel);
+  const int64_t unsharded = params.fsdp_layers - ceil_div(params.fsdp_layers, parallel.dp);
+  const int64_t strands = folded_shape(shape) ? 2 : 1;
+  m.weight_saving_bytes = dt * unsharded;
+  m.gathered_buffer_bytes = dt * 2 * strands * layer;
+  m.gradient_saving_bytes = g * unsharded;
+  m.gradient_buffer_bytes = g * 2 * layer;
+  return m;
+}
+
 std::vector<StageMemory> stage_memory(const ModelSpec& model, const ParallelSpec& parallel,
                                       PipelineShape shape, const MemoryOptions& options,
                                       const std::vector<int64_t>& peak_activation_bytes) {
@@ -176,8 +201,11 @@ std::vector<StageMemory> stage_memory(const ModelSpec& model, const ParallelSpec
     StageMemory m;
     m.stage = p;
     m.parameters = stage_parameters(model, parallel, shape, p);
-    m.weight_bytes = dtype_bytes(model.dtype) * m.parameters.total();
-    m.gradient_bytes = gradient_bytes_per_parameter(parallel) * m.parameters.total();
+    const FsdpMemory fsdp = fsdp_memory(model, parallel, shape, m.parameters);
+    m.weight_bytes = dtype_bytes(model.dtype) * m.parameters.total() - fsdp.weight_saving_bytes +
+                     fsdp.gathered_buffer_bytes;
+    m.gradient_bytes = gradient_bytes_per_parameter(parallel) * m.parameters.total() -
+                       fsdp.gradient_saving_bytes + fsdp.gradient_buffer_bytes;
     m.optimizer_bytes = optimizer_bytes(m.parameters, parallel, options.distributed_optimizer);
     m.activation_bytes = peak_activation_bytes[static_cast<size_t>(p)];
     stages.push_back(m);

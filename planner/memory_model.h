@@ -111,6 +111,9 @@ int64_t head_loss_transient_bytes(const ModelSpec& model, const ParallelSpec& pa
 struct StageParameters {
   int64_t dense = 0;   ///< split over tp or replicated; optimizer shards over dp·cp
   int64_t expert = 0;  ///< E/ep experts; optimizer shards over dp·cp·tp/ep
+  /// The part of `dense` FSDP shards over dp (the layers' parameters under
+  /// optim_grads_params: lib/fsdp_sizes.h); 0 otherwise. The stage extras stay whole.
+  int64_t fsdp_layers = 0;
   int64_t total() const { return dense + expert; }
 };
 
@@ -120,6 +123,29 @@ struct StageParameters {
 /// Megatron does).
 StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& parallel,
                                  PipelineShape shape, int64_t stage);
+
+/// Fully sharded data parallelism's terms on one GPU of a stage (docs/cost-model.md "Fully
+/// sharded data parallelism: memory"), for a stage of parameters `params` under
+/// optim_grads_params; all 0 otherwise. With P the layer's parameters on the rank
+/// (fsdp_layer_parameters), L·P = params.fsdp_layers, d = dp, dt the model's bytes and g the
+/// gradient's (gradient_bytes_per_parameter):
+///   weights     the shards, L·P/d (rounded up), instead of L·P, plus the gathered buffers
+///               in flight: the layer running and the one prefetched, per strand (two
+///               strands on the folded shapes W and V, one on 1F1B's), 2·strands·P, in dt
+///   gradients   the shards, L·P/d, instead of L·P, plus the unsharded gradients of the
+///               layer whose backward runs and of the one being reduce-scattered, 2·P, in g
+/// The optimizer states are the distributed optimizer's (sharded over dp·cp already). With
+/// reshard_after_forward false each micro-batch also holds every layer's gathered
+/// parameters from its forward to its backward: layer_activation_bytes counts them (P·dt a
+/// layer), so the pipeline simulator's peak holds them for every micro-batch in flight.
+struct FsdpMemory {
+  int64_t weight_saving_bytes = 0;    ///< dt·(L·P − ceil(L·P/d))
+  int64_t gathered_buffer_bytes = 0;  ///< dt·2·strands·P
+  int64_t gradient_saving_bytes = 0;  ///< g·(L·P − ceil(L·P/d))
+  int64_t gradient_buffer_bytes = 0;  ///< g·2·P
+};
+FsdpMemory fsdp_memory(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,
+                       const StageParameters& params);
 
 /// One GPU's memory on one stage, bytes.
 struct StageMemory {

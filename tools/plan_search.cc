@@ -44,6 +44,8 @@ SearchConstraints constraints_from(const SearchCliOptions& search, const JobOpti
   c.allow_cp = !search.no_cp;
   c.search_recompute = !search.fixed_recompute && !job.recompute_granularity;
   if (job.cp_comm_type) c.cp_comm_type = kCpCommTypeNames.parse(*job.cp_comm_type);
+  c.search_fsdp = job.use_megatron_fsdp;
+  if (job.fsdp_sharding) c.fsdp_sharding = kFsdpShardingStrategyNames.parse(*job.fsdp_sharding);
   return c;
 }
 

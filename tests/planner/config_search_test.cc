@@ -113,6 +113,46 @@ TEST(ConfigSpace, CpCommTypeIsAnAxisWhereCpIsAboveOne) {
     EXPECT_EQ(p.cp_comm_type, p.cp > 1 ? CpCommType::kA2a : CpCommType::kP2p);
 }
 
+TEST(ConfigSpace, FsdpStrategyIsAnAxisOnlyWhereAskedAndDpShards) {
+  // The worked example's 94 configurations; the FSDP axis doubles those with dp > 1 and
+  // cp = 1 (optim, optim_grads_params), keeps one (optim) where cp > 1 and one (FSDP off)
+  // where dp = 1: tp·cp 1: 5·2 = 10; 2: (1,2) 7 + (2,1)·sp 2·7·2 = 35; 4: (1,4) 4 + 4,
+  // (2,2)·sp 16, (4,1)·sp 2·(4·2 + 4) = 24: 48; 8: 28 at dp 1. 121 in all.
+  SearchConstraints c;
+  c.search_recompute = false;
+  c.cp_comm_type = CpCommType::kP2p;
+  const JobSpec base = base_job(4, 16, 4096);
+  for (const ParallelSpec& p : enumerate_configurations(base, 8, c))
+    EXPECT_FALSE(p.use_megatron_fsdp);  // not asked: no FSDP anywhere
+  c.search_fsdp = true;
+  const std::vector<ParallelSpec> space = enumerate_configurations(base, 8, c);
+  EXPECT_EQ(space.size(), 121u);
+  int64_t zero3 = 0;
+  for (const ParallelSpec& p : space) {
+    EXPECT_EQ(p.use_megatron_fsdp, p.dp > 1) << configuration_label(p, false);
+    if (!p.fsdp_shards_parameters()) continue;
+    ++zero3;
+    EXPECT_EQ(p.cp, 1);
+  }
+  EXPECT_EQ(zero3, 121 - 94);
+  // The base job's use_megatron_fsdp asks as the flag does.
+  JobSpec fsdp_base = base;
+  fsdp_base.parallel.use_megatron_fsdp = true;
+  c.search_fsdp = false;
+  EXPECT_EQ(enumerate_configurations(fsdp_base, 8, c).size(), 121u);
+  // Fixed: one strategy wherever dp > 1 (validation judges cp > 1 later).
+  c.fsdp_sharding = FsdpShardingStrategy::kOptimGradsParams;
+  const std::vector<ParallelSpec> fixed = enumerate_configurations(base, 8, c);
+  EXPECT_EQ(fixed.size(), 94u);
+  ParallelSpec labelled = fixed.front();
+  EXPECT_NE(configuration_label(labelled, false).find(" fsdp-optim_grads_params"),
+            std::string::npos)
+      << configuration_label(labelled, false);
+  labelled.fsdp_reshard_after_forward = false;
+  EXPECT_NE(configuration_label(labelled, false).find(" fsdp-optim_grads_params(keep)"),
+            std::string::npos);
+}
+
 TEST(ConfigSpace, RecomputeTriplesTheSpace) {
   const std::vector<ParallelSpec> space = enumerate_configurations(base_job(4, 16, 4096), 8, {});
   EXPECT_EQ(space.size(), 3u * 216u);

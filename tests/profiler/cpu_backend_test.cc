@@ -277,6 +277,23 @@ TEST(CpuOpRunner, CollectivesMoveTheOpsBytesAsFloats) {
   EXPECT_EQ(comm.calls, expected);
 }
 
+TEST(CpuOpRunner, FsdpCollectivesOverTheDpGroupRun) {
+  // tiny-fsdp-dp4: llama-tiny's 36,992 layer parameters in fp32, 147,968 bytes, gathered
+  // and reduce-scattered over dp 4: 9,248 floats a member.
+  const ProfileSpace space = collect_profile_space(example_job("tiny-fsdp-dp4.json"));
+  RecordingCommunicator comm(4);
+  std::set<std::string> dp_ops;
+  for (const Op& op : space.ops) {
+    if (!is_communication(op.kind) || op.group != ParallelDim::kDp) continue;
+    dp_ops.insert(op.signature());
+    make_runnable_op(op, {.comm = &comm, .world_ranks = {0, 1, 2, 3}}).run();
+  }
+  EXPECT_EQ(dp_ops, (std::set<std::string>{"all_gather:fp32:bytes=147968:dp4:local",
+                                           "reduce_scatter:fp32:bytes=147968:dp4:local"}));
+  const std::map<std::string, int64_t> expected = {{"all_gather", 9248}, {"reduce_scatter", 9248}};
+  EXPECT_EQ(comm.calls, expected);
+}
+
 TEST(CpuOpRunner, EveryOpOfTheTinyJobsRuns) {
   std::set<std::string> kinds;
   for (const char* name : {"tiny-tp2.json", "tiny-dp2-tp2.json", "tiny-tp2-pp2.json"}) {
