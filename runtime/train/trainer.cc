@@ -80,7 +80,14 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   // The layers run the K/V ring (runtime/model/layer_ops_cp.h) and, on the CPU, Ulysses
   // (layer_ops_ulysses.h, also inside a2a+p2p's sub-groups) and the K/V all-gather
   // (layer_ops_kv_allgather.h).
-  // FSDP's layer gathers and reduce-scatters (runtime/model/fsdp_layers.h) run on the CPU.
+  // FSDP's layer gathers and reduce-scatters (runtime/model/fsdp_layers.h) run on the CPU,
+  // and not under sequence parallelism, whose norm gains' TP sum would have to run on a
+  // shard (the StageModel refuses the rest by name).
+  if (p.fsdp_shards_parameters() && p.tp > 1 && p.sp) {
+    refuse(fmt::format("fully sharded data parallelism (data_parallel_sharding_strategy "
+                       "optim_grads_params) with sequence parallelism (tp = {})",
+                       p.tp));
+  }
   if (p.fsdp_shards_parameters() && backend != "cpu") {
     refuse(
         fmt::format("fully sharded data parallelism (use_megatron_fsdp with "

@@ -12,8 +12,8 @@
 #   4. the same 4 steps with every buffer its own allocation (DHELIX_ACTIVATION_ARENA=
 #      separate), bit for bit: the gathered weights' places in the arena change nothing;
 # with selective activation recompute it trains with --verify too; on an emulated dp link it
-# gives the same bits; optim_grads (no ops) gives plain DP's bits; --backend cuda is refused
-# by name.
+# gives the same bits; optim_grads (no ops) gives plain DP's bits; DP 2 x PP 2 and DP 2 x
+# TP 2 pass --verify; sequence parallelism and --backend cuda are refused by name.
 # Usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR}
@@ -147,6 +147,29 @@ head -4 "$work/reshard.log" | cmp -s - "$work/emulated.log" ||
 rm -f "$work/zero2.log"
 run --plan "$work/zero2.json" --steps 3 --loss-log "$work/zero2.log" || fail "3 steps of optim_grads"
 head -3 "$work/dp.log" | cmp -s - "$work/zero2.log" || fail "optim_grads differs from plain DP"
+
+# Other shapes: DP 2 x PP 2 and DP 2 x TP 2 (each stage's, each TP rank's layers sharded
+# over its DP group), --verify under jitter.
+for shape in "--dp 2 --pp 2" "--dp 2 --tp 2"; do
+  # shellcheck disable=SC2086 # the shape's flags
+  "$bin/dhelix-plan" "$job" $shape -o "$work/shape.json" >/dev/null || fail "planning $shape"
+  if ! run --plan "$work/shape.json" --steps 1 --verify --jitter-us 200; then
+    fail "$shape --verify"
+    cat "$work/out"
+  elif ! grep -q "bitwise equal on 4 ranks" "$work/out"; then
+    fail "$shape --verify did not report a verified step"
+  fi
+done
+
+# Not run yet: FSDP with sequence parallelism, refused by name before any rank trains.
+"$bin/dhelix-plan" "$job" --dp 2 --tp 2 --sequence-parallel -o "$work/sp.json" >/dev/null ||
+  fail "planning FSDP with sequence parallelism"
+if run --plan "$work/sp.json" --steps 1; then
+  fail "FSDP with sequence parallelism ran"
+elif ! grep -qF "does not run fully sharded data parallelism (data_parallel_sharding_strategy optim_grads_params) with sequence parallelism (tp = 2)" "$work/out"; then
+  fail "FSDP with sequence parallelism: message lacks the reason"
+  cat "$work/out"
+fi
 
 # Not run yet: FSDP on the CUDA backend, refused by name before any device is touched.
 if "$bin/dhelix-run" --backend cuda --plan "$work/reshard.json" \
