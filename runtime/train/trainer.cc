@@ -84,9 +84,10 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   // and not under sequence parallelism, whose norm gains' TP sum would have to run on a
   // shard (the StageModel refuses the rest by name).
   if (p.fsdp_shards_parameters() && p.tp > 1 && p.sp) {
-    refuse(fmt::format("fully sharded data parallelism (data_parallel_sharding_strategy "
-                       "optim_grads_params) with sequence parallelism (tp = {})",
-                       p.tp));
+    refuse(
+        fmt::format("fully sharded data parallelism (data_parallel_sharding_strategy "
+                    "optim_grads_params) with sequence parallelism (tp = {})",
+                    p.tp));
   }
   if (p.fsdp_shards_parameters() && backend != "cpu") {
     refuse(

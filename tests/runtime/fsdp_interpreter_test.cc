@@ -33,8 +33,8 @@ struct RankResult {
 class FsdpInterpreter : public ::testing::Test {
  protected:
   void SetUp() override {
-    plan_ = read_plan(std::string(DHELIX_SOURCE_DIR) +
-                      "/tests/golden/outputs/tiny-fsdp-dp4/plan.json");
+    plan_ =
+        read_plan(std::string(DHELIX_SOURCE_DIR) + "/tests/golden/outputs/tiny-fsdp-dp4/plan.json");
     job_ = job_from_plan(plan_, "tiny-fsdp-dp4");
     ASSERT_TRUE(plan_.options.fsdp.has_value());
   }
