@@ -9,7 +9,8 @@
 #      |fsdp - dp| <= 1e-5 |dp| per step's loss, and the loss falls;
 #   3. 4 steps in one run == 2 steps + a resume of 2 more, bit for bit; and a checkpoint of
 #      the FSDP run holds the same tensors (names, sizes) as the plain run's;
-#   4. the same 4 steps with every buffer its own allocation (DHELIX_ACTIVATION_ARENA=
+#   4. the arena's live peak is lower with reshard_after_forward than without; and the same
+#      4 steps with every buffer its own allocation (DHELIX_ACTIVATION_ARENA=
 #      separate), bit for bit: the gathered weights' places in the arena change nothing;
 # with selective activation recompute it trains with --verify too; on an emulated dp link it
 # gives the same bits; optim_grads (no ops) gives plain DP's bits; DP 2 x PP 2 and DP 2 x
@@ -72,7 +73,7 @@ for case in reshard kept; do
     fail "20 steps of $case"
     cat "$work/out"
   }
-  grep "^memory rank 0" "$work/out" | sed "s/^/$case: /"
+  grep "^memory rank 0" "$work/out" | tee "$work/$case.memory" | sed "s/^/$case: /"
   python3 - "$case" "$work/$case.log" "$work/dp.log" <<'PY' || fail "$case's losses differ from plain DP's"
 import json, sys
 kind = sys.argv[1]
@@ -100,6 +101,15 @@ PY
   cmp -s "$work/straight.log" "$work/separate.log" ||
     fail "$case: the arena's losses differ from separate buffers'"
 done
+
+# The gathered buffers are freed with their spans: resharding after the forward keeps fewer
+# of them live than keeping the gathered weights to the backward (runtime/model/fsdp_layers.h).
+python3 - "$work/reshard.memory" "$work/kept.memory" <<'PY' || fail "reshard_after_forward does not lower the live peak"
+import re, sys
+peak = [float(re.search(r"live peak ([0-9.]+) MiB", open(p).read()).group(1)) for p in sys.argv[1:3]]
+print(f"activation arena live peak: reshard {peak[0]:.3f} MiB, kept {peak[1]:.3f} MiB")
+sys.exit(0 if peak[0] < peak[1] else 1)
+PY
 
 # The checkpoint keeps the unsharded format: the same tensors as plain DP's, per rank.
 python3 - "$work/ckpt/step-4/rank-1.bin" "$work/dp-ckpt/step-1/rank-1.bin" <<'PY' ||
