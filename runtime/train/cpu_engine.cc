@@ -1,10 +1,13 @@
 #include "runtime/train/cpu_engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "lib/error.h"
+#include "lib/placement.h"
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/exec/stream_lowering.h"
 #include "runtime/kernels/finite_check.h"
@@ -26,7 +29,8 @@ class CpuEngine final : public TrainingEngine {
         bucket_elements_(options.ddp_bucket_elements),
         overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
         overlap_gather_(options.overlap_param_gather.value_or(job.parallel.overlap_param_gather)),
-        experts_apart_(job.parallel.ep > 1) {
+        experts_apart_(job.parallel.ep > 1),
+        dp_coordinate_(Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).dp) {
     if (!distributed_) adamw_ = std::make_unique<AdamW>(reduced_parameters());
     // FSDP shards: each rank's AdamW moments of its own shard, from the gradient the plan's
     // reduce-scatters summed (runtime/model/fsdp_layers.h).
@@ -39,7 +43,15 @@ class CpuEngine final : public TrainingEngine {
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
     comms_ = std::make_unique<RankComms>(groups);
     model_.plan_activation_memory(programs, program_orders(programs));
-    if (fsdp_adamw_) fsdp_group_ = &groups.group(ParallelDim::kDp, CommSlot::kMain);
+    if (fsdp_adamw_) {
+      fsdp_group_ = &groups.group(ParallelDim::kDp, CommSlot::kMain);
+      // The model sharded by DP coordinate; the gathers concatenate in group-rank order.
+      if (fsdp_group_->rank() != dp_coordinate_) {
+        throw Error(ErrorCode::kInternal,
+                    fmt::format("FSDP: DP coordinate {} is rank {} of its DP communicator",
+                                dp_coordinate_, fsdp_group_->rank()));
+      }
+    }
     // The FSDP shards' gradients are summed by the plan's reduce-scatters: the reduction
     // and the distributed optimizer take the other parameters only.
     const std::vector<ParameterView> params = reduced_parameters();
@@ -246,6 +258,7 @@ class CpuEngine final : public TrainingEngine {
   bool overlap_;
   bool overlap_gather_;  // the distributed optimizer's weights gathered under the forward
   bool experts_apart_;
+  int64_t dp_coordinate_ = 0;  // the FSDP shard the model holds
   // The reducer runs the optimizer's gathers: destroyed first (it finishes them), before
   // the optimizer, the communicators and the model it uses.
   std::unique_ptr<ShardedAdamW> sharded_;  // with the distributed optimizer
