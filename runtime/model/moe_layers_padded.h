@@ -460,7 +460,7 @@ std::vector<typename PaddedMoeLayers<B>::ParameterView> PaddedMoeLayers<B>::para
   // 1); with etp = tp each holds a slice whose gradient already covers the group's rows.
   const bool router_over_tp = tp_ > 1, experts_over_tp = tp_ > 1 && etp_ == 1;
   auto view = [](model_detail::Parameter<B>& p, bool over_tp, bool expert) {
-    return ParameterView{p.name, p.values, p.gradient, p.compute, p.count, over_tp, expert};
+    return ParameterView{p.name, p.values, p.gradient, p.compute, p.count, over_tp, expert, false};
   };
   std::vector<ParameterView> views = {view(w.router, router_over_tp, false),
                                       view(w.fc1, experts_over_tp, true),

@@ -322,7 +322,7 @@ std::vector<typename PaddedSharedExpert<B>::ParameterView> PaddedSharedExpert<B>
     int64_t layer) {
   Weights& w = weights_.at(layer);
   auto view = [](model_detail::Parameter<B>& p, bool over_tp) {
-    return ParameterView{p.name, p.values, p.gradient, p.compute, p.count, over_tp, false};
+    return ParameterView{p.name, p.values, p.gradient, p.compute, p.count, over_tp, false, false};
   };
   // The gate is replicated and sees the rank's own rows; fc1 and fc2 are TP slices whose
   // gradients cover the gathered rows.

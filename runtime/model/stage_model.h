@@ -47,6 +47,7 @@
 #include "runtime/memory/memory_report.h"
 #include "runtime/model/cpu_backend.h"
 #include "runtime/model/element_type.h"
+#include "runtime/model/fsdp_layout.h"
 #include "runtime/model/model_backend.h"
 
 namespace dhelix::rt {
@@ -119,6 +120,18 @@ struct BasicParameterView {
   /// True for MoE experts' weights (EP-sharded): the trainer sums their gradient over the
   /// expert-data-parallel group instead of dp (runtime/comm/process_groups.h).
   bool expert = false;
+  /// True for a layer's FSDP shard ("layers.<l>.fsdp_shard": runtime/model/fsdp_layers.h):
+  /// its gradient is already summed over DP by the plan's reduce-scatters, so the
+  /// iteration-end reduction skips it; checkpoints keep its whole tensors (fsdp_layout).
+  bool fsdp_shard = false;
+};
+
+/// Fully sharded data parallelism (the plan's options.fsdp, strategy optim_grads_params:
+/// runtime/model/fsdp_layers.h): every layer's weights, gradients and AdamW moments sharded
+/// over the DP group, gathered by the plan's fsdp ops.
+struct FsdpSettings {
+  bool enabled = false;
+  bool reshard_after_forward = true;  ///< gather again before the backward
 };
 
 /// Tokens of one micro-batch: batch sequences of seq tokens, row-major, and their targets
@@ -144,10 +157,11 @@ class BasicStageModel {
   /// another backend than the CPU's, and there with tp > 1 or recompute; linear biases,
   /// non-RMSNorm, non-SwiGLU, non-RoPE positions, tied embeddings, a sequence cp > 1
   /// cannot cut into 2·cp chunks), listing every such setting, and for cp > 1 on a
-  /// backend without the ring kernels (runtime/model/layer_ops_cp.h).
+  /// backend without the ring kernels (runtime/model/layer_ops_cp.h). With `fsdp` enabled
+  /// the layers keep only this rank's DP shard (fsdp_layers.h, which says what is refused).
   BasicStageModel(const JobSpec& job, int64_t rank,
                   std::vector<std::pair<int64_t, int64_t>> layer_ranges, bool embedding, bool head,
-                  uint64_t seed, typename B::MemoryConfig memory = {});
+                  uint64_t seed, typename B::MemoryConfig memory = {}, FsdpSettings fsdp = {});
   ~BasicStageModel();
   BasicStageModel(const BasicStageModel&) = delete;
   BasicStageModel& operator=(const BasicStageModel&) = delete;
@@ -203,6 +217,16 @@ class BasicStageModel {
   /// token copies dropped over capacity in it.
   float moe_aux_loss_sum(int64_t micro_batches) const;
   int64_t moe_dropped_copies() const;
+  /// FSDP: adds every micro-batch's reduce-scattered layer gradients into the shards'
+  /// gradients, in micro-batch order (fsdp_layers.h); call after each execution of a
+  /// program. Error(kInternal) naming the layer and micro-batch whose reduce-scatter did
+  /// not run. Nothing without FSDP.
+  void finish_iteration();
+  /// FSDP: elements of the micro-batches' reduced gradient shards (fsdp_layers.h), kept
+  /// besides the shards' own gradients; 0 without FSDP.
+  int64_t fsdp_reduced_elements() const;
+  /// The layout of FSDP shard view `name` ("layers.<l>.fsdp_shard"); null for another.
+  const FsdpLayout* fsdp_layout(const std::string& name) const;
   /// Rewrites the compute copies from the master weights (nothing where they are one).
   void refresh_compute_copies();
   /// Zeroes every gradient and forgets every micro-batch's losses (NaN, num_micro_batches

@@ -17,6 +17,7 @@
 
 #include "lib/error.h"
 #include "runtime/model/stage_model.h"
+#include "runtime/model/stage_model_fsdp.h"
 #include "runtime/model/stage_model_state.h"
 
 namespace dhelix::rt {
@@ -58,11 +59,13 @@ template <class B>
 BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
                                     std::vector<std::pair<int64_t, int64_t>> layer_ranges,
                                     bool embedding, bool head, uint64_t seed,
-                                    typename B::MemoryConfig memory)
+                                    typename B::MemoryConfig memory, FsdpSettings fsdp)
     : impl_(std::make_unique<Impl>(memory)) {
   using namespace model_detail;
   check_supported(job, Impl::kRunsMoe);
+  if (fsdp.enabled) check_fsdp_supported(job, std::is_same_v<B, CpuBackend>);
   Impl& m = *impl_;
+  m.fsdp = fsdp;
   m.recompute = job.parallel.recompute.granularity;
   m.dims = make_dims(job, rank);
   if (m.dims.hierarchical()) {  // the ring across the sub-groups (stage_model_state.h)
@@ -84,6 +87,12 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
   for (const auto& [first, count] : layer_ranges) {
     DHELIX_CHECK(first >= 0 && count >= 0 && first + count <= m.dims.num_layers);
     for (int64_t layer = first; layer < first + count; ++layer) {
+      if (fsdp.enabled) {  // this rank's DP shard only (stage_model_fsdp.h)
+        m.shard_layer(layer, make_layer_parameters(m.dims, layer, seed),
+                      Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).dp,
+                      job.parallel.dp);
+        continue;
+      }
       m.layers.emplace(layer, place_layer<B>(m.memory, make_layer_parameters(m.dims, layer, seed)));
     }
   }
@@ -177,6 +186,8 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
       return bind_moe(ref);
     }
   }
+  const bool sharded = m.fsdp_layers.contains(ref.layer);
+  if (is_fsdp_op(op)) return m.bind_fsdp_op(ref, op, repeated);
   const bool cp_op = m.dims.ring() && (is_cp_op(op) || op == "fwd.gemm_qkv");
   const bool ulysses_op = m.dims.ulysses && is_ulysses_op(op);
   const bool allgather_op = m.dims.kv_allgather && is_kv_allgather_op(op);
@@ -187,7 +198,7 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     throw_unknown_op(ref.op);
   }
   auto params = m.layers.find(ref.layer);
-  if (params == m.layers.end()) {
+  if (params == m.layers.end() && !sharded) {
     throw Error(ErrorCode::kInvalidInput,
                 fmt::format("StageModel: rank {} does not hold layer {} (op {})", m.rank, ref.layer,
                             ref.op));
@@ -202,7 +213,14 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
       m.recompute == RecomputeGranularity::kSelective && op == "bwd.proj_wgrad";
   const bool recomputing =
       m.recompute != RecomputeGranularity::kNone && (repeated || !forward) && !kept_output;
-  const LayerOpContext<B> context{m.dims, *m.rope, params->second,
+  // A sharded layer's ops read gathered weights: the forward's, the backward's, or full
+  // recompute's own for the repeated forward (fsdp_layers.h).
+  const FsdpUse use = repeated && m.recompute == RecomputeGranularity::kFull ? FsdpUse::kRecompute
+                      : forward && !repeated                                 ? FsdpUse::kForward
+                                                                             : FsdpUse::kBackward;
+  LayerParameters<B>& layer_params =
+      sharded ? m.fsdp_gathered(ref.micro_batch, ref.layer, use).params : params->second;
+  const LayerOpContext<B> context{m.dims, *m.rope, layer_params,
                                   recomputing ? m.recompute_state(ref.micro_batch, ref.layer)
                                               : m.layer_state(ref.micro_batch, ref.layer)};
   std::optional<BasicBoundOp<B>> bound;
@@ -225,7 +243,7 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     if constexpr (RingAttentionBackend<B>) {
       model_detail::CpLayerState<B>& ring = m.cp_state(ref.micro_batch, ref.layer, recomputing);
       if (is_cp_op(op)) {
-        const LayerOpContext<B> view{m.ring_dims, *m.rope, params->second,
+        const LayerOpContext<B> view{m.ring_dims, *m.rope, layer_params,
                                      m.hierarchical_view(ref.micro_batch, ref.layer, recomputing)};
         bound = bind_cp_op(op, CpOpContext<B>{view, ring});
       } else {
@@ -238,6 +256,7 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
     bound = forward ? bind_layer_forward(op, context) : bind_layer_backward(op, context);
   }
   DHELIX_CHECK(bound.has_value());
+  if (sharded) m.wrap_fsdp_layer_op(*bound, ref, op, use);
   return std::move(*bound);
 }
 
@@ -390,7 +409,7 @@ std::vector<BasicParameterView<B>> BasicStageModel<B>::parameters() {
   auto add = [&views](model_detail::Parameter<B>& p) {
     if (p.count == 0) return;  // a MoE model's dense MLP (no ffn_hidden_size)
     views.push_back(ParameterView{p.name, p.values, p.gradient, p.compute, p.count,
-                                  p.sum_gradient_over_tp, false});
+                                  p.sum_gradient_over_tp, false, false});
   };
   for (auto& [layer, p] : impl_->layers) {
     for (model_detail::Parameter<B>* tensor :
@@ -402,6 +421,12 @@ std::vector<BasicParameterView<B>> BasicStageModel<B>::parameters() {
         for (const ParameterView& view : impl_->moe->parameters(layer)) views.push_back(view);
       }
     }
+  }
+  for (auto& [layer, sharded] : impl_->fsdp_layers) {
+    typename B::Act* compute = nullptr;
+    if constexpr (std::is_same_v<typename B::Act, float>) compute = sharded.values;
+    views.push_back(ParameterView{sharded.name, sharded.values, sharded.gradient, compute,
+                                  sharded.layout.shard(), false, false, true});
   }
   if (impl_->embedding) add(*impl_->embedding);
   if (impl_->final_norm) add(*impl_->final_norm);

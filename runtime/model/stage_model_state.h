@@ -19,6 +19,7 @@
 
 #include "lib/error.h"
 #include "runtime/model/activation_arena.h"
+#include "runtime/model/fsdp_layers.h"
 #include "runtime/model/layer_ops_backward.h"
 #include "runtime/model/layer_ops_cp.h"
 #include "runtime/model/layer_ops_forward.h"
@@ -72,6 +73,48 @@ struct BasicStageModel<B>::Impl {
   using MoeLayers = typename MoeLayersOf<B>::type;
   static constexpr bool kRunsMoe = !std::is_same_v<MoeLayers, NoMoeLayers>;
   std::unique_ptr<MoeLayers> moe;
+  // Fully sharded data parallelism (fsdp_layers.h): the sharded layers (absent from
+  // `layers`), and per (mb, layer, backward set) the gathered weights in the arena.
+  FsdpSettings fsdp;
+  std::map<int64_t, model_detail::FsdpLayer<B>> fsdp_layers;
+  std::map<std::tuple<int64_t, int64_t, model_detail::FsdpUse>,
+           std::unique_ptr<model_detail::FsdpGathered<B>>>
+      fsdp_sets;
+  void shard_layer(int64_t layer, const model_detail::HostLayer& host, int64_t dp_rank, int64_t dp);
+  BasicBoundOp<B> bind_fsdp_op(const OpRef& ref, const std::string& op, bool repeated);
+  void wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const OpRef& ref, const std::string& op,
+                          model_detail::FsdpUse use);
+  /// The whole weights (mb, l) that ops of `use` read: with reshard_after_forward the
+  /// forward and the backward gather their own, else the backward reads the forward's;
+  /// full recompute's repeated forward gathers its own. The backward's set has the whole
+  /// gradient.
+  model_detail::FsdpGathered<B>& fsdp_gathered(int64_t mb, int64_t layer,
+                                               model_detail::FsdpUse use) {
+    using model_detail::FsdpUse;
+    const model_detail::FsdpLayer<B>& sharded = fsdp_layers.at(layer);
+    std::unique_ptr<model_detail::FsdpGathered<B>>& slot = fsdp_sets[{mb, layer, use}];
+    if (slot) return *slot;
+    slot = std::make_unique<model_detail::FsdpGathered<B>>();
+    const int64_t padded = sharded.layout.padded();
+    if (use == FsdpUse::kBackward && !fsdp.reshard_after_forward) {
+      slot->weights = fsdp_gathered(mb, layer, FsdpUse::kForward).weights;  // gathered once, kept
+    } else {
+      const SpanKind span =
+          use == FsdpUse::kForward
+              ? (fsdp.reshard_after_forward ? SpanKind::kLayerForward : SpanKind::kLayerSaved)
+              : SpanKind::kLayerBackward;
+      slot->weights = arena.template allocate<float>(
+          {span, mb, layer}, use == FsdpUse::kRecompute ? "fsdp.recompute_weights" : "fsdp.weights",
+          padded, 0);
+    }
+    if (use == FsdpUse::kBackward) {
+      slot->gradient = arena.template allocate<float>({SpanKind::kLayerBackward, mb, layer},
+                                                      "fsdp.gradient", padded, 0);
+    }
+    slot->params =
+        model_detail::fsdp_tensor_views<B>(sharded.layout, slot->weights, slot->gradient);
+    return *slot;
+  }
 
   A* boundary(std::map<Key, A*>& buffers, SpanKind kind, int64_t micro_batch, int64_t layer) {
     DHELIX_CHECK(micro_batch >= 0);
@@ -143,6 +186,7 @@ struct BasicStageModel<B>::Impl {
     recompute_cp_states.clear();
     hierarchical_views.clear();
     recompute_hierarchical_views.clear();
+    fsdp_sets.clear();
     if constexpr (requires { moe->drop_states(); }) {
       if (moe) moe->drop_states();
     }

@@ -1,9 +1,13 @@
 #include "runtime/train/cpu_engine.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "lib/error.h"
+#include "lib/placement.h"
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/exec/stream_lowering.h"
 #include "runtime/kernels/finite_check.h"
@@ -19,13 +23,19 @@ class CpuEngine final : public TrainingEngine {
  public:
   CpuEngine(const JobSpec& job, int64_t rank, const ModelSlice& slice,
             const CpuEngineOptions& options)
-      : model_(job, rank, slice.layer_ranges, slice.embedding, slice.head, slice.seed),
+      : model_(job, rank, slice.layer_ranges, slice.embedding, slice.head, slice.seed, {},
+               slice.fsdp),
         distributed_(options.distributed_optimizer.value_or(slice.distributed_optimizer)),
         bucket_elements_(options.ddp_bucket_elements),
         overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
         overlap_gather_(options.overlap_param_gather.value_or(job.parallel.overlap_param_gather)),
-        experts_apart_(job.parallel.ep > 1) {
-    if (!distributed_) adamw_ = std::make_unique<AdamW>(model_.parameters());
+        experts_apart_(job.parallel.ep > 1),
+        dp_coordinate_(Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).dp) {
+    if (!distributed_) adamw_ = std::make_unique<AdamW>(reduced_parameters());
+    // FSDP shards: each rank's AdamW moments of its own shard, from the gradient the plan's
+    // reduce-scatters summed (runtime/model/fsdp_layers.h).
+    const std::vector<ParameterView> shards = fsdp_shards();
+    if (!shards.empty()) fsdp_adamw_ = std::make_unique<AdamW>(shards);
   }
 
   // The buckets follow the first program (the plan's co-executed one): the order in which
@@ -33,7 +43,18 @@ class CpuEngine final : public TrainingEngine {
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
     comms_ = std::make_unique<RankComms>(groups);
     model_.plan_activation_memory(programs, program_orders(programs));
-    const std::vector<ParameterView> params = model_.parameters();
+    if (fsdp_adamw_) {
+      fsdp_group_ = &groups.group(ParallelDim::kDp, CommSlot::kMain);
+      // The model sharded by DP coordinate; the gathers concatenate in group-rank order.
+      if (fsdp_group_->rank() != dp_coordinate_) {
+        throw Error(ErrorCode::kInternal,
+                    fmt::format("FSDP: DP coordinate {} is rank {} of its DP communicator",
+                                dp_coordinate_, fsdp_group_->rank()));
+      }
+    }
+    // The FSDP shards' gradients are summed by the plan's reduce-scatters: the reduction
+    // and the distributed optimizer take the other parameters only.
+    const std::vector<ParameterView> params = reduced_parameters();
     reducer_ = std::make_unique<GradientReducer>(
         params,
         reduction_buckets_of(params, programs.empty() ? nullptr : programs.front(),
@@ -59,7 +80,10 @@ class CpuEngine final : public TrainingEngine {
     DHELIX_CHECK(comms_ != nullptr);
     options.on_instruction_done = reducer_->start(program, overlap_, options.on_failure);
     options.before_instruction = reducer_->gather_waits(program);
-    return execute_program(plan, program, model_, *comms_, std::move(options)).wall_us;
+    const double wall_us =
+        execute_program(plan, program, model_, *comms_, std::move(options)).wall_us;
+    model_.finish_iteration();  // FSDP: the reduced shards, summed in micro-batch order
+    return wall_us;
   }
 
   std::vector<float> micro_batch_losses() override { return model_.micro_batch_losses(); }
@@ -83,7 +107,6 @@ class CpuEngine final : public TrainingEngine {
   }
 
   void update(int64_t t, const AdamWSettings& settings) override {
-    const std::vector<ParameterView> params = model_.parameters();
     reducer_->finish();
     last_timings_ = reducer_->timings();  // before the step starts the next gathers
     sync_end_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -92,8 +115,9 @@ class CpuEngine final : public TrainingEngine {
     if (sharded_) {
       sharded_->step(t, settings, overlap_gather_);
     } else {
-      adamw_->step(params, t, settings);
+      adamw_->step(reduced_parameters(), t, settings);
     }
+    if (fsdp_adamw_) fsdp_adamw_->step(fsdp_shards(), t, settings);
   }
 
   int64_t last_sync_end_ns() const override { return sync_end_ns_; }
@@ -106,19 +130,24 @@ class CpuEngine final : public TrainingEngine {
     for (const ParameterView& p : model_.parameters()) {
       report.weight_bytes += p.count * static_cast<int64_t>(sizeof(float));
       report.gradient_bytes += p.count * static_cast<int64_t>(sizeof(float));
-      if (!sharded_) report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+      if (!sharded_ || p.fsdp_shard) {
+        report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+      }
     }
     if (sharded_) {
       // This rank's shards, padding included (gradient_reduction.h); the dense buckets'
       // group is what the states are split over (the experts' is the expert-data-parallel
       // group: docs/runtime.md, "Data-parallel gradient reduction").
-      report.optimizer_bytes =
+      report.optimizer_bytes +=
           2 * sharded_->shard_elements_held() * static_cast<int64_t>(sizeof(float));
       report.optimizer_shards = reducer_->dense_group_size();
       report.expert_optimizer_bytes =
           2 * sharded_->shard_elements_held(true) * static_cast<int64_t>(sizeof(float));
       report.expert_optimizer_shards = reducer_->expert_group_size();
     }
+    // FSDP: each micro-batch's reduced gradient shard (the whole weights and gradients are
+    // in the activation arena, below).
+    report.gradient_bytes += model_.fsdp_reduced_elements() * static_cast<int64_t>(sizeof(float));
     report.activation_element_bytes = sizeof(float);
     model_.fill_memory_report(report);
     return report;
@@ -126,50 +155,110 @@ class CpuEngine final : public TrainingEngine {
 
   std::vector<NamedTensor> state() override {
     std::vector<NamedTensor> tensors;
-    const std::vector<ParameterView> params = model_.parameters();
     // The distributed optimizer's moments are gathered whole: checkpoints keep one format.
     std::vector<std::vector<float>> first, second;
     if (sharded_) {
       reducer_->wait_for_gathers();  // the weights, whole
       sharded_->gather_moments(first, second);
     }
-    for (size_t i = 0; i < params.size(); ++i) {
-      const float* values = params[i].values;
-      tensors.push_back({params[i].name, {values, values + params[i].count}});
-      tensors.push_back(
-          {"adam_m/" + params[i].name, sharded_ ? first[i] : adamw_->first_moment(i)});
-      tensors.push_back(
-          {"adam_v/" + params[i].name, sharded_ ? second[i] : adamw_->second_moment(i)});
+    size_t reduced = 0, shard = 0;  // indices into the reduction's and the shards' lists
+    for (const ParameterView& p : model_.parameters()) {
+      if (p.fsdp_shard) {
+        add_gathered_shard(tensors, p, shard++);
+        continue;
+      }
+      const size_t i = reduced++;
+      tensors.push_back({p.name, {p.values, p.values + p.count}});
+      tensors.push_back({"adam_m/" + p.name, sharded_ ? first[i] : adamw_->first_moment(i)});
+      tensors.push_back({"adam_v/" + p.name, sharded_ ? second[i] : adamw_->second_moment(i)});
     }
     return tensors;
   }
 
   void restore(const RankShard& shard) override {
-    const std::vector<ParameterView> params = model_.parameters();
-    for (size_t i = 0; i < params.size(); ++i) {
-      const int64_t count = params[i].count;
-      shard.copy_into(params[i].name, params[i].values, count);
+    size_t reduced = 0, shards = 0;
+    for (const ParameterView& p : model_.parameters()) {
+      if (p.fsdp_shard) {
+        restore_shard(shard, p, shards++);
+        continue;
+      }
+      const size_t i = reduced++;
+      const int64_t count = p.count;
+      shard.copy_into(p.name, p.values, count);
       if (sharded_) {
         std::vector<float> first(static_cast<size_t>(count)), second(first.size());
-        shard.copy_into("adam_m/" + params[i].name, first.data(), count);
-        shard.copy_into("adam_v/" + params[i].name, second.data(), count);
+        shard.copy_into("adam_m/" + p.name, first.data(), count);
+        shard.copy_into("adam_v/" + p.name, second.data(), count);
         sharded_->restore_moments(i, first.data(), second.data());
         continue;
       }
-      shard.copy_into("adam_m/" + params[i].name, adamw_->first_moment(i).data(), count);
-      shard.copy_into("adam_v/" + params[i].name, adamw_->second_moment(i).data(), count);
+      shard.copy_into("adam_m/" + p.name, adamw_->first_moment(i).data(), count);
+      shard.copy_into("adam_v/" + p.name, adamw_->second_moment(i).data(), count);
     }
   }
 
  private:
+  std::vector<ParameterView> reduced_parameters() {
+    std::vector<ParameterView> views;
+    for (const ParameterView& p : model_.parameters()) {
+      if (!p.fsdp_shard) views.push_back(p);
+    }
+    return views;
+  }
+  std::vector<ParameterView> fsdp_shards() {
+    std::vector<ParameterView> views;
+    for (const ParameterView& p : model_.parameters()) {
+      if (p.fsdp_shard) views.push_back(p);
+    }
+    return views;
+  }
+  // A layer's shard as a checkpoint keeps it: weights and moments all-gathered over DP
+  // (collective, as sharded_adamw's), cut into the layer's tensors by name.
+  void add_gathered_shard(std::vector<NamedTensor>& tensors, const ParameterView& p, size_t index) {
+    const FsdpLayout& layout = *model_.fsdp_layout(p.name);
+    const auto gather = [&](const float* part) {
+      std::vector<float> whole(static_cast<size_t>(layout.padded()));
+      fsdp_group_->all_gather(part, layout.shard(), whole.data());
+      return whole;
+    };
+    const std::vector<float> values = gather(p.values);
+    const std::vector<float> first = gather(fsdp_adamw_->first_moment(index).data());
+    const std::vector<float> second = gather(fsdp_adamw_->second_moment(index).data());
+    for (size_t t = 0; t < layout.names().size(); ++t) {
+      const std::string& name = layout.names()[t];
+      tensors.push_back({name, layout.tensor_of(values, t)});
+      tensors.push_back({"adam_m/" + name, layout.tensor_of(first, t)});
+      tensors.push_back({"adam_v/" + name, layout.tensor_of(second, t)});
+    }
+  }
+  // This rank's shard of the whole tensors a checkpoint holds.
+  void restore_shard(const RankShard& shard, const ParameterView& p, size_t index) {
+    const FsdpLayout& layout = *model_.fsdp_layout(p.name);
+    const auto take = [&](const std::string& prefix, float* out) {
+      std::vector<float> whole(static_cast<size_t>(layout.elements()));
+      for (size_t t = 0; t < layout.names().size(); ++t) {
+        shard.copy_into(prefix + layout.names()[t], whole.data() + layout.offsets()[t],
+                        layout.counts()[t]);
+      }
+      const std::vector<float> mine = layout.shard_of(whole, fsdp_group_->rank());
+      std::copy(mine.begin(), mine.end(), out);
+    };
+    take("", p.values);
+    take("adam_m/", fsdp_adamw_->first_moment(index).data());
+    take("adam_v/", fsdp_adamw_->second_moment(index).data());
+  }
+
   StageModel model_;
   bool distributed_;              // the distributed optimizer (sharded_adamw.h)
   std::unique_ptr<AdamW> adamw_;  // without it
+  std::unique_ptr<AdamW> fsdp_adamw_;   // the FSDP shards' (runtime/model/fsdp_layers.h)
+  Communicator* fsdp_group_ = nullptr;  // their DP group, for the main thread
   std::unique_ptr<RankComms> comms_;
   int64_t bucket_elements_;
   bool overlap_;
   bool overlap_gather_;  // the distributed optimizer's weights gathered under the forward
   bool experts_apart_;
+  int64_t dp_coordinate_ = 0;  // the FSDP shard the model holds
   // The reducer runs the optimizer's gathers: destroyed first (it finishes them), before
   // the optimizer, the communicators and the model it uses.
   std::unique_ptr<ShardedAdamW> sharded_;  // with the distributed optimizer

@@ -83,6 +83,32 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   // The layers run every CP communication type on every backend: the K/V ring
   // (runtime/model/layer_ops_cp.h), the K/V all-gather (layer_ops_kv_allgather.h), Ulysses
   // and a2a+p2p (layer_ops_ulysses.h).
+  // FSDP's layer gathers and reduce-scatters (runtime/model/fsdp_layers.h) run on the CPU,
+  // and not under sequence parallelism, whose norm gains' TP sum would have to run on a
+  // shard (the StageModel refuses the rest by name).
+  if (p.fsdp_shards_parameters() && p.tp > 1 && p.sp) {
+    refuse(
+        fmt::format("fully sharded data parallelism (data_parallel_sharding_strategy "
+                    "optim_grads_params) with sequence parallelism (tp = {})",
+                    p.tp));
+  }
+  if (p.fsdp_shards_parameters() && backend != "cpu") {
+    refuse(
+        fmt::format("fully sharded data parallelism (use_megatron_fsdp with "
+                    "data_parallel_sharding_strategy optim_grads_params) on the {} backend "
+                    "(--backend cpu runs it)",
+                    backend));
+  }
+}
+
+// The plan's options.fsdp as the model runs it: only optim_grads_params shards the layers
+// (ZeRO-3). optim and optim_grads add no ops to the plan and run as the distributed
+// optimizer (its sharded moments, and the gradients reduce-scattered at the iteration's end:
+// ZeRO-2's sums, though every rank keeps a whole gradient buffer until then).
+FsdpSettings fsdp_settings_of(const Plan& plan) {
+  const std::optional<PlanFsdpRecord>& fsdp = plan.options.fsdp;
+  if (!fsdp || fsdp->sharding_strategy != FsdpShardingStrategy::kOptimGradsParams) return {};
+  return {.enabled = true, .reshard_after_forward = fsdp->reshard_after_forward};
 }
 
 // "dp 1 x tp 2 x pp 2", with "x cp 2" after tp when cp > 1.
@@ -274,7 +300,8 @@ void Trainer::build_engine(const EngineFactory& factory) {
                    .embedding = stage->embedding,
                    .head = stage->head_loss,
                    .seed = options_.seed,
-                   .distributed_optimizer = plan_.options.distributed_optimizer};
+                   .distributed_optimizer = plan_.options.distributed_optimizer,
+                   .fsdp = fsdp_settings_of(plan_)};
   for (const PlanLayerRange& range : {stage->down_layers, stage->up_layers}) {
     if (range.count > 0) slice.layer_ranges.emplace_back(range.first, range.count);
   }

@@ -44,6 +44,9 @@ struct ModelSlice {
   /// The plan's options.distributed_optimizer: AdamW state sharded over the data-parallel
   /// replicas (runtime/train/sharded_adamw.h; the CPU engine).
   bool distributed_optimizer = false;
+  /// The plan's options.fsdp: the layers sharded over DP (runtime/model/fsdp_layers.h; the
+  /// CPU engine).
+  FsdpSettings fsdp;
 };
 
 class TrainingEngine {

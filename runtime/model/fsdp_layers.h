@@ -1,0 +1,171 @@
+#pragma once
+// A layer's parameters under fully sharded data parallelism (the plan's options.fsdp,
+// strategy optim_grads_params): the shard each rank owns (fsdp_layout.h), the whole weights
+// the plan's gathers make, and the three ops that move them (lib/dag_builder_fsdp.cc):
+//
+//   op                        collective over DP        reads            writes
+//   fwd.fsdp_gather           all_gather, s per member  the shard        forward weights (mb, l)
+//   bwd.fsdp_gather           all_gather                the shard        backward weights (mb, l)
+//   bwd.fsdp_reduce_scatter   reduce_scatter, s out     whole gradient   reduced shard (mb, l)
+//   bwd.recompute.fsdp_gather all_gather                the shard        recompute weights (mb, l)
+//
+// Failure rules: the CPU backend only, dense layers only, cp = 1 and no sequence
+// parallelism (the norm gains' TP sum would have to run on a shard): StageModel refuses
+// the rest by name (check_fsdp_supported), before anything runs.
+//
+// Lifetimes. The whole weights and the whole gradient are activation-arena buffers
+// (activation_arena.h), so their memory is reused as the plan's lifetimes allow and the
+// rank's peak follows the plan's count of gathered buffers in flight:
+//
+//   buffer                     span (buffer_spans.h)   released (poisoned) after
+//   forward weights, reshard   layer_forward (mb, l)   fwd.bda_mlp, the layer's last forward op
+//   backward weights, reshard  layer_backward (mb, l)  bwd.ln_attn, its last op reading weights
+//   weights, no reshard        layer_saved (mb, l)     bwd.ln_attn (gathered once, forward)
+//   whole gradient             layer_backward (mb, l)  bwd.fsdp_reduce_scatter
+//   recompute weights (full)   layer_backward (mb, l)  bwd.recompute.bda_mlp, the repeat's last
+//
+// Every one of those ops has all the layer's weight-reading ops (or, for the reduce-scatter,
+// its gradient-writing ops) as ancestors in the layer DAG, so the release is after the last
+// use in every schedule. Released buffers are filled with all-ones (NaN in fp32): an op that
+// reads weights after their release computes NaN, which the trainer's finite checks stop
+// (tests/runtime/fsdp_test.cc). Full activation recompute repeats the forward, its gather
+// included: the repeated ops read the weights bwd.recompute.fsdp_gather gathers (with or
+// without reshard, as the plan has it); selective recompute repeats the core attention,
+// which reads no weights.
+//
+// Gradients, in a fixed order. The whole gradient of (mb, l) is zeroed by the first op of
+// the micro-batch's backward that writes a weight gradient (they all run on the compute
+// stream, one at a time), accumulated by them, and reduce-scattered into the micro-batch's
+// own reduced shard (s elements, outside the arena). finish_iteration then adds the reduced
+// shards into the shard's gradient in micro-batch order 0, 1, ...: the same additions
+// whatever order the co-executed schedule ran the reduce-scatters in, so --verify is
+// bitwise. Against plain DP (a local sum over micro-batches, then one all-reduce over DP)
+// the additions are reassociated: docs/kernels.md states the tolerance.
+
+#include <fmt/format.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "lib/error.h"
+#include "runtime/model/fsdp_layout.h"
+#include "runtime/model/stage_model.h"
+#include "runtime/model/stage_model_internal.h"
+
+namespace dhelix::rt::model_detail {
+
+/// True for the FSDP op ids.
+inline bool is_fsdp_op(const std::string& op) {
+  return op == "fwd.fsdp_gather" || op == "bwd.fsdp_gather" || op == "bwd.fsdp_reduce_scatter";
+}
+
+/// Which whole weights an op reads: the forward's, the backward's, or (full recompute) the
+/// repeated forward's, which the plan gathers with bwd.recompute.fsdp_gather, its copy of
+/// fwd.fsdp_gather (lib/dag_builder_recompute.cc).
+enum class FsdpUse { kForward, kBackward, kRecompute };
+
+/// One micro-batch's gradient bookkeeping for one layer; lives as long as the model (the
+/// closures hold its address).
+struct FsdpMicroBatch {
+  float* reduced = nullptr;       ///< s elements: the reduce-scatter's result
+  bool gradient_live = false;     ///< the whole gradient was zeroed for this backward
+  bool reduce_scattered = false;  ///< this iteration's reduce-scatter ran
+};
+
+/// One layer's shard on this rank.
+template <class B>
+struct FsdpLayer {
+  FsdpLayout layout;
+  std::string name;           ///< "layers.<l>.fsdp_shard", the parameter view's
+  float* values = nullptr;    ///< s elements, fp32 master weights
+  float* gradient = nullptr;  ///< s elements, summed over micro-batches
+  std::map<int64_t, FsdpMicroBatch> micro_batches;
+};
+
+/// Whole weights (and, for the backward, the whole gradient) of one (mb, l) and the
+/// layer's tensors as views of them.
+template <class B>
+struct FsdpGathered {
+  float* weights = nullptr;
+  float* gradient = nullptr;  ///< null for the forward's set
+  LayerParameters<B> params;
+};
+
+/// The layer's tensors as views of gathered `weights` and `gradient` (may be null).
+template <class B>
+LayerParameters<B> fsdp_tensor_views(const FsdpLayout& layout, float* weights, float* gradient) {
+  LayerParameters<B> p;
+  Parameter<B>* tensors[] = {&p.ln_attn, &p.w_qkv, &p.w_proj, &p.ln_mlp, &p.w_fc1, &p.w_fc2};
+  DHELIX_CHECK(layout.names().size() == std::size(tensors));
+  for (size_t i = 0; i < std::size(tensors); ++i) {
+    Parameter<B>& t = *tensors[i];
+    t.name = layout.names()[i];
+    t.count = layout.counts()[i];
+    t.values = weights + layout.offsets()[i];
+    // fp32 activations read the master weights; other backends are refused.
+    if constexpr (std::is_same_v<typename B::Act, float>) t.compute = t.values;
+    t.gradient = gradient != nullptr ? gradient + layout.offsets()[i] : nullptr;
+  }
+  return p;
+}
+
+/// fwd/bwd.fsdp_gather: this rank's shard into the whole weights.
+template <class B>
+BasicBoundOp<B> fsdp_gather_op(const FsdpLayer<B>& layer, float* weights) {
+  BasicBoundOp<B> op;
+  op.collective = CollectiveRequest{.kind = CollectiveKind::kAllGather,
+                                    .element = ElementType::kFloat32,
+                                    .in = layer.values,
+                                    .out = weights,
+                                    .count = layer.layout.shard()};
+  return op;
+}
+
+/// bwd.fsdp_reduce_scatter: the micro-batch's whole gradient into its reduced shard; then
+/// the whole gradient is released.
+template <class B>
+BasicBoundOp<B> fsdp_reduce_scatter_op(const FsdpLayer<B>& layer, FsdpMicroBatch& state,
+                                       float* gradient, typename B::Memory& memory,
+                                       int64_t layer_index, int64_t micro_batch) {
+  BasicBoundOp<B> op;
+  op.collective = CollectiveRequest{.kind = CollectiveKind::kReduceScatter,
+                                    .element = ElementType::kFloat32,
+                                    .in = gradient,
+                                    .out = state.reduced,
+                                    .count = layer.layout.shard()};
+  // A reduce-scatter before any gradient op ran would send the poison of the last release.
+  op.before_collective = [&state, layer_index, micro_batch](const typename B::Exec&) {
+    if (!state.gradient_live) {
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("bwd.fsdp_reduce_scatter of layer {} micro-batch {} ran before any "
+                              "of the layer's weight-gradient ops (the plan must order it after "
+                              "them)",
+                              layer_index, micro_batch));
+    }
+  };
+  op.after_collective = [&state, &memory, gradient,
+                         bytes = layer.layout.padded() * 4](const typename B::Exec&) {
+    memory.poison(reinterpret_cast<std::byte*>(gradient), bytes);
+    state.gradient_live = false;
+    state.reduce_scattered = true;
+  };
+  return op;
+}
+
+/// Runs `before` and `after` around `op`'s computation.
+template <class B, class Before, class After>
+void fsdp_wrap(BasicBoundOp<B>& op, Before before, After after) {
+  DHELIX_CHECK(static_cast<bool>(op.compute));
+  op.compute = [inner = std::move(op.compute), before, after](const typename B::Exec& e) {
+    before();
+    inner(e);
+    after();
+  };
+}
+
+}  // namespace dhelix::rt::model_detail

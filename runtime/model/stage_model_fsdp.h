@@ -1,0 +1,192 @@
+#pragma once
+// BasicStageModel<B>'s fully sharded data parallelism (fsdp_layers.h says what, when and
+// why): sharding the layers at construction, binding the plan's fsdp ops, releasing the
+// gathered buffers after their last use, and the iteration-end sum of the reduced shards.
+// Included only by stage_model_impl.h.
+
+#include <fmt/format.h>
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "lib/error.h"
+#include "lib/placement.h"
+#include "runtime/model/gradient_writers.h"
+#include "runtime/model/stage_model.h"
+#include "runtime/model/stage_model_state.h"
+
+namespace dhelix::rt {
+namespace model_detail {
+
+/// Throws Error(kUnsupported) naming every setting FSDP does not run with (fsdp_layers.h's
+/// failure rules).
+inline void check_fsdp_supported(const JobSpec& job, bool cpu_backend) {
+  std::vector<std::string> refused;
+  if (!cpu_backend) refused.push_back("a backend other than cpu (--backend cpu runs it)");
+  if (job.model.is_moe()) refused.push_back("mixture-of-experts layers");
+  if (job.parallel.cp > 1)
+    refused.push_back(fmt::format("context parallelism (cp = {})", job.parallel.cp));
+  if (job.parallel.tp > 1 && job.parallel.sp) {
+    refused.push_back("sequence parallelism (the norm gains' TP sum on a shard)");
+  }
+  if (refused.empty()) return;
+  std::string list;
+  for (const std::string& what : refused) list += (list.empty() ? "" : "; ") + what;
+  throw Error(ErrorCode::kUnsupported,
+              fmt::format("StageModel: fully sharded data parallelism (the plan's options.fsdp) "
+                          "is not run with {} yet; plan the job without fsdp",
+                          list));
+}
+
+}  // namespace model_detail
+
+// The layer's tensors flattened in LayerTensors order; this rank keeps its shard only.
+template <class B>
+void BasicStageModel<B>::Impl::shard_layer(int64_t layer, const model_detail::HostLayer& host,
+                                           int64_t dp_rank, int64_t dp) {
+  std::vector<std::string> names;
+  std::vector<int64_t> counts;
+  std::vector<float> whole;
+  for (const model_detail::HostTensor* t :
+       {&host.ln_attn, &host.w_qkv, &host.w_proj, &host.ln_mlp, &host.w_fc1, &host.w_fc2}) {
+    DHELIX_CHECK(!t->sum_gradient_over_tp);  // check_fsdp_supported refused SP
+    names.push_back(t->name);
+    counts.push_back(static_cast<int64_t>(t->values.size()));
+    whole.insert(whole.end(), t->values.begin(), t->values.end());
+  }
+  FsdpLayout layout(std::move(names), std::move(counts), dp);
+  const std::vector<float> shard = layout.shard_of(whole, dp_rank);
+  model_detail::FsdpLayer<B> sharded{.layout = layout,
+                                     .name = fmt::format("layers.{}.fsdp_shard", layer),
+                                     .values = nullptr,
+                                     .gradient = nullptr,
+                                     .micro_batches = {}};
+  sharded.values = memory.template allocate<float>(layout.shard());
+  memory.upload(shard.data(), sharded.values, layout.shard());
+  sharded.gradient = memory.template allocate<float>(layout.shard());
+  fsdp_layers.emplace(layer, std::move(sharded));
+}
+
+template <class B>
+BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const std::string& op,
+                                                       bool repeated) {
+  using model_detail::FsdpUse;
+  auto found = fsdp_layers.find(ref.layer);
+  if (found == fsdp_layers.end()) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("StageModel: op {} of layer {}: rank {} holds no FSDP shard of that "
+                            "layer (a plan without options.fsdp, or another stage's layer)",
+                            ref.op, ref.layer, rank));
+  }
+  model_detail::FsdpLayer<B>& sharded = found->second;
+  if (op == "fwd.fsdp_gather") {  // bwd.recompute.fsdp_gather: full recompute's own
+    const FsdpUse use = repeated ? FsdpUse::kRecompute : FsdpUse::kForward;
+    return model_detail::fsdp_gather_op<B>(sharded,
+                                           fsdp_gathered(ref.micro_batch, ref.layer, use).weights);
+  }
+  if (repeated) model_detail::throw_unknown_op(ref.op);
+  if (op == "bwd.fsdp_gather") {
+    if (!fsdp.reshard_after_forward) {
+      throw Error(ErrorCode::kInvalidInput,
+                  fmt::format("StageModel: op {} of layer {}: the plan keeps the gathered weights "
+                              "(fsdp.reshard_after_forward false) yet gathers them again",
+                              ref.op, ref.layer));
+    }
+    return model_detail::fsdp_gather_op<B>(
+        sharded, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).weights);
+  }
+  DHELIX_CHECK(op == "bwd.fsdp_reduce_scatter");
+  model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];
+  if (state.reduced == nullptr)
+    state.reduced = memory.template allocate<float>(sharded.layout.shard());
+  return model_detail::fsdp_reduce_scatter_op<B>(
+      sharded, state, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).gradient,
+      memory, ref.layer, ref.micro_batch);
+}
+
+// A layer op of a sharded layer: the first gradient writer of the micro-batch's backward
+// zeroes the whole gradient; the last readers of a set of weights release it.
+template <class B>
+void BasicStageModel<B>::Impl::wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const OpRef& ref,
+                                                  const std::string& op,
+                                                  model_detail::FsdpUse use) {
+  using model_detail::FsdpUse;
+  if (!bound.compute) return;
+  model_detail::FsdpLayer<B>& sharded = fsdp_layers.at(ref.layer);
+  model_detail::FsdpGathered<B>& set = fsdp_gathered(ref.micro_batch, ref.layer, use);
+  const int64_t padded = sharded.layout.padded();
+  const int64_t bytes = padded * static_cast<int64_t>(sizeof(float));
+  auto* poison = &memory;
+  const auto release_weights = [poison, weights = set.weights, bytes] {
+    poison->poison(reinterpret_cast<std::byte*>(weights), bytes);
+  };
+  const bool repeated = ref.op.starts_with("bwd.recompute.");
+  const bool own_forward_weights = use == FsdpUse::kRecompute || fsdp.reshard_after_forward;
+  if (op == "fwd.bda_mlp" && use != FsdpUse::kBackward && own_forward_weights) {
+    // The (repeated) forward's last op: its weights are released.
+    model_detail::fsdp_wrap<B>(
+        bound, [] {}, release_weights);
+  } else if (op == "bwd.ln_attn") {
+    // The layer's last op reading weights; it also writes ln_attn's gradient.
+    model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];
+    model_detail::fsdp_wrap<B>(
+        bound,
+        [&state, poison, gradient = set.gradient, padded] {
+          if (!state.gradient_live) poison->zero(gradient, padded);
+          state.gradient_live = true;
+        },
+        release_weights);
+  } else if (!repeated && !gradients_written_by(op, ref.layer).empty()) {
+    model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];
+    model_detail::fsdp_wrap<B>(
+        bound,
+        [&state, poison, gradient = set.gradient, padded] {
+          if (!state.gradient_live) poison->zero(gradient, padded);
+          state.gradient_live = true;
+        },
+        [] {});
+  }
+}
+
+template <class B>
+void BasicStageModel<B>::finish_iteration() {
+  Impl& m = *impl_;
+  for (auto& [layer, sharded] : m.fsdp_layers) {
+    const int64_t s = sharded.layout.shard();
+    for (int64_t mb = 0; mb < static_cast<int64_t>(m.loss_ran.size()); ++mb) {
+      auto found = sharded.micro_batches.find(mb);
+      if (found == sharded.micro_batches.end() || !found->second.reduce_scattered) {
+        throw Error(ErrorCode::kInternal,
+                    fmt::format("FSDP: layer {} micro-batch {}: its gradient was not "
+                                "reduce-scattered this iteration (no bwd.fsdp_reduce_scatter ran)",
+                                layer, mb));
+      }
+      found->second.reduce_scattered = false;
+      // The CPU's memory is the host's; other backends are refused (check_fsdp_supported).
+      if constexpr (std::is_same_v<B, CpuBackend>) {
+        const float* reduced = found->second.reduced;
+        for (int64_t i = 0; i < s; ++i) sharded.gradient[i] += reduced[i];
+      }
+    }
+  }
+}
+
+template <class B>
+int64_t BasicStageModel<B>::fsdp_reduced_elements() const {
+  int64_t elements = 0;
+  for (const auto& [layer, sharded] : impl_->fsdp_layers) {
+    elements += sharded.layout.shard() * static_cast<int64_t>(sharded.micro_batches.size());
+  }
+  return elements;
+}
+
+template <class B>
+const FsdpLayout* BasicStageModel<B>::fsdp_layout(const std::string& name) const {
+  for (const auto& [layer, sharded] : impl_->fsdp_layers) {
+    if (sharded.name == name) return &sharded.layout;
+  }
+  return nullptr;
+}
+
+}  // namespace dhelix::rt
