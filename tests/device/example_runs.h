@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "lib/job_spec.h"
 #include "lib/plan/plan.h"
 #include "lib/plan/plan_job.h"
@@ -40,6 +42,25 @@ class ExampleRuns {
   Plan plan_;
   JobSpec job_;
   std::map<ExecutionMode, std::vector<RankRecord>> records_;
+};
+
+/// A test suite over both execution modes sharing one ExampleRuns: the example is
+/// `Suite::kExample`, e.g.
+///   class SimulatedCpRun : public ExampleRunSuite<SimulatedCpRun> {
+///    public:
+///     static constexpr const char* kExample = "tiny-cp2-tp2";
+///   };
+template <class Suite>
+class ExampleRunSuite : public ::testing::TestWithParam<ExecutionMode> {
+ protected:
+  static void SetUpTestSuite() { runs_ = new ExampleRuns(Suite::kExample); }
+  static void TearDownTestSuite() {
+    delete runs_;
+    runs_ = nullptr;
+  }
+  /// Every rank's record of the test's mode.
+  const std::vector<RankRecord>& run() { return runs_->run(GetParam()); }
+  static inline ExampleRuns* runs_ = nullptr;
 };
 
 /// The group each communicator handle of a rank was created for ("cp (local_comm) ranks

@@ -35,17 +35,10 @@ namespace {
 
 using Kind = DeviceCall::Kind;
 
-class SimulatedCpA2aRun : public ::testing::TestWithParam<ExecutionMode> {
- protected:
-  static void SetUpTestSuite() { runs_ = new ExampleRuns("tiny-cp2-tp2-a2a"); }
-  static void TearDownTestSuite() {
-    delete runs_;
-    runs_ = nullptr;
-  }
-  const std::vector<RankRecord>& run() { return runs_->run(GetParam()); }
-  static ExampleRuns* runs_;
+class SimulatedCpA2aRun : public ExampleRunSuite<SimulatedCpA2aRun> {
+ public:
+  static constexpr const char* kExample = "tiny-cp2-tp2-a2a";
 };
-ExampleRuns* SimulatedCpA2aRun::runs_ = nullptr;
 
 bool is_cp(const std::string& label) { return label.starts_with("cp ("); }
 

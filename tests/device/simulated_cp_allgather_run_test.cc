@@ -32,17 +32,10 @@ namespace {
 
 using Kind = DeviceCall::Kind;
 
-class SimulatedCpAllGatherRun : public ::testing::TestWithParam<ExecutionMode> {
- protected:
-  static void SetUpTestSuite() { runs_ = new ExampleRuns("tiny-cp2-tp2-allgather"); }
-  static void TearDownTestSuite() {
-    delete runs_;
-    runs_ = nullptr;
-  }
-  const std::vector<RankRecord>& run() { return runs_->run(GetParam()); }
-  static ExampleRuns* runs_;
+class SimulatedCpAllGatherRun : public ExampleRunSuite<SimulatedCpAllGatherRun> {
+ public:
+  static constexpr const char* kExample = "tiny-cp2-tp2-allgather";
 };
-ExampleRuns* SimulatedCpAllGatherRun::runs_ = nullptr;
 
 bool is_cp(const std::string& label) { return label.starts_with("cp ("); }
 

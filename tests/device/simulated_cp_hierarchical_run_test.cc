@@ -32,17 +32,10 @@ namespace {
 
 using Kind = DeviceCall::Kind;
 
-class SimulatedCpHierarchicalRun : public ::testing::TestWithParam<ExecutionMode> {
- protected:
-  static void SetUpTestSuite() { runs_ = new ExampleRuns("tiny-cp4-tp2-a2a-p2p"); }
-  static void TearDownTestSuite() {
-    delete runs_;
-    runs_ = nullptr;
-  }
-  const std::vector<RankRecord>& run() { return runs_->run(GetParam()); }
-  static ExampleRuns* runs_;
+class SimulatedCpHierarchicalRun : public ExampleRunSuite<SimulatedCpHierarchicalRun> {
+ public:
+  static constexpr const char* kExample = "tiny-cp4-tp2-a2a-p2p";
 };
-ExampleRuns* SimulatedCpHierarchicalRun::runs_ = nullptr;
 
 bool is_a2a(const std::string& label) { return label.starts_with("cp a2a ("); }
 bool is_ring(const std::string& label) { return label.starts_with("cp ring ("); }

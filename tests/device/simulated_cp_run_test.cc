@@ -35,17 +35,10 @@ namespace {
 
 using Kind = DeviceCall::Kind;
 
-class SimulatedCpRun : public ::testing::TestWithParam<ExecutionMode> {
- protected:
-  static void SetUpTestSuite() { runs_ = new ExampleRuns("tiny-cp2-tp2"); }
-  static void TearDownTestSuite() {
-    delete runs_;
-    runs_ = nullptr;
-  }
-  const std::vector<RankRecord>& run() { return runs_->run(GetParam()); }
-  static ExampleRuns* runs_;
+class SimulatedCpRun : public ExampleRunSuite<SimulatedCpRun> {
+ public:
+  static constexpr const char* kExample = "tiny-cp2-tp2";
 };
-ExampleRuns* SimulatedCpRun::runs_ = nullptr;
 
 bool is_cp(const std::string& label) { return label.starts_with("cp ("); }
 

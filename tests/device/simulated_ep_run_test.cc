@@ -39,17 +39,10 @@ namespace {
 
 using Kind = DeviceCall::Kind;
 
-class SimulatedEpRun : public ::testing::TestWithParam<ExecutionMode> {
- protected:
-  static void SetUpTestSuite() { runs_ = new ExampleRuns("tiny-moe-ep2"); }
-  static void TearDownTestSuite() {
-    delete runs_;
-    runs_ = nullptr;
-  }
-  const std::vector<RankRecord>& run() { return runs_->run(GetParam()); }
-  static ExampleRuns* runs_;
+class SimulatedEpRun : public ExampleRunSuite<SimulatedEpRun> {
+ public:
+  static constexpr const char* kExample = "tiny-moe-ep2";
 };
-ExampleRuns* SimulatedEpRun::runs_ = nullptr;
 
 bool is_ep(const std::string& label) { return label.starts_with("ep ("); }
 
