@@ -249,8 +249,8 @@ class CpuEngine final : public TrainingEngine {
   }
 
   StageModel model_;
-  bool distributed_;              // the distributed optimizer (sharded_adamw.h)
-  std::unique_ptr<AdamW> adamw_;  // without it
+  bool distributed_;                    // the distributed optimizer (sharded_adamw.h)
+  std::unique_ptr<AdamW> adamw_;        // without it
   std::unique_ptr<AdamW> fsdp_adamw_;   // the FSDP shards' (runtime/model/fsdp_layers.h)
   Communicator* fsdp_group_ = nullptr;  // their DP group, for the main thread
   std::unique_ptr<RankComms> comms_;
