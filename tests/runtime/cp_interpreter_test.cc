@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "lib/placement.h"
@@ -18,6 +17,7 @@
 #include "runtime/exec/interpreter.h"
 #include "runtime/train/context_split.h"
 #include "tests/runtime/loopback_directory.h"
+#include "tests/runtime/loopback_ranks.h"
 #include "tests/runtime/shipped_plan.h"
 #include "tests/runtime/stage_model_test_util.h"
 
@@ -72,20 +72,10 @@ RankResult run_rank(const PlannedJob& p, LoopbackWorld& world, const Placement& 
 std::vector<RankResult> run(const PlannedJob& p, ExecutionMode mode, int64_t jitter_us,
                             const std::string& name) {
   const Placement placement(p.job.parallel, p.job.cluster.gpus_per_node);
-  LoopbackWorld world(placement.world_size());
-  std::vector<RankResult> results(static_cast<size_t>(placement.world_size()));
-  std::vector<std::thread> threads;
-  for (int64_t rank = 0; rank < placement.world_size(); ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        results[static_cast<size_t>(rank)] =
-            run_rank(p, world, placement, rank, mode, jitter_us, name);
-      } catch (const std::exception& error) {
-        results[static_cast<size_t>(rank)].error = error.what();
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  const std::vector<RankResult> results = testing::run_loopback_ranks<RankResult>(
+      placement.world_size(), [&](LoopbackWorld& world, int64_t rank) {
+        return run_rank(p, world, placement, rank, mode, jitter_us, name);
+      });
   for (size_t r = 0; r < results.size(); ++r) EXPECT_EQ(results[r].error, "") << "rank " << r;
   return results;
 }

@@ -11,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "lib/placement.h"
@@ -19,6 +18,7 @@
 #include "lib/plan/plan_reader.h"
 #include "runtime/comm/loopback_communicator.h"
 #include "tests/runtime/loopback_directory.h"
+#include "tests/runtime/loopback_ranks.h"
 #include "tests/runtime/stage_model_test_util.h"
 
 namespace dhelix::rt {
@@ -41,21 +41,10 @@ class InterpreterLoopback : public ::testing::Test {
   // Every rank's losses and gradients after one iteration of `mode`.
   std::vector<RankResult> run(ExecutionMode mode, int64_t jitter_us, const std::string& name) {
     const Placement placement(job_.parallel, job_.cluster.gpus_per_node);
-    LoopbackWorld world(placement.world_size());
-    std::vector<RankResult> results(static_cast<size_t>(placement.world_size()));
-    std::vector<std::thread> threads;
-    for (int64_t rank = 0; rank < placement.world_size(); ++rank) {
-      threads.emplace_back([&, rank] {
-        try {
-          results[static_cast<size_t>(rank)] =
-              run_rank(world, placement, rank, mode, jitter_us, name);
-        } catch (const std::exception& error) {
-          results[static_cast<size_t>(rank)].error = error.what();
-        }
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
-    return results;
+    return testing::run_loopback_ranks<RankResult>(
+        placement.world_size(), [&](LoopbackWorld& world, int64_t rank) {
+          return run_rank(world, placement, rank, mode, jitter_us, name);
+        });
   }
 
   RankResult run_rank(LoopbackWorld& world, const Placement& placement, int64_t rank,
