@@ -10,6 +10,8 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -144,6 +146,41 @@ inline const std::set<DeviceCall::Kind>& enqueueing_calls() {
                                        Kind::kRecv,     Kind::kDelay,      Kind::kGroupStart,
                                        Kind::kGroupEnd, Kind::kCopy};
   return calls;
+}
+
+/// (communicator label, from member, to member) -> (count, dtype) of each call, in enqueue
+/// order: what NCCL matches between a member's sends and its peer's receives.
+using PointToPointLog =
+    std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<std::pair<int64_t, int>>>;
+struct PointToPointCalls {
+  PointToPointLog sent, received;  ///< equal when every send has its receive, call for call
+};
+
+/// Every rank's sends and receives in `records` on the communicators whose label `keep`
+/// accepts, from the marker call `from_marker` on ("": every call).
+template <class Keep>
+PointToPointCalls point_to_point_calls(const std::vector<RankRecord>& records, Keep keep,
+                                       const std::string& from_marker = "") {
+  PointToPointCalls out;
+  for (const RankRecord& r : records) {
+    const std::map<int64_t, std::string> labels = comm_labels(r);
+    const size_t begin = from_marker.empty() ? 0 : marker(r.calls, from_marker);
+    for (size_t i = begin; i < r.calls.size(); ++i) {
+      const DeviceCall& call = r.calls[i];
+      if (call.kind != DeviceCall::Kind::kSend && call.kind != DeviceCall::Kind::kRecv) continue;
+      const std::string& label = labels.at(call.comm);
+      if (!keep(label)) continue;
+      const std::vector<int64_t> members = members_of(label);
+      const int64_t me = std::find(members.begin(), members.end(), r.rank) - members.begin();
+      const std::pair<int64_t, int> transfer{call.count, static_cast<int>(call.dtype)};
+      if (call.kind == DeviceCall::Kind::kSend)
+        out.sent[{label, me, call.value}].push_back(transfer);
+      if (call.kind == DeviceCall::Kind::kRecv) {
+        out.received[{label, call.value, me}].push_back(transfer);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace dhelix::cuda::testing

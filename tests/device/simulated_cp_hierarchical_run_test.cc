@@ -87,25 +87,11 @@ TEST_P(SimulatedCpHierarchicalRun, EveryCpOpIsOneGroupOnItsSubGroupsCommunicator
 }
 
 TEST_P(SimulatedCpHierarchicalRun, MembersSendsAndReceivesPairUpOnEverySubGroup) {
-  std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<std::pair<int64_t, int>>> sent,
-      received;
-  for (const RankRecord& r : run()) {
-    const std::map<int64_t, std::string> labels = comm_labels(r);
-    const size_t begin = marker(r.calls, "iteration 1");
-    for (size_t i = begin; i < r.calls.size(); ++i) {
-      const DeviceCall& call = r.calls[i];
-      if (call.kind != Kind::kSend && call.kind != Kind::kRecv) continue;
-      const std::string& label = labels.at(call.comm);
-      if (!is_a2a(label) && !is_ring(label)) continue;
-      const std::vector<int64_t> members = members_of(label);
-      const auto me = std::find(members.begin(), members.end(), r.rank) - members.begin();
-      const std::pair<int64_t, int> transfer{call.count, static_cast<int>(call.dtype)};
-      if (call.kind == Kind::kSend) sent[{label, me, call.value}].push_back(transfer);
-      if (call.kind == Kind::kRecv) received[{label, call.value, me}].push_back(transfer);
-    }
-  }
-  EXPECT_FALSE(sent.empty());
-  EXPECT_EQ(sent, received);
+  const PointToPointCalls calls = point_to_point_calls(
+      run(), [](const std::string& label) { return is_a2a(label) || is_ring(label); },
+      "iteration 1");
+  EXPECT_FALSE(calls.sent.empty());
+  EXPECT_EQ(calls.sent, calls.received);
 }
 
 TEST_P(SimulatedCpHierarchicalRun, BothLevelsAreCreatedAndWarmedBeforeIteration1) {

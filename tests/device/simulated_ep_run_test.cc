@@ -97,26 +97,14 @@ TEST_P(SimulatedEpRun, EveryAllToAllIsTwoCopiesAndOneGroupOnAnEpCommunicator) {
 }
 
 TEST_P(SimulatedEpRun, MembersSendsAndReceivesPairUpOnEveryEpCommunicator) {
-  std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<std::pair<int64_t, int>>> sent,
-      received;
   int64_t communicators = 0;
   for (const RankRecord& r : run()) {
-    const std::map<int64_t, std::string> labels = comm_labels(r);
-    for (const auto& [comm, label] : labels) communicators += is_ep(label) ? 1 : 0;
-    for (const DeviceCall& call : r.calls) {
-      if (call.kind != Kind::kSend && call.kind != Kind::kRecv) continue;
-      const std::string& label = labels.at(call.comm);
-      if (!is_ep(label)) continue;
-      const std::vector<int64_t> members = members_of(label);
-      const auto me = std::find(members.begin(), members.end(), r.rank) - members.begin();
-      const std::pair<int64_t, int> transfer{call.count, static_cast<int>(call.dtype)};
-      if (call.kind == Kind::kSend) sent[{label, me, call.value}].push_back(transfer);
-      if (call.kind == Kind::kRecv) received[{label, call.value, me}].push_back(transfer);
-    }
+    for (const auto& [comm, label] : comm_labels(r)) communicators += is_ep(label) ? 1 : 0;
   }
   EXPECT_EQ(communicators, 2 * 3);  // 2 ranks, the EP group on 3 streams each
-  EXPECT_FALSE(sent.empty());
-  EXPECT_EQ(sent, received);
+  const PointToPointCalls calls = point_to_point_calls(run(), is_ep);
+  EXPECT_FALSE(calls.sent.empty());
+  EXPECT_EQ(calls.sent, calls.received);
 }
 
 TEST_P(SimulatedEpRun, NoHostSynchronisationInsideAnIteration) {
