@@ -19,6 +19,7 @@
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "tests/lib/dag_test_jobs.h"
+#include "tests/planner/dag_window.h"
 #include "tests/profiler/llama70b_ops.h"
 
 namespace dhelix {
@@ -114,26 +115,6 @@ TEST(CpCommTypeMemory, UlyssesKeepsTheHeadSplitOutputBesidesTheProjectionInput) 
 
 // ---------------------------------------------------------------- pairing
 
-// The ops of `dag` between `first` and `last` (inclusive) in its topological order, as a
-// StrandGraph whose edges are the DAG's between them: small enough for the brute force.
-StrandGraph window(const LayerDag& dag, const std::string& first, const std::string& last,
-                   const ClusterSpec& cluster) {
-  const StrandGraph whole =
-      from_layer_dag(dag, [&cluster](const Op& op) { return op_time_us(cluster, op); });
-  const int64_t begin = whole.find(first);
-  const int64_t end = whole.find(last);
-  StrandGraph out;
-  for (int64_t i = begin; i <= end; ++i) {
-    const StrandOp& op = whole.op(i);
-    std::vector<int64_t> predecessors;
-    for (int64_t p : op.predecessors) {
-      if (p >= begin) predecessors.push_back(p - begin);
-    }
-    out.add_op(op.id, op.stream, op.solo_time_us, predecessors, op.cost_key);
-  }
-  return out;
-}
-
 TEST(CpCommTypePairing, ExactSearchPairsUlyssesAllToAllsWithTheOtherStrandsCompute) {
   // Llama-3-70B tp 2 cp 4 32k on H100-like figures of the model backend: the forward from
   // the QKV GEMM to the projection (qkv_a2a, flash_attn, out_a2a inside) against the
@@ -143,8 +124,9 @@ TEST(CpCommTypePairing, ExactSearchPairsUlyssesAllToAllsWithTheOtherStrandsCompu
       make_job(llama3_70b(), {.tp = 2, .cp = 4, .sp = true, .seq = 32768}), CpCommType::kA2a);
   const LayerDags dags = build_layer_dags(job, 0);
   const ClusterSpec cluster = test::a100_like_cluster();
-  const StrandGraph f = window(dags.forward, "fwd.gemm_qkv", "fwd.gemm_proj", cluster);
-  const StrandGraph b = window(dags.backward, "bwd.proj_dgrad", "bwd.qkv_dgrad", cluster);
+  const StrandGraph f = testing::dag_window(dags.forward, "fwd.gemm_qkv", "fwd.gemm_proj", cluster);
+  const StrandGraph b =
+      testing::dag_window(dags.backward, "bwd.proj_dgrad", "bwd.qkv_dgrad", cluster);
   ASSERT_GE(f.find("fwd.qkv_a2a"), 0);
   ASSERT_GE(b.find("bwd.dqkv_a2a"), 0);
   TableCoRunModel rates(0.9);  // every pair slows both by 10 %

@@ -26,6 +26,7 @@
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "tests/lib/dag_test_jobs.h"
+#include "tests/planner/dag_window.h"
 #include "tests/profiler/llama70b_ops.h"
 
 namespace dhelix {
@@ -294,26 +295,6 @@ TEST(FsdpPlan, PlansOfTheTinyExampleLowerAndCheckWithEveryShape) {
 
 // ---------------------------------------------------------------- exactness
 
-// The ops of `dag` between `first` and `last` (inclusive) in its StrandGraph order, with
-// the DAG's edges between them: small enough for the brute force.
-StrandGraph window(const LayerDag& dag, const std::string& first, const std::string& last,
-                   const ClusterSpec& cluster) {
-  const StrandGraph whole =
-      from_layer_dag(dag, [&cluster](const Op& op) { return op_time_us(cluster, op); });
-  const int64_t begin = whole.find(first);
-  const int64_t end = whole.find(last);
-  StrandGraph out;
-  for (int64_t i = begin; i <= end; ++i) {
-    const StrandOp& op = whole.op(i);
-    std::vector<int64_t> predecessors;
-    for (int64_t p : op.predecessors) {
-      if (p >= begin) predecessors.push_back(p - begin);
-    }
-    out.add_op(op.id, op.stream, op.solo_time_us, predecessors, op.cost_key);
-  }
-  return out;
-}
-
 TEST(FsdpPairing, ExactSearchPairsTheGatherAndReduceScatterWithTheOtherStrandsCompute) {
   // Llama-3-70B tp 8 dp 8 with 1k tokens (collectives large beside the GEMMs): the forward
   // from the gather to the projection against the backward from its attention to the
@@ -322,8 +303,10 @@ TEST(FsdpPairing, ExactSearchPairsTheGatherAndReduceScatterWithTheOtherStrandsCo
   job.parallel.seq_length = 1024;
   const LayerDags dags = build_layer_dags(job, 0);
   const ClusterSpec cluster = test::a100_like_cluster();
-  const StrandGraph f = window(dags.forward, "fwd.fsdp_gather", "fwd.gemm_qkv", cluster);
-  const StrandGraph b = window(dags.backward, "bwd.qkv_dgrad", "bwd.fsdp_reduce_scatter", cluster);
+  const StrandGraph f =
+      testing::dag_window(dags.forward, "fwd.fsdp_gather", "fwd.gemm_qkv", cluster);
+  const StrandGraph b =
+      testing::dag_window(dags.backward, "bwd.qkv_dgrad", "bwd.fsdp_reduce_scatter", cluster);
   ASSERT_GE(f.find("fwd.fsdp_gather"), 0);
   ASSERT_GE(b.find("bwd.fsdp_reduce_scatter"), 0);
   TableCoRunModel rates(0.9);
