@@ -7,11 +7,12 @@
 //   fwd.fsdp_gather           all_gather, s per member  the shard        forward weights (mb, l)
 //   bwd.fsdp_gather           all_gather                the shard        backward weights (mb, l)
 //   bwd.fsdp_reduce_scatter   reduce_scatter, s out     whole gradient   reduced shard (mb, l)
-//   bwd.recompute.fsdp_gather all_gather                the shard        recompute weights (mb, l)
 //
-// Failure rules: the CPU backend only, dense layers only, cp = 1 and no sequence
-// parallelism (the norm gains' TP sum would have to run on a shard): StageModel refuses
-// the rest by name (check_fsdp_supported), before anything runs.
+// Failure rules: the CPU backend only, dense layers only (a mixture of experts' expert
+// collectives run over the expert-data-parallel group, which the plan's collectives, named
+// by dimension, cannot name yet), cp = 1 and no sequence parallelism (the norm gains' TP
+// sum would have to run on a shard): StageModel refuses the rest by name
+// (check_fsdp_supported), before anything runs.
 //
 // Lifetimes. The whole weights and the whole gradient are activation-arena buffers
 // (activation_arena.h), so their memory is reused as the plan's lifetimes allow and the
@@ -22,16 +23,16 @@
 //   backward weights, reshard  layer_backward (mb, l)  bwd.ln_attn, its last op reading weights
 //   weights, no reshard        layer_saved (mb, l)     bwd.ln_attn (gathered once, forward)
 //   whole gradient             layer_backward (mb, l)  bwd.fsdp_reduce_scatter
-//   recompute weights (full)   layer_backward (mb, l)  bwd.recompute.bda_mlp, the repeat's last
 //
 // Every one of those ops has all the layer's weight-reading ops (or, for the reduce-scatter,
 // its gradient-writing ops) as ancestors in the layer DAG, so the release is after the last
 // use in every schedule. Released buffers are filled with all-ones (NaN in fp32): an op that
 // reads weights after their release computes NaN, which the trainer's finite checks stop
-// (tests/runtime/fsdp_test.cc). Full activation recompute repeats the forward, its gather
-// included: the repeated ops read the weights bwd.recompute.fsdp_gather gathers (with or
-// without reshard, as the plan has it); selective recompute repeats the core attention,
-// which reads no weights.
+// (tests/runtime/fsdp_test.cc). Full activation recompute repeats the forward but not its
+// gather: the repeated ops read the backward's weights, gathered by bwd.fsdp_gather before
+// the repeat (reshard) or kept from the forward (lib/dag_builder_recompute.cc), as FSDP2
+// unshards once before the checkpoint's replay; selective recompute repeats the core
+// attention, which reads no weights.
 //
 // Gradients, in a fixed order. The whole gradient of (mb, l) is zeroed by the first op of
 // the micro-batch's backward that writes a weight gradient (they all run on the compute
@@ -64,10 +65,9 @@ inline bool is_fsdp_op(const std::string& op) {
   return op == "fwd.fsdp_gather" || op == "bwd.fsdp_gather" || op == "bwd.fsdp_reduce_scatter";
 }
 
-/// Which whole weights an op reads: the forward's, the backward's, or (full recompute) the
-/// repeated forward's, which the plan gathers with bwd.recompute.fsdp_gather, its copy of
-/// fwd.fsdp_gather (lib/dag_builder_recompute.cc).
-enum class FsdpUse { kForward, kBackward, kRecompute };
+/// Which whole weights an op reads: the forward's or the backward's (full recompute's
+/// repeated forward reads the backward's: lib/dag_builder_recompute.cc).
+enum class FsdpUse { kForward, kBackward };
 
 /// One micro-batch's gradient bookkeeping for one layer; lives as long as the model (the
 /// closures hold its address).

@@ -24,7 +24,14 @@ namespace model_detail {
 inline void check_fsdp_supported(const JobSpec& job, bool cpu_backend) {
   std::vector<std::string> refused;
   if (!cpu_backend) refused.push_back("a backend other than cpu (--backend cpu runs it)");
-  if (job.model.is_moe()) refused.push_back("mixture-of-experts layers");
+  if (job.model.is_moe()) {
+    // dhelix-plan plans them (lib/dag_builder_fsdp.cc), but a plan names a collective's
+    // group by dimension: the experts' gathers over the expert-data-parallel group would
+    // run on the dp communicator.
+    refused.push_back(
+        "mixture-of-experts layers (the experts' gathers and reduce-scatters run over the "
+        "expert-data-parallel group, which a plan's collectives cannot name yet)");
+  }
   if (job.parallel.cp > 1)
     refused.push_back(fmt::format("context parallelism (cp = {})", job.parallel.cp));
   if (job.parallel.tp > 1 && job.parallel.sp) {
@@ -80,12 +87,13 @@ BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const s
                             ref.op, ref.layer, rank));
   }
   model_detail::FsdpLayer<B>& sharded = found->second;
-  if (op == "fwd.fsdp_gather") {  // bwd.recompute.fsdp_gather: full recompute's own
-    const FsdpUse use = repeated ? FsdpUse::kRecompute : FsdpUse::kForward;
-    return model_detail::fsdp_gather_op<B>(sharded,
-                                           fsdp_gathered(ref.micro_batch, ref.layer, use).weights);
-  }
+  // The repeated forward of full recompute gathers nothing: it reads the backward's weights
+  // (lib/dag_builder_recompute.cc), so bwd.recompute.fsdp_gather is no op of a plan.
   if (repeated) model_detail::throw_unknown_op(ref.op);
+  if (op == "fwd.fsdp_gather") {
+    return model_detail::fsdp_gather_op<B>(
+        sharded, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kForward).weights);
+  }
   if (op == "bwd.fsdp_gather") {
     if (!fsdp.reshard_after_forward) {
       throw Error(ErrorCode::kInvalidInput,
@@ -122,9 +130,9 @@ void BasicStageModel<B>::Impl::wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const 
     poison->poison(reinterpret_cast<std::byte*>(weights), bytes);
   };
   const bool repeated = ref.op.starts_with("bwd.recompute.");
-  const bool own_forward_weights = use == FsdpUse::kRecompute || fsdp.reshard_after_forward;
-  if (op == "fwd.bda_mlp" && use != FsdpUse::kBackward && own_forward_weights) {
-    // The (repeated) forward's last op: its weights are released.
+  if (op == "fwd.bda_mlp" && use == FsdpUse::kForward && fsdp.reshard_after_forward) {
+    // The forward's last op: its weights are released (not the repeat's: the backward still
+    // reads them).
     model_detail::fsdp_wrap<B>(
         bound, [] {}, release_weights);
   } else if (op == "bwd.ln_attn") {

@@ -213,11 +213,9 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
       m.recompute == RecomputeGranularity::kSelective && op == "bwd.proj_wgrad";
   const bool recomputing =
       m.recompute != RecomputeGranularity::kNone && (repeated || !forward) && !kept_output;
-  // A sharded layer's ops read gathered weights: the forward's, the backward's, or full
-  // recompute's own for the repeated forward (fsdp_layers.h).
-  const FsdpUse use = repeated && m.recompute == RecomputeGranularity::kFull ? FsdpUse::kRecompute
-                      : forward && !repeated                                 ? FsdpUse::kForward
-                                                                             : FsdpUse::kBackward;
+  // A sharded layer's ops read gathered weights: the forward's, or the backward's, which
+  // full recompute's repeated forward reads too (fsdp_layers.h).
+  const FsdpUse use = forward && !repeated ? FsdpUse::kForward : FsdpUse::kBackward;
   LayerParameters<B>& layer_params =
       sharded ? m.fsdp_gathered(ref.micro_batch, ref.layer, use).params : params->second;
   const LayerOpContext<B> context{m.dims, *m.rope, layer_params,

@@ -103,9 +103,7 @@ struct BasicStageModel<B>::Impl {
           use == FsdpUse::kForward
               ? (fsdp.reshard_after_forward ? SpanKind::kLayerForward : SpanKind::kLayerSaved)
               : SpanKind::kLayerBackward;
-      slot->weights = arena.template allocate<float>(
-          {span, mb, layer}, use == FsdpUse::kRecompute ? "fsdp.recompute_weights" : "fsdp.weights",
-          padded, 0);
+      slot->weights = arena.template allocate<float>({span, mb, layer}, "fsdp.weights", padded, 0);
     }
     if (use == FsdpUse::kBackward) {
       slot->gradient = arena.template allocate<float>({SpanKind::kLayerBackward, mb, layer},

@@ -12,9 +12,12 @@
 #   4. the arena's live peak is lower with reshard_after_forward than without; and the same
 #      4 steps with every buffer its own allocation (DHELIX_ACTIVATION_ARENA=
 #      separate), bit for bit: the gathered weights' places in the arena change nothing;
-# with selective activation recompute it trains with --verify too; on an emulated dp link it
+# with selective and full activation recompute it trains with --verify too (full: the
+# storing plan's losses bit for bit, no third gather); on an emulated dp link it
 # gives the same bits; optim_grads (no ops) gives plain DP's bits; DP 2 x PP 2 and DP 2 x
-# TP 2 pass --verify; sequence parallelism and --backend cuda are refused by name.
+# TP 2 pass --verify; a mixture of experts plans (the experts' collectives over the
+# expert-data-parallel group) and its plan checks; sequence parallelism, MoE and --backend
+# cuda are refused by name.
 # Usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=${1:?usage: run_fsdp_test.sh BIN_DIR SOURCE_DIR}
@@ -131,14 +134,36 @@ sys.exit(0 if fsdp and fsdp == plain else 1)
 PY
   fail "the FSDP checkpoint's tensors (names, sizes) differ from plain DP's"
 
-# Selective activation recompute (the planner refuses full recompute with FSDP): the repeated
-# core attention reads no weights; the backward reads the gathered ones.
-"$bin/dhelix-plan" "$job" --recompute-granularity selective -o "$work/recompute.json" >/dev/null ||
-  fail "planning FSDP with selective recompute"
-if ! run --plan "$work/recompute.json" --steps 2 --verify --jitter-us 200; then
-  fail "FSDP with recompute --verify"
-  cat "$work/out"
-fi
+# Activation recompute. Selective: the repeated core attention reads no weights; the
+# backward reads the gathered ones. Full: the repeated forward reads the backward's gathered
+# weights (reshard) or the kept ones, gathering nothing of its own (the plan has no
+# bwd.recompute.fsdp_gather); it recomputes the same values, so its 4 losses are the storing
+# plan's bit for bit.
+for granularity in selective full; do
+  for case in reshard kept; do
+    plan=$work/recompute-$granularity-$case.json
+    flags=(--recompute-granularity "$granularity")
+    [[ $case == kept ]] && flags+=(--no-fsdp-reshard-after-forward)
+    "$bin/dhelix-plan" "$job" "${flags[@]}" -o "$plan" >/dev/null ||
+      fail "planning FSDP ($case) with $granularity recompute"
+    if ! run --plan "$plan" --steps 2 --verify --jitter-us 200; then
+      fail "FSDP ($case) with $granularity recompute --verify"
+      cat "$work/out"
+    elif ! grep -q "bitwise equal on 4 ranks" "$work/out"; then
+      fail "FSDP ($case) with $granularity recompute: --verify did not report a verified step"
+    fi
+    [[ $granularity == full ]] || continue
+    grep -q '"bwd.recompute.gemm_qkv"' "$plan" || fail "the full recompute plan repeats no forward"
+    grep -q '"bwd.recompute.fsdp_gather"' "$plan" && fail "full recompute ($case) gathers a third time"
+    rm -f "$work/recompute.log"
+    run --plan "$plan" --steps 4 --loss-log "$work/recompute.log" || {
+      fail "4 steps of FSDP ($case) with full recompute"
+      cat "$work/out"
+    }
+    head -4 "$work/$case.log" | cmp -s - "$work/recompute.log" ||
+      fail "FSDP ($case) with full recompute: losses differ from the storing plan's"
+  done
+done
 
 # On an emulated dp link the gathers and reduce-scatters cost wire time and change no bit.
 rm -f "$work/emulated.log"
@@ -178,6 +203,34 @@ if run --plan "$work/sp.json" --steps 1; then
   fail "FSDP with sequence parallelism ran"
 elif ! grep -qF "does not run fully sharded data parallelism (data_parallel_sharding_strategy optim_grads_params) with sequence parallelism (tp = 2)" "$work/out"; then
   fail "FSDP with sequence parallelism: message lacks the reason"
+  cat "$work/out"
+fi
+
+# A mixture of experts (tiny-moe-ep2 with dp 4, ep 2: edp = 4 / 2 = 2) plans with the
+# experts' own gathers and reduce-scatter and the plan checks; dhelix-run refuses it by name
+# (the plan names a collective's group by dimension, not the expert-data-parallel group).
+python3 - "$src/examples/jobs/tiny-moe-ep2.json" "$work/moe.json" <<'PY'
+import json, os, sys
+path, out = sys.argv[1:3]
+job = json.load(open(path))
+job["parallel"].update(dp=4, global_batch_size=16, use_megatron_fsdp=True,
+                       data_parallel_sharding_strategy="optim_grads_params")
+for key in ("model", "cluster"):
+    job[key] = os.path.abspath(os.path.join(os.path.dirname(path), job[key]))
+json.dump(job, open(out, "w"), indent=2)
+PY
+"$bin/dhelix-plan" "$work/moe.json" -o "$work/moe-plan.json" >/dev/null || fail "planning FSDP with MoE"
+for op in fwd.fsdp_expert_gather bwd.fsdp_expert_gather bwd.fsdp_expert_reduce_scatter; do
+  grep -q "\"$op\"" "$work/moe-plan.json" || fail "the MoE FSDP plan has no $op"
+done
+"$bin/dhelix-plan" --check "$work/moe-plan.json" >"$work/out" 2>&1 || {
+  fail "the MoE FSDP plan does not check"
+  cat "$work/out"
+}
+if run --plan "$work/moe-plan.json" --steps 1; then
+  fail "FSDP with MoE ran"
+elif ! grep -qF "is not run with mixture-of-experts layers (the experts' gathers and reduce-scatters run over the expert-data-parallel group" "$work/out"; then
+  fail "FSDP with MoE: message lacks the reason"
   cat "$work/out"
 fi
 

@@ -353,6 +353,11 @@ TEST(FsdpModelTest, OpsAndSettingsItDoesNotRunAreRefusedByName) {
   auto [code, message] = error_of([&] { kept.model(0).bind(rt::OpRef{"bwd.fsdp_gather", 0, 0}); });
   EXPECT_EQ(code, ErrorCode::kInvalidInput);
   EXPECT_NE(message.find("reshard_after_forward false"), std::string::npos) << message;
+  // Full recompute's repeat gathers nothing of its own (lib/dag_builder_recompute.cc).
+  JobSpec full = dp_job(2, 1);
+  full.parallel.recompute.granularity = RecomputeGranularity::kFull;
+  DpGroup recompute(full, {.enabled = true});
+  EXPECT_THROW(recompute.model(0).bind(rt::OpRef{"bwd.recompute.fsdp_gather", 0, 0}), Error);
   // FSDP ops on a model without FSDP.
   DpGroup plain(dp_job(2, 1), {});
   std::tie(code, message) = error_of([&] {
