@@ -1,4 +1,5 @@
 #include "runtime/cuda/cuda_engine.h"
+#include "runtime/cuda/moe_cuda.h"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -122,7 +123,7 @@ class CudaEngine final : public TrainingEngine {
         attention_(model_attention_setup(
             rank_shape(job, rank), !slice.layer_ranges.empty() && job.parallel.cp == 1,
             options.deterministic, parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
-        workspace_bytes_(workspace_bytes(rank_shape(job, rank))),
+        workspace_bytes_(workspace_bytes(job, rank_shape(job, rank))),
         overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
         // Over a DP x CP group of one there is nothing to shard: the whole state.
         sharded_(options.distributed_optimizer.value_or(slice.distributed_optimizer) &&
@@ -382,11 +383,17 @@ class CudaEngine final : public TrainingEngine {
     }
   }
 
-  // The compute stream's scratch: the column reductions of one op (kernels_cuda.h).
-  static int64_t workspace_bytes(const RankShape& shape) {
+  // The compute stream's scratch: the column reductions of one op (kernels_cuda.h) and the
+  // MoE router's tile counts and partials (moe_cuda.h), on at most max(rows, T) tokens.
+  static int64_t workspace_bytes(const JobSpec& job, const RankShape& shape) {
     const int64_t rows = std::max(shape.rows, shape.tokens);
-    return std::max(column_reduction_workspace_bytes(rows, shape.hidden),
-                    embedding_backward_workspace_bytes(shape.tokens));
+    int64_t bytes = std::max(column_reduction_workspace_bytes(rows, shape.hidden),
+                             embedding_backward_workspace_bytes(shape.tokens));
+    if (job.model.is_moe()) {
+      bytes = std::max(
+          bytes, moe_route_workspace_bytes(rows, job.model.moe->top_k, job.model.moe->num_experts));
+    }
+    return bytes;
   }
 
   // The gradient buckets, in the order `co_executed` finishes their gradients: the

@@ -298,7 +298,7 @@ void CudaBackend::check_moe_shape(const kernels::MoePaddedShape& shape) {
 
 void CudaBackend::moe_route(const Exec& exec, const kernels::MoePaddedShape& shape,
                             const Act* logits, kernels::MoePaddedRouting routing) {
-  cuda::moe_route(shape, logits, routing, exec.stream);
+  cuda::moe_route(shape, logits, routing, exec.workspace, exec.stream);
 }
 
 void CudaBackend::moe_permute(const Exec& exec, const kernels::MoePaddedShape& shape,
