@@ -19,7 +19,9 @@
 //      communicators warmed with gathers and reduce-scatters up to s before iteration 1;
 //   6. with the gradient reduction, the other parameters (embedding, final norm, head) are
 //      summed over the gradient group apart from FSDP's communicators, and the shards are
-//      in no bucket.
+//      in no bucket;
+//   7. with DP 2 x TP 2 and sequence parallelism, each TP rank's shards go over its own DP
+//      group, the members' calls equal.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -260,6 +262,47 @@ TEST_P(SimulatedFsdpRun, TheOtherGradientsAreSummedOverTheGradientGroupApart) {
     }
     EXPECT_EQ(gradient_sums, 2 * static_cast<int64_t>(r.buckets.size())) << "rank " << r.rank;
   }
+}
+
+// DP 2 x TP 2 with sequence parallelism: each TP rank's layers sharded over its DP group;
+// every DP communicator's members enqueue the same FSDP collectives, each of the rank's
+// shard, beside the TP group's.
+TEST_P(SimulatedFsdpRun, WithSequenceParallelismEachTpRanksShardsGoOverItsDpGroup) {
+  JobSpec sp_job = job();
+  sp_job.parallel.dp = 2;
+  sp_job.parallel.tp = 2;
+  sp_job.parallel.sp = true;
+  const Plan sp_plan = plan_in_process(sp_job, "tiny-fsdp-sp.json");
+  const JobSpec planned = job_from_plan(sp_plan, "tiny-fsdp-sp.json");
+  const std::vector<RankRecord> records = simulate_run(sp_plan, planned, GetParam(), 1);
+  std::map<std::string, std::vector<std::vector<std::pair<int64_t, std::string>>>> by_label;
+  for (const RankRecord& r : records) {
+    rt::StageModel model(planned, r.rank, {{0, planned.model.num_layers}}, true, true, 7, {},
+                         {.enabled = true});
+    const std::string shard = std::to_string(model.fsdp_layout("layers.0.fsdp_shard")->shard());
+    const size_t begin = marker(r.calls, "iteration 1");
+    for (const auto& [comm, label] : comm_labels(r)) {
+      if (!is_fsdp_comm(label)) continue;
+      std::vector<std::pair<int64_t, std::string>>& calls = by_label[label].emplace_back();
+      for (size_t i = begin; i < r.calls.size(); ++i) {
+        if (r.calls[i].kind != Kind::kCollective || r.calls[i].comm != comm) continue;
+        EXPECT_EQ(r.calls[i].label, shard) << "rank " << r.rank << ": " << label;
+        calls.emplace_back(r.calls[i].value, r.calls[i].label);
+      }
+    }
+    EXPECT_EQ(calls_outside(r, 1, enqueueing_calls()), std::vector<std::string>{});
+  }
+  EXPECT_EQ(by_label.size(), 2u * 3);  // 2 DP groups (one per TP rank), 3 streams each
+  int64_t collectives = 0;
+  for (const auto& [label, members] : by_label) {
+    ASSERT_EQ(members.size(), 2u) << label;
+    EXPECT_EQ(members[0], members[1]) << label;
+    collectives += static_cast<int64_t>(members[0].size());
+  }
+  // Per DP group, per (layer, micro-batch): two gathers and a reduce-scatter.
+  const ParallelSpec& p = planned.parallel;
+  const int64_t micro_batches = p.global_batch_size / (p.micro_batch_size * p.dp);
+  EXPECT_EQ(collectives, 2 * 3 * planned.model.num_layers * micro_batches);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SimulatedFsdpRun,
