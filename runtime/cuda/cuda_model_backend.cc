@@ -404,6 +404,21 @@ void CudaBackend::zero_tensor(const Exec& exec, int64_t count, Act* x) {
       cudaMemsetAsync(x, 0, as_size(count * static_cast<int64_t>(sizeof(Act))), exec.stream));
 }
 
+void CudaBackend::fsdp_fill(const Exec& exec, void* bytes, int64_t n, int value) {
+  if (n <= 0) return;
+  DHELIX_CUDA(cudaMemsetAsync(bytes, value, as_size(n), exec.stream));
+}
+
+void CudaBackend::fsdp_accumulate(const Exec& exec, int64_t count, const float* reduced,
+                                  float* gradient) {
+  if (count > 0) cuda::accumulate_f32(count, reduced, gradient, exec.stream);
+}
+
+void CudaBackend::fsdp_compute_copy(const Exec& exec, int64_t count, const float* whole,
+                                    Act* copy) {
+  if (count > 0) cuda::convert_to_bf16(count, whole, copy, exec.stream);
+}
+
 void CudaBackend::embedding_forward(const Exec& exec, int64_t positions, int64_t dim,
                                     const int64_t* tokens, const Act* table, int64_t vocab_begin,
                                     int64_t vocab_local, Act* out) {

@@ -67,6 +67,9 @@ void convert_to_f32(int64_t count, const bf16* in, float* out, cudaStream_t stre
 /// (kernels::is_finite_value); left as it was otherwise, so one zeroed flag serves any number
 /// of calls (the per-step gradient check, cuda_engine.cc).
 void flag_non_finite(int64_t count, const float* values, int* flag, cudaStream_t stream);
+/// out[count] += in[count] in fp32, element by element (FSDP's sum of the reduced shards
+/// in micro-batch order: runtime/model/fsdp_layers.h).
+void accumulate_f32(int64_t count, const float* in, float* out, cudaStream_t stream);
 /// out[count] = a + b in fp32, stored bf16 (the residual add); out may alias a or b.
 void add_tensors(int64_t count, const bf16* a, const bf16* b, bf16* out, cudaStream_t stream);
 

@@ -43,6 +43,10 @@ __global__ void add_kernel(int64_t count, const bf16* a, const bf16* b, bf16* ou
   }
 }
 
+__global__ void accumulate_f32_kernel(int64_t count, const float* in, float* out) {
+  for (int64_t i = global_thread(); i < count; i += grid_threads()) out[i] += in[i];
+}
+
 // Sets *flag to 1 when any value is inf or NaN (kernels::is_finite_value). Several blocks
 // may store the same 1: the result does not depend on which.
 __global__ void flag_non_finite_kernel(int64_t count, const float* values, int* flag) {
@@ -280,6 +284,7 @@ std::vector<KernelEntry> rowwise_kernels() {
   return {DHELIX_KERNEL(convert_to_bf16_kernel),
           DHELIX_KERNEL(convert_to_f32_kernel),
           DHELIX_KERNEL(add_kernel),
+          DHELIX_KERNEL(accumulate_f32_kernel),
           DHELIX_KERNEL(flag_non_finite_kernel),
           DHELIX_KERNEL(rmsnorm_forward_kernel),
           DHELIX_KERNEL(rmsnorm_backward_kernel),
@@ -306,6 +311,10 @@ void convert_to_bf16(int64_t count, const float* in, bf16* out, cudaStream_t str
 
 void convert_to_f32(int64_t count, const bf16* in, float* out, cudaStream_t stream) {
   launch(thread_per_item_launch(count), stream, convert_to_f32_kernel, count, in, out);
+}
+
+void accumulate_f32(int64_t count, const float* in, float* out, cudaStream_t stream) {
+  launch(thread_per_item_launch(count), stream, accumulate_f32_kernel, count, in, out);
 }
 
 void add_tensors(int64_t count, const bf16* a, const bf16* b, bf16* out, cudaStream_t stream) {

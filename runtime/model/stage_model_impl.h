@@ -63,7 +63,7 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
     : impl_(std::make_unique<Impl>(memory)) {
   using namespace model_detail;
   check_supported(job, Impl::kRunsMoe);
-  if (fsdp.enabled) check_fsdp_supported(job, std::is_same_v<B, CpuBackend>);
+  if (fsdp.enabled) check_fsdp_supported(job);
   Impl& m = *impl_;
   m.fsdp = fsdp;
   m.recompute = job.parallel.recompute.granularity;
@@ -435,6 +435,8 @@ std::vector<BasicParameterView<B>> BasicStageModel<B>::parameters() {
 template <class B>
 void BasicStageModel<B>::refresh_compute_copies() {
   for (const ParameterView& view : parameters()) {
+    // An FSDP shard on a bf16 backend has no copy: its gathers make one (fsdp_layers.h).
+    if (view.compute == nullptr) continue;
     impl_->memory.refresh(view.values, view.compute, view.count);
   }
   impl_->memory.synchronize();
