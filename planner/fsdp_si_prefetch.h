@@ -12,7 +12,10 @@
 //   * during SI block l (the layer pair l) the DP stream carries the next block's gathers
 //     (both strands' next layers: fwd.fsdp_gather of the forward strand's next layer,
 //     bwd.fsdp_gather of the backward strand's next layer with reshard_after_forward), and
-//     the reduce-scatter of a block's backward runs in the block after it; prefetch depth 1;
+//     a backward's reduce-scatter, issued once its gradients are complete, runs during the
+//     blocks after it; prefetch depth 1. The plan carries this: the pairing's op records
+//     leave FSDP's ops out and the lowering issues them by that rule, beside the blocks
+//     (lib/plan/rank_program.h), so no block barrier waits for them;
 //   * memory: one more block's gathered weights in flight, the 2·strands·P of
 //     planner/memory_model.h's FsdpMemory (the layer pair running, 2P, and the pair
 //     prefetched, 2P, on the folded shapes), so the memory model holds them already.
