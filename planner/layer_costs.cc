@@ -1,9 +1,10 @@
 #include "planner/layer_costs.h"
 
-#include "planner/fsdp_prefetch.h"
+#include "planner/fsdp_si_prefetch.h"
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "lib/dag_builder.h"
@@ -178,6 +179,12 @@ LayerCosts megatron_strands_alone(const LayerDags& dags, const Profile& profile,
   return costs;
 }
 
+// `job` without FSDP: the same layers, no parameter gathers or gradient reduce-scatters.
+JobSpec without_fsdp(JobSpec job) {
+  job.parallel.use_megatron_fsdp = false;
+  return job;
+}
+
 // A baseline's strands alone under FSDP as the frameworks run it (planner/fsdp_prefetch.h):
 // the layer DAGs without FSDP's collectives (the intra-batch ones when `intra_batch`), each
 // strand alone, then the collectives prefetched one layer ahead, with S and C taken from
@@ -185,8 +192,7 @@ LayerCosts megatron_strands_alone(const LayerDags& dags, const Profile& profile,
 LayerCosts fsdp_prefetched(const JobSpec& job, int64_t rank, bool intra_batch,
                            const LayerDags& dags, RecomputeGranularity recompute,
                            const Profile& profile, const CoRunModel& co_run, PairingMemo* memo) {
-  JobSpec plain = job;
-  plain.parallel.use_megatron_fsdp = false;
+  const JobSpec plain = without_fsdp(job);
   const LayerDags plain_dags = with_recompute(
       intra_batch ? build_intra_batch_layer_dags(plain, rank) : build_layer_dags(plain, rank),
       recompute);
@@ -197,6 +203,51 @@ LayerCosts fsdp_prefetched(const JobSpec& job, int64_t rank, bool intra_batch,
   backward.slowdown =
       fsdp_compute_slowdown(from_layer_dag(dags.backward, solo_lookup(profile)), co_run);
   return with_fsdp_prefetch(strands_alone(plain_dags, profile, co_run, memo), forward, backward);
+}
+
+// FSDP's collectives of one layer pair as dhelix prefetches them across SI blocks
+// (planner/fsdp_si_prefetch.h): S and C of each pass, each pass's σ for a strand alone, and
+// the pair's σ.
+struct SiPrefetch {
+  FsdpPassCollectives forward;
+  FsdpPassCollectives backward;
+  double pair_slowdown = 0;
+};
+
+SiPrefetch si_prefetch_of(const LayerAnalysis& a, const Profile& profile,
+                          const CoRunModel& co_run) {
+  SiPrefetch out;
+  out.forward = fsdp_pass_collectives(a.dags.forward, solo_lookup(profile));
+  out.backward = fsdp_pass_collectives(a.dags.backward, solo_lookup(profile));
+  out.forward.slowdown = fsdp_compute_slowdown(a.forward, co_run);
+  out.backward.slowdown = fsdp_compute_slowdown(a.backward, co_run);
+  out.pair_slowdown = fsdp_pair_slowdown(a.forward, a.backward, co_run);
+  return out;
+}
+
+// `layer_pairs` SI blocks of the plain pairing lasting `paired_us` with their prefetches.
+PrefetchedStrand prefetched_chunk(const SiPrefetch& f, double paired_us, int64_t layer_pairs) {
+  return prefetched_si_block(
+      paired_us, si_block_collectives(f.forward, f.backward, f.pair_slowdown, layer_pairs));
+}
+
+void add_dp(CommBreakdown& comm, const PrefetchedStrand& prefetched) {
+  comm[ParallelDim::kDp].hidden_us += prefetched.hidden_us;
+  comm[ParallelDim::kDp].exposed_us += prefetched.exposed_us;
+}
+
+// dhelix's layer costs and chunk SI block, priced by the search without FSDP, with FSDP's
+// collectives prefetched: the strands alone as the baselines', the pair and the chunk
+// across SI blocks.
+void apply_si_prefetch(const SiPrefetch& f, LayerAnalysis& a) {
+  const double pair_us = a.dhelix_layer.si_pair_us;
+  a.dhelix_layer = with_fsdp_prefetch(std::move(a.dhelix_layer), f.forward, f.backward);
+  const PrefetchedStrand pair = prefetched_chunk(f, pair_us, 1);
+  a.dhelix_layer.si_pair_us = pair.time_us;
+  add_dp(a.dhelix_layer.si_pair_comm, pair);
+  const PrefetchedStrand chunk = prefetched_chunk(f, a.chunk_si_block_us, a.chunk_layers);
+  a.chunk_si_block_us = chunk.time_us;
+  add_dp(a.chunk_si_block_comm, chunk);
 }
 
 // Forward and backward alone from the dhelix search's own single-strand schedules.
@@ -329,6 +380,16 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   a.backward = from_layer_dag(a.dags.backward, solo_lookup(profile));
   const StrandKinds fk = strand_kinds(a.forward, a.dags.forward);
   const StrandKinds bk = strand_kinds(a.backward, a.dags.backward);
+  a.fsdp_prefetch = job.parallel.fsdp_shards_parameters();
+  a.paired_forward = a.forward;
+  a.paired_backward = a.backward;
+  if (a.fsdp_prefetch) {
+    const LayerDags plain = with_recompute(build_layer_dags(without_fsdp(job), rank), recompute);
+    a.paired_forward = from_layer_dag(plain.forward, solo_lookup(profile));
+    a.paired_backward = from_layer_dag(plain.backward, solo_lookup(profile));
+  }
+  const StrandKinds pfk = strand_kinds(a.paired_forward, a.dags.forward);
+  const StrandKinds pbk = strand_kinds(a.paired_backward, a.dags.backward);
 
   // DHelix: the exact search, one-layer and cross-layer scopes.
   ChunkPairingOptions options;
@@ -337,29 +398,37 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
   options.memo = memo;
   options.per_layer.paired_block_gap_us = paired_block_gap_us(job.parallel);
   options.cross_layer.paired_block_gap_us = options.per_layer.paired_block_gap_us;
-  a.dhelix = search_chunk_pairing(a.forward, a.backward, co_run, options);
+  a.dhelix = search_chunk_pairing(a.paired_forward, a.paired_backward, co_run, options);
   a.megatron = has_synchronous_cp_collective(a.dags)
                    ? megatron_strands_alone(a.dags, profile, co_run, memo)
-                   : alone_from(a.dhelix.per_layer, fk, bk);
-  if (job.parallel.fsdp_shards_parameters()) {
+                   : alone_from(a.dhelix.per_layer, pfk, pbk);
+  if (a.fsdp_prefetch) {
     a.megatron = fsdp_prefetched(job, rank, false, a.dags, recompute, profile, co_run, memo);
   }
   a.megatron.backward_weight_us = weight_gradient_us(a.backward, a.dags.backward);
   // DHelix's strands alone are its own schedules, whatever Megatron's are.
-  a.dhelix_layer = alone_from(a.dhelix.per_layer, fk, bk);
+  a.dhelix_layer = alone_from(a.dhelix.per_layer, pfk, pbk);
   a.dhelix_layer.backward_weight_us = a.megatron.backward_weight_us;
   a.dhelix_layer.si_pair_us = a.dhelix.per_layer.total_time_us;
-  a.dhelix_layer.si_pair_comm = blocks_comm(a.dhelix.per_layer.blocks, fk, bk);
+  a.dhelix_layer.si_pair_comm = blocks_comm(a.dhelix.per_layer.blocks, pfk, pbk);
   a.chunk_scope = a.dhelix.cross_layer_better;
+  std::optional<SiPrefetch> fsdp;
+  if (a.fsdp_prefetch) {
+    // The scopes compared with FSDP's collectives beside them, as they will run.
+    fsdp = si_prefetch_of(a, profile, co_run);
+    a.chunk_scope = prefetched_chunk(*fsdp, a.dhelix.cross_layer_chunk_us, chunk_layers).time_us <
+                    prefetched_chunk(*fsdp, a.dhelix.per_layer_chunk_us, chunk_layers).time_us;
+  }
   if (a.chunk_scope) {
     const double windows = static_cast<double>(chunk_layers / a.dhelix.window_layers);
     a.chunk_si_block_us = a.dhelix.cross_layer_chunk_us;
-    a.chunk_si_block_comm = blocks_comm(a.dhelix.cross_window.blocks, fk, bk).scaled(windows);
-    a.chunk_si_block_comm += blocks_comm(a.dhelix.cross_remainder.blocks, fk, bk);
+    a.chunk_si_block_comm = blocks_comm(a.dhelix.cross_window.blocks, pfk, pbk).scaled(windows);
+    a.chunk_si_block_comm += blocks_comm(a.dhelix.cross_remainder.blocks, pfk, pbk);
   } else {
     a.chunk_si_block_us = a.dhelix.per_layer_chunk_us;
     a.chunk_si_block_comm = a.dhelix_layer.si_pair_comm.scaled(static_cast<double>(chunk_layers));
   }
+  if (fsdp) apply_si_prefetch(*fsdp, a);
 
   // Wavelet+: round-robin pairing of the same layer pair.
   const BlockCostModel layer_model(a.forward, a.backward, co_run);
@@ -381,8 +450,8 @@ LayerAnalysis analyze_layers(const JobSpec& job, int64_t rank, const Profile& pr
 
 PlanPairing pairing_record(const LayerAnalysis& a) {
   PlanPairing p;
-  p.forward_ops = op_records(a.forward, a.dags.forward);
-  p.backward_ops = op_records(a.backward, a.dags.backward);
+  p.forward_ops = op_records(a.paired_forward, a.dags.forward);
+  p.backward_ops = op_records(a.paired_backward, a.dags.backward);
   p.scope = a.chunk_scope ? PairingScope::kChunk : PairingScope::kLayer;
   p.chunk_layers = a.chunk_layers;
   p.layer_scope_us = a.dhelix.per_layer_chunk_us;
@@ -390,13 +459,15 @@ PlanPairing pairing_record(const LayerAnalysis& a) {
   p.window_layers = a.dhelix.window_layers;
   p.sequential_us = a.dhelix.sequential_chunk_us;
   p.layer_pair_us = a.dhelix.per_layer.total_time_us;
-  p.layer_blocks = block_records(a.dhelix.per_layer.blocks, a.forward, a.backward, false);
+  p.layer_blocks =
+      block_records(a.dhelix.per_layer.blocks, a.paired_forward, a.paired_backward, false);
   p.layer_segment_bound = a.dhelix.layer_segment_bound;
   p.window_segment_bound = a.dhelix.window_segment_bound;
   if (a.dhelix.window_layers >= 2) {
-    p.window_blocks = block_records(a.dhelix.cross_window.blocks, a.forward, a.backward, true);
+    p.window_blocks =
+        block_records(a.dhelix.cross_window.blocks, a.paired_forward, a.paired_backward, true);
     p.remainder_blocks =
-        block_records(a.dhelix.cross_remainder.blocks, a.forward, a.backward, true);
+        block_records(a.dhelix.cross_remainder.blocks, a.paired_forward, a.paired_backward, true);
   }
   return p;
 }

@@ -11,7 +11,9 @@
 //                  reduce-scatter are split into pieces that pipeline within one strand
 //   wavelet+       one layer's forward against one layer's backward, paired round-robin in
 //                  their default topological orders (planner/layer_baselines.h)
-//   dhelix         the exact pairing search, both scopes (chunk_pairing.h); the better one
+//   dhelix         the exact pairing search, both scopes (chunk_pairing.h); the better one.
+//                  Under FSDP's optim_grads_params it pairs the layer without FSDP's
+//                  collectives and prefetches them across SI blocks (fsdp_si_prefetch.h)
 //   handwritten    one layer's forward against one layer's backward in the fixed orders
 //                  people write by hand (handwritten_pairs.h): DeepSeek-V3's, and
 //                  Megatron-Core's combined 1F1B with and without delayed weight gradients
@@ -78,6 +80,11 @@ struct LayerAnalysis {
   LayerDags dags;
   StrandGraph forward;           ///< one layer's forward, profile solo times
   StrandGraph backward;          ///< one layer's backward
+  /// FSDP's collectives are prefetched across SI blocks (planner/fsdp_si_prefetch.h): the
+  /// search pairs the layer without them, the DP stream carries them beside its blocks.
+  bool fsdp_prefetch = false;
+  StrandGraph paired_forward;    ///< what dhelix's search paired: `forward`, or without FSDP
+  StrandGraph paired_backward;   ///< the same of `backward`
   ChunkPairingResult dhelix;     ///< both scopes, for chunks of the folded layout
   PairingResult wavelet;         ///< round-robin pairing of one layer pair
   LayerCosts megatron;           ///< strands alone (no SI pair)

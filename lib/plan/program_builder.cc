@@ -62,4 +62,12 @@ int64_t ProgramBuilder::push(Instruction instruction) {
   return index;
 }
 
+int64_t ProgramBuilder::push_beside(Instruction instruction) {
+  const size_t stream = static_cast<size_t>(instruction.stream);
+  const int64_t last = last_on_stream_[stream];
+  const int64_t index = push(std::move(instruction));
+  if (program_.mode == ExecutionMode::kCoExecuted) last_on_stream_[stream] = last;
+  return index;
+}
+
 }  // namespace dhelix

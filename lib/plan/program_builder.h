@@ -29,6 +29,10 @@ class ProgramBuilder {
 
   /// Appends `instruction` (its deps: the data dependencies) and returns its index.
   int64_t push(Instruction instruction);
+  /// The same for a collective issued ahead of the blocks that use it (FSDP's prefetch):
+  /// it waits for the current barrier, but no later barrier waits for it; its consumers'
+  /// data dependencies and its stream's order still do. Sequential mode: push.
+  int64_t push_beside(Instruction instruction);
 
   /// Throws Error(kInvalidInput) "plan: stage S task T[ block B]: what".
   [[noreturn]] void fail(const std::string& what) const;

@@ -47,7 +47,18 @@ class Lowering {
   void check_weights_ran();
   void lower_head_loss(int64_t micro_batch);
 
-  void emit_layer_op(bool backward, int64_t index, int64_t micro_batch, int64_t layer);
+  void emit_layer_op(bool backward, int64_t index, int64_t micro_batch, int64_t layer,
+                     bool beside = false);
+  // FSDP prefetch across SI blocks (see the file comment of rank_program.h).
+  struct Prefetch {
+    std::vector<int64_t> forward, backward;  // the layer ops the pairing's blocks leave out
+    int64_t gathered = 0;                    // layer pairs of the task whose gathers are issued
+    std::vector<std::pair<int64_t, int64_t>> scatters;  // (layer, backward op) not yet issued
+  };
+  std::vector<int64_t> left_out(const DagView& view, const std::vector<PlanOp>& records) const;
+  void issue_gathers(const PlanTask& task, int64_t pair);
+  void issue_ready_scatters(int64_t micro_batch, bool all);
+  Prefetch prefetch_;
   void emit_extra_op(bool backward, int64_t index, int64_t micro_batch);
   std::vector<int64_t> predecessor_deps(const DagView& view, int64_t index, int64_t micro_batch,
                                         int64_t layer);
@@ -117,6 +128,8 @@ Lowering::Lowering(const Plan& plan, const JobSpec& job, const RankLoweringInput
       dags_(input.dags()) {
   const int64_t micro_batches = std::max<int64_t>(plan_.num_micro_batches, 0);
   produced_.assign(static_cast<size_t>(micro_batches * (num_layers_ + 1) * dags_.slots), -1);
+  prefetch_.forward = left_out(dags_.layer_forward, pairing_.forward_ops);
+  prefetch_.backward = left_out(dags_.layer_backward, pairing_.backward_ops);
 }
 
 int64_t& Lowering::produced(int64_t micro_batch, int64_t layer, const DagView& view,
@@ -316,18 +329,26 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
     claim_backward_share(backward, strand_layer(backward, true, j));
   }
   int64_t block = 0;
+  prefetch_.gathered = 0;
+  prefetch_.scatters.clear();
   for (const PlacedBlocks& placed : si_block_sequence(pairing_, pairs)) {
     for (const PlanBlock& template_block : *placed.blocks) {
       program_.begin_block(block++);
       for (const ResolvedTiming& timing : resolve(template_block)) {
         const PlanTaskPart& part = timing.backward ? backward : forward;
-        const int64_t layer =
-            strand_layer(part, timing.backward, placed.first_local_layer + timing.window_layer);
-        emit_layer_op(timing.backward, timing.index, part.micro_batch, layer);
+        const int64_t local = placed.first_local_layer + timing.window_layer;
+        // A layer pair's first op issues the next pair's gathers (the first pair's before it).
+        while (prefetch_.gathered <= std::min(local + 1, pairs - 1)) {
+          issue_gathers(task, prefetch_.gathered++);
+        }
+        emit_layer_op(timing.backward, timing.index, part.micro_batch,
+                      strand_layer(part, timing.backward, local));
       }
+      issue_ready_scatters(backward.micro_batch, false);
     }
   }
   program_.begin_block(-1);
+  issue_ready_scatters(backward.micro_batch, true);
   for (int64_t j = pairs; j < forward.layers.count; ++j) {
     const int64_t layer = strand_layer(forward, false, j);
     for (int64_t i : dags_.layer_forward.order) emit_layer_op(false, i, forward.micro_batch, layer);
@@ -341,6 +362,66 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
   if (stage_.embedding && backward.layers.first == 0) {
     for (int64_t i : dags_.embedding_backward_order) emit_extra_op(true, i, backward.micro_batch);
   }
+}
+
+// ----- FSDP prefetch across SI blocks ---------------------------------------------------
+
+// The ops of `view` that no record of the pairing names; only FSDP's gathers and gradient
+// reduce-scatters may be left out (planner/fsdp_si_prefetch.h moves them out of the blocks).
+std::vector<int64_t> Lowering::left_out(const DagView& view,
+                                        const std::vector<PlanOp>& records) const {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < view.size(); ++i) {
+    const LoweredOp& op = view.ops[static_cast<size_t>(i)];
+    const bool named = std::any_of(records.begin(), records.end(),
+                                   [&op](const PlanOp& r) { return r.id == op.id; });
+    if (named) continue;
+    const bool scatter = op.kind == OpKind::kReduceScatter && op.group == ParallelDim::kDp;
+    if (!op.parameters_only && !scatter) {
+      program_.fail(
+          fmt::format("{} is in no record of pairing {}: only FSDP's parameter "
+                      "gathers and gradient reduce-scatters may be left out",
+                      op.id, stage_.pairing));
+    }
+    out.push_back(i);
+  }
+  return out;
+}
+
+// The left-out gathers of the task's `pair`-th layer pair, both strands, beside the block:
+// no later barrier waits for them, only their readers (and their stream's order) do.
+void Lowering::issue_gathers(const PlanTask& task, int64_t pair) {
+  for (const bool backward : {false, true}) {
+    const PlanTaskPart& part = backward ? *task.backward : *task.forward;
+    const DagView& view = backward ? dags_.layer_backward : dags_.layer_forward;
+    const int64_t layer = strand_layer(part, backward, pair);
+    for (int64_t i : backward ? prefetch_.backward : prefetch_.forward) {
+      if (view.ops[static_cast<size_t>(i)].parameters_only) {
+        emit_layer_op(backward, i, part.micro_batch, layer, true);
+      } else if (backward) {
+        prefetch_.scatters.emplace_back(layer, i);
+      }
+    }
+  }
+}
+
+// The left-out reduce-scatters whose gradients are complete (`all`: every one left, after the
+// blocks), beside the next block.
+void Lowering::issue_ready_scatters(int64_t micro_batch, bool all) {
+  std::vector<std::pair<int64_t, int64_t>> waiting;
+  for (const auto& [layer, index] : prefetch_.scatters) {
+    const std::vector<int64_t>& preds =
+        dags_.layer_backward.predecessors[static_cast<size_t>(index)];
+    const bool ready = std::all_of(preds.begin(), preds.end(), [&](int64_t p) {
+      return produced(micro_batch, layer, dags_.layer_backward, p) >= 0;
+    });
+    if (ready || all) {
+      emit_layer_op(true, index, micro_batch, layer, true);
+    } else {
+      waiting.emplace_back(layer, index);
+    }
+  }
+  prefetch_.scatters = std::move(waiting);
 }
 
 // ----- ops and their dependencies -------------------------------------------------------
@@ -373,7 +454,8 @@ bool first_layer_op(const DagView& view, int64_t index) {
   });
 }
 
-void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, int64_t layer) {
+void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, int64_t layer,
+                             bool beside) {
   if (layer < 0 || layer >= num_layers_ || transfers_.owner_of_layer(layer) != stage_.stage) {
     program_.fail(fmt::format("layer {} is not held by this stage", layer));
   }
@@ -398,7 +480,8 @@ void Lowering::emit_layer_op(bool backward, int64_t index, int64_t micro_batch, 
       instruction.deps.push_back(forward);
     }
   }
-  const int64_t at = program_.push(std::move(instruction));
+  const int64_t at =
+      beside ? program_.push_beside(std::move(instruction)) : program_.push(std::move(instruction));
   produced(micro_batch, layer, view, index) = at;
   if (index != (backward ? dags_.layer_backward_output : dags_.layer_forward_output)) return;
   if (backward) {

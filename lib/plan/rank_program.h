@@ -17,6 +17,13 @@
 //     in the start order of its timings, the two strands' micro-batches and layers filled
 //     in; a block ends in a barrier: every op of the next block depends on the last op of
 //     each stream of this one (streams run in order, so that is every op of the block);
+//     FSDP prefetch across SI blocks (planner/fsdp_si_prefetch.h): the layer DAG ops that
+//     the pairing's op records leave out, which may only be FSDP's parameter gathers and
+//     gradient reduce-scatters, are issued by rule, beside the blocks (no later block's
+//     barrier waits for them; their readers and their stream's order do): the gathers of
+//     the task's layer pair j + 1 (both strands) with the first op of pair j, pair 0's
+//     before it; a reduce-scatter after the first block whose end completes its gradients,
+//     the rest after the last block. A reader placed before its gather still fails as below;
 //   * head_loss task: the final norm, head and loss forward, then their backward;
 //   * the embedding forward runs before a forward part that starts at layer 0 on the
 //     stage that holds the embedding, its backward after a backward part that ends there.
