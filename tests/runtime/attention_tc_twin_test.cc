@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "runtime/cpu/kernels_cpu.h"
 #include "runtime/kernels/context_parallel.h"
 
 namespace dhelix::cpu {
@@ -279,6 +280,60 @@ TEST(AttentionTcTwin, RoundsPBeforeMultiplyingV) {
     largest = std::max(largest, std::abs(double{out[i]} - r.out[i]));
   EXPECT_GT(largest, 1e-5);
   EXPECT_LT(largest, 4e-3);
+}
+
+// tests/gpu/attention_gpu_test.cc holds the CUDA attention to the fp32 CPU backend within
+// 2e-3 + 2^-7 relative (out) and 5e-3 + 2^-6 (dq, dk, dv). The kernels now round P and dS
+// to bf16; their twin, on that test's very inputs (the same generator and seeds) and with
+// bf16 outputs, must meet those bounds, or the GPU test would fail on its first run.
+std::vector<float> gpu_test_inputs(int64_t count, uint32_t seed) {  // gpu_test_util.h's
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(-1.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(count));
+  for (float& v : values) v = round_bf16(distribution(generator));
+  return values;
+}
+
+void expect_gpu_tolerance(const std::vector<float>& twin, const std::vector<float>& cpu,
+                          float abs_tol, float rel_tol, const char* what) {
+  ASSERT_EQ(twin.size(), cpu.size());
+  for (size_t i = 0; i < twin.size(); ++i) {
+    ASSERT_LE(std::abs(round_bf16(twin[i]) - cpu[i]), abs_tol + rel_tol * std::abs(cpu[i]))
+        << what << " element " << i;
+  }
+}
+
+TEST(AttentionTcTwin, MeetsTheGpuTestsToleranceAgainstTheCpuBackend) {
+  const AttentionShape s{.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 32};
+  const int64_t qn = s.batch * s.seq * s.heads * s.head_dim;
+  const int64_t kn = s.batch * s.seq * s.kv_heads * s.head_dim;
+  const std::vector<float> q = gpu_test_inputs(qn, 21), k = gpu_test_inputs(kn, 22),
+                           v = gpu_test_inputs(kn, 23), dout = gpu_test_inputs(qn, 24);
+  const kernels::TokenLayout causal = kernels::causal_layout(s.seq);
+  RingForwardState state;
+  state.reset(s);
+  tc_twin_forward_step(s, {causal, causal}, q.data(), k.data(), v.data(), state);
+  std::vector<float> out(qn), lse(s.batch * s.heads * s.seq), ref_out(qn), ref_lse(lse.size());
+  ring_attention_forward_finish(s, state, out.data(), lse.data());
+  attention_forward(s, q.data(), k.data(), v.data(), kernels::kAttentionTileKeys, ref_out.data(),
+                    ref_lse.data());
+  expect_gpu_tolerance(out, ref_out, 2e-3f, 1.0f / 128, "out");
+  // The backward from the (bf16) output on both sides, as the GPU test does.
+  for (float& x : out) x = round_bf16(x);
+  std::vector<float> delta(lse.size()), dq(qn, 0.0f), dk(kn, 0.0f), dv(kn, 0.0f);
+  std::vector<float> ref_dq(qn), ref_dk(kn), ref_dv(kn);
+  ring_attention_backward_delta(s, out.data(), dout.data(), delta.data());
+  tc_twin_backward_dq(s, {causal, causal}, q.data(), dout.data(), lse.data(), delta.data(),
+                      k.data(), v.data(), dq.data());
+  tc_twin_backward_dkdv(s, {causal, causal}, q.data(), dout.data(), lse.data(), delta.data(),
+                        k.data(), v.data(), dk.data(), dv.data());
+  ring_attention_scale(s, qn, dq.data());
+  ring_attention_scale(s, kn, dk.data());
+  attention_backward(s, q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(),
+                     ref_dq.data(), ref_dk.data(), ref_dv.data());
+  expect_gpu_tolerance(dq, ref_dq, 5e-3f, 1.0f / 64, "dq");
+  expect_gpu_tolerance(dk, ref_dk, 5e-3f, 1.0f / 64, "dk");
+  expect_gpu_tolerance(dv, ref_dv, 5e-3f, 1.0f / 64, "dv");
 }
 
 }  // namespace
