@@ -35,6 +35,26 @@
 // become 10, fwd.fsdp_gather feeding ln_attn, gemm_qkv, gemm_proj, ln_mlp, gemm_fc1 and
 // gemm_fc2; the backward's 13 become 15, bwd.fsdp_gather feeding the four dgrads and two
 // norm backwards, the reduce-scatter after the four wgrads and two norm backwards.
+//
+// A mixture of experts has two parts (lib/fsdp_sizes.h): the non-expert part above over the
+// DP group, the experts over the expert-data-parallel group (edp = dp·cp·tp / (ep·etp),
+// Megatron-FSDP's expert sharding). The grouped GEMMs read and write the expert part only;
+// every other weight reader and writer (the router, a shared expert included) the
+// non-expert part. So each pass has a gather of each part and the backward a reduce-scatter
+// of each:
+//
+//    op                               group  bytes                   edges
+//    fwd.fsdp_expert_gather           edp    experts·2               -> grouped_fc1, grouped_fc2
+//    bwd.fsdp_expert_gather           edp    experts·2               -> the grouped dgrads
+//    bwd.fsdp_expert_reduce_scatter   edp    experts·4 (fp32)        <- the grouped wgrads
+//
+// The expert gather is index 1, after the non-expert one (both first). With edp = 1 (ep·etp
+// covers dp·cp·tp) the experts stay whole on the rank and have no ops. Example,
+// examples/jobs/tiny-fsdp-moe-ep2-dp4.json (llama-tiny-moe, dp 4, ep 2, edp 2): the forward
+// gains 2 ops, the backward 4.
+
+#include <string>
+#include <vector>
 
 #include "lib/dag_builder_internal.h"
 #include "lib/error.h"
@@ -45,21 +65,50 @@ namespace {
 
 bool has_bias(const Op& op) { return op.kind == OpKind::kBiasDropoutAdd && op.variant == "bias"; }
 
+// The grouped GEMMs are the experts'; every other op's weights are the non-expert part's.
+bool is_expert_op(const Op& op) { return op.kind == OpKind::kGroupedGemm; }
+
 bool reads_weights(const Op& op) {
   if (op.pass == Pass::kForward) {
     return op.kind == OpKind::kGemm || op.kind == OpKind::kGroupedGemm ||
            op.kind == OpKind::kNorm || op.kind == OpKind::kRouter || has_bias(op);
   }
-  return op.gemm_role == GemmRole::kDgrad || op.kind == OpKind::kNorm;
+  // The router's backward (a fused op, no GEMM role) multiplies by its weights for dx.
+  return op.gemm_role == GemmRole::kDgrad || op.kind == OpKind::kNorm || op.kind == OpKind::kRouter;
 }
 
 bool writes_weight_gradient(const Op& op) {
   return op.gemm_role == GemmRole::kWgrad || op.kind == OpKind::kNorm || has_bias(op);
 }
 
-Op make_fsdp_comm(const BuildContext& ctx, std::string id, OpKind kind, Pass pass, int64_t bytes,
-                  DType dtype) {
-  return make_comm_on(ctx, std::move(id), kind, pass, ParallelDim::kDp, ctx.dp_group, bytes, dtype);
+// One FSDP part of a layer: its ids' stem, its group and its sizes.
+struct FsdpPart {
+  bool experts = false;
+  std::string stem;  // "fsdp" or "fsdp_expert"
+  const ProcessGroup* group = nullptr;
+  int64_t gather_bytes = 0;
+  int64_t reduce_scatter_bytes = 0;
+};
+
+std::vector<FsdpPart> fsdp_parts(const BuildContext& ctx) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelSpec& p = *ctx.parallel;
+  std::vector<FsdpPart> parts{
+      {false, "fsdp", &ctx.dp_group, fsdp_gather_bytes(m, p), fsdp_reduce_scatter_bytes(m, p)}};
+  if (fsdp_shards_experts(m, p)) {
+    parts.push_back({true, "fsdp_expert", &ctx.edp_group, fsdp_expert_gather_bytes(m, p),
+                     fsdp_expert_reduce_scatter_bytes(m, p)});
+  }
+  return parts;
+}
+
+Op make_fsdp_comm(const BuildContext& ctx, const FsdpPart& part, std::string id, OpKind kind,
+                  Pass pass, int64_t bytes, DType dtype) {
+  return make_comm_on(ctx, std::move(id), kind, pass, ParallelDim::kDp, *part.group, bytes, dtype);
+}
+
+std::string gather_id(const FsdpPart& part, Pass pass) {
+  return (pass == Pass::kForward ? "fwd." : "bwd.") + part.stem + "_gather";
 }
 
 }  // namespace
@@ -70,30 +119,36 @@ bool fsdp_gathers(const BuildContext& ctx, Pass pass) {
 }
 
 void add_fsdp_gather(const BuildContext& ctx, LayerDag& dag, Pass pass) {
-  DHELIX_CHECK(dag.size() == 0);  // index 0, see the file comment
-  const std::string id = pass == Pass::kForward ? "fwd.fsdp_gather" : "bwd.fsdp_gather";
-  dag.add_op(make_fsdp_comm(ctx, id, OpKind::kAllGather, pass,
-                            fsdp_gather_bytes(*ctx.model, *ctx.parallel), ctx.dtype));
+  DHELIX_CHECK(dag.size() == 0);  // indices 0 (and 1), see the file comment
+  for (const FsdpPart& part : fsdp_parts(ctx)) {
+    dag.add_op(make_fsdp_comm(ctx, part, gather_id(part, pass), OpKind::kAllGather, pass,
+                              part.gather_bytes, ctx.dtype));
+  }
 }
 
 void link_fsdp_collectives(const BuildContext& ctx, LayerDag& dag, Pass pass) {
   if (!ctx.parallel->fsdp_shards_parameters()) return;
   const int64_t n = dag.size();
-  if (fsdp_gathers(ctx, pass)) {
-    for (int64_t v = 1; v < n; ++v) {
-      if (reads_weights(dag.op(v))) dag.add_edge(0, v);
+  for (const FsdpPart& part : fsdp_parts(ctx)) {
+    // Without an expert part the experts' weights are whole: nobody waits for them.
+    const auto mine = [&part](const Op& op) { return is_expert_op(op) == part.experts; };
+    if (fsdp_gathers(ctx, pass)) {
+      const int64_t gather = *dag.find(gather_id(part, pass));
+      for (int64_t v = 0; v < n; ++v) {
+        if (v != gather && reads_weights(dag.op(v)) && mine(dag.op(v))) dag.add_edge(gather, v);
+      }
     }
+    if (pass == Pass::kForward) continue;
+    std::vector<int64_t> gradients;
+    for (int64_t v = 0; v < n; ++v) {
+      if (writes_weight_gradient(dag.op(v)) && mine(dag.op(v))) gradients.push_back(v);
+    }
+    Op scatter =
+        make_fsdp_comm(ctx, part, "bwd." + part.stem + "_reduce_scatter", OpKind::kReduceScatter,
+                       pass, part.reduce_scatter_bytes, fsdp_gradient_dtype(*ctx.parallel));
+    scatter.movable_sink = true;
+    add_after(dag, std::move(scatter), gradients);
   }
-  if (pass == Pass::kForward) return;
-  std::vector<int64_t> gradients;
-  for (int64_t v = 0; v < n; ++v) {
-    if (writes_weight_gradient(dag.op(v))) gradients.push_back(v);
-  }
-  Op scatter = make_fsdp_comm(ctx, "bwd.fsdp_reduce_scatter", OpKind::kReduceScatter, pass,
-                              fsdp_reduce_scatter_bytes(*ctx.model, *ctx.parallel),
-                              fsdp_gradient_dtype(*ctx.parallel));
-  scatter.movable_sink = true;
-  add_after(dag, std::move(scatter), gradients);
 }
 
 }  // namespace dhelix::dag_detail

@@ -42,6 +42,9 @@ struct BuildContext : RankShape {
   DType dtype = DType::kBf16;
   int64_t dt = 2;  ///< bytes per element of dtype
   ProcessGroup tp_group, cp_group, ep_group, dp_group;
+  /// The expert-data-parallel group (fsdp_expert_group, lib/fsdp_sizes.h) where FSDP
+  /// shards experts (fsdp_shards_experts); empty otherwise.
+  ProcessGroup edp_group;
   /// The CP all-to-all's group (cp_group for a2a, the sub-group for a2a+p2p) and the K/V
   /// ring's (cp_group for p2p, the ring across sub-groups for a2a+p2p); size one otherwise.
   ProcessGroup cp_a2a_group, cp_ring_group;
@@ -135,11 +138,12 @@ std::vector<int64_t> add_cp_allgather_backward(const BuildContext& ctx, LayerDag
 /// Fully sharded data parallelism (dag_builder_fsdp.cc): whether `pass` opens with a
 /// parameter all-gather (optim_grads_params; the backward only with reshard_after_forward).
 bool fsdp_gathers(const BuildContext& ctx, Pass pass);
-/// Adds the pass's parameter all-gather to the empty `dag` (it must be index 0).
+/// Adds the pass's parameter all-gathers to the empty `dag` (index 0, and for a mixture of
+/// experts' expert part index 1).
 void add_fsdp_gather(const BuildContext& ctx, LayerDag& dag, Pass pass);
-/// After the pass is built: edges from the gather (index 0) to every op that reads the
-/// layer's weights, and in the backward the gradient reduce-scatter after every op that
-/// writes a weight gradient. Nothing unless the job shards parameters.
+/// After the pass is built: edges from each part's gather to every op that reads that
+/// part's weights, and in the backward each part's gradient reduce-scatter after every op
+/// that writes one of its weight gradients. Nothing unless the job shards parameters.
 void link_fsdp_collectives(const BuildContext& ctx, LayerDag& dag, Pass pass);
 /// MoE MLP forward between ln_mlp and bda_mlp. Returns the op producing the MLP output.
 int64_t add_moe_forward(const BuildContext& ctx, LayerDag& dag, int64_t ln_mlp);

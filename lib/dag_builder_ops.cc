@@ -6,6 +6,7 @@
 
 #include "lib/dag_builder_internal.h"
 #include "lib/error.h"
+#include "lib/fsdp_sizes.h"
 
 namespace dhelix::dag_detail {
 
@@ -40,6 +41,9 @@ BuildContext make_context(const JobSpec& job, int64_t rank) {
   ctx.cp_group = placement.group(ParallelDim::kCp, rank);
   ctx.ep_group = placement.group(ParallelDim::kEp, rank);
   ctx.dp_group = placement.group(ParallelDim::kDp, rank);  // FSDP (dag_builder_fsdp.cc)
+  if (fsdp_shards_experts(job.model, job.parallel)) {
+    ctx.edp_group = fsdp_expert_group(placement, job.parallel, rank);
+  }
   // The CP communication type's groups (ParallelSpec::cp_a2a_group / cp_ring_group sizes).
   const ParallelSpec& p = job.parallel;
   const ProcessGroup own_only = placement.cp_sub_group(rank, p.cp, Placement::CpLevel::kRing);

@@ -11,7 +11,14 @@
 //              layer's backward that has no predecessor waits for the repeated forward's
 //              last ops. The repeated all-gathers and reduce-scatters are TP traffic of the
 //              backward strand; the repeated GEMMs are compute that the pairing search can
-//              set beside the other strand's communication.
+//              set beside the other strand's communication. Under FSDP (ZeRO-3) the
+//              forward's parameter gathers are not repeated: the backward's gathers
+//              (bwd.fsdp_gather, and bwd.fsdp_expert_gather for a mixture of experts) move
+//              to the front and every copy of an op that read gathered weights waits for
+//              them, as FSDP2 and Megatron-FSDP unshard once in the pre-backward hook and
+//              the checkpoint's replay finds the weights whole. Without
+//              reshard_after_forward there is no backward gather: the replay reads the
+//              weights the forward gathered and kept.
 //   selective  the core attention is repeated: the attention op (or the CP ring's steps,
 //              exchanges and merge; with --cp-comm-type a2a, allgather or a2a+p2p also the
 //              CP all-to-alls around it or the K/V all-gather before it: Megatron's
@@ -37,6 +44,7 @@
 // bwd.recompute.bda_mlp.
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +70,29 @@ bool is_core_attention(const Op& op) {
 // the CP collectives, runs after it inside TE's backward): it waits for the copies.
 bool reads_recomputed_attention(const Op& op) {
   return op.kind == OpKind::kAttention || is_cp_collective(op);
+}
+
+// FSDP's parameter all-gathers (lib/dag_builder_fsdp.cc): data-parallel, or for a
+// mixture of experts' expert weights expert-data-parallel, all-gathers.
+bool is_fsdp_gather(const Op& op) {
+  return op.kind == OpKind::kAllGather && op.id.find("fsdp_") != std::string::npos;
+}
+
+// Full recompute under FSDP: the repeated forward reads the weights the backward's gather
+// made (bwd.X for fwd.X) or, without reshard_after_forward, the forward's kept ones (no
+// backward gather: no edge). Each copy of an op that waited for fwd.X waits for bwd.X.
+void link_fsdp_gathers_to_copies(const LayerDag& forward, const std::vector<int64_t>& copies,
+                                 LayerDag& backward) {
+  for (int64_t f = 0; f < forward.size(); ++f) {
+    const Op& gather = forward.op(f);
+    if (!is_fsdp_gather(gather) || !gather.id.starts_with("fwd.")) continue;
+    const std::optional<int64_t> b = backward.find("bwd." + gather.id.substr(4));
+    if (!b) continue;
+    for (int64_t s : forward.successors(f)) {
+      if (copies[static_cast<size_t>(s)] >= 0)
+        backward.add_edge(*b, copies[static_cast<size_t>(s)]);
+    }
+  }
 }
 
 std::string recompute_id(const std::string& forward_id) {
@@ -119,27 +150,41 @@ std::vector<int64_t> output_gradient_ops(const LayerDag& backward) {
 LayerDags with_recompute(LayerDags dags, RecomputeGranularity granularity) {
   if (granularity == RecomputeGranularity::kNone) return dags;
   const bool full = granularity == RecomputeGranularity::kFull;
+  const LayerDag& old = dags.backward;
   std::vector<bool> keep(static_cast<size_t>(dags.forward.size()));
   for (int64_t v = 0; v < dags.forward.size(); ++v) {
-    keep[static_cast<size_t>(v)] = full || is_core_attention(dags.forward.op(v));
+    const Op& op = dags.forward.op(v);
+    keep[static_cast<size_t>(v)] = (full && !is_fsdp_gather(op)) || is_core_attention(op);
   }
+  // FSDP's backward gathers come first (see the file comment), then the copies, then the
+  // rest of the backward: `at` maps an old backward index to its new one.
   LayerDag backward;
-  std::vector<int64_t> sinks;
-  copy_forward(dags.forward, keep, backward, sinks);
-  const int64_t offset = backward.size();
-  const LayerDag& old = dags.backward;
-  for (int64_t v = 0; v < old.size(); ++v) backward.add_op(old.op(v));
+  std::vector<int64_t> at(static_cast<size_t>(old.size()), -1);
   for (int64_t v = 0; v < old.size(); ++v) {
+    if (is_fsdp_gather(old.op(v))) at[static_cast<size_t>(v)] = backward.add_op(old.op(v));
+  }
+  std::vector<int64_t> sinks;
+  const std::vector<int64_t> copies = copy_forward(dags.forward, keep, backward, sinks);
+  const int64_t offset = backward.size();
+  for (int64_t v = 0; v < old.size(); ++v) {
+    if (at[static_cast<size_t>(v)] < 0) at[static_cast<size_t>(v)] = backward.add_op(old.op(v));
+  }
+  link_fsdp_gathers_to_copies(dags.forward, copies, backward);
+  for (int64_t v = 0; v < old.size(); ++v) {
+    const int64_t to = at[static_cast<size_t>(v)];
     const std::vector<int64_t> preds = old.predecessors(v);
-    for (int64_t p : preds) backward.add_edge(offset + p, offset + v);
-    const bool waits = full ? preds.empty() : reads_recomputed_attention(old.op(v));
+    for (int64_t p : preds) backward.add_edge(at[static_cast<size_t>(p)], to);
+    const bool waits =
+        full ? preds.empty() && !is_fsdp_gather(old.op(v)) : reads_recomputed_attention(old.op(v));
     if (!waits) continue;
-    for (int64_t s : sinks) backward.add_edge(s, offset + v);
+    for (int64_t s : sinks) backward.add_edge(s, to);
   }
   if (!full) {
     for (int64_t g : output_gradient_ops(old)) {
       for (int64_t c = 0; c < offset; ++c) {
-        if (backward.predecessors(c).empty()) backward.add_edge(offset + g, c);
+        if (backward.predecessors(c).empty() && !is_fsdp_gather(backward.op(c))) {
+          backward.add_edge(at[static_cast<size_t>(g)], c);
+        }
       }
     }
   }

@@ -357,10 +357,11 @@ void check_cp_comm_type(const JobSpec& job, Checker& check) {
 // ----- fully sharded data parallelism (Megatron-LM's --use-megatron-fsdp) -----
 // The strategy and reshard_after_forward mean something only under Megatron-FSDP, and
 // reshard_after_forward only where the parameters are sharded. FSDP shards over the dp
-// ranks, so dp = 1 is refused rather than planned as a silent no-op. This round shards dense
-// layers over the dp group only: Megatron-FSDP shards over dp·cp with context parallelism
-// and the experts over the expert data-parallel group, which the layer DAG has no group
-// for, and full recompute would gather the parameters a third time.
+// ranks, so dp = 1 is refused rather than planned as a silent no-op. The layers shard over
+// the dp group, a mixture of experts' experts over the expert-data-parallel group
+// (lib/fsdp_sizes.h); Megatron-FSDP shards over dp·cp with context parallelism, which is
+// refused. Full recompute replays the forward on the backward's gathered (or kept) weights
+// (lib/dag_builder_recompute.cc).
 void check_fsdp_settings(const JobSpec& job, Checker& check) {
   const ParallelSpec& p = job.parallel;
   const std::string strategy = fsdp_sharding_strategy_name(p.fsdp_sharding);
@@ -396,20 +397,10 @@ void check_fsdp_settings(const JobSpec& job, Checker& check) {
                       "optim_grads_params in this version (" +
                           why + ")");
   };
-  if (job.model.is_moe()) {
-    refuse("parallel.use_megatron_fsdp", "true",
-           fmt::format("{} is a mixture-of-experts model: its experts would shard over the "
-                       "expert data-parallel group, which is not modelled",
-                       job.model.name));
-  }
   if (p.cp > 1) {
     refuse("parallel.cp", std::to_string(p.cp),
            "Megatron-FSDP shards over dp·cp with context parallelism; dhelix shards over dp "
            "only");
-  }
-  if (p.recompute.granularity == RecomputeGranularity::kFull) {
-    refuse("parallel.recompute_granularity", "\"full\"",
-           "the recomputed forward would gather the layer's parameters again");
   }
 }
 

@@ -125,25 +125,22 @@ struct FsdpChoice {
 };
 
 std::vector<FsdpChoice> fsdp_values(const JobSpec& base, const SearchConstraints& c, int64_t dp,
-                                    int64_t cp, const RecomputeSpec& recompute) {
+                                    int64_t cp) {
   const bool asked = c.search_fsdp || c.fsdp_sharding || base.parallel.use_megatron_fsdp;
   if (!asked || dp == 1) return {{}};
   if (c.fsdp_sharding) return {{true, *c.fsdp_sharding}};
   std::vector<FsdpChoice> values = {{true, FsdpShardingStrategy::kOptim}};
-  if (!base.model.is_moe() && cp == 1 && recompute.granularity != RecomputeGranularity::kFull)
-    values.push_back({true, FsdpShardingStrategy::kOptimGradsParams});
+  if (cp == 1) values.push_back({true, FsdpShardingStrategy::kOptimGradsParams});
   return values;
 }
 
 // The innermost two axes, CP communication type then FSDP strategy, as one list.
 std::vector<std::pair<CpCommChoice, FsdpChoice>> comm_and_fsdp(const JobSpec& base,
                                                                const SearchConstraints& c,
-                                                               int64_t tp, int64_t cp, int64_t dp,
-                                                               const RecomputeSpec& recompute) {
+                                                               int64_t tp, int64_t cp, int64_t dp) {
   std::vector<std::pair<CpCommChoice, FsdpChoice>> out;
   for (const CpCommChoice& comm : cp_comm_values(base, c, tp, cp)) {
-    for (const FsdpChoice& fsdp : fsdp_values(base, c, dp, cp, recompute))
-      out.emplace_back(comm, fsdp);
+    for (const FsdpChoice& fsdp : fsdp_values(base, c, dp, cp)) out.emplace_back(comm, fsdp);
   }
   return out;
 }
@@ -187,7 +184,7 @@ std::vector<ParallelSpec> enumerate(const JobSpec& base, int64_t gpus, const Sea
                    axis(c.micro_batch_size, powers_of_two_up_to(c.max_micro_batch_size))) {
                 if (b.global_batch_size % (dp * mbs) != 0) continue;
                 for (const RecomputeSpec& recompute : recompute_values(base, c)) {
-                  for (const auto& [comm, fsdp] : comm_and_fsdp(base, c, tp, cp, dp, recompute)) {
+                  for (const auto& [comm, fsdp] : comm_and_fsdp(base, c, tp, cp, dp)) {
                     ParallelSpec p = b;
                     p.use_megatron_fsdp = fsdp.on;
                     p.fsdp_sharding = fsdp.on ? fsdp.strategy : FsdpShardingStrategy::kNoShard;

@@ -24,8 +24,9 @@
 //   fsdp        only where the base job sets use_megatron_fsdp or the command line asks
 //               (--use-megatron-fsdp, --data-parallel-sharding-strategy), and dp > 1 (dp 1
 //               has nothing to shard: FSDP off there): optim (ZeRO-1, the distributed
-//               optimizer) and optim_grads_params (ZeRO-3) where the job allows it (a dense
-//               model, cp 1, no full recompute: lib/job_validation.cc). no_shard and
+//               optimizer) and optim_grads_params (ZeRO-3) where the job allows it (cp 1:
+//               lib/job_validation.cc; a mixture of experts shards its experts over the
+//               expert-data-parallel group, lib/fsdp_sizes.h). no_shard and
 //               optim_grads are left out of the search: dhelix prices optim_grads as optim
 //               (the gradients reduce at the iteration's end) and no_shard as optim with
 //               unsharded optimizer states, never faster. Fixed by

@@ -71,6 +71,13 @@ double to_gib(int64_t bytes) {
   return static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30);
 }
 
+int64_t fsdp_kept_parameter_bytes(const ModelSpec& model, const ParallelSpec& parallel) {
+  if (!parallel.fsdp_shards_parameters() || parallel.fsdp_reshard_after_forward) return 0;
+  const int64_t experts =
+      fsdp_shards_experts(model, parallel) ? fsdp_expert_parameters(model, parallel) : 0;
+  return dtype_bytes(model.dtype) * (fsdp_layer_parameters(model, parallel) + experts);
+}
+
 int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& parallel,
                                const MemoryOptions& options) {
   const int64_t tokens = parallel.tokens_per_rank();
@@ -83,12 +90,7 @@ int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
   int64_t sequence_part = dt * 4 * h + (options.dropout ? 2 * h : 0);
   // Flash attention keeps Q, K, V and its output (also the projection's input).
   int64_t head_part = dt * (2 * q + 2 * kv);
-  // FSDP without reshard_after_forward: the layer's gathered parameters stay from its
-  // forward to its backward, one copy per micro-batch in flight (planner/memory_model.h).
-  const int64_t held_parameters =
-      parallel.fsdp_shards_parameters() && !parallel.fsdp_reshard_after_forward
-          ? dt * fsdp_layer_parameters(model, parallel)
-          : 0;
+  const int64_t held_parameters = fsdp_kept_parameter_bytes(model, parallel);
   // Ulysses (a2a, a2a+p2p): TransformerEngine keeps Q, K, V and O in the head split (the
   // same bytes per rank), but the projection's input is the output after the all-to-all
   // back, a second tensor of q columns (AttnFuncWithCPAndQKVOA2A saves the head-split O).
@@ -124,9 +126,12 @@ int64_t chunk_activation_bytes(const ModelSpec& model, const ParallelSpec& paral
   const RecomputeSpec& r = parallel.recompute;
   if (r.granularity != RecomputeGranularity::kFull || layers == 0) return layers * full;
   const int64_t input = layer_input_bytes(model, parallel);
-  if (r.method == RecomputeMethod::kUniform) return ceil_div(layers, r.num_layers) * input;
+  // Recompute drops activations, not FSDP's kept parameters: every layer keeps its own.
+  const int64_t kept = layers * fsdp_kept_parameter_bytes(model, parallel);
+  if (r.method == RecomputeMethod::kUniform) return ceil_div(layers, r.num_layers) * input + kept;
   const int64_t recomputed = std::min(r.num_layers, layers);
-  return recomputed * input + (layers - recomputed) * full;
+  return recomputed * input + (layers - recomputed) * full +
+         (recomputed * fsdp_kept_parameter_bytes(model, parallel));
 }
 
 int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& parallel,
@@ -137,7 +142,11 @@ int64_t recompute_transient_bytes(const ModelSpec& model, const ParallelSpec& pa
   // The group's first input is the checkpoint chunk_activation_bytes already keeps: the
   // recomputed forward reads it where it is (Megatron's checkpoint is that tensor), so it is
   // not held twice. dhelix-run measured the double count (docs/runtime.md).
-  return group * layer_activation_bytes(model, parallel, options) -
+  // FSDP's kept parameters are not recomputed (chunk_activation_bytes holds them already),
+  // and the replay under reshard reads the backward's gathered buffer, which fsdp_memory
+  // counts: neither is transient here.
+  return group * (layer_activation_bytes(model, parallel, options) -
+                  fsdp_kept_parameter_bytes(model, parallel)) -
          layer_input_bytes(model, parallel);
 }
 
@@ -174,6 +183,7 @@ StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& par
   const int64_t layers = stage_layer_count(model, parallel, shape, stage);
   StageParameters params{layer.dense * layers, layer.expert * layers};
   if (parallel.fsdp_shards_parameters()) params.fsdp_layers = layer.dense * layers;
+  if (fsdp_shards_experts(model, parallel)) params.fsdp_experts = layer.expert * layers;
   const int64_t embedding_stage = 0;
   const int64_t head_stage = folded_shape(shape) ? 0 : parallel.pp - 1;
   const int64_t vocab_shard = ceil_div(model.vocab_size, parallel.tp) * model.hidden_size;
@@ -196,13 +206,20 @@ FsdpMemory fsdp_memory(const ModelSpec& model, const ParallelSpec& parallel, Pip
   if (!parallel.fsdp_shards_parameters() || params.fsdp_layers == 0) return m;
   const int64_t dt = dtype_bytes(model.dtype);
   const int64_t g = gradient_bytes_per_parameter(parallel);
-  const int64_t layer = fsdp_layer_parameters(model, parallel);
-  const int64_t unsharded = params.fsdp_layers - ceil_div(params.fsdp_layers, parallel.dp);
   const int64_t strands = folded_shape(shape) ? 2 : 1;
-  m.weight_saving_bytes = dt * unsharded;
-  m.gathered_buffer_bytes = dt * 2 * strands * layer;
-  m.gradient_saving_bytes = g * unsharded;
-  m.gradient_buffer_bytes = g * 2 * layer;
+  // Each part: its stage's parameters `all` over `members`, `layer` of them a layer.
+  const auto add_part = [&](int64_t all, int64_t members, int64_t layer) {
+    const int64_t unsharded = all - ceil_div(all, members);
+    m.weight_saving_bytes += dt * unsharded;
+    m.gathered_buffer_bytes += dt * 2 * strands * layer;
+    m.gradient_saving_bytes += g * unsharded;
+    m.gradient_buffer_bytes += g * 2 * layer;
+  };
+  add_part(params.fsdp_layers, parallel.dp, fsdp_layer_parameters(model, parallel));
+  if (params.fsdp_experts > 0) {
+    add_part(params.fsdp_experts, fsdp_expert_data_parallel_size(parallel),
+             fsdp_expert_parameters(model, parallel));
+  }
   return m;
 }
 

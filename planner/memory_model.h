@@ -91,7 +91,14 @@ struct MemoryOptions {
   int64_t fixed_reserve_bytes = int64_t{2} << 30;
 };
 
-/// Bytes one transformer layer keeps for its backward, for one micro-batch, on one GPU.
+/// FSDP without reshard_after_forward: the gathered parameters a layer keeps from its
+/// forward to its backward, one copy per micro-batch in flight, dt·P (0 with reshard or
+/// without optim_grads_params). Full recompute drops activations, not these: a recomputed
+/// layer keeps its input and them, and its replay reads them (lib/dag_builder_recompute.cc).
+int64_t fsdp_kept_parameter_bytes(const ModelSpec& model, const ParallelSpec& parallel);
+
+/// Bytes one transformer layer keeps for its backward, for one micro-batch, on one GPU
+/// (fsdp_kept_parameter_bytes included).
 int64_t layer_activation_bytes(const ModelSpec& model, const ParallelSpec& parallel,
                                const MemoryOptions& options = {});
 
@@ -140,6 +147,9 @@ struct StageParameters {
   /// The part of `dense` FSDP shards over dp (the layers' parameters under
   /// optim_grads_params: lib/fsdp_sizes.h); 0 otherwise. The stage extras stay whole.
   int64_t fsdp_layers = 0;
+  /// The part of `expert` FSDP shards over the expert-data-parallel group (every layer's
+  /// experts when fsdp_shards_experts); 0 otherwise.
+  int64_t fsdp_experts = 0;
   int64_t total() const { return dense + expert; }
 };
 
@@ -164,11 +174,17 @@ StageParameters stage_parameters(const ModelSpec& model, const ParallelSpec& par
 /// reshard_after_forward false each micro-batch also holds every layer's gathered
 /// parameters from its forward to its backward: layer_activation_bytes counts them (P·dt a
 /// layer), so the pipeline simulator's peak holds them for every micro-batch in flight.
+/// Full recompute adds no buffer: its replay runs after the backward's gather (or on the
+/// kept parameters) and reads those. A mixture of experts' experts are a second part with
+/// the same four terms: L·Pe = params.fsdp_experts sharded over e = edp (the expert
+/// data-parallel group, fsdp_expert_data_parallel_size) and their gathered and unsharded
+/// gradient buffers, Pe = fsdp_expert_parameters; kept parameters without reshard are
+/// P + Pe a layer.
 struct FsdpMemory {
-  int64_t weight_saving_bytes = 0;    ///< dt·(L·P − ceil(L·P/d))
-  int64_t gathered_buffer_bytes = 0;  ///< dt·2·strands·P
-  int64_t gradient_saving_bytes = 0;  ///< g·(L·P − ceil(L·P/d))
-  int64_t gradient_buffer_bytes = 0;  ///< g·2·P
+  int64_t weight_saving_bytes = 0;  ///< dt·(L·P − ceil(L·P/d)) [+ dt·(L·Pe − ceil(L·Pe/e))]
+  int64_t gathered_buffer_bytes = 0;  ///< dt·2·strands·P [+ dt·2·strands·Pe]
+  int64_t gradient_saving_bytes = 0;  ///< g·(L·P − ceil(L·P/d)) [+ g·(L·Pe − ceil(L·Pe/e))]
+  int64_t gradient_buffer_bytes = 0;  ///< g·2·P [+ g·2·Pe]
 };
 FsdpMemory fsdp_memory(const ModelSpec& model, const ParallelSpec& parallel, PipelineShape shape,
                        const StageParameters& params);

@@ -106,10 +106,13 @@ DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& param
   };
   // Under FSDP's optim_grads_params the layers reduce-scatter their gradients and gather
   // their parameters themselves (lib/dag_builder_fsdp.cc): only the stage extras are left.
+  // A mixture of experts' experts likewise, over the expert-data-parallel group.
   const int64_t dense = params.dense - params.fsdp_layers;
   reduce(dense, par.dp * par.cp, "dense");
-  reduce(params.expert, par.dp * par.cp / std::max<int64_t>(par.ep, 1), "expert");
-  out.buckets = megatron_dp_buckets(params.total() - params.fsdp_layers, par.dp * par.cp);
+  reduce(params.expert - params.fsdp_experts, par.dp * par.cp / std::max<int64_t>(par.ep, 1),
+         "expert");
+  out.buckets = megatron_dp_buckets(params.total() - params.fsdp_layers - params.fsdp_experts,
+                                    par.dp * par.cp);
   return out;
 }
 

@@ -37,15 +37,17 @@ rows=(
   "mixtral-8x7b 1024 p2p|cp|$mixtral --sp --tp 4 --cp 2 --ep 8 --dp 128 --cp-comm-type p2p"
   "mixtral-8x7b 1024 a2a|cp|$mixtral --sp --tp 4 --cp 2 --ep 8 --dp 128 --cp-comm-type a2a"
   "mixtral-8x7b 1024 allgather|cp|$mixtral --sp --tp 4 --cp 2 --ep 8 --dp 128 --cp-comm-type allgather"
+  "mixtral-8x7b 64 fsdp|dp|$mixtral --sp --tp 4 --ep 8 --dp 16 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
+  "mixtral-8x7b 1024 fsdp|dp|$mixtral --sp --tp 4 --ep 8 --dp 256 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
 )
 # name | dhelix-plan arguments
-# (the FSDP strategy is an axis only where asked: --use-megatron-fsdp; MoE models have no
-# optim_grads_params, docs/search.md)
+# (the FSDP strategy is an axis only where asked: --use-megatron-fsdp; a mixture of experts'
+# experts shard over the expert-data-parallel group, docs/search.md)
 searches=(
   "llama-3-70b 64|$llama --gpus 64 --use-megatron-fsdp"
   "llama-3-70b 1024|$llama --gpus 1024 --use-megatron-fsdp"
-  "mixtral-8x7b 64|$mixtral --gpus 64"
-  "mixtral-8x7b 1024|$mixtral --gpus 1024"
+  "mixtral-8x7b 64|$mixtral --gpus 64 --use-megatron-fsdp"
+  "mixtral-8x7b 1024|$mixtral --gpus 1024 --use-megatron-fsdp"
 )
 
 i=0

@@ -1,5 +1,7 @@
-// The host twin of runtime/cuda/kernels_moe.cu: each loop below is one kernel, its body
-// what one GPU thread does for its token, assignment, expert or element.
+// The host twin of runtime/cuda/kernels_moe.cu and kernels_moe_shared.cu: each loop below is
+// one kernel, its body what one GPU thread (or warp, for the dot products, summed in
+// kernels::lane_tree_sum's order) does for its assignment, row or element. The router's
+// kernels have theirs in moe_route_twin.cc.
 
 #include "runtime/cpu/moe_padded_cpu.h"
 
@@ -7,12 +9,9 @@
 
 #include <algorithm>
 #include <string>
-#include <vector>
 
 #include "lib/error.h"
-#include "runtime/kernels/moe_capacity.h"
 #include "runtime/kernels/moe_padded_check.h"
-#include "runtime/kernels/moe_router.h"
 #include "runtime/kernels/moe_shared_gate.h"
 
 namespace dhelix::cpu {
@@ -21,41 +20,10 @@ namespace {
 using kernels::MoePaddedRouting;
 using kernels::MoePaddedShape;
 
-size_t to_size(int64_t n) { return static_cast<size_t>(n); }
-
 }  // namespace
 
 void check_moe_shape(const MoePaddedShape& shape) {
   kernels::check_padded_moe_shape(shape, "MoE with padded blocks on the host", 0);
-}
-
-void moe_route(const MoePaddedShape& s, const float* logits, MoePaddedRouting r) {
-  check_moe_shape(s);
-  const int64_t n = s.tokens * s.top_k;
-  // moe_topk_kernel: per token.
-  for (int64_t t = 0; t < s.tokens; ++t) {
-    const float* z = logits + t * s.experts;
-    kernels::router_topk_row(s.experts, s.top_k, z, r.chosen + t * s.top_k, r.gate + t * s.top_k);
-    kernels::router_softmax_row(s.experts, z, r.probs + t * s.experts);
-  }
-  // moe_routed_kernel: per expert.
-  for (int64_t e = 0; e < s.experts; ++e) {
-    int64_t routed = 0;
-    for (int64_t a = 0; a < n; ++a) routed += r.chosen[a] == e ? 1 : 0;
-    r.routed[e] = routed;
-  }
-  // moe_keep_kernel: per assignment, after every n_e is written.
-  for (int64_t a = 0; a < n; ++a) {
-    r.kept[a] = kernels::keeps_assignment(n, r.chosen, r.gate, r.routed, s.capacity, a) ? 1 : 0;
-  }
-  // moe_rows_kernel: per expert, after every kept flag is written.
-  for (int64_t e = 0; e < s.experts; ++e) {
-    r.send_counts[e] =
-        kernels::assign_padded_rows(n, r.chosen, r.kept, s.capacity, e, r.row) * s.hidden;
-  }
-  // moe_aux_loss_kernel: one thread.
-  *r.aux_loss = kernels::load_balancing_loss(s.tokens, s.top_k, s.experts, s.aux_loss_coeff,
-                                             r.probs, r.routed);
 }
 
 void moe_permute(const MoePaddedShape& s, MoePaddedRouting r, const float* x, float* permuted) {
@@ -102,12 +70,12 @@ void moe_unpermute_backward(const MoePaddedShape& s, MoePaddedRouting r, const f
   }
   for (int64_t a = 0; a < n; ++a) {
     const int64_t row = r.row[a];
-    float dot = 0.0f;
-    if (row >= 0) {
-      const float* g_row = dy + (a / k) * h;
-      for (int64_t i = 0; i < h; ++i) dot += g_row[i] * expert_out[row * h + i];
-    }
-    dgate[a] = dot;
+    const float* g_row = dy + (a / k) * h;
+    const float* o_row = expert_out + row * h;
+    // A warp per assignment: the lane-tree order of kernels::lane_tree_sum.
+    dgate[a] = row < 0 ? 0.0f : kernels::lane_tree_sum(h, [g_row, o_row](int64_t i) {
+      return g_row[i] * o_row[i];
+    });
   }
 }
 
@@ -123,21 +91,6 @@ void moe_permute_backward(const MoePaddedShape& s, MoePaddedRouting r, const flo
       }
       dx[t * h + i] = sum;
     }
-  }
-}
-
-void moe_router_logits_backward(const MoePaddedShape& s, MoePaddedRouting r, const float* dgate,
-                                float aux_dloss, float* dz) {
-  std::vector<float> dp(to_size(s.experts));
-  const bool aux = s.aux_loss_coeff > 0.0 && aux_dloss != 0.0f;
-  if (aux) {
-    kernels::load_balancing_gradient(s.tokens, s.top_k, s.experts, s.aux_loss_coeff, r.routed,
-                                     aux_dloss, dp.data());
-  }
-  for (int64_t t = 0; t < s.tokens; ++t) {
-    kernels::router_backward_row(s.experts, s.top_k, r.chosen + t * s.top_k, r.gate + t * s.top_k,
-                                 dgate + t * s.top_k, r.probs + t * s.experts,
-                                 aux ? dp.data() : nullptr, dz + t * s.experts);
   }
 }
 
@@ -162,8 +115,13 @@ void moe_shared_gate_scale(int64_t rows, int64_t hidden, const float* gate, cons
 void moe_shared_gate_backward(int64_t rows, int64_t hidden, const float* gate, const float* dy,
                               const float* out, float* d_logit, float* d_out) {
   for (int64_t r = 0; r < rows; ++r) {
-    d_logit[r] = kernels::shared_gate_backward_row(hidden, gate[r], dy + r * hidden,
-                                                   out + r * hidden, d_out + r * hidden);
+    const float* dy_row = dy + r * hidden;
+    const float* out_row = out + r * hidden;
+    kernels::shared_gate_scale_row(hidden, gate[r], dy_row, d_out + r * hidden);
+    // A warp per row (moe_shared_dlogit_kernel): <dy, out> in lane-tree order.
+    const float dot = kernels::lane_tree_sum(
+        hidden, [dy_row, out_row](int64_t i) { return dy_row[i] * out_row[i]; });
+    d_logit[r] = kernels::shared_gate_dlogit_of_dot(dot, gate[r]);
   }
 }
 

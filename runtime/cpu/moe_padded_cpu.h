@@ -10,7 +10,10 @@
 // every function loops, in the CUDA kernels' order, over the per-token, per-assignment and
 // per-element functions those kernels call (runtime/kernels/moe_router.h, moe_capacity.h,
 // moe_padded.h), so the host computes what one GPU thread computes, element by element,
-// in fp32 where the GPU rounds activations to bf16. They differ from runtime/cpu/moe_cpu.h
+// in fp32 where the GPU rounds activations to bf16. The router (moe_route_twin.cc) runs the
+// kernels' parallel decomposition (runtime/kernels/moe_route_scan.h: warp-per-token top-k,
+// tile histograms and scans for the counts and rows, a tree-summed aux loss); the dot
+// products sum in the warps' lane-tree order. They differ from runtime/cpu/moe_cpu.h
 // (the CPU layer's) in the layout only: E blocks of C rows, zero padding, the padded row of
 // an assignment from assign_padded_rows, the kept set from keeps_assignment (which gives
 // drop_over_capacity's set), the counts in elements for the padded all-to-all.
@@ -45,7 +48,8 @@ void moe_regroup(int64_t ep, int64_t local, int64_t capacity, int64_t hidden, co
 void moe_unpermute(const kernels::MoePaddedShape& shape, kernels::MoePaddedRouting routing,
                    const float* expert_out, float* y);
 /// d_expert_out[E C, h] (zero, then gate * dy at kept rows) and dgate[T, k]
-/// (<dy_t, expert_out[row]> in element order, 0 when dropped).
+/// (<dy_t, expert_out[row]> in kernels::lane_tree_sum's order, the CUDA warp's; 0 when
+/// dropped).
 void moe_unpermute_backward(const kernels::MoePaddedShape& shape, kernels::MoePaddedRouting routing,
                             const float* dy, const float* expert_out, float* d_expert_out,
                             float* dgate);

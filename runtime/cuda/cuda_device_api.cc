@@ -111,8 +111,9 @@ void CudaDeviceApi::delay(int64_t microseconds, StreamHandle stream) {
 
 KernelInventory CudaDeviceApi::load_kernels() {
   KernelInventory inventory;
-  for (const auto& list : {rowwise_kernels(), attention_kernels(), ring_attention_kernels(),
-                           moe_kernels(), moe_shared_kernels(), delay_kernels()}) {
+  for (const auto& list :
+       {rowwise_kernels(), embedding_kernels(), attention_kernels(), ring_attention_kernels(),
+        moe_kernels(), moe_shared_kernels(), delay_kernels()}) {
     for (const KernelEntry& kernel : list) {
       cudaFuncAttributes attributes{};
       try {

@@ -1,4 +1,5 @@
 #include "runtime/cuda/cuda_engine.h"
+#include "runtime/cuda/moe_cuda.h"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "lib/placement.h"
 #include "lib/rank_shape.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_device_api.h"
@@ -32,6 +34,7 @@
 #include "runtime/cuda/device_streams.h"
 #include "runtime/cuda/kernels_cuda.h"
 #include "runtime/exec/stream_lowering.h"
+#include "runtime/train/fsdp_checkpoint.h"
 #include "runtime/train/gradient_reduction.h"
 
 namespace dhelix::cuda {
@@ -107,9 +110,9 @@ class CudaEngine final : public TrainingEngine {
         device_(select_device(rank)),
         api_(std::make_unique<CudaDeviceApi>()),
         pool_(std::make_unique<DevicePool>(pool_stream_.get())),
-        model_(std::make_unique<CudaStageModel>(job, rank, slice.layer_ranges, slice.embedding,
-                                                slice.head, slice.seed,
-                                                CudaBackend::MemoryConfig{pool_.get()})),
+        model_(std::make_unique<CudaStageModel>(
+            job, rank, slice.layer_ranges, slice.embedding, slice.head, slice.seed,
+            CudaBackend::MemoryConfig{pool_.get()}, slice.fsdp)),
         num_layers_(job.model.num_layers),
         tp_(job.parallel.tp),
         dp_(job.parallel.dp),
@@ -124,20 +127,19 @@ class CudaEngine final : public TrainingEngine {
         attention_(model_attention_setup(
             rank_shape(job, rank), has_layers_, job.parallel.cp_comm_type, options.deterministic,
             parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
-        workspace_bytes_(workspace_bytes(rank_shape(job, rank))),
+        workspace_bytes_(workspace_bytes(job, rank_shape(job, rank))),
         overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
         // Over a DP x CP group of one there is nothing to shard: the whole state.
         sharded_(options.distributed_optimizer.value_or(slice.distributed_optimizer) &&
                  job.parallel.dp * job.parallel.cp > 1),
         overlap_gather_(sharded_ &&
-                        options.overlap_param_gather.value_or(job.parallel.overlap_param_gather)) {
-    // The distributed optimizer's moments are the reducer's shards (connect()).
-    if (sharded_) return;
-    for (const CudaParameterView& p : model_->parameters()) {
-      moments_.push_back(
-          {pool_->allocate_array<float>(p.count), pool_->allocate_array<float>(p.count)});
-      DHELIX_CUDA(cudaMemsetAsync(moments_.back().first, 0, bytes(p.count), pool_stream_.get()));
-      DHELIX_CUDA(cudaMemsetAsync(moments_.back().second, 0, bytes(p.count), pool_stream_.get()));
+                        options.overlap_param_gather.value_or(job.parallel.overlap_param_gather)),
+        dp_coordinate_(Placement(job.parallel, job.cluster.gpus_per_node).coordinates(rank).dp) {
+    // The FSDP shards' moments, this rank's shard of each layer's (fsdp_layers.h); the
+    // other parameters' here, or with the distributed optimizer the reducer's (connect()).
+    for (const CudaParameterView& p : views(true)) fsdp_moments_.push_back(zeroed_moments(p.count));
+    if (!sharded_) {
+      for (const CudaParameterView& p : views(false)) moments_.push_back(zeroed_moments(p.count));
     }
     DHELIX_CUDA(cudaStreamSynchronize(pool_stream_.get()));
   }
@@ -150,9 +152,14 @@ class CudaEngine final : public TrainingEngine {
   void connect(ProcessGroups& groups, const std::vector<const RankProgram*>& programs) override {
     DeviceCommSetup setup = model_comm_setup(parallel_);
     setup.num_layers = num_layers_;
-    // The gradient groups are warmed at the reducer's largest buckets (make_reducer).
+    // The gradient groups are warmed at the reducer's largest buckets (make_reducer), the DP
+    // communicators under FSDP at the largest gathered layer too.
     setup.warmup = warmup_sizes_;
     size_gradient_warmups(setup.warmup, buckets(programs.empty() ? nullptr : programs.front()));
+    for (const CudaParameterView& p : views(true)) {
+      setup.warmup.dp = std::max(setup.warmup.dp, p.count * dp_);
+    }
+    if (!fsdp_moments_.empty()) connect_fsdp(groups);
     setup.options.world_rank = rank_;
     setup.options.timeout_s = options_.watchdog_s;
     session_ = std::make_unique<DeviceSession>(
@@ -190,14 +197,20 @@ class CudaEngine final : public TrainingEngine {
   rt::MemoryReport memory_report() override {
     rt::MemoryReport report;
     // fp32 masters, bf16 compute copies, fp32 gradients and two fp32 AdamW moments.
+    // An FSDP shard has no bf16 copy (its gathers make the layer's: in the activations).
     for (const CudaParameterView& p : model_->parameters()) {
-      report.weight_bytes += p.count * static_cast<int64_t>(sizeof(float) + sizeof(uint16_t));
+      const int64_t copy = p.fsdp_shard ? 0 : static_cast<int64_t>(sizeof(uint16_t));
+      report.weight_bytes += p.count * (static_cast<int64_t>(sizeof(float)) + copy);
       report.gradient_bytes += p.count * static_cast<int64_t>(sizeof(float));
-      if (!sharded_) report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+      if (!sharded_ || p.fsdp_shard) {
+        report.optimizer_bytes += 2 * p.count * static_cast<int64_t>(sizeof(float));
+      }
     }
+    // FSDP: each micro-batch's reduced gradient shard.
+    report.gradient_bytes += model_->fsdp_reduced_elements() * static_cast<int64_t>(sizeof(float));
     if (sharded_) {
       // This rank's shards, padding included, as the CPU engine counts them.
-      report.optimizer_bytes =
+      report.optimizer_bytes +=
           2 * reducer_->shard_elements_held() * static_cast<int64_t>(sizeof(float));
       report.optimizer_shards = reducer_->dense_group_size();
       report.expert_optimizer_bytes =
@@ -242,9 +255,17 @@ class CudaEngine final : public TrainingEngine {
     device_options.jitter_us = options.jitter_us;
     device_options.jitter_seed = options.jitter_seed;
     device_options.timeout_s = options_.watchdog_s;
-    return execute_device_program(*api_, plan, program, *device_model_, *comms_, *streams_,
-                                  std::move(device_options))
-        .wall_us;
+    const double wall_us = execute_device_program(*api_, plan, program, *device_model_, *comms_,
+                                                  *streams_, std::move(device_options))
+                               .wall_us;
+    // FSDP: the reduced shards, summed in micro-batch order on the compute stream; the
+    // gains' TP sums wait for the reducer (sum_fsdp_gains_over_tp).
+    model_->finish_iteration(
+        CudaBackend::Exec{.stream = cuda_of(streams_->stream(DeviceStream::kCompute)),
+                          .gemm = nullptr,
+                          .workspace = {}});
+    fsdp_tp_pending_ = true;
+    return wall_us;
   }
 
   std::vector<float> micro_batch_losses() override { return model_->micro_batch_losses(); }
@@ -255,6 +276,7 @@ class CudaEngine final : public TrainingEngine {
   // distributed optimizer the local ones stay, the TP sums in place): read after the sums.
   IterationSnapshot snapshot() override {
     synchronize_reductions();
+    sum_fsdp_gains_over_tp();
     IterationSnapshot snapshot;
     snapshot.losses = model_->micro_batch_losses();
     for (const CudaParameterView& p : model_->parameters()) {
@@ -266,6 +288,7 @@ class CudaEngine final : public TrainingEngine {
 
   bool gradients_finite() override {
     synchronize_reductions();
+    sum_fsdp_gains_over_tp();
     const cudaStream_t stream = cuda_of(streams_->stream(DeviceStream::kCompute));
     DHELIX_CUDA(cudaMemsetAsync(finite_flag_, 0, sizeof(int), stream));
     for (const CudaParameterView& p : model_->parameters()) {
@@ -282,17 +305,25 @@ class CudaEngine final : public TrainingEngine {
     const cudaStream_t stream = cuda_of(compute);
     reducer_->finish();  // the compute stream waits for the sums
     reductions_pending_ = false;
+    sum_fsdp_gains_over_tp();
     const kernels::AdamWStep step = kernels::make_adamw_step(
         t, settings.lr, settings.beta1, settings.beta2, settings.eps, settings.weight_decay);
     if (sharded_) {
       reducer_->step(step, overlap_gather_);
     } else {
-      const std::vector<CudaParameterView> params = model_->parameters();
+      const std::vector<CudaParameterView> params = views(false);
       for (size_t i = 0; i < params.size(); ++i) {
         const CudaParameterView& p = params[i];
         adamw_update(step, p.count, p.gradient, p.values, moments_[i].first, moments_[i].second,
                      p.compute, stream);
       }
+    }
+    // FSDP: AdamW on this rank's shards (no bf16 copy: the next gathers convert).
+    const std::vector<CudaParameterView> shards = views(true);
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const CudaParameterView& p = shards[i];
+      adamw_update(step, p.count, p.gradient, p.values, fsdp_moments_[i].first,
+                   fsdp_moments_[i].second, nullptr, stream);
     }
     // The one host wait of the update (not for overlapped gathers: the compute stream
     // waited for the step only); through a communicator when NCCL ran, so that an
@@ -306,7 +337,7 @@ class CudaEngine final : public TrainingEngine {
 
   std::vector<NamedTensor> state() override {
     std::vector<NamedTensor> tensors;
-    const std::vector<CudaParameterView> params = model_->parameters();
+    const std::vector<CudaParameterView> params = views(false);
     // The distributed optimizer's moments are gathered whole (collective over each
     // bucket's group): checkpoints keep one format.
     std::vector<std::vector<float>> first(params.size()), second(params.size());
@@ -318,8 +349,19 @@ class CudaEngine final : public TrainingEngine {
         });
       }
     }
-    for (size_t i = 0; i < params.size(); ++i) {
-      const CudaParameterView& p = params[i];
+    // In the model's order, the FSDP shards gathered whole where they stand (the CPU
+    // engine's order: the same files).
+    size_t reduced = 0, shard = 0;
+    for (const CudaParameterView& p : model_->parameters()) {
+      if (p.fsdp_shard) {
+        const Moments& m = fsdp_moments_[shard++];
+        rt::add_gathered_fsdp_shard(tensors, *model_->fsdp_layout(p.name), *fsdp_host_dp_,
+                                    download(p.values, p.count).data(),
+                                    download(m.first, p.count).data(),
+                                    download(m.second, p.count).data());
+        continue;
+      }
+      const size_t i = reduced++;
       tensors.push_back({p.name, download(p.values, p.count)});
       tensors.push_back(
           {"adam_m/" + p.name, sharded_ ? first[i] : download(moments_[i].first, p.count)});
@@ -330,11 +372,22 @@ class CudaEngine final : public TrainingEngine {
   }
 
   void restore(const RankShard& shard) override {
-    const std::vector<CudaParameterView> params = model_->parameters();
     reducer_->synchronize();  // no gather still writing the weights
     std::vector<float> host;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const CudaParameterView& p = params[i];
+    size_t reduced = 0, shards = 0;
+    for (const CudaParameterView& p : model_->parameters()) {
+      if (p.fsdp_shard) {
+        const Moments& m = fsdp_moments_[shards++];
+        const rt::FsdpLayout& layout = *model_->fsdp_layout(p.name);
+        for (const auto& [prefix, device] : {std::pair<std::string, float*>{"", p.values},
+                                             {"adam_m/", m.first},
+                                             {"adam_v/", m.second}}) {
+          host = rt::fsdp_shard_from_checkpoint(shard, layout, prefix, dp_coordinate_);
+          upload(host.data(), device, p.count);
+        }
+        continue;
+      }
+      const size_t i = reduced++;
       host.resize(static_cast<size_t>(p.count));
       shard.copy_into(p.name, host.data(), p.count);
       upload(host.data(), p.values, p.count);
@@ -355,6 +408,52 @@ class CudaEngine final : public TrainingEngine {
 
  private:
   static size_t bytes(int64_t count) { return static_cast<size_t>(count) * sizeof(float); }
+
+  // The model's parameters: the FSDP shards (`shards`) or the others, in the model's order.
+  std::vector<CudaParameterView> views(bool shards) const {
+    std::vector<CudaParameterView> out;
+    for (const CudaParameterView& p : model_->parameters()) {
+      if (p.fsdp_shard == shards) out.push_back(p);
+    }
+    return out;
+  }
+
+  Moments zeroed_moments(int64_t count) {
+    Moments m{pool_->allocate_array<float>(count), pool_->allocate_array<float>(count)};
+    DHELIX_CUDA(cudaMemsetAsync(m.first, 0, bytes(count), pool_stream_.get()));
+    DHELIX_CUDA(cudaMemsetAsync(m.second, 0, bytes(count), pool_stream_.get()));
+    return m;
+  }
+
+  // FSDP: the host's DP communicator for the checkpoints' gathers (fsdp_checkpoint.h),
+  // whose rank must be the DP coordinate the model sharded by (the gathers concatenate in
+  // group-rank order), as in the CPU engine.
+  void connect_fsdp(ProcessGroups& groups) {
+    fsdp_host_dp_ = &groups.group(ParallelDim::kDp, rt::CommSlot::kMain);
+    if (fsdp_host_dp_->rank() != dp_coordinate_) {
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("FSDP: DP coordinate {} is rank {} of its DP communicator",
+                              dp_coordinate_, fsdp_host_dp_->rank()));
+    }
+  }
+
+  // FSDP under sequence parallelism: the norm gains' parts of the shards summed over TP, as
+  // the CPU engine does and for its reasons (runtime/train/cpu_engine.cc), once per
+  // iteration after the reducer's work (its TP sums run on the same communicator on the
+  // reduction stream): on the compute stream, in the model's order.
+  void sum_fsdp_gains_over_tp() {
+    if (!fsdp_tp_pending_) return;
+    fsdp_tp_pending_ = false;
+    if (tp_ == 1) return;
+    DeviceCommunicator& tp = comms_->group(ParallelDim::kTp, DeviceStream::kCompute);
+    const StreamHandle compute = streams_->stream(DeviceStream::kCompute);
+    for (const CudaParameterView& p : views(true)) {
+      for (const rt::ShardRange& range :
+           model_->fsdp_layout(p.name)->tp_summed_ranges(dp_coordinate_)) {
+        tp.all_reduce_sum(p.gradient + range.begin, range.count, DeviceDtype::kFloat32, compute);
+      }
+    }
+  }
 
   // The attention path, once per rank: rank 0 always, the others only when they fell back
   // (a cluster of thousands of ranks would otherwise print thousands of equal lines).
@@ -385,34 +484,40 @@ class CudaEngine final : public TrainingEngine {
     }
   }
 
-  // The compute stream's scratch: the column reductions of one op (kernels_cuda.h).
-  static int64_t workspace_bytes(const RankShape& shape) {
+  // The compute stream's scratch: the column reductions of one op (kernels_cuda.h) and the
+  // MoE router's tile counts and partials (moe_cuda.h), on at most max(rows, T) tokens.
+  static int64_t workspace_bytes(const JobSpec& job, const RankShape& shape) {
     const int64_t rows = std::max(shape.rows, shape.tokens);
-    return std::max(column_reduction_workspace_bytes(rows, shape.hidden),
-                    embedding_backward_workspace_bytes(shape.tokens));
+    int64_t bytes = std::max(column_reduction_workspace_bytes(rows, shape.hidden),
+                             embedding_backward_workspace_bytes(shape.tokens));
+    if (job.model.is_moe()) {
+      bytes = std::max(
+          bytes, moe_route_workspace_bytes(rows, job.model.moe->top_k, job.model.moe->num_experts));
+    }
+    return bytes;
   }
 
   // The gradient buckets, in the order `co_executed` finishes their gradients: the
   // reducer's, and the sizes the gradient groups are warmed at.
   std::vector<rt::ReductionBucket> buckets(const RankProgram* co_executed) const {
     std::vector<rt::BucketedParameter> shapes;
-    for (const CudaParameterView& p : model_->parameters()) {
-      shapes.push_back({p.name, p.count, p.expert});
-    }
+    for (const CudaParameterView& p : views(false)) shapes.push_back({p.name, p.count, p.expert});
     return rt::reduction_buckets_of(shapes, co_executed, options_.ddp_bucket_elements, ep_ > 1);
   }
 
   // The reducer over the rank's parameters, in the buckets of the first program (the
   // plan's co-executed one), its buffers from the pool, zeroed.
   void make_reducer(const RankProgram* co_executed) {
+    // The FSDP shards' gradients are summed by the plan's reduce-scatters: the reducer
+    // takes the other parameters only, over the gradient group apart from FSDP's.
     std::vector<DeviceParameter> params;
-    const std::vector<CudaParameterView> views = model_->parameters();
+    const std::vector<CudaParameterView> views = this->views(false);
     for (const CudaParameterView& p : views) {
       params.push_back({p.name, p.values, p.gradient, p.count, p.sum_gradient_over_tp, p.expert});
     }
     DeviceReductionGroups groups;
     if (tp_ > 1) groups.tp = &comms_->group(ParallelDim::kTp, DeviceStream::kCompute);
-    if (cp_ > 1) {
+    if (cp_ > 1 || (dp_ > 1 && parallel_.fsdp_shards_parameters())) {
       groups.dense = &comms_->gradient_group();
     } else if (dp_ > 1) {
       groups.dense = &comms_->group(ParallelDim::kDp, DeviceStream::kCompute);
@@ -467,7 +572,8 @@ class CudaEngine final : public TrainingEngine {
   PoolStream pool_stream_;
   std::unique_ptr<DevicePool> pool_;
   std::unique_ptr<CudaStageModel> model_;
-  std::vector<Moments> moments_;
+  std::vector<Moments> moments_;       // the other parameters' (without the distributed optimizer)
+  std::vector<Moments> fsdp_moments_;  // the FSDP shards'
   int64_t num_layers_;
   int64_t tp_;
   int64_t dp_;
@@ -486,6 +592,9 @@ class CudaEngine final : public TrainingEngine {
   bool sharded_;                     // the distributed optimizer
   bool overlap_gather_;              // its gathers under the next forward
   bool reductions_pending_ = false;  // an overlapped execution's sums not waited for yet
+  int64_t dp_coordinate_ = 0;        // the FSDP shard the model holds
+  bool fsdp_tp_pending_ = false;     // this iteration's gains not yet summed over TP
+  rt::Communicator* fsdp_host_dp_ = nullptr;  // checkpoints' gathers of the FSDP shards
   // Destroyed first (reverse order): the executor's view, then the session (the
   // communicators in their agreed order, then the streams); the API (and its cuBLAS
   // handles) outlives them.

@@ -298,7 +298,7 @@ void CudaBackend::check_moe_shape(const kernels::MoePaddedShape& shape) {
 
 void CudaBackend::moe_route(const Exec& exec, const kernels::MoePaddedShape& shape,
                             const Act* logits, kernels::MoePaddedRouting routing) {
-  cuda::moe_route(shape, logits, routing, exec.stream);
+  cuda::moe_route(shape, logits, routing, exec.workspace, exec.stream);
 }
 
 void CudaBackend::moe_permute(const Exec& exec, const kernels::MoePaddedShape& shape,
@@ -402,6 +402,21 @@ void CudaBackend::zero_tensor(const Exec& exec, int64_t count, Act* x) {
   if (count <= 0) return;
   DHELIX_CUDA(
       cudaMemsetAsync(x, 0, as_size(count * static_cast<int64_t>(sizeof(Act))), exec.stream));
+}
+
+void CudaBackend::fsdp_fill(const Exec& exec, void* bytes, int64_t n, int value) {
+  if (n <= 0) return;
+  DHELIX_CUDA(cudaMemsetAsync(bytes, value, as_size(n), exec.stream));
+}
+
+void CudaBackend::fsdp_accumulate(const Exec& exec, int64_t count, const float* reduced,
+                                  float* gradient) {
+  if (count > 0) cuda::accumulate_f32(count, reduced, gradient, exec.stream);
+}
+
+void CudaBackend::fsdp_compute_copy(const Exec& exec, int64_t count, const float* whole,
+                                    Act* copy) {
+  if (count > 0) cuda::convert_to_bf16(count, whole, copy, exec.stream);
 }
 
 void CudaBackend::embedding_forward(const Exec& exec, int64_t positions, int64_t dim,

@@ -236,6 +236,14 @@ struct CudaBackend {
   static void copy_tensor(const Exec& exec, int64_t count, const Act* in, Act* out);
   /// x[count] = 0 on the stream.
   static void zero_tensor(const Exec& exec, int64_t count, Act* x);
+  // Fully sharded data parallelism (runtime/model/fsdp_layers.h), on the op's stream:
+  /// bytes[0, n) = value (0: a whole gradient zeroed; 0xFF: gathered buffers released).
+  static void fsdp_fill(const Exec& exec, void* bytes, int64_t n, int value);
+  /// gradient[count] += reduced[count] (fp32).
+  static void fsdp_accumulate(const Exec& exec, int64_t count, const float* reduced,
+                              float* gradient);
+  /// copy[count] = bf16(whole[count]): the gathered weights' copy the GEMMs read.
+  static void fsdp_compute_copy(const Exec& exec, int64_t count, const float* whole, Act* copy);
   static void embedding_forward(const Exec& exec, int64_t positions, int64_t dim,
                                 const int64_t* tokens, const Act* table, int64_t vocab_begin,
                                 int64_t vocab_local, Act* out);

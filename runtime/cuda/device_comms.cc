@@ -84,6 +84,12 @@ DeviceCommSetup model_comm_setup(const ParallelSpec& parallel) {
       for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kCp, stream});
     }
     setup.gradient_group = true;
+  } else if (parallel.dp > 1 && parallel.fsdp_shards_parameters()) {
+    // FSDP's layer gathers and reduce-scatters run on whichever stream the plan gives them
+    // (runtime/model/fsdp_layers.h); the other parameters' gradients are summed over a DP
+    // communicator of their own on the reduction stream, never shared with those streams.
+    for (DeviceStream stream : kStreams) setup.collectives.push_back({ParallelDim::kDp, stream});
+    setup.gradient_group = true;
   } else if (parallel.dp > 1) {
     setup.collectives.push_back({ParallelDim::kDp, DeviceStream::kCompute});
   }

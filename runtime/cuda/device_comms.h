@@ -119,7 +119,9 @@ int64_t runtime_max_ctas(ParallelDim dim);
 /// The collective communicators dhelix-run's CUDA engine creates for a job of `parallel`
 /// (the same on every rank): TP on every stream that runs the model's collectives (compute:
 /// sequential programs and the norm gains' gradient sums); with cp > 1 the CP ring's on the
-/// same three streams and the DP x CP gradient group; else DP when dp > 1; with ep > 1 the EP
+/// same three streams and the DP x CP gradient group; else with FSDP (the layers' gathers and
+/// reduce-scatters, parallel.fsdp_shards_parameters()) and dp > 1 DP on the three streams
+/// and the gradient group (DP) apart; else DP when dp > 1; with ep > 1 the EP
 /// group's all-to-alls on the three streams and the expert-data-parallel group. The DP, DP x
 /// CP and expert-data-parallel groups run on the reduction stream, which is asked for with
 /// any of them.

@@ -39,8 +39,10 @@ struct KernelEntry {
   const char* name = "";
   const void* function = nullptr;
 };
-/// The kernels of kernels_rowwise.cu, kernels_attention.cu and kernels_delay.cu.
+/// The kernels of kernels_rowwise.cu, kernels_embedding.cu, kernels_attention.cu and
+/// kernels_delay.cu.
 std::vector<KernelEntry> rowwise_kernels();
+std::vector<KernelEntry> embedding_kernels();
 std::vector<KernelEntry> attention_kernels();
 std::vector<KernelEntry> delay_kernels();
 
@@ -51,7 +53,7 @@ struct Workspace {
   int64_t bytes = 0;
 };
 /// Workspace bytes the column reductions need for rows x dim (rmsnorm_backward) and for
-/// `positions` (embedding_backward).
+/// `positions` (embedding_backward: the sort's keys and positions twice, its tile counts).
 int64_t column_reduction_workspace_bytes(int64_t rows, int64_t dim);
 int64_t embedding_backward_workspace_bytes(int64_t positions);
 
@@ -65,6 +67,9 @@ void convert_to_f32(int64_t count, const bf16* in, float* out, cudaStream_t stre
 /// (kernels::is_finite_value); left as it was otherwise, so one zeroed flag serves any number
 /// of calls (the per-step gradient check, cuda_engine.cc).
 void flag_non_finite(int64_t count, const float* values, int* flag, cudaStream_t stream);
+/// out[count] += in[count] in fp32, element by element (FSDP's sum of the reduced shards
+/// in micro-batch order: runtime/model/fsdp_layers.h).
+void accumulate_f32(int64_t count, const float* in, float* out, cudaStream_t stream);
 /// out[count] = a + b in fp32, stored bf16 (the residual add); out may alias a or b.
 void add_tensors(int64_t count, const bf16* a, const bf16* b, bf16* out, cudaStream_t stream);
 
@@ -138,11 +143,11 @@ void vocab_parallel_backward(int64_t rows, int64_t vocab_local, int64_t vocab_be
 /// out[positions, dim] gathered from table[vocab_local, dim] (zeros for other shards).
 void embedding_forward(int64_t positions, int64_t dim, const int64_t* tokens, const bf16* table,
                        int64_t vocab_begin, int64_t vocab_local, bf16* out, cudaStream_t stream);
-/// dtable[vocab_local, dim] (fp32) += scatter of dout in two deterministic passes, no
-/// atomics: the first links each position to the next one with the same token (and marks
-/// each token's first), the second gives every (first position, column) a thread that adds
-/// the token's rows along the links, positions ascending: the CPU's order, so the same fp32
-/// sums. workspace holds embedding_backward_workspace_bytes.
+/// dtable[vocab_local, dim] (fp32) += scatter of dout, deterministic, no atomics
+/// (kernels_embedding.cu, with a worked example): the positions sorted stably by token (a
+/// radix sort, O(P) per 8-bit digit), then every (run of one token, column) a thread that
+/// adds the run's rows, positions ascending: the CPU's order, so the same fp32 sums.
+/// workspace holds embedding_backward_workspace_bytes.
 void embedding_backward(int64_t positions, int64_t dim, const int64_t* tokens, const bf16* dout,
                         int64_t vocab_begin, int64_t vocab_local, float* dtable,
                         const Workspace& workspace, cudaStream_t stream);

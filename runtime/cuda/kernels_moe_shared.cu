@@ -1,5 +1,5 @@
-// The shared expert's gate kernels (moe_shared_cuda.h): one thread per element, or per row
-// for the dot product of the backward; the math is runtime/kernels/moe_shared_gate.h's.
+// The shared expert's gate kernels (moe_shared_cuda.h): one thread per element, or a warp
+// per row for the dot product of the backward; the math is runtime/kernels/moe_shared_gate.h's.
 
 #include <cuda_bf16.h>
 
@@ -36,15 +36,20 @@ __global__ void moe_shared_gate_scale_kernel(int64_t rows, int64_t hidden, const
   }
 }
 
-// One thread per row: <dy_r, out_r> in element order (moe_shared_gate.h).
+// A warp per row: <dy_r, out_r> with lane-strided coalesced loads, summed in
+// kernels::lane_tree_sum's order (the host twin's, moe_padded_cpu.cc).
 __global__ void moe_shared_dlogit_kernel(int64_t rows, int64_t hidden, const float* gate,
                                          const bf16* dy, const bf16* out, bf16* d_logit) {
-  for (int64_t r = detail::global_thread(); r < rows; r += detail::grid_threads()) {
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  for (int64_t r = detail::global_thread() / kWarpSize; r < rows;
+       r += detail::grid_threads() / kWarpSize) {
     const bf16* dy_row = dy + r * hidden;
     const bf16* out_row = out + r * hidden;
-    d_logit[r] = __float2bfloat16_rn(kernels::shared_gate_dlogit(
-        hidden, gate[r], [dy_row](int64_t i) { return f32(dy_row[i]); },
-        [out_row](int64_t i) { return f32(out_row[i]); }));
+    float partial = 0.0f;
+    for (int64_t i = lane; i < hidden; i += kWarpSize) partial += f32(dy_row[i]) * f32(out_row[i]);
+    const float dot = detail::warp_lane_tree_sum(partial);
+    if (lane == 0)
+      d_logit[r] = __float2bfloat16_rn(kernels::shared_gate_dlogit_of_dot(dot, gate[r]));
   }
 }
 
@@ -78,8 +83,8 @@ void moe_shared_gate_scale(int64_t rows, int64_t hidden, const float* gate, cons
 
 void moe_shared_gate_backward(int64_t rows, int64_t hidden, const float* gate, const bf16* dy,
                               const bf16* out, bf16* d_logit, bf16* d_out, cudaStream_t stream) {
-  detail::launch_per_item(rows, stream, moe_shared_dlogit_kernel, rows, hidden, gate, dy, out,
-                          d_logit);
+  detail::launch(warp_per_row_launch(rows), stream, moe_shared_dlogit_kernel, rows, hidden, gate,
+                 dy, out, d_logit);
   moe_shared_gate_scale(rows, hidden, gate, dy, d_out, stream);
 }
 

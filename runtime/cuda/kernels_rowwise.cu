@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -42,6 +41,10 @@ __global__ void add_kernel(int64_t count, const bf16* a, const bf16* b, bf16* ou
   for (int64_t i = global_thread(); i < count; i += grid_threads()) {
     out[i] = to_bf16(f32(a[i]) + f32(b[i]));
   }
+}
+
+__global__ void accumulate_f32_kernel(int64_t count, const float* in, float* out) {
+  for (int64_t i = global_thread(); i < count; i += grid_threads()) out[i] += in[i];
 }
 
 // Sets *flag to 1 when any value is inf or NaN (kernels::is_finite_value). Several blocks
@@ -229,7 +232,7 @@ __global__ void vocab_backward_kernel(int64_t rows, int64_t vocab_local, int64_t
   }
 }
 
-// ---- Embedding ------------------------------------------------------------------------------
+// ---- Embedding (the backward: kernels_embedding.cu) ------------------------------------------
 
 __global__ void embedding_forward_kernel(int64_t positions, int64_t dim, const int64_t* tokens,
                                          const bf16* table, int64_t vocab_begin,
@@ -238,43 +241,6 @@ __global__ void embedding_forward_kernel(int64_t positions, int64_t dim, const i
     const int64_t r = item / dim;
     const int64_t local = kernels::embedding_local_row(tokens[r], vocab_begin, vocab_local);
     out[item] = local < 0 ? to_bf16(0.0f) : table[local * dim + item % dim];
-  }
-}
-
-// Two deterministic passes (kernels_cuda.h). Pass 1, a thread per position: next[r] is the
-// next position with the same token (-1: none), first[r] whether no earlier one has it.
-// O(positions) per thread over tokens that stay in cache.
-__global__ void embedding_links_kernel(int64_t positions, const int64_t* tokens, int32_t* next,
-                                       int32_t* first) {
-  for (int64_t r = global_thread(); r < positions; r += grid_threads()) {
-    const int64_t token = tokens[r];
-    int32_t after = -1;
-    for (int64_t s = r + 1; s < positions && after < 0; ++s) {
-      if (tokens[s] == token) after = static_cast<int32_t>(s);
-    }
-    int32_t is_first = 1;
-    for (int64_t s = 0; s < r && is_first; ++s) {
-      if (tokens[s] == token) is_first = 0;
-    }
-    next[r] = after;
-    first[r] = is_first;
-  }
-}
-
-// Pass 2, a thread per (position, column): a token's first position walks its links,
-// positions ascending, adding into its table row (kernels::embedding_backward_column's order).
-__global__ void embedding_scatter_kernel(int64_t positions, int64_t dim, const int64_t* tokens,
-                                         const bf16* dout, int64_t vocab_begin, int64_t vocab_local,
-                                         const int32_t* next, const int32_t* first, float* dtable) {
-  for (int64_t item = global_thread(); item < positions * dim; item += grid_threads()) {
-    const int64_t r = item / dim;
-    const int64_t col = item % dim;
-    if (!first[r]) continue;
-    const int64_t local = kernels::embedding_local_row(tokens[r], vocab_begin, vocab_local);
-    if (local < 0) continue;
-    float sum = dtable[local * dim + col];
-    for (int64_t s = r; s >= 0; s = next[s]) sum += f32(dout[s * dim + col]);
-    dtable[local * dim + col] = sum;
   }
 }
 
@@ -312,17 +278,13 @@ int64_t column_reduction_workspace_bytes(int64_t rows, int64_t dim) {
   return column_chunks(rows) * dim * static_cast<int64_t>(sizeof(float));
 }
 
-int64_t embedding_backward_workspace_bytes(int64_t positions) {
-  DHELIX_CHECK(positions >= 0 && positions <= INT32_MAX);
-  return 2 * positions * static_cast<int64_t>(sizeof(int32_t));
-}
-
 std::vector<KernelEntry> rowwise_kernels() {
 #define DHELIX_KERNEL(k) \
   KernelEntry { #k, reinterpret_cast < const void*>(&k) }
   return {DHELIX_KERNEL(convert_to_bf16_kernel),
           DHELIX_KERNEL(convert_to_f32_kernel),
           DHELIX_KERNEL(add_kernel),
+          DHELIX_KERNEL(accumulate_f32_kernel),
           DHELIX_KERNEL(flag_non_finite_kernel),
           DHELIX_KERNEL(rmsnorm_forward_kernel),
           DHELIX_KERNEL(rmsnorm_backward_kernel),
@@ -335,8 +297,6 @@ std::vector<KernelEntry> rowwise_kernels() {
           DHELIX_KERNEL(vocab_combine_kernel),
           DHELIX_KERNEL(vocab_backward_kernel),
           DHELIX_KERNEL(embedding_forward_kernel),
-          DHELIX_KERNEL(embedding_links_kernel),
-          DHELIX_KERNEL(embedding_scatter_kernel),
           DHELIX_KERNEL(adamw_kernel)};
 #undef DHELIX_KERNEL
 }
@@ -351,6 +311,10 @@ void convert_to_bf16(int64_t count, const float* in, bf16* out, cudaStream_t str
 
 void convert_to_f32(int64_t count, const bf16* in, float* out, cudaStream_t stream) {
   launch(thread_per_item_launch(count), stream, convert_to_f32_kernel, count, in, out);
+}
+
+void accumulate_f32(int64_t count, const float* in, float* out, cudaStream_t stream) {
+  launch(thread_per_item_launch(count), stream, accumulate_f32_kernel, count, in, out);
 }
 
 void add_tensors(int64_t count, const bf16* a, const bf16* b, bf16* out, cudaStream_t stream) {
@@ -431,19 +395,6 @@ void embedding_forward(int64_t positions, int64_t dim, const int64_t* tokens, co
                        int64_t vocab_begin, int64_t vocab_local, bf16* out, cudaStream_t stream) {
   launch(thread_per_item_launch(positions * dim), stream, embedding_forward_kernel, positions, dim,
          tokens, table, vocab_begin, vocab_local, out);
-}
-
-void embedding_backward(int64_t positions, int64_t dim, const int64_t* tokens, const bf16* dout,
-                        int64_t vocab_begin, int64_t vocab_local, float* dtable,
-                        const Workspace& workspace, cudaStream_t stream) {
-  if (positions == 0 || dim == 0) return;
-  check_workspace(workspace, embedding_backward_workspace_bytes(positions), "embedding_backward");
-  auto* next = static_cast<int32_t*>(workspace.data);
-  int32_t* first = next + positions;
-  launch(thread_per_item_launch(positions), stream, embedding_links_kernel, positions, tokens, next,
-         first);
-  launch(thread_per_item_launch(positions * dim), stream, embedding_scatter_kernel, positions, dim,
-         tokens, dout, vocab_begin, vocab_local, next, first, dtable);
 }
 
 void adamw_update(const kernels::AdamWStep& step, int64_t count, const float* grads, float* params,

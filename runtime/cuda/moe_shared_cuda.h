@@ -10,8 +10,8 @@
 // out = 1) take bf16 inputs, as the router's dz is.
 //
 // Every function enqueues on `stream` and returns; no host wait, no allocation.
-// Deterministic: one thread per element, or per row for d_logit's dot product (summed in
-// element order), no atomics.
+// Deterministic: one thread per element, or a warp per row for d_logit's dot product
+// (summed in kernels::lane_tree_sum's order), no atomics.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

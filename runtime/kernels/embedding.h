@@ -53,4 +53,42 @@ DHELIX_HOST_DEVICE inline void embedding_backward_column(int64_t positions, int6
   }
 }
 
+/// The CUDA backward's sort key of a position's token: its local row + 1, or 0 for a token
+/// another rank owns. A stable sort of the positions by this key (a radix sort on the GPU,
+/// std::stable_sort on the host twin) lists each token's positions together, ascending,
+/// which replaces the O(P^2) search for the next equal token: O(P) passes of the sort.
+DHELIX_HOST_DEVICE inline uint32_t embedding_sort_key(int64_t token, int64_t vocab_begin,
+                                                      int64_t vocab_local) {
+  return static_cast<uint32_t>(embedding_local_row(token, vocab_begin, vocab_local) + 1);
+}
+
+/// Bits the sort needs for keys up to vocab_local: the radix sort's end bit.
+DHELIX_HOST_DEVICE inline int embedding_key_bits(int64_t vocab_local) {
+  int bits = 1;
+  while (bits < 32 && (int64_t{1} << bits) <= vocab_local) ++bits;
+  return bits;
+}
+
+/// Whether sorted index i starts a run of one local token (the run's first thread writes
+/// the token's table row): keys sorted, key 0 (other shards) never.
+DHELIX_HOST_DEVICE inline bool embedding_run_starts(int64_t i, const uint32_t* sorted_keys) {
+  return sorted_keys[i] != 0 && (i == 0 || sorted_keys[i - 1] != sorted_keys[i]);
+}
+
+/// Column col of the run starting at sorted index `begin`: `start` (the table's value) plus
+/// dout(position, col) over the run's positions in sorted order, which the stable sort
+/// keeps ascending: embedding_backward_column's order, so the same fp32 sums. dout is an
+/// accessor float(int64_t position, int64_t col).
+template <class Dout>
+DHELIX_HOST_DEVICE inline float embedding_run_column_sum(int64_t begin, int64_t positions,
+                                                         const uint32_t* sorted_keys,
+                                                         const int32_t* sorted_positions,
+                                                         int64_t col, float start, Dout dout) {
+  float sum = start;
+  for (int64_t i = begin; i < positions && sorted_keys[i] == sorted_keys[begin]; ++i) {
+    sum += dout(sorted_positions[i], col);
+  }
+  return sum;
+}
+
 }  // namespace dhelix::kernels

@@ -121,4 +121,13 @@ DHELIX_HOST_DEVICE inline void load_balancing_gradient(int64_t tokens, int64_t k
   for (int64_t e = 0; e < experts; ++e) dp[e] = static_cast<float>(scale * counts[e]);
 }
 
+/// One element of load_balancing_gradient, dp_e from n_e (the same bits): what a lane of
+/// the warp-per-token router backward computes instead of holding the row of E values.
+DHELIX_HOST_DEVICE inline float load_balancing_gradient_at(int64_t tokens, int64_t k,
+                                                           int64_t experts, double alpha,
+                                                           int64_t count, float dloss) {
+  const double scale = load_balancing_scale(tokens, k, experts, alpha) * dloss;
+  return static_cast<float>(scale * count);
+}
+
 }  // namespace dhelix::kernels

@@ -1,7 +1,8 @@
 #pragma once
 // The shapes the padded MoE layout (moe_padded.h) can hold, checked once for both of its
-// implementations: the CUDA kernels (runtime/cuda/moe_cuda.h, whose router keeps E values per
-// thread) and their host twin (runtime/cpu/moe_padded_cpu.h, no bound on E). Host code.
+// implementations: the CUDA kernels (runtime/cuda/moe_cuda.h, whose router's warp keeps a
+// token's E logits in registers, E / 32 per lane) and their host twin
+// (runtime/cpu/moe_padded_cpu.h, no bound on E). Host code.
 
 #include <fmt/format.h>
 
@@ -26,7 +27,7 @@ inline void check_padded_moe_shape(const MoePaddedShape& shape, const std::strin
         "rounds ceil(cf T k / E) to 0); raise moe.capacity_factor, or set 0 for dropless");
   }
   if (max_experts > 0 && shape.experts > max_experts) {
-    refuse(fmt::format("{} experts, more than the {} the router kernels hold per thread",
+    refuse(fmt::format("{} experts, more than the {} the router kernels hold per warp",
                        shape.experts, max_experts));
   }
   if (shape.top_k < 1 || shape.top_k > shape.experts) {

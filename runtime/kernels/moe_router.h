@@ -21,8 +21,34 @@
 
 namespace dhelix::kernels {
 
+/// Whether candidate (value, index) ranks before (best_value, best_index) in the top-k
+/// order: the larger value, and on a tie the lower index; best_index < 0 is no candidate.
+/// The serial scan below and the CUDA warp's shuffle reduction (kernels_moe_route.cu)
+/// pick the same winner with it, in any combining order (for finite logits).
+DHELIX_HOST_DEVICE inline bool router_ranks_before(float value, int64_t index, float best_value,
+                                                   int64_t best_index) {
+  if (index < 0) return false;
+  if (best_index < 0) return true;
+  return value > best_value || (value == best_value && index < best_index);
+}
+
+/// The softmax weights gate[k] of the chosen experts chosen[k] (chosen[0] the largest), from
+/// z(e), an accessor float(int64_t) to the row's logits; summed in slot order.
+template <class Logit>
+DHELIX_HOST_DEVICE inline void router_topk_gates(int64_t k, Logit z, const int32_t* chosen,
+                                                 float* gate) {
+  const float m = z(chosen[0]);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    gate[j] = expf(z(chosen[j]) - m);
+    sum += gate[j];
+  }
+  for (int64_t j = 0; j < k; ++j) gate[j] /= sum;
+}
+
 /// Chooses the k largest of z[experts] (descending; ties by lower index) into chosen[k]
-/// and writes their softmax weights gate[k]. k <= experts.
+/// and writes their softmax weights gate[k]. k <= experts. The serial reference: the CUDA
+/// kernel picks each slot with a warp reduction of router_ranks_before.
 DHELIX_HOST_DEVICE inline void router_topk_row(int64_t experts, int64_t k, const float* z,
                                                int32_t* chosen, float* gate) {
   for (int64_t j = 0; j < k; ++j) {
@@ -35,13 +61,14 @@ DHELIX_HOST_DEVICE inline void router_topk_row(int64_t experts, int64_t k, const
     }
     chosen[j] = static_cast<int32_t>(best);
   }
-  const float m = z[chosen[0]];
-  float sum = 0.0f;
-  for (int64_t j = 0; j < k; ++j) {
-    gate[j] = expf(z[chosen[j]] - m);
-    sum += gate[j];
-  }
-  for (int64_t j = 0; j < k; ++j) gate[j] /= sum;
+  router_topk_gates(
+      k, [z](int64_t e) { return z[e]; }, chosen, gate);
+}
+
+/// p_e of the full softmax from the row's max m and sum of exp(z - m): the value both the
+/// serial row below and the warp-per-token kernel (which sums in lane-tree order) store.
+DHELIX_HOST_DEVICE inline float router_softmax_value(float z, float m, float sum) {
+  return expf(z - m) / sum;
 }
 
 /// Full softmax p[experts] of one row of logits (for the load-balancing loss).
@@ -72,6 +99,29 @@ DHELIX_HOST_DEVICE inline void router_backward_row(int64_t experts, int64_t k,
   float inner = 0.0f;
   for (int64_t j = 0; j < k; ++j) inner += gate[j] * dgate[j];
   for (int64_t j = 0; j < k; ++j) dz[chosen[j]] += gate[j] * (dgate[j] - inner);
+}
+
+/// sum_j g_j dg_j of one row, slot order (the chosen softmax's inner product).
+DHELIX_HOST_DEVICE inline float router_gate_inner(int64_t k, const float* gate,
+                                                  const float* dgate) {
+  float inner = 0.0f;
+  for (int64_t j = 0; j < k; ++j) inner += gate[j] * dgate[j];
+  return inner;
+}
+
+/// dz_e of one row, element by element (what one lane of the warp-per-token backward
+/// writes): router_backward_row's value for expert e given the two inner products,
+/// aux_inner = sum_f p_f dp_f (ignored without the aux loss) and gate_inner =
+/// router_gate_inner. The chosen experts are distinct, so at most one slot adds to e.
+DHELIX_HOST_DEVICE inline float router_backward_element(int64_t e, int64_t k, const int32_t* chosen,
+                                                        const float* gate, const float* dgate,
+                                                        float p_e, bool aux, float dp_e,
+                                                        float aux_inner, float gate_inner) {
+  float dz = aux ? p_e * (dp_e - aux_inner) : 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    if (chosen[j] == e) dz += gate[j] * (dgate[j] - gate_inner);
+  }
+  return dz;
 }
 
 }  // namespace dhelix::kernels

@@ -4,9 +4,10 @@
 //   forward   g = sigmoid(logit),  logit = x w_g;   y += g * out   (out = fc2(swiglu(fc1 x)))
 //   backward  d_logit = <dy, out> g (1 - g),  d_out = g dy
 //
-// The dot product <dy, out> is summed left to right over the h elements of the row (one
-// thread owns a row on the GPU; h is a hidden size, a few thousand at most), and d_logit
-// is evaluated as (<dy, out> g) (1 - g). The CPU (moe_shared_expert_cpu.cc) and the CUDA
+// The CPU sums the dot product <dy, out> left to right over the h elements of the row; the
+// GPU gives a row a warp, which sums in kernels::lane_tree_sum's order (32 strided
+// partials, then a halving tree: the same terms, another rounding). d_logit is evaluated
+// as (<dy, out> g) (1 - g) in both. The CPU (moe_shared_expert_cpu.cc) and the CUDA
 // kernels (runtime/cuda/kernels_moe_shared.cu) call these functions, so the two differ
 // only by the activations' bf16 rounding and the GPU's fused multiply-adds.
 //
@@ -39,6 +40,12 @@ DHELIX_HOST_DEVICE inline float shared_gate_dlogit(int64_t h, float g, Dy dy, Ou
   float dg = 0.0f;
   for (int64_t i = 0; i < h; ++i) dg += dy(i) * out(i);
   return dg * g * (1.0f - g);
+}
+
+/// d_logit from the row's <dy, out> however it was summed: the CUDA kernel's warp per row
+/// sums in kernels::lane_tree_sum's order (and so does the kernels' host twin).
+DHELIX_HOST_DEVICE inline float shared_gate_dlogit_of_dot(float dot, float g) {
+  return dot * g * (1.0f - g);
 }
 
 /// y[h] += g * out[h] for one row.

@@ -199,6 +199,14 @@ struct CpuBackend {
     std::copy_n(in, count, out);
   }
   static void zero_tensor(const Exec&, int64_t count, float* x) { std::fill_n(x, count, 0.0f); }
+  // Fully sharded data parallelism (runtime/model/fsdp_layers.h): a fill of n bytes, the
+  // reduced shards' sum; no compute copy (the fp32 gathered weights are read as they are).
+  static void fsdp_fill(const Exec&, void* bytes, int64_t n, int value) {
+    std::fill_n(static_cast<std::byte*>(bytes), n, static_cast<std::byte>(value));
+  }
+  static void fsdp_accumulate(const Exec&, int64_t count, const float* reduced, float* gradient) {
+    for (int64_t i = 0; i < count; ++i) gradient[i] += reduced[i];
+  }
 };
 
 }  // namespace dhelix::rt

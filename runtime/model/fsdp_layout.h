@@ -21,6 +21,13 @@
 // padded whole; the reduce-scatter of a padded whole gradient leaves member r the sum of
 // its shard. So the layout is the communicators' own, and a checkpoint keeps the whole
 // tensors by name, the same files as without FSDP (runtime/train/cpu_engine.cc).
+//
+// Sequence parallelism. The norm gains' gradients are partial sums over the TP group's
+// sequence shards (stage_model.h, sum_gradient_over_tp); the other tensors' are not. The TP
+// peers of a rank hold the same tensor counts and the same DP coordinate, so their shards
+// cover the same elements of the same tensors: the TP sum can run on the shard, over the
+// ranges of the summed tensors that fall in it (tp_summed_ranges). In the example, with b
+// summed, member 1's range is [0, 3) of its shard, member 2's [0, 2), the others' none.
 
 #include <fmt/format.h>
 
@@ -33,12 +40,26 @@
 
 namespace dhelix::rt {
 
+/// Elements [begin, begin + count) of a shard.
+struct ShardRange {
+  int64_t begin = 0;
+  int64_t count = 0;
+  bool operator==(const ShardRange&) const = default;
+};
+
 class FsdpLayout {
  public:
-  /// Tensors `names` of `counts` elements (>= 0) over `members` (>= 1).
-  FsdpLayout(std::vector<std::string> names, std::vector<int64_t> counts, int64_t members)
-      : names_(std::move(names)), counts_(std::move(counts)), members_(members) {
+  /// Tensors `names` of `counts` elements (>= 0) over `members` (>= 1); `summed_over_tp`
+  /// (empty: none) marks the tensors whose gradients are summed over TP.
+  FsdpLayout(std::vector<std::string> names, std::vector<int64_t> counts, int64_t members,
+             std::vector<bool> summed_over_tp = {})
+      : names_(std::move(names)),
+        counts_(std::move(counts)),
+        summed_over_tp_(std::move(summed_over_tp)),
+        members_(members) {
     DHELIX_CHECK(members_ >= 1 && names_.size() == counts_.size());
+    if (summed_over_tp_.empty()) summed_over_tp_.assign(names_.size(), false);
+    DHELIX_CHECK(summed_over_tp_.size() == names_.size());
     for (const int64_t count : counts_) {
       DHELIX_CHECK(count >= 0);
       offsets_.push_back(elements_);
@@ -69,6 +90,26 @@ class FsdpLayout {
     return out;
   }
 
+  /// The parts of member `member`'s shard that belong to tensors summed over TP, in shard
+  /// coordinates, ascending, adjacent tensors' parts merged (see the file comment).
+  std::vector<ShardRange> tp_summed_ranges(int64_t member) const {
+    DHELIX_CHECK(member >= 0 && member < members_);
+    std::vector<ShardRange> ranges;
+    const int64_t begin = shard_begin(member), end = begin + shard_;
+    for (size_t t = 0; t < counts_.size(); ++t) {
+      if (!summed_over_tp_[t]) continue;
+      const int64_t first = std::max(begin, offsets_[t]);
+      const int64_t last = std::min(end, offsets_[t] + counts_[t]);
+      if (first >= last) continue;
+      if (!ranges.empty() && ranges.back().begin + ranges.back().count == first - begin) {
+        ranges.back().count += last - first;
+      } else {
+        ranges.push_back({first - begin, last - first});
+      }
+    }
+    return ranges;
+  }
+
   /// Tensor `index`'s elements of a flattened (gathered) layer.
   std::vector<float> tensor_of(const std::vector<float>& whole, size_t index) const {
     DHELIX_CHECK(index < counts_.size() && static_cast<int64_t>(whole.size()) >= elements_);
@@ -79,6 +120,7 @@ class FsdpLayout {
  private:
   std::vector<std::string> names_;
   std::vector<int64_t> counts_;
+  std::vector<bool> summed_over_tp_;
   std::vector<int64_t> offsets_;
   int64_t members_ = 1;
   int64_t elements_ = 0;

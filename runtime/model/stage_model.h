@@ -111,7 +111,8 @@ struct BasicParameterView {
   float* values = nullptr;    ///< fp32 master weights
   float* gradient = nullptr;  ///< fp32
   /// The copy the ops read (B::Act); the same memory as values where Act is float. After
-  /// changing values, refresh it (BasicStageModel::refresh_compute_copies).
+  /// changing values, refresh it (BasicStageModel::refresh_compute_copies). Null for an
+  /// FSDP shard on a bf16 backend: its gathers make the whole layer's copy.
   typename B::Act* compute = nullptr;
   int64_t count = 0;
   /// True for weights every TP rank holds whole (norm gains) whose gradient each rank only
@@ -220,8 +221,9 @@ class BasicStageModel {
   /// FSDP: adds every micro-batch's reduce-scattered layer gradients into the shards'
   /// gradients, in micro-batch order (fsdp_layers.h); call after each execution of a
   /// program. Error(kInternal) naming the layer and micro-batch whose reduce-scatter did
-  /// not run. Nothing without FSDP.
-  void finish_iteration();
+  /// not run. Nothing without FSDP. The sums are the backend's on `exec` (CUDA: enqueued
+  /// on its stream, after the execution's work).
+  void finish_iteration(const typename B::Exec& exec = {});
   /// FSDP: elements of the micro-batches' reduced gradient shards (fsdp_layers.h), kept
   /// besides the shards' own gradients; 0 without FSDP.
   int64_t fsdp_reduced_elements() const;

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "lib/error.h"
@@ -21,15 +20,18 @@ namespace model_detail {
 
 /// Throws Error(kUnsupported) naming every setting FSDP does not run with (fsdp_layers.h's
 /// failure rules).
-inline void check_fsdp_supported(const JobSpec& job, bool cpu_backend) {
+inline void check_fsdp_supported(const JobSpec& job) {
   std::vector<std::string> refused;
-  if (!cpu_backend) refused.push_back("a backend other than cpu (--backend cpu runs it)");
-  if (job.model.is_moe()) refused.push_back("mixture-of-experts layers");
+  if (job.model.is_moe()) {
+    // dhelix-plan plans them (lib/dag_builder_fsdp.cc), but a plan names a collective's
+    // group by dimension: the experts' gathers over the expert-data-parallel group would
+    // run on the dp communicator.
+    refused.push_back(
+        "mixture-of-experts layers (the experts' gathers and reduce-scatters run over the "
+        "expert-data-parallel group, which a plan's collectives cannot name yet)");
+  }
   if (job.parallel.cp > 1)
     refused.push_back(fmt::format("context parallelism (cp = {})", job.parallel.cp));
-  if (job.parallel.tp > 1 && job.parallel.sp) {
-    refused.push_back("sequence parallelism (the norm gains' TP sum on a shard)");
-  }
   if (refused.empty()) return;
   std::string list;
   for (const std::string& what : refused) list += (list.empty() ? "" : "; ") + what;
@@ -47,15 +49,16 @@ void BasicStageModel<B>::Impl::shard_layer(int64_t layer, const model_detail::Ho
                                            int64_t dp_rank, int64_t dp) {
   std::vector<std::string> names;
   std::vector<int64_t> counts;
+  std::vector<bool> summed_over_tp;  // the norm gains under SP: summed on the shard
   std::vector<float> whole;
   for (const model_detail::HostTensor* t :
        {&host.ln_attn, &host.w_qkv, &host.w_proj, &host.ln_mlp, &host.w_fc1, &host.w_fc2}) {
-    DHELIX_CHECK(!t->sum_gradient_over_tp);  // check_fsdp_supported refused SP
     names.push_back(t->name);
     counts.push_back(static_cast<int64_t>(t->values.size()));
+    summed_over_tp.push_back(t->sum_gradient_over_tp);
     whole.insert(whole.end(), t->values.begin(), t->values.end());
   }
-  FsdpLayout layout(std::move(names), std::move(counts), dp);
+  FsdpLayout layout(std::move(names), std::move(counts), dp, std::move(summed_over_tp));
   const std::vector<float> shard = layout.shard_of(whole, dp_rank);
   model_detail::FsdpLayer<B> sharded{.layout = layout,
                                      .name = fmt::format("layers.{}.fsdp_shard", layer),
@@ -80,12 +83,13 @@ BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const s
                             ref.op, ref.layer, rank));
   }
   model_detail::FsdpLayer<B>& sharded = found->second;
-  if (op == "fwd.fsdp_gather") {  // bwd.recompute.fsdp_gather: full recompute's own
-    const FsdpUse use = repeated ? FsdpUse::kRecompute : FsdpUse::kForward;
-    return model_detail::fsdp_gather_op<B>(sharded,
-                                           fsdp_gathered(ref.micro_batch, ref.layer, use).weights);
-  }
+  // The repeated forward of full recompute gathers nothing: it reads the backward's weights
+  // (lib/dag_builder_recompute.cc), so bwd.recompute.fsdp_gather is no op of a plan.
   if (repeated) model_detail::throw_unknown_op(ref.op);
+  if (op == "fwd.fsdp_gather") {
+    return model_detail::fsdp_gather_op<B>(
+        sharded, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kForward));
+  }
   if (op == "bwd.fsdp_gather") {
     if (!fsdp.reshard_after_forward) {
       throw Error(ErrorCode::kInvalidInput,
@@ -94,7 +98,7 @@ BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const s
                               ref.op, ref.layer));
     }
     return model_detail::fsdp_gather_op<B>(
-        sharded, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).weights);
+        sharded, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward));
   }
   DHELIX_CHECK(op == "bwd.fsdp_reduce_scatter");
   model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];
@@ -102,7 +106,7 @@ BasicBoundOp<B> BasicStageModel<B>::Impl::bind_fsdp_op(const OpRef& ref, const s
     state.reduced = memory.template allocate<float>(sharded.layout.shard());
   return model_detail::fsdp_reduce_scatter_op<B>(
       sharded, state, fsdp_gathered(ref.micro_batch, ref.layer, FsdpUse::kBackward).gradient,
-      memory, ref.layer, ref.micro_batch);
+      ref.layer, ref.micro_batch);
 }
 
 // A layer op of a sharded layer: the first gradient writer of the micro-batch's backward
@@ -116,41 +120,37 @@ void BasicStageModel<B>::Impl::wrap_fsdp_layer_op(BasicBoundOp<B>& bound, const 
   model_detail::FsdpLayer<B>& sharded = fsdp_layers.at(ref.layer);
   model_detail::FsdpGathered<B>& set = fsdp_gathered(ref.micro_batch, ref.layer, use);
   const int64_t padded = sharded.layout.padded();
-  const int64_t bytes = padded * static_cast<int64_t>(sizeof(float));
-  auto* poison = &memory;
-  const auto release_weights = [poison, weights = set.weights, bytes] {
-    poison->poison(reinterpret_cast<std::byte*>(weights), bytes);
+  const auto release_weights = [weights = set.weights, compute = set.compute,
+                                padded](const typename B::Exec& e) {
+    model_detail::fsdp_release<B>(e, weights, compute, padded);
   };
+  const auto none = [](const typename B::Exec&) {};
   const bool repeated = ref.op.starts_with("bwd.recompute.");
-  const bool own_forward_weights = use == FsdpUse::kRecompute || fsdp.reshard_after_forward;
-  if (op == "fwd.bda_mlp" && use != FsdpUse::kBackward && own_forward_weights) {
-    // The (repeated) forward's last op: its weights are released.
-    model_detail::fsdp_wrap<B>(
-        bound, [] {}, release_weights);
-  } else if (op == "bwd.ln_attn") {
+  if (op == "fwd.bda_mlp" && use == FsdpUse::kForward && fsdp.reshard_after_forward) {
+    // The forward's last op: its weights are released (not the repeat's: the backward still
+    // reads them).
+    model_detail::fsdp_wrap<B>(bound, none, release_weights);
+    return;
+  }
+  const bool writes_gradient =
+      op == "bwd.ln_attn" || (!repeated && !gradients_written_by(op, ref.layer).empty());
+  if (!writes_gradient) return;
+  // The first gradient writer of the micro-batch's backward zeroes the whole gradient.
+  model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];
+  const auto zero_gradient = [&state, gradient = set.gradient, padded](const typename B::Exec& e) {
+    if (!state.gradient_live) B::fsdp_fill(e, gradient, padded * 4, 0);
+    state.gradient_live = true;
+  };
+  if (op == "bwd.ln_attn") {
     // The layer's last op reading weights; it also writes ln_attn's gradient.
-    model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];
-    model_detail::fsdp_wrap<B>(
-        bound,
-        [&state, poison, gradient = set.gradient, padded] {
-          if (!state.gradient_live) poison->zero(gradient, padded);
-          state.gradient_live = true;
-        },
-        release_weights);
-  } else if (!repeated && !gradients_written_by(op, ref.layer).empty()) {
-    model_detail::FsdpMicroBatch& state = sharded.micro_batches[ref.micro_batch];
-    model_detail::fsdp_wrap<B>(
-        bound,
-        [&state, poison, gradient = set.gradient, padded] {
-          if (!state.gradient_live) poison->zero(gradient, padded);
-          state.gradient_live = true;
-        },
-        [] {});
+    model_detail::fsdp_wrap<B>(bound, zero_gradient, release_weights);
+  } else {
+    model_detail::fsdp_wrap<B>(bound, zero_gradient, none);
   }
 }
 
 template <class B>
-void BasicStageModel<B>::finish_iteration() {
+void BasicStageModel<B>::finish_iteration(const typename B::Exec& exec) {
   Impl& m = *impl_;
   for (auto& [layer, sharded] : m.fsdp_layers) {
     const int64_t s = sharded.layout.shard();
@@ -163,11 +163,7 @@ void BasicStageModel<B>::finish_iteration() {
                                 layer, mb));
       }
       found->second.reduce_scattered = false;
-      // The CPU's memory is the host's; other backends are refused (check_fsdp_supported).
-      if constexpr (std::is_same_v<B, CpuBackend>) {
-        const float* reduced = found->second.reduced;
-        for (int64_t i = 0; i < s; ++i) sharded.gradient[i] += reduced[i];
-      }
+      B::fsdp_accumulate(exec, s, found->second.reduced, sharded.gradient);
     }
   }
 }

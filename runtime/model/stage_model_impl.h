@@ -63,7 +63,7 @@ BasicStageModel<B>::BasicStageModel(const JobSpec& job, int64_t rank,
     : impl_(std::make_unique<Impl>(memory)) {
   using namespace model_detail;
   check_supported(job, Impl::kRunsMoe);
-  if (fsdp.enabled) check_fsdp_supported(job, std::is_same_v<B, CpuBackend>);
+  if (fsdp.enabled) check_fsdp_supported(job);
   Impl& m = *impl_;
   m.fsdp = fsdp;
   m.recompute = job.parallel.recompute.granularity;
@@ -213,11 +213,9 @@ BasicBoundOp<B> BasicStageModel<B>::bind(const OpRef& ref) {
       m.recompute == RecomputeGranularity::kSelective && op == "bwd.proj_wgrad";
   const bool recomputing =
       m.recompute != RecomputeGranularity::kNone && (repeated || !forward) && !kept_output;
-  // A sharded layer's ops read gathered weights: the forward's, the backward's, or full
-  // recompute's own for the repeated forward (fsdp_layers.h).
-  const FsdpUse use = repeated && m.recompute == RecomputeGranularity::kFull ? FsdpUse::kRecompute
-                      : forward && !repeated                                 ? FsdpUse::kForward
-                                                                             : FsdpUse::kBackward;
+  // A sharded layer's ops read gathered weights: the forward's, or the backward's, which
+  // full recompute's repeated forward reads too (fsdp_layers.h).
+  const FsdpUse use = forward && !repeated ? FsdpUse::kForward : FsdpUse::kBackward;
   LayerParameters<B>& layer_params =
       sharded ? m.fsdp_gathered(ref.micro_batch, ref.layer, use).params : params->second;
   const LayerOpContext<B> context{m.dims, *m.rope, layer_params,
@@ -437,6 +435,8 @@ std::vector<BasicParameterView<B>> BasicStageModel<B>::parameters() {
 template <class B>
 void BasicStageModel<B>::refresh_compute_copies() {
   for (const ParameterView& view : parameters()) {
+    // An FSDP shard on a bf16 backend has no copy: its gathers make one (fsdp_layers.h).
+    if (view.compute == nullptr) continue;
     impl_->memory.refresh(view.values, view.compute, view.count);
   }
   impl_->memory.synchronize();

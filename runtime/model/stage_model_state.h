@@ -97,22 +97,28 @@ struct BasicStageModel<B>::Impl {
     slot = std::make_unique<model_detail::FsdpGathered<B>>();
     const int64_t padded = sharded.layout.padded();
     if (use == FsdpUse::kBackward && !fsdp.reshard_after_forward) {
-      slot->weights = fsdp_gathered(mb, layer, FsdpUse::kForward).weights;  // gathered once, kept
+      const model_detail::FsdpGathered<B>& kept = fsdp_gathered(mb, layer, FsdpUse::kForward);
+      slot->weights = kept.weights;  // gathered once, kept
+      slot->compute = kept.compute;
     } else {
       const SpanKind span =
           use == FsdpUse::kForward
               ? (fsdp.reshard_after_forward ? SpanKind::kLayerForward : SpanKind::kLayerSaved)
               : SpanKind::kLayerBackward;
-      slot->weights = arena.template allocate<float>(
-          {span, mb, layer}, use == FsdpUse::kRecompute ? "fsdp.recompute_weights" : "fsdp.weights",
-          padded, 0);
+      const std::string name = "fsdp.weights";
+      slot->weights = arena.template allocate<float>({span, mb, layer}, name, padded, 0);
+      if constexpr (model_detail::kFsdpComputeCopy<B>) {  // the GEMMs' copy (fsdp_layers.h)
+        slot->compute = arena.template allocate<A>({span, mb, layer}, name + "_compute", padded, 0);
+      } else {
+        slot->compute = slot->weights;
+      }
     }
     if (use == FsdpUse::kBackward) {
       slot->gradient = arena.template allocate<float>({SpanKind::kLayerBackward, mb, layer},
                                                       "fsdp.gradient", padded, 0);
     }
-    slot->params =
-        model_detail::fsdp_tensor_views<B>(sharded.layout, slot->weights, slot->gradient);
+    slot->params = model_detail::fsdp_tensor_views<B>(sharded.layout, slot->weights, slot->compute,
+                                                      slot->gradient);
     return *slot;
   }
 

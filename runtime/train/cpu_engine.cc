@@ -11,6 +11,7 @@
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/exec/stream_lowering.h"
 #include "runtime/kernels/finite_check.h"
+#include "runtime/train/fsdp_checkpoint.h"
 #include "runtime/train/gradient_reduction.h"
 #include "runtime/train/rank_comms.h"
 #include "runtime/train/sharded_adamw.h"
@@ -51,6 +52,8 @@ class CpuEngine final : public TrainingEngine {
                     fmt::format("FSDP: DP coordinate {} is rank {} of its DP communicator",
                                 dp_coordinate_, fsdp_group_->rank()));
       }
+      // Under SP the norm gains' shards are summed over TP (sum_fsdp_gains_over_tp).
+      fsdp_tp_ = &groups.group(ParallelDim::kTp, CommSlot::kMain);
     }
     // The FSDP shards' gradients are summed by the plan's reduce-scatters: the reduction
     // and the distributed optimizer take the other parameters only.
@@ -83,6 +86,7 @@ class CpuEngine final : public TrainingEngine {
     const double wall_us =
         execute_program(plan, program, model_, *comms_, std::move(options)).wall_us;
     model_.finish_iteration();  // FSDP: the reduced shards, summed in micro-batch order
+    sum_fsdp_gains_over_tp();
     return wall_us;
   }
 
@@ -212,35 +216,35 @@ class CpuEngine final : public TrainingEngine {
     }
     return views;
   }
-  // A layer's shard as a checkpoint keeps it: weights and moments all-gathered over DP
-  // (collective, as sharded_adamw's), cut into the layer's tensors by name.
-  void add_gathered_shard(std::vector<NamedTensor>& tensors, const ParameterView& p, size_t index) {
-    const FsdpLayout& layout = *model_.fsdp_layout(p.name);
-    const auto gather = [&](const float* part) {
-      std::vector<float> whole(static_cast<size_t>(layout.padded()));
-      fsdp_group_->all_gather(part, layout.shard(), whole.data());
-      return whole;
-    };
-    const std::vector<float> values = gather(p.values);
-    const std::vector<float> first = gather(fsdp_adamw_->first_moment(index).data());
-    const std::vector<float> second = gather(fsdp_adamw_->second_moment(index).data());
-    for (size_t t = 0; t < layout.names().size(); ++t) {
-      const std::string& name = layout.names()[t];
-      tensors.push_back({name, layout.tensor_of(values, t)});
-      tensors.push_back({"adam_m/" + name, layout.tensor_of(first, t)});
-      tensors.push_back({"adam_v/" + name, layout.tensor_of(second, t)});
+  // FSDP under sequence parallelism: the norm gains' gradients are partial over TP (each
+  // TP rank's sequence shard). They are summed here, on the shard after the DP
+  // reduce-scatters and the micro-batch sum, not in the op that writes them before the
+  // reduce-scatter: the TP peers' shards hold the same elements (fsdp_layout.h), so one
+  // all-reduce per layer and iteration over the gains' part of the shard gives the sum
+  // that per-micro-batch all-reduces of the whole gains would, with no collective in a
+  // compute op (which the plan does not schedule) and in a fixed order on the main thread
+  // (--verify stays bitwise). Against unsharded SP (micro-batches, then TP, then DP) the
+  // additions are reassociated, as FSDP's DP sum already is: docs/kernels.md's tolerance.
+  void sum_fsdp_gains_over_tp() {
+    if (fsdp_tp_ == nullptr || fsdp_tp_->size() == 1) return;
+    for (const ParameterView& p : fsdp_shards()) {
+      for (const ShardRange& range : model_.fsdp_layout(p.name)->tp_summed_ranges(dp_coordinate_)) {
+        fsdp_tp_->all_reduce_sum(p.gradient + range.begin, range.count);
+      }
     }
+  }
+  // A layer's shard as a checkpoint keeps it: gathered whole over DP (fsdp_checkpoint.h).
+  void add_gathered_shard(std::vector<NamedTensor>& tensors, const ParameterView& p, size_t index) {
+    add_gathered_fsdp_shard(tensors, *model_.fsdp_layout(p.name), *fsdp_group_, p.values,
+                            fsdp_adamw_->first_moment(index).data(),
+                            fsdp_adamw_->second_moment(index).data());
   }
   // This rank's shard of the whole tensors a checkpoint holds.
   void restore_shard(const RankShard& shard, const ParameterView& p, size_t index) {
     const FsdpLayout& layout = *model_.fsdp_layout(p.name);
     const auto take = [&](const std::string& prefix, float* out) {
-      std::vector<float> whole(static_cast<size_t>(layout.elements()));
-      for (size_t t = 0; t < layout.names().size(); ++t) {
-        shard.copy_into(prefix + layout.names()[t], whole.data() + layout.offsets()[t],
-                        layout.counts()[t]);
-      }
-      const std::vector<float> mine = layout.shard_of(whole, fsdp_group_->rank());
+      const std::vector<float> mine =
+          fsdp_shard_from_checkpoint(shard, layout, prefix, fsdp_group_->rank());
       std::copy(mine.begin(), mine.end(), out);
     };
     take("", p.values);
@@ -253,6 +257,7 @@ class CpuEngine final : public TrainingEngine {
   std::unique_ptr<AdamW> adamw_;        // without it
   std::unique_ptr<AdamW> fsdp_adamw_;   // the FSDP shards' (runtime/model/fsdp_layers.h)
   Communicator* fsdp_group_ = nullptr;  // their DP group, for the main thread
+  Communicator* fsdp_tp_ = nullptr;     // their TP group (SP's gain sums), the main thread's
   std::unique_ptr<RankComms> comms_;
   int64_t bucket_elements_;
   bool overlap_;

@@ -83,22 +83,9 @@ void refuse_unsupported(const JobSpec& job, const std::string& plan_file,
   // The layers run every CP communication type on every backend: the K/V ring
   // (runtime/model/layer_ops_cp.h), the K/V all-gather (layer_ops_kv_allgather.h), Ulysses
   // and a2a+p2p (layer_ops_ulysses.h).
-  // FSDP's layer gathers and reduce-scatters (runtime/model/fsdp_layers.h) run on the CPU,
-  // and not under sequence parallelism, whose norm gains' TP sum would have to run on a
-  // shard (the StageModel refuses the rest by name).
-  if (p.fsdp_shards_parameters() && p.tp > 1 && p.sp) {
-    refuse(
-        fmt::format("fully sharded data parallelism (data_parallel_sharding_strategy "
-                    "optim_grads_params) with sequence parallelism (tp = {})",
-                    p.tp));
-  }
-  if (p.fsdp_shards_parameters() && backend != "cpu") {
-    refuse(
-        fmt::format("fully sharded data parallelism (use_megatron_fsdp with "
-                    "data_parallel_sharding_strategy optim_grads_params) on the {} backend "
-                    "(--backend cpu runs it)",
-                    backend));
-  }
+  // FSDP's layer gathers and reduce-scatters (runtime/model/fsdp_layers.h) run on both
+  // backends, with or without sequence parallelism (the engines sum the norm gains over TP
+  // on the shard); the StageModel refuses the rest by name.
 }
 
 // The plan's options.fsdp as the model runs it: only optim_grads_params shards the layers

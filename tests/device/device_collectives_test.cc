@@ -287,6 +287,22 @@ TEST(ModelCommSetup, TpAboveOneDpWithoutCpTheRingAndDpCpWithIt) {
   EXPECT_EQ(comm_footprint(model_comm_setup(e), {}).communicators, 4);
   e.dp = 4;
   EXPECT_EQ(comm_footprint(model_comm_setup(e), {}).communicators, 5);
+  // FSDP (optim_grads_params): the layers' DP gathers and reduce-scatters on every stream,
+  // the other gradients over a DP communicator of their own (the gradient group).
+  ParallelSpec f;
+  f.dp = 4;
+  f.use_megatron_fsdp = true;
+  f.fsdp_sharding = FsdpShardingStrategy::kOptimGradsParams;
+  EXPECT_EQ(dims(model_comm_setup(f)),
+            (std::vector<std::pair<D, S>>{
+                {D::kDp, S::kCompute}, {D::kDp, S::kLocalComm}, {D::kDp, S::kCrossComm}}));
+  EXPECT_TRUE(model_comm_setup(f).gradient_group);
+  EXPECT_TRUE(model_comm_setup(f).reduction_stream);
+  EXPECT_EQ(comm_footprint(model_comm_setup(f), {}).communicators, 4);
+  // optim_grads adds no ops to the plan: plain DP's one communicator.
+  f.fsdp_sharding = FsdpShardingStrategy::kOptimGrads;
+  EXPECT_EQ(dims(model_comm_setup(f)), (std::vector<std::pair<D, S>>{{D::kDp, S::kCompute}}));
+  EXPECT_FALSE(model_comm_setup(f).gradient_group);
 }
 
 }  // namespace

@@ -219,6 +219,15 @@ struct RecordingBackend {
   }
   static void copy_tensor(const Exec& e, int64_t, const float*, float*) { launch(e, "copy"); }
   static void zero_tensor(const Exec& e, int64_t, float*) { launch(e, "zero"); }
+  // FSDP (runtime/model/fsdp_layers.h): the fills name what they do and how many bytes, so
+  // a test sees every gathered buffer released and every whole gradient zeroed.
+  static void fsdp_fill(const Exec& e, void*, int64_t n, int value) {
+    e.device->kernel(fmt::format("fsdp_fill {} bytes {}", value == 0 ? "zero" : "release", n),
+                     e.stream);
+  }
+  static void fsdp_accumulate(const Exec& e, int64_t count, const float*, float*) {
+    e.device->kernel(fmt::format("fsdp_accumulate {}", count), e.stream);
+  }
 };
 
 }  // namespace dhelix::cuda::testing

@@ -134,13 +134,14 @@ std::unique_ptr<DeviceGradientReducer> make_reducer(const World& world, Recordin
   std::vector<DeviceParameter> params;
   std::vector<rt::BucketedParameter> shapes;
   for (const auto& p : model.parameters()) {
+    if (p.fsdp_shard) continue;  // summed by the plan's reduce-scatters
     params.push_back({p.name, p.values, p.gradient, p.count, p.sum_gradient_over_tp, p.expert});
     shapes.push_back({p.name, p.count, p.expert});
   }
   DeviceCommDirectory& comms = session.comms();
   DeviceReductionGroups groups;
   if (parallel.tp > 1) groups.tp = &comms.group(ParallelDim::kTp, DeviceStream::kCompute);
-  if (parallel.cp > 1) {
+  if (parallel.cp > 1 || (parallel.dp > 1 && parallel.fsdp_shards_parameters())) {
     groups.dense = &comms.gradient_group();
   } else if (parallel.dp > 1) {
     groups.dense = &comms.group(ParallelDim::kDp, DeviceStream::kCompute);
@@ -176,7 +177,10 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
   for (const PlanLayerRange& range : {stage.down_layers, stage.up_layers}) {
     if (range.count > 0) layer_ranges.emplace_back(range.first, range.count);
   }
-  Model model(world.job, rank, layer_ranges, stage.embedding, stage.head_loss, 7, {&device});
+  const ParallelSpec& parallel = world.job.parallel;
+  Model model(world.job, rank, layer_ranges, stage.embedding, stage.head_loss, 7, {&device},
+              {.enabled = parallel.fsdp_shards_parameters(),
+               .reshard_after_forward = parallel.fsdp_reshard_after_forward});
   // The engine's communicators (cuda_engine.cc): TP; with CP the ring's and DP x CP; with EP
   // the all-to-alls' and the expert-data-parallel group.
   DeviceCommSetup setup = model_comm_setup(world.job.parallel);
@@ -185,10 +189,16 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
   setup.warmup = comm_warmup_sizes(world.job, rank);
   if (reduction) {
     std::vector<rt::BucketedParameter> shapes;
-    for (const auto& p : model.parameters()) shapes.push_back({p.name, p.count, p.expert});
+    for (const auto& p : model.parameters()) {
+      if (!p.fsdp_shard) shapes.push_back({p.name, p.count, p.expert});
+    }
     size_gradient_warmups(setup.warmup,
                           rt::reduction_buckets_of(shapes, &programs[0], reduction->bucket_elements,
                                                    world.job.parallel.ep > 1));
+  }
+  // FSDP: the DP communicators warmed up to the largest gathered layer, as the engine.
+  for (const auto& p : model.parameters()) {
+    if (p.fsdp_shard) setup.warmup.dp = std::max(setup.warmup.dp, p.count * parallel.dp);
   }
   {
     DeviceSession session(device, setup, {&programs[0], &programs[1]},
@@ -215,6 +225,7 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
       record.buckets = reducer->buckets();
       std::vector<std::string> names;
       for (const auto& p : model.parameters()) {
+        if (p.fsdp_shard) continue;  // as make_reducer
         names.push_back(p.name);
         record.parameter_elements += p.count;
       }
@@ -257,6 +268,8 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
       }
       execute_device_program(device, world.plan, program, on_device, session.comms(),
                              session.streams(), std::move(options));
+      // As the engine: FSDP's reduced shards summed on the compute stream (none without).
+      model.finish_iteration({&device, session.streams().stream(DeviceStream::kCompute)});
       if (!reducer) continue;
       device.mark(fmt::format("update {}", i));
       reducer->finish();

@@ -35,7 +35,7 @@ struct RankRecord {
   /// of the program run that writes one of its gradients (rt::bucket_last_writers).
   std::vector<rt::ReductionBucket> buckets;
   std::vector<int64_t> last_writers;
-  int64_t parameter_elements = 0;  ///< of every parameter of the rank
+  int64_t parameter_elements = 0;  ///< of every parameter of the rank the reducer sums
 };
 
 /// The gradient reduction of a simulated run, as the CUDA engine's update() runs it

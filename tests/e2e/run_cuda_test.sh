@@ -16,8 +16,10 @@
 #     tiny-moe-ep2 and tiny-moe-ep2-recompute (2 GPUs), tiny-moe-ep2-tp2 (expert TP) and
 #     tiny-moe-ep2-pp2 (4 GPUs); tiny-dp2-tp2 with the overlapped reduction, and with the
 #     distributed optimizer and the overlapped gather (4 GPUs), whose losses equal the
-#     after-iteration reduction's bit for bit.
-#   * Without a GPU also: the DP reduction's flags reach the device (none refused by name).
+#     after-iteration reduction's bit for bit. FSDP (examples/jobs/tiny-fsdp-dp4.json planned
+#     here, DP 4, and DP 2 x TP 2 with sequence parallelism; 4 GPUs): --verify.
+#   * Without a GPU also: the DP reduction's flags and an FSDP plan reach the device (none
+#     refused by name).
 #   * With exactly 1 GPU: skipped (exit 77): every shipped plan needs 2 ranks or more.
 #   * Every run: --watchdog-s WATCHDOG_S (60) and mpirun under `timeout` (see run()).
 # Usage: run_cuda_test.sh BIN_DIR SOURCE_DIR <ON|OFF: built with CUDA>
@@ -54,6 +56,14 @@ run() { # run RANKS ARGS...: dhelix-run --backend cuda under mpirun, output in $
 loss_bits() { # loss_bits LOG STEP: the loss bits of that step in a --loss-log file
   grep "\"step\": $2," "$1" | sed 's/.*"loss_bits": "\([^"]*\)".*/\1/'
 }
+
+# FSDP's plans (optim_grads_params), planned from the example job: DP 4, and DP 2 x TP 2
+# with sequence parallelism.
+fsdp_job=$src/examples/jobs/tiny-fsdp-dp4.json
+"$bin/dhelix-plan" "$fsdp_job" -o "$work/tiny-fsdp-dp4.json" >/dev/null ||
+  fail "planning tiny-fsdp-dp4"
+"$bin/dhelix-plan" "$fsdp_job" --dp 2 --tp 2 --sequence-parallel -o "$work/tiny-fsdp-sp.json" \
+  >/dev/null || fail "planning tiny-fsdp-dp4 with DP 2 x TP 2 and SP"
 
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -98,6 +108,15 @@ if [ "$gpus" -eq 0 ]; then
   else
     echo "ok    no GPU, tiny-moe-ep2-tp2: the same error"
   fi
+  # FSDP reaches the device too (the engine runs its gathers and reduce-scatters).
+  run 4 --plan "$work/tiny-fsdp-dp4.json" --steps 1
+  status=$?
+  if [ "$status" -ne 4 ] || [ "$(grep -cF -- "$expected" "$work/out")" -lt 1 ]; then
+    fail "no GPU, tiny-fsdp-dp4: exit $status, expected 4 and '$expected'"
+    cat "$work/out"
+  else
+    echo "ok    no GPU, tiny-fsdp-dp4: the same error"
+  fi
   echo "$failures failed"
   [ "$failures" -eq 0 ]
   exit
@@ -116,6 +135,18 @@ if [ "$gpus" -ge 4 ]; then
     "tiny-cp2-tp2 4" "tiny-moe-ep2-tp2 4" "tiny-moe-ep2-pp2 4"
     "tiny-dp2-tp2 4 --overlap-grad-reduce --ddp-bucket-size 1000"
     "tiny-dp2-tp2 4 --overlap-grad-reduce --distributed-optimizer --overlap-param-gather --ddp-bucket-size 1000")
+fi
+# FSDP, by path: plans planned above.
+if [ "$gpus" -ge 4 ]; then
+  for plan in "$work/tiny-fsdp-dp4.json" "$work/tiny-fsdp-sp.json"; do
+    if run 4 --plan "$plan" --steps 3 --verify --jitter-us 200 &&
+      grep -q "^verify step 3: co-executed and sequential schedules bitwise equal" "$work/out"; then
+      echo "ok    $(basename "$plan"): --verify on 4 GPUs"
+    else
+      fail "$(basename "$plan"): --verify on 4 GPUs"
+      cat "$work/out"
+    fi
+  done
 fi
 for case in "${cases[@]}"; do
   read -r plan ranks extra <<<"$case"

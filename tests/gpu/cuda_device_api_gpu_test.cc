@@ -42,9 +42,10 @@ TEST(CudaDeviceApi, LoadsEveryKernelAndReportsTheirStack) {
   CudaDeviceApi api;
   const KernelInventory inventory = api.load_kernels();
   EXPECT_EQ(inventory.kernels,
-            static_cast<int64_t>(rowwise_kernels().size() + attention_kernels().size() +
-                                 ring_attention_kernels().size() + moe_kernels().size() +
-                                 moe_shared_kernels().size() + delay_kernels().size()));
+            static_cast<int64_t>(rowwise_kernels().size() + embedding_kernels().size() +
+                                 attention_kernels().size() + ring_attention_kernels().size() +
+                                 moe_kernels().size() + moe_shared_kernels().size() +
+                                 delay_kernels().size()));
   // The attention kernels keep per-thread arrays of head_dim floats (ptxas: 2 to 4 KiB).
   EXPECT_GT(inventory.max_stack_bytes, 1024);
   EXPECT_FALSE(inventory.largest_stack_kernel.empty());

@@ -71,7 +71,9 @@ struct Fixture {
     routing.logits = bf16_rounded(random_floats(kTokens * kExperts, 1, -2.0f, 2.0f));
     cpu::moe_route_logits(cpu_shape, routing);
     DeviceBuffer<bf16> logits(to_bf16(routing.logits));
-    moe_route(shape, logits.get(), device.view(), nullptr);
+    const int64_t workspace_bytes = moe_route_workspace_bytes(kTokens, kTopK, kExperts);
+    DeviceBuffer<char> workspace(workspace_bytes);
+    moe_route(shape, logits.get(), device.view(), {workspace.get(), workspace_bytes}, nullptr);
     DHELIX_CUDA(cudaDeviceSynchronize());
     first_slot.assign(to_size(kExperts), 0);
     for (int64_t e = 1; e < kExperts; ++e) {

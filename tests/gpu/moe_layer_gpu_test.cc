@@ -158,8 +158,11 @@ TEST(CudaMoeLayer, ExpertParallelLayerMatchesTheCpuWithinBf16Error) {
 
   const int64_t block = kLocal * capacity * h;  // elements one rank sends each member
   // Forward: route and permute on every rank, dispatch, experts, combine, unpermute.
+  const int64_t workspace_bytes =
+      moe_route_workspace_bytes(shape.tokens, shape.top_k, shape.experts);
+  DeviceBuffer<char> workspace(workspace_bytes);
   for (Rank& rank : ranks) {
-    moe_route(shape, rank.logits->get(), rank.view(), nullptr);
+    moe_route(shape, rank.logits->get(), rank.view(), {workspace.get(), workspace_bytes}, nullptr);
     moe_permute(shape, rank.view(), rank.x->get(), rank.permuted->get(), nullptr);
   }
   DHELIX_CUDA(cudaDeviceSynchronize());

@@ -22,6 +22,7 @@
 #include "lib/rank_shape.h"
 #include "runtime/cuda/cublas_gemm.h"
 #include "runtime/cuda/device_pool.h"
+#include "runtime/cuda/moe_cuda.h"
 #include "runtime/model/moe_layers_cpu.h"
 #include "runtime/model/moe_op_names.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -94,8 +95,13 @@ void expect_cpu_layer_within_bf16_error(int64_t shared_width) {
     CublasGemm gemm(stream);
     DevicePool pool(stream);
     CudaBackend::Memory memory(CudaBackend::MemoryConfig{&pool});
-    const CudaBackend::Exec exec{
-        .stream = stream, .gemm = &gemm, .workspace = {}, .cudnn = nullptr};
+    // The router's scratch (moe_route_workspace_bytes) on the stream's workspace.
+    const int64_t workspace_bytes = moe_route_workspace_bytes(t, 2, 4);
+    DeviceBuffer<char> workspace(workspace_bytes);
+    const CudaBackend::Exec exec{.stream = stream,
+                                 .gemm = &gemm,
+                                 .workspace = {workspace.get(), workspace_bytes},
+                                 .cudnn = nullptr};
     std::vector<std::unique_ptr<MoeLayersCuda>> gpu;
     for (int64_t r = 0; r < ep; ++r) {
       gpu.push_back(

@@ -141,7 +141,7 @@ TEST(Fsdp, ValidationRefusesWhatIsNotModelledByName) {
                 "job.json: /parallel/fsdp_reshard_after_forward: false applies only with "
                 "data_parallel_sharding_strategy optim_grads_params (it is optim_grads): only "
                 "then are the parameters gathered"});
-  // ZeRO-3 with context parallelism, full recompute, a mixture of experts.
+  // ZeRO-3 with context parallelism (refused), with full recompute (allowed).
   JobSpec cp = with_fsdp(make_job(llama3_70b(), {.tp = 8, .cp = 2, .dp = 4, .sp = true}),
                          FsdpShardingStrategy::kOptimGradsParams);
   cp.parallel.recompute.granularity = RecomputeGranularity::kFull;
@@ -149,21 +149,14 @@ TEST(Fsdp, ValidationRefusesWhatIsNotModelledByName) {
             (std::vector<std::string>{
                 "job.json: /parallel/cp: 2 is not supported with data_parallel_sharding_strategy "
                 "optim_grads_params in this version (Megatron-FSDP shards over dp·cp with "
-                "context parallelism; dhelix shards over dp only)",
-                "job.json: /parallel/recompute_granularity: \"full\" is not supported with "
-                "data_parallel_sharding_strategy optim_grads_params in this version (the "
-                "recomputed forward would gather the layer's parameters again)"}));
+                "context parallelism; dhelix shards over dp only)"}));
+  JobSpec full = llama_zero3();
+  full.parallel.recompute.granularity = RecomputeGranularity::kFull;
+  EXPECT_EQ(messages(full), std::vector<std::string>{});
+  // A mixture of experts: its experts shard over the expert-data-parallel group.
   const JobSpec moe =
       with_fsdp(make_job(phi35_moe(), {.dp = 8, .ep = 8}), FsdpShardingStrategy::kOptimGradsParams);
-  EXPECT_EQ(messages(moe), std::vector<std::string>{
-                               "job.json: /parallel/use_megatron_fsdp: true is not supported with "
-                               "data_parallel_sharding_strategy optim_grads_params in this "
-                               "version (phi-3.5-moe is a mixture-of-experts model: its experts "
-                               "would shard over the expert data-parallel group, which is not "
-                               "modelled)"});
-  // The same MoE job with ZeRO-1 or ZeRO-2 adds nothing to the layers: allowed.
-  EXPECT_EQ(messages(with_fsdp(moe, FsdpShardingStrategy::kOptimGrads)),
-            std::vector<std::string>{});
+  EXPECT_EQ(messages(moe), std::vector<std::string>{});
 }
 
 // ---------------------------------------------------------------- sizes
@@ -273,6 +266,40 @@ TEST(Fsdp, IntraBatchRewriteAndSelectiveRecomputeKeepTheCollectives) {
       with_recompute(build_layer_dags(job, 0), RecomputeGranularity::kSelective);
   EXPECT_TRUE(selective.backward.find("bwd.fsdp_gather").has_value());
   EXPECT_TRUE(selective.backward.is_acyclic());
+}
+
+// Full recompute under FSDP repeats the forward but not its gather: the backward's gather
+// comes first and every repeated weight reader waits for it (with reshard); without
+// reshard the backward gathers nothing and the repeat reads the kept weights.
+TEST(Fsdp, FullRecomputeReplaysOnTheBackwardsGather) {
+  for (const bool reshard : {true, false}) {
+    SCOPED_TRACE(reshard ? "reshard" : "kept");
+    const LayerDags plain = build_layer_dags(llama_zero3(reshard), 0);
+    const LayerDags dags = with_recompute(plain, RecomputeGranularity::kFull);
+    const LayerDag& b = dags.backward;
+    EXPECT_TRUE(b.is_acyclic());
+    EXPECT_FALSE(b.find("bwd.recompute.fsdp_gather").has_value());
+    // Every forward op but the gather is repeated.
+    EXPECT_EQ(b.size(), plain.backward.size() + plain.forward.size() - 1);
+    int64_t gathers = 0;
+    for (int64_t v = 0; v < b.size(); ++v)
+      gathers += b.op(v).kind == OpKind::kAllGather && b.op(v).group == ParallelDim::kDp;
+    EXPECT_EQ(gathers, reshard ? 1 : 0);
+    if (!reshard) continue;
+    ASSERT_EQ(b.op(0).id, "bwd.fsdp_gather");  // first, as the file comment wants
+    EXPECT_TRUE(b.predecessors(0).empty());
+    const Ids after = neighbours(b, "bwd.fsdp_gather", true);
+    // The forward's weight readers, repeated, and the backward's own (dgrads, norms).
+    for (const char* id :
+         {"bwd.recompute.ln_attn", "bwd.recompute.gemm_qkv", "bwd.recompute.gemm_proj",
+          "bwd.recompute.ln_mlp", "bwd.recompute.gemm_fc1", "bwd.recompute.gemm_fc2",
+          "bwd.fc2_dgrad", "bwd.qkv_dgrad"}) {
+      EXPECT_TRUE(after.count(id)) << id;
+    }
+    EXPECT_FALSE(after.count("bwd.recompute.flash_attn"));  // reads no weights
+    // The backward's own first ops still wait for the repeat.
+    EXPECT_TRUE(neighbours(b, "bwd.bda_mlp", false).count("bwd.recompute.bda_mlp"));
+  }
 }
 
 TEST(Fsdp, TinyExampleHasTheCollectivesOverFourLocalRanks) {

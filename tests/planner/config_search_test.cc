@@ -151,6 +151,17 @@ TEST(ConfigSpace, FsdpStrategyIsAnAxisOnlyWhereAskedAndDpShards) {
   labelled.fsdp_reshard_after_forward = false;
   EXPECT_NE(configuration_label(labelled, false).find(" fsdp-optim_grads_params(keep)"),
             std::string::npos);
+  // Full recompute keeps optim_grads_params (its replay reads the backward's gathers): as
+  // many ZeRO-3 configurations with each recompute setting.
+  c.fsdp_sharding.reset();
+  c.search_fsdp = true;
+  c.search_recompute = true;
+  std::map<RecomputeGranularity, int64_t> zero3_by_recompute;
+  for (const ParallelSpec& p : enumerate_configurations(base, 8, c)) {
+    if (p.fsdp_shards_parameters()) ++zero3_by_recompute[p.recompute.granularity];
+  }
+  EXPECT_EQ(zero3_by_recompute[RecomputeGranularity::kFull], 121 - 94);
+  EXPECT_EQ(zero3_by_recompute[RecomputeGranularity::kNone], 121 - 94);
 }
 
 TEST(ConfigSpace, RecomputeTriplesTheSpace) {

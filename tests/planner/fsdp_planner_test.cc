@@ -124,6 +124,32 @@ TEST(FsdpMemory, ShardsTheLayersAndHoldsTheGatheredBuffersInFlight) {
   EXPECT_EQ(z0.optimizer_bytes, 12 * z0.parameters.total());
 }
 
+TEST(FsdpMemory, FullRecomputeKeepsTheInputAndTheKeptParameters) {
+  // tp 8 with SP, s = 8192, b = 1: a layer's input 2 · 8192 · 8192 / 8 = 16,777,216 bytes.
+  // Without reshard a layer also keeps its gathered parameters, 2 · P = 213,942,272 bytes,
+  // which recompute does not drop: a chunk of 10 layers keeps 10 · (16,777,216 +
+  // 213,942,272) = 2,307,194,880 bytes (uniform, one layer a group).
+  for (const bool reshard : {true, false}) {
+    JobSpec job = llama_zero3(reshard);
+    job.parallel.recompute.granularity = RecomputeGranularity::kFull;
+    const int64_t kept = reshard ? 0 : 213'942'272;
+    EXPECT_EQ(fsdp_kept_parameter_bytes(job.model, job.parallel), kept);
+    EXPECT_EQ(layer_input_bytes(job.model, job.parallel), 16'777'216);
+    EXPECT_EQ(chunk_activation_bytes(job.model, job.parallel, 10), 10 * (16'777'216 + kept));
+    // The transient: one layer's activations less its input and its kept parameters, the
+    // same with and without reshard (the replay reads gathered buffers counted elsewhere).
+    JobSpec plain = job;
+    plain.parallel.use_megatron_fsdp = false;
+    EXPECT_EQ(recompute_transient_bytes(job.model, job.parallel, 10),
+              recompute_transient_bytes(plain.model, plain.parallel, 10));
+    // Block: the first 3 of 10 layers recompute (input + kept), 7 keep everything.
+    job.parallel.recompute.method = RecomputeMethod::kBlock;
+    job.parallel.recompute.num_layers = 3;
+    EXPECT_EQ(chunk_activation_bytes(job.model, job.parallel, 10),
+              3 * (16'777'216 + kept) + 7 * layer_activation_bytes(job.model, job.parallel));
+  }
+}
+
 // ---------------------------------------------------------------- the baselines' prefetch
 
 TEST(FsdpPrefetch, TheWorkedExampleOfTheHeader) {

@@ -43,6 +43,49 @@ TEST(FsdpLayoutTest, ShardsAreEvenPaddedAndInMemberOrder) {
   EXPECT_EQ(one.padded(), 7);
 }
 
+TEST(FsdpLayoutTest, TpSummedRangesAreTheSummedTensorsPartsOfEachShard) {
+  // The file comment's example with b summed over TP: elements [3, 8) of the flattened layer.
+  const rt::FsdpLayout b({"a", "b", "c"}, {3, 5, 2}, 4, {false, true, false});
+  using Ranges = std::vector<rt::ShardRange>;
+  EXPECT_EQ(b.tp_summed_ranges(0), Ranges{});
+  EXPECT_EQ(b.tp_summed_ranges(1), (Ranges{{0, 3}}));  // elements 3, 4, 5
+  EXPECT_EQ(b.tp_summed_ranges(2), (Ranges{{0, 2}}));  // elements 6, 7 (8 is c's)
+  EXPECT_EQ(b.tp_summed_ranges(3), Ranges{});
+  // a and c summed: member 2 holds b's 6, 7 and c's 8 -> [2, 3); member 3 c's 9 -> [0, 1),
+  // not its padding.
+  const rt::FsdpLayout ac({"a", "b", "c"}, {3, 5, 2}, 4, {true, false, true});
+  EXPECT_EQ(ac.tp_summed_ranges(0), (Ranges{{0, 3}}));
+  EXPECT_EQ(ac.tp_summed_ranges(1), Ranges{});
+  EXPECT_EQ(ac.tp_summed_ranges(2), (Ranges{{2, 1}}));
+  EXPECT_EQ(ac.tp_summed_ranges(3), (Ranges{{0, 1}}));
+  // Adjacent summed tensors in one shard merge: b and c over member 2 -> [0, 3).
+  const rt::FsdpLayout bc({"a", "b", "c"}, {3, 5, 2}, 4, {false, true, true});
+  EXPECT_EQ(bc.tp_summed_ranges(2), (Ranges{{0, 3}}));
+  EXPECT_EQ(bc.tp_summed_ranges(3), (Ranges{{0, 1}}));
+  // Without flags nothing is summed.
+  EXPECT_EQ(rt::FsdpLayout({"a"}, {7}, 2).tp_summed_ranges(0), Ranges{});
+}
+
+// The layer of a tiny SP model (tp 2) under FSDP: its norm gains' shard ranges are the ones
+// the engine sums over TP, the GEMM weights' none.
+TEST(FsdpModelTest, SequenceParallelShardsMarkTheNormGains) {
+  JobSpec sp = tiny_job(2, true);
+  sp.parallel.dp = 2;
+  sp.parallel.global_batch_size = 4;
+  rt::StageModel model(sp, 0, {{0, 1}}, false, false, 7, {}, {.enabled = true});
+  const rt::FsdpLayout* layout = model.fsdp_layout("layers.0.fsdp_shard");
+  ASSERT_NE(layout, nullptr);
+  // ln_attn is tensor 0 (member 0's shard starts with it); ln_mlp is tensor 3.
+  const int64_t hidden = layout->counts()[0];
+  EXPECT_EQ(layout->counts()[3], hidden);
+  std::vector<rt::ShardRange> expected{{0, hidden}};
+  const int64_t ln_mlp = layout->offsets()[3];
+  if (ln_mlp < layout->shard()) {
+    expected.push_back({ln_mlp, std::min(hidden, layout->shard() - ln_mlp)});
+  }
+  EXPECT_EQ(layout->tp_summed_ranges(0), expected);
+}
+
 // tiny_llama over dp ranks (tp = 1, pp = 1), micro-batches of 2 sequences of 16.
 JobSpec dp_job(int64_t dp, int64_t micro_batches) {
   JobSpec job = tiny_job(1, false);
@@ -353,6 +396,11 @@ TEST(FsdpModelTest, OpsAndSettingsItDoesNotRunAreRefusedByName) {
   auto [code, message] = error_of([&] { kept.model(0).bind(rt::OpRef{"bwd.fsdp_gather", 0, 0}); });
   EXPECT_EQ(code, ErrorCode::kInvalidInput);
   EXPECT_NE(message.find("reshard_after_forward false"), std::string::npos) << message;
+  // Full recompute's repeat gathers nothing of its own (lib/dag_builder_recompute.cc).
+  JobSpec full = dp_job(2, 1);
+  full.parallel.recompute.granularity = RecomputeGranularity::kFull;
+  DpGroup recompute(full, {.enabled = true});
+  EXPECT_THROW(recompute.model(0).bind(rt::OpRef{"bwd.recompute.fsdp_gather", 0, 0}), Error);
   // FSDP ops on a model without FSDP.
   DpGroup plain(dp_job(2, 1), {});
   std::tie(code, message) = error_of([&] {
@@ -360,13 +408,7 @@ TEST(FsdpModelTest, OpsAndSettingsItDoesNotRunAreRefusedByName) {
   });
   EXPECT_EQ(code, ErrorCode::kInvalidInput);
   EXPECT_NE(message.find("holds no FSDP shard"), std::string::npos) << message;
-  // Sequence parallelism and context parallelism.
-  JobSpec sp = tiny_job(2, true);
-  std::tie(code, message) = error_of([&] {
-    rt::StageModel model(sp, 0, {{0, 2}}, true, true, 7, {}, {.enabled = true});
-  });
-  EXPECT_EQ(code, ErrorCode::kUnsupported);
-  EXPECT_NE(message.find("sequence parallelism"), std::string::npos) << message;
+  // Context parallelism (sequence parallelism runs: FsdpLayoutTest's TP-summed ranges).
   JobSpec cp = tiny_job(1, false);
   cp.parallel.cp = 2;
   std::tie(code, message) = error_of([&] {

@@ -3,15 +3,18 @@
 // through MoeLayersCpu): on PaddedCpuBackend (tests/runtime/padded_cpu_backend.h: the CPU
 // backend plus runtime/cpu/moe_padded_cpu.h, whose gate steps loop over the row functions of
 // runtime/kernels/moe_shared_gate.h), so that the two bindings run the same GEMMs and row
-// functions and must agree bit for bit. tp = 1, and tp = 2 with SP (both TP
-// ranks, the all-gathers and reduce-scatters applied on the host for both alike): the
-// initial weights, the MoE output y += g shared(x), the two input gradients and the three
-// weight gradients, each bitwise; the parameters' names and gradient groups; the TP
+// functions and must agree bit for bit, except where d logit's dot product enters (summed
+// in the GPU warp's lane-tree order on the padded path, left to right on the CPU): within
+// fp32 rounding there. tp = 1, and tp = 2 with SP (both TP ranks, the all-gathers and
+// reduce-scatters applied on the host for both alike): the initial weights, the MoE output
+// y += g shared(x) and fc1's and fc2's weight gradients bitwise; dx and the gate's
+// gradient within 1e-5 relative; the parameters' names and gradient groups; the TP
 // exchanges refused with tp = 1.
 #include "runtime/model/moe_shared_expert_padded.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -84,6 +87,17 @@ void run_on_group(std::vector<Bound>& bound) {
   }
 }
 
+// d logit's dot product <dy, out>: the padded path sums it as the GPU's warp does
+// (kernels::lane_tree_sum's order), the CPU left to right; what flows from it (dx through
+// the gate, the gate's weight gradient) agrees within fp32 rounding of an h-term sum.
+void expect_within_dot_rounding(const std::vector<float>& got, const std::vector<float>& want,
+                                const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << what << " [" << i << "]";
+  }
+}
+
 void expect_same_as_the_cpu(int64_t tp) {
   const JobSpec job = shared_job(tp);
   const RankShape d = rank_shape(job, 0);
@@ -148,7 +162,7 @@ void expect_same_as_the_cpu(int64_t tp) {
     const auto [through_fc1, through_gate] = padded[r]->input_gradients(0, 0, false);
     std::vector<float> dx(static_cast<size_t>(n * h));
     for (size_t i = 0; i < dx.size(); ++i) dx[i] = (0.0f + through_fc1[i]) + through_gate[i];
-    EXPECT_EQ(dx, dx_cpu[r]);
+    expect_within_dot_rounding(dx, dx_cpu[r], "dx");
     const std::vector<ParameterView> want = cpu[r]->parameters(0);
     const std::vector<Shared::ParameterView> got = padded[r]->parameters(0);
     ASSERT_EQ(want.size(), 6u);
@@ -162,16 +176,21 @@ void expect_same_as_the_cpu(int64_t tp) {
       ASSERT_EQ(got[p].count, w.count);
       EXPECT_EQ(std::vector<float>(got[p].values, got[p].values + w.count),
                 std::vector<float>(w.values, w.values + w.count));
-      EXPECT_EQ(std::vector<float>(got[p].gradient, got[p].gradient + w.count),
-                std::vector<float>(w.gradient, w.gradient + w.count));
+      const std::vector<float> gradient(got[p].gradient, got[p].gradient + w.count);
+      const std::vector<float> want_gradient(w.gradient, w.gradient + w.count);
+      if (p == 0) {  // the gate's: from d logit
+        expect_within_dot_rounding(gradient, want_gradient, "gate gradient");
+      } else {
+        EXPECT_EQ(gradient, want_gradient);
+      }
     }
     EXPECT_EQ(got[0].sum_gradient_over_tp, tp > 1);  // the replicated gate
   }
 }
 
-TEST(PaddedSharedExpert, EqualsTheCpuSharedExpertBitForBitAtTp1) { expect_same_as_the_cpu(1); }
+TEST(PaddedSharedExpert, EqualsTheCpuSharedExpertAtTp1) { expect_same_as_the_cpu(1); }
 
-TEST(PaddedSharedExpert, EqualsTheCpuSharedExpertBitForBitAtTp2) { expect_same_as_the_cpu(2); }
+TEST(PaddedSharedExpert, EqualsTheCpuSharedExpertAtTp2) { expect_same_as_the_cpu(2); }
 
 TEST(PaddedSharedExpert, RefusesTheTpExchangesWithTp1AndForeignOps) {
   const JobSpec job = shared_job(1);
