@@ -124,9 +124,9 @@ class CudaEngine final : public TrainingEngine {
         // Under CP the ring types run ring steps, not this attention; Ulysses runs it on
         // its head split (device_setup.h).
         has_layers_(!slice.layer_ranges.empty()),
-        attention_(model_attention_setup(
-            rank_shape(job, rank), has_layers_, job.parallel.cp_comm_type, options.deterministic,
-            parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
+        attention_(model_attention_setup(rank_shape(job, rank), has_layers_,
+                                         job.parallel.cp_comm_type, options.deterministic,
+                                         parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
         workspace_bytes_(workspace_bytes(job, rank_shape(job, rank))),
         overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
         // Over a DP x CP group of one there is nothing to shard: the whole state.
