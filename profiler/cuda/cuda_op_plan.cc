@@ -46,6 +46,18 @@ bool runs_dhelix_attention(const OpShape& s) {
          s.heads % s.kv_heads == 0 && s.heads <= kMaxGridYZ && s.batch <= kMaxGridYZ;
 }
 
+// A CP ring step's op (lib/dag_builder_cp.cc: fwd.attn_step<i>, bwd.attn_step<i>) on a
+// shape the ring kernels take: the local sequence is two chunks. Its step index, else -1.
+int64_t ring_step_index(const Op& op) {
+  const std::string::size_type at = op.id.find(".attn_step");
+  if (at == std::string::npos || !runs_dhelix_attention(op.shape) || op.shape.q_len % 2 != 0) {
+    return -1;
+  }
+  const std::string digits = op.id.substr(at + std::string(".attn_step").size());
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(digits);
+}
+
 LaunchKind collective_launch(OpKind kind) {
   switch (kind) {
     case OpKind::kAllGather:
@@ -120,8 +132,10 @@ int64_t OpLaunchPlan::device_bytes() const {
       const int64_t q = a.batch * a.seq * a.heads * a.head_dim * 2;  // bf16
       const int64_t kv = a.batch * a.seq * a.kv_heads * a.head_dim * 2;
       const int64_t rows = a.batch * a.heads * a.seq * 4;  // fp32 lse (and delta)
-      // q, k, v, out, lse; the backward adds dout, dq, dk, dv and delta.
-      return a.backward ? 4 * q + 4 * kv + 2 * rows : 2 * q + 2 * kv + rows;
+      // q, k, v, out, lse; the backward adds dout, dq, dk, dv and delta. A ring step also
+      // keeps the forward's state: (max, sum) per row and the fp32 accumulator.
+      const int64_t state = a.ring_step ? 2 * rows + 2 * q : 0;
+      return (a.backward ? 4 * q + 4 * kv + 2 * rows : 2 * q + 2 * kv + rows) + state;
     }
   }
   return 0;
@@ -161,6 +175,10 @@ OpLaunchPlan plan_cuda_op(const Op& op) {
                           .kv_heads = op.shape.kv_heads,
                           .head_dim = op.shape.head_dim,
                           .backward = op.pass == Pass::kBackward};
+        if (const int64_t step = ring_step_index(op); step >= 0) {
+          plan.attention.ring_step = true;
+          plan.attention.diagonal = step == 0;
+        }
         return plan;
       }
       plan.kind = LaunchKind::kGemm;

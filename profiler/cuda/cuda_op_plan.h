@@ -17,7 +17,12 @@
 //                         runtime/cuda's causal GQA kernels, whichever dhelix-run's set-up
 //                         picks for the shape (runtime/cuda/attention_path.h, decided by
 //                         CudaOpRunner the same way), forward or backward, on
-//                         the op's batch, heads, kv_heads, head_dim and q_len, bf16. Where
+//                         the op's batch, heads, kv_heads, head_dim and q_len, bf16. A
+//                         CP ring step (op id fwd/bwd.attn_stepN, q_len = kv_len even):
+//                         the runtime's ring-step kernel (runtime/cuda/ring_attention_cuda.h,
+//                         never cuDNN) on a representative step of CP 2, rank 0: its own
+//                         block for step 0 (the causal diagonal), rank 1's for the others
+//                         (half the block visible, as every off-diagonal step). Where
 //                         those kernels do not apply (q_len != kv_len as under CP, not
 //                         causal, a head_dim they refuse): APPROXIMATE, GEMMs of the op's
 //                         FLOPs (m = batch * q_len rows, k = heads * head_dim, n = flops /
@@ -82,7 +87,9 @@ std::vector<GemmCallAt> gemm_calls(const GemmLaunch& launch);
 /// runtime/kernels/attention.h.
 struct AttentionLaunch {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  bool backward = false;  ///< attention_backward (dq, dk, dv) instead of the forward
+  bool backward = false;   ///< attention_backward (dq, dk, dv) instead of the forward
+  bool ring_step = false;  ///< one CP ring step on seq = 2 chunks (ring_forward_step / ...)
+  bool diagonal = true;    ///< ring step 0 (the rank's own block) rather than a later one
 };
 
 /// What to launch for one op.

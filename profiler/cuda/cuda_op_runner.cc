@@ -16,6 +16,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_device_api.h"
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/cuda/ring_attention_cuda.h"
 #include "runtime/kernels/attention.h"
 
 namespace dhelix::cuda_profile {
@@ -143,6 +144,54 @@ Enqueue attention_closure(const OpLaunchPlan& plan, uint64_t seed, cuda::CudnnSd
       cuda::attention_backward(shape, as(q), as(k), as(v), as(out), f32(lse), as(dout), as(dq),
                                as(dk), as(dv), f32(delta), stream);
     }
+  };
+}
+
+// One CP ring step as the runtime runs it (runtime/cuda/ring_attention_cuda.h), on random
+// bf16 operands: CP 2, rank 0, visiting its own block (step 0) or rank 1's (cuda_op_plan.h).
+// The backward's lse and delta come from a whole forward over both blocks, computed once.
+Enqueue ring_step_closure(const OpLaunchPlan& plan, uint64_t seed) {
+  const AttentionLaunch& a = plan.attention;
+  const kernels::AttentionShape shape{.batch = a.batch,
+                                      .seq = a.seq,
+                                      .heads = a.heads,
+                                      .kv_heads = a.kv_heads,
+                                      .head_dim = a.head_dim};
+  const int64_t q_elements = a.batch * a.seq * a.heads * a.head_dim;
+  const int64_t kv_elements = a.batch * a.seq * a.kv_heads * a.head_dim;
+  const int64_t rows = a.batch * a.heads * a.seq;
+  const cpu::RingStep step{
+      .cp = 2, .rank = 0, .block_rank = a.diagonal ? 0 : 1, .chunk = a.seq / 2};
+  Buffer q = random_operands(DType::kBf16, q_elements, seed);
+  Buffer k = random_operands(DType::kBf16, kv_elements, seed + 1);
+  Buffer v = random_operands(DType::kBf16, kv_elements, seed + 2);
+  Buffer stats = zeroed(cuda::ring_state_stats_elements(shape) * 4);
+  Buffer acc = zeroed(cuda::ring_state_acc_elements(shape) * 4);
+  using cuda::bf16;
+  const auto as = [](const Buffer& b) { return static_cast<bf16*>(b->get()); };
+  const auto f32 = [](const Buffer& b) { return static_cast<float*>(b->get()); };
+  const cuda::RingDeviceState state{.stats = f32(stats), .acc = f32(acc)};
+  if (!a.backward) {
+    cuda::ring_forward_start(shape, state, nullptr);
+    DHELIX_CUDA(cudaDeviceSynchronize());  // the closure runs on another stream
+    return [=](cudaStream_t stream) {
+      cuda::ring_forward_step(shape, step, as(q), as(k), as(v), state, stream);
+    };
+  }
+  Buffer out = zeroed(q_elements * 2), lse = zeroed(rows * 4), delta = zeroed(rows * 4);
+  Buffer dout = random_operands(DType::kBf16, q_elements, seed + 3);
+  Buffer dq = zeroed(q_elements * 2), dk = zeroed(kv_elements * 2), dv = zeroed(kv_elements * 2);
+  cuda::ring_forward_start(shape, state, nullptr);
+  for (int64_t block = 0; block < 2; ++block) {
+    cuda::ring_forward_step(shape, {.cp = 2, .rank = 0, .block_rank = block, .chunk = a.seq / 2},
+                            as(q), as(k), as(v), state, nullptr);
+  }
+  cuda::ring_forward_finish(shape, state, as(out), f32(lse), nullptr);
+  cuda::ring_backward_delta(shape, as(out), as(dout), f32(delta), nullptr);
+  DHELIX_CUDA(cudaDeviceSynchronize());
+  return [=](cudaStream_t stream) {
+    cuda::ring_backward_step(shape, step, as(q), as(dout), f32(lse), f32(delta), as(k), as(v),
+                             as(dq), as(dk), as(dv), stream);
   };
 }
 
@@ -321,7 +370,10 @@ CudaRunnableOp CudaOpRunner::make(const Op& op, int strand) {
       runnable.enqueue = copy_closure(plan);
       break;
     case LaunchKind::kAttention:
-      runnable.enqueue = attention_closure(plan, next_seed_, attention_for(plan.attention));
+      // A ring step runs the ring kernel whatever cuDNN does for causal attention.
+      runnable.enqueue = plan.attention.ring_step
+                             ? ring_step_closure(plan, next_seed_)
+                             : attention_closure(plan, next_seed_, attention_for(plan.attention));
       next_seed_ += 4;
       break;
     default:

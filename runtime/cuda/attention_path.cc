@@ -141,4 +141,21 @@ AttentionDecision decide_attention_path(const AttentionSetup& setup, const Atten
                       cudnn, worst, setup.deterministic ? ", backward repeatable" : "")};
 }
 
+std::vector<std::string> attention_summary(const std::optional<AttentionDecision>& causal,
+                                           int64_t cp, CpCommType cp_comm_type) {
+  std::vector<std::string> lines;
+  if (causal) {
+    const char* kind = cp > 1 ? "Ulysses head-split attention (cp_comm_type a2a)" : "attention";
+    lines.push_back(fmt::format("{}: {}", kind, causal->reason));
+  }
+  if (cp > 1 && cp_comm_type != CpCommType::kA2a) {
+    lines.push_back(fmt::format(
+        "ring steps (cp_comm_type {}): dhelix's tensor-core ring kernel; cuDNN not used: a "
+        "ring step's queries and keys sit at different positions (an offset causal band), "
+        "which dhelix's cuDNN graph (causal self-attention) does not express",
+        cp_comm_type_name(cp_comm_type)));
+  }
+  return lines;
+}
+
 }  // namespace dhelix::cuda

@@ -21,13 +21,21 @@
 // DHELIX_ATTENTION=cudnn|dhelix|auto (default auto) forces a path: `dhelix` skips cuDNN
 // altogether; `cudnn` makes steps 1-2 errors instead of fallbacks and uses cuDNN even when
 // the self-check disagrees (it still prints the disagreement), for debugging on a cluster.
-// Every rank prints the path it took, once (dhelix-run's "attention:" line).
+// Every rank prints the path it took, once (dhelix-run's "attention:" lines, one per kind
+// of attention its layers run: attention_summary).
+//
+// Under context parallelism the kinds differ: Ulysses (cp_comm_type a2a) runs plain causal
+// attention on a head split, decided as above on that shape; the ring types (p2p,
+// allgather, a2a+p2p) run ring steps whose queries and keys sit at different positions,
+// always on dhelix's tensor-core ring kernel (ring_attention_cuda.h): the cuDNN graph here
+// (sdpa_graph.h) is causal self-attention and has no offset band for a ring step.
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "lib/parallel_spec.h"
 #include "runtime/kernels/attention.h"
 
 namespace dhelix::cuda {
@@ -96,5 +104,11 @@ bool should_try_cudnn(const AttentionSetup& setup, const AttentionFacts& facts);
 /// The decision from the facts of steps 1-3. Throws Error(kUnsupported) when
 /// DHELIX_ATTENTION=cudnn but cuDNN refused the graph.
 AttentionDecision decide_attention_path(const AttentionSetup& setup, const AttentionFacts& facts);
+
+/// One line per attention kind a rank's layers run, naming its engine and, where cuDNN
+/// was not taken, why: `causal` is the decision for the attention prepared at set-up
+/// (nullopt when none was: ring steps only, or no layers), cp and cp_comm_type the job's.
+std::vector<std::string> attention_summary(const std::optional<AttentionDecision>& causal,
+                                           int64_t cp, CpCommType cp_comm_type);
 
 }  // namespace dhelix::cuda

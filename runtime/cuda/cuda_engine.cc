@@ -121,10 +121,12 @@ class CudaEngine final : public TrainingEngine {
         parallel_(job.parallel),
         gemm_shapes_(job_gemm_shapes(job, rank, !slice.layer_ranges.empty(), slice.head)),
         warmup_sizes_(comm_warmup_sizes(job, rank)),
-        // Under CP the layers run the ring kernels, not this attention (layer_ops_cp.h).
-        attention_(model_attention_setup(
-            rank_shape(job, rank), !slice.layer_ranges.empty() && job.parallel.cp == 1,
-            options.deterministic, parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
+        // Under CP the ring types run ring steps, not this attention; Ulysses runs it on
+        // its head split (device_setup.h).
+        has_layers_(!slice.layer_ranges.empty()),
+        attention_(model_attention_setup(rank_shape(job, rank), has_layers_,
+                                         job.parallel.cp_comm_type, options.deterministic,
+                                         parse_attention_choice(std::getenv("DHELIX_ATTENTION")))),
         workspace_bytes_(workspace_bytes(job, rank_shape(job, rank))),
         overlap_(options.overlap_grad_reduce.value_or(job.parallel.overlap_grad_reduce)),
         // Over a DP x CP group of one there is nothing to shard: the whole state.
@@ -456,12 +458,13 @@ class CudaEngine final : public TrainingEngine {
   // The attention path, once per rank: rank 0 always, the others only when they fell back
   // (a cluster of thousands of ranks would otherwise print thousands of equal lines).
   void report_attention(const std::optional<AttentionDecision>& decision) const {
-    if (!decision) return;
-    const bool fell_back = decision->path == AttentionPath::kDhelix &&
+    if (!has_layers_) return;
+    const bool fell_back = decision && decision->path == AttentionPath::kDhelix &&
                            attention_->choice != AttentionChoice::kDhelix &&
                            CudnnSdpa::built_with_cudnn();
-    if (rank_ == 0 || fell_back) {
-      std::cerr << fmt::format("dhelix-run: rank {}: attention: {}\n", rank_, decision->reason);
+    if (rank_ != 0 && !fell_back) return;
+    for (const std::string& line : attention_summary(decision, cp_, parallel_.cp_comm_type)) {
+      std::cerr << fmt::format("dhelix-run: rank {}: attention: {}\n", rank_, line);
     }
   }
 
@@ -580,6 +583,7 @@ class CudaEngine final : public TrainingEngine {
   ParallelSpec parallel_;
   std::vector<GemmShape> gemm_shapes_;
   CommWarmupSizes warmup_sizes_;  // the NCCL warm-up's sizes (comm_warmup.h)
+  bool has_layers_;
   std::optional<AttentionSetup> attention_;
   int64_t workspace_bytes_;
   char* workspace_ = nullptr;

@@ -106,10 +106,19 @@ std::vector<GemmShape> job_gemm_shapes(const JobSpec& job, int64_t rank, bool ha
 }
 
 std::optional<AttentionSetup> model_attention_setup(const RankShape& shape, bool has_layers,
-                                                    bool deterministic, AttentionChoice choice) {
+                                                    CpCommType cp_comm_type, bool deterministic,
+                                                    AttentionChoice choice) {
   if (!has_layers) return std::nullopt;
   AttentionSetup setup;
-  setup.shape = {shape.micro_batch, shape.seq_shard, shape.heads, shape.kv_heads, shape.head_dim};
+  if (shape.cp == 1) {
+    setup.shape = {shape.micro_batch, shape.seq_shard, shape.heads, shape.kv_heads, shape.head_dim};
+  } else if (cp_comm_type == CpCommType::kA2a) {
+    // The head-split attention of Ulysses: plain causal attention, so cuDNN may serve it.
+    setup.shape = {shape.micro_batch, shape.seq_shard * shape.cp, shape.heads / shape.cp,
+                   shape.kv_heads / shape.cp, shape.head_dim};
+  } else {
+    return std::nullopt;  // ring steps only
+  }
   setup.deterministic = deterministic;
   setup.choice = choice;
   return setup;

@@ -56,11 +56,17 @@ std::vector<GemmShape> model_gemm_shapes(const RankShape& shape, bool has_layers
 std::vector<GemmShape> job_gemm_shapes(const JobSpec& job, int64_t rank, bool has_layers,
                                        bool has_head);
 
-/// Step 2b's request for a model slice: the attention of one micro-batch on this rank
-/// (micro_batch sequences of seq_shard tokens, this rank's heads and kv_heads); nullopt for
-/// a slice without layers.
+/// Step 2b's request for a model slice: the causal attention of one micro-batch that its
+/// layers run through attention_forward / attention_backward (where cuDNN may serve):
+///   cp = 1:                micro_batch sequences of seq_shard tokens, this rank's heads
+///   cp > 1, cp_comm_type a2a (Ulysses): the whole sequence (seq_shard x cp tokens) on
+///                          heads / cp and kv_heads / cp (layer_ops_ulysses.h)
+///   cp > 1, p2p, allgather, a2a+p2p: nullopt, the layers run ring steps (the tensor-core
+///                          ring kernel of ring_attention_cuda.h, never cuDNN)
+/// and nullopt for a slice without layers.
 std::optional<AttentionSetup> model_attention_setup(const RankShape& shape, bool has_layers,
-                                                    bool deterministic, AttentionChoice choice);
+                                                    CpCommType cp_comm_type, bool deterministic,
+                                                    AttentionChoice choice);
 
 /// What prepare_device did.
 struct DevicePreparation {

@@ -41,23 +41,34 @@ LaunchConfig thread_per_item_launch(int64_t items) {
   return config;
 }
 
+int64_t tc_dim_tiles(int64_t head_dim) {
+  for (int64_t tiles : {2, 4, 8}) {
+    if (head_dim <= 16 * tiles) return tiles;
+  }
+  return 16;
+}
+
 LaunchConfig attention_launch(const kernels::AttentionShape& shape) {
   check_attention_shape(shape);
   LaunchConfig config;
   config.grid = {ceil_div(shape.seq, kAttentionTileRows), shape.heads, shape.batch};
-  config.block.x = kAttentionTileRows;
-  // The K and V tiles, fp32.
-  config.shared_bytes = 2 * kAttentionTileRows * shape.head_dim * 4;
+  config.block.x = kAttentionBlockWarps * kWarpSize;
+  // The K and V tiles, bf16, rows padded by 8 elements against shared-memory bank conflicts.
+  config.shared_bytes = 2 * kAttentionTileRows * (16 * tc_dim_tiles(shape.head_dim) + 8) * 2;
   return config;
 }
 
 LaunchConfig attention_dkdv_launch(const kernels::AttentionShape& shape) {
   check_attention_shape(shape);
   LaunchConfig config;
-  config.grid = {ceil_div(shape.seq, kAttentionTileRows), shape.kv_heads, shape.batch};
-  config.block.x = kAttentionTileRows;
-  // The q and dout tiles, fp32, then lse and delta of the tile's queries.
-  config.shared_bytes = (2 * kAttentionTileRows * shape.head_dim + 2 * kAttentionTileRows) * 4;
+  config.grid = {ceil_div(shape.seq, kAttentionSliceRows), shape.kv_heads, shape.batch};
+  const int64_t warps = std::min(shape.heads / shape.kv_heads, kAttentionBlockWarps);
+  config.block.x = warps * kWarpSize;
+  // The block's keys and values (bf16, rows padded by 8), then each warp's partial dk (then
+  // dv), fp32, for the ordered reduction.
+  const int64_t dims = 16 * tc_dim_tiles(shape.head_dim);
+  config.shared_bytes =
+      2 * kAttentionSliceRows * (dims + 8) * 2 + warps * kAttentionSliceRows * dims * 4;
   return config;
 }
 

@@ -3,13 +3,14 @@
 // runtime/cpu/ring_attention_cpu.h, with the same contracts, layouts and step semantics
 // (read that file first), activations bf16 and every state and sum fp32.
 //
-// The math is shared, not copied: which chunks a rank holds and which keys a query sees
-// are runtime/kernels/context_parallel.h's functions, each fold is one of
-// runtime/kernels/attention.h's tile functions, and every row walks the same tiles in the
-// same order as the CPU (the two local chunks of the visiting block in turn, tiles of
-// kAttentionTileKeys keys from each chunk's start, ascending). One thread owns a query
-// (or key) row as in kernels_attention.cu; the block stages each partner tile in shared
-// memory as fp32 once for its 64 rows. A tile no row of the block needs is skipped.
+// Each step runs the tensor-core flash kernels of attention_tc.h with the ring's layouts:
+// the local queries at this rank's positions, the visiting block's keys at its owner's
+// (kernels::cp_layout), the causal band being position(key) <= position(query), exactly
+// runtime/kernels/context_parallel.h's visible_keys and first_seeing_query. Tiles follow
+// the CPU's (the two local chunks of the visiting block in turn, tiles of 64 keys from each
+// chunk's start); the mma products round P and dS to bf16, so GPU and CPU agree to the
+// tolerance of docs/kernels.md, and the kernels' host twin (runtime/cpu/attention_tc_twin.h)
+// reproduces those roundings on the CPU.
 //
 // State. The online softmax of every local query row (max, sum) and its unnormalised
 // output live in device memory across the forward steps (RingDeviceState, allocated when

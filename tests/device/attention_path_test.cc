@@ -9,6 +9,7 @@
 #include <set>
 
 #include "lib/error.h"
+#include "runtime/cuda/device_setup.h"
 
 namespace dhelix::cuda {
 namespace {
@@ -161,6 +162,61 @@ TEST(AttentionPath, ForcingAPath) {
   const AttentionDecision d = decide_attention_path(setup, facts);
   EXPECT_EQ(d.path, AttentionPath::kCudnn);
   EXPECT_NE(d.reason.find("although the self-check's out differs"), std::string::npos);
+}
+
+// The attention the set-up prepares (where cuDNN may serve): the rank's causal attention
+// at cp 1, Ulysses' head split under a2a, none for the ring types (ring steps only).
+TEST(AttentionPath, SetUpPreparesThePlainCausalAttentionOfEachCpType) {
+  RankShape shape;
+  shape.cp = 1;
+  shape.micro_batch = 2;
+  shape.seq_shard = 4096;
+  shape.heads = 16;
+  shape.kv_heads = 4;
+  shape.head_dim = 128;
+  auto setup = [&](CpCommType type) {
+    return model_attention_setup(shape, /*has_layers=*/true, type, /*deterministic=*/true,
+                                 AttentionChoice::kAuto);
+  };
+  auto expect_shape = [](const std::optional<AttentionSetup>& got, int64_t seq, int64_t heads,
+                         int64_t kv_heads) {
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->shape.batch, 2);
+    EXPECT_EQ(got->shape.seq, seq);
+    EXPECT_EQ(got->shape.heads, heads);
+    EXPECT_EQ(got->shape.kv_heads, kv_heads);
+    EXPECT_EQ(got->shape.head_dim, 128);
+    EXPECT_TRUE(got->deterministic);
+  };
+  expect_shape(setup(CpCommType::kP2p), 4096, 16, 4);  // cp 1: whatever the type
+  shape.cp = 4;
+  shape.seq_shard = 1024;
+  expect_shape(setup(CpCommType::kA2a), 4096, 4, 1);  // the whole sequence, heads / cp
+  EXPECT_FALSE(setup(CpCommType::kP2p).has_value());
+  EXPECT_FALSE(setup(CpCommType::kAllGather).has_value());
+  EXPECT_FALSE(setup(CpCommType::kA2aP2p).has_value());
+  EXPECT_FALSE(model_attention_setup(shape, /*has_layers=*/false, CpCommType::kA2a, false,
+                                     AttentionChoice::kAuto)
+                   .has_value());
+}
+
+// The summary names the engine of every attention kind a rank runs, and why not cuDNN.
+TEST(AttentionPath, SummaryNamesTheEngineOfEachAttentionKind) {
+  const AttentionDecision refused{.path = AttentionPath::kDhelix,
+                                  .reason = "dhelix kernel: cuDNN refused the graph (no engine)"};
+  EXPECT_EQ(
+      attention_summary(refused, 1, CpCommType::kP2p),
+      std::vector<std::string>{"attention: dhelix kernel: cuDNN refused the graph (no engine)"});
+  EXPECT_EQ(attention_summary(refused, 2, CpCommType::kA2a),
+            std::vector<std::string>{"Ulysses head-split attention (cp_comm_type a2a): dhelix "
+                                     "kernel: cuDNN refused the graph (no engine)"});
+  const std::vector<std::string> ring = attention_summary(std::nullopt, 4, CpCommType::kAllGather);
+  ASSERT_EQ(ring.size(), 1u);
+  EXPECT_EQ(ring[0],
+            "ring steps (cp_comm_type allgather): dhelix's tensor-core ring kernel; cuDNN not "
+            "used: a ring step's queries and keys sit at different positions (an offset causal "
+            "band), which dhelix's cuDNN graph (causal self-attention) does not express");
+  EXPECT_TRUE(attention_summary(std::nullopt, 1, CpCommType::kP2p).empty());  // no layers
 }
 
 }  // namespace

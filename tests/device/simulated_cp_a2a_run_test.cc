@@ -157,6 +157,28 @@ TEST_P(SimulatedCpA2aRun, TheAttentionRunsOnTheWholeSequenceOfHeadsOverCp) {
   }
 }
 
+// Ulysses' attention is plain causal attention on the head split, so the set-up prepares
+// it (cuDNN or dhelix's kernel, self-checked) before the first receive, on that shape.
+TEST_P(SimulatedCpA2aRun, TheHeadSplitAttentionIsPreparedBeforeTheFirstReceive) {
+  const JobSpec& job = runs_->job();
+  const RankShape d = rank_shape(job, 0);
+  const int64_t cp = job.parallel.cp;
+  const std::string shape =
+      fmt::format("batch {} seq {} heads {} kv_heads {} head_dim {}", d.micro_batch,
+                  d.seq_shard * cp, d.heads / cp, d.kv_heads / cp, d.head_dim);
+  for (const RankRecord& r : run()) {
+    const auto prepared = std::find_if(r.calls.begin(), r.calls.end(), [](const DeviceCall& c) {
+      return c.kind == Kind::kPrepareAttention;
+    });
+    ASSERT_NE(prepared, r.calls.end()) << "rank " << r.rank;
+    EXPECT_EQ(prepared->label, shape) << "rank " << r.rank;
+    const auto first_recv = std::find_if(r.calls.begin(), r.calls.end(),
+                                         [](const DeviceCall& c) { return c.kind == Kind::kRecv; });
+    EXPECT_LT(prepared, first_recv) << "rank " << r.rank;
+    EXPECT_TRUE(r.attention.has_value()) << "rank " << r.rank;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, SimulatedCpA2aRun,
                          ::testing::Values(ExecutionMode::kCoExecuted, ExecutionMode::kSequential),
                          [](const auto& param_info) {

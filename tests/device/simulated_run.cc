@@ -203,8 +203,8 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
   {
     DeviceSession session(device, setup, {&programs[0], &programs[1]},
                           gemm_shapes_of(world, rank, stage),
-                          model_attention_setup(rank_shape(world.job, rank),
-                                                !layer_ranges.empty() && world.job.parallel.cp == 1,
+                          model_attention_setup(rank_shape(world.job, rank), !layer_ranges.empty(),
+                                                world.job.parallel.cp_comm_type,
                                                 /*deterministic=*/false, AttentionChoice::kAuto),
                           max_connections, [&](DeviceApi& api, const DeviceCommSetup& comm_setup) {
                             return std::make_unique<DeviceCommDirectory>(

@@ -30,23 +30,52 @@ TEST(LaunchConfig, AttentionGridIsQueryTilesHeadsSequences) {
   EXPECT_EQ(config.grid.x, 16);
   EXPECT_EQ(config.grid.y, 32);
   EXPECT_EQ(config.grid.z, 2);
-  EXPECT_EQ(config.block.x, 64);
-  EXPECT_EQ(config.shared_bytes, 65536);
+  EXPECT_EQ(config.block.x, 128);  // 4 warps of 16 query rows
+  // K and V tiles: 64 keys x (128 + 8) bf16 each.
+  EXPECT_EQ(config.shared_bytes, 34816);
 }
 
-TEST(LaunchConfig, AttentionDkDvGridIsKeyTilesKvHeadsSequences) {
+TEST(LaunchConfig, AttentionDkDvGridIsKeySlicesKvHeadsSequences) {
   const LaunchConfig config =
       attention_dkdv_launch({.batch = 3, .seq = 64, .heads = 32, .kv_heads = 8, .head_dim = 64});
-  EXPECT_EQ(config.grid.x, 1);
+  EXPECT_EQ(config.grid.x, 4);  // 16 keys per block
   EXPECT_EQ(config.grid.y, 8);
   EXPECT_EQ(config.grid.z, 3);
-  // q and dout tiles (2 x 64 x 64 floats) and 64 lse + 64 delta.
-  EXPECT_EQ(config.shared_bytes, (2 * 64 * 64 + 128) * 4);
+  EXPECT_EQ(config.block.x, 128);  // group 4: one query head per warp
+  // K and V slices (2 x 16 x (64 + 8) bf16) and 4 warps' partial sums (4 x 16 x 64 floats).
+  EXPECT_EQ(config.shared_bytes, 2 * 16 * 72 * 2 + 4 * 16 * 64 * 4);
+  // The header comment's example.
+  const LaunchConfig example =
+      attention_dkdv_launch({.batch = 2, .seq = 1000, .heads = 32, .kv_heads = 8, .head_dim = 128});
+  EXPECT_EQ(example.grid.x, 63);
+  EXPECT_EQ(example.shared_bytes, 41472);
+  // A group of 8 runs on 4 warps, two heads each; a group of 1 on one warp.
+  EXPECT_EQ(attention_dkdv_launch({.batch = 1, .seq = 8, .heads = 8, .kv_heads = 1, .head_dim = 64})
+                .block.x,
+            128);
+  EXPECT_EQ(attention_dkdv_launch({.batch = 1, .seq = 8, .heads = 8, .kv_heads = 8, .head_dim = 64})
+                .block.x,
+            32);
   // The largest head dimension still fits the smaller (A100) shared-memory limit.
-  EXPECT_LE(attention_dkdv_launch(
-                {.batch = 1, .seq = 1, .heads = 1, .kv_heads = 1, .head_dim = kMaxHeadDim})
-                .shared_bytes,
-            kMaxSharedBytes);
+  for (const LaunchConfig& largest :
+       {attention_launch(
+            {.batch = 1, .seq = 1, .heads = 8, .kv_heads = 1, .head_dim = kMaxHeadDim}),
+        attention_dkdv_launch(
+            {.batch = 1, .seq = 1, .heads = 8, .kv_heads = 1, .head_dim = kMaxHeadDim})}) {
+    EXPECT_LE(largest.shared_bytes, kMaxSharedBytes);
+  }
+}
+
+// Head dimensions padded to the kernel instances: 32, 64, 128, 256.
+TEST(LaunchConfig, TensorCoreKernelsPadTheHeadDimension) {
+  EXPECT_EQ(tc_dim_tiles(2), 2);
+  EXPECT_EQ(tc_dim_tiles(32), 2);
+  EXPECT_EQ(tc_dim_tiles(34), 4);
+  EXPECT_EQ(tc_dim_tiles(64), 4);
+  EXPECT_EQ(tc_dim_tiles(80), 8);
+  EXPECT_EQ(tc_dim_tiles(128), 8);
+  EXPECT_EQ(tc_dim_tiles(130), 16);
+  EXPECT_EQ(tc_dim_tiles(256), 16);
 }
 
 TEST(LaunchConfig, AttentionRefusesShapesOutsideTheKernelsLimits) {

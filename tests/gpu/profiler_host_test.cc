@@ -240,6 +240,41 @@ TEST(CudaOpPlan, AttentionRunsTheRuntimesKernels) {
   EXPECT_FALSE(plan_cuda_op(op).attention.backward);
 }
 
+// A CP ring step (lib/dag_builder_cp.cc's fwd/bwd.attn_step<i>) runs the runtime's ring
+// kernel: its own block at step 0, another rank's after; the plain causal op does not.
+TEST(CudaOpPlan, RingStepsRunTheRingKernel) {
+  Op op;
+  op.kind = OpKind::kAttention;
+  op.shape = {.batch = 1,
+              .heads = 8,
+              .kv_heads = 2,
+              .q_len = 2048,
+              .kv_len = 2048,
+              .head_dim = 128,
+              .causal = true};
+  op.id = "fwd.flash_attn";
+  EXPECT_FALSE(plan_cuda_op(op).attention.ring_step);
+  op.id = "fwd.attn_step0";
+  OpLaunchPlan plan = plan_cuda_op(op);
+  EXPECT_EQ(plan.kind, LaunchKind::kAttention);
+  EXPECT_FALSE(plan.approximate);
+  EXPECT_TRUE(plan.attention.ring_step);
+  EXPECT_TRUE(plan.attention.diagonal);
+  EXPECT_FALSE(plan.attention.backward);
+  // q, k, v, out, lse as the causal kernel, plus the state: (max, sum) and fp32 acc per row.
+  const int64_t q = int64_t{2048} * 8 * 128 * 2, rows = int64_t{8} * 2048 * 4;
+  EXPECT_EQ(plan.device_bytes(), 2 * q + 2 * (q / 4) + rows + 2 * rows + 2 * q);
+  op.id = "bwd.attn_step3";
+  op.pass = Pass::kBackward;
+  plan = plan_cuda_op(op);
+  EXPECT_TRUE(plan.attention.ring_step);
+  EXPECT_FALSE(plan.attention.diagonal);
+  EXPECT_TRUE(plan.attention.backward);
+  // A local sequence that is not two whole chunks keeps the causal kernel.
+  op.shape.q_len = op.shape.kv_len = 2047;
+  EXPECT_FALSE(plan_cuda_op(op).attention.ring_step);
+}
+
 TEST(CudaOpPlan, AttentionTheKernelsDoNotTakeFallsBackToAStandInWithTheFlops) {
   Op op;
   op.kind = OpKind::kAttention;
