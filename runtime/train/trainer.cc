@@ -302,7 +302,7 @@ void Trainer::build_engine(const EngineFactory& factory) {
                    .seed = options_.seed,
                    .distributed_optimizer = plan_.options.distributed_optimizer,
                    .fsdp = fsdp_settings_of(plan_)};
-  for (const PlanLayerRange& range : {stage->down_layers, stage->up_layers}) {
+  for (const PlanLayerRange& range : stage->layer_ranges()) {
     if (range.count > 0) slice.layer_ranges.emplace_back(range.first, range.count);
   }
   head_ = stage->head_loss;
