@@ -307,22 +307,22 @@ void check_model_chunks(ObjectReader& r, const PlanStage& s) {
       const std::optional<int64_t> c = (*part)->model_chunk;
       if (chunks == 0 && c) {
         r.problems().add(r.file(), pointer, std::to_string(*c),
-                         "a model_chunk needs the stage's model_chunks (interleaved stages); "
-                         "this stage has none");
+                         "names a model chunk, but the stage has no model_chunks (only "
+                         "interleaved stages have them)");
       } else if (chunks > 0 && !c) {
-        r.problems().add(r.file(), pointer, "absent",
-                         fmt::format("a stage with model_chunks ({} of them) names each task "
-                                     "part's model chunk",
-                                     chunks));
+        r.problems().add(r.file(), pointer, "(absent)",
+                         fmt::format("must name one of the stage's {} model_chunks", chunks));
       } else if (c && *c >= chunks) {
         r.problems().add(r.file(), pointer, std::to_string(*c),
-                         fmt::format("the stage has model chunks 0..{}", chunks - 1));
+                         fmt::format("must name one of the stage's {} model_chunks (0..{})", chunks,
+                                     chunks - 1));
       } else if (c) {
         const PlanLayerRange& want = s.model_chunks[static_cast<size_t>(*c)];
         const PlanLayerRange& got = (*part)->layers;
         if (want.first != got.first || want.count != got.count) {
           r.problems().add(r.file(), pointer, std::to_string(*c),
-                           fmt::format("model chunk {} holds layers {}..{}, the part runs {}..{}",
+                           fmt::format("names model chunk {}, layers {}..{}, but the part runs "
+                                       "layers {}..{}",
                                        *c, want.first, want.first + want.count - 1, got.first,
                                        got.first + got.count - 1));
         }
