@@ -27,7 +27,8 @@
 // interleaved; whole backwards before split, SI blocks before none); none fits: the smallest
 // peak (the memory check then names it). --no-split-backward keeps auto to the W with whole
 // backwards (the paper's). The plan records every candidate and a one-line reason
-// (PlanShapeChoice).
+// (PlanShapeChoice); where the W or the V wins it records the folded candidates only, so
+// that its plan stays byte for byte what it was before interleaved stages were tried.
 //
 // Example (docs/pipeline.md, model profiles): Llama-3.1-405B on PP 16 with 64 micro-batches:
 // the W takes 26.11 s (bubble 19.6 %), its split drain 25.05 s (16.1 %), the V 24.12 s

@@ -259,10 +259,8 @@ PlanResult build_plan(const PlanRequest& given) {
         PlanFsdpRecord{.sharding_strategy = job.parallel.fsdp_sharding,
                        .reshard_after_forward = job.parallel.fsdp_reshard_after_forward};
   }
-  const bool tried_interleaved = std::any_of(
-      shape_choice.candidates.begin(), shape_choice.candidates.end(),
-      [](const PlanShapeCandidate& c) { return c.shape == PipelineShape::kInterleaved; });
-  plan.schema_version = plan_schema_version(plan.options, tried_interleaved);
+  plan.schema_version =
+      plan_schema_version(plan.options, shape_choice.chosen == PipelineShape::kInterleaved);
   plan.num_micro_batches = ctx.micro_batches;
   plan.shape_choice = std::move(shape_choice);
   for (const auto& analysis : ctx.analyses) plan.pairings.push_back(pairing_record(*analysis));

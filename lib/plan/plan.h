@@ -56,8 +56,8 @@ namespace dhelix {
 /// 1.5.0 added the dhelix plan on interleaved stages (shape_choice requested / chosen
 /// "interleaved"): a stage's optional model_chunks (its layer ranges, Megatron's virtual
 /// stages c·pp + p), a task part's optional model_chunk, and a shape candidate's optional
-/// si_blocks. Only plans with an interleaved candidate are written as 1.5.0
-/// (plan_schema_version), so that every other plan keeps its bytes.
+/// si_blocks. Only plans on interleaved stages are written as 1.5.0 (plan_schema_version;
+/// the others do not list interleaved candidates), so that every other plan keeps its bytes.
 inline constexpr const char* kPlanSchemaVersionInterleaved = "1.5.0";
 inline constexpr const char* kPlanSchemaVersion = "1.4.0";
 inline constexpr const char* kPlanSchemaVersionWithoutFsdp = "1.3.0";
@@ -104,8 +104,8 @@ struct PlanOptionsRecord {
 };
 
 /// The version a plan with these options is written as: kPlanSchemaVersion with fsdp,
-/// kPlanSchemaVersionWithoutFsdp without; kPlanSchemaVersionInterleaved when the planner
-/// tried interleaved stages for the dhelix plan (`interleaved`).
+/// kPlanSchemaVersionWithoutFsdp without; kPlanSchemaVersionInterleaved when the dhelix plan
+/// runs on interleaved stages (`interleaved`).
 inline const char* plan_schema_version(const PlanOptionsRecord& options, bool interleaved = false) {
   if (interleaved) return kPlanSchemaVersionInterleaved;
   return options.fsdp ? kPlanSchemaVersion : kPlanSchemaVersionWithoutFsdp;

