@@ -196,9 +196,8 @@ DhelixChoice choose_dhelix_shape(const Context& ctx, const ExtraCosts& extras,
   // A plan that takes the W or the V records the folded candidates only, so that it stays
   // what it was before interleaved stages were tried (plan format 1.3.0, byte for byte).
   if (all[best].record.shape != PipelineShape::kInterleaved) {
-    std::erase_if(all, [](const Candidate& c) {
-      return c.record.shape == PipelineShape::kInterleaved;
-    });
+    std::erase_if(all,
+                  [](const Candidate& c) { return c.record.shape == PipelineShape::kInterleaved; });
     best = best_candidate(all);
   }
   DhelixChoice out;
