@@ -174,8 +174,8 @@ SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us,
   // then waits only for the first model chunks of the stages ahead of it. Its pairs are SI
   // blocks or strands alone, so P and F + I bound them as well.
   const int64_t v = virtual_pipeline_size(job, micro_batches, 0);
-  if (const auto chunks = v > 1 ? interleaved_stage_layers(job.model.num_layers, p, v, why)
-                                : std::nullopt) {
+  if (const auto chunks =
+          v > 1 ? interleaved_stage_layers(job.model.num_layers, p, v, why) : std::nullopt) {
     LayoutShape interleaved = unfolded;
     for (size_t s = 1; s < pp; ++s) {
       interleaved.before[s] = interleaved.before[s - 1] + (*chunks)[s - 1].front();
