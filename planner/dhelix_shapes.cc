@@ -27,12 +27,19 @@ int64_t peak_bytes(const std::vector<StageMemory>& memory) {
   return peak;
 }
 
+bool has_si_blocks(const PipelineSchedule& schedule) {
+  for (int64_t p = 0; p < schedule.pp; ++p) {
+    if (schedule.si_block_count(p) > 0) return true;
+  }
+  return false;
+}
+
 Candidate candidate(SchemeRun run, bool split, int64_t bound, const MemoryBudget& budget) {
   Candidate c;
   c.record = {.shape = run.schedule.shape,
               .split_backward = split,
               .max_deferred_weight_gradients = bound == kUnboundedDeferral ? -1 : bound,
-              .si_blocks = run.schedule.si_block_count(0) > 0,
+              .si_blocks = has_si_blocks(run.schedule),
               .iteration_us = run.simulation.iteration_us,
               .bubble_ratio = run.simulation.bubble_ratio,
               .peak_bytes = peak_bytes(run.memory),

@@ -225,6 +225,19 @@ TEST(InterleavedShape, AutoNeverLosesToMegatronInterleaved) {
   }
 }
 
+// With m = pp every stage's warm-up holds all its forwards (Megatron's rule), so the combined
+// order pairs nothing: both candidates are the plain order, and say so.
+TEST(InterleavedShape, NothingToPairWhenMicroBatchesEqualStages) {
+  const Plan plan = plan_of(job_of(2), ShapeRequest::kInterleaved, 2);  // m = pp = 2
+  ASSERT_EQ(plan.shape_choice->candidates.size(), 2u);
+  for (const PlanShapeCandidate& c : plan.shape_choice->candidates) {
+    EXPECT_FALSE(c.si_blocks);
+    EXPECT_EQ(c.iteration_us, plan.shape_choice->candidates[0].iteration_us);
+  }
+  EXPECT_NE(plan.shape_choice->reason.find("without SI blocks"), std::string::npos)
+      << plan.shape_choice->reason;
+}
+
 TEST(InterleavedShape, RefusedWithoutVirtualStages) {
   const JobSpec job = job_of(16);
   try {
