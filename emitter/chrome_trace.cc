@@ -104,10 +104,12 @@ OrderedJson slice(const std::string& name, const char* category, int64_t pid, in
 OrderedJson task_args(const PlanTask& task) {
   OrderedJson args = {{"task", task.index}, {"kind", task_kind_name(task.kind)}};
   const auto part = [](const PlanTaskPart& p) {
-    return OrderedJson{
+    OrderedJson out{
         {"micro_batch", p.micro_batch},
         {"chunk", chunk_side_name(p.chunk)},
         {"layers", fmt::format("{}-{}", p.layers.first, p.layers.first + p.layers.count - 1)}};
+    if (p.model_chunk) out["model_chunk"] = *p.model_chunk;  // interleaved stages only
+    return out;
   };
   if (task.forward) args["forward"] = part(*task.forward);
   if (task.backward) args["backward"] = part(*task.backward);

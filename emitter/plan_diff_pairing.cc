@@ -160,12 +160,20 @@ OrderedJson range_json(const PlanLayerRange& range) {
   return OrderedJson{{"first", range.first}, {"count", range.count}};
 }
 
+OrderedJson ranges_json(const std::vector<PlanLayerRange>& ranges) {
+  OrderedJson out = OrderedJson::array();
+  for (const PlanLayerRange& range : ranges) out.push_back(range_json(range));
+  return out;
+}
+
 void diff_stage(const PlanStage& a, const PlanStage& b, std::vector<FieldChange>& out) {
   const std::string prefix = "stage." + std::to_string(a.stage) + ".";
   add_field(out, prefix + "ranks", static_cast<int64_t>(a.ranks.size()),
             static_cast<int64_t>(b.ranks.size()));
   add_field(out, prefix + "down_layers", range_json(a.down_layers), range_json(b.down_layers));
   add_field(out, prefix + "up_layers", range_json(a.up_layers), range_json(b.up_layers));
+  add_field(out, prefix + "model_chunks", ranges_json(a.model_chunks),
+            ranges_json(b.model_chunks));  // interleaved stages'; [] on every other shape
   add_field(out, prefix + "embedding", a.embedding, b.embedding);
   add_field(out, prefix + "head_loss", a.head_loss, b.head_loss);
   add_field(out, prefix + "tasks", static_cast<int64_t>(a.tasks.size()),

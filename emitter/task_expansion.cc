@@ -143,8 +143,10 @@ ExpandedOp extra_step(std::string name, int64_t micro_batch, double start_us, do
           .approximate = false};
 }
 
+// The chunk holding layer 0: the down chunk, the whole stage, or model chunk 0.
 bool first_chunk(const std::optional<PlanTaskPart>& part) {
-  return part && (part->chunk == ChunkSide::kDown || part->chunk == ChunkSide::kWhole);
+  return part && (part->chunk == ChunkSide::kDown || part->chunk == ChunkSide::kWhole) &&
+         part->model_chunk.value_or(0) == 0;
 }
 
 // Lays out the task's layers and its extra time (the embedding, see the file comment).

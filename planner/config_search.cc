@@ -14,13 +14,16 @@
 #include "lib/dag_builder.h"
 #include "lib/error.h"
 #include "lib/job_validation.h"
+#include "planner/baseline_schedules.h"
 #include "planner/chosen_split.h"
+#include "planner/combined_1f1b.h"
 #include "planner/memory_model.h"
 #include "planner/pairing_memo.h"
 #include "planner/plan_builder.h"
 #include "planner/profile_co_run.h"
 #include "planner/scheme_memory.h"
 #include "planner/search_bounds.h"
+#include "planner/virtual_pipeline.h"
 
 namespace dhelix {
 namespace {
@@ -71,6 +74,29 @@ int64_t planned_peak_bytes(const JobSpec& job, PipelineScheme scheme) {
     peak = std::max(peak, stage.total_bytes());
   }
   return peak;
+}
+
+// The dhelix plan's largest stage before the plan: the W's (scheme_memory.h), or less where
+// Megatron interleaves and `shape` lets the planner take interleaved stages, whose two
+// orders are tried with their memory (planner/dhelix_shapes.h: with nothing fitting, the plan
+// takes the smallest peak).
+int64_t dhelix_peak_bytes(const JobSpec& job, ShapeRequest shape) {
+  int64_t peak = planned_peak_bytes(job, PipelineScheme::kDHelix);
+  if (shape != ShapeRequest::kAuto && shape != ShapeRequest::kInterleaved) return peak;
+  const int64_t pp = job.parallel.pp;
+  const int64_t m = job.parallel.num_micro_batches();
+  const int64_t v = virtual_pipeline_size(job, m, 0);
+  if (v <= 1) return peak;
+  const PipelineSchedule plain = make_interleaved_schedule(pp, m, v);
+  int64_t interleaved = 0;
+  for (const PipelineSchedule& s : {make_combined_1f1b_schedule(plain), plain}) {
+    int64_t order_peak = 0;
+    for (const StageMemory& stage : schedule_memory(job, s, search_memory_options())) {
+      order_peak = std::max(order_peak, stage.total_bytes());
+    }
+    interleaved = interleaved == 0 ? order_peak : std::min(interleaved, order_peak);
+  }
+  return shape == ShapeRequest::kInterleaved ? interleaved : std::min(peak, interleaved);
 }
 
 SearchSchemeFigures figures_of(const PlanScheme& scheme) {
@@ -284,7 +310,7 @@ std::vector<Candidate> screen(const SearchRequest& request, std::vector<ConfigOu
       return;
     }
     const int64_t usable = memory_budget(job, search_memory_options()).usable_bytes();
-    out.dhelix.peak_memory_bytes = planned_peak_bytes(job, PipelineScheme::kDHelix);
+    out.dhelix.peak_memory_bytes = dhelix_peak_bytes(job, request.shape);
     out.megatron.peak_memory_bytes = planned_peak_bytes(job, PipelineScheme::kMegatron1F1B);
     Candidate& c = candidates[static_cast<size_t>(i)];
     c.dhelix_fits = out.dhelix.peak_memory_bytes <= usable;

@@ -85,7 +85,8 @@ struct SearchRequest {
   int64_t threads = 1;  ///< >= 1
   bool prune = true;    ///< false: plan every candidate (what the tests compare against)
   int64_t batch = 16;   ///< configurations planned together between two pruning steps, >= 1
-  /// The dhelix plans' shapes (planner/dhelix_shapes.h): auto weighs the W and the V.
+  /// The dhelix plans' shapes (planner/dhelix_shapes.h): auto weighs the W, the V and
+  /// interleaved stages.
   ShapeRequest shape = ShapeRequest::kAuto;
   std::function<Profile(const JobSpec&)> make_profile;
   std::function<double(const ClusterSpec&, const Op&)> unprofiled_op_time_us;

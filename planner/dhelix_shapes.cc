@@ -10,6 +10,7 @@
 
 #include "lib/error.h"
 #include "planner/baseline_schedules.h"
+#include "planner/combined_1f1b.h"
 #include "planner/w_split_drain.h"
 
 namespace dhelix::plan_detail {
@@ -26,11 +27,19 @@ int64_t peak_bytes(const std::vector<StageMemory>& memory) {
   return peak;
 }
 
+bool has_si_blocks(const PipelineSchedule& schedule) {
+  for (int64_t p = 0; p < schedule.pp; ++p) {
+    if (schedule.si_block_count(p) > 0) return true;
+  }
+  return false;
+}
+
 Candidate candidate(SchemeRun run, bool split, int64_t bound, const MemoryBudget& budget) {
   Candidate c;
   c.record = {.shape = run.schedule.shape,
               .split_backward = split,
               .max_deferred_weight_gradients = bound == kUnboundedDeferral ? -1 : bound,
+              .si_blocks = has_si_blocks(run.schedule),
               .iteration_us = run.simulation.iteration_us,
               .bubble_ratio = run.simulation.bubble_ratio,
               .peak_bytes = peak_bytes(run.memory),
@@ -59,8 +68,29 @@ void add_w_candidates(const Context& ctx, const std::vector<StageCosts>& costs,
   }
 }
 
+// Megatron's interleaved stages (v model chunks each) with dhelix's costs: the combined 1F1B
+// order, each step's forward and backward one SI block of the pairing search, then the plain
+// interleaved order, where nothing is co-executed (megatron-interleaved's own run).
+void add_interleaved_candidates(const Context& ctx, const ExtraCosts& extras,
+                                const MemoryBudget& budget, std::vector<Candidate>& out) {
+  std::vector<PlanStagePhases> phases;
+  const std::vector<StageCosts> costs =
+      stage_costs(ctx, PipelineScheme::kDHelix, PipelineShape::kInterleaved, extras, phases);
+  const PipelineSchedule plain =
+      make_interleaved_schedule(ctx.pp, ctx.micro_batches, ctx.virtual_pipeline);
+  for (const PipelineSchedule& schedule : {make_combined_1f1b_schedule(plain), plain}) {
+    SchemeRun run = run_schedule(ctx, PipelineScheme::kDHelix, schedule, costs, phases);
+    out.push_back(candidate(std::move(run), false, 0, budget));
+  }
+}
+
 std::string describe(const PlanShapeCandidate& c) {
   if (c.shape == PipelineShape::kV) return "the V";
+  if (c.shape == PipelineShape::kInterleaved) {
+    return c.si_blocks ? "interleaved stages with SI blocks (Megatron's combined 1F1B order)"
+                       : "interleaved stages without SI blocks (Megatron's order: co-execution "
+                         "gains nothing there)";
+  }
   if (!c.split_backward) return "the W with whole backwards";
   if (c.max_deferred_weight_gradients < 0) return "the W with a split drain";
   if (c.max_deferred_weight_gradients == 0) {
@@ -82,13 +112,11 @@ std::string auto_reason(const Context& ctx, const std::vector<Candidate>& all, s
     return out + fmt::format(": no shape fits in {:.1f} GiB; this one needs the least ({:.1f} GiB)",
                              gib(budget.usable_bytes()), gib(chosen.peak_bytes));
   }
-  // The fastest fitting candidate of the other shape, for the comparison.
-  const PipelineShape other =
-      chosen.shape == PipelineShape::kW ? PipelineShape::kV : PipelineShape::kW;
+  // The fastest fitting candidate of another shape, for the comparison.
   const PlanShapeCandidate* rival = nullptr;
   const PlanShapeCandidate* rival_any = nullptr;
   for (const Candidate& c : all) {
-    if (c.record.shape != other) continue;
+    if (c.record.shape == chosen.shape) continue;
     if (rival_any == nullptr || c.record.peak_bytes < rival_any->peak_bytes) rival_any = &c.record;
     if (c.record.fits && (rival == nullptr || c.record.iteration_us < rival->iteration_us)) {
       rival = &c.record;
@@ -105,7 +133,7 @@ std::string auto_reason(const Context& ctx, const std::vector<Candidate>& all, s
                              describe(*rival_any), gib(rival_any->peak_bytes),
                              gib(budget.usable_bytes()));
   }
-  if (other == PipelineShape::kV) {
+  if (chosen.shape == PipelineShape::kW) {
     return out + fmt::format(": the V needs at least 2·pp = {} micro-batches, the job has {}",
                              2 * ctx.pp, ctx.micro_batches);
   }
@@ -132,6 +160,15 @@ size_t best_candidate(const std::vector<Candidate>& all) {
 DhelixChoice choose_dhelix_shape(const Context& ctx, const ExtraCosts& extras,
                                  const MemoryBudget& budget, ShapeRequest requested,
                                  bool split_backward) {
+  if (requested == ShapeRequest::kInterleaved && ctx.virtual_pipeline <= 1) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("--shape interleaved: the job has no interleaved stages (virtual "
+                            "pipeline size v = 1): Megatron interleaves only with pp > 1, m = {} "
+                            "a multiple of pp = {} and each stage's layers split evenly over "
+                            "v > 1 chunks; set --virtual-pipeline-model-parallel-size, or use "
+                            "--shape w, v or auto",
+                            ctx.micro_batches, ctx.pp));
+  }
   if (requested == ShapeRequest::kV && !split_backward) {
     throw Error(ErrorCode::kInvalidInput,
                 "--shape v with --no-split-backward: the V splits backwards by construction "
@@ -148,19 +185,32 @@ DhelixChoice choose_dhelix_shape(const Context& ctx, const ExtraCosts& extras,
   std::vector<PlanStagePhases> phases;
   const std::vector<StageCosts> costs = stage_costs(ctx, PipelineScheme::kDHelix, extras, phases);
   std::vector<Candidate> all;
-  if (requested != ShapeRequest::kV) {
+  const bool any = requested == ShapeRequest::kAuto;
+  if (any || requested == ShapeRequest::kW) {
     add_w_candidates(ctx, costs, phases, budget, split_backward, all);
   }
-  if (requested != ShapeRequest::kW && v_applies && split_backward) {
+  if ((any || requested == ShapeRequest::kV) && v_applies && split_backward) {
     SchemeRun run = run_schedule(ctx, PipelineScheme::kDHelix,
                                  make_dualpipev_schedule(ctx.pp, ctx.micro_batches), costs, phases);
     all.push_back(candidate(std::move(run), true, kUnboundedDeferral, budget));
   }
-  const size_t best = best_candidate(all);
+  // --no-split-backward keeps auto to the paper's W; interleaved stages split nothing.
+  const bool interleaved_applies = ctx.virtual_pipeline > 1;
+  if ((any && split_backward && interleaved_applies) || requested == ShapeRequest::kInterleaved) {
+    add_interleaved_candidates(ctx, extras, budget, all);
+  }
+  size_t best = best_candidate(all);
+  // A plan that takes the W or the V records the folded candidates only, so that it stays
+  // what it was before interleaved stages were tried (plan format 1.3.0, byte for byte).
+  if (all[best].record.shape != PipelineShape::kInterleaved) {
+    std::erase_if(all,
+                  [](const Candidate& c) { return c.record.shape == PipelineShape::kInterleaved; });
+    best = best_candidate(all);
+  }
   DhelixChoice out;
   out.record.requested = requested;
   out.record.chosen = all[best].record.shape;
-  if (!split_backward) {
+  if (!split_backward && requested != ShapeRequest::kInterleaved) {
     out.record.reason = "--no-split-backward: " + describe(all[best].record);
   } else if (requested == ShapeRequest::kAuto) {
     out.record.reason = auto_reason(ctx, all, best, budget);

@@ -259,7 +259,8 @@ PlanResult build_plan(const PlanRequest& given) {
         PlanFsdpRecord{.sharding_strategy = job.parallel.fsdp_sharding,
                        .reshard_after_forward = job.parallel.fsdp_reshard_after_forward};
   }
-  plan.schema_version = plan_schema_version(plan.options);
+  plan.schema_version =
+      plan_schema_version(plan.options, shape_choice.chosen == PipelineShape::kInterleaved);
   plan.num_micro_batches = ctx.micro_batches;
   plan.shape_choice = std::move(shape_choice);
   for (const auto& analysis : ctx.analyses) plan.pairings.push_back(pairing_record(*analysis));
@@ -270,7 +271,8 @@ PlanResult build_plan(const PlanRequest& given) {
                                .folded = ctx.folded,
                                .unfolded = ctx.unfolded,
                                .shape_ranks = ctx.shape_ranks,
-                               .pairing_of_stage = ctx.analysis_of_stage});
+                               .pairing_of_stage = ctx.analysis_of_stage,
+                               .model_chunk_layers = &ctx.interleaved_layers});
   plan.memory_budget = {.gpu = budget.gpu_name,
                         .capacity_bytes = budget.capacity_bytes,
                         .reserve_bytes = budget.reserve_bytes,

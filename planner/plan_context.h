@@ -64,6 +64,11 @@ struct SchemeRun {
 std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
                                     const ExtraCosts& extras, std::vector<PlanStagePhases>& phases);
 
+/// The same on the layout of `shape` instead of the scheme's own: the dhelix plan on
+/// interleaved stages (dhelix's layer costs and SI blocks on Megatron's model chunks).
+std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme, PipelineShape shape,
+                                    const ExtraCosts& extras, std::vector<PlanStagePhases>& phases);
+
 /// Whether `scheme` is priced for this job: DualPipeV needs m >= 2·pp micro-batches,
 /// Megatron's combined 1F1B interleaved stages where pp > 1 (combined_1f1b.h).
 bool scheme_applies(const Context& ctx, PipelineScheme scheme);

@@ -7,10 +7,33 @@
 namespace dhelix {
 namespace {
 
-using WorkKey = std::tuple<int, int64_t, int, int64_t>;
+using WorkKey = std::tuple<int, int64_t, int, int64_t, int64_t>;
 
 WorkKey work_key(const WorkItem& w) {
-  return {static_cast<int>(w.pass), w.micro_batch, static_cast<int>(w.chunk), w.stage};
+  return {static_cast<int>(w.pass), w.micro_batch, static_cast<int>(w.chunk), w.stage,
+          w.model_chunk};
+}
+
+bool interleaved(const StageRecordInputs& in) {
+  return in.schedule.shape == PipelineShape::kInterleaved;
+}
+
+// Interleaved stages: each stage's model chunks, chunk c of stage p holding virtual stage
+// c·pp + p, the virtual stages in layer order.
+std::vector<std::vector<PlanLayerRange>> model_chunk_ranges(const StageRecordInputs& in) {
+  const int64_t pp = in.schedule.pp;
+  const int64_t v = in.schedule.model_chunks;
+  std::vector<std::vector<PlanLayerRange>> out(static_cast<size_t>(pp));
+  int64_t first = 0;
+  for (int64_t k = 0; k < pp * v; ++k) {
+    const size_t p = static_cast<size_t>(k % pp);
+    const int64_t count = in.model_chunk_layers != nullptr && !in.model_chunk_layers->empty()
+                              ? (*in.model_chunk_layers)[p][static_cast<size_t>(k / pp)]
+                              : in.unfolded.stages[p].count / v;
+    out[p].push_back({first, count});
+    first += count;
+  }
+  return out;
 }
 
 PlanLayerRange chunk_layers(const StageRecordInputs& in, int64_t stage, ChunkSide side) {
@@ -27,7 +50,22 @@ PlanLayerRange chunk_layers(const StageRecordInputs& in, int64_t stage, ChunkSid
   return {};
 }
 
+PlanTaskPart task_part(const StageRecordInputs& in, const std::vector<PlanLayerRange>& chunks,
+                       int64_t stage, int64_t micro_batch, ChunkSide side, int64_t model_chunk) {
+  PlanTaskPart part;
+  part.micro_batch = micro_batch;
+  part.chunk = side;
+  if (interleaved(in)) {
+    part.layers = chunks.at(static_cast<size_t>(model_chunk));
+    part.model_chunk = model_chunk;
+  } else {
+    part.layers = chunk_layers(in, stage, side);
+  }
+  return part;
+}
+
 PlanTask task_record(const StageRecordInputs& in, int64_t stage, int64_t index,
+                     const std::vector<PlanLayerRange>& chunks,
                      const std::map<WorkKey, PlanTaskRef>& producer) {
   const PipelineTask& task =
       in.schedule.stages[static_cast<size_t>(stage)][static_cast<size_t>(index)];
@@ -40,13 +78,13 @@ PlanTask task_record(const StageRecordInputs& in, int64_t stage, int64_t index,
   t.start_us = entry.start_us;
   t.end_us = entry.end_us;
   if (task.has_forward()) {
-    t.forward = PlanTaskPart{task.forward_micro_batch, task.forward_chunk,
-                             chunk_layers(in, stage, task.forward_chunk)};
+    t.forward = task_part(in, chunks, stage, task.forward_micro_batch, task.forward_chunk,
+                          task.forward_model_chunk);
   }
   if (task.has_backward()) {
-    t.backward = PlanTaskPart{task.backward_micro_batch, task.backward_chunk,
-                              chunk_layers(in, stage, task.backward_chunk),
-                              backward_share(task.backward_split)};
+    t.backward = task_part(in, chunks, stage, task.backward_micro_batch, task.backward_chunk,
+                           task.backward_model_chunk);
+    t.backward->work = backward_share(task.backward_split);
   }
   if (task.kind == TaskKind::kHeadLoss) t.head_loss_micro_batch = task.forward_micro_batch;
   for (const WorkItem& w : task_work(task, stage)) {
@@ -75,6 +113,9 @@ std::vector<PlanStage> stage_records(const StageRecordInputs& in) {
       }
     }
   }
+  const std::vector<std::vector<PlanLayerRange>> chunks =
+      interleaved(in) ? model_chunk_ranges(in)
+                      : std::vector<std::vector<PlanLayerRange>>(static_cast<size_t>(pp));
   std::vector<PlanStage> out;
   for (int64_t s = 0; s < pp; ++s) {
     PlanStage stage;
@@ -84,12 +125,19 @@ std::vector<PlanStage> stage_records(const StageRecordInputs& in) {
     }
     stage.shape_rank = in.shape_ranks[static_cast<size_t>(s)];
     stage.pairing = in.pairing_of_stage[static_cast<size_t>(s)];
-    stage.down_layers = chunk_layers(in, s, ChunkSide::kDown);
-    stage.up_layers = chunk_layers(in, s, ChunkSide::kUp);
-    stage.embedding = s == in.folded.embedding_stage;
-    stage.head_loss = s == in.folded.head_loss_stage;
+    const std::vector<PlanLayerRange>& stage_chunks = chunks[static_cast<size_t>(s)];
+    if (interleaved(in)) {
+      stage.model_chunks = stage_chunks;  // down_layers and up_layers stay empty
+    } else {
+      stage.down_layers = chunk_layers(in, s, ChunkSide::kDown);
+      stage.up_layers = chunk_layers(in, s, ChunkSide::kUp);
+    }
+    stage.embedding = s == in.schedule.embedding_stage;
+    stage.head_loss = s == in.schedule.head_loss_stage;
     const int64_t n = static_cast<int64_t>(in.schedule.stages[static_cast<size_t>(s)].size());
-    for (int64_t i = 0; i < n; ++i) stage.tasks.push_back(task_record(in, s, i, producer));
+    for (int64_t i = 0; i < n; ++i) {
+      stage.tasks.push_back(task_record(in, s, i, stage_chunks, producer));
+    }
     stage.phases = in.phases[static_cast<size_t>(s)];
     out.push_back(std::move(stage));
   }

@@ -8,6 +8,12 @@
 // Example, pp 2, 4 layers folded (stage 0 holds layers 0 and 3, stage 1 layers 1 and 2):
 // stage 1's task F0d (micro-batch 0, down chunk: layer 1) waits for stage 0's F0d (layer
 // 0's output), and stage 0's F0u (layer 3) waits for stage 1's F0u (layer 2's output).
+//
+// On interleaved stages (the dhelix plan's third shape, planner/dhelix_shapes.h) a stage
+// lists its model chunks instead (chunk c of stage p is virtual stage c·pp + p), and each
+// task part names its model chunk. pp 2, v 2, 8 layers: stage 0 holds layers 0-1 and 4-5,
+// stage 1 layers 2-3 and 6-7; stage 0's F0.1 (layers 4-5) waits for stage 1's F0.0 (layer
+// 3's output), stage 1's B0.0 for stage 0's B0.1 (the gradient of layer 4's input).
 
 #include <cstdint>
 #include <vector>
@@ -30,6 +36,9 @@ struct StageRecordInputs {
   const UnfoldedLayout& unfolded;                ///< the whole chunk per stage (1F1B-shaped tasks)
   const std::vector<int64_t>& shape_ranks;       ///< per stage: the rank whose shapes were used
   const std::vector<int64_t>& pairing_of_stage;  ///< per stage: index into the plan's pairings
+  /// Interleaved schedules: each stage's model chunks' layer counts (Context's
+  /// interleaved_layers); unused otherwise.
+  const std::vector<std::vector<int64_t>>* model_chunk_layers = nullptr;
 };
 
 /// One PlanStage per pipeline stage, in stage order (see the file comment).

@@ -1,12 +1,16 @@
 #include "planner/scheme_memory.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "lib/error.h"
 #include "lib/int_math.h"
+#include "lib/stage_split.h"
 #include "planner/folding.h"
 #include "planner/pipeline_schedule.h"
 
@@ -75,9 +79,40 @@ std::vector<StageMemory> scheme_memory(const JobSpec& job, PipelineScheme scheme
                          options);
 }
 
+namespace {
+
+// Interleaved stages (the dhelix plan's third shape): each stage's model chunks' layers, as
+// the plan builder splits them (lib/stage_split.h).
+std::vector<StageCosts> interleaved_chunk_costs(const JobSpec& job, int64_t v,
+                                                const MemoryOptions& options) {
+  const ParallelSpec& p = job.parallel;
+  std::string why;
+  const auto chunks = interleaved_stage_layers(job.model.num_layers, p, v, why);
+  if (!chunks) {
+    throw Error(ErrorCode::kInvalidInput,
+                fmt::format("interleaved stages with {} model chunks each: {}", v, why));
+  }
+  std::vector<StageCosts> costs;
+  for (const std::vector<int64_t>& layers : *chunks) {
+    StageCosts c;
+    c.head_loss_transient_bytes = head_loss_transient_bytes(job.model, p);
+    set_chunk_memory(job.model, p, *std::max_element(layers.begin(), layers.end()), 0, options, c);
+    set_model_chunk_memory(job.model, p, layers, options, c);
+    costs.push_back(c);
+  }
+  return costs;
+}
+
+}  // namespace
+
 std::vector<StageMemory> schedule_memory(const JobSpec& job, const PipelineSchedule& schedule,
                                          const MemoryOptions& options) {
   const ParallelSpec& p = job.parallel;
+  if (schedule.shape == PipelineShape::kInterleaved) {
+    const std::vector<StageCosts> costs =
+        interleaved_chunk_costs(job, schedule.model_chunks, options);
+    return stage_memory(job.model, p, schedule.shape, options, activation_peaks(schedule, costs));
+  }
   std::vector<StageCosts> costs;
   for (const auto& [layers, up_layers] : stage_chunk_layers(job, schedule.shape)) {
     StageCosts c;
@@ -90,22 +125,26 @@ std::vector<StageMemory> schedule_memory(const JobSpec& job, const PipelineSched
 
 namespace {
 
-PipelineTask task_of(const PlanTask& t, ChunkSide last_chunk) {
+PipelineTask task_of(const PlanTask& t, ChunkSide last_chunk, int64_t model_chunks) {
   PipelineTask task;
   task.kind = t.kind;
+  task.numbered_chunks = model_chunks > 1;
   if (t.kind == TaskKind::kHeadLoss) {
     task.forward_micro_batch = task.backward_micro_batch = t.head_loss_micro_batch;
     task.forward_chunk = task.backward_chunk = last_chunk;
+    task.forward_model_chunk = task.backward_model_chunk = model_chunks - 1;
     return task;
   }
   if (t.forward) {
     task.forward_micro_batch = t.forward->micro_batch;
     task.forward_chunk = t.forward->chunk;
+    task.forward_model_chunk = t.forward->model_chunk.value_or(0);
   }
   if (t.backward) {
     task.backward_micro_batch = t.backward->micro_batch;
     task.backward_chunk = t.backward->chunk;
     task.backward_split = backward_split(t.backward->work);
+    task.backward_model_chunk = t.backward->model_chunk.value_or(0);
   }
   return task;
 }
@@ -123,9 +162,14 @@ PipelineSchedule schedule_of_plan(const Plan& plan) {
   schedule.head_loss_stage = folded ? 0 : schedule.pp - 1;
   schedule.first_chunk = folded ? ChunkSide::kDown : ChunkSide::kWhole;
   schedule.last_chunk = folded ? ChunkSide::kUp : ChunkSide::kWhole;
+  if (!plan.stages.empty() && !plan.stages.front().model_chunks.empty()) {
+    schedule.model_chunks = static_cast<int64_t>(plan.stages.front().model_chunks.size());
+  }
   for (const PlanStage& stage : plan.stages) {
     std::vector<PipelineTask>& tasks = schedule.stages.emplace_back();
-    for (const PlanTask& t : stage.tasks) tasks.push_back(task_of(t, schedule.last_chunk));
+    for (const PlanTask& t : stage.tasks) {
+      tasks.push_back(task_of(t, schedule.last_chunk, schedule.model_chunks));
+    }
   }
   return schedule;
 }

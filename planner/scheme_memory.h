@@ -54,7 +54,8 @@ void set_model_chunk_memory(const ModelSpec& model, const ParallelSpec& parallel
 std::vector<StageMemory> scheme_memory(const JobSpec& job, PipelineScheme scheme,
                                        const MemoryOptions& options);
 
-/// Every stage's memory when `schedule` (a folded W or V, or 1F1B) runs `job`: the plan's
+/// Every stage's memory when `schedule` (a folded W or V, 1F1B, or interleaved stages with
+/// schedule.model_chunks chunks each) runs `job`: the plan's
 /// own task order, whatever shape and split the planner chose.
 std::vector<StageMemory> schedule_memory(const JobSpec& job, const PipelineSchedule& schedule,
                                          const MemoryOptions& options);

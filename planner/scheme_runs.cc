@@ -273,7 +273,12 @@ ExtraCosts extra_costs(const Context& ctx) {
 std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme,
                                     const ExtraCosts& extras,
                                     std::vector<PlanStagePhases>& phases) {
-  const PipelineShape shape = scheme_shape(scheme);
+  return stage_costs(ctx, scheme, scheme_shape(scheme), extras, phases);
+}
+
+std::vector<StageCosts> stage_costs(const Context& ctx, PipelineScheme scheme, PipelineShape shape,
+                                    const ExtraCosts& extras,
+                                    std::vector<PlanStagePhases>& phases) {
   const ParallelSpec& par = ctx.job->parallel;
   std::vector<StageCosts> out;
   for (int64_t stage = 0; stage < ctx.pp; ++stage) {

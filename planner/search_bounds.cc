@@ -12,6 +12,7 @@
 #include "planner/profile_co_run.h"
 #include "planner/segment_cost.h"
 #include "planner/strand_graph.h"
+#include "planner/virtual_pipeline.h"
 
 namespace dhelix {
 namespace {
@@ -167,8 +168,22 @@ SchemeBounds lower_bounds(const JobSpec& job, const SoloTime& solo_time_us,
   };
   const StrandFloor input = strand_floor(dags.backward, input_gradient_us, job.cluster);
   const double alone_us = f.alone_us() + b.alone_us();
-  return {.dhelix_us = layout_bound_us(folded, micro_batches, pair_us,
-                                       f.alone_us() + input.alone_us(), extras),
+  double dhelix_us =
+      layout_bound_us(folded, micro_batches, pair_us, f.alone_us() + input.alone_us(), extras);
+  // dhelix may also take Megatron's interleaved stages (planner/dhelix_shapes.h): stage s
+  // then waits only for the first model chunks of the stages ahead of it. Its pairs are SI
+  // blocks or strands alone, so P and F + I bound them as well.
+  const int64_t v = virtual_pipeline_size(job, micro_batches, 0);
+  if (const auto chunks =
+          v > 1 ? interleaved_stage_layers(job.model.num_layers, p, v, why) : std::nullopt) {
+    LayoutShape interleaved = unfolded;
+    for (size_t s = 1; s < pp; ++s) {
+      interleaved.before[s] = interleaved.before[s - 1] + (*chunks)[s - 1].front();
+    }
+    dhelix_us = std::min(dhelix_us, layout_bound_us(interleaved, micro_batches, pair_us,
+                                                    f.alone_us() + input.alone_us(), extras));
+  }
+  return {.dhelix_us = dhelix_us,
           .megatron_us = layout_bound_us(unfolded, micro_batches, alone_us, alone_us, extras)};
 }
 

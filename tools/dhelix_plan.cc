@@ -3,7 +3,7 @@
 //
 //   dhelix-plan JOB [--profile P] [-o plan.json] [--allow-oom]   plan, print the report
 //       [--report text|markdown|json] [--trace T.json] [--svg PREFIX]
-//       [--shape auto|w|v]
+//       [--shape auto|w|v|interleaved]
 //       [--virtual-pipeline-model-parallel-size V | --num-layers-per-virtual-pipeline-stage K]
 //   dhelix-plan JOB --validate-only [--json]                     check and summarise the job
 //   dhelix-plan dag JOB [--format dot|json]                      stage 0's layer DAGs
@@ -123,8 +123,9 @@ void add_plan_options(CLI::App& app, PlanOptions& options) {
                "Write a plan that does not fit in GPU memory (with a warning)");
   app.add_option("--shape", options.shape,
                  "The dhelix plan's pipeline: w (DHelix's W), v (DualPipeV's order with SI "
-                 "blocks) or auto, the faster that fits (docs/pipeline.md)")
-      ->check(CLI::IsMember({"auto", "w", "v"}));
+                 "blocks), interleaved (Megatron's interleaved stages, SI blocks in its "
+                 "combined 1F1B order) or auto, the fastest that fits (docs/pipeline.md)")
+      ->check(CLI::IsMember({"auto", "w", "v", "interleaved"}));
   app.add_flag("--no-split-backward", options.no_split_backward,
                "Keep the dhelix plan's backwards whole: the W as the paper runs it, no input/"
                "weight-gradient split (and so no V)");

@@ -15,7 +15,7 @@ StageOwners stage_owners(const Plan& plan, const JobSpec& job) {
   StageOwners owners;
   owners.layer_owner.assign(static_cast<size_t>(num_layers), -1);
   for (const PlanStage& stage : plan.stages) {
-    for (const PlanLayerRange& range : {stage.down_layers, stage.up_layers}) {
+    for (const PlanLayerRange& range : stage.layer_ranges()) {
       for (int64_t l = range.first; l < range.first + range.count; ++l) {
         if (l < 0 || l >= num_layers) {
           throw Error(ErrorCode::kInvalidInput,

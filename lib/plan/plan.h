@@ -53,6 +53,12 @@ namespace dhelix {
 /// 1.4.0 added options.fsdp (Megatron-FSDP's sharding strategy and reshard_after_forward).
 /// A plan without it is written as 1.3.0 (plan_schema_version), so that the plans of jobs
 /// without FSDP stay byte for byte what they were.
+/// 1.5.0 added the dhelix plan on interleaved stages (shape_choice requested / chosen
+/// "interleaved"): a stage's optional model_chunks (its layer ranges, Megatron's virtual
+/// stages c·pp + p), a task part's optional model_chunk, and a shape candidate's optional
+/// si_blocks. Only plans on interleaved stages are written as 1.5.0 (plan_schema_version;
+/// the others do not list interleaved candidates), so that every other plan keeps its bytes.
+inline constexpr const char* kPlanSchemaVersionInterleaved = "1.5.0";
 inline constexpr const char* kPlanSchemaVersion = "1.4.0";
 inline constexpr const char* kPlanSchemaVersionWithoutFsdp = "1.3.0";
 inline constexpr int kPlanSchemaMajor = 1;
@@ -98,8 +104,10 @@ struct PlanOptionsRecord {
 };
 
 /// The version a plan with these options is written as: kPlanSchemaVersion with fsdp,
-/// kPlanSchemaVersionWithoutFsdp without.
-inline const char* plan_schema_version(const PlanOptionsRecord& options) {
+/// kPlanSchemaVersionWithoutFsdp without; kPlanSchemaVersionInterleaved when the dhelix plan
+/// runs on interleaved stages (`interleaved`).
+inline const char* plan_schema_version(const PlanOptionsRecord& options, bool interleaved = false) {
+  if (interleaved) return kPlanSchemaVersionInterleaved;
   return options.fsdp ? kPlanSchemaVersion : kPlanSchemaVersionWithoutFsdp;
 }
 
@@ -173,6 +181,9 @@ struct PlanTaskPart {
   /// Backward parts of backward tasks: which share of the backward runs (kInput: I, kWeight:
   /// W). "work" in the file, written only when not whole.
   BackwardShare work = BackwardShare::kWhole;
+  /// Interleaved stages (1.5.0): the index of the part's model chunk in its stage's
+  /// model_chunks, whose layers `layers` are; absent on every other shape.
+  std::optional<int64_t> model_chunk = std::nullopt;
 };
 
 /// A task of another stage this task waits for (a point-to-point transfer).
@@ -220,13 +231,22 @@ struct PlanStage {
   std::vector<int64_t> ranks;  ///< every rank of this pipeline coordinate, ascending
   int64_t shape_rank = 0;      ///< the rank whose DAG shapes were used (the first)
   int64_t pairing = 0;         ///< index into Plan::pairings
-  PlanLayerRange down_layers;
+  PlanLayerRange down_layers;  ///< the W and the V; empty (count 0) on interleaved stages
   PlanLayerRange up_layers;
+  /// Interleaved stages (1.5.0): the stage's model chunks in order, chunk c holding virtual
+  /// stage c·pp + stage; empty on every other shape.
+  std::vector<PlanLayerRange> model_chunks = {};
   bool embedding = false;
   bool head_loss = false;
   std::vector<PlanTask> tasks;
   /// Transfers, DP reduction and optimizer step; absent in plans written before 1.1.0.
   std::optional<PlanStagePhases> phases;
+
+  /// Every layer range the stage holds: its model chunks, or its down and up chunks.
+  std::vector<PlanLayerRange> layer_ranges() const {
+    if (!model_chunks.empty()) return model_chunks;
+    return {down_layers, up_layers};
+  }
 };
 
 /// One GPU's memory on one stage under one scheme, bytes.
@@ -269,6 +289,10 @@ struct PlanShapeCandidate {
   /// unbounded). The V always splits where DualPipeV does.
   bool split_backward = false;
   int64_t max_deferred_weight_gradients = 0;
+  /// Interleaved stages (1.5.0, written for them only): whether each step's forward and
+  /// backward run as one SI block (Megatron's combined 1F1B order) or apart (its plain
+  /// interleaved order).
+  bool si_blocks = false;
   double iteration_us = 0;
   double bubble_ratio = 0;
   int64_t peak_bytes = 0;  ///< the largest stage's total memory

@@ -46,7 +46,7 @@ void check_stage_coverage(const Plan& plan, size_t s, const std::string& file,
                           ProblemList& problems) {
   const PlanStage& stage = plan.stages[s];
   std::set<int64_t> held;
-  for (const PlanLayerRange& range : {stage.down_layers, stage.up_layers}) {
+  for (const PlanLayerRange& range : stage.layer_ranges()) {
     for (int64_t l = range.first; l < range.first + range.count; ++l) held.insert(l);
   }
   const int64_t n = plan.num_micro_batches;

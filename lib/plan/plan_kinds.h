@@ -53,11 +53,11 @@ constexpr const char* pipeline_shape_name(PipelineShape shape) {
   return kPipelineShapeNames.name(shape);
 }
 
-/// Which shape the dhelix plan may take (dhelix-plan --shape): the W, the V, or whichever
-/// is faster and fits (planner/dhelix_shapes.h).
-enum class ShapeRequest { kAuto, kW, kV };
-inline constexpr EnumNames<ShapeRequest, 3> kShapeRequestNames{{"auto", "w", "v"}};
-/// "auto", "w", "v".
+/// Which shape the dhelix plan may take (dhelix-plan --shape): the W, the V, Megatron's
+/// interleaved stages, or whichever is faster and fits (planner/dhelix_shapes.h).
+enum class ShapeRequest { kAuto, kW, kV, kInterleaved };
+inline constexpr EnumNames<ShapeRequest, 4> kShapeRequestNames{{"auto", "w", "v", "interleaved"}};
+/// "auto", "w", "v", "interleaved".
 constexpr const char* shape_request_name(ShapeRequest request) {
   return kShapeRequestNames.name(request);
 }

@@ -227,6 +227,9 @@ std::optional<PlanTaskPart> read_part(ObjectReader& r, const std::string& key) {
             o.string("work", Need::kOptional, kBackwardShareNames.all())) {
       part.work = kBackwardShareNames.parse(*work).value_or(BackwardShare::kWhole);
     }
+    // Since 1.5.0, interleaved stages only (check_model_chunks bounds it by the stage's).
+    part.model_chunk =
+        o.integer("model_chunk", Need::kOptional, {.min = 0, .max = kLayerIndex.max});
   });
   return part;
 }
@@ -291,6 +294,43 @@ PlanStagePhases read_phases(ObjectReader& r) {
           .optimizer_us = time_field(r, "optimizer_us")};
 }
 
+// A part names a model chunk exactly when its stage has model chunks, one it has, whose
+// layers are the part's.
+void check_model_chunks(ObjectReader& r, const PlanStage& s) {
+  const int64_t chunks = static_cast<int64_t>(s.model_chunks.size());
+  for (size_t t = 0; t < s.tasks.size(); ++t) {
+    const PlanTask& task = s.tasks[t];
+    for (const auto& [key, part] :
+         {std::pair{"forward", &task.forward}, std::pair{"backward", &task.backward}}) {
+      if (!*part || task.kind == TaskKind::kHeadLoss) continue;
+      const std::string pointer = r.pointer_of("tasks") + fmt::format("/{}/{}/model_chunk", t, key);
+      const std::optional<int64_t> c = (*part)->model_chunk;
+      if (chunks == 0 && c) {
+        r.problems().add(r.file(), pointer, std::to_string(*c),
+                         "names a model chunk, but the stage has no model_chunks (only "
+                         "interleaved stages have them)");
+      } else if (chunks > 0 && !c) {
+        r.problems().add(r.file(), pointer, "(absent)",
+                         fmt::format("must name one of the stage's {} model_chunks", chunks));
+      } else if (c && *c >= chunks) {
+        r.problems().add(r.file(), pointer, std::to_string(*c),
+                         fmt::format("must name one of the stage's {} model_chunks (0..{})", chunks,
+                                     chunks - 1));
+      } else if (c) {
+        const PlanLayerRange& want = s.model_chunks[static_cast<size_t>(*c)];
+        const PlanLayerRange& got = (*part)->layers;
+        if (want.first != got.first || want.count != got.count) {
+          r.problems().add(r.file(), pointer, std::to_string(*c),
+                           fmt::format("names model chunk {}, layers {}..{}, but the part runs "
+                                       "layers {}..{}",
+                                       *c, want.first, want.first + want.count - 1, got.first,
+                                       got.first + got.count - 1));
+        }
+      }
+    }
+  }
+}
+
 PlanStage read_stage(ObjectReader& r) {
   PlanStage s;
   s.stage = bounded_field(r, "stage", kStageIndex);
@@ -299,11 +339,19 @@ PlanStage read_stage(ObjectReader& r) {
   s.pairing = count_field(r, "pairing");
   with_object(r, "down_layers", [&](ObjectReader& o) { s.down_layers = read_range(o); });
   with_object(r, "up_layers", [&](ObjectReader& o) { s.up_layers = read_range(o); });
+  // Since 1.5.0: interleaved stages' model chunks.
+  if (r.raw("model_chunks", Need::kOptional) != nullptr) {
+    for_each_element(r, "model_chunks", [&](const Json& e, const std::string& pointer) {
+      with_element(r, e, pointer,
+                   [&](ObjectReader& o) { s.model_chunks.push_back(read_range(o)); });
+    });
+  }
   s.embedding = r.boolean("embedding", Need::kRequired).value_or(false);
   s.head_loss = r.boolean("head_loss", Need::kRequired).value_or(false);
   for_each_element(r, "tasks", [&](const Json& e, const std::string& pointer) {
     with_element(r, e, pointer, [&](ObjectReader& o) { s.tasks.push_back(read_task(o)); });
   });
+  check_model_chunks(r, s);
   // Plans before 1.1.0 lack it.
   if (std::optional<ObjectReader> phases = r.object("phases", Need::kOptional)) {
     s.phases = read_phases(*phases);
@@ -324,6 +372,7 @@ PlanShapeChoice read_shape_choice(ObjectReader& r) {
       k.split_backward = o.boolean("split_backward", Need::kRequired).value_or(false);
       k.max_deferred_weight_gradients =
           o.integer("max_deferred_weight_gradients", Need::kRequired, {.min = -1}).value_or(0);
+      k.si_blocks = o.boolean("si_blocks", Need::kOptional).value_or(false);  // since 1.5.0
       k.iteration_us = time_field(o, "iteration_us");
       k.bubble_ratio = o.real("bubble_ratio", Need::kRequired, {.min = 0, .max = 1}).value_or(0);
       k.peak_bytes = count_field(o, "peak_bytes");

@@ -80,6 +80,7 @@ OrderedJson part_json(const std::optional<PlanTaskPart>& part) {
                   {"layers", range_json(part->layers)}};
   // Written only when split, so that plans without split tasks keep their bytes.
   if (part->work != BackwardShare::kWhole) out["work"] = backward_share_name(part->work);
+  if (part->model_chunk) out["model_chunk"] = *part->model_chunk;  // interleaved stages only
   return out;
 }
 
@@ -118,10 +119,15 @@ OrderedJson stage_json(const PlanStage& stage) {
                   {"shape_rank", stage.shape_rank},
                   {"pairing", stage.pairing},
                   {"down_layers", range_json(stage.down_layers)},
-                  {"up_layers", range_json(stage.up_layers)},
-                  {"embedding", stage.embedding},
-                  {"head_loss", stage.head_loss},
-                  {"tasks", tasks}};
+                  {"up_layers", range_json(stage.up_layers)}};
+  if (!stage.model_chunks.empty()) {  // interleaved stages only, so that other plans keep bytes
+    OrderedJson chunks = OrderedJson::array();
+    for (const PlanLayerRange& range : stage.model_chunks) chunks.push_back(range_json(range));
+    out["model_chunks"] = chunks;
+  }
+  out["embedding"] = stage.embedding;
+  out["head_loss"] = stage.head_loss;
+  out["tasks"] = tasks;
   if (stage.phases) out["phases"] = phases_json(*stage.phases);
   return out;
 }
@@ -160,14 +166,15 @@ OrderedJson scheme_json(const PlanScheme& s) {
 OrderedJson shape_choice_json(const PlanShapeChoice& c) {
   OrderedJson candidates = OrderedJson::array();
   for (const PlanShapeCandidate& k : c.candidates) {
-    candidates.push_back(
-        OrderedJson{{"shape", pipeline_shape_name(k.shape)},
-                    {"split_backward", k.split_backward},
-                    {"max_deferred_weight_gradients", k.max_deferred_weight_gradients},
-                    {"iteration_us", round_time_us(k.iteration_us)},
-                    {"bubble_ratio", round_ratio(k.bubble_ratio)},
-                    {"peak_bytes", k.peak_bytes},
-                    {"fits", k.fits}});
+    OrderedJson candidate{{"shape", pipeline_shape_name(k.shape)},
+                          {"split_backward", k.split_backward},
+                          {"max_deferred_weight_gradients", k.max_deferred_weight_gradients}};
+    if (k.shape == PipelineShape::kInterleaved) candidate["si_blocks"] = k.si_blocks;
+    candidate["iteration_us"] = round_time_us(k.iteration_us);
+    candidate["bubble_ratio"] = round_ratio(k.bubble_ratio);
+    candidate["peak_bytes"] = k.peak_bytes;
+    candidate["fits"] = k.fits;
+    candidates.push_back(candidate);
   }
   return OrderedJson{{"requested", shape_request_name(c.requested)},
                      {"chosen", pipeline_shape_name(c.chosen)},

@@ -64,7 +64,8 @@ expect_refusal cycle "dhelix-plan: error: cycle.json: /stages/0/tasks/1: co-exec
 # A plan that does not fit, made by the planner (the checker recomputes the budget and the
 # stages' memory, check 11, so an edited budget is another refusal): tiny-tp2-pp2's job on
 # a cpu-host with 2261000000 bytes (466352 usable), written with --allow-oom; oom.json is
-# the same plan with the flag cleared.
+# the same plan with the flag cleared. No shape fits, so auto takes the one needing the least:
+# interleaved stages without SI blocks (planner/dhelix_shapes.h).
 /usr/bin/python3 - "$src_dir" "$scratch" <<'PY'
 import json, sys
 src, scratch = sys.argv[1:3]
@@ -81,7 +82,7 @@ PY
 /usr/bin/python3 -c 'import json, sys
 p = json.load(open(sys.argv[1])); p["options"]["allow_oom"] = False
 json.dump(p, open(sys.argv[2], "w"), indent=2)' "$scratch/oom-allowed.json" "$scratch/oom.json"
-expect_refusal oom "dhelix-plan: error: oom.json: /schemes/0/memory/0: stage 0 needs 2.0 MiB (2136320 bytes"
+expect_refusal oom "dhelix-plan: error: oom.json: /schemes/0/memory/0: stage 0 needs 1.9 MiB (1971200 bytes"
 corrupt budget 'p["memory_budget"]["usable_bytes"] = 2000000'
 expect_refusal budget "dhelix-plan: error: budget.json: /memory_budget/usable_bytes: 2000000 differs from 1932735283 bytes recomputed from the plan's own /job"
 (cd "$scratch" && "$plan" --check oom-allowed.json) >"$scratch/stdout" 2>"$scratch/stderr"
@@ -110,6 +111,31 @@ tasks.pop()
 json.dump(p, open(sys.argv[2], "w"), indent=2)
 PY
 expect_refusal v-no-w "the input part (I) has no weight part (W) later on the stage"
+
+# --- interleaved stages (examples/plans/tiny-tp2-pp2-interleaved.json): stage 0's second model
+# --- chunk moved onto layer 1, which stage 1 holds: both stages would own it
+/usr/bin/python3 - "$src_dir/examples/plans/tiny-tp2-pp2-interleaved.json" "$scratch/il-chunk.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["schemes"][0]["shape"] == "interleaved", "tiny-tp2-pp2-interleaved is not interleaved"
+s0 = p["stages"][0]
+assert s0["model_chunks"] == [{"first": 0, "count": 1}, {"first": 2, "count": 1}], s0["model_chunks"]
+s0["model_chunks"][1]["first"] = 1
+for t in s0["tasks"]:
+    for part in (t["forward"], t["backward"]):
+        if part and part.get("model_chunk") == 1:
+            part["layers"]["first"] = 1
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+expect_refusal il-chunk "no stage holds layer 2"
+# --- and a task part naming a model chunk the stage lacks
+/usr/bin/python3 - "$src_dir/examples/plans/tiny-tp2-pp2-interleaved.json" "$scratch/il-part.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["stages"][1]["tasks"][0]["forward"]["model_chunk"] = 2
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+expect_refusal il-part "/stages/1/tasks/0/forward/model_chunk: 2 must name one of the stage's 2 model_chunks (0..1)"
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -67,6 +67,12 @@ else
   fail "--json is JSON with plan_changed" "$(head -c 300 "$scratch/stdout")"
 fi
 
+# The V and interleaved stages of one job: the stages' model chunks and the shape differ.
+expect "the V vs interleaved stages" 0 "" "$src_dir/examples/plans/tiny-tp2-pp2-v.json" \
+  "$src_dir/examples/plans/tiny-tp2-pp2-interleaved.json"
+stdout_has "model chunks are compared" 'stage.0.model_chunks         [] -> [{"first":0,"count":1},{"first":2,"count":1}]'
+stdout_has "the shape is compared" '"v" -> "interleaved"'
+
 # --- 1: a --fail-if condition met ---------------------------------------------------------
 expect "7.2 % slower, --fail-if-slower 5" 1 "dhelix-diff: failed: dhelix iteration time grew 7.2 % (> 5 %)" \
   "$a" "$slower" --fail-if-slower 5

@@ -4,7 +4,8 @@
 #      losses and gradients, for TP2 x PP2 (4 ranks), DP2 x TP2 (4 ranks) and TP2 (2 ranks),
 #      with random delays before every op (--jitter-us) so that timing cannot hide a missing
 #      dependency (removing the cross-stream waits of the interpreter makes this fail);
-#   2. training on the shipped corpus lowers the loss;
+#   2. training on the shipped corpus lowers the loss; interleaved stages
+#      (tiny-tp2-pp2-interleaved) give the W plan's losses bit for bit;
 #   3. 6 steps in one run == 3 steps + a resume of 3 more, bit for bit;
 #   4. activation recompute, full and selective: --verify, and the storing plan's losses;
 #   5. context parallelism (tiny-cp2-tp2, CP 2 x TP 2 on 4 ranks; --verify in 1.): the
@@ -48,8 +49,9 @@ expect_failure() { # expect_failure RANKS FRAGMENT ARGS...
 }
 
 # 1. Equivalence of the schedules.
-# tiny-tp2-pp2 is the W, tiny-tp2-pp2-v the V with its split backwards (planner/dhelix_shapes.h).
-for case in "tiny-tp2-pp2 4" "tiny-tp2-pp2-v 4" "tiny-dp2-tp2 4" "tiny-tp2 2" "tiny-cp2-tp2 4" \
+# tiny-tp2-pp2 is the W, tiny-tp2-pp2-v the V with its split backwards, tiny-tp2-pp2-interleaved
+# Megatron's interleaved stages with SI blocks (planner/dhelix_shapes.h).
+for case in "tiny-tp2-pp2 4" "tiny-tp2-pp2-v 4" "tiny-tp2-pp2-interleaved 4" "tiny-dp2-tp2 4" "tiny-tp2 2" "tiny-cp2-tp2 4" \
   "tiny-moe-ep2 2" "tiny-moe-ep2-pp2 4"; do
   read -r plan ranks <<<"$case"
   if ! run "$ranks" --plan "$plans/$plan.json" --steps 2 --verify --jitter-us 200; then
@@ -71,6 +73,21 @@ sys.exit(0 if len(losses) == 30 and losses[-1] < 0.75 * losses[0] else 1)
 PY
 else
   fail "training tiny-tp2"
+  cat "$work/out"
+fi
+
+# 2b. Interleaved stages train the model the W trains: 6 steps' losses equal the W plan's bit
+# for bit (each micro-batch's gradient is accumulated in the same per-layer order).
+if run 4 --plan "$plans/tiny-tp2-pp2.json" --steps 6 --loss-log "$work/w.log" &&
+  run 4 --plan "$plans/tiny-tp2-pp2-interleaved.json" --steps 6 --loss-log "$work/il.log"; then
+  python3 - "$work/w.log" "$work/il.log" <<'PY' || fail "interleaved stages' losses differ from the W's"
+import json, sys
+w, il = ([json.loads(line)["loss_bits"] for line in open(f)] for f in sys.argv[1:3])
+print(f"interleaved vs W: {sum(a == b for a, b in zip(w, il))} of {len(w)} losses bitwise equal")
+sys.exit(0 if len(w) == 6 and w == il else 1)
+PY
+else
+  fail "training tiny-tp2-pp2 (W) or tiny-tp2-pp2-interleaved"
   cat "$work/out"
 fi
 

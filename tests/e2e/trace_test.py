@@ -27,13 +27,15 @@ from collections import defaultdict
 TIME_TOLERANCE_US = 0.01
 RATIO_TOLERANCE = 1e-5
 
-# (job, extra flags): the README's pipeline job, one stage, CP across nodes, a CPU job.
+# (job, extra flags): the README's pipeline job, one stage, CP across nodes, a CPU job, and
+# the CPU job on interleaved stages (planner/dhelix_shapes.h).
 JOBS = [
     ("llama-39b-a40-dp4-tp8-pp2", ["--gbs", "48"]),
     ("llama-8b-a40-dp16-tp4", []),
     ("llama-39b-a40-dp2-tp8-cp2-pp2-seq16k", []),
     ("gpt-30b-a40-dp4-tp8-pp2", []),
     ("tiny-tp2-pp2", []),
+    ("tiny-tp2-pp2", ["--shape", "interleaved"]),
 ]
 
 

@@ -41,6 +41,10 @@ done
 "$plan" examples/jobs/tiny-tp2-pp2.json --shape w --no-split-backward \
   -o examples/plans/tiny-tp2-pp2.json >/dev/null
 "$plan" examples/jobs/tiny-tp2-pp2.json -o examples/plans/tiny-tp2-pp2-v.json >/dev/null
+# And on Megatron's interleaved stages (v 2: model chunks of one layer), which
+# tests/e2e/run_test.sh trains and check_test.sh tampers with.
+"$plan" examples/jobs/tiny-tp2-pp2.json --shape interleaved \
+  -o examples/plans/tiny-tp2-pp2-interleaved.json >/dev/null
 
 # The same job (Llama 8B, dp16 x tp4, 8k tokens) planned for the A40 and the H100 cluster.
 "$plan" examples/jobs/llama-8b-a40-dp16-tp4.json \

@@ -262,5 +262,47 @@ TEST(PlanIo, OtherMajorVersionIsRefused) {
   EXPECT_EQ(code, ErrorCode::kSchemaVersion);
 }
 
+// Interleaved stages (1.5.0): a stage's model_chunks and a part's model_chunk round-trip,
+// are written only when set, and a part naming a chunk the stage lacks, or other layers than
+// its chunk's, is refused naming the field and the value.
+TEST(PlanIo, ModelChunksRoundTripAndAreChecked) {
+  const std::string plain = plan_to_text(small_plan());
+  EXPECT_EQ(plain.find("model_chunk"), std::string::npos);
+  Plan plan = small_plan();
+  PlanStage& stage = plan.stages[0];
+  stage.down_layers = stage.up_layers = {0, 0};
+  stage.model_chunks = {{0, 1}, {1, 1}};
+  stage.tasks[0].forward->chunk = ChunkSide::kWhole;
+  stage.tasks[0].forward->model_chunk = 0;
+  const Plan read = plan_from_json(Json::parse(plan_to_text(plan)), "p");
+  ASSERT_EQ(read.stages[0].model_chunks.size(), 2u);
+  EXPECT_EQ(read.stages[0].model_chunks[1].first, 1);
+  EXPECT_EQ(read.stages[0].tasks[0].forward->model_chunk, 0);
+  EXPECT_EQ(read.stages[0].layer_ranges().size(), 2u);
+  // (One more round: plan_from_json sorts the opaque objects' keys, as above.)
+  EXPECT_EQ(plan_to_text(plan_from_json(Json::parse(plan_to_text(read)), "p")), plan_to_text(read));
+
+  Json json = Json::parse(plan_to_text(plan));
+  json["stages"][0]["tasks"][0]["forward"]["model_chunk"] = 2;
+  EXPECT_EQ(error_of(json.dump()),
+            "plan.json: /stages/0/tasks/0/forward/model_chunk: 2 must name one of the stage's 2 "
+            "model_chunks (0..1)");
+  json["stages"][0]["tasks"][0]["forward"]["model_chunk"] = 1;
+  EXPECT_EQ(error_of(json.dump()),
+            "plan.json: /stages/0/tasks/0/forward/model_chunk: 1 names model chunk 1, layers "
+            "1..1, but the part runs layers 0..0");
+  json["stages"][0]["tasks"][0]["forward"].erase("model_chunk");
+  EXPECT_NE(error_of(json.dump())
+                .find("/stages/0/tasks/0/forward/model_chunk: (absent) must name "
+                      "one of the stage's 2 model_chunks"),
+            std::string::npos);
+  json = Json::parse(plain);
+  json["stages"][0]["tasks"][0]["forward"]["model_chunk"] = 0;
+  EXPECT_NE(error_of(json.dump())
+                .find("/stages/0/tasks/0/forward/model_chunk: 0 names a model "
+                      "chunk, but the stage has no model_chunks"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace dhelix
