@@ -61,8 +61,9 @@ verify() {
   fi
 }
 
-# 1. Unequal chunks on stage 0.
-plan uneven 8 --pp 3 --decoder-first-pipeline-num-layers 4 --decoder-last-pipeline-num-layers 2
+# 1. Unequal chunks on stage 0 of the W (--shape w: auto may take interleaved stages, whose
+#    chunks are not the fold's down and up legs).
+plan uneven 8 --pp 3 --decoder-first-pipeline-num-layers 4 --decoder-last-pipeline-num-layers 2 --shape w
 python3 - "$work/uneven.json" <<'PY' || fail "uneven: stage 0's chunks are not 3 and 1 layers"
 import json, sys
 stage = json.load(open(sys.argv[1]))["stages"][0]
@@ -96,7 +97,7 @@ cat "$work/a.log" "$work/b.log" 2>/dev/null | cmp -s - "$work/uneven.log" ||
   fail "uneven: 2 steps + a resumed third differ from 3 steps in one run"
 
 # 3. The planner's own split where no F = La exists (7 layers on pp 3).
-plan fallback 7 --pp 3
+plan fallback 7 --pp 3 --shape w
 grep -q "warning" "$work/fallback.plan.log" || fail "fallback: the plan does not warn of its split"
 verify fallback 3
 
