@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -254,20 +253,6 @@ void Trainer::read_inputs() {
                            options_.job_file);
   }
   refuse_unsupported(job_, options_.plan_file, options_.backend);
-  // Interleaved stages (planner/dhelix_shapes.h): each stage builds its model chunks' layers
-  // (ModelSlice) and the lowering reads only layer ranges; tested on the CPU backend
-  // (tests/e2e/run_test.sh), while the CUDA engine, which takes the same slice, has no host
-  // test of more than the W's two chunks yet.
-  const bool interleaved = std::any_of(plan_.stages.begin(), plan_.stages.end(),
-                                       [](const PlanStage& s) { return !s.model_chunks.empty(); });
-  if (interleaved && options_.backend != "cpu") {
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("{}: dhelix-run does not run a plan on interleaved stages "
-                            "(shape_choice chosen \"interleaved\", stages with model_chunks) on "
-                            "the {} backend yet (--backend cpu runs it); plan the job with "
-                            "--shape w or v",
-                            options_.plan_file, options_.backend));
-  }
   // a2a+p2p's CP sub-groups have no emulated link (runtime/comm/process_groups.h).
   if (link_emulation_.enabled() && job_.parallel.cp_comm_type == CpCommType::kA2aP2p) {
     throw Error(ErrorCode::kUnsupported,

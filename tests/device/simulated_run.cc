@@ -112,7 +112,9 @@ DeviceCommPlan agreed_plan(const World& world, const DeviceCommSetup& setup, int
 }
 
 std::vector<GemmShape> gemm_shapes_of(const World& world, int64_t rank, const PlanStage& stage) {
-  const bool layers = stage.down_layers.count > 0 || stage.up_layers.count > 0;
+  const std::vector<PlanLayerRange> ranges = stage.layer_ranges();
+  const bool layers = std::any_of(ranges.begin(), ranges.end(),
+                                  [](const PlanLayerRange& range) { return range.count > 0; });
   return job_gemm_shapes(world.job, rank, layers, stage.head_loss);
 }
 
@@ -174,7 +176,7 @@ RankRecord simulate_rank(const World& world, int64_t rank, ExecutionMode mode, i
   const RankProgram& program = programs[mode == ExecutionMode::kCoExecuted ? 0 : 1];
   const PlanStage& stage = stage_of(world.plan, program.stage);
   std::vector<std::pair<int64_t, int64_t>> layer_ranges;
-  for (const PlanLayerRange& range : {stage.down_layers, stage.up_layers}) {
+  for (const PlanLayerRange& range : stage.layer_ranges()) {  // the W's, the V's or model chunks
     if (range.count > 0) layer_ranges.emplace_back(range.first, range.count);
   }
   const ParallelSpec& parallel = world.job.parallel;
