@@ -412,8 +412,9 @@ void Lowering::issue_ready_scatters(int64_t micro_batch, bool all) {
   for (const auto& [layer, index] : prefetch_.scatters) {
     const std::vector<int64_t>& preds =
         dags_.layer_backward.predecessors[static_cast<size_t>(index)];
+    const int64_t scattered_layer = layer;  // a structured binding is no lambda capture in C++17
     const bool ready = std::all_of(preds.begin(), preds.end(), [&](int64_t p) {
-      return produced(micro_batch, layer, dags_.layer_backward, p) >= 0;
+      return produced(micro_batch, scattered_layer, dags_.layer_backward, p) >= 0;
     });
     if (ready || all) {
       emit_layer_op(true, index, micro_batch, layer, true);
