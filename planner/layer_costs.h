@@ -78,8 +78,8 @@ CommBreakdown blocks_comm(const std::vector<PairingBlock>& blocks, const StrandK
 struct LayerAnalysis {
   int64_t chunk_layers = 1;  ///< layers per folded chunk the scopes were compared for
   LayerDags dags;
-  StrandGraph forward;           ///< one layer's forward, profile solo times
-  StrandGraph backward;          ///< one layer's backward
+  StrandGraph forward;   ///< one layer's forward, profile solo times
+  StrandGraph backward;  ///< one layer's backward
   /// FSDP's collectives are prefetched across SI blocks (planner/fsdp_si_prefetch.h): the
   /// search pairs the layer without them, the DP stream carries them beside its blocks.
   bool fsdp_prefetch = false;

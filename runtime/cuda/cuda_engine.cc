@@ -587,13 +587,13 @@ class CudaEngine final : public TrainingEngine {
   std::optional<AttentionSetup> attention_;
   int64_t workspace_bytes_;
   char* workspace_ = nullptr;
-  int* finite_flag_ = nullptr;       // gradients_finite()'s one flag
-  bool overlap_;                     // --overlap-grad-reduce
-  bool sharded_;                     // the distributed optimizer
-  bool overlap_gather_;              // its gathers under the next forward
-  bool reductions_pending_ = false;  // an overlapped execution's sums not waited for yet
-  int64_t dp_coordinate_ = 0;        // the FSDP shard the model holds
-  bool fsdp_tp_pending_ = false;     // this iteration's gains not yet summed over TP
+  int* finite_flag_ = nullptr;                // gradients_finite()'s one flag
+  bool overlap_;                              // --overlap-grad-reduce
+  bool sharded_;                              // the distributed optimizer
+  bool overlap_gather_;                       // its gathers under the next forward
+  bool reductions_pending_ = false;           // an overlapped execution's sums not waited for yet
+  int64_t dp_coordinate_ = 0;                 // the FSDP shard the model holds
+  bool fsdp_tp_pending_ = false;              // this iteration's gains not yet summed over TP
   rt::Communicator* fsdp_host_dp_ = nullptr;  // checkpoints' gathers of the FSDP shards
   // Destroyed first (reverse order): the executor's view, then the session (the
   // communicators in their agreed order, then the streams); the API (and its cuBLAS
