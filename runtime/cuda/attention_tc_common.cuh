@@ -6,12 +6,14 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
 #include <vector>
 
 #include "runtime/cuda/kernels_cuda.h"
+#include "runtime/cuda/launch_config.h"
 #include "runtime/cuda/mma_bf16.cuh"
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/attention_layout.h"
@@ -132,6 +134,27 @@ __device__ inline void tile_b_cols(const bf16* tile, int stride, int j, int dt, 
   const int key = 16 * j + 2 * mma::lane_pair(), col = 8 * dt + mma::lane_group();
   b0 = mma::pack(tile[key * stride + col], tile[(key + 1) * stride + col]);
   b1 = mma::pack(tile[(key + 8) * stride + col], tile[(key + 9) * stride + col]);
+}
+
+/// Calls f(std::integral_constant<int, D>{}) with D the kernels' instance for head_dim
+/// (launch_config.h's tc_dim_tiles: 2, 4, 8 or 16 tiles of 16), so that each launch names
+/// its kernel template once.
+template <class F>
+void with_dim_tiles(int64_t head_dim, F&& f) {
+  switch (tc_dim_tiles(head_dim)) {
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    case 8:
+      f(std::integral_constant<int, 8>{});
+      break;
+    default:
+      f(std::integral_constant<int, 16>{});
+      break;
+  }
 }
 
 /// Between the two kernel files: the argument check (a layout's runs inside the shape, whole

@@ -308,38 +308,16 @@ void check_args(const Args& a) {
 // The instances, by padded head dimension (launch_config.h, tc_dim_tiles).
 void launch_forward(const Args& a, cudaStream_t stream) {
   const LaunchConfig config = attention_launch(a.shape);
-  switch (tc_dim_tiles(a.shape.head_dim)) {
-    case 2:
-      detail::launch_with_large_shared(config, stream, tc_forward_kernel<2>, a);
-      break;
-    case 4:
-      detail::launch_with_large_shared(config, stream, tc_forward_kernel<4>, a);
-      break;
-    case 8:
-      detail::launch_with_large_shared(config, stream, tc_forward_kernel<8>, a);
-      break;
-    default:
-      detail::launch_with_large_shared(config, stream, tc_forward_kernel<16>, a);
-      break;
-  }
+  with_dim_tiles(a.shape.head_dim, [&](auto tiles) {
+    detail::launch_with_large_shared(config, stream, tc_forward_kernel<decltype(tiles)::value>, a);
+  });
 }
 
 void launch_dq(const Args& a, cudaStream_t stream) {
   const LaunchConfig config = attention_launch(a.shape);
-  switch (tc_dim_tiles(a.shape.head_dim)) {
-    case 2:
-      detail::launch_with_large_shared(config, stream, tc_dq_kernel<2>, a);
-      break;
-    case 4:
-      detail::launch_with_large_shared(config, stream, tc_dq_kernel<4>, a);
-      break;
-    case 8:
-      detail::launch_with_large_shared(config, stream, tc_dq_kernel<8>, a);
-      break;
-    default:
-      detail::launch_with_large_shared(config, stream, tc_dq_kernel<16>, a);
-      break;
-  }
+  with_dim_tiles(a.shape.head_dim, [&](auto tiles) {
+    detail::launch_with_large_shared(config, stream, tc_dq_kernel<decltype(tiles)::value>, a);
+  });
 }
 
 std::vector<KernelEntry> forward_dq_kernels() {

@@ -197,20 +197,9 @@ __global__ void __launch_bounds__(128) tc_dkdv_kernel(Args a) {
 
 void launch_dkdv(const Args& a, cudaStream_t stream) {
   const LaunchConfig config = attention_dkdv_launch(a.shape);
-  switch (tc_dim_tiles(a.shape.head_dim)) {
-    case 2:
-      detail::launch_with_large_shared(config, stream, tc_dkdv_kernel<2>, a);
-      break;
-    case 4:
-      detail::launch_with_large_shared(config, stream, tc_dkdv_kernel<4>, a);
-      break;
-    case 8:
-      detail::launch_with_large_shared(config, stream, tc_dkdv_kernel<8>, a);
-      break;
-    default:
-      detail::launch_with_large_shared(config, stream, tc_dkdv_kernel<16>, a);
-      break;
-  }
+  with_dim_tiles(a.shape.head_dim, [&](auto tiles) {
+    detail::launch_with_large_shared(config, stream, tc_dkdv_kernel<decltype(tiles)::value>, a);
+  });
 }
 
 std::vector<KernelEntry> dkdv_kernels() {
