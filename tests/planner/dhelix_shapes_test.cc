@@ -15,27 +15,13 @@
 #include "planner/plan_builder.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
+#include "tests/planner/llama8b_h100_job.h"
 
 namespace dhelix {
 namespace {
 
 // llama-8b's shapes with 16 layers on H100s, TP 2, PP 4, global batch `gbs` x 4096.
-JobSpec job_of(int64_t gbs) {
-  JobSpec job;
-  job.model = read_model_file(std::string(DHELIX_SOURCE_DIR) + "/examples/models/llama-8b.json");
-  job.model.num_layers = 16;
-  job.cluster = find_cluster_preset("h100").value();
-  job.parallel.tp = 2;
-  job.parallel.sp = true;
-  job.parallel.pp = 4;
-  job.parallel.micro_batch_size = 1;
-  job.parallel.global_batch_size = gbs;
-  job.parallel.seq_length = 4096;
-  job.name = "dhelix-shapes-test";
-  const ProblemList problems = validate_job(job);
-  EXPECT_TRUE(problems.empty()) << problems.problems().front().rule;
-  return job;
-}
+JobSpec job_of(int64_t gbs) { return test_jobs::llama8b_h100_job(4, gbs, "dhelix-shapes-test"); }
 
 Plan plan_of(const JobSpec& job, ShapeRequest shape, bool allow_oom = true,
              bool split_backward = true) {
