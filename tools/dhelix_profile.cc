@@ -14,6 +14,7 @@
 #include "lib/job_validation.h"
 #include "lib/profile.h"
 #include "lib/provenance.h"
+#include "profiler/cpu/cold_operands.h"
 #include "profiler/cpu/cpu_backend.h"
 #ifdef DHELIX_WITH_CUDA
 #include "profiler/cuda/cuda_backend.h"
@@ -42,6 +43,7 @@ struct ProfileOptions {
   int64_t warmup = 3;  // tiny-tp2 on 2 cores: about 3 s in all
   int64_t samples = 15;
   int blas_threads = 1;
+  bool warm_caches = false;               // cpu: --warm-caches (profiler/cpu/cold_operands.h)
   int64_t max_samples = 200;              // cuda: --samples is the minimum, this the cap
   std::vector<std::string> from_trace;    // --from-trace: dhelix-run --trace files
   std::string base;                       // --base: profile for what the traces lack
@@ -70,6 +72,11 @@ void add_profile_options(CLI::App& app, ProfileOptions& options) {
                      "cpu: untimed runs before the samples");
   add_integer_option(app, "--blas-threads", options.blas_threads, {.min = 1, .max = 256},
                      "cpu: OpenBLAS threads per rank");
+  app.add_flag("--warm-caches", options.warm_caches,
+               "cpu: time GEMMs, the router, the head and the embedding on the same buffers "
+               "over and over (their weights in the caches) instead of cycling through copies "
+               "larger than the last-level cache, as a training step finds them "
+               "(profiler/cpu/cold_operands.h)");
   app.add_option("--from-trace", options.from_trace,
                  "Make the profile from dhelix-run --trace timelines instead: solo times from "
                  "--sequential runs, pairs from co-executed runs")
@@ -104,11 +111,13 @@ Profile measure_on_cpu(const ProfileOptions& options, const JobSpec& job, const 
   check_cpu_world_size(collect_profile_space(job), environment.world_size());
   rt::LinkEmulation links = rt::LinkEmulation::parse(options.emulate_link);
   mpi.measuring = true;
-  const CpuProfileOptions cpu{.timing = {.warmup = options.warmup, .samples = options.samples},
-                              .blas_threads = options.blas_threads,
-                              .world_rank = environment.world_rank(),
-                              .world_size = environment.world_size(),
-                              .link_emulation = std::move(links)};
+  const CpuProfileOptions cpu{
+      .timing = {.warmup = options.warmup, .samples = options.samples},
+      .blas_threads = options.blas_threads,
+      .cold_operand_bytes = options.warm_caches ? 0 : cpu_profile::host_last_level_cache_bytes(),
+      .world_rank = environment.world_rank(),
+      .world_size = environment.world_size(),
+      .link_emulation = std::move(links)};
   return make_cpu_profile(job, meta, cpu,
                           environment.world_rank() == 0 ? progress_bar() : ProgressCallback{});
 }
@@ -150,36 +159,37 @@ Profile measure_on_cuda(const ProfileOptions& options, const JobSpec& job, const
 void check_flag_combinations(const ProfileOptions& options) {
   const CLI::App& app = *options.app;
   if (options.list) {
-    refuse_flags_with(
-        app, "--list", "times nothing and writes no profile",
-        {"-o", "--samples", "--warmup", "--blas-threads", "--max-samples", "--emulate-link"},
-        "drop --list to profile");
+    refuse_flags_with(app, "--list", "times nothing and writes no profile",
+                      {"-o", "--samples", "--warmup", "--blas-threads", "--max-samples",
+                       "--emulate-link", "--warm-caches"},
+                      "drop --list to profile");
     return;
   }
   if (options.output.empty()) {
     throw Error(ErrorCode::kInvalidInput, "<flags>: -o: an output file is required (or --list)");
   }
   if (!options.from_trace.empty()) {
-    refuse_flags_with(
-        app, "--from-trace", "reads measured timelines, it runs nothing",
-        {"--backend", "--samples", "--warmup", "--blas-threads", "--max-samples", "--emulate-link"},
-        "drop them, or drop --from-trace to measure");
+    refuse_flags_with(app, "--from-trace", "reads measured timelines, it runs nothing",
+                      {"--backend", "--samples", "--warmup", "--blas-threads", "--max-samples",
+                       "--emulate-link", "--warm-caches"},
+                      "drop them, or drop --from-trace to measure");
     return;
   }
   if (!options.base.empty()) {
     throw Error(ErrorCode::kInvalidInput, "<flags>: --base is only read with --from-trace");
   }
   if (options.backend == "model") {
-    refuse_flags_with(
-        app, "--backend model", "computes times, it measures nothing",
-        {"--samples", "--warmup", "--blas-threads", "--max-samples", "--emulate-link"},
-        "measure with --backend cpu or cuda");
+    refuse_flags_with(app, "--backend model", "computes times, it measures nothing",
+                      {"--samples", "--warmup", "--blas-threads", "--max-samples", "--emulate-link",
+                       "--warm-caches"},
+                      "measure with --backend cpu or cuda");
   } else if (options.backend == "cpu") {
     refuse_flags_with(app, "--backend cpu", "takes a fixed number of samples", {"--max-samples"},
                       "--max-samples is for --backend cuda");
   } else {
     refuse_flags_with(app, "--backend cuda", "uses no OpenBLAS and times NCCL on real links",
-                      {"--blas-threads", "--emulate-link"}, "these flags are for --backend cpu");
+                      {"--blas-threads", "--emulate-link", "--warm-caches"},
+                      "these flags are for --backend cpu");
   }
 }
 

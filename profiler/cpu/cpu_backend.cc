@@ -10,6 +10,7 @@
 #include "lib/cluster_reader.h"
 #include "lib/error.h"
 #include "lib/job_reader.h"
+#include "profiler/cpu/cold_operands.h"
 #include "profiler/cpu/cpu_groups.h"
 #include "profiler/cpu/cpu_op_runner.h"
 #include "profiler/sampling.h"
@@ -66,6 +67,8 @@ OrderedJson measurement_meta(const CpuProfileOptions& options, const Adjustments
   json["warmup"] = options.timing.warmup;
   json["samples"] = options.timing.samples;
   json["blas_threads"] = options.blas_threads;
+  // profiler/cpu/cold_operands.h: 0 when compute ops were timed on hot operands.
+  json["cold_operand_bytes"] = options.cold_operand_bytes;
   json["cpu"] = cpu_model_name();
   json["hardware_threads"] = std::thread::hardware_concurrency();
   json["mpi"] = mpi_library_version();
@@ -92,7 +95,7 @@ class CpuMeasurer {
         total_(static_cast<int64_t>(space.ops.size() + space.pairs.size())) {}
 
   ProfiledOp measure_op(const Op& op) {
-    const RunnableOp runnable = cpu_profile::make_runnable_op(op, binding(op, 0));
+    const RunnableOp runnable = runnable_op(op, 0);
     const std::vector<double> samples = cpu_profile::time_samples(
         options_.timing, [this] { groups_.world().barrier(); }, runnable.run,
         cpu_profile::steady_clock_us);
@@ -109,9 +112,8 @@ class CpuMeasurer {
     const Op& second = swap ? a : b;
     const double solo_first_us = swap ? solo_b_us : solo_a_us;
     const double solo_second_us = swap ? solo_a_us : solo_b_us;
-    const RunnableOp run_first = cpu_profile::make_runnable_op(first, binding(first, 0));
-    const RunnableOp run_second =
-        prompt_if_communication(second, cpu_profile::make_runnable_op(second, binding(second, 1)));
+    const RunnableOp run_first = runnable_op(first, 0);
+    const RunnableOp run_second = prompt_if_communication(second, runnable_op(second, 1));
     const cpu_profile::PairRepeats repeats = agreed_repeats(solo_first_us, solo_second_us);
     std::vector<cpu_profile::PairSample> samples = cpu_profile::time_pair_samples(
         options_.timing, [this] { groups_.world().barrier(); }, repeated(run_first, repeats.a),
@@ -168,6 +170,10 @@ class CpuMeasurer {
     return [&op, times] {
       for (int64_t i = 0; i < times; ++i) op.run();
     };
+  }
+
+  RunnableOp runnable_op(const Op& op, int strand) const {
+    return cpu_profile::make_cold_runnable_op(op, binding(op, strand), options_.cold_operand_bytes);
   }
 
   cpu_profile::CommBinding binding(const Op& op, int strand) const {

@@ -12,7 +12,8 @@
 // kernel at the same time (as the ranks of a training run do); the profile holds rank 0's
 // times.
 //
-// Solo: warm-up runs, then N samples (cpu_timing.h). Pair (a, b): the compute op (or a,
+// Solo: warm-up runs, then N samples (cpu_timing.h), ops that read parameters on operands
+// out of the caches (cold_operands.h). Pair (a, b): the compute op (or a,
 // when both communicate) on the calling thread and the other on a helper thread, started
 // together, the shorter op repeated for as long as the longer one lasts (as a run keeps
 // its compute stream busy beside a collective; cpu_timing.h), and each sample turned into
@@ -39,7 +40,11 @@ namespace dhelix {
 /// How the cpu backend measures, and where this process stands in the MPI job.
 struct CpuProfileOptions {
   cpu_profile::TimingOptions timing;
-  int blas_threads = 1;    ///< OpenBLAS threads per rank (cpu::set_blas_threads)
+  int blas_threads = 1;  ///< OpenBLAS threads per rank (cpu::set_blas_threads)
+  /// Ops that read parameters cycle through copies of their buffers exceeding this many
+  /// bytes, so that every run finds its weights out of the caches as a training step does
+  /// (profiler/cpu/cold_operands.h); 0: one set of buffers, timed hot.
+  int64_t cold_operand_bytes = 0;
   int64_t world_rank = 0;  ///< this process's rank in MPI_COMM_WORLD
   int64_t world_size = 1;  ///< ranks in MPI_COMM_WORLD
   /// --emulate-link: collectives complete on modelled links (runtime/comm/emulated_link.h)

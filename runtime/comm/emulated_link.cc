@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "lib/error.h"
 #include "lib/link_cost.h"
 
@@ -29,21 +31,25 @@ void set_fine_timer_slack() {
 class EmulatedSend final : public TransferRequest {
  public:
   EmulatedSend(std::unique_ptr<int64_t> header, std::unique_ptr<TransferRequest> header_request,
-               std::unique_ptr<TransferRequest> payload, LinkClock::time_point done)
+               std::unique_ptr<TransferRequest> payload, EmulatedLink& link,
+               LinkClock::time_point done)
       : header_(std::move(header)),
         header_request_(std::move(header_request)),
         payload_(std::move(payload)),
+        link_(link),
         done_(done) {}
   void wait() override {
     header_request_->wait();
     payload_->wait();
     sleep_until_deadline(done_);
+    link_.record_return(done_, LinkClock::now());
   }
 
  private:
   std::unique_ptr<int64_t> header_;  // read by the header send until it completes
   std::unique_ptr<TransferRequest> header_request_;
   std::unique_ptr<TransferRequest> payload_;
+  EmulatedLink& link_;
   LinkClock::time_point done_;
 };
 
@@ -64,7 +70,10 @@ class EmulatedReceive final : public TransferRequest {
     header_request_->wait();
     payload_->wait();
     const LinkClock::time_point sent{std::chrono::nanoseconds(*header_)};
-    sleep_until_deadline(link_.reserve(sent, duration_, /*egress=*/false, /*ingress=*/true));
+    const LinkClock::time_point done =
+        link_.reserve(sent, duration_, /*egress=*/false, /*ingress=*/true);
+    sleep_until_deadline(done);
+    link_.record_return(done, LinkClock::now());
     finished_ = true;
   }
 
@@ -109,6 +118,52 @@ LinkClock::time_point EmulatedLink::reserve(LinkClock::time_point ready,
   return done;
 }
 
+void EmulatedLink::record_return(LinkClock::time_point done, LinkClock::time_point returned) {
+  const double late_ms = std::chrono::duration<double, std::milli>(returned - done).count();
+  const std::lock_guard lock(mutex_);
+  ++lateness_.transfers;
+  if (returned - done <= kLateReturn) return;
+  ++lateness_.late;
+  lateness_.late_ms += late_ms;
+  lateness_.max_late_ms = std::max(lateness_.max_late_ms, late_ms);
+}
+
+LinkLateness EmulatedLink::lateness() const {
+  const std::lock_guard lock(mutex_);
+  return lateness_;
+}
+
+std::string lateness_text(const std::vector<std::pair<ParallelDim, LinkLateness>>& links) {
+  if (links.empty()) return "";
+  LinkLateness all;
+  for (const auto& [kind, l] : links) {
+    all.transfers += l.transfers;
+    all.late += l.late;
+    all.late_ms += l.late_ms;
+    all.max_late_ms = std::max(all.max_late_ms, l.max_late_ms);
+  }
+  const std::string calls = fmt::format("{} call{}", all.transfers, all.transfers == 1 ? "" : "s");
+  if (all.late == 0) {
+    return fmt::format("{}, none returned more than {} us after its link", calls,
+                       kLateReturn.count());
+  }
+  return fmt::format(
+      "{}, {} returned more than {} us after its link ({:.1f} ms in all, the latest {:.1f} ms)",
+      calls, all.late, kLateReturn.count(), all.late_ms, all.max_late_ms);
+}
+
+OrderedJson lateness_to_json(const std::vector<std::pair<ParallelDim, LinkLateness>>& links) {
+  OrderedJson json = OrderedJson::object();
+  for (const auto& [kind, l] : links) {
+    json[std::string(parallel_dim_name(kind))] = {{"calls", l.transfers},
+                                                  {"late", l.late},
+                                                  {"late_ms", l.late_ms},
+                                                  {"max_late_ms", l.max_late_ms},
+                                                  {"late_threshold_us", kLateReturn.count()}};
+  }
+  return json;
+}
+
 EmulatedLinkCommunicator::EmulatedLinkCommunicator(Communicator& inner, EmulatedLink* collectives,
                                                    EmulatedLink* transfers)
     : inner_(inner), collectives_(collectives), transfers_(transfers) {}
@@ -133,7 +188,10 @@ void EmulatedLinkCommunicator::run_collective(OpKind kind, Exchange exchange) {
   const LinkClock::time_point ready = last_arrival(LinkClock::now());
   const double bytes = exchange();
   const std::chrono::nanoseconds duration = collectives_->duration(kind, inner_.size(), bytes);
-  sleep_until_deadline(collectives_->reserve(ready, duration, /*egress=*/true, /*ingress=*/true));
+  const LinkClock::time_point done =
+      collectives_->reserve(ready, duration, /*egress=*/true, /*ingress=*/true);
+  sleep_until_deadline(done);
+  collectives_->record_return(done, LinkClock::now());
 }
 
 void EmulatedLinkCommunicator::all_gather(const float* in, int64_t count, float* out) {
@@ -204,7 +262,7 @@ std::unique_ptr<TransferRequest> EmulatedLinkCommunicator::start_send(const floa
       inner_.start_send(reinterpret_cast<const float*>(header.get()), kHeaderFloats, peer, tag);
   std::unique_ptr<TransferRequest> payload = inner_.start_send(data, count, peer, tag);
   return std::make_unique<EmulatedSend>(std::move(header), std::move(header_request),
-                                        std::move(payload), done);
+                                        std::move(payload), *transfers_, done);
 }
 
 std::unique_ptr<TransferRequest> EmulatedLinkCommunicator::start_recv(float* data, int64_t count,

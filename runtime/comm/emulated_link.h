@@ -30,6 +30,15 @@
 // 20 + 1/2 · 1048576 / 250 = 2117 us; a reduce-scatter of the same S issued from another
 // thread at t = 500 us starts when the link is free, at 2117 us, and ends at 4234 us.
 //
+// Late returns. A call returns when the link is done only if the thread is running then and
+// the exchange through shared memory has finished; on a host with fewer cores than
+// threads it may return later (the communication thread not scheduled, the peer's not yet
+// through MPI's hand-shakes), and the strand waiting on it is held back by the host, not by
+// the link. Every link counts its transfers and how late each call returned after the link
+// was done (EmulatedLink::lateness); dhelix-run prints rank 0's count in its summary and
+// writes it in the trace's metadata, so a run that misses its plan says whether the
+// emulation itself ran late.
+//
 // What is not modelled: barriers, all_reduce_max and the call-time all-gather (control
 // traffic, on the real transport), an exchange slower than the link (the call then
 // returns when the exchange does: shared memory moves the tiny jobs' megabytes in well
@@ -42,9 +51,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "lib/json_reader.h"
 #include "lib/op_catalogue.h"
+#include "lib/parallel_spec.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/link_emulation.h"
 
@@ -52,6 +64,18 @@ namespace dhelix::rt {
 
 /// The clock every rank of a host shares (CLOCK_MONOTONIC).
 using LinkClock = std::chrono::steady_clock;
+
+/// A return later than this after the link was done counts as late (EmulatedLink::lateness):
+/// above a communication thread's wake-up latency here (docs/runtime.md: ~12-30 us).
+inline constexpr std::chrono::microseconds kLateReturn{100};
+
+/// How late one link's calls returned after the link was done (see the file comment).
+struct LinkLateness {
+  int64_t transfers = 0;   ///< calls that ran on the link
+  int64_t late = 0;        ///< of which returned more than kLateReturn after it was done
+  double late_ms = 0;      ///< their lateness summed, ms
+  double max_late_ms = 0;  ///< the latest one's, ms
+};
 
 /// Sleeps until `deadline` in one absolute sleep (no polling), with a 1 ns timer slack so
 /// that the sleep ends when asked, not up to 50 us later (Linux's default slack).
@@ -69,13 +93,25 @@ class EmulatedLink {
   /// and returns the completion time (the later end).
   LinkClock::time_point reserve(LinkClock::time_point ready, std::chrono::nanoseconds duration,
                                 bool egress, bool ingress);
+  /// Counts a call that the link had finished at `done` and that returned at `returned`.
+  void record_return(LinkClock::time_point done, LinkClock::time_point returned);
+  /// The calls counted so far.
+  LinkLateness lateness() const;
 
  private:
   LinkRate rate_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
+  LinkLateness lateness_;
   LinkClock::time_point egress_free_{};
   LinkClock::time_point ingress_free_{};
 };
+
+/// The links' lateness summed: "9216 calls, 12 returned late (3.4 ms in all, the latest
+/// 0.9 ms after its link)"; "" for no links.
+std::string lateness_text(const std::vector<std::pair<ParallelDim, LinkLateness>>& links);
+/// {"tp": {"calls": 9216, "late": 12, "late_ms": 3.4, "max_late_ms": 0.9,
+///  "late_threshold_us": 100}, ...}: for a trace's metadata.
+OrderedJson lateness_to_json(const std::vector<std::pair<ParallelDim, LinkLateness>>& links);
 
 /// A communicator whose transfers complete on emulated links (see the file comment).
 /// `collectives` prices the collectives (null: they run as the inner communicator's),

@@ -10,6 +10,7 @@
 
 #include "lib/error.h"
 #include "runtime/comm/mpi_environment.h"
+#include "runtime/exec/prompt_wakeup.h"
 
 namespace dhelix::rt {
 namespace {
@@ -64,7 +65,8 @@ void wait_for(MPI_Request& request, const char* call) {
     int done = 0;
     check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
     if (done) return;
-    if (tests < kYieldTests) {
+    // A thread beside computation never yields; it sleeps (mpi_wait.h).
+    if (tests < kYieldTests && !beside_computation()) {
       sched_yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));

@@ -10,12 +10,27 @@
 //   kBackoff  the non-blocking form of the call (MPI_Isend, MPI_Iallgather, ...) and
 //             MPI_Test in a loop that gives the core away between tests: first
 //             kYieldTests tests separated by sched_yield (a message that is about to arrive
-//             costs no sleep), then sleeps doubling from 1 us up to the longest sleep
+//             costs no sleep), except on a thread beside computation (below), then sleeps
+//             doubling from 1 us up to the longest sleep
 //             (mpi_max_sleep_us: kDefaultMaxSleepUs, or dhelix-run --comm-max-sleep-us),
 //             with the thread's timer slack set to 1 ns so that a sleep lasts what it says
 //             (Linux's default 50 us slack made every sleep 50 us longer). The data moved
 //             and the order of additions are the same, so results are bitwise equal in
 //             both modes.
+//
+// No yields beside computation. Linux's EEVDF scheduler charges a thread that yields and
+// is picked again for the time it spins, and a thread that has spun away its share is not
+// eligible to run until the computing thread's virtual time catches up: up to that
+// thread's whole 3 ms slice, even for a thread that asked for prompt wake-ups
+// (runtime/exec/prompt_wakeup.h). A thread that sleeps keeps its share and preempts at
+// wake-up. So a thread that shares its core with computation, one that asked for prompt
+// wake-ups (communication streams, the gradient-reduction thread, the profiler's paired
+// collective: beside_computation()), sleeps from its first test on. On the emulated-link
+// benchmark (docs/runtime.md, TP 2 at 1 Gbit/s) the yields had 520-870 of a run's 3606
+// collective calls return more than 100 us after their link was done (0.6-2.8 s in all);
+// without them 20-190 (0.02-0.26 s). A thread alone on its core (a sequential step runs its
+// collectives on the computing thread, between its ops) keeps the yields: there a yield
+// returns at once and a message about to arrive costs no sleep.
 //
 // Over TCP the OpenMPI progress engine only moves data inside MPI calls: a rank that
 // sleeps the longest sleep between tests lets at most that long pass with a socket buffer

@@ -151,6 +151,15 @@ void ProcessGroups::wrap_for_emulation(const LinkEmulation& emulation) {
   emulation_text_ = emulation.describe();
 }
 
+std::vector<std::pair<ParallelDim, LinkLateness>> ProcessGroups::link_lateness() const {
+  std::vector<std::pair<ParallelDim, LinkLateness>> all;
+  for (const ParallelDim kind : kParallelDimNames.values()) {
+    if (const auto& link = links_[static_cast<size_t>(kind)])
+      all.emplace_back(kind, link->lateness());
+  }
+  return all;
+}
+
 void ProcessGroups::wrap(const std::unique_ptr<MpiCommunicator>& comm, EmulatedLink* collectives,
                          EmulatedLink* transfers) {
   if (collectives == nullptr && transfers == nullptr) return;

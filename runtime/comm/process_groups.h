@@ -103,6 +103,9 @@ class ProcessGroups {
   Communicator& reduction_expert_data_parallel() { return emulated(reduction_expert_dp_); }
   /// The links in use, "" when none is emulated (LinkEmulation::describe()).
   const std::string& link_emulation() const { return emulation_text_; }
+  /// How late this rank's calls returned on each emulated link (EmulatedLink::lateness),
+  /// in kParallelDimNames order; empty when none is emulated.
+  std::vector<std::pair<ParallelDim, LinkLateness>> link_lateness() const;
 
   int64_t world_rank() const { return world_rank_; }
 

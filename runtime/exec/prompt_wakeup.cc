@@ -24,9 +24,14 @@ struct SchedAttr {
   uint64_t sched_period = 0;
 };
 
+thread_local bool g_beside_computation = false;
+
 }  // namespace
 
+bool beside_computation() { return g_beside_computation; }
+
 bool request_prompt_wakeups() {
+  g_beside_computation = true;
   if (std::getenv("DHELIX_NO_PROMPT_WAKEUPS") != nullptr) return false;
 #ifdef SYS_sched_setattr
   SchedAttr attr;

@@ -26,6 +26,11 @@ inline constexpr int kCommSliceUs = 100;
 /// nothing, under DHELIX_NO_PROMPT_WAKEUPS).
 bool request_prompt_wakeups();
 
+/// Whether the calling thread called request_prompt_wakeups, whatever the kernel answered
+/// (and under DHELIX_NO_PROMPT_WAKEUPS too): a thread that shares its core with computation.
+/// Such a thread waits for MPI without yielding (runtime/comm/mpi_wait.h).
+bool beside_computation();
+
 /// The time slice the calling thread asked for, ns (0: the kernel's default; -1 where the
 /// kernel cannot say).
 long long requested_slice_ns();

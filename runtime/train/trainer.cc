@@ -410,9 +410,13 @@ void Trainer::print_summary(int64_t first_step, double seconds, float loss) cons
           ? "no checkpoint written (no --checkpoint-dir)"
           : fmt::format("checkpoint {} written", step_dir(options_.checkpoint_dir, options_.steps));
   // A run on an emulated link says so: its speed is the modelled link's, not a network's.
-  const std::string link = link_emulation_.enabled() ? fmt::format(", on an emulated link ({})",
-                                                                   link_emulation_.describe())
-                                                     : "";
+  // It also says whether rank 0's calls returned when their links were done
+  // (runtime/comm/emulated_link.h, "Late returns").
+  const std::string link =
+      link_emulation_.enabled()
+          ? fmt::format(", on an emulated link ({}; rank 0: {})", link_emulation_.describe(),
+                        lateness_text(groups_->link_lateness()))
+          : "";
   out_ << fmt::format(
       "dhelix-run: done: {} step{} ({}..{}) in {:.2f} s, {:.0f} tokens/s{}, final loss {:.4f}, "
       "{}\n",
@@ -478,7 +482,11 @@ int Trainer::run() {
   const std::vector<RankMemory> memory = gather_memory();
   if (trace) {
     trace->set_memory(memory);
-    if (link_emulation_.enabled()) trace->set_link_emulation(link_emulation_.to_json());
+    if (link_emulation_.enabled()) {
+      OrderedJson links = link_emulation_.to_json();
+      links["rank0_returns"] = lateness_to_json(groups_->link_lateness());
+      trace->set_link_emulation(std::move(links));
+    }
     trace->write(options_.trace_file, plan_, job_);
     if (rank_ == 0) out_ << fmt::format("dhelix-run: wrote {}\n", options_.trace_file);
   }

@@ -6,10 +6,13 @@
 #      all-to-alls) and DP 2 x TP 2 (the gradient buckets, overlapped, on the dp link), and
 #      the losses equal those of the same run on the real transport;
 #   2. a run says it ran on an emulated link: in its summary line and in its trace's
-#      otherData.link_emulation; a step on a slow emulated link takes longer than the
-#      modelled wire time of its collectives (the link is really in the way);
+#      otherData.link_emulation, each with rank 0's calls and how many returned late
+#      (emulated_link.h, "Late returns"); a step on a slow emulated link takes longer than
+#      the modelled wire time of its collectives (the link is really in the way);
 #   3. a cpu profile measured on an emulated link records it (meta.measurement.link_emulation),
-#      times its collectives no faster than the link's wire time, and plans;
+#      times its collectives no faster than the link's wire time, and plans; it timed its
+#      GEMMs on cold operands (meta.measurement.cold_operand_bytes, profiler/cpu/
+#      cold_operands.h), and on hot ones with --warm-caches;
 #   4. bad input: a bad value names the flag, the value and the rule (exit 2); the cuda
 #      backend and the model backend refuse the flag by name.
 # Usage: emulated_link_test.sh BIN_DIR SOURCE_DIR
@@ -53,7 +56,7 @@ done
 run 2 --plan "$plans/tiny-tp2.json" --steps 1 --emulate-link tp=10mbit@50us \
   --trace "$work/tp2.trace.json"
 [[ $status == 0 ]] || { fail "tiny-tp2 traced on an emulated link: status $status"; cat "$work/out"; }
-grep -q "on an emulated link (tp 10mbit@50us)" "$work/out" ||
+grep -Eq "on an emulated link \(tp 10mbit@50us; rank 0: [0-9]+ calls, (none|[0-9]+) returned more than 100 us after its link" "$work/out" ||
   { fail "the summary line does not name the emulated link"; cat "$work/out"; }
 python3 - "$work/tp2.trace.json" <<'PY' || fail "trace of the emulated run"
 import json, statistics, sys
@@ -62,6 +65,9 @@ links = trace["otherData"].get("link_emulation")
 assert links and links["tp"]["link"] == "10mbit@50us", links
 assert "cp" not in links, "only the kinds asked for are emulated"
 assert "not a network" in links["note"]
+returns = links["rank0_returns"]
+assert list(returns) == ["tp"], returns
+assert returns["tp"]["calls"] > 50 and 0 <= returns["tp"]["late"] <= returns["tp"]["calls"], returns
 wire = 50 + 16384 / 1.25
 times = [e["dur"] for e in trace["traceEvents"]
          if e.get("ph") == "X" and e["args"].get("kind") == "collective"
@@ -92,7 +98,13 @@ for op in profile["ops"]:
     assert op["time_us"]["min"] >= wire, (op["signature"], op["time_us"], wire)
     checked += 1
 assert checked, "no collectives in the profile"
+assert profile["meta"]["measurement"]["cold_operand_bytes"] > 0, profile["meta"]["measurement"]
 PY
+mpirun --oversubscribe -np 2 "$bin/dhelix-profile" --backend cpu "$src/examples/jobs/tiny-tp2.json" \
+  --samples 1 --warmup 0 --warm-caches -o "$work/warm.json" >"$work/out" 2>&1 ||
+  { fail "dhelix-profile --warm-caches"; cat "$work/out"; }
+python3 -c 'import json, sys; m = json.load(open(sys.argv[1]))["meta"]["measurement"]
+assert m["cold_operand_bytes"] == 0, m' "$work/warm.json" || fail "--warm-caches: cold_operand_bytes"
 "$bin/dhelix-plan" "$src/examples/jobs/tiny-tp2.json" --profile "$work/profile.json" \
   -o "$work/plan.json" >"$work/out" 2>&1 || { fail "planning from the emulated profile"; cat "$work/out"; }
 
@@ -111,6 +123,11 @@ status=0
 [[ $status == 2 ]] || fail "dhelix-profile --backend model --emulate-link: status $status, not 2"
 grep -q "\-\-emulate-link" "$work/out" || { fail "--backend model --emulate-link: message"; cat "$work/out"; }
 [[ ! -e $work/model.json ]] || fail "a refused profile wrote its output"
+status=0
+"$bin/dhelix-profile" --backend model "$src/examples/jobs/tiny-tp2.json" --warm-caches \
+  -o "$work/model.json" >"$work/out" 2>&1 || status=$?
+[[ $status == 2 ]] || fail "dhelix-profile --backend model --warm-caches: status $status, not 2"
+grep -q "\-\-warm-caches" "$work/out" || { fail "--backend model --warm-caches: message"; cat "$work/out"; }
 
 if ((failures > 0)); then
   echo "$failures failure(s)"

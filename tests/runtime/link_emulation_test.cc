@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -137,6 +139,37 @@ TEST(EmulatedLink, SleepsUntilTheDeadlineAndNotMuchLonger) {
   // A loaded CI machine may wake the thread late; a poll would not be caught here, only an
   // early return.
   EXPECT_LT(slept, std::chrono::milliseconds(200));
+}
+
+TEST(EmulatedLink, CountsCallsThatReturnedAfterTheLinkWasDone) {
+  EmulatedLink link(LinkRate{.bus_bandwidth_gbps = 0.25, .latency_us = 20, .text = ""});
+  const LinkClock::time_point done{std::chrono::milliseconds(5)};
+  link.record_return(done, done + std::chrono::microseconds(30));    // a prompt wake-up
+  link.record_return(done, done + kLateReturn);                      // at the threshold
+  link.record_return(done, done + std::chrono::microseconds(2500));  // late
+  link.record_return(done, done + std::chrono::microseconds(500));   // late
+  const LinkLateness l = link.lateness();
+  EXPECT_EQ(l.transfers, 4);
+  EXPECT_EQ(l.late, 2);
+  EXPECT_DOUBLE_EQ(l.late_ms, 3.0);
+  EXPECT_DOUBLE_EQ(l.max_late_ms, 2.5);
+
+  EmulatedLink idle(LinkRate{.bus_bandwidth_gbps = 1, .latency_us = 0, .text = ""});
+  idle.record_return(done, done);
+  const std::vector<std::pair<ParallelDim, LinkLateness>> links = {
+      {ParallelDim::kTp, l}, {ParallelDim::kCp, idle.lateness()}};
+  EXPECT_EQ(lateness_text(links),
+            "5 calls, 2 returned more than 100 us after its link (3.0 ms in all, the latest "
+            "2.5 ms)");
+  EXPECT_EQ(lateness_text({{ParallelDim::kCp, idle.lateness()}}),
+            "1 call, none returned more than 100 us after its link");
+  EXPECT_EQ(lateness_text({}), "");
+  const OrderedJson json = lateness_to_json(links);
+  EXPECT_EQ(json["tp"]["calls"], 4);
+  EXPECT_EQ(json["tp"]["late"], 2);
+  EXPECT_DOUBLE_EQ(json["tp"]["late_ms"].get<double>(), 3.0);
+  EXPECT_EQ(json["cp"]["late"], 0);
+  EXPECT_EQ(json["cp"]["late_threshold_us"], 100);
 }
 
 }  // namespace
