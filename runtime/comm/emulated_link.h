@@ -106,8 +106,8 @@ class EmulatedLink {
   LinkClock::time_point ingress_free_{};
 };
 
-/// The links' lateness summed: "9216 calls, 12 returned late (3.4 ms in all, the latest
-/// 0.9 ms after its link)"; "" for no links.
+/// The links' lateness summed: "9216 calls, 12 returned more than 100 us after its link
+/// (3.4 ms in all, the latest 0.9 ms)"; "" for no links.
 std::string lateness_text(const std::vector<std::pair<ParallelDim, LinkLateness>>& links);
 /// {"tp": {"calls": 9216, "late": 12, "late_ms": 3.4, "max_late_ms": 0.9,
 ///  "late_threshold_us": 100}, ...}: for a trace's metadata.

@@ -10,13 +10,13 @@
 
 #include "lib/error.h"
 #include "runtime/comm/mpi_environment.h"
-#include "runtime/exec/prompt_wakeup.h"
 
 namespace dhelix::rt {
 namespace {
 
 std::atomic<MpiWaitMode> g_mode{MpiWaitMode::kBackoff};
 std::atomic<int64_t> g_max_sleep_us{kDefaultMaxSleepUs};
+thread_local bool g_beside_computation = false;
 
 // Linux lets a thread's timers fire up to its timer slack late (50 us by default) so that
 // wake-ups can be merged: a 1 us sleep took 65 us here, idle or not. A waiting thread asks
@@ -51,6 +51,10 @@ void set_mpi_max_sleep_us(int64_t us) {
 }
 
 int64_t mpi_max_sleep_us() { return g_max_sleep_us.load(std::memory_order_relaxed); }
+
+void mark_beside_computation() { g_beside_computation = true; }
+
+bool beside_computation() { return g_beside_computation; }
 
 void wait_for(MPI_Request& request, const char* call) {
   if (request == MPI_REQUEST_NULL) return;

@@ -23,7 +23,8 @@
 // eligible to run until the computing thread's virtual time catches up: up to that
 // thread's whole 3 ms slice, even for a thread that asked for prompt wake-ups
 // (runtime/exec/prompt_wakeup.h). A thread that sleeps keeps its share and preempts at
-// wake-up. So a thread that shares its core with computation, one that asked for prompt
+// wake-up. (That is our reading of the scheduler; what was measured is the late-return
+// count below.) So a thread that shares its core with computation, one that asked for prompt
 // wake-ups (communication streams, the gradient-reduction thread, the profiler's paired
 // collective: beside_computation()), sleeps from its first test on. On the emulated-link
 // benchmark (docs/runtime.md, TP 2 at 1 Gbit/s) the yields had 520-870 of a run's 3606
@@ -66,6 +67,13 @@ inline constexpr int64_t kDefaultMaxSleepUs = 50;
 /// Sets the process-wide longest sleep of kBackoff, us (>= 1). Call before communicating.
 void set_mpi_max_sleep_us(int64_t us);
 int64_t mpi_max_sleep_us();
+
+/// Marks the calling thread as one that shares its core with computation: its waits never
+/// yield (see the file comment). runtime/exec/prompt_wakeup.h's request_prompt_wakeups
+/// marks every thread that asks for prompt wake-ups.
+void mark_beside_computation();
+/// Whether the calling thread was marked.
+bool beside_computation();
 
 /// Waits for `request` to finish (MPI_Wait in kSpin mode, test-and-back-off otherwise) and
 /// throws Error(kInternal) naming `call` when MPI reports an error.

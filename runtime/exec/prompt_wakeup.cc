@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "runtime/comm/mpi_wait.h"
+
 namespace dhelix::rt {
 namespace {
 
@@ -24,14 +26,10 @@ struct SchedAttr {
   uint64_t sched_period = 0;
 };
 
-thread_local bool g_beside_computation = false;
-
 }  // namespace
 
-bool beside_computation() { return g_beside_computation; }
-
 bool request_prompt_wakeups() {
-  g_beside_computation = true;
+  mark_beside_computation();
   if (std::getenv("DHELIX_NO_PROMPT_WAKEUPS") != nullptr) return false;
 #ifdef SYS_sched_setattr
   SchedAttr attr;

@@ -23,13 +23,10 @@ inline constexpr int kCommSliceUs = 100;
 
 /// Asks the scheduler to give the calling thread a kCommSliceUs time slice (see the file
 /// comment), keeping its nice value. Returns whether the kernel took it (false, asking
-/// nothing, under DHELIX_NO_PROMPT_WAKEUPS).
+/// nothing, under DHELIX_NO_PROMPT_WAKEUPS). Either way it marks the thread as one that
+/// shares its core with computation, which waits for MPI without yielding
+/// (runtime/comm/mpi_wait.h, beside_computation).
 bool request_prompt_wakeups();
-
-/// Whether the calling thread called request_prompt_wakeups, whatever the kernel answered
-/// (and under DHELIX_NO_PROMPT_WAKEUPS too): a thread that shares its core with computation.
-/// Such a thread waits for MPI without yielding (runtime/comm/mpi_wait.h).
-bool beside_computation();
 
 /// The time slice the calling thread asked for, ns (0: the kernel's default; -1 where the
 /// kernel cannot say).

@@ -81,7 +81,7 @@ dhelix-diff|--measured|in|dhelix-diff plan.json --measured @
 others="
 dhelix-plan|--help --version --report --allow-oom --shape --no-split-backward --json --validate-only --search --gpus --max-pp --no-cp --no-recompute-search --all-schemes --top --threads --virtual-pipeline-model-parallel-size --num-layers-per-virtual-pipeline-stage
 dhelix-plan dag|--help --format
-dhelix-profile|--help --version --backend --list --samples --warmup --blas-threads --max-samples --emulate-link
+dhelix-profile|--help --version --backend --list --samples --warmup --blas-threads --max-samples --emulate-link --warm-caches
 dhelix-run|--help --version --data-format --steps --checkpoint-dir --checkpoint-every --resume --seed --lr --weight-decay --verify --sequential --no-check --jitter-us --backend --ddp-bucket-size --overlap-grad-reduce --no-overlap-grad-reduce --distributed-optimizer --no-distributed-optimizer --overlap-param-gather --no-overlap-param-gather --blas-threads --no-progress --comm-wait --comm-max-sleep-us --pin-compute --emulate-link --watchdog-s
 dhelix-diff|--help --version --fail-if-off --json --fail-if-slower --fail-if-changed
 "

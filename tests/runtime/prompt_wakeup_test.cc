@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/comm/mpi_wait.h"
 #include "runtime/exec/prompt_wakeup.h"
 #include "runtime/exec/stream.h"
 

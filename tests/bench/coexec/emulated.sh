@@ -29,6 +29,7 @@ src=$(cd "$here/../../.." && pwd)
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
 jobs=${JOBS:-"tp2-h256:2:2:5gbit@20us,1gbit@20us,500mbit@20us,none
+  cp2-h256:2:2:2gbit@20us,500mbit@20us,200mbit@20us,none
   cp2-tp2-h256:4:4:20gbit@20us,2gbit@20us,500mbit@20us,none
   ep2-h256:2:2:2gbit@20us,500mbit@20us,200mbit@20us,none"}
 default_rates=${RATES:-"5gbit@20us 2gbit@20us 1gbit@20us 500mbit@20us none"}
