@@ -21,6 +21,7 @@
 #include "planner/baseline_schedules.h"
 #include "planner/combined_1f1b.h"
 #include "planner/plan_builder.h"
+#include "planner/search_bounds.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "tests/planner/llama8b_h100_job.h"
@@ -210,6 +211,31 @@ TEST(InterleavedShape, AutoNeverLosesToMegatronInterleaved) {
     EXPECT_EQ(interleaved_candidates, interleaved ? 2 : 0);
     EXPECT_EQ(plan.schema_version, std::string(interleaved ? kPlanSchemaVersionInterleaved
                                                            : kPlanSchemaVersionWithoutFsdp));
+  }
+}
+
+// The configuration search prunes with planner/search_bounds.h, whose dhelix bound takes
+// the least of the W's and interleaved stages' (stage s waits only for the first chunks
+// ahead of it): the interleaved plan must not beat it, or the search would prune a
+// configuration whose interleaved plan is the best; and it stays within 2x of it. A bound
+// 1.5x too high fails here; on this job the W's term is the lower one, so the interleaved
+// term's own value is not pinned. (The W's plans against the bound: config_search_test.cc,
+// PrunedSearchFindsWhatPlanningEverythingFinds.)
+TEST(InterleavedShape, SearchBoundHoldsForTheInterleavedShape) {
+  const auto solo = [](const ClusterSpec& cluster, const Op& op) {
+    return quantize_profile_value(op_time_us(cluster, op));  // as make_model_profile stores it
+  };
+  for (int64_t gbs : {4, 16}) {
+    SCOPED_TRACE(fmt::format("m = {}", gbs));
+    const JobSpec job = job_of(gbs);
+    const Profile profile = make_model_profile(job, OrderedJson::object());
+    const SchemeBounds bounds = lower_bounds(job, solo, &profile);
+    const Plan plan = plan_of(job, ShapeRequest::kInterleaved, 0);
+    const PlanScheme* dhelix = plan.find_scheme(PipelineScheme::kDHelix);
+    ASSERT_NE(dhelix, nullptr);
+    ASSERT_GT(dhelix->iteration_us, 0);
+    EXPECT_LE(bounds.dhelix_us, dhelix->iteration_us);
+    EXPECT_GT(bounds.dhelix_us, 0.5 * dhelix->iteration_us);
   }
 }
 
