@@ -25,16 +25,8 @@ JobSpec job_of(int64_t gbs) { return test_jobs::llama8b_h100_job(4, gbs, "dhelix
 
 Plan plan_of(const JobSpec& job, ShapeRequest shape, bool allow_oom = true,
              bool split_backward = true) {
-  const Profile profile = make_model_profile(job, OrderedJson::object());
-  PlanRequest request;
-  request.job = &job;
-  request.profile = &profile;
-  request.profile_name = "model";
-  request.unprofiled_op_time_us = [&job](const Op& op) { return op_time_us(job.cluster, op); };
-  request.allow_oom = allow_oom;
-  request.shape = shape;
-  request.split_backward = split_backward;
-  return build_plan(request).plan;
+  return test_jobs::plan_with_model_profile(
+      job, {.shape = shape, .allow_oom = allow_oom, .split_backward = split_backward});
 }
 
 TEST(DhelixShapes, AutoTakesTheFastestCandidateThatFits) {

@@ -112,16 +112,8 @@ JobSpec job_of(int64_t gbs) {
 }
 
 Plan plan_of(const JobSpec& job, ShapeRequest shape, int64_t virtual_pipeline) {
-  const Profile profile = make_model_profile(job, OrderedJson::object());
-  PlanRequest request;
-  request.job = &job;
-  request.profile = &profile;
-  request.profile_name = "model";
-  request.unprofiled_op_time_us = [&job](const Op& op) { return op_time_us(job.cluster, op); };
-  request.allow_oom = true;
-  request.shape = shape;
-  request.virtual_pipeline_size = virtual_pipeline;
-  return build_plan(request).plan;
+  return test_jobs::plan_with_model_profile(
+      job, {.shape = shape, .virtual_pipeline_size = virtual_pipeline});
 }
 
 TEST(InterleavedShape, ShapeInterleavedWritesModelChunks) {
