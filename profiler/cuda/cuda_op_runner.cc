@@ -96,22 +96,39 @@ Enqueue gemm_closure(cublasHandle_t handle, const OpLaunchPlan& plan, uint64_t s
   };
 }
 
+// An attention launch's shape, sizes and random bf16 q, k and v (seeds seed..seed + 2), as
+// the plain and the ring attention closures both start.
+struct AttentionOperands {
+  kernels::AttentionShape shape;
+  int64_t q_elements = 0, kv_elements = 0, rows = 0;  // rows: batch x heads x seq
+  Buffer q, k, v;
+};
+
+AttentionOperands attention_operands(const AttentionLaunch& a, uint64_t seed) {
+  const int64_t q_elements = a.batch * a.seq * a.heads * a.head_dim;
+  const int64_t kv_elements = a.batch * a.seq * a.kv_heads * a.head_dim;
+  return {.shape = {.batch = a.batch,
+                    .seq = a.seq,
+                    .heads = a.heads,
+                    .kv_heads = a.kv_heads,
+                    .head_dim = a.head_dim},
+          .q_elements = q_elements,
+          .kv_elements = kv_elements,
+          .rows = a.batch * a.heads * a.seq,
+          .q = random_operands(DType::kBf16, q_elements, seed),
+          .k = random_operands(DType::kBf16, kv_elements, seed + 1),
+          .v = random_operands(DType::kBf16, kv_elements, seed + 2)};
+}
+
 // The attention dhelix-run runs, on random bf16 operands: cuDNN's fused SDPA when the same
 // decision dhelix-run makes at set-up (runtime/cuda/attention_path.h, made here once per
 // shape by `choose`) picks it, else runtime/cuda's kernels. `sdpa` outlives the closure.
 Enqueue attention_closure(const OpLaunchPlan& plan, uint64_t seed, cuda::CudnnSdpa* sdpa) {
   const AttentionLaunch& a = plan.attention;
-  const kernels::AttentionShape shape{.batch = a.batch,
-                                      .seq = a.seq,
-                                      .heads = a.heads,
-                                      .kv_heads = a.kv_heads,
-                                      .head_dim = a.head_dim};
-  const int64_t q_elements = a.batch * a.seq * a.heads * a.head_dim;
-  const int64_t kv_elements = a.batch * a.seq * a.kv_heads * a.head_dim;
-  const int64_t rows = a.batch * a.heads * a.seq;
-  Buffer q = random_operands(DType::kBf16, q_elements, seed);
-  Buffer k = random_operands(DType::kBf16, kv_elements, seed + 1);
-  Buffer v = random_operands(DType::kBf16, kv_elements, seed + 2);
+  const AttentionOperands ops = attention_operands(a, seed);
+  const kernels::AttentionShape& shape = ops.shape;
+  const int64_t q_elements = ops.q_elements, kv_elements = ops.kv_elements, rows = ops.rows;
+  const Buffer &q = ops.q, &k = ops.k, &v = ops.v;
   Buffer out = zeroed(q_elements * 2);
   Buffer lse = zeroed(rows * 4);
   const int64_t workspace_bytes = sdpa != nullptr ? sdpa->workspace_bytes(shape) : 0;
@@ -152,19 +169,12 @@ Enqueue attention_closure(const OpLaunchPlan& plan, uint64_t seed, cuda::CudnnSd
 // The backward's lse and delta come from a whole forward over both blocks, computed once.
 Enqueue ring_step_closure(const OpLaunchPlan& plan, uint64_t seed) {
   const AttentionLaunch& a = plan.attention;
-  const kernels::AttentionShape shape{.batch = a.batch,
-                                      .seq = a.seq,
-                                      .heads = a.heads,
-                                      .kv_heads = a.kv_heads,
-                                      .head_dim = a.head_dim};
-  const int64_t q_elements = a.batch * a.seq * a.heads * a.head_dim;
-  const int64_t kv_elements = a.batch * a.seq * a.kv_heads * a.head_dim;
-  const int64_t rows = a.batch * a.heads * a.seq;
+  const AttentionOperands ops = attention_operands(a, seed);
+  const kernels::AttentionShape& shape = ops.shape;
+  const int64_t q_elements = ops.q_elements, kv_elements = ops.kv_elements, rows = ops.rows;
+  const Buffer &q = ops.q, &k = ops.k, &v = ops.v;
   const cpu::RingStep step{
       .cp = 2, .rank = 0, .block_rank = a.diagonal ? 0 : 1, .chunk = a.seq / 2};
-  Buffer q = random_operands(DType::kBf16, q_elements, seed);
-  Buffer k = random_operands(DType::kBf16, kv_elements, seed + 1);
-  Buffer v = random_operands(DType::kBf16, kv_elements, seed + 2);
   Buffer stats = zeroed(cuda::ring_state_stats_elements(shape) * 4);
   Buffer acc = zeroed(cuda::ring_state_acc_elements(shape) * 4);
   using cuda::bf16;
