@@ -16,6 +16,7 @@
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "tests/planner/llama8b_h100_job.h"
+#include "tests/planner/model_plan.h"
 
 namespace dhelix {
 namespace {
@@ -25,7 +26,7 @@ JobSpec job_of(int64_t gbs) { return test_jobs::llama8b_h100_job(4, gbs, "dhelix
 
 Plan plan_of(const JobSpec& job, ShapeRequest shape, bool allow_oom = true,
              bool split_backward = true) {
-  return test_jobs::plan_with_model_profile(
+  return test_jobs::model_plan(
       job, {.shape = shape, .allow_oom = allow_oom, .split_backward = split_backward});
 }
 

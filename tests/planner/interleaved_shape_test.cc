@@ -25,6 +25,7 @@
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "tests/planner/llama8b_h100_job.h"
+#include "tests/planner/model_plan.h"
 
 namespace dhelix {
 namespace {
@@ -112,8 +113,7 @@ JobSpec job_of(int64_t gbs) {
 }
 
 Plan plan_of(const JobSpec& job, ShapeRequest shape, int64_t virtual_pipeline) {
-  return test_jobs::plan_with_model_profile(
-      job, {.shape = shape, .virtual_pipeline_size = virtual_pipeline});
+  return test_jobs::model_plan(job, {.shape = shape, .virtual_pipeline_size = virtual_pipeline});
 }
 
 TEST(InterleavedShape, ShapeInterleavedWritesModelChunks) {

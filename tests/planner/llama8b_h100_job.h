@@ -2,7 +2,6 @@
 // The job the dhelix shape tests plan (dhelix_shapes_test.cc, interleaved_shape_test.cc):
 // llama-8b's shapes with 16 layers on H100s, TP 2 with SP, micro-batches of 1 x 4096
 // tokens, `pp` stages and global batch `gbs`; validated (a failed rule fails the test).
-// And how they plan it: from the model backend's profile of the job.
 
 #include <gtest/gtest.h>
 
@@ -13,10 +12,6 @@
 #include "lib/job_spec.h"
 #include "lib/job_validation.h"
 #include "lib/model_reader.h"
-#include "lib/plan/plan.h"
-#include "planner/plan_builder.h"
-#include "profiler/interference.h"
-#include "profiler/model_backend.h"
 
 namespace dhelix::test_jobs {
 
@@ -35,29 +30,6 @@ inline JobSpec llama8b_h100_job(int64_t pp, int64_t gbs, const std::string& name
   const ProblemList problems = validate_job(job);
   EXPECT_TRUE(problems.empty()) << problems.problems().front().rule;
   return job;
-}
-
-/// What the shape tests vary when they plan.
-struct ShapePlanOptions {
-  ShapeRequest shape = ShapeRequest::kAuto;
-  int64_t virtual_pipeline_size = 0;  ///< 0: the planner's default
-  bool allow_oom = true;
-  bool split_backward = true;
-};
-
-/// `job` planned from make_model_profile's profile of it, with `options`.
-inline Plan plan_with_model_profile(const JobSpec& job, const ShapePlanOptions& options) {
-  const Profile profile = make_model_profile(job, OrderedJson::object());
-  PlanRequest request;
-  request.job = &job;
-  request.profile = &profile;
-  request.profile_name = "model";
-  request.unprofiled_op_time_us = [&job](const Op& op) { return op_time_us(job.cluster, op); };
-  request.allow_oom = options.allow_oom;
-  request.shape = options.shape;
-  request.virtual_pipeline_size = options.virtual_pipeline_size;
-  request.split_backward = options.split_backward;
-  return build_plan(request).plan;
 }
 
 }  // namespace dhelix::test_jobs

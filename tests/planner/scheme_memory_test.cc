@@ -16,6 +16,7 @@
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
 #include "profiler/model_search.h"
+#include "tests/planner/model_plan.h"
 
 namespace dhelix {
 namespace {
@@ -32,16 +33,7 @@ JobSpec base_job(int64_t layers) {
   return job;
 }
 
-Plan plan_of(const JobSpec& job) {
-  const Profile profile = make_model_profile(job, OrderedJson::object());
-  PlanRequest request;
-  request.job = &job;
-  request.profile = &profile;
-  request.profile_name = "model";
-  request.unprofiled_op_time_us = [&job](const Op& op) { return op_time_us(job.cluster, op); };
-  request.allow_oom = true;
-  return build_plan(request).plan;
-}
+Plan plan_of(const JobSpec& job) { return test_jobs::model_plan(job); }
 
 // Every stage of both schemes: the bytes recomputed without times equal the plan's, term by
 // term: Megatron-1F1B's from scheme_memory, dhelix's from the plan's own task lists (the

@@ -17,6 +17,7 @@
 #include "planner/plan_builder.h"
 #include "profiler/interference.h"
 #include "profiler/model_backend.h"
+#include "tests/planner/model_plan.h"
 
 namespace dhelix {
 namespace {
@@ -191,15 +192,7 @@ JobSpec llama_405b_job() {
 }
 
 PlanResult plan_of(const JobSpec& job, int64_t virtual_pipeline) {
-  const Profile profile = make_model_profile(job, OrderedJson::object());
-  PlanRequest request;
-  request.job = &job;
-  request.profile = &profile;
-  request.profile_name = "model";
-  request.unprofiled_op_time_us = [&job](const Op& op) { return op_time_us(job.cluster, op); };
-  request.allow_oom = true;
-  request.virtual_pipeline_size = virtual_pipeline;
-  return build_plan(request);
+  return test_jobs::model_plan_result(job, {.virtual_pipeline_size = virtual_pipeline});
 }
 
 // The acceptance case: 126 layers on PP 8 with VP 8 plan with Megatron's flags (2
