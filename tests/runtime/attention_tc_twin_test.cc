@@ -21,6 +21,7 @@
 
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/kernels/context_parallel.h"
+#include "tests/runtime/cp_local_rows.h"
 
 namespace dhelix::cpu {
 namespace {
@@ -170,22 +171,7 @@ TEST(AttentionTcTwin, PlainCausalMatchesTheReference) {
       {.batch = 1, .seq = 70, .heads = 6, .kv_heads = 1, .head_dim = 16});  // MQA, 6 > 4 warps
 }
 
-// Gathers rank `rank`'s local rows [batch, 2c, width] from a whole-sequence tensor, and
-// scatters them back.
-template <class T>
-std::vector<T> local_rows(const std::vector<T>& full, int64_t batch, int64_t seq, int64_t width,
-                          int64_t cp, int64_t rank) {
-  const int64_t c = seq / (2 * cp);
-  std::vector<T> out(static_cast<size_t>(batch * 2 * c * width));
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t i = 0; i < 2 * c; ++i) {
-      const int64_t p = kernels::cp_global_position(cp, rank, c, i);
-      std::copy_n(full.begin() + (b * seq + p) * width, width,
-                  out.begin() + (b * 2 * c + i) * width);
-    }
-  }
-  return out;
-}
+using test::local_rows;  // tests/runtime/cp_local_rows.h
 
 // Statistics [batch, heads, seq] of rank `rank`.
 std::vector<float> local_stats(const std::vector<float>& full, const AttentionShape& s, int64_t cp,

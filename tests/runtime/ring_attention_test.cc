@@ -13,6 +13,7 @@
 
 #include "runtime/cpu/kernels_cpu.h"
 #include "runtime/kernels/context_parallel.h"
+#include "tests/runtime/cp_local_rows.h"
 
 namespace dhelix::cpu {
 namespace {
@@ -30,20 +31,7 @@ std::vector<float> random_values(size_t count, uint32_t seed) {
   return v;
 }
 
-// Rows of one rank's local tensor [batch, 2c, width] gathered from a full [batch, S, width].
-std::vector<float> local_rows(const std::vector<float>& full, int64_t batch, int64_t seq,
-                              int64_t width, int64_t cp, int64_t rank) {
-  const int64_t c = seq / (2 * cp);
-  std::vector<float> out(static_cast<size_t>(batch * 2 * c * width));
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t i = 0; i < 2 * c; ++i) {
-      const int64_t p = kernels::cp_global_position(cp, rank, c, i);
-      std::copy_n(full.begin() + (b * seq + p) * width, width,
-                  out.begin() + (b * 2 * c + i) * width);
-    }
-  }
-  return out;
-}
+using test::local_rows;  // tests/runtime/cp_local_rows.h
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
