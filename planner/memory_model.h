@@ -143,7 +143,7 @@ int64_t head_loss_transient_bytes(const ModelSpec& model, const ParallelSpec& pa
 /// Parameters one GPU of a stage holds, split by how they shard.
 struct StageParameters {
   int64_t dense = 0;   ///< split over tp or replicated; optimizer shards over dp·cp
-  int64_t expert = 0;  ///< E/ep experts; optimizer shards over dp·cp·tp/ep
+  int64_t expert = 0;  ///< E/ep experts; optimizer shards over dp·cp·tp/(ep·etp)
   /// The part of `dense` FSDP shards over dp (the layers' parameters under
   /// optim_grads_params: lib/fsdp_sizes.h); 0 otherwise. The stage extras stay whole.
   int64_t fsdp_layers = 0;

@@ -10,6 +10,7 @@
 
 #include "lib/dag_builder.h"
 #include "lib/error.h"
+#include "lib/fsdp_sizes.h"
 #include "planner/baseline_schedules.h"
 #include "planner/combined_1f1b.h"
 #include "planner/dp_overlap.h"
@@ -73,8 +74,10 @@ void set_p2p(const Context& ctx, int64_t stage, StageCosts& costs) {
 
 // Gradient reduction over the data-parallel replicas (dp·cp ranks hold the same weights):
 // reduce-scatter of fp32 gradients and all-gather of bf16 weights with the distributed
-// optimizer, one fp32 all-reduce without. Experts reduce over dp·cp/ep ranks. Solo times;
-// dp_overlap.h decides what of it the iteration sees.
+// optimizer, one fp32 all-reduce without. Experts reduce over Megatron-Core's
+// expert-data-parallel group, dp·cp·tp / (ep·etp) ranks (with etp = 1 beside tp > 1 every TP
+// rank holds whole experts, so the group spans the TP ranks too). Solo times; dp_overlap.h
+// decides what of it the iteration sees.
 struct DpTimes {
   double reduce_us = 0;  ///< reduce-scatter (or all-reduce) of the gradients
   double gather_us = 0;  ///< all-gather of the parameters (distributed optimizer only)
@@ -84,12 +87,13 @@ struct DpTimes {
 DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& params) {
   const ParallelSpec& par = ctx.job->parallel;
   const int64_t rank = ctx.shape_ranks[static_cast<size_t>(stage)];
-  const ProcessGroup group =
+  const ProcessGroup dense_group =
       ctx.placement.group(par.dp > 1 ? ParallelDim::kDp : ParallelDim::kCp, rank);
   DpTimes out;
   // The gradients travel in the main buffer's type: fp32, or bf16 with --grad-reduce-in-bf16.
   const int64_t grad_bytes = gradient_bytes_per_parameter(par);
-  const auto reduce = [&](int64_t parameters, int64_t group_size, const char* what) {
+  const auto reduce = [&](int64_t parameters, int64_t group_size, const ProcessGroup& group,
+                          const char* what) {
     if (parameters == 0 || group_size <= 1) return;
     if (ctx.request->memory.distributed_optimizer) {
       out.reduce_us += ctx.request->unprofiled_op_time_us(
@@ -108,9 +112,9 @@ DpTimes dp_times(const Context& ctx, int64_t stage, const StageParameters& param
   // their parameters themselves (lib/dag_builder_fsdp.cc): only the stage extras are left.
   // A mixture of experts' experts likewise, over the expert-data-parallel group.
   const int64_t dense = params.dense - params.fsdp_layers;
-  reduce(dense, par.dp * par.cp, "dense");
-  reduce(params.expert - params.fsdp_experts, par.dp * par.cp / std::max<int64_t>(par.ep, 1),
-         "expert");
+  reduce(dense, par.dp * par.cp, dense_group, "dense");
+  reduce(params.expert - params.fsdp_experts, fsdp_expert_data_parallel_size(par),
+         fsdp_expert_group(ctx.placement, par, rank), "expert");
   out.buckets = megatron_dp_buckets(params.total() - params.fsdp_layers - params.fsdp_experts,
                                     par.dp * par.cp);
   return out;
