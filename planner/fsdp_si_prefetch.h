@@ -57,8 +57,10 @@
 // DP link when S exceeds the compute (the second row), and dhelix gains what its pairing
 // hides otherwise. With σ > 0 its kernels may lose more than the baseline's (h can exceed
 // the baseline's per-strand h_f + h_b, which each strand's own compute caps).
-// The first block of a task has no block before it to prefetch behind; it is priced as the
-// others (as the baselines' first layer is).
+// The first block of a task is priced as the others (as the baselines' first layer is): the
+// lowering issues its gathers during the last layer pair of the stage's previous SI block
+// task (lib/plan/rank_program.h); after a forward or backward task alone (warm-up), they
+// are issued before the block and the price is optimistic by at most one pair's gathers.
 
 #include "planner/fsdp_prefetch.h"
 

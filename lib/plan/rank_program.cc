@@ -52,11 +52,14 @@ class Lowering {
   // FSDP prefetch across SI blocks (see the file comment of rank_program.h).
   struct Prefetch {
     std::vector<int64_t> forward, backward;  // the layer ops the pairing's blocks leave out
-    int64_t gathered = 0;                    // layer pairs of the task whose gathers are issued
+    int64_t reached = 0;  // layer pairs of the task whose gathers are issued, scatters noted
+    bool next_task_first_pair = false;  // the next SI task's first gathers are issued
     std::vector<std::pair<int64_t, int64_t>> scatters;  // (layer, backward op) not yet issued
   };
   std::vector<int64_t> left_out(const DagView& view, const std::vector<PlanOp>& records) const;
+  const PlanTask* next_si_task(const PlanTask& task) const;
   void issue_gathers(const PlanTask& task, int64_t pair);
+  void note_scatters(const PlanTask& task, int64_t pair);
   void issue_ready_scatters(int64_t micro_batch, bool all);
   Prefetch prefetch_;
   void emit_extra_op(bool backward, int64_t index, int64_t micro_batch);
@@ -329,7 +332,10 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
     claim_backward_share(backward, strand_layer(backward, true, j));
   }
   int64_t block = 0;
-  prefetch_.gathered = 0;
+  const bool first_pair_gathered = prefetch_.next_task_first_pair;
+  const PlanTask* next = next_si_task(task);
+  prefetch_.reached = 0;
+  prefetch_.next_task_first_pair = false;
   prefetch_.scatters.clear();
   for (const PlacedBlocks& placed : si_block_sequence(pairing_, pairs)) {
     for (const PlanBlock& template_block : *placed.blocks) {
@@ -337,9 +343,16 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
       for (const ResolvedTiming& timing : resolve(template_block)) {
         const PlanTaskPart& part = timing.backward ? backward : forward;
         const int64_t local = placed.first_local_layer + timing.window_layer;
-        // A layer pair's first op issues the next pair's gathers (the first pair's before it).
-        while (prefetch_.gathered <= std::min(local + 1, pairs - 1)) {
-          issue_gathers(task, prefetch_.gathered++);
+        // A layer pair's first op issues the next pair's gathers: the first pair's before it
+        // unless the task before issued them, and the last pair's the next SI task's first.
+        while (prefetch_.reached <= std::min(local + 1, pairs - 1)) {
+          const int64_t pair = prefetch_.reached++;
+          if (pair > 0 || !first_pair_gathered) issue_gathers(task, pair);
+          note_scatters(task, pair);
+        }
+        if (local + 1 >= pairs && next != nullptr && !prefetch_.next_task_first_pair) {
+          issue_gathers(*next, 0);
+          prefetch_.next_task_first_pair = true;
         }
         emit_layer_op(timing.backward, timing.index, part.micro_batch,
                       strand_layer(part, timing.backward, local));
@@ -388,6 +401,23 @@ std::vector<int64_t> Lowering::left_out(const DagView& view,
   return out;
 }
 
+// The SI task that follows `task` on the stage with no forward or backward task between
+// them (a head-loss task may be), or nullptr. Its first layer pair's gathers are issued
+// during `task`'s last pair, as the planner prices every block (planner/fsdp_si_prefetch.h):
+// its first block has no block of its own before it to hide them behind.
+const PlanTask* Lowering::next_si_task(const PlanTask& task) const {
+  for (size_t t = static_cast<size_t>(&task - stage_.tasks.data()) + 1; t < stage_.tasks.size();
+       ++t) {
+    const PlanTask& candidate = stage_.tasks[t];
+    if (candidate.kind == TaskKind::kHeadLoss) continue;
+    const bool paired =
+        candidate.kind == TaskKind::kSiBlock && candidate.forward && candidate.backward &&
+        std::min(candidate.forward->layers.count, candidate.backward->layers.count) > 0;
+    return paired ? &candidate : nullptr;
+  }
+  return nullptr;
+}
+
 // The left-out gathers of the task's `pair`-th layer pair, both strands, beside the block:
 // no later barrier waits for them, only their readers (and their stream's order) do.
 void Lowering::issue_gathers(const PlanTask& task, int64_t pair) {
@@ -398,9 +428,18 @@ void Lowering::issue_gathers(const PlanTask& task, int64_t pair) {
     for (int64_t i : backward ? prefetch_.backward : prefetch_.forward) {
       if (view.ops[static_cast<size_t>(i)].parameters_only) {
         emit_layer_op(backward, i, part.micro_batch, layer, true);
-      } else if (backward) {
-        prefetch_.scatters.emplace_back(layer, i);
       }
+    }
+  }
+}
+
+// The left-out reduce-scatters of the task's `pair`-th layer pair (its backward strand's),
+// issued once their gradients are complete (issue_ready_scatters).
+void Lowering::note_scatters(const PlanTask& task, int64_t pair) {
+  const int64_t layer = strand_layer(*task.backward, true, pair);
+  for (int64_t i : prefetch_.backward) {
+    if (!dags_.layer_backward.ops[static_cast<size_t>(i)].parameters_only) {
+      prefetch_.scatters.emplace_back(layer, i);
     }
   }
 }

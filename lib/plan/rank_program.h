@@ -22,8 +22,10 @@
 //     gradient reduce-scatters, are issued by rule, beside the blocks (no later block's
 //     barrier waits for them; their readers and their stream's order do): the gathers of
 //     the task's layer pair j + 1 (both strands) with the first op of pair j, pair 0's
-//     before it; a reduce-scatter after the first block whose end completes its gradients,
-//     the rest after the last block. A reader placed before its gather still fails as below;
+//     before it, or, when the stage's previous layer task was an SI block task (head-loss
+//     tasks between them do not count), with the first op of that task's last pair; a
+//     reduce-scatter after the first block whose end completes its gradients, the rest
+//     after the last block. A reader placed before its gather still fails as below;
 //   * head_loss task: the final norm, head and loss forward, then their backward;
 //   * the embedding forward runs before a forward part that starts at layer 0 on the
 //     stage that holds the embedding, its backward after a backward part that ends there.

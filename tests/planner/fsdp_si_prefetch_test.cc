@@ -3,11 +3,14 @@
 // that searches the layer without FSDP's collectives and prices them beside its blocks.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 
 #include "lib/dag_builder.h"
 #include "lib/job_reader.h"
+#include "lib/plan/plan_blocks.h"
 #include "lib/plan/plan_check.h"
 #include "lib/plan/rank_program.h"
 #include "planner/co_run_model.h"
@@ -230,6 +233,59 @@ TEST(FsdpSiPrefetchLowering, GathersRunOneLayerPairEarlyAndNoBarrierWaitsForThem
       }
     }
     EXPECT_GT(prefetched, 0) << "dp " << dp << " pp " << pp;
+  }
+}
+
+// The task of the instruction that gathers `op` of (micro_batch, layer); -1: none.
+int64_t gather_task(const RankProgram& program, const std::string& op, int64_t micro_batch,
+                    int64_t layer) {
+  for (const Instruction& i : program.instructions) {
+    if (i.op == op && i.micro_batch == micro_batch && i.layer == layer) return i.task;
+  }
+  return -1;
+}
+
+// The first layer pair of an SI task is priced as prefetched like every other
+// (planner/fsdp_si_prefetch.h): when the stage's previous layer task is an SI task too, its
+// gathers (both strands') are issued during that task's last pair; after a forward task
+// alone they are the task's own. tiny-fsdp-dp4 (pp 1): forward, forward, head-loss, SI 3,
+// SI 4, head-loss, backward, backward; so SI 4's first gathers run in task 3.
+TEST(FsdpSiPrefetchLowering, AnSiTasksFirstGathersRunDuringThePreviousSiTask) {
+  for (const auto& [dp, pp] : {std::pair<int64_t, int64_t>{4, 1}, {2, 2}}) {
+    SCOPED_TRACE(fmt::format("dp {} pp {}", dp, pp));
+    const JobSpec job = tiny_fsdp(dp, pp);
+    const Plan plan = tiny_plan(job);
+    ASSERT_TRUE(check_plan(plan, "p.json").ok());
+    ASSERT_TRUE(plan.options.fsdp.has_value() && plan.options.fsdp->reshard_after_forward);
+    const RankProgram program = lower_rank_program(plan, job, 0, ExecutionMode::kCoExecuted);
+    const PlanStage& stage = plan.stages[0];
+    int64_t carried = 0;
+    const PlanTask* previous = nullptr;  // the last forward, backward or SI task
+    for (const PlanTask& task : stage.tasks) {
+      if (task.kind == TaskKind::kHeadLoss) continue;
+      if (task.kind == TaskKind::kSiBlock) {
+        const int64_t forward_layer = strand_layer(*task.forward, false, 0);
+        const int64_t backward_layer = strand_layer(*task.backward, true, 0);
+        const bool after_si = previous != nullptr && previous->kind == TaskKind::kSiBlock;
+        const int64_t expected = after_si ? previous->index : task.index;
+        EXPECT_EQ(gather_task(program, "fwd.fsdp_gather", task.forward->micro_batch, forward_layer),
+                  expected)
+            << "task " << task.index;
+        EXPECT_EQ(
+            gather_task(program, "bwd.fsdp_gather", task.backward->micro_batch, backward_layer),
+            expected)
+            << "task " << task.index;
+        // A second pair's gathers stay the task's own, issued with its first pair.
+        if (std::min(task.forward->layers.count, task.backward->layers.count) > 1) {
+          EXPECT_EQ(gather_task(program, "fwd.fsdp_gather", task.forward->micro_batch,
+                                strand_layer(*task.forward, false, 1)),
+                    task.index);
+        }
+        carried += after_si ? 1 : 0;
+      }
+      previous = &task;
+    }
+    EXPECT_GT(carried, 0);
   }
 }
 
