@@ -28,6 +28,31 @@ std::vector<PlacedBlocks> si_block_sequence(const PlanPairing& pairing, int64_t 
   return out;
 }
 
+int64_t si_pair_op_count(const PlanPairing& pairing, int64_t layers, int64_t pair) {
+  int64_t count = 0;
+  for (const PlacedBlocks& placed : si_block_sequence(pairing, layers)) {
+    for (const PlanBlock& block : *placed.blocks) {
+      for (const PlanOpTiming& timing : block.timings) {
+        count += placed.first_local_layer + split_window_op_id(timing.op).first == pair ? 1 : 0;
+      }
+    }
+  }
+  return count;
+}
+
+const PlanTask* next_si_block_task(const PlanStage& stage, const PlanTask& task) {
+  const auto after = static_cast<size_t>(&task - stage.tasks.data()) + 1;
+  for (size_t t = after; t < stage.tasks.size(); ++t) {
+    const PlanTask& candidate = stage.tasks[t];
+    if (candidate.kind == TaskKind::kHeadLoss) continue;
+    const bool pairs = candidate.kind == TaskKind::kSiBlock && candidate.forward &&
+                       candidate.backward && candidate.forward->layers.count > 0 &&
+                       candidate.backward->layers.count > 0;
+    return pairs ? &candidate : nullptr;
+  }
+  return nullptr;
+}
+
 int64_t strand_layer(const PlanTaskPart& part, bool backward, int64_t j) {
   return backward ? part.layers.first + part.layers.count - 1 - j : part.layers.first + j;
 }

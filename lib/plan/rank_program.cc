@@ -57,7 +57,6 @@ class Lowering {
     std::vector<std::pair<int64_t, int64_t>> scatters;  // (layer, backward op) not yet issued
   };
   std::vector<int64_t> left_out(const DagView& view, const std::vector<PlanOp>& records) const;
-  const PlanTask* next_si_task(const PlanTask& task) const;
   void issue_gathers(const PlanTask& task, int64_t pair);
   void note_scatters(const PlanTask& task, int64_t pair);
   void issue_ready_scatters(int64_t micro_batch, bool all);
@@ -333,34 +332,42 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
   }
   int64_t block = 0;
   const bool first_pair_gathered = prefetch_.next_task_first_pair;
-  const PlanTask* next = next_si_task(task);
+  // The next SI task's first gathers (its first block has none of its own before it to hide
+  // them behind, planner/fsdp_si_prefetch.h) wait until the pair before the last has ended,
+  // so that two pairs' gathered weights are live, as planner/memory_model.h counts.
+  const PlanTask* next = next_si_block_task(stage_, task);
+  int64_t before_last_ops = pairs >= 2 ? si_pair_op_count(pairing_, pairs, pairs - 2) : 0;
   prefetch_.reached = 0;
   prefetch_.next_task_first_pair = false;
   prefetch_.scatters.clear();
+  const auto gather_next_task = [&] {
+    if (next == nullptr || prefetch_.next_task_first_pair) return;
+    issue_gathers(*next, 0);
+    prefetch_.next_task_first_pair = true;
+  };
   for (const PlacedBlocks& placed : si_block_sequence(pairing_, pairs)) {
     for (const PlanBlock& template_block : *placed.blocks) {
       program_.begin_block(block++);
       for (const ResolvedTiming& timing : resolve(template_block)) {
         const PlanTaskPart& part = timing.backward ? backward : forward;
         const int64_t local = placed.first_local_layer + timing.window_layer;
-        // A layer pair's first op issues the next pair's gathers: the first pair's before it
-        // unless the task before issued them, and the last pair's the next SI task's first.
+        // A layer pair's first op issues the next pair's gathers (the first pair's before it
+        // unless the task before issued them).
         while (prefetch_.reached <= std::min(local + 1, pairs - 1)) {
           const int64_t pair = prefetch_.reached++;
           if (pair > 0 || !first_pair_gathered) issue_gathers(task, pair);
           note_scatters(task, pair);
         }
-        if (local + 1 >= pairs && next != nullptr && !prefetch_.next_task_first_pair) {
-          issue_gathers(*next, 0);
-          prefetch_.next_task_first_pair = true;
-        }
+        if (before_last_ops == 0) gather_next_task();
         emit_layer_op(timing.backward, timing.index, part.micro_batch,
                       strand_layer(part, timing.backward, local));
+        if (local == pairs - 2) --before_last_ops;
       }
       issue_ready_scatters(backward.micro_batch, false);
     }
   }
   program_.begin_block(-1);
+  gather_next_task();  // when the pair before the last ended with the task's last op
   issue_ready_scatters(backward.micro_batch, true);
   for (int64_t j = pairs; j < forward.layers.count; ++j) {
     const int64_t layer = strand_layer(forward, false, j);
@@ -399,23 +406,6 @@ std::vector<int64_t> Lowering::left_out(const DagView& view,
     out.push_back(i);
   }
   return out;
-}
-
-// The SI task that follows `task` on the stage with no forward or backward task between
-// them (a head-loss task may be), or nullptr. Its first layer pair's gathers are issued
-// during `task`'s last pair, as the planner prices every block (planner/fsdp_si_prefetch.h):
-// its first block has no block of its own before it to hide them behind.
-const PlanTask* Lowering::next_si_task(const PlanTask& task) const {
-  for (size_t t = static_cast<size_t>(&task - stage_.tasks.data()) + 1; t < stage_.tasks.size();
-       ++t) {
-    const PlanTask& candidate = stage_.tasks[t];
-    if (candidate.kind == TaskKind::kHeadLoss) continue;
-    const bool paired =
-        candidate.kind == TaskKind::kSiBlock && candidate.forward && candidate.backward &&
-        std::min(candidate.forward->layers.count, candidate.backward->layers.count) > 0;
-    return paired ? &candidate : nullptr;
-  }
-  return nullptr;
 }
 
 // The left-out gathers of the task's `pair`-th layer pair, both strands, beside the block:

@@ -6,6 +6,7 @@
 // and every replica ends with the same extras' gradients and its own shard's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "runtime/comm/loopback_communicator.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/exec/stream_lowering.h"
+#include "runtime/memory/memory_report.h"
 #include "tests/runtime/loopback_directory.h"
 #include "tests/runtime/loopback_ranks.h"
 #include "tests/runtime/stage_model_test_util.h"
@@ -113,6 +115,38 @@ TEST_F(FsdpInterpreter, CoExecutedUnderJitterEqualsSequentialBitwise) {
     nonzero |= v != 0.0f;
   }
   EXPECT_TRUE(nonzero);
+}
+
+// The gathered weights the arena holds at once stay within what the planner's memory model
+// counts for them (planner/memory_model.h, FsdpMemory: 2·strands·P, the layer pair running
+// and the pair prefetched, both strands; tiny-fsdp-dp4 folds into the W, two strands: four
+// layers), also where an SI task's first gathers are issued in the task before it
+// (lib/plan/rank_program.h). Issued with that task's last pair's first op, they found
+// the pair before still live (its forward runs after the last pair's backward starts in
+// this pairing): five layers.
+TEST_F(FsdpInterpreter, GatheredWeightsLiveAtOnceAreWhatThePlanCounts) {
+  const RankProgram program = lower_rank_program(plan_, job_, 0, ExecutionMode::kCoExecuted);
+  const FsdpSettings fsdp{.enabled = true,
+                          .reshard_after_forward = plan_.options.fsdp->reshard_after_forward};
+  ASSERT_TRUE(fsdp.reshard_after_forward);
+  StageModel model(job_, 0, {{0, job_.model.num_layers}}, true, true, 11, {}, fsdp);
+  model.plan_activation_memory({&program}, program_orders({&program}));
+  MemoryReport report;
+  model.fill_memory_report(report);
+  int64_t layer_bytes = 0;
+  int64_t peak = 0;
+  for (int64_t t = 0; t < static_cast<int64_t>(program.instructions.size()); ++t) {
+    int64_t live = 0;
+    for (const ArenaBufferRecord& b : report.buffers) {
+      if (!b.name.ends_with(".fsdp.weights")) continue;
+      ASSERT_TRUE(layer_bytes == 0 || b.bytes == layer_bytes) << b.name;
+      layer_bytes = b.bytes;
+      if (b.first_instruction <= t && t <= b.last_instruction) live += b.bytes;
+    }
+    peak = std::max(peak, live);
+  }
+  ASSERT_GT(layer_bytes, 0);
+  EXPECT_LE(peak, 4 * layer_bytes);  // 2 strands x (running + prefetched)
 }
 
 }  // namespace
