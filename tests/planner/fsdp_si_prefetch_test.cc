@@ -249,8 +249,9 @@ int64_t gather_task(const RankProgram& program, const std::string& op, int64_t m
 // (planner/fsdp_si_prefetch.h): when the stage's previous layer task is an SI task too, its
 // gathers (both strands') are issued in that task, once its last-but-one pair has ended
 // (the memory side: FsdpInterpreter.GatheredWeightsLiveAtOnceAreWhatThePlanCounts); after
-// a forward task alone they are the task's own. tiny-fsdp-dp4 (pp 1): forward, forward, head-loss,
-// SI 3, SI 4, head-loss, backward, backward; so SI 4's first gathers run in task 3.
+// a forward task alone they are the task's own. tiny-fsdp-dp4 (pp 1): forward, forward,
+// head-loss, SI 3, SI 4, head-loss, backward, backward; so SI 4's first gathers run in
+// task 3.
 TEST(FsdpSiPrefetchLowering, AnSiTasksFirstGathersRunDuringThePreviousSiTask) {
   for (const auto& [dp, pp] : {std::pair<int64_t, int64_t>{4, 1}, {2, 2}}) {
     SCOPED_TRACE(fmt::format("dp {} pp {}", dp, pp));
