@@ -58,8 +58,8 @@
 // hides otherwise. With σ > 0 its kernels may lose more than the baseline's (h can exceed
 // the baseline's per-strand h_f + h_b, which each strand's own compute caps).
 // The first block of a task is priced as the others (as the baselines' first layer is): the
-// lowering issues its gathers in the stage's previous SI block task, once that task's
-// last-but-one layer pair has ended (lib/plan/rank_program.h); after a forward or backward
+// lowering issues its gathers in the stage's previous SI block task, each strand's with that
+// strand's last layer there (lib/plan/rank_program.h); after a forward or backward
 // task alone (warm-up), they are issued before the block and the price is optimistic by at
 // most one pair's gathers.
 

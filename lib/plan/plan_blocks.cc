@@ -28,18 +28,6 @@ std::vector<PlacedBlocks> si_block_sequence(const PlanPairing& pairing, int64_t 
   return out;
 }
 
-int64_t si_pair_op_count(const PlanPairing& pairing, int64_t layers, int64_t pair) {
-  int64_t count = 0;
-  for (const PlacedBlocks& placed : si_block_sequence(pairing, layers)) {
-    for (const PlanBlock& block : *placed.blocks) {
-      for (const PlanOpTiming& timing : block.timings) {
-        count += placed.first_local_layer + split_window_op_id(timing.op).first == pair ? 1 : 0;
-      }
-    }
-  }
-  return count;
-}
-
 const PlanTask* next_si_block_task(const PlanStage& stage, const PlanTask& task) {
   const auto after = static_cast<size_t>(&task - stage.tasks.data()) + 1;
   for (size_t t = after; t < stage.tasks.size(); ++t) {

@@ -29,9 +29,6 @@ struct PlacedBlocks {
 /// The block sequences an SI block task over `layers` layer pairs runs, in order.
 std::vector<PlacedBlocks> si_block_sequence(const PlanPairing& pairing, int64_t layers);
 
-/// The ops of the task-local layer pair `pair` in an SI block task over `layers` pairs.
-int64_t si_pair_op_count(const PlanPairing& pairing, int64_t layers, int64_t pair);
-
 /// The SI block task that follows `task` in `stage`'s list with no forward or backward task
 /// between them (head-loss tasks may be), pairing at least one layer; nullptr otherwise.
 const PlanTask* next_si_block_task(const PlanStage& stage, const PlanTask& task);

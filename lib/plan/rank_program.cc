@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -52,13 +53,15 @@ class Lowering {
   // FSDP prefetch across SI blocks (see the file comment of rank_program.h).
   struct Prefetch {
     std::vector<int64_t> forward, backward;  // the layer ops the pairing's blocks leave out
-    int64_t reached = 0;  // layer pairs of the task whose gathers are issued, scatters noted
-    bool next_task_first_pair = false;  // the next SI task's first gathers are issued
+    // Per strand (0 forward, 1 backward): the task's layers whose gathers are issued, and
+    // whether the next SI task's first layer's are.
+    std::array<int64_t, 2> reached{};
+    std::array<bool, 2> next_task_first{};
     std::vector<std::pair<int64_t, int64_t>> scatters;  // (layer, backward op) not yet issued
   };
   std::vector<int64_t> left_out(const DagView& view, const std::vector<PlanOp>& records) const;
-  void issue_gathers(const PlanTask& task, int64_t pair);
-  void note_scatters(const PlanTask& task, int64_t pair);
+  void issue_gathers(const PlanTask& task, bool backward, int64_t j);
+  void note_scatters(const PlanTask& task, int64_t j);
   void issue_ready_scatters(int64_t micro_batch, bool all);
   Prefetch prefetch_;
   void emit_extra_op(bool backward, int64_t index, int64_t micro_batch);
@@ -331,43 +334,44 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
     claim_backward_share(backward, strand_layer(backward, true, j));
   }
   int64_t block = 0;
-  const bool first_pair_gathered = prefetch_.next_task_first_pair;
-  // The next SI task's first gathers (its first block has none of its own before it to hide
-  // them behind, planner/fsdp_si_prefetch.h) wait until the pair before the last has ended,
-  // so that two pairs' gathered weights are live, as planner/memory_model.h counts.
+  const std::array<bool, 2> carried = prefetch_.next_task_first;
   const PlanTask* next = next_si_block_task(stage_, task);
-  int64_t before_last_ops = pairs >= 2 ? si_pair_op_count(pairing_, pairs, pairs - 2) : 0;
-  prefetch_.reached = 0;
-  prefetch_.next_task_first_pair = false;
+  prefetch_.reached = {};
+  prefetch_.next_task_first = {};
   prefetch_.scatters.clear();
-  const auto gather_next_task = [&] {
-    if (next == nullptr || prefetch_.next_task_first_pair) return;
-    issue_gathers(*next, 0);
-    prefetch_.next_task_first_pair = true;
-  };
   for (const PlacedBlocks& placed : si_block_sequence(pairing_, pairs)) {
     for (const PlanBlock& template_block : *placed.blocks) {
       program_.begin_block(block++);
       for (const ResolvedTiming& timing : resolve(template_block)) {
         const PlanTaskPart& part = timing.backward ? backward : forward;
         const int64_t local = placed.first_local_layer + timing.window_layer;
-        // A layer pair's first op issues the next pair's gathers (the first pair's before it
-        // unless the task before issued them).
-        while (prefetch_.reached <= std::min(local + 1, pairs - 1)) {
-          const int64_t pair = prefetch_.reached++;
-          if (pair > 0 || !first_pair_gathered) issue_gathers(task, pair);
-          note_scatters(task, pair);
+        const size_t strand = timing.backward ? 1 : 0;
+        // The task's first op issues both strands' first layers' gathers (unless the task
+        // before issued them); a strand's layer's first op its next layer's, its last
+        // layer's first op the next SI task's first layer's: two layers of each strand
+        // gathered at once, as planner/memory_model.h counts (a strand that lags holds no
+        // more than one ahead).
+        const auto reach = [&](size_t s, int64_t up_to) {
+          while (prefetch_.reached[s] <= std::min(up_to, pairs - 1)) {
+            const int64_t j = prefetch_.reached[s]++;
+            if (j > 0 || !carried[s]) issue_gathers(task, s == 1, j);
+            if (s == 1) note_scatters(task, j);
+          }
+        };
+        reach(0, 0);
+        reach(1, 0);
+        reach(strand, local + 1);
+        if (local == pairs - 1 && next != nullptr && !prefetch_.next_task_first[strand]) {
+          issue_gathers(*next, timing.backward, 0);
+          prefetch_.next_task_first[strand] = true;
         }
-        if (before_last_ops == 0) gather_next_task();
         emit_layer_op(timing.backward, timing.index, part.micro_batch,
                       strand_layer(part, timing.backward, local));
-        if (local == pairs - 2) --before_last_ops;
       }
       issue_ready_scatters(backward.micro_batch, false);
     }
   }
   program_.begin_block(-1);
-  gather_next_task();  // when the pair before the last ended with the task's last op
   issue_ready_scatters(backward.micro_batch, true);
   for (int64_t j = pairs; j < forward.layers.count; ++j) {
     const int64_t layer = strand_layer(forward, false, j);
@@ -408,25 +412,23 @@ std::vector<int64_t> Lowering::left_out(const DagView& view,
   return out;
 }
 
-// The left-out gathers of the task's `pair`-th layer pair, both strands, beside the block:
-// no later barrier waits for them, only their readers (and their stream's order) do.
-void Lowering::issue_gathers(const PlanTask& task, int64_t pair) {
-  for (const bool backward : {false, true}) {
-    const PlanTaskPart& part = backward ? *task.backward : *task.forward;
-    const DagView& view = backward ? dags_.layer_backward : dags_.layer_forward;
-    const int64_t layer = strand_layer(part, backward, pair);
-    for (int64_t i : backward ? prefetch_.backward : prefetch_.forward) {
-      if (view.ops[static_cast<size_t>(i)].parameters_only) {
-        emit_layer_op(backward, i, part.micro_batch, layer, true);
-      }
+// The left-out gathers of the task's strand's `j`-th layer, beside the block: no later
+// barrier waits for them, only their readers (and their stream's order) do.
+void Lowering::issue_gathers(const PlanTask& task, bool backward, int64_t j) {
+  const PlanTaskPart& part = backward ? *task.backward : *task.forward;
+  const DagView& view = backward ? dags_.layer_backward : dags_.layer_forward;
+  const int64_t layer = strand_layer(part, backward, j);
+  for (int64_t i : backward ? prefetch_.backward : prefetch_.forward) {
+    if (view.ops[static_cast<size_t>(i)].parameters_only) {
+      emit_layer_op(backward, i, part.micro_batch, layer, true);
     }
   }
 }
 
-// The left-out reduce-scatters of the task's `pair`-th layer pair (its backward strand's),
-// issued once their gradients are complete (issue_ready_scatters).
-void Lowering::note_scatters(const PlanTask& task, int64_t pair) {
-  const int64_t layer = strand_layer(*task.backward, true, pair);
+// The left-out reduce-scatters of the backward strand's `j`-th layer, issued once their
+// gradients are complete (issue_ready_scatters).
+void Lowering::note_scatters(const PlanTask& task, int64_t j) {
+  const int64_t layer = strand_layer(*task.backward, true, j);
   for (int64_t i : prefetch_.backward) {
     if (!dags_.layer_backward.ops[static_cast<size_t>(i)].parameters_only) {
       prefetch_.scatters.emplace_back(layer, i);

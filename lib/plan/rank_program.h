@@ -20,14 +20,14 @@
 //     FSDP prefetch across SI blocks (planner/fsdp_si_prefetch.h): the layer DAG ops that
 //     the pairing's op records leave out, which may only be FSDP's parameter gathers and
 //     gradient reduce-scatters, are issued by rule, beside the blocks (no later block's
-//     barrier waits for them; their readers and their stream's order do): the gathers of
-//     the task's layer pair j + 1 (both strands) with the first op of pair j, pair 0's
+//     barrier waits for them; their readers and their stream's order do): per strand, the
+//     gathers of the strand's layer j + 1 with the first op of its layer j, its layer 0's
 //     before it, or, when the stage's previous layer task was an SI block task (head-loss
-//     tasks between them do not count), in that task once its last-but-one pair's last op
-//     is placed (with its first op if it has one pair): two pairs' gathered weights live at
-//     once, as the memory model counts; a reduce-scatter after the first block whose end
-//     completes its gradients, the rest after the last block. A reader placed before its
-//     gather still fails as below;
+//     tasks between them do not count), with the first op of that task's strand's last
+//     layer: two layers of each strand gathered at once, as planner/memory_model.h counts
+//     (a rule per layer pair let the strand that lags keep more); a reduce-scatter after
+//     the first block whose end completes its gradients, the rest after the last block. A
+//     reader placed before its gather still fails as below;
 //   * head_loss task: the final norm, head and loss forward, then their backward;
 //   * the embedding forward runs before a forward part that starts at layer 0 on the
 //     stage that holds the embedding, its backward after a backward part that ends there.

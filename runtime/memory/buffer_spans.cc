@@ -17,6 +17,8 @@ std::string span_name(const SpanKey& key) {
       return fmt::format("{}.L{}.saved", mb, key.layer);
     case SpanKind::kLayerBackward:
       return fmt::format("{}.L{}.backward", mb, key.layer);
+    case SpanKind::kLayerBackwardWeights:
+      return fmt::format("{}.L{}.backward_weights", mb, key.layer);
     case SpanKind::kAttentionForward:
       return fmt::format("{}.L{}.attention_forward", mb, key.layer);
     case SpanKind::kMlpForward:
@@ -116,6 +118,8 @@ std::vector<SpanKey> spans_of(const Instruction& in, int64_t num_layers,
         {SpanKind::kResidualGrad, mb, l},
         {SpanKind::kResidualGrad, mb, l - 1}};
     if (in.op.starts_with("bwd.recompute.")) spans.push_back({SpanKind::kRecomputeForward, mb, l});
+    if (in.op != "bwd.fsdp_reduce_scatter")
+      spans.push_back({SpanKind::kLayerBackwardWeights, mb, l});
     return spans;
   }
   if (extra_owner(in.op) == ExtraOwner::kEmbedding) {

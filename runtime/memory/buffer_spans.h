@@ -10,6 +10,9 @@
 //   layer_saved    (mb, l)    the forward and the backward ops of (mb, l): what the backward
 //                             reads of the forward (Megatron's saved tensors)
 //   layer_backward (mb, l)    the backward ops of (mb, l), bwd.recompute.* included
+//   backward_weights (mb, l)  the same but FSDP's reduce-scatter, which reads the gradient
+//                             only: the layer's gathered weights (issued when the gradients
+//                             are complete, it would hold them past the next layers' gathers)
 //   attention_forward / mlp_forward / mlp_backward / attention_backward (mb, l)
 //                             one half of the layer's forward or backward: the ops of the
 //                             attention block (ln_attn to bda_attn, the CP ring) or of the
@@ -57,6 +60,7 @@ enum class SpanKind : uint8_t {
   kLayerForward,
   kLayerSaved,
   kLayerBackward,
+  kLayerBackwardWeights,
   kAttentionForward,
   kMlpForward,
   kMlpBackward,

@@ -104,7 +104,7 @@ struct BasicStageModel<B>::Impl {
       const SpanKind span =
           use == FsdpUse::kForward
               ? (fsdp.reshard_after_forward ? SpanKind::kLayerForward : SpanKind::kLayerSaved)
-              : SpanKind::kLayerBackward;
+              : SpanKind::kLayerBackwardWeights;
       const std::string name = "fsdp.weights";
       slot->weights = arena.template allocate<float>({span, mb, layer}, name, padded, 0);
       if constexpr (model_detail::kFsdpComputeCopy<B>) {  // the GEMMs' copy (fsdp_layers.h)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "lib/dag_builder.h"
 #include "lib/job_reader.h"
@@ -236,19 +237,26 @@ TEST(FsdpSiPrefetchLowering, GathersRunOneLayerPairEarlyAndNoBarrierWaitsForThem
   }
 }
 
-// The task of the instruction that gathers `op` of (micro_batch, layer); -1: none.
+// The instruction that gathers `op` of (micro_batch, layer); nullptr: none.
+const Instruction* gather_of(const RankProgram& program, const std::string& op, int64_t micro_batch,
+                             int64_t layer) {
+  for (const Instruction& i : program.instructions) {
+    if (i.op == op && i.micro_batch == micro_batch && i.layer == layer) return &i;
+  }
+  return nullptr;
+}
+
+// Its task; -1: none.
 int64_t gather_task(const RankProgram& program, const std::string& op, int64_t micro_batch,
                     int64_t layer) {
-  for (const Instruction& i : program.instructions) {
-    if (i.op == op && i.micro_batch == micro_batch && i.layer == layer) return i.task;
-  }
-  return -1;
+  const Instruction* i = gather_of(program, op, micro_batch, layer);
+  return i == nullptr ? -1 : i->task;
 }
 
 // The first layer pair of an SI task is priced as prefetched like every other
 // (planner/fsdp_si_prefetch.h): when the stage's previous layer task is an SI task too, its
-// gathers (both strands') are issued in that task, once its last-but-one pair has ended
-// (the memory side: FsdpInterpreter.GatheredWeightsLiveAtOnceAreWhatThePlanCounts); after
+// gathers (both strands') are issued in that task, each with its strand's last layer (the
+// memory side: FsdpInterpreter.GatheredWeightsLiveAtOnceAreWhatThePlanCounts); after
 // a forward task alone they are the task's own. tiny-fsdp-dp4 (pp 1): forward, forward,
 // head-loss, SI 3, SI 4, head-loss, backward, backward; so SI 4's first gathers run in
 // task 3.
@@ -277,6 +285,18 @@ TEST(FsdpSiPrefetchLowering, AnSiTasksFirstGathersRunDuringThePreviousSiTask) {
             gather_task(program, "bwd.fsdp_gather", task.backward->micro_batch, backward_layer),
             expected)
             << "task " << task.index;
+        // Not carried: both strands' first gathers go with the task's first op, even where
+        // one strand starts late in the pairing's blocks.
+        if (!after_si) {
+          for (const auto& [op, mb, layer] :
+               {std::tuple<std::string, int64_t, int64_t>{"fwd.fsdp_gather",
+                                                          task.forward->micro_batch, forward_layer},
+                {"bwd.fsdp_gather", task.backward->micro_batch, backward_layer}}) {
+            const Instruction* gather = gather_of(program, op, mb, layer);
+            ASSERT_NE(gather, nullptr) << op;
+            EXPECT_EQ(gather->block, 0) << op << " of task " << task.index;
+          }
+        }
         // A second pair's gathers stay the task's own, issued with its first pair.
         if (std::min(task.forward->layers.count, task.backward->layers.count) > 1) {
           EXPECT_EQ(gather_task(program, "fwd.fsdp_gather", task.forward->micro_batch,
