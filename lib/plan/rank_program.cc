@@ -339,6 +339,14 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
   prefetch_.reached = {};
   prefetch_.next_task_first = {};
   prefetch_.scatters.clear();
+  // Issues strand s's gathers (and notes the backward's scatters) up to its layer `up_to`.
+  const auto reach = [&](size_t s, int64_t up_to) {
+    while (prefetch_.reached[s] <= std::min(up_to, pairs - 1)) {
+      const int64_t j = prefetch_.reached[s]++;
+      if (j > 0 || !carried[s]) issue_gathers(task, s == 1, j);
+      if (s == 1) note_scatters(task, j);
+    }
+  };
   for (const PlacedBlocks& placed : si_block_sequence(pairing_, pairs)) {
     for (const PlanBlock& template_block : *placed.blocks) {
       program_.begin_block(block++);
@@ -351,13 +359,6 @@ void Lowering::lower_si_blocks(const PlanTask& task) {
         // layer's first op the next SI task's first layer's: two layers of each strand
         // gathered at once, as planner/memory_model.h counts (a strand that lags holds no
         // more than one ahead).
-        const auto reach = [&](size_t s, int64_t up_to) {
-          while (prefetch_.reached[s] <= std::min(up_to, pairs - 1)) {
-            const int64_t j = prefetch_.reached[s]++;
-            if (j > 0 || !carried[s]) issue_gathers(task, s == 1, j);
-            if (s == 1) note_scatters(task, j);
-          }
-        };
         reach(0, 0);
         reach(1, 0);
         reach(strand, local + 1);
