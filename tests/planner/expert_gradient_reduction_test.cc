@@ -5,14 +5,13 @@
 // ranks here, where dp·cp/ep would be 2 (and, with dp = ep, 1: no reduction at all).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "lib/cluster_presets.h"
 #include "lib/fsdp_sizes.h"
 #include "planner/memory_model.h"
 #include "profiler/collective_cost.h"
 #include "tests/lib/dag_test_jobs.h"
 #include "tests/planner/model_plan.h"
+#include "tests/profiler/llama70b_ops.h"
 
 namespace dhelix {
 namespace {
@@ -33,15 +32,8 @@ JobSpec moe_job(int64_t dp, int64_t ep, int64_t expert_tp) {
 double reduce_and_gather_us(const ClusterSpec& cluster, int64_t parameters, int64_t ranks) {
   if (ranks <= 1) return 0;
   const auto collective = [&](OpKind kind, int64_t bytes) {
-    Op op;
-    op.id = "dp";
-    op.kind = kind;
+    Op op = test::comm_op("dp", kind, bytes, ranks, GroupScope::kLocal, 1);
     op.group = ParallelDim::kDp;
-    op.group_size = ranks;
-    op.comm_bytes = bytes;
-    op.scope = GroupScope::kLocal;
-    op.nodes_spanned = 1;
-    op.stream = StreamClass::kLocalComm;
     return collective_time_us(cluster, op);
   };
   return collective(OpKind::kReduceScatter, 4 * parameters) +
@@ -52,10 +44,11 @@ double reduce_and_gather_us(const ClusterSpec& cluster, int64_t parameters, int6
 // much of it the backward covers.
 double megatron_dp_us(const JobSpec& job) {
   const Plan plan = test_jobs::model_plan(job);
-  const auto scheme = std::find_if(plan.schemes.begin(), plan.schemes.end(), [](const auto& s) {
-    return s.scheme == PipelineScheme::kMegatron1F1B;
-  });
-  EXPECT_NE(scheme, plan.schemes.end());
+  const PlanScheme* scheme = plan.find_scheme(PipelineScheme::kMegatron1F1B);
+  if (scheme == nullptr) {
+    ADD_FAILURE() << "no megatron-1f1b scheme";
+    return 0;
+  }
   for (const PlanCommTime& comm : scheme->comm) {
     if (comm.type == ParallelDim::kDp) return comm.hidden_us + comm.exposed_us;
   }
